@@ -1,0 +1,76 @@
+# The two commands of the Quick start are `make run` and `make test`; everything else is
+# for operators and developers. Service management lives in scripts/services.sh.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+HOST ?= 127.0.0.1
+PORT ?= 8000
+# Local development runs with DEBUG on (and its development SECRET_KEY); production sets
+# DEBUG=0 and SECRET_KEY itself.
+DEV_ENV := DEBUG=$${DEBUG:-1}
+PYTEST_ARGS ?=
+
+.PHONY: help run serve test test-fast lint fmt services stop status migrate seed bench bench-quick faults clean
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
+
+$(STAMP): requirements.txt requirements-dev.txt
+	@scripts/bootstrap.sh venv
+	@touch $(STAMP)
+
+services: ## start the project-local PostgreSQL and Redis
+	@scripts/services.sh start
+
+stop: ## stop the project-local PostgreSQL and Redis (and a `make serve` gunicorn)
+	@scripts/serve.sh stop || true
+	@scripts/services.sh stop
+
+status: ## show whether the local services are up
+	@scripts/services.sh status
+
+migrate: $(STAMP) services
+	@$(DEV_ENV) $(PY) manage.py migrate --noinput
+
+seed: migrate
+	@$(DEV_ENV) $(PY) manage.py seed_demo
+
+run: seed ## set everything up and serve on 127.0.0.1:8000 (development server)
+	@$(DEV_ENV) $(PY) manage.py collectstatic --noinput -v 0
+	@echo "Serving on http://$(HOST):$(PORT)/  (admin: http://$(HOST):$(PORT)/admin/ ; stop with Ctrl-C, then 'make stop')"
+	@$(DEV_ENV) exec $(PY) manage.py runserver $(HOST):$(PORT)
+
+serve: seed ## serve with gunicorn (WEB_CONCURRENCY workers; INSTANCES=N on consecutive ports)
+	@$(DEV_ENV) $(PY) manage.py collectstatic --noinput -v 0
+	@$(DEV_ENV) scripts/serve.sh start
+
+test: $(STAMP) services ## run the whole test suite against real PostgreSQL and Redis
+	@scripts/bootstrap.sh chromium
+	@$(DEV_ENV) $(PY) manage.py makemigrations --check --dry-run >/dev/null \
+		|| { echo "Model changes without migrations: run makemigrations" >&2; exit 1; }
+	@$(VENV)/bin/ruff check .
+	@scripts/run_pytest.sh $(PYTEST_ARGS)
+
+lint: $(STAMP) ## ruff check and format check
+	@$(VENV)/bin/ruff check .
+	@$(VENV)/bin/ruff format --check .
+
+fmt: $(STAMP) ## format the code
+	@$(VENV)/bin/ruff format .
+	@$(VENV)/bin/ruff check --fix .
+
+bench: $(STAMP) services migrate ## benchmarks: prints a table, writes bench/results/*.json
+	@$(PY) -m bench
+
+bench-quick: $(STAMP) services migrate ## a short benchmark run (< 1 minute)
+	@$(PY) -m bench --quick
+
+faults: $(STAMP) services migrate ## fault-injection and load scenarios against real processes
+	@$(PY) -m bench.faults
+
+clean: stop ## stop services and delete local data (.local) and the venv
+	rm -rf .local $(VENV) staticfiles

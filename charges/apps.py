@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class ChargesConfig(AppConfig):
+    name = "charges"
+    verbose_name = "Charges"

@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class HoaConfig(AppConfig):
+    name = "hoa"
+    verbose_name = "Associations"

@@ -1,0 +1,233 @@
+"""Core models: organizations, their units and staff, complaints and notices."""
+
+from datetime import timedelta
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+from django.utils import timezone
+from django.utils.translation import gettext_lazy as _
+
+from hoa.tenancy import TenantQuerySet
+
+
+class OrganizationQuerySet(TenantQuerySet):
+    tenant_path = ""
+
+
+class Organization(models.Model):
+    name = models.CharField(_("name"), max_length=200)
+    slug = models.SlugField(_("slug"), max_length=80, unique=True)
+    # SLA policy: hours allowed to resolve a complaint, per priority.
+    sla_hours_high = models.PositiveIntegerField(_("SLA hours (high)"), default=24)
+    sla_hours_normal = models.PositiveIntegerField(_("SLA hours (normal)"), default=72)
+    sla_hours_low = models.PositiveIntegerField(_("SLA hours (low)"), default=168)
+    created_at = models.DateTimeField(default=timezone.now, editable=False)
+
+    objects = OrganizationQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self):
+        return self.name
+
+    def sla_hours_for(self, priority: str) -> int:
+        """Return the hours this organization allows for a complaint of ``priority``."""
+        return {
+            Complaint.Priority.HIGH: self.sla_hours_high,
+            Complaint.Priority.NORMAL: self.sla_hours_normal,
+            Complaint.Priority.LOW: self.sla_hours_low,
+        }[priority]
+
+    def has_staff(self, user) -> bool:
+        """Return whether ``user`` may act for this organization."""
+        if not user.is_authenticated or not user.is_active:
+            return False
+        return user.is_superuser or self.memberships.filter(user=user).exists()
+
+
+class Unit(models.Model):
+    organization = models.ForeignKey(Organization, on_delete=models.CASCADE, related_name="units")
+    label = models.CharField(_("label"), max_length=50)
+    monthly_assessment = models.DecimalField(
+        _("monthly assessment"), max_digits=10, decimal_places=2, default=0
+    )
+
+    objects = TenantQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["organization", "label"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["organization", "label"], name="unit_label_unique_per_org"
+            ),
+            models.CheckConstraint(
+                condition=Q(monthly_assessment__gte=0), name="unit_assessment_not_negative"
+            ),
+        ]
+
+    def __str__(self):
+        return f"{self.organization} · {self.label}"
+
+
+class StaffMembership(models.Model):
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships"
+    )
+    organization = models.ForeignKey(
+        Organization, on_delete=models.CASCADE, related_name="memberships"
+    )
+    created_at = models.DateTimeField(default=timezone.now, editable=False)
+
+    objects = TenantQuerySet.as_manager()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["user", "organization"], name="membership_unique")
+        ]
+
+    def __str__(self):
+        return f"{self.user} @ {self.organization}"
+
+
+class ComplaintQuerySet(TenantQuerySet):
+    def open(self):
+        return self.filter(status__in=Complaint.OPEN_STATUSES)
+
+    def breached(self):
+        return self.filter(sla_breached_at__isnull=False)
+
+    def overdue(self, now=None):
+        """Open complaints past their SLA deadline that are not yet marked breached."""
+        return self.open().filter(
+            sla_breached_at__isnull=True, sla_due_at__lt=now or timezone.now()
+        )
+
+
+class Complaint(models.Model):
+    class Status(models.TextChoices):
+        OPEN = "open", _("Open")
+        IN_PROGRESS = "in_progress", _("In progress")
+        RESOLVED = "resolved", _("Resolved")
+        CLOSED = "closed", _("Closed")
+
+    class Priority(models.TextChoices):
+        HIGH = "high", _("High")
+        NORMAL = "normal", _("Normal")
+        LOW = "low", _("Low")
+
+    OPEN_STATUSES = (Status.OPEN, Status.IN_PROGRESS)
+
+    organization = models.ForeignKey(
+        Organization, on_delete=models.CASCADE, related_name="complaints"
+    )
+    unit = models.ForeignKey(
+        Unit, on_delete=models.CASCADE, related_name="complaints", null=True, blank=True
+    )
+    title = models.CharField(_("title"), max_length=200)
+    description = models.TextField(_("description"), blank=True, default="")
+    status = models.CharField(
+        _("status"), max_length=20, choices=Status.choices, default=Status.OPEN
+    )
+    priority = models.CharField(
+        _("priority"), max_length=10, choices=Priority.choices, default=Priority.NORMAL
+    )
+    opened_at = models.DateTimeField(_("opened at"), default=timezone.now)
+    sla_due_at = models.DateTimeField(_("SLA due at"), null=True, blank=True)
+    sla_breached_at = models.DateTimeField(_("SLA breached at"), null=True, blank=True)
+    # Fence for vendor assignment: the assignment row may not exist yet, the complaint does.
+    last_fence_token = models.BigIntegerField(default=0, editable=False)
+
+    objects = ComplaintQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-opened_at"]
+        indexes = [
+            models.Index(
+                fields=["sla_due_at"],
+                name="complaint_sla_open_idx",
+                condition=Q(status__in=["open", "in_progress"], sla_breached_at__isnull=True),
+            )
+        ]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(last_fence_token__gte=0), name="complaint_fence_not_negative"
+            )
+        ]
+
+    def __str__(self):
+        return f"#{self.pk} {self.title}"
+
+    def save(self, *args, **kwargs):
+        if self.sla_due_at is None and self.organization_id:
+            self.sla_due_at = self.opened_at + timedelta(
+                hours=self.organization.sla_hours_for(self.priority)
+            )
+        super().save(*args, **kwargs)
+
+    @property
+    def is_open(self) -> bool:
+        return self.status in self.OPEN_STATUSES
+
+    @property
+    def is_breached(self) -> bool:
+        return self.sla_breached_at is not None
+
+
+class ComplaintEventQuerySet(TenantQuerySet):
+    tenant_path = "complaint__organization"
+
+
+class ComplaintEvent(models.Model):
+    """Something that happened to a complaint (SLA breach, assignment, status change)."""
+
+    class Kind(models.TextChoices):
+        SLA_BREACHED = "sla_breached", _("SLA breached")
+        NOTE = "note", _("Note")
+
+    complaint = models.ForeignKey(Complaint, on_delete=models.CASCADE, related_name="events")
+    kind = models.CharField(max_length=30, choices=Kind.choices)
+    detail = models.TextField(blank=True, default="")
+    at = models.DateTimeField(default=timezone.now)
+
+    objects = ComplaintEventQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-at"]
+        constraints = [
+            # An SLA breach is recorded once per complaint, whatever the sweeps do.
+            models.UniqueConstraint(
+                fields=["complaint"],
+                condition=Q(kind="sla_breached"),
+                name="one_sla_breach_event_per_complaint",
+            )
+        ]
+
+    def __str__(self):
+        return f"{self.get_kind_display()} · {self.complaint_id}"
+
+
+class NoticeQuerySet(TenantQuerySet):
+    def due(self, now=None):
+        return self.filter(published_at__isnull=True, publish_at__lte=now or timezone.now())
+
+
+class Notice(models.Model):
+    organization = models.ForeignKey(Organization, on_delete=models.CASCADE, related_name="notices")
+    title = models.CharField(_("title"), max_length=200)
+    body = models.TextField(_("body"), blank=True, default="")
+    publish_at = models.DateTimeField(_("publish at"), default=timezone.now)
+    published_at = models.DateTimeField(_("published at"), null=True, blank=True)
+
+    objects = NoticeQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-publish_at"]
+
+    def __str__(self):
+        return self.title
+
+    @property
+    def is_published(self) -> bool:
+        return self.published_at is not None

@@ -1,0 +1,222 @@
+"""Settings for the HOA platform, read once from the environment.
+
+Every variable is optional and defaults to the project-local services that
+``scripts/services.sh`` starts (PostgreSQL on 127.0.0.1:55432, Redis on
+127.0.0.1:56379). Production runs with ``DEBUG=0`` and must set ``SECRET_KEY``.
+Code reads ``django.conf.settings``, never ``os.environ``.
+"""
+
+import os
+from pathlib import Path
+
+import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+
+def env_bool(name: str, default: bool) -> bool:
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    value = raw.strip().lower()
+    if value in {"1", "true", "yes", "on"}:
+        return True
+    if value in {"0", "false", "no", "off"}:
+        return False
+    raise ImproperlyConfigured(f"{name} must be a boolean (1/0, true/false), got {raw!r}")
+
+
+def env_number(name: str, default: float, *, minimum: float = 0, cast=float):
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    try:
+        value = cast(raw)
+    except ValueError:
+        raise ImproperlyConfigured(f"{name} must be a number, got {raw!r}") from None
+    if value < minimum:
+        raise ImproperlyConfigured(f"{name} must be at least {minimum}, got {raw!r}")
+    return value
+
+
+def env_list(name: str, default: list[str]) -> list[str]:
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    return [item.strip() for item in raw.split(",") if item.strip()]
+
+
+DEBUG = env_bool("DEBUG", False)
+
+SECRET_KEY = os.environ.get("SECRET_KEY", "")
+if not SECRET_KEY:
+    if not DEBUG:
+        raise ImproperlyConfigured(
+            "SECRET_KEY is not set. Set SECRET_KEY in the environment, or DEBUG=1 for local "
+            "development (make run and make test do that for you)."
+        )
+    SECRET_KEY = "django-insecure-local-development-only-never-use-in-production"  # noqa: S105
+
+ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["127.0.0.1", "localhost"] if DEBUG else [])
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "whitenoise.runserver_nostatic",
+    "django.contrib.staticfiles",
+    "django_htmx",
+    "locking",
+    "hoa",
+    "charges",
+    "vendors",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.locale.LocaleMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "django_htmx.middleware.HtmxMiddleware",
+]
+
+ROOT_URLCONF = "hoa.urls"
+WSGI_APPLICATION = "hoa.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+# --- Data stores -------------------------------------------------------------------------
+
+DATABASE_URL = os.environ.get("DATABASE_URL", "postgres://hoa@127.0.0.1:55432/hoa")
+DATABASES = {
+    "default": dj_database_url.parse(
+        DATABASE_URL,
+        conn_max_age=int(env_number("CONN_MAX_AGE", 60, cast=int)),
+        conn_health_checks=True,
+    )
+}
+if not DATABASES["default"]["ENGINE"].endswith("postgresql"):
+    raise ImproperlyConfigured("DATABASE_URL must point at PostgreSQL (postgres://…)")
+DATABASES["default"].setdefault("OPTIONS", {})
+# Fail fast when PostgreSQL is unreachable instead of hanging a worker.
+DATABASES["default"]["OPTIONS"].setdefault("connect_timeout", 5)
+# Behind PgBouncer in transaction mode, server-side cursors cannot span transactions.
+DATABASES["default"]["DISABLE_SERVER_SIDE_CURSORS"] = env_bool("DISABLE_SERVER_SIDE_CURSORS", False)
+
+REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:56379/0")
+# The fence lock may live on another Redis (Sentinel, Cluster, one with appendfsync always).
+LOCK_REDIS_URL = os.environ.get("LOCK_REDIS_URL", REDIS_URL)
+REDIS_SOCKET_TIMEOUT_SECONDS = env_number("REDIS_SOCKET_TIMEOUT_SECONDS", 2.0)
+
+CACHES = {
+    "default": {
+        "BACKEND": "django_redis.cache.RedisCache",
+        "LOCATION": REDIS_URL,
+        "OPTIONS": {
+            "CLIENT_CLASS": "django_redis.client.DefaultClient",
+            "SOCKET_CONNECT_TIMEOUT": REDIS_SOCKET_TIMEOUT_SECONDS,
+            "SOCKET_TIMEOUT": REDIS_SOCKET_TIMEOUT_SECONDS,
+        },
+        "KEY_PREFIX": "hoa",
+    }
+}
+
+SESSION_ENGINE = "django.contrib.sessions.backends.db"
+
+# --- Fenced operations ------------------------------------------------------------------
+
+BILLING_WEBHOOK_URL = os.environ.get("BILLING_WEBHOOK_URL", "")
+VENDOR_DISPATCH_URL = os.environ.get("VENDOR_DISPATCH_URL", "")
+WEBHOOK_SIGNING_SECRET = os.environ.get("WEBHOOK_SIGNING_SECRET", "")
+EXTERNAL_CALL_TIMEOUT_SECONDS = env_number("EXTERNAL_CALL_TIMEOUT_SECONDS", 10.0)
+CHARGES_LOCK_TTL_SECONDS = env_number("CHARGES_LOCK_TTL_SECONDS", 60.0, minimum=0.01)
+VENDOR_LOCK_TTL_SECONDS = env_number("VENDOR_LOCK_TTL_SECONDS", 30.0, minimum=0.01)
+FENCE_EVENT_RETENTION_DAYS = int(env_number("FENCE_EVENT_RETENTION_DAYS", 90, cast=int))
+
+# --- Auth, i18n, static ------------------------------------------------------------------
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "hoa:home"
+LOGOUT_REDIRECT_URL = "login"
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = os.environ.get("TIME_ZONE", "UTC")
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATIC_ROOT = BASE_DIR / "staticfiles"
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {
+        "BACKEND": (
+            "django.contrib.staticfiles.storage.StaticFilesStorage"
+            if DEBUG
+            else "whitenoise.storage.CompressedManifestStaticFilesStorage"
+        )
+    },
+}
+
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+# --- Production hardening (active when DEBUG is off) ------------------------------------
+
+if not DEBUG:
+    SESSION_COOKIE_SECURE = env_bool("SESSION_COOKIE_SECURE", True)
+    CSRF_COOKIE_SECURE = env_bool("CSRF_COOKIE_SECURE", True)
+    SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", True)
+    SECURE_HSTS_SECONDS = int(env_number("SECURE_HSTS_SECONDS", 31536000, cast=int))
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", True)
+    SECURE_HSTS_PRELOAD = env_bool("SECURE_HSTS_PRELOAD", False)
+SESSION_COOKIE_HTTPONLY = True
+SECURE_CONTENT_TYPE_NOSNIFF = True
+SECURE_REFERRER_POLICY = "same-origin"
+X_FRAME_OPTIONS = "DENY"
+if env_bool("SECURE_PROXY_SSL_HEADER", False):
+    # Opt-in: only behind a proxy that always sets X-Forwarded-Proto itself.
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
+
+# --- Logging ----------------------------------------------------------------------------
+
+LOG_LEVEL = os.environ.get("LOG_LEVEL", "INFO").upper()
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {
+        "plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"},
+    },
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": "WARNING"},
+    "loggers": {
+        name: {"handlers": ["console"], "level": LOG_LEVEL, "propagate": False}
+        for name in ("locking", "hoa", "charges", "vendors")
+    },
+}

@@ -1,0 +1,10 @@
+from django.urls import path
+
+from hoa import views
+
+urlpatterns = [
+    path("", views.home, name="home"),
+    path("orgs/", views.OrganizationListView.as_view(), name="organizations"),
+    path("orgs/<slug:org_slug>/", views.DashboardView.as_view(), name="dashboard"),
+    path("ops/locks/", views.LockStatusView.as_view(), name="locks"),
+]

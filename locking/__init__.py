@@ -1,0 +1,59 @@
+"""Fenced distributed writes for Django: a Redis lease with a fencing token, checked by
+PostgreSQL in the same transaction as the write.
+
+The four layers (see docs/locking.md for the full story and diagrams):
+
+1. **Lease** — ``SET lock:{r} <owner> NX PX <ttl>`` in Redis. Usually only one worker
+   does the work. Efficiency, not safety: a paused holder outlives its lease.
+2. **Token** — ``INCR fence:{r}`` in the same Lua script as the SET: every grant gets a
+   strictly larger number, in grant order, in one round trip.
+3. **Fence check** — ``advance_fence(queryset, token)``: a conditional UPDATE
+   (``… WHERE last_fence_token < token``, rowcount must be 1) inside the transaction that
+   writes. A holder whose lease was re-granted cannot commit after the newer holder has.
+4. **Business invariants** — the caller's state check and unique constraints in the
+   same transaction: exactly-once even when the older holder commits first.
+
+::
+
+    client A                 Redis                    PostgreSQL
+       |-- acquire ---------->|  SET NX PX + INCR -> 5
+       |   (pauses: GC, SIGSTOP, slow call) ... lease expires
+       |                      |<-- acquire ----- client B: token 6
+       |                      |                    B: UPDATE … WHERE last < 6 -> 1 row, COMMIT
+       |-- wakes: UPDATE … WHERE last < 5 ---------->  0 rows -> StaleFencingToken, ROLLBACK
+
+Public names (import them from ``locking``, never from its modules)::
+
+    lease = FenceLock().acquire("vendor-assignment:complaint:42", ttl=timedelta(seconds=30))
+    with transaction.atomic():
+        advance_fence(Complaint.objects.filter(pk=42), lease.token)
+        ...writes...
+    lease.release()
+"""
+
+from locking.advisory import advisory_key, advisory_lock
+from locking.audit import record_fence_event
+from locking.exceptions import LockError, LockHeld, LockUnavailable, StaleFencingToken
+from locking.fence import advance_fence, retry_after_counter_loss
+from locking.keys import fence_key, lock_key, validate_resource
+from locking.lock import FenceLock, HolderInfo, KeepAlive, Lease, holder_label
+
+__all__ = [
+    "FenceLock",
+    "HolderInfo",
+    "KeepAlive",
+    "Lease",
+    "LockError",
+    "LockHeld",
+    "LockUnavailable",
+    "StaleFencingToken",
+    "advance_fence",
+    "advisory_key",
+    "advisory_lock",
+    "fence_key",
+    "holder_label",
+    "lock_key",
+    "record_fence_event",
+    "retry_after_counter_loss",
+    "validate_resource",
+]

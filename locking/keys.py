@@ -1,0 +1,38 @@
+"""Resource names and the Redis keys derived from them.
+
+``lock:{<resource>}`` holds the lease, ``fence:{<resource>}`` the token counter. The braces
+are a Redis Cluster hash tag: both keys hash to one slot, so one script may touch both.
+"""
+
+MAX_RESOURCE_LENGTH = 200
+
+
+def validate_resource(resource: str) -> str:
+    """Return ``resource`` if it is a usable name, else raise ``ValueError``.
+
+    Checked before any Redis call: non-empty, at most 200 characters, printable, no
+    whitespace, no ``{`` or ``}`` (they would break the hash tag).
+    """
+    if not isinstance(resource, str):
+        raise ValueError(f"resource name must be a string, got {type(resource).__name__}")
+    if not resource:
+        raise ValueError("resource name must not be empty")
+    if len(resource) > MAX_RESOURCE_LENGTH:
+        raise ValueError(f"resource name is longer than {MAX_RESOURCE_LENGTH} characters")
+    if not resource.isprintable() or any(ch.isspace() for ch in resource):
+        raise ValueError("resource name must be printable and contain no whitespace")
+    if "{" in resource or "}" in resource:
+        raise ValueError("resource name must not contain '{' or '}'")
+    return resource
+
+
+def lock_key(resource: str) -> str:
+    return "lock:{" + resource + "}"
+
+
+def fence_key(resource: str) -> str:
+    return "fence:{" + resource + "}"
+
+
+def resource_from_lock_key(key: str) -> str:
+    return key[len("lock:{") : -1]

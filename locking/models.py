@@ -1,0 +1,49 @@
+"""Audit of fenced attempts: every grant, refusal and rejection, kept outside the work's
+transaction so that a rolled-back write still leaves its record."""
+
+from django.db import models
+from django.utils import timezone
+from django.utils.translation import gettext_lazy as _
+
+
+class FenceEventQuerySet(models.QuerySet):
+    def for_resource(self, resource: str):
+        return self.filter(resource=resource)
+
+    def in_scopes(self, scopes):
+        return self.filter(scope__in=list(scopes))
+
+
+class FenceEvent(models.Model):
+    class Outcome(models.TextChoices):
+        COMMITTED = "committed", _("Committed")
+        ALREADY_DONE = "already_done", _("Already done")
+        STALE = "stale", _("Stale token rejected")
+        BUSY = "busy", _("Busy (lock held)")
+        FAILED = "failed", _("Failed")
+        UNAVAILABLE = "unavailable", _("Lock service unavailable")
+        DENIED = "denied", _("Denied")
+
+    resource = models.CharField(_("resource"), max_length=200, db_index=True)
+    # Who may see the event: a caller-defined tag such as "org:12"; the locking app
+    # knows nothing of organizations.
+    scope = models.CharField(_("scope"), max_length=100, blank=True, default="", db_index=True)
+    operation = models.CharField(_("operation"), max_length=50, blank=True, default="")
+    token = models.BigIntegerField(_("fencing token"), null=True, blank=True)
+    outcome = models.CharField(_("outcome"), max_length=20, choices=Outcome.choices)
+    actor = models.CharField(_("actor"), max_length=200, blank=True, default="")
+    ip = models.GenericIPAddressField(_("IP address"), null=True, blank=True)
+    detail = models.TextField(_("detail"), blank=True, default="")
+    at = models.DateTimeField(_("at"), default=timezone.now, db_index=True)
+
+    objects = FenceEventQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-at", "-id"]
+        indexes = [
+            models.Index(fields=["resource", "-at"], name="fenceevent_resource_at"),
+            models.Index(fields=["outcome", "-at"], name="fenceevent_outcome_at"),
+        ]
+
+    def __str__(self):
+        return f"{self.resource} #{self.token} {self.outcome}"

@@ -1,0 +1,96 @@
+"""Shared fixtures: personas, real Redis, and the external-endpoint stand-in.
+
+Personas: ``alice`` is staff of Maple Court, ``mallory`` staff of Oak Ridge (another
+association), ``root`` a superuser, ``nobody`` staff of no association.
+"""
+
+from decimal import Decimal
+
+import pytest
+from django.contrib.auth.models import Group
+
+from hoa.demo import staff_group
+from hoa.models import Organization, StaffMembership, Unit
+from locking import FenceLock
+from tests.stubs import HttpStub
+
+
+@pytest.fixture(autouse=True)
+def redis_client():
+    """The lock Redis (database 1 in tests), flushed before and after each test."""
+    lock = FenceLock()
+    lock.client.flushdb()
+    yield lock.client
+    lock.client.flushdb()
+
+
+@pytest.fixture
+def fence_lock():
+    return FenceLock()
+
+
+@pytest.fixture
+def maple(db):
+    org = Organization.objects.create(name="Maple Court", slug="maple-court")
+    for number in range(1, 11):
+        Unit.objects.create(
+            organization=org, label=f"M{number:03d}", monthly_assessment=Decimal("200.00") + number
+        )
+    return org
+
+
+@pytest.fixture
+def oak(db):
+    org = Organization.objects.create(name="Oak Ridge", slug="oak-ridge")
+    for number in range(1, 6):
+        Unit.objects.create(organization=org, label=f"O{number:03d}", monthly_assessment=300)
+    return org
+
+
+@pytest.fixture
+def staff_permissions(db) -> Group:
+    return staff_group()
+
+
+def _staff(django_user_model, username, organization, group):
+    user = django_user_model.objects.create_user(username=username, password="pw-" + username)
+    user.is_staff = True
+    user.save()
+    if group is not None:
+        user.groups.add(group)
+    if organization is not None:
+        StaffMembership.objects.create(user=user, organization=organization)
+    return user
+
+
+@pytest.fixture
+def alice(django_user_model, maple, staff_permissions):
+    return _staff(django_user_model, "alice", maple, staff_permissions)
+
+
+@pytest.fixture
+def mallory(django_user_model, oak, staff_permissions):
+    return _staff(django_user_model, "mallory", oak, staff_permissions)
+
+
+@pytest.fixture
+def nobody(django_user_model, staff_permissions):
+    return _staff(django_user_model, "nobody", None, staff_permissions)
+
+
+@pytest.fixture
+def viewer(django_user_model, maple):
+    """Staff of Maple Court without the permissions to run fenced operations."""
+    return _staff(django_user_model, "viewer", maple, None)
+
+
+@pytest.fixture
+def root(django_user_model):
+    return django_user_model.objects.create_superuser(username="root", password="pw-root")
+
+
+@pytest.fixture
+def http_stub():
+    stub = HttpStub().start()
+    yield stub
+    stub.stop()

@@ -1,0 +1,118 @@
+"""Vendors, their contract windows per organization, and assignments to complaints."""
+
+from django.conf import settings
+from django.db import models
+from django.db.models import F, Q
+from django.utils import timezone
+from django.utils.translation import gettext_lazy as _
+
+from hoa.models import Complaint, Organization
+from hoa.tenancy import TenantQuerySet
+
+
+class VendorQuerySet(TenantQuerySet):
+    tenant_path = "contracts__organization"
+
+    def for_user(self, user):
+        # A vendor may hold contracts with several of the user's organizations.
+        return super().for_user(user).distinct()
+
+    def with_active_contract(self, organization, on=None):
+        """Vendors whose contract with ``organization`` covers the date ``on`` (today)."""
+        day = on or timezone.localdate()
+        return self.filter(
+            contracts__organization=organization,
+            contracts__starts_on__lte=day,
+            contracts__ends_on__gte=day,
+        ).distinct()
+
+
+class Vendor(models.Model):
+    name = models.CharField(_("name"), max_length=200)
+    trade = models.CharField(_("trade"), max_length=100, blank=True, default="")
+    email = models.EmailField(_("email"), blank=True, default="")
+
+    objects = VendorQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self):
+        return self.name
+
+
+class VendorContractQuerySet(TenantQuerySet):
+    def active_on(self, day=None):
+        day = day or timezone.localdate()
+        return self.filter(starts_on__lte=day, ends_on__gte=day)
+
+
+class VendorContract(models.Model):
+    vendor = models.ForeignKey(Vendor, on_delete=models.CASCADE, related_name="contracts")
+    organization = models.ForeignKey(
+        Organization, on_delete=models.CASCADE, related_name="vendor_contracts"
+    )
+    starts_on = models.DateField(_("starts on"))
+    ends_on = models.DateField(_("ends on"))
+
+    objects = VendorContractQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-starts_on"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(ends_on__gte=F("starts_on")), name="contract_ends_after_start"
+            )
+        ]
+
+    def __str__(self):
+        return f"{self.vendor} for {self.organization} ({self.starts_on} to {self.ends_on})"
+
+    def covers(self, day) -> bool:
+        return self.starts_on <= day <= self.ends_on
+
+
+class VendorAssignmentQuerySet(TenantQuerySet):
+    tenant_path = "complaint__organization"
+
+    def active(self):
+        return self.filter(active=True)
+
+
+class VendorAssignment(models.Model):
+    """A vendor sent to a complaint. At most one is active per complaint (partial unique)."""
+
+    complaint = models.ForeignKey(Complaint, on_delete=models.CASCADE, related_name="assignments")
+    vendor = models.ForeignKey(Vendor, on_delete=models.PROTECT, related_name="assignments")
+    active = models.BooleanField(_("active"), default=True)
+    fence_token = models.BigIntegerField(_("fencing token"))
+    assigned_at = models.DateTimeField(_("assigned at"), default=timezone.now)
+    assigned_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="+",
+    )
+    actor_label = models.CharField(_("actor"), max_length=200, blank=True, default="")
+    deactivated_at = models.DateTimeField(_("deactivated at"), null=True, blank=True)
+
+    objects = VendorAssignmentQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-assigned_at"]
+        permissions = [("assign_vendor", "Can assign vendors to complaints")]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["complaint"],
+                condition=Q(active=True),
+                name="one_active_assignment_per_complaint",
+            ),
+            models.CheckConstraint(
+                condition=Q(fence_token__gt=0), name="assignment_token_positive"
+            ),
+        ]
+
+    def __str__(self):
+        state = _("active") if self.active else _("inactive")
+        return f"{self.vendor} → {self.complaint} ({state})"
