@@ -121,6 +121,9 @@ if not DATABASES["default"]["ENGINE"].endswith("postgresql"):
 DATABASES["default"].setdefault("OPTIONS", {})
 # Fail fast when PostgreSQL is unreachable instead of hanging a worker.
 DATABASES["default"]["OPTIONS"].setdefault("connect_timeout", 5)
+# Test runs may share one server: TEST_DATABASE_NAME keeps their databases apart.
+if os.environ.get("TEST_DATABASE_NAME"):
+    DATABASES["default"]["TEST"] = {"NAME": os.environ["TEST_DATABASE_NAME"]}
 # Behind PgBouncer in transaction mode, server-side cursors cannot span transactions.
 DATABASES["default"]["DISABLE_SERVER_SIDE_CURSORS"] = env_bool("DISABLE_SERVER_SIDE_CURSORS", False)
 

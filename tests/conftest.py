@@ -4,7 +4,11 @@ Personas: ``alice`` is staff of Maple Court, ``mallory`` staff of Oak Ridge (ano
 association), ``root`` a superuser, ``nobody`` staff of no association.
 """
 
+import os
+import subprocess
+import sys
 from decimal import Decimal
+from pathlib import Path
 
 import pytest
 from django.contrib.auth.models import Group
@@ -13,6 +17,8 @@ from hoa.demo import staff_group
 from hoa.models import Organization, StaffMembership, Unit
 from locking import FenceLock
 from tests.stubs import HttpStub
+
+BASE_DIR = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture(autouse=True)
@@ -94,3 +100,35 @@ def http_stub():
     stub = HttpStub().start()
     yield stub
     stub.stop()
+
+
+@pytest.fixture
+def subprocess_env(transactional_db, settings):
+    """Environment for child processes (commands, workers) that use the test database.
+
+    Needs ``transactional_db``: a child process has its own connection and cannot see
+    rows inside the test's rolled-back transaction.
+    """
+    from django.db import connection
+
+    db = connection.settings_dict
+    env = dict(os.environ)
+    env["DATABASE_URL"] = f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}"
+    env["REDIS_URL"] = settings.REDIS_URL
+    env["LOCK_REDIS_URL"] = settings.LOCK_REDIS_URL
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+def run_manage(*args, env, timeout=60, **kwargs) -> subprocess.CompletedProcess:
+    """Run ``manage.py`` in a child process and return its result (text output)."""
+    return subprocess.run(
+        [sys.executable, str(BASE_DIR / "manage.py"), *args],
+        cwd=BASE_DIR,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+        **kwargs,
+    )
