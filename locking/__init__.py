@@ -37,8 +37,10 @@ from locking.exceptions import LockError, LockHeld, LockUnavailable, StaleFencin
 from locking.fence import advance_fence, retry_after_counter_loss
 from locking.keys import fence_key, lock_key, validate_resource
 from locking.lock import FenceLock, HolderInfo, KeepAlive, Lease, holder_label
+from locking.operation import Attempt, run_fenced
 
 __all__ = [
+    "Attempt",
     "FenceLock",
     "HolderInfo",
     "KeepAlive",
@@ -55,5 +57,6 @@ __all__ = [
     "lock_key",
     "record_fence_event",
     "retry_after_counter_loss",
+    "run_fenced",
     "validate_resource",
 ]

@@ -44,7 +44,13 @@ def advance_fence(queryset, token: int) -> None:
     raise StaleFencingToken(token, recorded)
 
 
-def retry_after_counter_loss(attempt: Callable[[], T], *, resource: str, lock) -> T:
+def retry_after_counter_loss(
+    attempt: Callable[[], T],
+    *,
+    resource: str,
+    lock,
+    on_reseed: Callable[[StaleFencingToken], None] | None = None,
+) -> T:
     """Run ``attempt()``; if Redis lost the fence counter, reseed it and run it once more.
 
     ``attempt`` acquires its own lease, does the fenced work and releases. When it raises
@@ -66,5 +72,7 @@ def retry_after_counter_loss(attempt: Callable[[], T], *, resource: str, lock) -
             "fence counter below the database's token; reseeding and retrying once",
             extra={"resource": resource, "token": exc.token, "recorded": exc.recorded},
         )
+        if on_reseed is not None:
+            on_reseed(exc)
         lock.reseed(resource, exc.recorded)
         return attempt()

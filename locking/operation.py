@@ -1,0 +1,112 @@
+"""One fenced attempt, end to end: lease, work, audit, release, counter-loss recovery.
+
+Services call ``run_fenced`` with a ``work(lease)`` callable that does the external call
+(outside any transaction) and then one ``transaction.atomic()`` block starting with
+``advance_fence``. Everything around it — granting, recording the outcome outside the
+work's transaction, releasing, reseeding a lost counter — is the same for every fenced
+operation, so it lives here once.
+"""
+
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import timedelta
+from types import MappingProxyType
+from typing import TypeVar
+
+from django.db import connections
+from django.db.transaction import TransactionManagementError
+
+from locking.audit import record_fence_event
+from locking.exceptions import LockHeld, LockUnavailable, StaleFencingToken
+from locking.fence import retry_after_counter_loss
+from locking.lock import FenceLock, Lease
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+COMMITTED = "committed"
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """Who is asking, as the audit trail records it."""
+
+    actor: str
+    operation: str = ""
+    scope: str = ""
+    ip: str | None = None
+
+
+def run_fenced(
+    resource: str,
+    work: Callable[[Lease], T],
+    *,
+    ttl: timedelta,
+    attempt: Attempt,
+    errors: Mapping[type[Exception], str] = MappingProxyType({}),
+    lock: FenceLock | None = None,
+    using: str = "default",
+) -> T:
+    """Run ``work(lease)`` under a fresh lease on ``resource`` and record the outcome.
+
+    The outcome recorded on success is ``result.outcome`` if the result has one (e.g.
+    ``"already_done"``), else ``"committed"``. ``LockHeld``, ``LockUnavailable`` and
+    ``StaleFencingToken`` are recorded as busy / unavailable / stale and re-raised;
+    exceptions listed in ``errors`` are recorded with the outcome given there and
+    re-raised. A rejection caused by a lost Redis counter is recorded, the counter is
+    reseeded from the database, and the attempt runs once more.
+
+    Must not run inside ``transaction.atomic()``: the external call must not hold a
+    transaction open, and the audit record must survive the work's rollback.
+    """
+    if connections[using].in_atomic_block:
+        raise TransactionManagementError(
+            "run_fenced() opens its own transaction; do not call it inside transaction.atomic()."
+        )
+    lock = lock or FenceLock()
+    granted: list[Lease] = []
+
+    def record(outcome: str, token: int | None, detail: str = "") -> None:
+        record_fence_event(
+            resource=resource,
+            outcome=outcome,
+            token=token,
+            actor=attempt.actor,
+            detail=detail,
+            scope=attempt.scope,
+            operation=attempt.operation,
+            ip=attempt.ip,
+            using=using,
+        )
+
+    def once() -> T:
+        with lock.acquire(resource, ttl=ttl, holder=attempt.actor) as lease:
+            granted.append(lease)
+            return work(lease)
+
+    def on_reseed(exc: StaleFencingToken) -> None:
+        record(
+            "stale",
+            exc.token,
+            f"Redis fence counter was below the recorded token {exc.recorded}: reseeded, retrying",
+        )
+
+    try:
+        result = retry_after_counter_loss(once, resource=resource, lock=lock, on_reseed=on_reseed)
+    except LockHeld as exc:
+        record("busy", exc.token, f"held by {exc.holder}")
+        raise
+    except LockUnavailable as exc:
+        record("unavailable", None, exc.reason)
+        raise
+    except StaleFencingToken as exc:
+        record("stale", exc.token, f"a newer holder recorded token {exc.recorded}")
+        raise
+    except tuple(errors) as exc:
+        outcome = next(o for kind, o in errors.items() if isinstance(exc, kind))
+        record(outcome, granted[-1].token if granted else None, str(exc))
+        raise
+    record(getattr(result, "outcome", COMMITTED), granted[-1].token)
+    return result
