@@ -176,16 +176,21 @@ USE_TZ = True
 
 STATIC_URL = "static/"
 STATIC_ROOT = BASE_DIR / "staticfiles"
+# Hashed, compressed file names in production (needs collectstatic, which `make serve`
+# runs); plain names where no collectstatic ran (development, tests).
+STATIC_MANIFEST = env_bool("STATIC_MANIFEST", not DEBUG)
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {
         "BACKEND": (
-            "django.contrib.staticfiles.storage.StaticFilesStorage"
-            if DEBUG
-            else "whitenoise.storage.CompressedManifestStaticFilesStorage"
+            "whitenoise.storage.CompressedManifestStaticFilesStorage"
+            if STATIC_MANIFEST
+            else "django.contrib.staticfiles.storage.StaticFilesStorage"
         )
     },
 }
+# Serve app static files straight from their folders when collectstatic has not run.
+WHITENOISE_USE_FINDERS = not STATIC_MANIFEST
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 

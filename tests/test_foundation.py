@@ -1,0 +1,305 @@
+"""The foundation: settings from the environment, start-up checks, constraints, tenancy."""
+
+import datetime as dt
+import os
+import socket
+import subprocess
+import sys
+from decimal import Decimal
+
+import pytest
+from django.core.management import call_command
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from charges.models import MonthlyCharge, MonthlyChargeRun
+from hoa.demo import seed_demo
+from hoa.models import Complaint, Notice, Organization, StaffMembership, Unit
+from tests.conftest import BASE_DIR
+from vendors.models import Vendor, VendorAssignment, VendorContract
+
+
+def closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def manage(*args, **env_overrides):
+    env = dict(os.environ, **env_overrides)
+    return subprocess.run(
+        [sys.executable, "manage.py", *args],
+        cwd=BASE_DIR,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+# --- settings -------------------------------------------------------------------------
+
+
+def test_production_settings_refuse_to_start_without_secret_key():
+    env = {k: v for k, v in os.environ.items() if k != "SECRET_KEY"}
+    result = subprocess.run(
+        [sys.executable, "manage.py", "check"],
+        cwd=BASE_DIR,
+        env=dict(env, DEBUG="0"),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 1
+    assert result.stderr.startswith("Configuration error: SECRET_KEY is not set")
+    assert "Traceback" not in result.stderr
+
+
+def test_malformed_boolean_setting_is_a_clear_error():
+    result = manage("check", DEBUG="maybe")
+    assert result.returncode == 1
+    assert "DEBUG must be a boolean" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_check_deploy_has_no_errors_with_production_environment():
+    result = manage(
+        "check",
+        "--deploy",
+        "--fail-level",
+        "ERROR",
+        DEBUG="0",
+        SECRET_KEY="x" * 20 + "a-real-production-secret-0123456789-abcdefghijklmnop",
+        ALLOWED_HOSTS="hoa.example.org",
+    )
+    assert result.returncode == 0, result.stderr
+    # The one warning left (HSTS preload) is explained in docs/security.md.
+    assert "security.W021" in result.stderr or "security.W021" in result.stdout
+
+
+def test_settings_come_from_the_environment():
+    code = (
+        "import django; django.setup(); from django.conf import settings as s; "
+        "print(s.DATABASES['default']['NAME'], s.DATABASES['default']['PORT'], "
+        "s.CACHES['default']['LOCATION'], s.CHARGES_LOCK_TTL_SECONDS, s.ALLOWED_HOSTS)"
+    )
+    env = dict(
+        os.environ,
+        DJANGO_SETTINGS_MODULE="hoa.settings",
+        DATABASE_URL="postgres://someone@db.internal:6543/hoa_prod",
+        REDIS_URL="redis://cache.internal:6380/2",
+        CHARGES_LOCK_TTL_SECONDS="90",
+        ALLOWED_HOSTS="a.example.org,b.example.org",
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=BASE_DIR,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == [
+        "hoa_prod",
+        "6543",
+        "redis://cache.internal:6380/2",
+        "90.0",
+        "['a.example.org',",
+        "'b.example.org']",
+    ]
+
+
+def test_command_needing_postgres_says_it_is_unreachable_without_traceback():
+    result = manage(
+        "seed_demo", DEBUG="1", DATABASE_URL=f"postgres://hoa@127.0.0.1:{closed_port()}/hoa"
+    )
+    assert result.returncode == 1
+    assert "PostgreSQL is unreachable" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_require_services_names_an_unreachable_redis(settings):
+    from django.core.management.base import CommandError
+
+    from hoa.management.base import require_services
+
+    settings.LOCK_REDIS_URL = f"redis://127.0.0.1:{closed_port()}/0"
+    with pytest.raises(CommandError, match="Redis is unreachable"):
+        require_services(database=False)
+
+
+# --- models and constraints ------------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_complaint_needs_only_organization_unit_and_title(maple):
+    unit = maple.units.first()
+    complaint = Complaint.objects.create(organization=maple, unit=unit, title="Leak")
+    complaint.refresh_from_db()
+    assert complaint.status == Complaint.Status.OPEN
+    assert complaint.description == ""
+    assert complaint.last_fence_token == 0
+    assert complaint.sla_due_at == complaint.opened_at + dt.timedelta(hours=72)
+
+
+@pytest.mark.django_db
+def test_one_run_per_organization_and_month(maple):
+    MonthlyChargeRun.objects.create(organization=maple, month=dt.date(2026, 12, 1))
+    with pytest.raises(IntegrityError), transaction.atomic():
+        MonthlyChargeRun.objects.create(organization=maple, month=dt.date(2026, 12, 1))
+    assert MonthlyChargeRun.objects.count() == 1
+
+
+@pytest.mark.django_db
+def test_run_month_must_be_the_first_day(maple):
+    with pytest.raises(IntegrityError), transaction.atomic():
+        MonthlyChargeRun.objects.create(organization=maple, month=dt.date(2026, 12, 2))
+
+
+@pytest.mark.django_db
+def test_completed_run_needs_completed_at(maple):
+    with pytest.raises(IntegrityError), transaction.atomic():
+        MonthlyChargeRun.objects.create(
+            organization=maple, month=dt.date(2026, 12, 1), status="completed"
+        )
+
+
+@pytest.mark.django_db
+def test_one_charge_per_run_and_unit(maple):
+    run = MonthlyChargeRun.objects.create(organization=maple, month=dt.date(2026, 12, 1))
+    unit = maple.units.first()
+    MonthlyCharge.objects.create(run=run, unit=unit, amount=Decimal("10.00"))
+    with pytest.raises(IntegrityError), transaction.atomic():
+        MonthlyCharge.objects.create(run=run, unit=unit, amount=Decimal("10.00"))
+    assert MonthlyCharge.objects.count() == 1
+
+
+@pytest.mark.django_db
+def test_at_most_one_active_assignment_per_complaint(maple):
+    complaint = Complaint.objects.create(organization=maple, title="Leak")
+    first, second = Vendor.objects.create(name="A"), Vendor.objects.create(name="B")
+    VendorAssignment.objects.create(complaint=complaint, vendor=first, fence_token=1)
+    with pytest.raises(IntegrityError), transaction.atomic():
+        VendorAssignment.objects.create(complaint=complaint, vendor=second, fence_token=2)
+    # Inactive history rows are unlimited.
+    VendorAssignment.objects.create(complaint=complaint, vendor=second, fence_token=3, active=False)
+    assert VendorAssignment.objects.filter(complaint=complaint).count() == 2
+
+
+@pytest.mark.django_db
+def test_unit_labels_unique_within_an_organization_only(maple, oak):
+    Unit.objects.create(organization=oak, label="M001", monthly_assessment=1)
+    with pytest.raises(IntegrityError), transaction.atomic():
+        Unit.objects.create(organization=maple, label="M001", monthly_assessment=1)
+
+
+@pytest.mark.django_db
+def test_contract_cannot_end_before_it_starts(maple):
+    vendor = Vendor.objects.create(name="A")
+    with pytest.raises(IntegrityError), transaction.atomic():
+        VendorContract.objects.create(
+            vendor=vendor,
+            organization=maple,
+            starts_on=dt.date(2026, 2, 1),
+            ends_on=dt.date(2026, 1, 1),
+        )
+
+
+@pytest.mark.django_db
+def test_membership_is_unique_per_user_and_organization(alice, maple):
+    with pytest.raises(IntegrityError), transaction.atomic():
+        StaffMembership.objects.create(user=alice, organization=maple)
+
+
+# --- tenancy ---------------------------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_for_user_limits_rows_to_the_users_organizations(alice, mallory, root, nobody, maple, oak):
+    Complaint.objects.create(organization=maple, title="maple")
+    Complaint.objects.create(organization=oak, title="oak")
+    assert list(Organization.objects.for_user(alice)) == [maple]
+    assert [c.title for c in Complaint.objects.for_user(alice)] == ["maple"]
+    assert [c.title for c in Complaint.objects.for_user(mallory)] == ["oak"]
+    assert Complaint.objects.for_user(root).count() == 2
+    assert Complaint.objects.for_user(nobody).count() == 0
+    assert Unit.objects.for_user(alice).count() == 10
+
+
+@pytest.mark.django_db
+def test_admin_changelist_shows_only_own_organization(client, alice, maple, oak):
+    Complaint.objects.create(organization=maple, title="Maple leak")
+    Complaint.objects.create(organization=oak, title="Oak noise")
+    client.force_login(alice)
+    response = client.get("/admin/hoa/complaint/")
+    assert response.status_code == 200
+    assert b"Maple leak" in response.content
+    assert b"Oak noise" not in response.content
+
+
+@pytest.mark.django_db
+def test_admin_change_page_of_another_organization_is_not_found(client, alice, oak):
+    other = Complaint.objects.create(organization=oak, title="Oak noise")
+    client.force_login(alice)
+    response = client.get(f"/admin/hoa/complaint/{other.pk}/change/")
+    # The admin answers a missing object with a redirect to its index and a message.
+    assert response.status_code == 302
+    assert response.url == "/admin/"
+    org_page = client.get(f"/admin/hoa/organization/{oak.pk}/change/")
+    assert org_page.status_code == 302
+
+
+@pytest.mark.django_db
+def test_superuser_sees_every_organization_in_admin(client, root, maple, oak):
+    Complaint.objects.create(organization=maple, title="Maple leak")
+    Complaint.objects.create(organization=oak, title="Oak noise")
+    client.force_login(root)
+    response = client.get("/admin/hoa/complaint/")
+    assert b"Maple leak" in response.content and b"Oak noise" in response.content
+
+
+# --- demo data -------------------------------------------------------------------------
+
+
+def counts():
+    return {
+        model.__name__: model.objects.count()
+        for model in (
+            Organization,
+            Unit,
+            StaffMembership,
+            Complaint,
+            Notice,
+            Vendor,
+            VendorContract,
+        )
+    }
+
+
+@pytest.mark.django_db
+def test_seed_demo_twice_leaves_the_same_counts(capsys):
+    call_command("seed_demo")
+    first = counts()
+    output = capsys.readouterr().out
+    call_command("seed_demo")
+    assert counts() == first
+    assert first["Organization"] == 2 and first["Unit"] == 60
+    assert "alice" in output and "admin" in output
+    # Demo contracts: some current, some expired, one in the future.
+    today = timezone.localdate()
+    assert VendorContract.objects.filter(ends_on__lt=today).exists()
+    assert VendorContract.objects.filter(starts_on__gt=today).exists()
+    assert VendorContract.objects.active_on(today).count() >= 3
+
+
+@pytest.mark.django_db
+def test_seeded_staff_can_log_in_and_reach_their_dashboard(client):
+    seed_demo()
+    assert client.login(username="alice", password="hoa-demo-2026")
+    assert client.get("/orgs/maple-court/").status_code == 200
+    assert client.get("/orgs/oak-ridge/").status_code == 404
