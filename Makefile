@@ -13,6 +13,14 @@ PORT ?= 8000
 # DEBUG=0 and SECRET_KEY itself.
 DEV_ENV := DEBUG=$${DEBUG:-1}
 PYTEST_ARGS ?=
+# Ports of the project-local services (scripts/services.sh reads the same variables).
+HOA_PG_PORT ?= 55432
+HOA_REDIS_PORT ?= 56379
+export HOA_PG_PORT HOA_REDIS_PORT
+export DATABASE_URL ?= postgres://hoa@127.0.0.1:$(HOA_PG_PORT)/hoa
+export REDIS_URL ?= redis://127.0.0.1:$(HOA_REDIS_PORT)/0
+# Tests use Redis database 1 and flush it freely; the demo data stays in database 0.
+TEST_ENV := REDIS_URL=redis://127.0.0.1:$(HOA_REDIS_PORT)/1 LOCK_REDIS_URL=redis://127.0.0.1:$(HOA_REDIS_PORT)/1
 
 .PHONY: help run serve test test-fast lint fmt services stop status migrate seed bench bench-quick faults clean
 
@@ -53,7 +61,7 @@ test: $(STAMP) services ## run the whole test suite against real PostgreSQL and 
 	@$(DEV_ENV) $(PY) manage.py makemigrations --check --dry-run >/dev/null \
 		|| { echo "Model changes without migrations: run makemigrations" >&2; exit 1; }
 	@$(VENV)/bin/ruff check .
-	@scripts/run_pytest.sh $(PYTEST_ARGS)
+	@$(TEST_ENV) scripts/run_pytest.sh $(PYTEST_ARGS)
 
 lint: $(STAMP) ## ruff check and format check
 	@$(VENV)/bin/ruff check .
