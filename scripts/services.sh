@@ -60,7 +60,8 @@ ensure_binaries() {
 pg_run_user() { if is_root; then echo postgres; else id -un; fi; }
 
 as_pg() {
-    if is_root; then runuser -u postgres -- "$@"; else "$@"; fi
+    # From / so that the postgres user is not left in a folder it cannot read.
+    if is_root; then (cd / && runuser -u postgres -- "$@"); else "$@"; fi
 }
 
 pg_datadir() {
