@@ -15,7 +15,8 @@ def external_timeout_below_lock_ttl(app_configs=None, **kwargs):
     if timeout is None:
         return []
     warnings = []
-    for name in sorted(dir(settings)):
+    # set(): under override_settings, dir(settings) lists an overridden name twice.
+    for name in sorted(set(dir(settings))):
         if not name.endswith("_LOCK_TTL_SECONDS"):
             continue
         ttl = float(getattr(settings, name))

@@ -17,11 +17,12 @@ T = TypeVar("T")
 def advance_fence(queryset, token: int) -> None:
     """Record ``token`` on the one row of ``queryset``, or raise ``StaleFencingToken``.
 
-    Runs ``UPDATE … SET last_fence_token = token WHERE <queryset> AND last_fence_token <
-    token`` inside the caller's transaction. The UPDATE takes the row lock, so a concurrent
-    holder blocks on it and, once the first commits, PostgreSQL re-checks the WHERE against
-    the committed value (READ COMMITTED): whichever token is stale matches no row. Raising
-    rolls back everything the caller wrote in the same ``transaction.atomic()`` block.
+    Runs ``UPDATE … SET last_fence_token = token WHERE pk IN (<queryset>) AND
+    last_fence_token < token`` inside the caller's transaction. The UPDATE takes the row
+    lock, so a concurrent holder blocks on it and, once the first commits, PostgreSQL
+    re-checks the WHERE against the committed value (READ COMMITTED): whichever token is
+    stale matches no row. Raising rolls back everything the caller wrote in the same
+    ``transaction.atomic()`` block.
     """
     connection = connections[queryset.db]
     if not connection.in_atomic_block:
@@ -30,7 +31,13 @@ def advance_fence(queryset, token: int) -> None:
             "as the writes it protects."
         )
     token = int(token)
-    updated = queryset.filter(last_fence_token__lt=token).update(last_fence_token=token)
+    # The token comparison must sit in the UPDATE's own WHERE, on the row being updated:
+    # only that is re-checked against the committed row after waiting for its lock. A
+    # queryset filtering across a relation would make Django move the whole WHERE into an
+    # "id IN (SELECT …)" subquery, evaluated once on the old snapshot, and a stale holder
+    # blocked behind a newer one would then overwrite the newer token.
+    rows = queryset.model._base_manager.using(queryset.db).filter(pk__in=queryset.values("pk"))
+    updated = rows.filter(last_fence_token__lt=token).update(last_fence_token=token)
     if updated == 1:
         return
     if updated > 1:
@@ -57,6 +64,7 @@ def retry_after_counter_loss(
     ``StaleFencingToken`` the two cases are told apart by the Redis counter:
 
     - at or above the recorded token: a newer holder really did take over. Re-raise.
+      (Unless the rejected token *equals* the recorded one: that is a lost counter too.)
     - below the recorded token: Redis restarted without its data (or failed over to a
       replica that missed writes) and is issuing low tokens that can never win. Raise the
       counter to the recorded token (never lowering it) and try once more; the next grant
@@ -66,7 +74,9 @@ def retry_after_counter_loss(
         return attempt()
     except StaleFencingToken as exc:
         current = lock.current_token(resource)
-        if current >= exc.recorded:
+        # A token is granted once, so a rejected token *equal* to the recorded one was
+        # issued a second time: the counter restarted too (it just caught up exactly).
+        if current >= exc.recorded and exc.token < exc.recorded:
             raise
         logger.warning(
             "fence counter below the database's token; reseeding and retrying once",

@@ -188,6 +188,7 @@ class FenceLock:
                 expires_at=_from_ms(acquired_ms + ttl_ms),
                 _lock=self,
                 _value=value,
+                _ttl=timedelta(milliseconds=ttl_ms),
                 # The local deadline starts before the request was sent: never later
                 # than Redis's own expiry.
                 _monotonic_deadline=started + ttl_ms / 1000,
@@ -234,7 +235,9 @@ class FenceLock:
 
     def holders(self, *, prefix: str = "", limit: int = 200) -> list[HolderInfo]:
         """Return up to ``limit`` current holders, found with SCAN (never KEYS)."""
-        pattern = "lock:{" + prefix + "*}" if prefix else "lock:{*}"
+        # Escape the glob characters SCAN's MATCH knows, so a prefix matches literally.
+        literal = "".join("\\" + ch if ch in "*?[]\\" else ch for ch in prefix)
+        pattern = "lock:{" + literal + "*}"
         found = []
         try:
             for key in self.client.scan_iter(match=pattern, count=500):
@@ -279,6 +282,8 @@ class Lease:
     _value: str = field(repr=False)
     _monotonic_deadline: float = field(repr=False)
     lost: bool = field(default=False)
+    # The TTL last granted or extended: what keep_alive() renews to by default.
+    _ttl: timedelta | None = field(default=None, repr=False)
 
     def __enter__(self) -> "Lease":
         return self
@@ -327,6 +332,7 @@ class Lease:
             )
             extended = False
         if extended:
+            self._ttl = ttl
             self._monotonic_deadline = started + ttl_ms / 1000
             self.expires_at = datetime.now(tz=UTC) + ttl
         else:
@@ -340,8 +346,15 @@ class Lease:
         other workers from starting duplicate work. It does not make the holder safe: a
         paused process stops renewing, loses the lease, and only the fence check then
         keeps its late write out.
+
+        ``ttl`` defaults to the TTL the lease was granted (or last extended) with. Not the
+        time left: that would shrink with every late call, and ``expires_at`` comes from
+        Redis's clock, which this host's clock may not agree with.
         """
-        return KeepAlive(self, ttl or (self.expires_at - datetime.now(tz=UTC)))
+        ttl = ttl or self._ttl
+        if ttl is None:
+            ttl = timedelta(seconds=max(self._monotonic_deadline - time.monotonic(), 0))
+        return KeepAlive(self, ttl)
 
 
 class KeepAlive:

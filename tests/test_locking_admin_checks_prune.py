@@ -1,0 +1,164 @@
+"""The locking app's system check, audit admin, and the prune_fence_events command."""
+
+from datetime import timedelta
+from io import StringIO
+
+import pytest
+from django.core import checks
+from django.core.management import CommandError, call_command
+from django.urls import reverse
+from django.utils import timezone
+
+from locking.checks import external_timeout_below_lock_ttl
+from locking.models import FenceEvent
+from tests.conftest import run_manage
+
+# --- system check -----------------------------------------------------------------------
+
+
+def w001(settings) -> list[str]:
+    return [m.msg for m in external_timeout_below_lock_ttl() if m.id == "locking.W001"]
+
+
+def test_check_warns_when_external_timeout_exceeds_half_a_lock_ttl(settings):
+    settings.EXTERNAL_CALL_TIMEOUT_SECONDS = 16
+    settings.VENDOR_LOCK_TTL_SECONDS = 30
+    settings.CHARGES_LOCK_TTL_SECONDS = 60
+
+    assert w001(settings) == [
+        "EXTERNAL_CALL_TIMEOUT_SECONDS (16s) is not comfortably below VENDOR_LOCK_TTL_SECONDS "
+        "(30s)."
+    ]
+    registered = [m for m in checks.run_checks() if m.id == "locking.W001"]
+    assert len(registered) == 1
+    assert registered[0].level == checks.WARNING
+
+
+def test_check_is_silent_when_the_timeout_is_at_most_half_of_every_ttl(settings):
+    settings.EXTERNAL_CALL_TIMEOUT_SECONDS = 15
+    settings.VENDOR_LOCK_TTL_SECONDS = 30
+    settings.CHARGES_LOCK_TTL_SECONDS = 60
+    assert w001(settings) == []
+
+
+def test_check_covers_every_lock_ttl_setting(settings):
+    settings.EXTERNAL_CALL_TIMEOUT_SECONDS = 10
+    settings.VENDOR_LOCK_TTL_SECONDS = 5
+    settings.CHARGES_LOCK_TTL_SECONDS = 5
+    settings.REPORTS_LOCK_TTL_SECONDS = 100
+    assert [msg.split(" is not")[1] for msg in w001(settings)] == [
+        " comfortably below CHARGES_LOCK_TTL_SECONDS (5s).",
+        " comfortably below VENDOR_LOCK_TTL_SECONDS (5s).",
+    ]
+
+
+# --- audit admin --------------------------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_audit_admin_lists_and_filters_events_for_superusers_only(client, root, alice):
+    FenceEvent.objects.create(resource="vendor-assignment:complaint:1", token=3, outcome="stale")
+    FenceEvent.objects.create(resource="vendor-assignment:complaint:2", token=4, outcome="busy")
+    url = reverse("admin:locking_fenceevent_changelist")
+
+    client.force_login(root)
+    page = client.get(url, {"outcome__exact": "stale"})
+    assert page.status_code == 200
+    assert b"vendor-assignment:complaint:1" in page.content
+    assert b"vendor-assignment:complaint:2" not in page.content
+
+    client.force_login(alice)
+    assert client.get(url).status_code == 403
+
+
+# --- prune_fence_events -------------------------------------------------------------------
+
+
+def event_aged(days: float, resource: str) -> FenceEvent:
+    return FenceEvent.objects.create(
+        resource=resource, outcome="committed", at=timezone.now() - timedelta(days=days)
+    )
+
+
+@pytest.fixture
+def aged_events(db):
+    return {
+        "ancient": event_aged(400, "ancient"),
+        "old": event_aged(40, "old"),
+        "recent": event_aged(10, "recent"),
+        "today": event_aged(0, "today"),
+    }
+
+
+def remaining() -> set[str]:
+    return set(FenceEvent.objects.values_list("resource", flat=True))
+
+
+def prune(*args) -> str:
+    out = StringIO()
+    call_command("prune_fence_events", *args, stdout=out)
+    return out.getvalue()
+
+
+def test_prune_keeps_the_configured_retention_by_default(aged_events, settings):
+    settings.FENCE_EVENT_RETENTION_DAYS = 30
+
+    output = prune()
+
+    assert output.startswith("Deleted 2 fence event(s) older than 30 day(s) (before ")
+    assert remaining() == {"recent", "today"}
+
+
+def test_prune_days_overrides_the_retention(aged_events, settings):
+    settings.FENCE_EVENT_RETENTION_DAYS = 1000
+
+    output = prune("--days", "5")
+
+    assert output.startswith("Deleted 3 fence event(s) older than 5 day(s)")
+    assert remaining() == {"today"}
+
+
+def test_prune_dry_run_counts_and_deletes_nothing(aged_events):
+    output = prune("--days", "30", "--dry-run")
+
+    assert output.startswith("Would delete 2 fence event(s) older than 30 day(s)")
+    assert remaining() == {"ancient", "old", "recent", "today"}
+
+
+@pytest.mark.parametrize(
+    ("days", "message"),
+    [
+        ("abc", "--days must be a whole number of days, got 'abc'."),
+        ("2.5", "--days must be a whole number of days, got '2.5'."),
+        ("0", "--days must be at least 1, got 0."),
+        ("-3", "--days must be at least 1, got -3."),
+    ],
+)
+def test_prune_bad_days_is_refused_and_deletes_nothing(aged_events, days, message):
+    with pytest.raises(CommandError) as caught:
+        prune(f"--days={days}")
+    assert str(caught.value) == message
+    assert len(remaining()) == 4
+
+
+def test_prune_bad_retention_setting_is_refused(aged_events, settings):
+    settings.FENCE_EVENT_RETENTION_DAYS = 0
+    with pytest.raises(CommandError, match="at least 1"):
+        prune()
+    assert len(remaining()) == 4
+
+
+@pytest.mark.slow
+def test_prune_command_line_exit_codes_and_one_line_error(subprocess_env):
+    event_aged(100, "old")
+    event_aged(1, "recent")
+
+    refused = run_manage("prune_fence_events", "--days=-1", env=subprocess_env)
+    assert refused.returncode == 1
+    assert refused.stderr.strip() == "CommandError: --days must be at least 1, got -1."
+    assert remaining() == {"old", "recent"}
+
+    done = run_manage("prune_fence_events", "--days", "30", env=subprocess_env)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("Deleted 1 fence event(s) older than 30 day(s)")
+    assert remaining() == {"recent"}

@@ -1,0 +1,273 @@
+"""``run_fenced`` end to end, the audit trail, and recovery from a lost Redis counter.
+
+Every test here is transactional: ``run_fenced`` refuses to run inside ``atomic()``, and
+the point of the audit is that its record survives the work's rolled-back transaction.
+"""
+
+import logging
+import socket
+from dataclasses import dataclass
+from datetime import timedelta
+
+import pytest
+import redis
+from django.db import transaction
+from django.db.transaction import TransactionManagementError
+
+from hoa.models import Complaint
+from locking import (
+    Attempt,
+    FenceLock,
+    LockHeld,
+    LockUnavailable,
+    StaleFencingToken,
+    advance_fence,
+    fence_key,
+    lock_key,
+    record_fence_event,
+    run_fenced,
+)
+from locking.models import FenceEvent
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+TTL = timedelta(seconds=30)
+ALICE = Attempt(actor="alice", operation="assign_vendor", scope="org:1", ip="192.0.2.7")
+
+
+@pytest.fixture
+def complaint(maple):
+    return Complaint.objects.create(organization=maple, title="Leaking roof")
+
+
+@pytest.fixture
+def resource(complaint):
+    return f"vendor-assignment:complaint:{complaint.pk}"
+
+
+def fenced_title(complaint: Complaint, title: str, calls: list | None = None):
+    """Work that writes ``title`` under the fence and returns the token it used."""
+
+    def work(lease) -> int:
+        if calls is not None:
+            calls.append(lease.token)
+        with transaction.atomic():
+            advance_fence(Complaint.objects.filter(pk=complaint.pk), lease.token)
+            Complaint.objects.filter(pk=complaint.pk).update(title=title)
+        return lease.token
+
+    return work
+
+
+def events(resource: str) -> list[tuple]:
+    return list(
+        FenceEvent.objects.for_resource(resource)
+        .order_by("id")
+        .values_list("outcome", "token", "detail")
+    )
+
+
+def db_token(complaint: Complaint) -> int:
+    return Complaint.objects.values_list("last_fence_token", flat=True).get(pk=complaint.pk)
+
+
+def closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+# --- outcomes ---------------------------------------------------------------------------
+
+
+def test_committed_attempt_is_recorded_with_its_token_and_the_lease_released(
+    complaint, resource, redis_client
+):
+    token = run_fenced(resource, fenced_title(complaint, "fixed"), ttl=TTL, attempt=ALICE)
+
+    assert token == 1
+    event = FenceEvent.objects.get()
+    assert (event.resource, event.token, event.outcome) == (resource, 1, "committed")
+    assert (event.actor, event.operation, event.scope, event.ip) == (
+        "alice",
+        "assign_vendor",
+        "org:1",
+        "192.0.2.7",
+    )
+    assert redis_client.exists(lock_key(resource)) == 0
+    complaint.refresh_from_db()
+    assert (complaint.title, complaint.last_fence_token) == ("fixed", 1)
+
+
+def test_result_outcome_is_recorded_instead_of_committed(resource):
+    @dataclass
+    class Done:
+        outcome: str = "already_done"
+
+    result = run_fenced(resource, lambda lease: Done(), ttl=TTL, attempt=ALICE)
+
+    assert result == Done()
+    assert events(resource) == [("already_done", 1, "")]
+
+
+def test_busy_is_recorded_naming_the_holder_and_the_work_never_runs(
+    complaint, resource, fence_lock
+):
+    held = fence_lock.acquire(resource, ttl=TTL, holder="bob")
+    calls: list[int] = []
+
+    with pytest.raises(LockHeld) as caught:
+        run_fenced(resource, fenced_title(complaint, "x", calls), ttl=TTL, attempt=ALICE)
+
+    assert "bob" in caught.value.holder
+    assert calls == []
+    [(outcome, token, detail)] = events(resource)
+    assert (outcome, token) == ("busy", held.token)
+    assert "bob" in detail
+    assert db_token(complaint) == 0
+    assert held.release() is True  # the refusal did not touch the holder's lease
+
+
+def test_stale_rejection_is_recorded_outside_the_rolled_back_transaction(
+    complaint, resource, fence_lock, maple
+):
+    calls: list[int] = []
+
+    def paused_then_overtaken(lease) -> None:
+        calls.append(lease.token)
+        # While this holder is paused its lease expires and a newer holder commits.
+        fence_lock.client.pexpire(lock_key(resource), 0)
+        with fence_lock.acquire(resource, ttl=TTL) as newer:
+            fenced_title(complaint, "newer")(newer)
+        with transaction.atomic():
+            Complaint.objects.create(organization=maple, title="written by the stale holder")
+            advance_fence(Complaint.objects.filter(pk=complaint.pk), lease.token)
+
+    with pytest.raises(StaleFencingToken) as caught:
+        run_fenced(resource, paused_then_overtaken, ttl=TTL, attempt=ALICE, lock=fence_lock)
+
+    assert (caught.value.token, caught.value.recorded) == (1, 2)
+    assert calls == [1]  # a genuinely stale holder is not retried
+    assert events(resource) == [("stale", 1, "a newer holder recorded token 2")]
+    assert not Complaint.objects.filter(title="written by the stale holder").exists()
+    complaint.refresh_from_db()
+    assert (complaint.title, complaint.last_fence_token) == ("newer", 2)
+    assert fence_lock.current_token(resource) == 2  # not reseeded
+
+
+def test_unavailable_is_recorded_and_the_work_never_runs(complaint, resource, redis_client):
+    unreachable = FenceLock(
+        client=redis.Redis.from_url(
+            f"redis://127.0.0.1:{closed_port()}/0", socket_timeout=0.2, socket_connect_timeout=0.2
+        )
+    )
+    calls: list[int] = []
+
+    with pytest.raises(LockUnavailable):
+        run_fenced(
+            resource,
+            fenced_title(complaint, "x", calls),
+            ttl=TTL,
+            attempt=ALICE,
+            lock=unreachable,
+        )
+
+    assert calls == []
+    [(outcome, token, detail)] = events(resource)
+    assert (outcome, token) == ("unavailable", None)
+    assert "refused" in detail.lower()
+    assert db_token(complaint) == 0
+    assert redis_client.dbsize() == 0
+
+
+def test_listed_error_is_recorded_with_its_outcome_and_re_raised(complaint, resource, redis_client):
+    class DispatchDown(Exception):
+        pass
+
+    def work(lease):
+        raise DispatchDown("dispatch answered 503")
+
+    with pytest.raises(DispatchDown):
+        run_fenced(resource, work, ttl=TTL, attempt=ALICE, errors={DispatchDown: "failed"})
+
+    assert events(resource) == [("failed", 1, "dispatch answered 503")]
+    assert redis_client.exists(lock_key(resource)) == 0
+    assert db_token(complaint) == 0
+
+
+def test_run_fenced_refuses_to_run_inside_atomic_and_touches_nothing(
+    complaint, resource, redis_client
+):
+    calls: list[int] = []
+    with pytest.raises(TransactionManagementError), transaction.atomic():
+        run_fenced(resource, fenced_title(complaint, "x", calls), ttl=TTL, attempt=ALICE)
+
+    assert calls == []
+    assert FenceEvent.objects.count() == 0
+    assert redis_client.dbsize() == 0
+
+
+def test_bad_resource_name_raises_value_error_and_records_nothing():
+    with pytest.raises(ValueError):
+        run_fenced("bad name", lambda lease: None, ttl=TTL, attempt=ALICE)
+    assert FenceEvent.objects.count() == 0
+
+
+# --- counter loss -----------------------------------------------------------------------
+
+
+def test_lost_counter_is_reseeded_and_the_next_write_succeeds_on_its_first_call(
+    complaint, resource, fence_lock, redis_client
+):
+    db_tokens = []
+    for title in ("first", "second", "third"):
+        run_fenced(resource, fenced_title(complaint, title), ttl=TTL, attempt=ALICE)
+        db_tokens.append(db_token(complaint))
+    assert db_tokens == [1, 2, 3]
+
+    redis_client.flushdb()  # Redis restarted without persistence: the counter is gone
+    assert fence_lock.current_token(resource) == 0
+    calls: list[int] = []
+
+    token = run_fenced(
+        resource, fenced_title(complaint, "after loss", calls), ttl=TTL, attempt=ALICE
+    )
+
+    assert calls == [1, 4]  # the low token was rejected, the retry got one above the database's
+    assert token == 4
+    assert db_token(complaint) == 4
+    assert fence_lock.current_token(resource) == 4
+    assert events(resource)[3:] == [
+        (
+            "stale",
+            1,
+            "Redis fence counter was below the recorded token 3: reseeded, retrying",
+        ),
+        ("committed", 4, ""),
+    ]
+    # The counter is never lowered, even when asked.
+    assert fence_lock.reseed(resource, 2) == 4
+    assert int(redis_client.get(fence_key(resource))) == 4
+
+
+# --- the audit helper -------------------------------------------------------------------
+
+
+def test_record_fence_event_truncates_long_labels():
+    event = record_fence_event(resource="r", outcome="busy", actor="a" * 300, operation="o" * 80)
+    event.refresh_from_db()
+    assert (len(event.actor), len(event.operation)) == (200, 50)
+
+
+def test_record_fence_event_inside_a_transaction_warns_that_a_rollback_erases_it(caplog):
+    with caplog.at_level(logging.WARNING, logger="locking.audit"), transaction.atomic():
+        record_fence_event(resource="r", outcome="committed", token=3)
+    assert "a rollback would erase it" in caplog.text
+
+
+def test_record_fence_event_swallows_a_database_error_and_writes_nothing(caplog):
+    with caplog.at_level(logging.ERROR, logger="locking.audit"):
+        # Longer than the column: PostgreSQL refuses the row.
+        assert record_fence_event(resource="r", outcome="x" * 30) is None
+    assert "could not record fence event" in caplog.text
+    assert FenceEvent.objects.count() == 0
