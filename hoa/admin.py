@@ -1,4 +1,10 @@
+from datetime import datetime
+
 from django.contrib import admin
+from django.db.models import Q
+from django.utils import timezone
+from django.utils.timesince import timesince, timeuntil
+from django.utils.translation import gettext_lazy as _
 
 from hoa.admin_mixins import TenantAdminMixin
 from hoa.models import Complaint, ComplaintEvent, Notice, Organization, StaffMembership, Unit
@@ -46,19 +52,98 @@ class ComplaintEventInline(admin.TabularInline):
         return False
 
 
+def humanize_due_in(due_at: datetime, now: datetime) -> str:
+    """Return how long until ``due_at``, e.g. "3 hours, 5 minutes"; negative when overdue."""
+    if due_at >= now:
+        return timeuntil(due_at, now, depth=2)
+    return _("-%(overdue_by)s") % {"overdue_by": timesince(due_at, now, depth=2)}
+
+
+class BreachedFilter(admin.SimpleListFilter):
+    title = _("breached")
+    parameter_name = "breached"
+
+    def lookups(self, request, model_admin):
+        return [("yes", _("Yes")), ("no", _("No"))]
+
+    def queryset(self, request, queryset):
+        if self.value() == "yes":
+            return queryset.breached()
+        if self.value() == "no":
+            return queryset.filter(sla_breached_at__isnull=True)
+        return queryset
+
+
 @admin.register(Complaint)
 class ComplaintAdmin(TenantAdminMixin, admin.ModelAdmin):
-    list_display = ["id", "title", "organization", "unit", "status", "priority", "sla_due_at"]
-    list_filter = ["status", "priority", "organization"]
+    list_display = [
+        "id",
+        "title",
+        "organization",
+        "unit",
+        "status",
+        "priority",
+        "due_in",
+        "breached",
+    ]
+    list_filter = ["status", "priority", BreachedFilter, "organization"]
     search_fields = ["title", "description", "unit__label"]
     list_select_related = ["organization", "unit"]
     readonly_fields = ["last_fence_token", "sla_breached_at"]
     inlines = [ComplaintEventInline]
 
+    @admin.display(description=_("due in"), ordering="sla_due_at")
+    def due_in(self, complaint: Complaint) -> str | None:
+        # A resolved or closed complaint has no clock running: the column shows "-".
+        if complaint.sla_due_at is None or not complaint.is_open:
+            return None
+        return humanize_due_in(complaint.sla_due_at, timezone.now())
+
+    @admin.display(description=_("breached"), boolean=True, ordering="sla_breached_at")
+    def breached(self, complaint: Complaint) -> bool:
+        return complaint.is_breached
+
+
+class PublishStateFilter(admin.SimpleListFilter):
+    """The notice publisher's view of a notice: scheduled → due → published → delivered."""
+
+    title = _("publish state")
+    parameter_name = "state"
+
+    def lookups(self, request, model_admin):
+        return [
+            ("scheduled", _("Scheduled")),
+            ("due", _("Due (awaiting the publisher)")),
+            ("published", _("Published, not yet delivered")),
+            ("delivered", _("Delivered")),
+        ]
+
+    def queryset(self, request, queryset):
+        now = timezone.now()
+        conditions = {
+            "scheduled": Q(published_at__isnull=True, publish_at__gt=now),
+            "due": Q(published_at__isnull=True, publish_at__lte=now),
+            "published": Q(published_at__isnull=False, delivered_at__isnull=True),
+            "delivered": Q(delivered_at__isnull=False),
+        }
+        if self.value() in conditions:
+            return queryset.filter(conditions[self.value()])
+        return queryset
+
 
 @admin.register(Notice)
 class NoticeAdmin(TenantAdminMixin, admin.ModelAdmin):
-    list_display = ["title", "organization", "publish_at", "published_at"]
-    list_filter = ["organization"]
+    list_display = ["title", "organization", "publish_at", "publish_state", "published_at"]
+    list_filter = [PublishStateFilter, "organization"]
     search_fields = ["title", "body"]
-    readonly_fields = ["published_at"]
+    readonly_fields = ["published_at", "delivered_at"]
+
+    @admin.display(description=_("publish state"), ordering="published_at")
+    def publish_state(self, notice: Notice) -> str:
+        if notice.delivered_at is not None:
+            return _("Delivered")
+        if notice.published_at is not None:
+            return _("Published, not yet delivered")
+        if notice.publish_at <= timezone.now():
+            return _("Due (awaiting the publisher)")
+        return _("Scheduled")

@@ -219,11 +219,27 @@ class Notice(models.Model):
     body = models.TextField(_("body"), blank=True, default="")
     publish_at = models.DateTimeField(_("publish at"), default=timezone.now)
     published_at = models.DateTimeField(_("published at"), null=True, blank=True)
+    # Set by the delivery hook when it hands the notice on; published but not delivered
+    # means a publisher died between its commit and the hook, and the next pass retries.
+    delivered_at = models.DateTimeField(_("delivered at"), null=True, blank=True)
 
     objects = NoticeQuerySet.as_manager()
 
     class Meta:
         ordering = ["-publish_at"]
+        indexes = [
+            # The publisher's every-minute queries stay index scans as notices pile up.
+            models.Index(
+                fields=["publish_at"],
+                name="notice_due_idx",
+                condition=Q(published_at__isnull=True),
+            ),
+            models.Index(
+                fields=["published_at"],
+                name="notice_undelivered_idx",
+                condition=Q(published_at__isnull=False, delivered_at__isnull=True),
+            ),
+        ]
 
     def __str__(self):
         return self.title
