@@ -7,6 +7,7 @@ from django.utils.translation import gettext_lazy as _
 
 from hoa.models import Organization, Unit
 from hoa.tenancy import TenantQuerySet
+from locking.models import FencedModel
 
 
 class MonthlyChargeRunQuerySet(TenantQuerySet):
@@ -14,7 +15,7 @@ class MonthlyChargeRunQuerySet(TenantQuerySet):
         return self.filter(status=MonthlyChargeRun.Status.COMPLETED)
 
 
-class MonthlyChargeRun(models.Model):
+class MonthlyChargeRun(FencedModel):
     """The one run that bills an organization's units for one month.
 
     The row is created before the work starts so that it can carry the fence
@@ -30,7 +31,6 @@ class MonthlyChargeRun(models.Model):
         Organization, on_delete=models.PROTECT, related_name="charge_runs"
     )
     month = models.DateField(_("month"), help_text=_("First day of the billed month."))
-    last_fence_token = models.BigIntegerField(default=0, editable=False)
     status = models.CharField(
         _("status"), max_length=20, choices=Status.choices, default=Status.PENDING
     )

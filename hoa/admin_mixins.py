@@ -14,6 +14,16 @@ class TenantAdminMixin:
     def get_queryset(self, request):
         return super().get_queryset(request).for_user(request.user)
 
+    def save_model(self, request, obj, form, change):
+        # Write only what the staff member changed: a full save would write back columns
+        # that jobs and fenced services changed while the form was open (an SLA breach, a
+        # status), from the form's stale copy.
+        if change:
+            concrete = {field.name for field in obj._meta.concrete_fields}
+            obj.save(update_fields=[name for name in form.changed_data if name in concrete])
+        else:
+            obj.save()
+
     def formfield_for_foreignkey(self, db_field, request, **kwargs):
         related = db_field.related_model
         if related is Organization:

@@ -9,6 +9,7 @@ from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
 from hoa.tenancy import TenantQuerySet
+from locking.models import FencedModel
 
 
 class OrganizationQuerySet(TenantQuerySet):
@@ -105,7 +106,7 @@ class ComplaintQuerySet(TenantQuerySet):
         )
 
 
-class Complaint(models.Model):
+class Complaint(FencedModel):
     class Status(models.TextChoices):
         OPEN = "open", _("Open")
         IN_PROGRESS = "in_progress", _("In progress")
@@ -136,8 +137,8 @@ class Complaint(models.Model):
     opened_at = models.DateTimeField(_("opened at"), default=timezone.now)
     sla_due_at = models.DateTimeField(_("SLA due at"), null=True, blank=True)
     sla_breached_at = models.DateTimeField(_("SLA breached at"), null=True, blank=True)
-    # Fence for vendor assignment: the assignment row may not exist yet, the complaint does.
-    last_fence_token = models.BigIntegerField(default=0, editable=False)
+    # last_fence_token (from FencedModel) fences vendor assignment: the assignment row may
+    # not exist yet, the complaint does.
 
     objects = ComplaintQuerySet.as_manager()
 

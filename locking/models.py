@@ -6,6 +6,34 @@ from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
 
+class FencedModel(models.Model):
+    """A row that carries a fence: only ``advance_fence`` ever writes ``last_fence_token``.
+
+    A plain ``save()`` writes every column from the instance's copy, which may be minutes
+    old (an admin form, a long request). Writing back an old token would move the fence
+    backwards and let a stale holder's commit through, so ``save()`` on an existing row
+    never includes ``last_fence_token``.
+
+    (Models are the one thing imported from ``locking.models`` directly: Django must load
+    them after the app registry, so ``locking/__init__.py`` cannot import them.)
+    """
+
+    last_fence_token = models.BigIntegerField(default=0, editable=False)
+
+    class Meta:
+        abstract = True
+
+    def save(self, *args, **kwargs):
+        if not self._state.adding:
+            update_fields = kwargs.get("update_fields")
+            if update_fields is None:
+                update_fields = [
+                    field.name for field in self._meta.concrete_fields if not field.primary_key
+                ]
+            kwargs["update_fields"] = [name for name in update_fields if name != "last_fence_token"]
+        super().save(*args, **kwargs)
+
+
 class FenceEventQuerySet(models.QuerySet):
     def for_resource(self, resource: str):
         return self.filter(resource=resource)

@@ -303,3 +303,119 @@ def test_seeded_staff_can_log_in_and_reach_their_dashboard(client):
     assert client.login(username="alice", password="hoa-demo-2026")
     assert client.get("/orgs/maple-court/").status_code == 200
     assert client.get("/orgs/oak-ridge/").status_code == 404
+
+
+@pytest.mark.django_db
+def test_plain_save_never_moves_the_fence_backwards(maple):
+    complaint = Complaint.objects.create(organization=maple, title="Leak")
+    stale_copy = Complaint.objects.get(pk=complaint.pk)  # e.g. an admin form opened earlier
+    Complaint.objects.filter(pk=complaint.pk).update(last_fence_token=7)  # a fenced write
+    stale_copy.title = "Leak in the laundry room"
+    stale_copy.save()
+    complaint.refresh_from_db()
+    assert complaint.title == "Leak in the laundry room"
+    assert complaint.last_fence_token == 7
+
+
+def form_values(html: str, form_id: str) -> dict:
+    """The values a browser would submit from the form ``form_id`` of ``html``."""
+    from html.parser import HTMLParser
+
+    class Parser(HTMLParser):
+        def __init__(self):
+            super().__init__()
+            self.inside, self.values, self.textarea, self.select = False, {}, None, None
+
+        def handle_starttag(self, tag, attrs):
+            attrs = dict(attrs)
+            if tag == "form":
+                self.inside = attrs.get("id") == form_id
+            if not self.inside or (not attrs.get("name") and tag != "option"):
+                return
+            if tag == "input" and attrs.get("type") not in {"submit", "checkbox"}:
+                self.values[attrs["name"]] = attrs.get("value", "")
+            elif tag == "input" and "checked" in attrs:
+                self.values[attrs["name"]] = attrs.get("value", "on")
+            elif tag == "textarea":
+                self.textarea = attrs["name"]
+                self.values[self.textarea] = ""
+            elif tag == "select":
+                self.select = attrs["name"]
+            elif tag == "option" and self.select and "selected" in attrs:
+                self.values[self.select] = attrs.get("value", "")
+
+        def handle_endtag(self, tag):
+            if tag == "textarea":
+                self.textarea = None
+            elif tag == "select":
+                self.select = None
+            elif tag == "form":
+                self.inside = False
+
+        def handle_data(self, data):
+            if self.textarea:
+                self.values[self.textarea] += data
+
+    parser = Parser()
+    parser.feed(html)
+    return parser.values
+
+
+def wait_for_lock_wait(timeout=20.0) -> None:
+    """Wait until some other backend of this database is blocked on a row lock."""
+    import time
+
+    from django.db import connection
+
+    deadline = time.monotonic() + timeout
+    with connection.cursor() as cursor:
+        while time.monotonic() < deadline:
+            # Inside a transaction pg_stat_activity is a snapshot taken at its first read.
+            cursor.execute("SELECT pg_stat_clear_snapshot()")
+            cursor.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                "AND wait_event_type = 'Lock' AND pid <> pg_backend_pid()"
+            )
+            if cursor.fetchone()[0]:
+                return
+            time.sleep(0.02)
+    raise TimeoutError("no backend started waiting for the row lock")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_admin_save_does_not_undo_a_concurrent_sla_breach(client, alice, maple):
+    import threading
+
+    from django.db import connection
+
+    complaint = Complaint.objects.create(organization=maple, title="Leak")
+    client.force_login(alice)
+    data = form_values(
+        client.get(f"/admin/hoa/complaint/{complaint.pk}/change/").content.decode(),
+        "complaint_form",
+    )
+    data["title"] = "Leak (plumber called)"
+    answers = []
+
+    def staff_saves():
+        try:
+            answers.append(client.post(f"/admin/hoa/complaint/{complaint.pk}/change/", data))
+        finally:
+            connection.close()
+
+    breached_at = timezone.now()
+    staff = threading.Thread(target=staff_saves)
+    with transaction.atomic():
+        # The sweep holds the row: the admin reads the complaint, then its UPDATE waits here.
+        Complaint.objects.select_for_update().get(pk=complaint.pk)
+        staff.start()
+        wait_for_lock_wait()
+        Complaint.objects.filter(pk=complaint.pk).update(
+            sla_breached_at=breached_at, last_fence_token=3
+        )
+    staff.join(timeout=30)
+    assert answers and answers[0].status_code == 302
+    complaint.refresh_from_db()
+    assert complaint.title == "Leak (plumber called)"
+    assert complaint.sla_breached_at == breached_at
+    assert complaint.last_fence_token == 3
