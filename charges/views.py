@@ -1,12 +1,177 @@
-from django.views.generic import ListView
+"""Staff pages of monthly charges: the runs, one run, and the button that generates one.
 
+The generate view is thin: the organization and permission checks come from
+``OrganizationMixin`` (404 for an organization the user is not staff of, 403 without the
+permission), the month is parsed, one service call does the work, and each outcome maps to
+one answer: 303 to the run page, 409 busy or superseded, 400 bad month, 503 Redis down,
+502 billing failed.
+"""
+
+from datetime import date
+
+from django.contrib import messages
+from django.core.exceptions import PermissionDenied
+from django.http import HttpResponseRedirect
+from django.shortcuts import redirect
+from django.urls import reverse
+from django.utils.formats import date_format
+from django.utils.translation import gettext as _
+from django.views import View
+from django.views.generic import ListView, TemplateView
+
+from charges.forms import MonthForm
 from charges.models import MonthlyChargeRun
-from hoa.access import OrganizationMixin
+from charges.services import (
+    GENERATE_PERMISSION,
+    BillingFailed,
+    GenerationBusy,
+    GenerationSuperseded,
+    InvalidMonth,
+    LockServiceUnavailable,
+    NotAllowed,
+    current_month,
+    generate_monthly_charges,
+    monthly_totals,
+    parse_month,
+)
+from hoa.access import OrganizationMixin, client_ip
+from hoa.charts import Bar, bar_chart
+from hoa.responses import conflict, error_page
+
+CHART_MONTHS = 12
+
+
+def totals_chart(organization, *, until: date):
+    """The SVG bar chart of the last 12 months' totals, one bar per month (zero if none)."""
+    totals = monthly_totals(organization=organization, until=until, months=CHART_MONTHS)
+    return bar_chart(
+        [
+            Bar(
+                label=date_format(month, "M"),
+                value=total,
+                title=f"{month:%Y-%m}: {total}",
+            )
+            for month, total in totals
+        ],
+        title=_("Monthly charge totals of the last 12 months"),
+        value_format=lambda total: f"{total:.0f}",
+    )
+
+
+def _bad_month(request, message: str):
+    return error_page(request, 400, _("Not a month"), message)
+
+
+def _can_generate(user) -> bool:
+    return user.has_perm(GENERATE_PERMISSION)
 
 
 class ChargeRunListView(OrganizationMixin, ListView):
+    """The organization's runs by month, a chart of the last 12 totals, the generate form."""
+
     template_name = "charges/run_list.html"
     context_object_name = "runs"
+    paginate_by = 24
+
+    def get(self, request, *args, **kwargs):
+        # The "another month" form is a GET form: it leads to that month's run page,
+        # whose button generates it.
+        if "month" in request.GET:
+            form = MonthForm(request.GET)
+            if not form.is_valid():
+                return _bad_month(request, form.errors["month"][0])
+            return redirect(
+                "charges:run", self.organization.slug, f"{form.cleaned_data['month']:%Y-%m}"
+            )
+        return super().get(request, *args, **kwargs)
 
     def get_queryset(self):
         return MonthlyChargeRun.objects.for_organization(self.organization)
+
+    def get_context_data(self, **kwargs):
+        context = super().get_context_data(**kwargs)
+        month = current_month()
+        context.update(
+            current_month=month,
+            current_run=self.get_queryset().filter(month=month).first(),
+            month_form=MonthForm(initial={"month": f"{month:%Y-%m}"}),
+            can_generate=_can_generate(self.request.user),
+            totals_chart=totals_chart(self.organization, until=month),
+        )
+        return context
+
+
+class ChargeRunDetailView(OrganizationMixin, TemplateView):
+    """One month: the run's status and fencing token, and its charges."""
+
+    template_name = "charges/run_detail.html"
+
+    def get(self, request, *args, **kwargs):
+        try:
+            self.month = parse_month(kwargs["month"])
+        except InvalidMonth as exc:
+            return _bad_month(request, str(exc))
+        return super().get(request, *args, **kwargs)
+
+    def get_context_data(self, **kwargs):
+        context = super().get_context_data(**kwargs)
+        run = (
+            MonthlyChargeRun.objects.for_organization(self.organization)
+            .filter(month=self.month)
+            .first()
+        )
+        context.update(
+            month=self.month,
+            month_label=f"{self.month:%Y-%m}",
+            run=run,
+            charges=run.charges.select_related("unit").order_by("unit__label") if run else [],
+            can_generate=_can_generate(self.request.user) and not (run and run.is_completed),
+        )
+        return context
+
+
+class GenerateChargesView(OrganizationMixin, View):
+    """POST: generate the month's charges once; answer 303, 409, 400, 503 or 502."""
+
+    http_method_names = ["post"]
+    permission_required = GENERATE_PERMISSION
+
+    def post(self, request, *args, **kwargs):
+        try:
+            month = parse_month(kwargs["month"])
+        except InvalidMonth as exc:
+            return _bad_month(request, str(exc))
+        try:
+            result = generate_monthly_charges(
+                organization=self.organization,
+                month=month,
+                actor=request.user,
+                ip=client_ip(request),
+            )
+        except GenerationBusy as exc:
+            return conflict(
+                request,
+                title=_("Charges are being generated"),
+                message=str(exc),
+                lease=exc,
+                retry_url=request.path,
+            )
+        except GenerationSuperseded as exc:
+            return conflict(
+                request,
+                title=_("A newer holder took over"),
+                message=str(exc),
+                retry_url=request.path,
+            )
+        except LockServiceUnavailable as exc:
+            return error_page(request, 503, _("Lock service unavailable"), str(exc))
+        except BillingFailed as exc:
+            return error_page(request, 502, _("The billing system failed"), str(exc))
+        except NotAllowed as exc:  # the mixin already checked; the service checks again
+            raise PermissionDenied from exc
+        if result.generated:
+            messages.success(request, result.message)
+        else:
+            messages.info(request, result.message)
+        run_url = reverse("charges:run", args=[self.organization.slug, f"{month:%Y-%m}"])
+        return HttpResponseRedirect(run_url, status=303)

@@ -1,0 +1,59 @@
+"""The billing webhook client: one fenced POST per charge run, called only by the services.
+
+The receiver gets the whole run in one request (not one per unit). Two headers make a
+repeated or late call harmless: ``Idempotency-Key: monthly-charges:<org_id>:<YYYY-MM>``
+lets it collapse retries of the same run, and ``X-Fencing-Token`` lets it refuse a holder
+older than one it has already seen.
+"""
+
+from dataclasses import dataclass
+from datetime import date
+from decimal import Decimal
+
+from django.conf import settings
+
+from hoa.models import Organization
+from hoa.outbound import CallResult, post_fenced
+
+
+@dataclass(frozen=True)
+class ChargeLine:
+    """One unit's charge: what is billed and, in the same form, what is inserted."""
+
+    unit_id: int
+    unit_label: str
+    amount: Decimal
+
+
+def idempotency_key(organization: Organization, month: date) -> str:
+    return f"monthly-charges:{organization.pk}:{month:%Y-%m}"
+
+
+def lines_total(lines: list[ChargeLine]) -> Decimal:
+    return sum((line.amount for line in lines), Decimal("0.00"))
+
+
+def send_charge_run(
+    *, organization: Organization, month: date, lines: list[ChargeLine], token: int
+) -> CallResult:
+    """POST the run's charges to ``BILLING_WEBHOOK_URL`` once; raise ``ExternalCallFailed``.
+
+    Skipped (and logged) when no URL is configured.
+    """
+    payload = {
+        "organization": {
+            "id": organization.pk,
+            "slug": organization.slug,
+            "name": organization.name,
+        },
+        "month": f"{month:%Y-%m}",
+        "charge_count": len(lines),
+        "total": lines_total(lines),
+        "lines": [{"unit": line.unit_label, "amount": line.amount} for line in lines],
+    }
+    return post_fenced(
+        settings.BILLING_WEBHOOK_URL,
+        payload,
+        idempotency_key=idempotency_key(organization, month),
+        token=token,
+    )

@@ -1,0 +1,332 @@
+"""``manage.py generate_monthly_charges`` as cron runs it: a child process, exit codes, and
+one line on stderr when it refuses."""
+
+import getpass
+import os
+import re
+import signal
+import subprocess
+import sys
+from collections import Counter
+from datetime import timedelta
+from decimal import Decimal
+from io import StringIO
+
+import pytest
+from django.core.management import CommandError, call_command
+
+from charges.models import MonthlyCharge, MonthlyChargeRun
+from charges.services import charge_resource, generate_monthly_charges
+from hoa.management.base import EXIT_TEMPFAIL
+from hoa.models import Organization, Unit
+from locking import FenceLock
+from locking.models import FenceEvent
+from tests.charges_support import (
+    MONTH,
+    MONTH_ARG,
+    dead_redis_url,
+    process_state,
+    wait_for_lease_expiry,
+    wait_until,
+)
+from tests.conftest import BASE_DIR, run_manage
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+COMMAND = "generate_monthly_charges"
+MAPLE_TOTAL = sum(Decimal("200.00") + n for n in range(1, 11))
+OS_USER = getpass.getuser()
+
+
+@pytest.fixture
+def command_env(subprocess_env, http_stub):
+    # LOG_LEVEL=ERROR keeps the INFO logs of a successful run off stderr, so the tests can
+    # assert that a refusal is exactly one line there.
+    return {**subprocess_env, "BILLING_WEBHOOK_URL": http_stub.url, "LOG_LEVEL": "ERROR"}
+
+
+def start_command(*args, env) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, str(BASE_DIR / "manage.py"), COMMAND, *args],
+        cwd=BASE_DIR,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def hold_lease(organization, holder="bob at the front desk"):
+    return FenceLock().acquire(
+        charge_resource(organization, MONTH), ttl=timedelta(seconds=30), holder=holder
+    )
+
+
+def assert_nothing_written():
+    assert not MonthlyChargeRun.objects.exists()
+    assert not MonthlyCharge.objects.exists()
+
+
+def test_command_generates_charges_then_reports_them_already_generated(
+    maple, command_env, http_stub
+):
+    first = run_manage(COMMAND, "--org", "maple-court", "--month", MONTH_ARG, env=command_env)
+    second = run_manage(COMMAND, "--org", "maple-court", "--month", MONTH_ARG, env=command_env)
+
+    assert (first.returncode, first.stderr) == (0, "")
+    assert first.stdout == f"Generated 10 charges for Maple Court, 2026-03 (total {MAPLE_TOTAL}).\n"
+    assert (second.returncode, second.stderr) == (0, "")
+    assert second.stdout == (
+        f"Charges for Maple Court, 2026-03 were already generated "
+        f"(10 charges, total {MAPLE_TOTAL}).\n"
+    )
+    run = MonthlyChargeRun.objects.get(organization=maple, month=MONTH)
+    assert (run.charge_count, run.total, run.last_fence_token) == (10, MAPLE_TOTAL, 2)
+    assert run.completed_by == f"os user {OS_USER} via generate_monthly_charges"
+    assert MonthlyCharge.objects.filter(run=run).count() == 10
+    [request] = http_stub.received
+    assert (request.idempotency_key, request.token) == (f"monthly-charges:{maple.pk}:2026-03", 1)
+    event = FenceEvent.objects.get(outcome="committed")
+    assert event.actor.startswith(f"os user {OS_USER} via generate_monthly_charges")
+    assert event.scope == f"org:{maple.pk}"
+
+
+def test_command_refuses_bad_input_with_one_line_and_writes_nothing(maple, command_env, http_stub):
+    cases = {
+        ("--org", "no-such-org", "--month", MONTH_ARG): 'Unknown organization "no-such-org".',
+        ("--org", "maple-court", "--month", "2026-13"): (
+            '"2026-13" is not a month: the month must be 01 to 12.'
+        ),
+    }
+    running = {args: start_command(*args, env=command_env) for args in cases}
+    for args, process in running.items():
+        stdout, stderr = process.communicate(timeout=60)
+        assert (process.returncode, stdout) == (1, ""), args
+        assert stderr == f"CommandError: {cases[args]}\n", args
+    assert_nothing_written()
+    assert not FenceEvent.objects.exists()
+    assert http_stub.received == []
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("--org", "maple-court", "--month", "March"), '"March" is not a month: use YYYY-MM'),
+        (("--org", "maple-court", "--actor", "ghost"), 'Unknown user "ghost".'),
+        (("--org", "maple-court", "--actor", "viewer"), "viewer may not generate charges."),
+        (
+            ("--org", "maple-court", "--actor", "mallory"),
+            "mallory may not generate charges for Maple Court.",
+        ),
+        (("--org", "maple-court", "--workers", "2"), "--workers only applies to --all-orgs."),
+        (("--all-orgs", "--workers", "0"), "--workers must be at least 1."),
+    ],
+)
+def test_command_refuses_bad_arguments_before_locking_anything(
+    maple, mallory, viewer, args, message
+):
+    with pytest.raises(CommandError) as excinfo:
+        call_command(COMMAND, *args, stdout=StringIO(), stderr=StringIO())
+    assert str(excinfo.value).startswith(message)
+    assert excinfo.value.returncode == 1
+    assert_nothing_written()
+    assert not FenceEvent.objects.exists()
+
+
+def test_command_exits_75_naming_the_holder_when_busy(maple, command_env, http_stub):
+    hold_lease(maple)
+    result = run_manage(COMMAND, "--org", "maple-court", "--month", MONTH_ARG, env=command_env)
+
+    assert result.returncode == EXIT_TEMPFAIL
+    assert result.stdout == ""
+    [line] = result.stderr.splitlines()
+    assert line.startswith(
+        "CommandError: Charges for Maple Court, 2026-03 are being generated by "
+        "bob at the front desk on "
+    )
+    assert re.search(r"; try again in \d+ seconds\.$", line), line
+    assert_nothing_written()
+    assert http_stub.received == []
+
+
+def test_command_exits_1_with_one_line_when_redis_is_down(maple, command_env, http_stub):
+    url = dead_redis_url()
+    env = {**command_env, "REDIS_URL": url, "LOCK_REDIS_URL": url}
+    result = run_manage(COMMAND, "--org", "maple-court", "--month", MONTH_ARG, env=env)
+
+    assert (result.returncode, result.stdout) == (1, "")
+    [line] = result.stderr.splitlines()
+    assert line.startswith(f"CommandError: Redis is unreachable ({url}):")
+    assert_nothing_written()
+    assert http_stub.received == []
+
+
+def test_command_exits_1_and_writes_nothing_when_billing_fails(maple, command_env, http_stub):
+    http_stub.status = 503
+    result = run_manage(COMMAND, "--org", "maple-court", "--month", MONTH_ARG, env=command_env)
+
+    assert (result.returncode, result.stdout) == (1, "")
+    assert result.stderr == (
+        "CommandError: The billing system did not accept the charges for Maple Court, "
+        "2026-03 (HTTP 503); nothing was written.\n"
+    )
+    assert_nothing_written()
+    assert list(FenceEvent.objects.values_list("outcome", "token")) == [("failed", 1)]
+
+
+@pytest.mark.slow
+def test_command_frozen_by_sigstop_is_rejected_after_a_newer_holder_commits(
+    maple, command_env, http_stub, settings, redis_client
+):
+    settings.BILLING_WEBHOOK_URL = http_stub.url
+    gate = http_stub.hold(lambda request: request.token == 1)
+    # A short lease for the child; --skip-checks because the system check (rightly) warns
+    # that its billing timeout is longer than that lease.
+    env = {**command_env, "CHARGES_LOCK_TTL_SECONDS": "0.5"}
+    holder_a = start_command("--org", "maple-court", "--month", MONTH_ARG, "--skip-checks", env=env)
+    try:
+        gate.wait_arrived(1, timeout=60)  # A holds token 1 and is inside its billing call
+        os.kill(holder_a.pid, signal.SIGSTOP)
+        wait_until(lambda: process_state(holder_a.pid) == "T", what="holder A to stop")
+        gate.release()  # the answer waits in A's socket while A is frozen
+        wait_for_lease_expiry(redis_client, maple)
+
+        result_b = generate_monthly_charges(organization=maple, month=MONTH, actor="holder-b")
+        assert (result_b.outcome, result_b.token) == ("committed", 2)
+
+        os.kill(holder_a.pid, signal.SIGCONT)
+        stdout, stderr = holder_a.communicate(timeout=60)
+    finally:
+        if holder_a.poll() is None:
+            os.kill(holder_a.pid, signal.SIGCONT)
+            holder_a.kill()
+            holder_a.wait()
+
+    assert (holder_a.returncode, stdout) == (EXIT_TEMPFAIL, "")
+    assert stderr == (
+        "CommandError: A newer holder (token 2) took over the charges for Maple Court, "
+        "2026-03 while this attempt (token 1) was paused past its lease; nothing was written.\n"
+    )
+    run = MonthlyChargeRun.objects.get(organization=maple, month=MONTH)
+    assert (run.completed_by, run.last_fence_token, run.charge_count) == ("holder-b", 2, 10)
+    assert MonthlyCharge.objects.filter(run=run).count() == 10
+    assert list(FenceEvent.objects.order_by("id").values_list("outcome", "token")) == [
+        ("committed", 2),
+        ("stale", 1),
+    ]
+    assert sorted(request.token for request in http_stub.received) == [1, 2]
+
+
+@pytest.mark.slow
+def test_eight_command_processes_racing_make_one_run(maple, command_env, http_stub):
+    gate = http_stub.hold()  # the winner waits in billing until every loser has exited
+    racers = [
+        start_command("--org", "maple-court", "--month", MONTH_ARG, env=command_env)
+        for _ in range(8)
+    ]
+    try:
+        gate.wait_arrived(1, timeout=60)
+        wait_until(lambda: sum(p.poll() is not None for p in racers) == 7, timeout=60)
+        gate.release()
+        outputs = [p.communicate(timeout=60) for p in racers]
+        answers = [(p.returncode, *output) for p, output in zip(racers, outputs, strict=True)]
+    finally:
+        for process in racers:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+
+    assert Counter(code for code, _, _ in answers) == {EXIT_TEMPFAIL: 7, 0: 1}
+    for code, stdout, stderr in answers:
+        if code == EXIT_TEMPFAIL:
+            assert stderr.startswith("CommandError: Charges for Maple Court, 2026-03 are being")
+            assert len(stderr.splitlines()) == 1
+        else:
+            assert stdout.startswith("Generated 10 charges for Maple Court, 2026-03")
+    assert MonthlyChargeRun.objects.count() == 1
+    assert MonthlyCharge.objects.count() == 10
+    assert len(http_stub.received) == 1
+
+
+# -- every organization ----------------------------------------------------------------------
+
+
+def add_organizations(count: int) -> None:
+    for number in range(count):
+        org = Organization.objects.create(name=f"Cedar {number}", slug=f"cedar-{number}")
+        for unit in range(1, number + 3):
+            Unit.objects.create(organization=org, label=f"C{unit}", monthly_assessment=100 + unit)
+
+
+def outcome_by_org(month):
+    return {
+        run.organization.slug: (run.status, run.charge_count, run.total)
+        for run in MonthlyChargeRun.objects.filter(month=month).select_related("organization")
+    }
+
+
+def test_all_orgs_with_two_workers_gives_the_result_of_one_worker(
+    maple, oak, command_env, http_stub
+):
+    add_organizations(4)
+    two = run_manage(COMMAND, "--all-orgs", "--month", "2026-03", "--workers", "2", env=command_env)
+    one = run_manage(COMMAND, "--all-orgs", "--month", "2026-04", "--workers", "1", env=command_env)
+
+    for result in (two, one):
+        assert (result.returncode, result.stderr) == (0, ""), result.stderr
+        assert result.stdout.splitlines()[-1].endswith(
+            ": 6 organizations: 6 generated, 0 already generated, 0 busy, 0 superseded, 0 failed."
+        )
+    expected = {
+        org.slug: (
+            "completed",
+            org.units.count(),
+            sum(u.monthly_assessment for u in org.units.all()),
+        )
+        for org in Organization.objects.all()
+    }
+    assert outcome_by_org(MONTH) == expected
+    assert outcome_by_org(MONTH.replace(month=4)) == expected
+    assert MonthlyCharge.objects.count() == 2 * sum(count for _, count, _ in expected.values())
+    assert Counter(r.json["month"] for r in http_stub.received) == {"2026-03": 6, "2026-04": 6}
+
+
+def test_all_orgs_skips_a_busy_organization_and_exits_75_until_it_is_done(maple, oak, command_env):
+    lease = hold_lease(oak)
+    first = run_manage(COMMAND, "--all-orgs", "--month", MONTH_ARG, env=command_env)
+    lease.release()
+    second = run_manage(COMMAND, "--all-orgs", "--month", MONTH_ARG, env=command_env)
+
+    assert first.returncode == EXIT_TEMPFAIL
+    assert first.stdout.splitlines()[0].startswith("maple-court: Generated 10 charges")
+    busy_line, error_line = first.stderr.splitlines()
+    assert busy_line.startswith(
+        "oak-ridge: Charges for Oak Ridge, 2026-03 are being generated by bob"
+    )
+    assert error_line == (
+        "CommandError: 1 organizations were busy or superseded; run again later to confirm."
+    )
+    assert (second.returncode, second.stderr) == (0, "")
+    assert second.stdout.splitlines()[:2] == [
+        f"maple-court: Charges for Maple Court, 2026-03 were already generated "
+        f"(10 charges, total {MAPLE_TOTAL}).",
+        "oak-ridge: Generated 5 charges for Oak Ridge, 2026-03 (total 1500.00).",
+    ]
+    assert MonthlyCharge.objects.count() == 15
+
+
+def test_all_orgs_with_an_actor_walks_only_their_organizations(alice, oak, settings, http_stub):
+    settings.BILLING_WEBHOOK_URL = http_stub.url
+    stdout = StringIO()
+    call_command(COMMAND, "--all-orgs", "--month", MONTH_ARG, "--actor", "alice", stdout=stdout)
+
+    assert stdout.getvalue().splitlines()[-1] == (
+        "2026-03: 1 organizations: 1 generated, 0 already generated, 0 busy, 0 superseded, "
+        "0 failed."
+    )
+    assert list(MonthlyChargeRun.objects.values_list("organization__slug", flat=True)) == [
+        "maple-court"
+    ]
+    run = MonthlyChargeRun.objects.get()
+    assert run.completed_by == f"alice (os user {OS_USER}) via generate_monthly_charges"

@@ -1,0 +1,378 @@
+"""The fenced charge generation service against real PostgreSQL, Redis and HTTP.
+
+The races force their interleaving: the billing stand-in holds a chosen holder's request
+(``http_stub.hold``) until the test releases it, short TTLs let leases run out while it
+waits, and a table lock taken from another connection pauses a holder between its fence
+UPDATE and its COMMIT.
+"""
+
+import threading
+from collections import Counter
+from datetime import date, datetime, timedelta
+from decimal import Decimal
+
+import psycopg
+import pytest
+from django.db import connection
+
+from charges.models import MonthlyCharge, MonthlyChargeRun
+from charges.services import (
+    ALREADY_GENERATED,
+    GENERATED,
+    BillingFailed,
+    GenerationBusy,
+    GenerationSuperseded,
+    InvalidMonth,
+    LockServiceUnavailable,
+    NotAllowed,
+    charge_resource,
+    generate_monthly_charges,
+    monthly_totals,
+    parse_month,
+)
+from hoa.models import Organization
+from locking import FenceLock, fence_key
+from locking.models import FenceEvent
+from tests.charges_support import (
+    MONTH,
+    Worker,
+    dead_redis_url,
+    wait_for_lease_expiry,
+    wait_until,
+    waiting_statements,
+)
+
+# The service refuses to run inside a transaction: its tests use real commits.
+fenced = pytest.mark.django_db(transaction=True)
+
+LONG_TTL = timedelta(seconds=30)
+MAPLE_TOTAL = sum(Decimal("200.00") + n for n in range(1, 11))  # the maple fixture's units
+
+
+@pytest.fixture
+def billing(settings, http_stub):
+    settings.BILLING_WEBHOOK_URL = http_stub.url
+    return http_stub
+
+
+@pytest.fixture
+def short_ttl(settings):
+    settings.CHARGES_LOCK_TTL_SECONDS = 0.3
+
+
+def generate(organization, actor="cron-a", month=MONTH):
+    return generate_monthly_charges(organization=organization, month=month, actor=actor)
+
+
+def events(organization, month=MONTH):
+    resource = charge_resource(organization, month)
+    return list(
+        FenceEvent.objects.for_resource(resource).order_by("id").values_list("outcome", "token")
+    )
+
+
+def assert_nothing_written(organization):
+    assert not MonthlyChargeRun.objects.for_organization(organization).exists()
+    assert not MonthlyCharge.objects.for_organization(organization).exists()
+
+
+def assert_one_complete_run(organization, *, completed_by: str, units: int = 10):
+    run = MonthlyChargeRun.objects.get(organization=organization, month=MONTH)
+    charges = MonthlyCharge.objects.filter(run=run)
+    assert run.is_completed
+    assert run.completed_by == completed_by
+    assert charges.count() == units == run.charge_count
+    assert charges.values("unit").distinct().count() == units
+    return run
+
+
+# -- months ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "month"), [("2026-03", date(2026, 3, 1)), ("1999-12", date(1999, 12, 1))]
+)
+def test_parse_month_returns_first_day(text, month):
+    assert parse_month(text) == month
+
+
+@pytest.mark.parametrize(
+    ("text", "reason"),
+    [
+        ("2026-13", "must be 01 to 12"),
+        ("2026-00", "must be 01 to 12"),
+        ("2026-3", "use YYYY-MM"),
+        ("2026-03-01", "use YYYY-MM"),
+        ("March", "use YYYY-MM"),
+        ("", "use YYYY-MM"),
+        ("0000-01", "0001 or later"),
+    ],
+)
+def test_parse_month_rejects_malformed_month_with_a_clear_message(text, reason):
+    with pytest.raises(InvalidMonth) as excinfo:
+        parse_month(text)
+    assert reason in str(excinfo.value)
+    assert f'"{text}" is not a month' in str(excinfo.value)
+    assert isinstance(excinfo.value, ValueError)
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("month", [date(2026, 3, 2), datetime(2026, 3, 1, 0, 0), "2026-03"])
+def test_month_that_is_not_a_first_day_is_refused_before_locking(maple, billing, month):
+    with pytest.raises(InvalidMonth):
+        generate(maple, month=month)
+    assert_nothing_written(maple)
+    assert billing.received == []
+    assert not FenceEvent.objects.exists()
+
+
+# -- one caller ------------------------------------------------------------------------------
+
+
+@fenced
+def test_generation_inserts_one_charge_per_unit_and_bills_once(maple, billing):
+    result = generate(maple, actor="cron-a")
+
+    assert result.outcome == GENERATED and result.token == 1
+    run = assert_one_complete_run(maple, completed_by="cron-a")
+    assert run.total == MAPLE_TOTAL
+    assert run.last_fence_token == 1
+    amounts = dict(MonthlyCharge.objects.filter(run=run).values_list("unit__label", "amount"))
+    assert amounts == {u.label: u.monthly_assessment for u in maple.units.all()}
+    assert result.message == (
+        f"Generated 10 charges for Maple Court, 2026-03 (total {MAPLE_TOTAL})."
+    )
+
+    [request] = billing.received
+    assert request.idempotency_key == f"monthly-charges:{maple.pk}:2026-03"
+    assert request.token == 1
+    body = request.json
+    assert body["organization"] == {"id": maple.pk, "slug": "maple-court", "name": "Maple Court"}
+    assert body["month"] == "2026-03"
+    assert body["charge_count"] == 10
+    assert Decimal(body["total"]) == MAPLE_TOTAL
+    assert body["lines"][0] == {"unit": "M001", "amount": "201.00"}
+    assert events(maple) == [("committed", 1)]
+
+
+@fenced
+def test_repeat_is_already_generated_and_writes_and_bills_nothing_more(maple, billing):
+    generate(maple, actor="cron-a")
+    again = generate(maple, actor="cron-b")
+
+    assert again.outcome == ALREADY_GENERATED and again.token == 2
+    assert "were already generated (10 charges" in again.message
+    run = assert_one_complete_run(maple, completed_by="cron-a")
+    assert run.last_fence_token == 2  # the repeat still passed the fence
+    assert len(billing.received) == 1  # a completed run is final: nothing to bill again
+    assert events(maple) == [("committed", 1), ("already_done", 2)]
+
+
+@fenced
+def test_user_actor_must_be_staff_of_the_organization_with_the_permission(
+    maple, billing, mallory, viewer, alice
+):
+    for outsider in (mallory, viewer):
+        with pytest.raises(NotAllowed):
+            generate(maple, actor=outsider)
+    assert_nothing_written(maple)
+    assert billing.received == []
+
+    assert generate(maple, actor=alice).generated
+    assert_one_complete_run(maple, completed_by="alice")
+
+
+@fenced
+def test_busy_resource_is_refused_naming_the_holder_and_writes_nothing(maple, billing):
+    FenceLock().acquire(charge_resource(maple, MONTH), ttl=LONG_TTL, holder="bob at the front desk")
+    with pytest.raises(GenerationBusy) as excinfo:
+        generate(maple)
+    assert excinfo.value.holder.startswith("bob at the front desk on ")
+    assert "are being generated by bob at the front desk" in str(excinfo.value)
+    assert_nothing_written(maple)
+    assert billing.received == []
+    assert events(maple) == [("busy", 1)]
+
+
+@fenced
+@pytest.mark.parametrize("failure", ["status", "timeout"])
+def test_billing_failure_writes_nothing_and_is_recorded_as_failed(
+    maple, billing, settings, failure
+):
+    if failure == "status":
+        billing.status = 500
+    else:
+        settings.EXTERNAL_CALL_TIMEOUT_SECONDS = 0.2
+        billing.delay = 1
+    with pytest.raises(BillingFailed) as excinfo:
+        generate(maple)
+    assert ("HTTP 500" if failure == "status" else "timed out") in str(excinfo.value)
+    assert_nothing_written(maple)
+    assert events(maple) == [("failed", 1)]
+
+
+@fenced
+def test_redis_down_is_reported_and_writes_nothing(maple, billing, settings):
+    settings.LOCK_REDIS_URL = dead_redis_url()
+    with pytest.raises(LockServiceUnavailable) as excinfo:
+        generate(maple)
+    assert "The lock service (Redis) is unavailable" in str(excinfo.value)
+    assert_nothing_written(maple)
+    assert billing.received == []
+    assert events(maple) == [("unavailable", None)]
+
+
+@fenced
+def test_organization_without_units_completes_with_zero_total(billing):
+    empty = Organization.objects.create(name="Empty Acres", slug="empty-acres")
+    result = generate(empty)
+    assert result.generated
+    assert (result.run.charge_count, result.run.total) == (0, Decimal("0.00"))
+    assert billing.received[0].json["lines"] == []
+
+
+@fenced
+def test_lost_redis_counter_is_reseeded_from_the_database_and_retried(maple, billing, redis_client):
+    for actor in ("a", "b", "c"):
+        generate(maple, actor=actor)  # the run now records token 3
+    redis_client.delete(fence_key(charge_resource(maple, MONTH)))  # Redis lost its data
+
+    result = generate(maple, actor="d")
+
+    # The first grant got token 1 (< 3): rejected, counter raised to 3, retried with 4.
+    assert (result.outcome, result.token) == (ALREADY_GENERATED, 4)
+    assert MonthlyChargeRun.objects.get(organization=maple).last_fence_token == 4
+    assert events(maple)[-2:] == [("stale", 1), ("already_done", 4)]
+
+
+# -- races -----------------------------------------------------------------------------------
+
+
+@fenced
+def test_eight_concurrent_generations_make_one_run_and_every_loser_is_busy(maple, billing):
+    gate = billing.hold()  # the winner waits in its billing call until every loser answered
+    barrier = threading.Barrier(8, timeout=15)
+    workers = [
+        Worker(lambda n=n: generate(maple, actor=f"worker-{n}"), barrier=barrier) for n in range(8)
+    ]
+    gate.wait_arrived(1)
+    wait_until(lambda: sum(w.done.is_set() for w in workers) == 7, what="seven losers")
+    gate.release()
+    for worker in workers:
+        worker.join()
+
+    outcomes = Counter(
+        "busy" if isinstance(w.error, GenerationBusy) else w.result.outcome for w in workers
+    )
+    assert outcomes == {"busy": 7, GENERATED: 1}
+    [winner] = [w.result for w in workers if w.result is not None]
+    run = assert_one_complete_run(maple, completed_by=winner.run.completed_by)
+    assert MonthlyChargeRun.objects.count() == 1
+    assert run.last_fence_token == winner.token == 1
+    assert len(billing.received) == 1
+
+
+@fenced
+def test_paused_holder_is_rejected_by_the_fence_after_a_newer_holder_commits(
+    maple, billing, short_ttl, redis_client
+):
+    gate = billing.hold(lambda request: request.token == 1)  # holder A hangs in billing
+    holder_a = Worker(lambda: generate(maple, actor="holder-a"))
+    gate.wait_arrived(1)
+    wait_for_lease_expiry(redis_client, maple)
+
+    result_b = generate(maple, actor="holder-b")  # takes over: token 2, bills, commits
+    gate.release()
+    holder_a.join()
+
+    assert (result_b.outcome, result_b.token) == (GENERATED, 2)
+    assert isinstance(holder_a.error, GenerationSuperseded)
+    assert (holder_a.error.token, holder_a.error.recorded) == (1, 2)
+    assert "A newer holder (token 2) took over" in str(holder_a.error)
+    run = assert_one_complete_run(maple, completed_by="holder-b")
+    assert run.last_fence_token == 2
+    assert events(maple) == [("committed", 2), ("stale", 1)]
+    # The billing stand-in saw both holders, with the same key and increasing tokens.
+    seen = sorted(billing.received, key=lambda request: request.at)
+    assert [request.token for request in seen] == [1, 2]
+    assert {request.idempotency_key for request in seen} == {f"monthly-charges:{maple.pk}:2026-03"}
+
+
+@fenced
+def test_stale_holder_committing_first_leaves_newer_holder_nothing_to_write(
+    maple, billing, short_ttl, redis_client
+):
+    gate_a = billing.hold(lambda request: request.token == 1)
+    gate_b = billing.hold(lambda request: request.token == 2)
+    holder_a = Worker(lambda: generate(maple, actor="holder-a"))
+    gate_a.wait_arrived(1)
+    wait_for_lease_expiry(redis_client, maple)
+    holder_b = Worker(lambda: generate(maple, actor="holder-b"))
+    gate_b.wait_arrived(1)  # both are past acquisition, inside their billing calls
+
+    gate_a.release()  # the older holder returns first and commits (1 > 0 passes the fence)
+    holder_a.join()
+    gate_b.release()  # the newer one passes the fence (2 > 1) and must find the run done
+    holder_b.join()
+
+    assert holder_a.error is None and holder_b.error is None
+    assert (holder_a.result.outcome, holder_a.result.token) == (GENERATED, 1)
+    assert (holder_b.result.outcome, holder_b.result.token) == (ALREADY_GENERATED, 2)
+    run = assert_one_complete_run(maple, completed_by="holder-a")
+    assert run.last_fence_token == 2
+    assert events(maple) == [("committed", 1), ("already_done", 2)]
+    assert sorted(request.token for request in billing.received) == [1, 2]
+
+
+@fenced
+def test_newer_holder_waits_on_the_row_lock_of_a_holder_paused_before_commit(
+    maple, billing, short_ttl, redis_client
+):
+    db = connection.settings_dict
+    blocker = psycopg.connect(host=db["HOST"], port=db["PORT"], user=db["USER"], dbname=db["NAME"])
+    try:
+        # Holder A passes its fence UPDATE (taking the run row's lock), then blocks on its
+        # INSERT of the charges: this connection holds a lock that conflicts with it.
+        blocker.execute("LOCK TABLE charges_monthlycharge IN SHARE ROW EXCLUSIVE MODE")
+        holder_a = Worker(lambda: generate(maple, actor="holder-a"))
+        wait_until(
+            lambda: waiting_statements('INSERT INTO "charges_monthlycharge"') == 1,
+            what="holder A to block on its INSERT",
+        )
+        wait_for_lease_expiry(redis_client, maple)
+        holder_b = Worker(lambda: generate(maple, actor="holder-b"))
+        wait_until(
+            lambda: waiting_statements('UPDATE "charges_monthlychargerun"') == 1,
+            what="holder B to wait on the run row's lock",
+        )
+        assert not holder_b.done.is_set()
+    finally:
+        blocker.commit()  # A's INSERT proceeds and A commits; B's UPDATE then re-checks
+        blocker.close()
+    holder_a.join()
+    holder_b.join()
+
+    assert (holder_a.result.outcome, holder_a.result.token) == (GENERATED, 1)
+    assert (holder_b.result.outcome, holder_b.result.token) == (ALREADY_GENERATED, 2)
+    run = assert_one_complete_run(maple, completed_by="holder-a")
+    assert run.last_fence_token == 2
+    assert events(maple) == [("committed", 1), ("already_done", 2)]
+
+
+# -- selectors -------------------------------------------------------------------------------
+
+
+@fenced
+def test_monthly_totals_cover_twelve_months_with_zero_for_missing_ones(maple, billing):
+    generate(maple, month=date(2026, 3, 1))
+    generate(maple, month=date(2025, 4, 1))
+    generate(maple, month=date(2025, 3, 1))  # thirteen months back: outside the window
+
+    totals = monthly_totals(organization=maple, until=date(2026, 3, 1))
+
+    assert [month for month, _ in totals] == [date(2025, n, 1) for n in range(4, 13)] + [
+        date(2026, n, 1) for n in range(1, 4)
+    ]
+    assert dict(totals)[date(2026, 3, 1)] == MAPLE_TOTAL
+    assert dict(totals)[date(2025, 4, 1)] == MAPLE_TOTAL
+    assert sum(total for _, total in totals) == 2 * MAPLE_TOTAL

@@ -1,0 +1,258 @@
+"""The staff pages: runs by month with a chart, one run, and the generate button."""
+
+import re
+from datetime import timedelta
+
+import pytest
+from django.test import Client
+from django.urls import reverse
+
+from charges.models import MonthlyCharge, MonthlyChargeRun
+from charges.services import (
+    add_months,
+    charge_resource,
+    current_month,
+    generate_monthly_charges,
+)
+from locking import FenceLock
+from locking.models import FenceEvent
+from tests.charges_support import (
+    MONTH,
+    MONTH_ARG,
+    Worker,
+    dead_redis_url,
+    wait_for_lease_expiry,
+)
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+GENERATE_URL = f"/orgs/maple-court/charges/{MONTH_ARG}/generate/"
+RUN_URL = f"/orgs/maple-court/charges/{MONTH_ARG}/"
+RUNS_URL = "/orgs/maple-court/charges/"
+
+
+@pytest.fixture
+def billing(settings, http_stub):
+    settings.BILLING_WEBHOOK_URL = http_stub.url
+    return http_stub
+
+
+@pytest.fixture
+def alice_client(client, alice):
+    client.force_login(alice)
+    return client
+
+
+def assert_nothing_written():
+    assert not MonthlyChargeRun.objects.exists()
+    assert not MonthlyCharge.objects.exists()
+
+
+def messages_of(response) -> list[tuple[str, str]]:
+    return [(m.level_tag, m.message) for m in response.context["messages"]]
+
+
+def test_url_names_match_the_paths():
+    assert reverse("charges:runs", args=["maple-court"]) == RUNS_URL
+    assert reverse("charges:run", args=["maple-court", MONTH_ARG]) == RUN_URL
+    assert reverse("charges:generate", args=["maple-court", MONTH_ARG]) == GENERATE_URL
+
+
+def test_generate_redirects_303_to_the_run_page_with_a_message(alice_client, billing, maple):
+    response = alice_client.post(GENERATE_URL, follow=True)
+
+    assert response.redirect_chain == [(RUN_URL, 303)]
+    [(level, message)] = messages_of(response)
+    assert level == "success"
+    assert message.startswith("Generated 10 charges for Maple Court, 2026-03")
+    page = response.content.decode()
+    assert page.count("<tr><td>M0") == 10  # one row per unit
+    assert '<dd class="token">1</dd>' in page
+    run = MonthlyChargeRun.objects.get(organization=maple, month=MONTH)
+    assert (run.completed_by, run.charge_count) == ("alice", 10)
+    event = FenceEvent.objects.get()
+    assert (event.outcome, event.actor, event.ip) == ("committed", "alice", "127.0.0.1")
+
+
+def test_repeated_post_redirects_with_already_generated_and_writes_nothing_more(
+    alice_client, billing
+):
+    alice_client.post(GENERATE_URL, follow=True)  # shows (and so consumes) its own message
+    response = alice_client.post(GENERATE_URL, follow=True)
+
+    assert response.redirect_chain == [(RUN_URL, 303)]
+    [(level, message)] = messages_of(response)
+    assert level == "info"
+    assert message.startswith("Charges for Maple Court, 2026-03 were already generated")
+    assert MonthlyCharge.objects.count() == 10
+    assert len(billing.received) == 1
+
+
+def test_run_list_shows_the_runs_and_one_bar_per_month_of_the_last_year(
+    alice_client, billing, maple
+):
+    this_month = current_month()
+    generate_monthly_charges(organization=maple, month=this_month, actor="cron")
+    generate_monthly_charges(organization=maple, month=add_months(this_month, -2), actor="cron")
+
+    page = alice_client.get(RUNS_URL).content.decode()
+
+    svg = page.split("<svg")[1].split("</svg>")[0]
+    months = re.findall(r"<title>(\d{4}-\d{2}): [\d.]+</title>", svg)
+    heights = [float(h) for h in re.findall(r'<rect class="bar[^"]*"[^>]* height="([\d.]+)"', svg)]
+    assert months == [f"{add_months(this_month, n):%Y-%m}" for n in range(-11, 1)]
+    assert len(heights) == 12
+    assert heights[-1] == heights[-3] > 0  # the two generated months, equal totals
+    assert heights.count(0) == 10
+    assert page.count(f'href="/orgs/maple-court/charges/{this_month:%Y-%m}/"') >= 1
+    # This month is done, so the page offers no button for it, only the month picker.
+    assert f"/charges/{this_month:%Y-%m}/generate/" not in page
+    assert 'type="month"' in page
+
+
+@pytest.mark.django_db  # no fenced call: a rolled-back test transaction is enough
+def test_run_list_offers_generating_the_current_month(alice_client):
+    page = alice_client.get(RUNS_URL).content.decode()
+    assert f'action="/orgs/maple-court/charges/{current_month():%Y-%m}/generate/"' in page
+
+
+@pytest.mark.django_db  # no fenced call: a rolled-back test transaction is enough
+def test_month_picker_leads_to_the_month_page_with_its_button(alice_client):
+    response = alice_client.get(RUNS_URL, {"month": MONTH_ARG}, follow=True)
+
+    assert response.redirect_chain == [(RUN_URL, 302)]
+    page = response.content.decode()
+    assert "have not been generated" in page
+    assert f'action="{GENERATE_URL}"' in page
+    assert_nothing_written()
+
+
+@pytest.mark.django_db  # no fenced call: a rolled-back test transaction is enough
+def test_viewer_without_permission_sees_runs_but_no_generate_button(client, viewer):
+    client.force_login(viewer)
+    for url in (RUNS_URL, RUN_URL):
+        response = client.get(url)
+        assert response.status_code == 200
+        assert "/generate/" not in response.content.decode()
+
+
+@pytest.mark.django_db  # no fenced call: a rolled-back test transaction is enough
+@pytest.mark.parametrize(
+    ("method", "url"),
+    [
+        ("post", "/orgs/maple-court/charges/2026-13/generate/"),
+        ("post", "/orgs/maple-court/charges/march/generate/"),
+        ("get", "/orgs/maple-court/charges/2026-13/"),
+        ("get", "/orgs/maple-court/charges/?month=2026-13"),
+    ],
+)
+def test_malformed_month_answers_400_and_writes_nothing(alice_client, billing, method, url):
+    response = getattr(alice_client, method)(url)
+
+    assert response.status_code == 400
+    assert "is not a month" in response.content.decode()
+    assert_nothing_written()
+    assert billing.received == []
+
+
+@pytest.mark.django_db  # no fenced call: a rolled-back test transaction is enough
+@pytest.mark.parametrize(
+    ("persona", "url", "status"),
+    [
+        (None, GENERATE_URL, 302),  # to the login page
+        ("nobody", GENERATE_URL, 404),
+        ("mallory", GENERATE_URL, 404),  # staff of another association: not told it exists
+        ("alice", "/orgs/no-such-org/charges/2026-03/generate/", 404),
+        ("viewer", GENERATE_URL, 403),  # member without the permission
+    ],
+)
+def test_generate_is_refused_to_outsiders_and_writes_nothing(
+    request, client, billing, maple, persona, url, status
+):
+    if persona:
+        client.force_login(request.getfixturevalue(persona))
+    response = client.post(url)
+
+    assert response.status_code == status
+    if status == 302:
+        assert response["Location"].startswith("/accounts/login/")
+    assert_nothing_written()
+    assert billing.received == []
+
+
+def test_superuser_may_generate_for_any_organization(client, root, billing, maple):
+    client.force_login(root)
+    assert client.post(GENERATE_URL).status_code == 303
+    assert MonthlyChargeRun.objects.get().completed_by == "root"
+
+
+@pytest.mark.django_db  # no fenced call: a rolled-back test transaction is enough
+def test_post_without_csrf_token_is_refused(alice, billing):
+    client = Client(enforce_csrf_checks=True)
+    client.force_login(alice)
+    assert client.post(GENERATE_URL).status_code == 403
+    assert_nothing_written()
+
+
+@pytest.mark.django_db  # no fenced call: a rolled-back test transaction is enough
+def test_get_on_the_generate_url_is_not_allowed(alice_client):
+    assert alice_client.get(GENERATE_URL).status_code == 405
+    assert_nothing_written()
+
+
+def test_busy_answers_409_naming_the_holder_with_a_retry_button(alice_client, billing, maple):
+    FenceLock().acquire(
+        charge_resource(maple, MONTH), ttl=timedelta(seconds=30), holder="bob at the front desk"
+    )
+    response = alice_client.post(GENERATE_URL)
+
+    assert response.status_code == 409
+    page = response.content.decode()
+    assert '<dd class="holder">bob at the front desk on ' in page
+    assert "are being generated by bob at the front desk" in page
+    assert f'<form method="post" action="{GENERATE_URL}"' in page
+    assert_nothing_written()
+    assert billing.received == []
+
+
+def test_redis_down_answers_503_and_writes_nothing(alice_client, billing, settings):
+    settings.LOCK_REDIS_URL = dead_redis_url()
+    response = alice_client.post(GENERATE_URL)
+
+    assert response.status_code == 503
+    assert "The lock service (Redis) is unavailable" in response.content.decode()
+    assert_nothing_written()
+
+
+def test_billing_failure_answers_502_and_writes_nothing(alice_client, billing):
+    billing.status = 500
+    response = alice_client.post(GENERATE_URL)
+
+    assert response.status_code == 502
+    assert "did not accept the charges for Maple Court, 2026-03 (HTTP 500)" in (
+        response.content.decode()
+    )
+    assert_nothing_written()
+
+
+def test_request_paused_past_its_lease_answers_409_stale(
+    alice, billing, maple, settings, redis_client
+):
+    settings.CHARGES_LOCK_TTL_SECONDS = 0.3
+    gate = billing.hold(lambda request: request.token == 1)
+    client = Client()
+    client.force_login(alice)
+    paused = Worker(lambda: client.post(GENERATE_URL))
+    gate.wait_arrived(1)
+    wait_for_lease_expiry(redis_client, maple)
+    generate_monthly_charges(organization=maple, month=MONTH, actor="cron")
+    gate.release()
+    response = paused.join().result
+
+    assert response.status_code == 409
+    page = response.content.decode()
+    assert "A newer holder (token 2) took over the charges for Maple Court, 2026-03" in page
+    assert f'action="{GENERATE_URL}"' in page
+    run = MonthlyChargeRun.objects.get()
+    assert (run.completed_by, run.last_fence_token) == ("cron", 2)
+    assert MonthlyCharge.objects.count() == 10
