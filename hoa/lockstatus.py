@@ -1,39 +1,335 @@
-"""The lock status page's data: holders from Redis, recent FenceEvents from PostgreSQL,
-limited to the organizations the viewer is staff of."""
+"""What the lock status page shows, limited to what the viewer may see.
 
-from hoa.models import Organization
+A superuser sees every lease and every recorded attempt. A staff member sees only the
+resources of the organizations they are staff of. The locking app knows nothing of
+organizations, so the mapping lives here, in one place:
+
+- ``monthly-charges:org:<org_id>:<YYYY-MM>``: the organization is in the name, so its
+  leases are found with one bounded ``SCAN`` per organization (prefix
+  ``monthly-charges:org:<org_id>:``);
+- ``vendor-assignment:complaint:<complaint_id>``: the organization is the complaint's,
+  so the vendor leases are scanned once (bounded) and kept when the complaint belongs to
+  one of the viewer's organizations (one query);
+- ``FenceEvent.scope`` is ``org:<id>`` (``hoa.scopes``), so the audit trail is filtered by
+  scope in SQL.
+
+Filtering the Redis holders by the viewer's organizations (rather than by resources that
+already have audit events) matters: a lease that has just been granted has no event yet,
+and a lease of another organization must stay hidden even when its name is guessed.
+"""
+
+import re
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import date
+from datetime import datetime as dt
+
+from django import forms
+from django.db.models import QuerySet
+from django.urls import reverse
+from django.utils import timezone
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
+
+from hoa.charts import LeaseSpan, Mark, lock_timeline
+from hoa.models import Complaint, Organization
 from hoa.scopes import scope_for_organization
-from locking import FenceLock, LockUnavailable
+from locking import FenceLock, HolderInfo, LockUnavailable, validate_resource
 from locking.models import FenceEvent
 
+CHARGES_PREFIX = "monthly-charges:org:"
+VENDOR_PREFIX = "vendor-assignment:complaint:"
+# Ids of at most 18 digits fit a bigint: a stray key with a longer number is no row of ours.
+_CHARGES_RESOURCE = re.compile(r"^monthly-charges:org:(?P<org>\d{1,18}):(?P<month>\d{4}-\d{2})$")
+_VENDOR_RESOURCE = re.compile(r"^vendor-assignment:complaint:(?P<complaint>\d{1,18})$")
 
-def lock_status_context(request, *, limit: int = 200) -> dict:
-    user = request.user
-    scopes = None
-    if not user.is_superuser:
-        scopes = {scope_for_organization(org) for org in Organization.objects.for_user(user)}
-    events = FenceEvent.objects.all()
-    if scopes is not None:
-        events = events.in_scopes(scopes)
-    outcome = request.GET.get("outcome", "")
-    if outcome in FenceEvent.Outcome.values:
-        events = events.filter(outcome=outcome)
-    resource = request.GET.get("resource", "")[:200]
-    if resource:
-        events = events.filter(resource=resource)
-    holders, redis_error = [], ""
-    try:
-        holders = FenceLock().holders(limit=limit)
-    except LockUnavailable as exc:
-        redis_error = exc.reason
-    if scopes is not None:
-        visible = set(events.values_list("resource", flat=True).distinct()[:1000])
-        holders = [h for h in holders if h.resource in visible]
-    return {
-        "holders": holders,
-        "events": events[:100],
-        "redis_error": redis_error,
-        "outcomes": FenceEvent.Outcome.choices,
-        "selected_outcome": outcome,
-        "selected_resource": resource,
+# Bounds: SCAN stops after this many leases per prefix (leases live seconds, so far fewer
+# are ever held at once); the counters table covers at most this many resources.
+HOLDER_SCAN_LIMIT = 200
+COUNTER_LIMIT = 25
+EVENTS_PER_PAGE = 50
+TIMELINE_EVENTS = 60
+
+
+@dataclass(frozen=True)
+class Viewer:
+    """Whose page this is: every organization (superuser) or the ones they are staff of."""
+
+    organization_ids: frozenset[int] | None  # None means every organization
+
+    @classmethod
+    def of(cls, user) -> "Viewer":
+        if user.is_superuser and user.is_active:
+            return cls(organization_ids=None)
+        ids = Organization.objects.for_user(user).values_list("pk", flat=True)
+        return cls(organization_ids=frozenset(ids))
+
+    @property
+    def sees_everything(self) -> bool:
+        return self.organization_ids is None
+
+    def may_see_resource(self, info: "ResourceInfo") -> bool:
+        if self.organization_ids is None:
+            return True
+        return info.organization is not None and info.organization.pk in self.organization_ids
+
+    def events(self) -> QuerySet:
+        """The audit events this viewer may read."""
+        events = FenceEvent.objects.all()
+        if self.organization_ids is None:
+            return events
+        scopes = {scope_for_organization(Organization(pk=pk)) for pk in self.organization_ids}
+        return events.in_scopes(scopes)
+
+
+@dataclass(frozen=True)
+class ResourceInfo:
+    """A resource name turned into what it means for the people who run the association."""
+
+    resource: str
+    organization: Organization | None = None
+    description: str = ""
+    # The fence as PostgreSQL recorded it (the run's or complaint's last_fence_token).
+    recorded_token: int | None = None
+    url: str = ""
+
+
+def describe_resources(resources: Iterable[str]) -> dict[str, ResourceInfo]:
+    """Map resource names to their organization, meaning, page and recorded fence token."""
+    resources = set(resources)
+    charges: dict[str, tuple[int, date]] = {}
+    complaints: dict[str, int] = {}
+    for resource in resources:
+        if match := _CHARGES_RESOURCE.match(resource):
+            month = _month(match["month"])
+            if month is not None:
+                charges[resource] = (int(match["org"]), month)
+        elif match := _VENDOR_RESOURCE.match(resource):
+            complaints[resource] = int(match["complaint"])
+    complaint_rows = {
+        complaint.pk: complaint
+        for complaint in Complaint.objects.filter(pk__in=complaints.values()).only(
+            "pk", "title", "organization_id", "last_fence_token"
+        )
     }
+    org_ids = {org_id for org_id, _month in charges.values()}
+    org_ids |= {complaint.organization_id for complaint in complaint_rows.values()}
+    organizations = Organization.objects.in_bulk(org_ids)
+    run_tokens = _charge_run_tokens(organizations, charges.values())
+
+    described = {resource: ResourceInfo(resource=resource) for resource in resources}
+    for resource, (org_id, month) in charges.items():
+        organization = organizations.get(org_id)
+        described[resource] = ResourceInfo(
+            resource=resource,
+            organization=organization,
+            description=_("Monthly charges for %(month)s") % {"month": f"{month:%B %Y}"},
+            recorded_token=run_tokens.get((org_id, month)),
+            url=reverse("charges:run", args=[organization.slug, f"{month:%Y-%m}"])
+            if organization
+            else "",
+        )
+    for resource, complaint_id in complaints.items():
+        complaint = complaint_rows.get(complaint_id)
+        organization = organizations.get(complaint.organization_id) if complaint else None
+        described[resource] = ResourceInfo(
+            resource=resource,
+            organization=organization,
+            description=_("Vendor for complaint #%(id)s %(title)s")
+            % {"id": complaint_id, "title": complaint.title if complaint else ""},
+            recorded_token=complaint.last_fence_token if complaint else None,
+            url=reverse("vendors:complaint", args=[organization.slug, complaint_id])
+            if organization
+            else "",
+        )
+    return described
+
+
+def _month(text: str) -> date | None:
+    try:
+        return dt.strptime(text, "%Y-%m").date()
+    except ValueError:
+        return None
+
+
+def _charge_run_tokens(organizations, wanted) -> dict[tuple[int, date], int]:
+    """Return {(org id, month): last_fence_token} of the charge runs that exist."""
+    months_by_org = defaultdict(set)
+    for org_id, month in wanted:
+        months_by_org[org_id].add(month)
+    tokens = {}
+    for org_id, months in months_by_org.items():
+        organization = organizations.get(org_id)
+        if organization is None:
+            continue
+        # Through the reverse relation: hoa does not import the charges app.
+        for month, token in organization.charge_runs.filter(month__in=months).values_list(
+            "month", "last_fence_token"
+        ):
+            tokens[(org_id, month)] = token
+    return tokens
+
+
+@dataclass
+class Holders:
+    leases: list[HolderInfo] = field(default_factory=list)
+    truncated: bool = False  # a SCAN bound was reached: there may be more
+    error: str = ""  # Redis unreachable
+    info: dict[str, "ResourceInfo"] = field(default_factory=dict)
+
+    @property
+    def rows(self) -> list[tuple[HolderInfo, "ResourceInfo"]]:
+        return [(holder, self.info[holder.resource]) for holder in self.leases]
+
+
+def visible_holders(viewer: Viewer, *, lock: FenceLock, limit: int = HOLDER_SCAN_LIMIT) -> Holders:
+    """Return the current leases the viewer may see, each SCAN bounded by ``limit``."""
+    if viewer.organization_ids is not None and not viewer.organization_ids:
+        return Holders()
+    if viewer.sees_everything:
+        prefixes = [""]
+    else:
+        prefixes = [f"{CHARGES_PREFIX}{pk}:" for pk in sorted(viewer.organization_ids)]
+        prefixes.append(VENDOR_PREFIX)
+    found: dict[str, HolderInfo] = {}
+    truncated = False
+    try:
+        for prefix in prefixes:
+            batch = lock.holders(prefix=prefix, limit=limit)
+            truncated = truncated or len(batch) >= limit
+            found.update((holder.resource, holder) for holder in batch)
+    except LockUnavailable as exc:
+        return Holders(error=exc.reason)
+    described = describe_resources(found)
+    leases = [
+        holder
+        for holder in sorted(found.values(), key=lambda holder: holder.resource)
+        if viewer.may_see_resource(described[holder.resource])
+    ]
+    return Holders(
+        leases=leases,
+        truncated=truncated,
+        info={holder.resource: described[holder.resource] for holder in leases},
+    )
+
+
+@dataclass(frozen=True)
+class CounterRow:
+    info: ResourceInfo
+    redis_counter: int | None
+
+    @property
+    def behind(self) -> bool:
+        """Redis's counter is below what PostgreSQL recorded: the counter was lost.
+
+        The next grant is rejected by the fence, reseeds the counter and retries once.
+        """
+        return (
+            self.redis_counter is not None
+            and self.info.recorded_token is not None
+            and self.redis_counter < self.info.recorded_token
+        )
+
+
+def fence_counters(
+    viewer: Viewer, resources: Iterable[str], *, lock: FenceLock
+) -> tuple[list[CounterRow], str]:
+    """Return Redis's counter next to PostgreSQL's recorded token for each visible resource."""
+    described = describe_resources(list(dict.fromkeys(resources))[:COUNTER_LIMIT])
+    rows = []
+    try:
+        for resource in sorted(described):
+            info = described[resource]
+            if not viewer.may_see_resource(info):
+                continue
+            rows.append(CounterRow(info=info, redis_counter=lock.current_token(resource)))
+    except LockUnavailable as exc:
+        return rows, exc.reason
+    return rows, ""
+
+
+def _validate_resource_field(value: str) -> None:
+    try:
+        validate_resource(value)
+    except ValueError as exc:
+        raise forms.ValidationError(str(exc)) from None
+
+
+class EventFilterForm(forms.Form):
+    """The filters above the audit table; every field optional."""
+
+    outcome = forms.ChoiceField(
+        label=gettext_lazy("Outcome"),
+        required=False,
+        choices=[("", gettext_lazy("All outcomes")), *FenceEvent.Outcome.choices],
+    )
+    operation = forms.CharField(label=gettext_lazy("Operation"), required=False, max_length=50)
+    resource = forms.CharField(
+        label=gettext_lazy("Resource"),
+        required=False,
+        max_length=200,
+        validators=[_validate_resource_field],
+    )
+    page = forms.IntegerField(required=False, min_value=1, widget=forms.HiddenInput)
+
+    def filter(self, events: QuerySet) -> QuerySet:
+        data = self.cleaned_data
+        if data.get("outcome"):
+            events = events.filter(outcome=data["outcome"])
+        if data.get("operation"):
+            events = events.filter(operation=data["operation"])
+        if data.get("resource"):
+            events = events.for_resource(data["resource"])
+        return events
+
+
+def operations_seen(viewer: Viewer) -> list[str]:
+    """The operation names in the viewer's audit trail, for the filter's choices."""
+    return list(
+        viewer.events()
+        .exclude(operation="")
+        .order_by("operation")
+        .values_list("operation", flat=True)
+        .distinct()[:50]
+    )
+
+
+def resource_timeline(viewer: Viewer, resource: str, *, holder: HolderInfo | None):
+    """Draw the viewer-visible history of ``resource`` (and its current lease) as SVG."""
+    events = list(viewer.events().for_resource(resource)[:TIMELINE_EVENTS])
+    events.reverse()  # oldest first, left to right
+    marks = [
+        Mark(
+            at=event.at,
+            outcome=event.outcome,
+            token=event.token,
+            title=_("%(outcome)s · token %(token)s · %(actor)s · %(detail)s")
+            % {
+                "outcome": event.get_outcome_display(),
+                "token": event.token if event.token is not None else "—",
+                "actor": event.actor or "—",
+                "detail": event.detail or "",
+            },
+        )
+        for event in events
+    ]
+    lease = None
+    if holder is not None:
+        start = holder.acquired_at or timezone.now()
+        lease = LeaseSpan(
+            start=start,
+            end=max(holder.expires_at, start),
+            token=holder.token,
+            title=_("Held by %(holder)s, token %(token)s")
+            % {
+                "holder": holder.label or holder.owner,
+                "token": holder.token,
+            },
+        )
+    return lock_timeline(
+        marks,
+        lanes=FenceEvent.Outcome.choices,
+        lease=lease,
+        title=_("Timeline of %(resource)s") % {"resource": resource},
+    )

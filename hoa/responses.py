@@ -1,26 +1,66 @@
 """Answers shared by the staff pages of both apps (the 409 page, error pages)."""
 
+from collections.abc import Iterable, Mapping
+
 from django.shortcuts import render
 
 
-def conflict(request, *, title: str, message: str, lease=None, winner=None, retry_url=""):
+def conflict(
+    request,
+    *,
+    title: str,
+    message: str,
+    lease=None,
+    winner=None,
+    retry_url="",
+    template_name: str = "hoa/conflict.html",
+    extra_context: dict | None = None,
+    retry_fields: Mapping[str, str] | Iterable[tuple[str, str]] | None = None,
+):
     """Render the 409 page: who holds the lock or won, since and until when, what to do.
 
     ``lease`` is a ``LockHeld`` (holder, acquired_at, expires_at, retry_after) when the
-    resource is busy; ``winner`` describes the holder whose work already won.
+    resource is busy; ``winner`` describes the holder whose work already won. A page whose
+    retry must resend form fields passes a template extending ``hoa/conflict.html`` that
+    fills its ``retry_fields`` block, and the values in ``extra_context``.
+
+    The retry button re-posts ``retry_fields`` as hidden inputs; by default, the fields of
+    the POST being answered (so "Try again" repeats exactly what was asked).
     """
+    if retry_fields is None:
+        retry_fields = _posted_fields(request)
     return render(
         request,
-        "hoa/conflict.html",
+        template_name,
         {
+            **(extra_context or {}),
             "title": title,
             "message": message,
             "busy": lease,
             "winner": winner,
             "retry_url": retry_url,
+            "retry_fields": _as_pairs(retry_fields),
         },
         status=409,
     )
+
+
+def _posted_fields(request) -> list[tuple[str, str]]:
+    """The submitted form fields, without the CSRF token (the retry form adds a fresh one)."""
+    if request.method != "POST":
+        return []
+    return [
+        (name, value)
+        for name, values in request.POST.lists()
+        if name != "csrfmiddlewaretoken"
+        for value in values
+    ]
+
+
+def _as_pairs(fields) -> list[tuple[str, str]]:
+    if isinstance(fields, Mapping):
+        return [(str(name), str(value)) for name, value in fields.items()]
+    return [(str(name), str(value)) for name, value in fields]
 
 
 def error_page(request, status: int, title: str, message: str):

@@ -1,0 +1,216 @@
+"""Small server-side SVG charts for the staff pages: no JavaScript, no CDN, no library.
+
+Two pictures are enough here: a bar chart (monthly totals, attempts per outcome) and the
+lock timeline of one resource (its grants and rejections over time, coloured by outcome).
+Both return markup built with ``format_html``, so every label is escaped; colours come
+from CSS classes (``site.css``), so the charts follow the site's palette.
+"""
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from decimal import Decimal
+
+from django.utils.html import format_html, format_html_join
+from django.utils.safestring import SafeString
+from django.utils.timezone import localtime
+from django.utils.translation import gettext as _
+
+
+@dataclass(frozen=True)
+class Bar:
+    label: str
+    value: Decimal | int | float
+    # Shown on hover; defaults to "<label>: <value>".
+    title: str = ""
+    # Extra CSS class, e.g. an outcome name, to colour one bar differently.
+    css_class: str = ""
+
+
+def _number(value: float) -> str:
+    """Format an SVG coordinate: short, locale-independent."""
+    return f"{value:.1f}".rstrip("0").rstrip(".")
+
+
+def bar_chart(
+    bars: Sequence[Bar],
+    *,
+    title: str,
+    width: int = 640,
+    height: int = 200,
+    value_format=str,
+) -> SafeString:
+    """Render ``bars`` as an SVG bar chart, one ``<rect class="bar">`` per bar."""
+    if not bars:
+        return format_html('<p class="empty">{}</p>', _("Nothing to chart yet."))
+    top, bottom, side = 22, 24, 8
+    plot_height = height - top - bottom
+    highest = max((float(bar.value) for bar in bars), default=0.0) or 1.0
+    slot = (width - 2 * side) / len(bars)
+    bar_width = max(slot * 0.7, 1.0)
+    parts = []
+    for index, bar in enumerate(bars):
+        value = float(bar.value)
+        bar_height = plot_height * max(value, 0.0) / highest
+        x = side + index * slot + (slot - bar_width) / 2
+        y = top + plot_height - bar_height
+        center = x + bar_width / 2
+        shown = value_format(bar.value)
+        parts.append(
+            format_html(
+                "<g><title>{title}</title>"
+                '<rect class="bar {extra}" x="{x}" y="{y}" width="{w}" height="{h}" rx="2"/>'
+                '<text class="value" x="{cx}" y="{vy}" text-anchor="middle">{shown}</text>'
+                '<text class="label" x="{cx}" y="{ly}" text-anchor="middle">{label}</text></g>',
+                title=bar.title or f"{bar.label}: {shown}",
+                extra=bar.css_class,
+                x=_number(x),
+                y=_number(y),
+                w=_number(bar_width),
+                h=_number(bar_height),
+                cx=_number(center),
+                vy=_number(max(y - 5, 12)),
+                ly=_number(height - 8),
+                shown=shown if value else "",
+                label=bar.label,
+            )
+        )
+    return format_html(
+        '<svg class="chart bars" viewBox="0 0 {w} {h}" role="img" aria-label="{title}" '
+        'xmlns="http://www.w3.org/2000/svg"><title>{title}</title>'
+        '<line class="axis" x1="{side}" y1="{base}" x2="{right}" y2="{base}"/>{bars}</svg>',
+        w=width,
+        h=height,
+        title=title,
+        side=side,
+        right=width - side,
+        base=_number(top + plot_height),
+        bars=format_html_join("", "{}", ((part,) for part in parts)),
+    )
+
+
+@dataclass(frozen=True)
+class Mark:
+    """One fenced attempt on the timeline."""
+
+    at: datetime
+    outcome: str  # a FenceEvent outcome; also the mark's CSS class
+    token: int | None
+    title: str  # hover text: what happened, who, why
+
+
+@dataclass(frozen=True)
+class LeaseSpan:
+    """The lease held right now, drawn as a bar from its grant to its expiry."""
+
+    start: datetime
+    end: datetime
+    token: int | None
+    title: str
+
+
+def lock_timeline(
+    marks: Sequence[Mark],
+    *,
+    lanes: Sequence[tuple[str, str]],
+    lease: LeaseSpan | None = None,
+    title: str,
+    width: int = 900,
+) -> SafeString:
+    """Render one resource's attempts as an SVG: x = time, one lane per outcome.
+
+    ``lanes`` is the (outcome, label) order top to bottom; a lane is drawn only when a
+    mark uses it. Each mark carries its token as a label (``#7``), so the order in which
+    tokens were granted and rejected reads straight off the picture.
+    """
+    if not marks and lease is None:
+        return format_html('<p class="empty">{}</p>', _("No attempts recorded for this resource."))
+    used = {mark.outcome for mark in marks}
+    rows = [(outcome, label) for outcome, label in lanes if outcome in used]
+    if lease is not None:
+        rows.insert(0, ("lease", _("Held now")))
+    label_width, right, top, lane_height, axis_height = 150, 24, 12, 34, 26
+    height = top + lane_height * len(rows) + axis_height
+    moments = [mark.at for mark in marks]
+    if lease is not None:
+        moments += [lease.start, lease.end]
+    start, end = min(moments), max(moments)
+    if end - start < timedelta(seconds=2):
+        # A single moment (or a burst within it): give the picture some width.
+        start, end = start - timedelta(seconds=1), end + timedelta(seconds=1)
+    span = (end - start).total_seconds()
+    plot_left, plot_width = label_width, width - label_width - right
+
+    def x_of(moment: datetime) -> float:
+        return plot_left + plot_width * (moment - start).total_seconds() / span
+
+    lane_y = {outcome: top + lane_height * index for index, (outcome, _label) in enumerate(rows)}
+    parts = [
+        format_html(
+            '<g class="lane"><line class="grid" x1="{x1}" y1="{y}" x2="{x2}" y2="{y}"/>'
+            '<text class="lane-label" x="{lx}" y="{ty}">{label}</text></g>',
+            x1=plot_left,
+            x2=width - right,
+            y=_number(y + lane_height / 2),
+            lx=8,
+            ty=_number(y + lane_height / 2 + 4),
+            label=label,
+        )
+        for outcome, label in rows
+        for y in [lane_y[outcome]]
+    ]
+    if lease is not None:
+        y = lane_y["lease"] + lane_height / 2
+        x1, x2 = x_of(lease.start), x_of(lease.end)
+        parts.append(
+            format_html(
+                '<g class="lease"><title>{title}</title>'
+                '<rect x="{x}" y="{y}" width="{w}" height="12" rx="3"/>'
+                '<text class="token" x="{x}" y="{ty}">{token}</text></g>',
+                title=lease.title,
+                x=_number(x1),
+                y=_number(y - 6),
+                w=_number(max(x2 - x1, 2.0)),
+                ty=_number(y - 9),
+                token=f"#{lease.token}" if lease.token is not None else "",
+            )
+        )
+    for mark in marks:
+        y = lane_y[mark.outcome] + lane_height / 2
+        x = x_of(mark.at)
+        parts.append(
+            format_html(
+                '<g class="mark {outcome}"><title>{title}</title>'
+                '<circle cx="{x}" cy="{y}" r="6"/>'
+                '<text class="token" x="{x}" y="{ty}" text-anchor="middle">{token}</text></g>',
+                outcome=mark.outcome,
+                title=mark.title,
+                x=_number(x),
+                y=_number(y),
+                ty=_number(y - 9),
+                token=f"#{mark.token}" if mark.token is not None else "",
+            )
+        )
+    axis_y = top + lane_height * len(rows) + 16
+    local_start, local_end = localtime(start), localtime(end)
+    parts.append(
+        format_html(
+            '<g class="time-axis"><text x="{x1}" y="{y}">{start}</text>'
+            '<text x="{x2}" y="{y}" text-anchor="end">{end}</text></g>',
+            x1=plot_left,
+            x2=width - right,
+            y=axis_y,
+            start=f"{local_start:%Y-%m-%d %H:%M:%S}",
+            end=f"{local_end:%H:%M:%S}"
+            if local_start.date() == local_end.date()
+            else f"{local_end:%Y-%m-%d %H:%M:%S}",
+        )
+    )
+    return format_html(
+        '<svg class="chart timeline" viewBox="0 0 {w} {h}" role="img" aria-label="{title}" '
+        'xmlns="http://www.w3.org/2000/svg"><title>{title}</title>{parts}</svg>',
+        w=width,
+        h=height,
+        title=title,
+        parts=format_html_join("", "{}", ((part,) for part in parts)),
+    )

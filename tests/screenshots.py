@@ -1,0 +1,141 @@
+"""Screenshots of the main staff pages for docs/screenshots/ (and the README).
+
+Not part of the suite (the file name does not start with ``test_``); run it on purpose:
+
+    TEST_DATABASE_NAME=test_hoa_screens REDIS_URL=redis://127.0.0.1:56379/9 \\
+        .venv/bin/python -m pytest tests/screenshots.py -p no:cacheprovider
+
+It seeds the demo data into the test database, produces some history through the real
+services (charge runs of past months, vendor assignments, a refused busy attempt, a stale
+holder rejected by the fence), holds two leases, and photographs the pages as ``alice``.
+"""
+
+import contextlib
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from django.db import transaction
+from django.utils import timezone
+
+from charges.models import MonthlyChargeRun
+from charges.services import (
+    GenerationBusy,
+    add_months,
+    charge_resource,
+    current_month,
+    generate_monthly_charges,
+)
+from hoa.demo import DEMO_PASSWORD, seed_demo
+from hoa.models import Complaint, Organization
+from hoa.scopes import scope_for_organization
+from locking import FenceLock, StaleFencingToken, advance_fence, record_fence_event
+from tests.test_browser_staff import chromium, site  # noqa: F401 - fixtures
+from vendors.models import Vendor
+from vendors.services import assign_vendor, assignment_resource
+
+OUT = Path(__file__).resolve().parent.parent / "docs" / "screenshots"
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+
+def _history(lock: FenceLock) -> dict:
+    """Past charge runs, assignments, a busy and a stale attempt, through the services."""
+    from django.contrib.auth import get_user_model
+
+    alice = get_user_model().objects.get(username="alice")
+    maple = Organization.objects.get(slug="maple-court")
+    month = current_month()
+    for back in range(5, 0, -1):
+        generate_monthly_charges(organization=maple, month=add_months(month, -back), actor=alice)
+
+    # A busy attempt: the cron host holds this month's lease while Alice tries.
+    busy = lock.acquire(charge_resource(maple, month), ttl=timedelta(seconds=30), holder="cron")
+    with busy, contextlib.suppress(GenerationBusy):
+        generate_monthly_charges(organization=maple, month=month, actor=alice)
+
+    # A paused holder: its lease was re-granted to a newer holder, whose write is recorded;
+    # the old holder's late write is rejected by the fence.
+    last = add_months(month, -1)
+    resource = charge_resource(maple, last)
+    old = lock.acquire(resource, ttl=timedelta(milliseconds=50), holder="worker-2")
+    newer = lock.acquire(resource, ttl=timedelta(seconds=5), wait=timedelta(seconds=2))
+    run = MonthlyChargeRun.objects.filter(organization=maple, month=last)
+    with transaction.atomic():
+        advance_fence(run, newer.token)
+    newer.release()
+    record_fence_event(
+        resource=resource,
+        outcome="already_done",
+        token=newer.token,
+        actor="worker-3",
+        detail="the run was already completed",
+        scope=scope_for_organization(maple),
+        operation="monthly-charges",
+    )
+    try:
+        with transaction.atomic():
+            advance_fence(run, old.token)
+    except StaleFencingToken as exc:
+        record_fence_event(
+            resource=resource,
+            outcome="stale",
+            token=old.token,
+            actor="worker-2",
+            detail=f"a newer holder recorded token {exc.recorded}",
+            scope=scope_for_organization(maple),
+            operation="monthly-charges",
+        )
+
+    complaints = list(Complaint.objects.filter(organization=maple).order_by("pk"))
+    plumber = Vendor.objects.get(name="Pipe Pros Plumbing")
+    gardener = Vendor.objects.get(name="Evergreen Landscaping")
+    assign_vendor(complaint=complaints[0], vendor=plumber, actor=alice)
+    assign_vendor(complaint=complaints[1], vendor=gardener, actor=alice)
+    assign_vendor(complaint=complaints[1], vendor=plumber, actor=alice, reassign=True)
+    Complaint.objects.overdue().update(sla_breached_at=timezone.now())
+    return {"maple": maple, "complaints": complaints, "plumber": plumber}
+
+
+def test_take_screenshots(chromium, site, redis_client):  # noqa: F811 - fixtures
+    seed_demo()
+    lock = FenceLock()
+    facts = _history(lock)
+    maple, complaint = facts["maple"], facts["complaints"][2]
+    OUT.mkdir(parents=True, exist_ok=True)
+
+    context = chromium.new_context(viewport={"width": 1280, "height": 800})
+    page = context.new_page()
+    page.goto(f"{site}/accounts/login/")
+    page.screenshot(path=OUT / "login.png")
+    page.fill("#id_username", "alice")
+    page.fill("#id_password", DEMO_PASSWORD)
+    page.click("button[type=submit]")
+    page.wait_for_url(f"{site}/orgs/")
+    page.screenshot(path=OUT / "organizations.png", full_page=True)
+
+    page.goto(f"{site}/orgs/{maple.slug}/")
+    page.screenshot(path=OUT / "dashboard.png", full_page=True)
+    page.goto(f"{site}/orgs/{maple.slug}/charges/")
+    page.screenshot(path=OUT / "charges.png", full_page=True)
+
+    # Two leases held while the pages are photographed: another worker generating next
+    # month's charges, and Bob assigning a vendor to the complaint Alice opens.
+    next_month = add_months(current_month(), 1)
+    with (
+        lock.acquire(charge_resource(maple, next_month), ttl=timedelta(seconds=60), holder="cron"),
+        lock.acquire(assignment_resource(complaint.pk), ttl=timedelta(seconds=30), holder="bob"),
+    ):
+        page.goto(f"{site}/orgs/{maple.slug}/complaints/{complaint.pk}/")
+        page.select_option("select[name=vendor]", str(facts["plumber"].pk))
+        page.screenshot(path=OUT / "complaint.png", full_page=True)
+        page.click("form[action$='/assign/'] button[type=submit]")
+        page.wait_for_selector("[data-testid=conflict]")
+        page.screenshot(path=OUT / "conflict-409.png", full_page=True)
+        page.goto(f"{site}/ops/locks/")
+        page.screenshot(path=OUT / "locks.png", full_page=True)
+        resource = charge_resource(maple, add_months(current_month(), -1))
+        page.goto(f"{site}/ops/locks/?resource={resource}")
+        page.locator("#timeline").screenshot(path=OUT / "lock-timeline.png")
+    page.goto(f"{site}/orgs/{maple.slug}/no-such-page/")
+    page.screenshot(path=OUT / "not-found.png")
+    context.close()
