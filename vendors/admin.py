@@ -1,7 +1,19 @@
-from django.contrib import admin
+from django.contrib import admin, messages
+from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
+from django.template.response import TemplateResponse
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
 
+from hoa.access import client_ip
+from hoa.admin import ComplaintAdmin as BaseComplaintAdmin
 from hoa.admin_mixins import TenantAdminMixin
+from hoa.models import Complaint, Organization
+from locking import LockUnavailable
+from vendors import selectors
+from vendors.answers import BAD_REQUEST, RETRYABLE, refusal_message, result_message
+from vendors.forms import AssignVendorForm
 from vendors.models import Vendor, VendorAssignment, VendorContract
+from vendors.services import ASSIGN_PERMISSION, DispatchFailed, assign_vendor
 
 
 class VendorContractInline(admin.TabularInline):
@@ -37,3 +49,102 @@ class VendorAssignmentAdmin(TenantAdminMixin, admin.ModelAdmin):
 
     def has_change_permission(self, request, obj=None):
         return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False  # the history is the record of who sent whom, and when
+
+
+class VendorAssignmentInline(admin.TabularInline):
+    """The complaint's assignment history, newest first, read-only."""
+
+    model = VendorAssignment
+    extra = 0
+    can_delete = False
+    verbose_name_plural = gettext_lazy("Vendor assignment history")
+    fields = readonly_fields = [
+        "vendor",
+        "active",
+        "fence_token",
+        "assigned_at",
+        "actor_label",
+        "deactivated_at",
+    ]
+    ordering = ["-assigned_at", "-pk"]
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+
+# The hoa app must not know about vendors, so the Complaint admin gains its vendor action
+# and history here, by replacing the registration with a subclass.
+admin.site.unregister(Complaint)
+
+
+@admin.register(Complaint)
+class ComplaintAdmin(BaseComplaintAdmin):
+    list_display = [*BaseComplaintAdmin.list_display, "current_vendor"]
+    inlines = [*BaseComplaintAdmin.inlines, VendorAssignmentInline]
+    actions = ["assign_vendor"]
+
+    def get_queryset(self, request):
+        return selectors.with_current_vendor(super().get_queryset(request))
+
+    @admin.display(description=gettext_lazy("vendor"), ordering="current_vendor_name")
+    def current_vendor(self, obj):
+        return obj.current_vendor_name or "—"
+
+    def has_assign_vendor_permission(self, request) -> bool:
+        return request.user.has_perm(ASSIGN_PERMISSION)
+
+    @admin.action(description=gettext_lazy("Assign vendor…"), permissions=["assign_vendor"])
+    def assign_vendor(self, request, queryset):
+        """Ask for a vendor (only those under contract today), then assign each complaint."""
+        organization_ids = set(queryset.values_list("organization_id", flat=True))
+        if not organization_ids:  # the selected ids are not in this user's queryset
+            self.message_user(
+                request, _("None of the selected complaints could be found."), messages.ERROR
+            )
+            return None
+        if len(organization_ids) > 1:
+            self.message_user(
+                request, _("Choose complaints of one association at a time."), messages.ERROR
+            )
+            return None
+        organization = Organization.objects.get(pk=organization_ids.pop())
+        applying = "apply" in request.POST
+        form = AssignVendorForm(request.POST if applying else None, organization=organization)
+        if applying and form.is_valid():
+            for complaint in queryset:
+                self._assign_one(request, complaint, form.cleaned_data)
+            return None
+        context = {
+            **self.admin_site.each_context(request),
+            "title": _("Assign a vendor"),
+            "opts": self.model._meta,
+            "organization": organization,
+            "complaints": queryset,
+            "form": form,
+            "action_checkbox_name": ACTION_CHECKBOX_NAME,
+            "action": "assign_vendor",
+        }
+        return TemplateResponse(request, "vendors/admin/assign_vendor.html", context)
+
+    def _assign_one(self, request, complaint, data) -> None:
+        try:
+            result = assign_vendor(
+                complaint=complaint,
+                vendor=data["vendor"],
+                actor=request.user,
+                reassign=data["reassign"],
+                ip=client_ip(request),
+            )
+        except RETRYABLE as exc:
+            self.message_user(request, refusal_message(complaint, exc), messages.WARNING)
+        except (*BAD_REQUEST, DispatchFailed, LockUnavailable) as exc:
+            self.message_user(request, refusal_message(complaint, exc), messages.ERROR)
+        else:
+            level = messages.INFO if result.already_done else messages.SUCCESS
+            self.message_user(request, result_message(result), level)

@@ -4,6 +4,10 @@ from vendors import views
 
 app_name = "vendors"
 
+# Included under orgs/<slug:org_slug>/ (hoa/urls.py).
 urlpatterns = [
     path("complaints/", views.ComplaintListView.as_view(), name="complaints"),
+    path("complaints/<int:pk>/", views.ComplaintDetailView.as_view(), name="complaint"),
+    path("complaints/<int:pk>/assign/", views.AssignVendorView.as_view(), name="assign"),
+    path("vendors/", views.VendorListView.as_view(), name="vendors"),
 ]

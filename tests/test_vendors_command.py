@@ -1,0 +1,319 @@
+"""``manage.py assign_vendor``: exit 0 / 75 / 1 with one line, never a traceback."""
+
+import subprocess
+import sys
+from datetime import timedelta
+from io import StringIO
+
+import pytest
+from django.core.management import CommandError, call_command
+
+from hoa.models import Complaint
+from tests.conftest import BASE_DIR, run_manage
+from tests.vendors_support import (
+    FAST_PASSWORD_HASHERS,
+    WAIT,
+    active_assignments,
+    active_vendor,
+    state_of,
+    vendor_with_contract,
+    wait_until,
+)
+from vendors.models import VendorAssignment
+from vendors.services import assign_vendor, assignment_resource
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture(autouse=True)
+def fast_password_hashing(settings):
+    settings.PASSWORD_HASHERS = FAST_PASSWORD_HASHERS
+
+
+@pytest.fixture
+def complaint(maple):
+    return Complaint.objects.create(organization=maple, title="Broken gate")
+
+
+@pytest.fixture
+def pipe(maple):
+    return active_vendor("Pipe Pros", maple)
+
+
+@pytest.fixture
+def green(maple):
+    return active_vendor("Evergreen", maple)
+
+
+@pytest.fixture
+def env(subprocess_env, http_stub):
+    return {**subprocess_env, "VENDOR_DISPATCH_URL": http_stub.url}
+
+
+def manage(env, complaint_id, vendor_id, *extra):
+    return run_manage(
+        "assign_vendor",
+        "--complaint",
+        str(complaint_id),
+        "--vendor",
+        str(vendor_id),
+        *extra,
+        env=env,
+    )
+
+
+def call(*args: str) -> tuple[int, str]:
+    """Run the command in this process: (exit status, its one line). Faster than a child
+    process for the many input cases; the child-process tests prove the real exit codes."""
+    out = StringIO()
+    try:
+        call_command("assign_vendor", *args, stdout=out, stderr=StringIO())
+    except CommandError as exc:
+        return exc.returncode, str(exc)
+    return 0, out.getvalue().strip()
+
+
+def one_line(text: str) -> str:
+    """The command's own message: the one line that is not a log record."""
+    lines = [line for line in text.splitlines() if line and " INFO " not in line]
+    assert len(lines) == 1, text
+    assert "Traceback" not in text
+    return lines[0]
+
+
+def test_assigns_and_prints_one_line(env, complaint, pipe, http_stub):
+    done = manage(env, complaint.pk, pipe.pk)
+
+    assert done.returncode == 0, done.stderr
+    assert one_line(done.stdout) == f"Pipe Pros is assigned to complaint #{complaint.pk} (token 1)."
+    [active] = active_assignments(complaint)
+    assert (active.vendor, active.fence_token) == (pipe, 1)
+    assert active.actor_label.startswith("cli:")
+    assert [call.token for call in http_stub.received] == [1]
+
+
+def test_repeat_is_already_done_and_another_vendor_needs_reassign(complaint, pipe, green):
+    ids = ("--complaint", str(complaint.pk))
+    assert call(*ids, "--vendor", str(pipe.pk))[0] == 0
+
+    again = call(*ids, "--vendor", str(pipe.pk))
+    other = call(*ids, "--vendor", str(green.pk))
+    replaced = call(*ids, "--vendor", str(green.pk), "--reassign")
+
+    assert again == (0, f"Pipe Pros is already the vendor of complaint #{complaint.pk}.")
+    assert other[0] == 75
+    assert other[1].startswith(
+        f"Complaint #{complaint.pk} already has a vendor: Pipe Pros, assigned by cli:"
+    )
+    assert replaced[0] == 0
+    assert replaced[1].startswith(f"Evergreen now handles complaint #{complaint.pk}, replacing")
+    assert [a.vendor for a in active_assignments(complaint)] == [green]
+    assert VendorAssignment.objects.count() == 2
+
+
+def test_busy_lease_exits_75_naming_the_holder(env, complaint, pipe, fence_lock, redis_client):
+    held = fence_lock.acquire(
+        assignment_resource(complaint.pk), ttl=timedelta(seconds=30), holder="bob"
+    )
+    before = state_of(complaint, redis_client)
+
+    busy = manage(env, complaint.pk, pipe.pk)
+
+    assert busy.returncode == 75
+    assert f"Complaint #{complaint.pk} is being assigned by bob on " in one_line(busy.stderr)
+    assert state_of(complaint, redis_client) == before
+    held.release()
+
+
+def test_actor_is_checked_like_the_web(complaint, pipe, alice, viewer, mallory):
+    ids = ("--complaint", str(complaint.pk), "--vendor", str(pipe.pk))
+
+    not_allowed = (1, "You may not assign vendors for Maple Court.")
+    assert call(*ids, "--actor", "viewer") == not_allowed
+    assert call(*ids, "--actor", "mallory") == not_allowed
+    assert call(*ids, "--actor", "ghost") == (1, "No active user 'ghost'.")
+    assert VendorAssignment.objects.count() == 0
+    assert call(*ids, "--actor", "alice")[0] == 0
+    assert VendorAssignment.objects.get().actor_label.startswith("alice via cli:")
+
+
+def test_dispatch_failure_exits_1_and_writes_nothing(env, complaint, pipe, http_stub, redis_client):
+    http_stub.status = 500
+    before = state_of(complaint, redis_client)
+
+    failed = manage(env, complaint.pk, pipe.pk)
+
+    assert failed.returncode == 1
+    assert "did not accept the assignment (HTTP 500)" in one_line(failed.stderr)
+    after = state_of(complaint, redis_client)
+    assert (after.assignments, after.fence_token) == (before.assignments, before.fence_token)
+
+
+@pytest.mark.parametrize(
+    ("complaint_arg", "vendor_arg", "message"),
+    [
+        ("abc", "{vendor}", "--complaint must be a positive whole number, got 'abc'."),
+        ("-1", "{vendor}", "--complaint must be a positive whole number, got '-1'."),
+        ("0", "{vendor}", "--complaint must be a positive whole number, got '0'."),
+        ("{complaint}", "1.5", "--vendor must be a positive whole number, got '1.5'."),
+        ("{complaint}", "99999999999999999999", "--vendor must be a positive whole number"),
+        ("{complaint}", "", "--vendor must be a positive whole number, got ''."),
+        ("987654", "{vendor}", "No complaint with id 987654."),
+        ("{complaint}", "987654", "No vendor with id 987654."),
+        ("{complaint}", "{ended}", "Bright Spark's contract with Maple Court ended on "),
+        ("{complaint}", "{future}", "Summit's contract with Maple Court starts on "),
+        ("{complaint}", "{oak_vendor}", "Oakline has no contract with Maple Court."),
+    ],
+    ids=[
+        "letters",
+        "negative",
+        "zero",
+        "decimal",
+        "beyond-bigint",
+        "empty",
+        "unknown-complaint",
+        "unknown-vendor",
+        "ended-contract",
+        "future-contract",
+        "other-tenant-vendor",
+    ],
+)
+def test_bad_input_exits_1_with_one_line_and_writes_nothing(
+    complaint,
+    pipe,
+    maple,
+    oak,
+    redis_client,
+    http_stub,
+    settings,
+    complaint_arg,
+    vendor_arg,
+    message,
+):
+    settings.VENDOR_DISPATCH_URL = http_stub.url
+    ids = {
+        "complaint": complaint.pk,
+        "vendor": pipe.pk,
+        "ended": vendor_with_contract(
+            "Bright Spark", maple, starts_in_days=-90, ends_in_days=-1
+        ).pk,
+        "future": vendor_with_contract("Summit", maple, starts_in_days=1, ends_in_days=90).pk,
+        "oak_vendor": active_vendor("Oakline", oak).pk,
+    }
+    before = state_of(complaint, redis_client)
+
+    code, line = call(
+        "--complaint", complaint_arg.format(**ids), "--vendor", vendor_arg.format(**ids)
+    )
+
+    assert code == 1
+    assert line.startswith(message)
+    assert "\n" not in line
+    assert state_of(complaint, redis_client) == before
+    assert before.redis_keys == ()
+    assert http_stub.received == []
+
+
+def test_bad_input_in_a_child_process_exits_1_without_a_traceback(env, complaint, maple):
+    ended = vendor_with_contract("Bright Spark", maple, starts_in_days=-90, ends_in_days=-1)
+
+    malformed = manage(env, "abc", ended.pk)
+    inactive = manage(env, complaint.pk, ended.pk)
+
+    assert malformed.returncode == 1
+    assert one_line(malformed.stderr) == (
+        "CommandError: --complaint must be a positive whole number, got 'abc'."
+    )
+    assert inactive.returncode == 1
+    assert one_line(inactive.stderr).startswith(
+        "CommandError: Bright Spark's contract with Maple Court ended on "
+    )
+    assert malformed.stdout == inactive.stdout == ""
+    assert VendorAssignment.objects.count() == 0
+
+
+def test_missing_options_exit_1():
+    assert call("--vendor", "1") == (1, "--complaint ID is required.")
+
+
+def test_complaint_of_another_association_with_an_actor_of_this_one_is_refused(
+    oak, pipe, alice, redis_client
+):
+    oak_complaint = Complaint.objects.create(organization=oak, title="Oak leak")
+    before = state_of(oak_complaint, redis_client)
+
+    refused = call(
+        "--complaint", str(oak_complaint.pk), "--vendor", str(pipe.pk), "--actor", "alice"
+    )
+
+    assert refused == (1, "You may not assign vendors for Oak Ridge.")
+    assert state_of(oak_complaint, redis_client) == before
+
+
+@pytest.mark.slow
+def test_eight_processes_racing_exactly_one_assigns_the_rest_exit_75(
+    env, maple, complaint, http_stub
+):
+    vendors = [active_vendor(f"Vendor {number}", maple) for number in range(8)]
+    # The winner holds its lease inside the dispatch call until all seven losers, starting
+    # Django one after another on a busy machine, have answered: give both room.
+    env = {
+        **env,
+        "EXTERNAL_CALL_TIMEOUT_SECONDS": "120",
+        "VENDOR_LOCK_TTL_SECONDS": "240",
+        "CHARGES_LOCK_TTL_SECONDS": "240",  # keeps the timeout-below-TTL check quiet
+    }
+    gate = http_stub.hold()  # the winner waits inside its dispatch until every loser answered
+    processes = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                str(BASE_DIR / "manage.py"),
+                "assign_vendor",
+                "--complaint",
+                str(complaint.pk),
+                "--vendor",
+                str(vendor.pk),
+            ],
+            cwd=BASE_DIR,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for vendor in vendors
+    ]
+    try:
+        gate.wait_arrived(1, timeout=WAIT * 2)
+        # Seven answers must come while the winner still holds the lease inside its call.
+        wait_until(lambda: sum(p.poll() is not None for p in processes) == 7, what="seven answers")
+        assert gate.arrived == 1
+        gate.release()
+        outputs = [p.communicate(timeout=WAIT) for p in processes]
+    finally:
+        gate.release()
+        for process in processes:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+
+    codes = [p.returncode for p in processes]
+    assert sorted(codes) == [0] + [75] * 7
+    winner = processes[codes.index(0)]
+    for process, (_, stderr) in zip(processes, outputs, strict=True):
+        if process is not winner:
+            assert f"pid {winner.pid}" in one_line(stderr)  # the loser names the holder
+    [active] = active_assignments(complaint)
+    assert active.vendor == vendors[codes.index(0)]
+    assert VendorAssignment.objects.count() == 1
+    assert len(http_stub.received) == 1
+
+
+def test_service_and_command_share_the_fence(complaint, pipe, green, alice):
+    # A web assignment (token 1) then a command reassignment: tokens keep increasing.
+    assign_vendor(complaint=complaint, vendor=pipe, actor=alice)
+
+    done = call("--complaint", str(complaint.pk), "--vendor", str(green.pk), "--reassign")
+
+    assert done[0] == 0
+    assert [a.fence_token for a in VendorAssignment.objects.order_by("fence_token")] == [1, 2]

@@ -1,0 +1,205 @@
+"""Racing assignments: real threads with their own connections, forced interleavings.
+
+Each test holds the dispatch call of a chosen attempt at a gate of the local HTTP stand-in,
+so the interleaving it claims is the one that happens: the holder is provably inside its
+external call (holding or having lost its lease) while the other attempt runs.
+"""
+
+import threading
+
+import pytest
+
+from hoa.models import Complaint
+from locking import LockHeld, StaleFencingToken, lock_key
+from locking.models import FenceEvent
+from tests.vendors_support import (
+    FAST_PASSWORD_HASHERS,
+    Worker,
+    active_assignments,
+    active_vendor,
+    events_of,
+    wait_until,
+)
+from vendors.models import VendorAssignment
+from vendors.services import (
+    AlreadyAssigned,
+    AssignmentResult,
+    assign_vendor,
+    assignment_resource,
+)
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture(autouse=True)
+def fast_password_hashing(settings):
+    settings.PASSWORD_HASHERS = FAST_PASSWORD_HASHERS
+
+
+SHORT_TTL = 0.3  # seconds: long enough to be granted, short enough to expire mid-call
+
+
+@pytest.fixture
+def complaint(maple):
+    return Complaint.objects.create(organization=maple, title="Water in the basement")
+
+
+@pytest.fixture
+def pipe(maple):
+    return active_vendor("Pipe Pros", maple)
+
+
+@pytest.fixture
+def green(maple):
+    return active_vendor("Evergreen", maple)
+
+
+@pytest.fixture
+def dispatch(http_stub, settings):
+    settings.VENDOR_DISPATCH_URL = http_stub.url
+    return http_stub
+
+
+def for_vendor(vendor):
+    """A gate predicate: the dispatch request of ``vendor``."""
+    return lambda request: request.json["vendor"]["id"] == vendor.pk
+
+
+def wait_for_lease_to_expire(redis_client, complaint) -> None:
+    key = lock_key(assignment_resource(complaint.pk))
+    wait_until(lambda: not redis_client.exists(key), what="the lease to expire")
+
+
+def test_two_concurrent_assignments_of_different_vendors_never_both_succeed(
+    complaint, pipe, green, alice, dispatch
+):
+    """The seed's required test: one succeeds, the other is told who holds the lease."""
+    gate = dispatch.hold()  # every dispatch waits here until released
+    barrier = threading.Barrier(2)
+    workers = [
+        Worker(
+            lambda vendor=vendor: assign_vendor(complaint=complaint, vendor=vendor, actor=alice),
+            barrier=barrier,
+            name=vendor.name,
+        )
+        for vendor in (pipe, green)
+    ]
+    for worker in workers:
+        worker.start()
+
+    # One attempt won the lease and is inside its dispatch call, holding the lease...
+    gate.wait_arrived(1)
+    # ...while the other runs to its answer: the overlap is forced, not hoped for.
+    wait_until(lambda: any(w.finished.is_set() for w in workers), what="the loser's answer")
+    [loser] = [w for w in workers if w.finished.is_set()]
+    [winner] = [w for w in workers if w is not loser]
+    assert gate.arrived == 1  # the loser never called the vendor
+    gate.release()
+
+    won, lost = winner.outcome(), loser.outcome()
+    assert isinstance(won, AssignmentResult)
+    assert (won.outcome, won.token) == ("committed", 1)
+    assert isinstance(lost, LockHeld)
+    assert lost.holder.startswith("alice on ")
+    assert lost.token == 1  # the counter the winner was granted
+    assert [a.vendor.name for a in active_assignments(complaint)] == [winner.name]
+    assert VendorAssignment.objects.count() == 1
+    assert len(dispatch.received) == 1
+    assert sorted(events_of(complaint)) == [("busy", 1), ("committed", 1)]
+
+
+def test_paused_holder_resuming_after_a_takeover_is_rejected_and_the_newer_assignment_stays(
+    complaint, pipe, green, alice, dispatch, redis_client, settings
+):
+    settings.VENDOR_LOCK_TTL_SECONDS = SHORT_TTL
+    gate = dispatch.hold(for_vendor(pipe))
+    paused = Worker(lambda: assign_vendor(complaint=complaint, vendor=pipe, actor=alice))
+    paused.start()
+    gate.wait_arrived(1)  # A is inside its dispatch call with token 1...
+    wait_for_lease_to_expire(redis_client, complaint)  # ...and has outlived its lease
+
+    newer = assign_vendor(complaint=complaint, vendor=green, actor=alice, reassign=True)
+    gate.release()
+    late = paused.outcome()
+
+    assert (newer.outcome, newer.token) == ("committed", 2)
+    assert isinstance(late, StaleFencingToken)
+    assert (late.token, late.recorded) == (1, 2)
+    [active] = active_assignments(complaint)
+    assert (active.vendor, active.fence_token) == (green, 2)
+    assert VendorAssignment.objects.count() == 1  # nothing of A's was written
+    assert Complaint.objects.get(pk=complaint.pk).last_fence_token == 2
+    assert sorted(call.token for call in dispatch.received) == [1, 2]
+    assert events_of(complaint) == [("committed", 2), ("stale", 1)]
+
+
+@pytest.mark.parametrize("reassign", [True, False], ids=["reassign", "no-reassign"])
+def test_older_holder_committing_first_is_caught_by_the_state_check(
+    complaint, pipe, green, alice, dispatch, redis_client, settings, reassign
+):
+    settings.VENDOR_LOCK_TTL_SECONDS = SHORT_TTL
+    gate_a = dispatch.hold(for_vendor(pipe))
+    gate_b = dispatch.hold(for_vendor(green))
+    older = Worker(lambda: assign_vendor(complaint=complaint, vendor=pipe, actor=alice))
+    older.start()
+    gate_a.wait_arrived(1)
+    wait_for_lease_to_expire(redis_client, complaint)
+    newer = Worker(
+        lambda: assign_vendor(complaint=complaint, vendor=green, actor=alice, reassign=reassign)
+    )
+    newer.start()
+    gate_b.wait_arrived(1)  # both are inside their dispatch calls: tokens 1 and 2
+
+    gate_a.release()
+    first = older.outcome()  # the older holder commits first: its token 1 > 0 is legal
+    gate_b.release()
+    second = newer.outcome()
+
+    assert (first.outcome, first.token) == ("committed", 1)
+    a = VendorAssignment.objects.get(vendor=pipe)
+    if reassign:
+        assert (second.outcome, second.token, second.replaced.pk) == ("committed", 2, a.pk)
+        b = VendorAssignment.objects.get(vendor=green)
+        assert (a.active, a.fence_token, b.active, b.fence_token) == (False, 1, True, 2)
+        assert a.deactivated_at == b.assigned_at
+        assert Complaint.objects.get(pk=complaint.pk).last_fence_token == 2
+        assert events_of(complaint) == [("committed", 1), ("committed", 2)]
+    else:
+        assert isinstance(second, AlreadyAssigned)
+        assert second.winner.pk == a.pk
+        assert (a.active, a.fence_token) == (True, 1)
+        assert not VendorAssignment.objects.filter(vendor=green).exists()
+        # B's fence advance rolled back with its refusal.
+        assert Complaint.objects.get(pk=complaint.pk).last_fence_token == 1
+        assert events_of(complaint) == [("committed", 1), ("already_done", 2)]
+        assert "already assigned to Pipe Pros" in FenceEvent.objects.get(token=2).detail
+
+
+@pytest.mark.parametrize("before_loss", [1, 3], ids=["counter-catches-up-exactly", "counter-low"])
+def test_reassignment_after_redis_lost_its_data_succeeds_on_the_first_call(
+    complaint, maple, pipe, green, alice, dispatch, redis_client, before_loss
+):
+    vendors = [pipe, green, active_vendor("Bright Spark", maple)]
+    for number in range(before_loss):
+        assign_vendor(complaint=complaint, vendor=vendors[number % 3], actor=alice, reassign=True)
+    recorded = Complaint.objects.get(pk=complaint.pk).last_fence_token
+    assert recorded == before_loss
+    calls_before = len(dispatch.received)
+
+    redis_client.flushdb()  # Redis restarted without persistence: counter and lease gone
+    target = vendors[before_loss % 3]
+    result = assign_vendor(complaint=complaint, vendor=target, actor=alice, reassign=True)
+
+    assert (result.outcome, result.token) == ("committed", before_loss + 1)
+    [active] = active_assignments(complaint)
+    assert (active.vendor, active.fence_token) == (target, before_loss + 1)
+    assert VendorAssignment.objects.count() == before_loss + 1
+    # The low token was refused before the vendor was called: one dispatch, reseeded token.
+    assert [call.token for call in dispatch.received[calls_before:]] == [before_loss + 1]
+    reseed = FenceEvent.objects.get(outcome="stale")
+    assert "reseeded" in reseed.detail
+    assert events_of(complaint)[-2:] == [("stale", reseed.token), ("committed", before_loss + 1)]
+    assert (
+        redis_client.get(f"fence:{{{assignment_resource(complaint.pk)}}}")
+        == str(before_loss + 1).encode()
+    )

@@ -1,0 +1,307 @@
+"""assign_vendor: validation before the lease, the dispatch call, the fenced transaction."""
+
+from datetime import timedelta
+
+import pytest
+
+from hoa.models import Complaint
+from locking import LockHeld
+from locking.models import FenceEvent
+from tests.vendors_support import (
+    FAST_PASSWORD_HASHERS,
+    active_assignments,
+    active_vendor,
+    events_of,
+    lock_keys,
+    state_of,
+    vendor_with_contract,
+)
+from vendors.dispatch import idempotency_key
+from vendors.models import VendorAssignment
+from vendors.services import (
+    AlreadyAssigned,
+    ContractNotActive,
+    DispatchFailed,
+    NotAllowed,
+    assign_vendor,
+    assignment_resource,
+)
+
+# run_fenced opens its own transactions: tests that reach it cannot run inside one. Refusals
+# made before the lease run inside the test's transaction.
+pytestmark = pytest.mark.django_db(transaction=True)
+before_the_lease = pytest.mark.django_db
+
+
+@pytest.fixture(autouse=True)
+def fast_password_hashing(settings):
+    settings.PASSWORD_HASHERS = FAST_PASSWORD_HASHERS
+
+
+@pytest.fixture
+def complaint(maple):
+    return Complaint.objects.create(organization=maple, unit=maple.units.first(), title="Leak")
+
+
+@pytest.fixture
+def pipe(maple):
+    return active_vendor("Pipe Pros", maple)
+
+
+@pytest.fixture
+def green(maple):
+    return active_vendor("Evergreen", maple)
+
+
+@pytest.fixture
+def dispatch(http_stub, settings):
+    settings.VENDOR_DISPATCH_URL = http_stub.url
+    return http_stub
+
+
+def test_first_assignment_commits_with_the_lease_token_and_dispatches_once(
+    complaint, pipe, alice, dispatch
+):
+    result = assign_vendor(complaint=complaint, vendor=pipe, actor=alice, ip="10.0.0.7")
+
+    assert (result.outcome, result.token, result.replaced, result.dispatched) == (
+        "committed",
+        1,
+        None,
+        True,
+    )
+    assignment = VendorAssignment.objects.get()
+    assert (assignment.vendor, assignment.active, assignment.fence_token) == (pipe, True, 1)
+    assert (assignment.assigned_by, assignment.actor_label) == (alice, "alice")
+    complaint.refresh_from_db()
+    assert complaint.last_fence_token == 1
+    [call] = dispatch.received
+    assert call.token == 1
+    assert call.idempotency_key == f"vendor-assignment:{complaint.pk}:{pipe.pk}:replacing:none"
+    assert call.json["complaint"]["id"] == complaint.pk
+    assert call.json["vendor"] == {
+        "id": pipe.pk,
+        "name": "Pipe Pros",
+        "trade": "plumbing",
+        "email": pipe.email,
+    }
+    assert call.json["organization"]["slug"] == "maple-court"
+    assert call.json["replacing"] is None
+    event = FenceEvent.objects.get()
+    assert (event.resource, event.outcome, event.token, event.actor, event.ip) == (
+        assignment_resource(complaint.pk),
+        "committed",
+        1,
+        "alice",
+        "10.0.0.7",
+    )
+    assert (event.scope, event.operation) == (
+        f"org:{complaint.organization_id}",
+        "vendor-assignment",
+    )
+
+
+def test_repeating_the_same_vendor_is_already_done_without_a_second_dispatch(
+    complaint, pipe, alice, dispatch, redis_client
+):
+    first = assign_vendor(complaint=complaint, vendor=pipe, actor=alice)
+
+    again = assign_vendor(complaint=complaint, vendor=pipe, actor=alice)
+
+    assert (again.outcome, again.already_done, again.assignment.pk) == (
+        "already_done",
+        True,
+        first.assignment.pk,
+    )
+    assert len(dispatch.received) == 1
+    assert VendorAssignment.objects.count() == 1
+    assert events_of(complaint) == [("committed", 1), ("already_done", 2)]
+    assert lock_keys(redis_client) == [f"fence:{{{assignment_resource(complaint.pk)}}}"]
+
+
+def test_another_vendor_without_reassign_is_refused_naming_the_winner_and_not_dispatched(
+    complaint, pipe, green, alice, dispatch, redis_client
+):
+    first = assign_vendor(complaint=complaint, vendor=pipe, actor=alice)
+    before = state_of(complaint, redis_client)
+
+    with pytest.raises(AlreadyAssigned) as refused:
+        assign_vendor(complaint=complaint, vendor=green, actor=alice)
+
+    assert refused.value.winner.pk == first.assignment.pk
+    assert refused.value.winner.vendor == pipe
+    assert state_of(complaint, redis_client) == before  # the fence advance rolled back too
+    assert len(dispatch.received) == 1
+    event = FenceEvent.objects.order_by("-id").first()
+    assert (event.outcome, event.token) == ("already_done", 2)
+    assert "already assigned to Pipe Pros" in event.detail
+
+
+def test_reassign_deactivates_the_previous_assignment_and_dispatches_the_replacement(
+    complaint, pipe, green, alice, dispatch
+):
+    first = assign_vendor(complaint=complaint, vendor=pipe, actor=alice)
+
+    second = assign_vendor(complaint=complaint, vendor=green, actor=alice, reassign=True)
+
+    assert (second.outcome, second.token, second.replaced.pk) == (
+        "committed",
+        2,
+        first.assignment.pk,
+    )
+    old, new = VendorAssignment.objects.order_by("fence_token")
+    assert (old.vendor, old.active, old.fence_token) == (pipe, False, 1)
+    assert old.deactivated_at == new.assigned_at
+    assert (new.vendor, new.active, new.fence_token) == (green, True, 2)
+    assert dispatch.received[1].idempotency_key == idempotency_key(
+        complaint_id=complaint.pk, vendor_id=green.pk, replacing_id=first.assignment.pk
+    )
+    assert dispatch.received[1].json["replacing"] == {
+        "assignment": first.assignment.pk,
+        "vendor": pipe.pk,
+    }
+    assert [c.token for c in dispatch.received] == [1, 2]
+
+
+def test_reassigning_back_to_an_earlier_vendor_gets_a_new_idempotency_key(
+    complaint, pipe, green, alice, dispatch
+):
+    assign_vendor(complaint=complaint, vendor=pipe, actor=alice)
+    assign_vendor(complaint=complaint, vendor=green, actor=alice, reassign=True)
+    assign_vendor(complaint=complaint, vendor=pipe, actor=alice, reassign=True)
+
+    keys = [call.idempotency_key for call in dispatch.received]
+    assert len(set(keys)) == 3
+    assert [a.vendor for a in active_assignments(complaint)] == [pipe]
+    assert VendorAssignment.objects.count() == 3
+
+
+def test_failed_dispatch_writes_nothing_and_records_failed(
+    complaint, pipe, alice, dispatch, redis_client
+):
+    dispatch.status = 503
+    before = state_of(complaint, redis_client)
+
+    with pytest.raises(DispatchFailed) as failed:
+        assign_vendor(complaint=complaint, vendor=pipe, actor=alice)
+
+    assert (failed.value.status, failed.value.reason) == (503, "HTTP 503")
+    after = state_of(complaint, redis_client)
+    assert (after.assignments, after.fence_token) == (before.assignments, before.fence_token)
+    assert lock_keys(redis_client) == [f"fence:{{{assignment_resource(complaint.pk)}}}"]
+    assert events_of(complaint) == [("failed", 1)]
+
+    # The retry of the same change carries the same key: the receiver performs it once.
+    dispatch.status = 200
+    assign_vendor(complaint=complaint, vendor=pipe, actor=alice)
+    first_try, retry = dispatch.received
+    assert first_try.idempotency_key == retry.idempotency_key
+    assert (first_try.token, retry.token) == (1, 2)
+
+
+def test_dispatch_is_skipped_when_no_url_is_configured(complaint, pipe, alice, settings):
+    settings.VENDOR_DISPATCH_URL = ""
+
+    result = assign_vendor(complaint=complaint, vendor=pipe, actor=alice)
+
+    assert (result.outcome, result.dispatched) == ("committed", False)
+    assert VendorAssignment.objects.get().fence_token == 1
+
+
+def test_a_held_lease_answers_busy_naming_the_holder_and_writes_nothing(
+    complaint, pipe, alice, dispatch, fence_lock, redis_client
+):
+    holder = fence_lock.acquire(
+        assignment_resource(complaint.pk), ttl=timedelta(seconds=10), holder="bob"
+    )
+    before = state_of(complaint, redis_client)
+
+    with pytest.raises(LockHeld) as busy:
+        assign_vendor(complaint=complaint, vendor=pipe, actor=alice)
+
+    assert busy.value.holder.startswith("bob on ")
+    assert state_of(complaint, redis_client) == before
+    assert dispatch.received == []
+    assert events_of(complaint) == [("busy", 1)]
+    holder.release()
+
+
+@before_the_lease
+@pytest.mark.parametrize(
+    ("starts_in_days", "ends_in_days", "fact"),
+    [(-60, -1, "ended"), (1, 60, "starts later"), (-1, -1, "ended")],
+    ids=["ended-yesterday", "starts-tomorrow", "one-day-contract-yesterday"],
+)
+def test_a_contract_not_covering_today_is_refused_before_anything_is_locked(
+    complaint, alice, dispatch, redis_client, maple, starts_in_days, ends_in_days, fact
+):
+    vendor = vendor_with_contract(
+        "Bright Spark", maple, starts_in_days=starts_in_days, ends_in_days=ends_in_days
+    )
+    before = state_of(complaint, redis_client)
+
+    with pytest.raises(ContractNotActive) as refused:
+        assign_vendor(complaint=complaint, vendor=vendor, actor=alice)
+
+    assert refused.value.starts_later is (fact == "starts later")
+    assert refused.value.contract.vendor == vendor
+    assert state_of(complaint, redis_client) == before
+    assert before.redis_keys == ()
+    assert dispatch.received == []
+    assert FenceEvent.objects.count() == 0
+
+
+def test_a_contract_covering_today_on_its_last_day_is_accepted(complaint, alice, maple):
+    vendor = vendor_with_contract("Last Day", maple, starts_in_days=-10, ends_in_days=0)
+
+    assert assign_vendor(complaint=complaint, vendor=vendor, actor=alice).outcome == "committed"
+
+
+@before_the_lease
+def test_a_vendor_contracted_only_with_another_association_is_refused(
+    complaint, alice, oak, redis_client
+):
+    oak_vendor = active_vendor("Oakline", oak)
+    before = state_of(complaint, redis_client)
+
+    with pytest.raises(ContractNotActive) as refused:
+        assign_vendor(complaint=complaint, vendor=oak_vendor, actor=alice)
+
+    assert refused.value.contract is None
+    assert state_of(complaint, redis_client) == before
+
+
+@before_the_lease
+@pytest.mark.parametrize("persona", ["mallory", "nobody", "viewer"])
+def test_an_actor_who_is_not_permitted_staff_of_the_association_is_refused(
+    request, complaint, pipe, dispatch, redis_client, persona
+):
+    actor = request.getfixturevalue(persona)
+    before = state_of(complaint, redis_client)
+
+    with pytest.raises(NotAllowed):
+        assign_vendor(complaint=complaint, vendor=pipe, actor=actor, ip="10.0.0.9")
+
+    assert state_of(complaint, redis_client) == before
+    assert before.redis_keys == ()
+    assert dispatch.received == []
+    event = FenceEvent.objects.get()
+    assert (event.outcome, event.token, event.actor, event.ip) == (
+        "denied",
+        None,
+        persona,
+        "10.0.0.9",
+    )
+
+
+def test_a_superuser_and_the_shell_operator_may_assign(complaint, pipe, green, root):
+    by_root = assign_vendor(complaint=complaint, vendor=pipe, actor=root)
+    by_shell = assign_vendor(
+        complaint=complaint, vendor=green, actor=None, reassign=True, via="cli:deploy"
+    )
+
+    assert by_root.assignment.actor_label == "root"
+    assert (by_shell.assignment.assigned_by, by_shell.assignment.actor_label) == (
+        None,
+        "cli:deploy",
+    )

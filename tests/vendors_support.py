@@ -1,0 +1,114 @@
+"""Helpers shared by the tests/test_vendors_*.py modules (plain functions, not fixtures)."""
+
+import threading
+import time
+from dataclasses import dataclass
+from datetime import timedelta
+
+from django.db import connection
+from django.utils import timezone
+
+from hoa.models import Complaint, Organization
+from locking.models import FenceEvent
+from vendors.models import Vendor, VendorAssignment, VendorContract
+from vendors.services import assignment_resource
+
+# Personas are created for every test; the production hasher's deliberate slowness is not
+# what these tests are about. Modules set it with an autouse ``settings`` fixture.
+FAST_PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+# Bound for every wait in these tests: long enough for a loaded CI machine, short enough
+# that a hang fails the test instead of the run.
+WAIT = 30
+
+
+def vendor_with_contract(
+    name: str, organization: Organization, *, starts_in_days: int, ends_in_days: int
+) -> Vendor:
+    """A vendor whose contract with ``organization`` runs from today+starts to today+ends."""
+    today = timezone.localdate()
+    vendor = Vendor.objects.create(name=name, trade="plumbing", email=f"{name[:20]}@example.org")
+    VendorContract.objects.create(
+        vendor=vendor,
+        organization=organization,
+        starts_on=today + timedelta(days=starts_in_days),
+        ends_on=today + timedelta(days=ends_in_days),
+    )
+    return vendor
+
+
+def active_vendor(name: str, organization: Organization) -> Vendor:
+    return vendor_with_contract(name, organization, starts_in_days=-30, ends_in_days=30)
+
+
+def lock_keys(redis_client) -> list[str]:
+    """Every lease and fence counter key in the test Redis database."""
+    keys = [*redis_client.scan_iter(match="lock:*"), *redis_client.scan_iter(match="fence:*")]
+    return sorted(k.decode() if isinstance(k, bytes) else k for k in keys)
+
+
+@dataclass(frozen=True)
+class State:
+    """What a refused request must leave unchanged."""
+
+    assignments: tuple[tuple[int, int, bool, int], ...]  # (id, vendor, active, token)
+    fence_token: int
+    redis_keys: tuple[str, ...]
+
+
+def state_of(complaint: Complaint, redis_client) -> State:
+    rows = VendorAssignment.objects.filter(complaint=complaint).order_by("pk")
+    return State(
+        assignments=tuple(rows.values_list("pk", "vendor_id", "active", "fence_token")),
+        fence_token=Complaint.objects.get(pk=complaint.pk).last_fence_token,
+        redis_keys=tuple(lock_keys(redis_client)),
+    )
+
+
+def events_of(complaint: Complaint) -> list[tuple[str, int | None]]:
+    """The complaint's FenceEvents as (outcome, token), oldest first."""
+    events = FenceEvent.objects.filter(resource=assignment_resource(complaint.pk))
+    return list(events.order_by("at", "id").values_list("outcome", "token"))
+
+
+def active_assignments(complaint: Complaint) -> list[VendorAssignment]:
+    return list(VendorAssignment.objects.filter(complaint=complaint, active=True))
+
+
+class Worker(threading.Thread):
+    """Run ``target()`` in a thread with its own database connection; keep what it returns
+    or raises. Optionally wait at ``barrier`` first so that workers start together."""
+
+    def __init__(self, target, *, barrier: threading.Barrier | None = None, name: str = ""):
+        super().__init__(name=name or None, daemon=True)
+        self.target = target
+        self.barrier = barrier
+        self.result = None
+        self.error: BaseException | None = None
+        self.finished = threading.Event()
+
+    def run(self):
+        try:
+            if self.barrier is not None:
+                self.barrier.wait(timeout=WAIT)
+            self.result = self.target()
+        except BaseException as exc:  # kept for the test to assert on
+            self.error = exc
+        finally:
+            connection.close()
+            self.finished.set()
+
+    def outcome(self):
+        """Wait for the thread; return its result or its exception."""
+        self.join(WAIT)
+        assert not self.is_alive(), f"{self.name} did not finish within {WAIT}s"
+        return self.error if self.error is not None else self.result
+
+
+def wait_until(predicate, *, timeout: float = WAIT, what: str = "condition") -> None:
+    """Poll ``predicate`` every 10 ms until it is true; fail after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.01)

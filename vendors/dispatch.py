@@ -1,0 +1,75 @@
+"""The vendor dispatch client: tell the dispatch service which vendor goes to a complaint.
+
+One POST per fenced attempt, made before the attempt's transaction, to
+``VENDOR_DISPATCH_URL`` (skipped, and logged, when it is unset), bounded by
+``EXTERNAL_CALL_TIMEOUT_SECONDS``. Headers (see hoa/outbound.py and docs/design.md):
+
+- ``X-Fencing-Token``: the lease's token. The receiver keeps the highest token it has seen
+  per complaint and refuses lower ones, so a paused holder's late call cannot undo a newer
+  assignment there either.
+- ``Idempotency-Key``: ``vendor-assignment:<complaint_id>:<vendor_id>:replacing:<id|none>``,
+  the assignment this attempt wants to make, named by the active assignment it saw. Every
+  try of the same change (a retry after a timeout, a second worker after a lease expired,
+  the retry after a lost Redis counter) carries the same key and is performed once; a later,
+  real change (back to a vendor after someone else) replaces another assignment and gets a
+  new key.
+"""
+
+from django.conf import settings
+
+from hoa.models import Complaint
+from hoa.outbound import CallResult, post_fenced
+from vendors.models import Vendor, VendorAssignment
+
+
+def idempotency_key(*, complaint_id: int, vendor_id: int, replacing_id: int | None) -> str:
+    """Return the key naming one change of a complaint's vendor."""
+    replacing = replacing_id if replacing_id is not None else "none"
+    return f"vendor-assignment:{complaint_id}:{vendor_id}:replacing:{replacing}"
+
+
+def dispatch_payload(
+    *, complaint: Complaint, vendor: Vendor, replacing: VendorAssignment | None
+) -> dict:
+    """Return the JSON body: the same for every try of the same change (no clock values)."""
+    organization = complaint.organization
+    return {
+        "event": "vendor.assigned",
+        "organization": {
+            "id": organization.pk,
+            "slug": organization.slug,
+            "name": organization.name,
+        },
+        "complaint": {
+            "id": complaint.pk,
+            "title": complaint.title,
+            "priority": complaint.priority,
+            "unit": complaint.unit.label if complaint.unit_id else None,
+            "sla_due_at": complaint.sla_due_at,
+        },
+        "vendor": {
+            "id": vendor.pk,
+            "name": vendor.name,
+            "trade": vendor.trade,
+            "email": vendor.email,
+        },
+        "replacing": (
+            {"assignment": replacing.pk, "vendor": replacing.vendor_id} if replacing else None
+        ),
+    }
+
+
+def dispatch_assignment(
+    *, complaint: Complaint, vendor: Vendor, replacing: VendorAssignment | None, token: int
+) -> CallResult:
+    """POST the assignment once with the fencing headers; raise ``ExternalCallFailed``."""
+    return post_fenced(
+        settings.VENDOR_DISPATCH_URL,
+        dispatch_payload(complaint=complaint, vendor=vendor, replacing=replacing),
+        idempotency_key=idempotency_key(
+            complaint_id=complaint.pk,
+            vendor_id=vendor.pk,
+            replacing_id=replacing.pk if replacing else None,
+        ),
+        token=token,
+    )
