@@ -22,6 +22,12 @@ BASE_DIR = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture(autouse=True)
+def fast_password_hashing(settings):
+    """Personas are created in almost every test; the production hasher is slow on purpose."""
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
+@pytest.fixture(autouse=True)
 def redis_client():
     """The lock Redis (database 1 in tests), flushed before and after each test."""
     lock = FenceLock()

@@ -361,7 +361,7 @@ def form_values(html: str, form_id: str) -> dict:
     return parser.values
 
 
-def wait_for_lock_wait(timeout=20.0) -> None:
+def wait_for_lock_wait(timeout=60.0) -> None:
     """Wait until some other backend of this database is blocked on a row lock."""
     import time
 

@@ -7,7 +7,6 @@ from django.urls import reverse
 
 from hoa.models import Complaint
 from tests.vendors_support import (
-    FAST_PASSWORD_HASHERS,
     active_assignments,
     active_vendor,
     state_of,
@@ -22,11 +21,6 @@ pytestmark = pytest.mark.django_db
 fenced = pytest.mark.django_db(transaction=True)
 
 CHANGELIST = reverse("admin:hoa_complaint_changelist")
-
-
-@pytest.fixture(autouse=True)
-def fast_password_hashing(settings):
-    settings.PASSWORD_HASHERS = FAST_PASSWORD_HASHERS
 
 
 @pytest.fixture

@@ -11,7 +11,6 @@ from django.core.management import CommandError, call_command
 from hoa.models import Complaint
 from tests.conftest import BASE_DIR, run_manage
 from tests.vendors_support import (
-    FAST_PASSWORD_HASHERS,
     WAIT,
     active_assignments,
     active_vendor,
@@ -23,11 +22,6 @@ from vendors.models import VendorAssignment
 from vendors.services import assign_vendor, assignment_resource
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture(autouse=True)
-def fast_password_hashing(settings):
-    settings.PASSWORD_HASHERS = FAST_PASSWORD_HASHERS
 
 
 @pytest.fixture

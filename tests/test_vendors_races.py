@@ -13,7 +13,6 @@ from hoa.models import Complaint
 from locking import LockHeld, StaleFencingToken, lock_key
 from locking.models import FenceEvent
 from tests.vendors_support import (
-    FAST_PASSWORD_HASHERS,
     Worker,
     active_assignments,
     active_vendor,
@@ -29,11 +28,6 @@ from vendors.services import (
 )
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture(autouse=True)
-def fast_password_hashing(settings):
-    settings.PASSWORD_HASHERS = FAST_PASSWORD_HASHERS
 
 
 SHORT_TTL = 0.3  # seconds: long enough to be granted, short enough to expire mid-call

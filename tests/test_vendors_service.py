@@ -8,7 +8,6 @@ from hoa.models import Complaint
 from locking import LockHeld
 from locking.models import FenceEvent
 from tests.vendors_support import (
-    FAST_PASSWORD_HASHERS,
     active_assignments,
     active_vendor,
     events_of,
@@ -31,11 +30,6 @@ from vendors.services import (
 # made before the lease run inside the test's transaction.
 pytestmark = pytest.mark.django_db(transaction=True)
 before_the_lease = pytest.mark.django_db
-
-
-@pytest.fixture(autouse=True)
-def fast_password_hashing(settings):
-    settings.PASSWORD_HASHERS = FAST_PASSWORD_HASHERS
 
 
 @pytest.fixture

@@ -11,7 +11,6 @@ from django.utils import timezone
 from hoa.models import Complaint, StaffMembership
 from locking.models import FenceEvent
 from tests.vendors_support import (
-    FAST_PASSWORD_HASHERS,
     Worker,
     active_assignments,
     active_vendor,
@@ -26,11 +25,6 @@ from vendors.services import assign_vendor, assignment_resource
 # opens its own transactions) are marked ``fenced``.
 pytestmark = pytest.mark.django_db
 fenced = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture(autouse=True)
-def fast_password_hashing(settings):
-    settings.PASSWORD_HASHERS = FAST_PASSWORD_HASHERS
 
 
 @pytest.fixture

@@ -15,7 +15,6 @@ from vendors.services import assignment_resource
 
 # Personas are created for every test; the production hasher's deliberate slowness is not
 # what these tests are about. Modules set it with an autouse ``settings`` fixture.
-FAST_PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 # Bound for every wait in these tests: long enough for a loaded CI machine, short enough
 # that a hang fails the test instead of the run.
