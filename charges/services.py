@@ -36,6 +36,7 @@ from django.utils.translation import ngettext
 from charges import billing
 from charges.billing import ChargeLine
 from charges.models import MonthlyCharge, MonthlyChargeRun
+from hoa import resources
 from hoa.models import Organization, Unit
 from hoa.outbound import ExternalCallFailed
 from hoa.scopes import scope_for_organization
@@ -268,7 +269,7 @@ class ChargeRunResult:
 
 def charge_resource(organization: Organization, month: date) -> str:
     """Return the lock resource of ``organization``'s charges for ``month``."""
-    return f"monthly-charges:org:{organization.pk}:{month:%Y-%m}"
+    return resources.charges_resource(organization.pk, month)
 
 
 def ensure_may_generate(user, organization: Organization) -> None:

@@ -18,7 +18,6 @@ already have audit events) matters: a lease that has just been granted has no ev
 and a lease of another organization must stay hidden even when its name is guessed.
 """
 
-import re
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -34,15 +33,10 @@ from django.utils.translation import gettext_lazy
 
 from hoa.charts import LeaseSpan, Mark, lock_timeline
 from hoa.models import Complaint, Organization
+from hoa.resources import CHARGES_PREFIX, CHARGES_RESOURCE, VENDOR_PREFIX, VENDOR_RESOURCE
 from hoa.scopes import scope_for_organization
 from locking import FenceLock, HolderInfo, LockUnavailable, validate_resource
 from locking.models import FenceEvent
-
-CHARGES_PREFIX = "monthly-charges:org:"
-VENDOR_PREFIX = "vendor-assignment:complaint:"
-# Ids of at most 18 digits fit a bigint: a stray key with a longer number is no row of ours.
-_CHARGES_RESOURCE = re.compile(r"^monthly-charges:org:(?P<org>\d{1,18}):(?P<month>\d{4}-\d{2})$")
-_VENDOR_RESOURCE = re.compile(r"^vendor-assignment:complaint:(?P<complaint>\d{1,18})$")
 
 # Bounds: SCAN stops after this many leases per prefix (leases live seconds, so far fewer
 # are ever held at once); the counters table covers at most this many resources.
@@ -101,11 +95,11 @@ def describe_resources(resources: Iterable[str]) -> dict[str, ResourceInfo]:
     charges: dict[str, tuple[int, date]] = {}
     complaints: dict[str, int] = {}
     for resource in resources:
-        if match := _CHARGES_RESOURCE.match(resource):
+        if match := CHARGES_RESOURCE.match(resource):
             month = _month(match["month"])
             if month is not None:
                 charges[resource] = (int(match["org"]), month)
-        elif match := _VENDOR_RESOURCE.match(resource):
+        elif match := VENDOR_RESOURCE.match(resource):
             complaints[resource] = int(match["complaint"])
     complaint_rows = {
         complaint.pk: complaint

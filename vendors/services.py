@@ -21,6 +21,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from hoa import resources
 from hoa.models import Complaint, Organization
 from hoa.outbound import ExternalCallFailed
 from hoa.scopes import scope_for_organization
@@ -43,7 +44,7 @@ DENIED = "denied"
 
 def assignment_resource(complaint_id: int) -> str:
     """Return the lock resource of one complaint's vendor assignment."""
-    return f"vendor-assignment:complaint:{int(complaint_id)}"
+    return resources.assignment_resource(complaint_id)
 
 
 # --- Exceptions --------------------------------------------------------------------------
