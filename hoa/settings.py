@@ -6,7 +6,9 @@ Every variable is optional and defaults to the project-local services that
 Code reads ``django.conf.settings``, never ``os.environ``.
 """
 
+import ipaddress
 import os
+import re
 from pathlib import Path
 
 import dj_database_url
@@ -69,6 +71,8 @@ INSTALLED_APPS = [
     "whitenoise.runserver_nostatic",
     "django.contrib.staticfiles",
     "django_htmx",
+    "csp",
+    "django_ratelimit",
     "locking",
     "hoa",
     "charges",
@@ -85,7 +89,10 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "csp.middleware.CSPMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    # Turns django-ratelimit's Ratelimited into RATELIMIT_VIEW's 429 page.
+    "django_ratelimit.middleware.RatelimitMiddleware",
 ]
 
 ROOT_URLCONF = "hoa.urls"
@@ -204,6 +211,8 @@ if not DEBUG:
     SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", True)
     SECURE_HSTS_PRELOAD = env_bool("SECURE_HSTS_PRELOAD", False)
 SESSION_COOKIE_HTTPONLY = True
+# No script of ours reads the CSRF cookie: forms carry the token in a hidden field.
+CSRF_COOKIE_HTTPONLY = True
 SECURE_CONTENT_TYPE_NOSNIFF = True
 SECURE_REFERRER_POLICY = "same-origin"
 X_FRAME_OPTIONS = "DENY"
@@ -211,17 +220,92 @@ if env_bool("SECURE_PROXY_SSL_HEADER", False):
     # Opt-in: only behind a proxy that always sets X-Forwarded-Proto itself.
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
+# A stale or foreign form gets the site's own 403 page, saying what to do.
+CSRF_FAILURE_VIEW = "hoa.views.csrf_failure"
+# Prometheus and load-balancer probes reach each instance over plain HTTP on its private
+# address.
+SECURE_REDIRECT_EXEMPT = [r"^metrics$", r"^healthz$", r"^readyz$"]
+
+# The address rate limits and the audit use: REMOTE_ADDR, or (opt-in, only behind a proxy
+# that always overwrites it) this header, e.g. "X-Real-IP" (docs/security.md).
+CLIENT_IP_HEADER = os.environ.get("CLIENT_IP_HEADER", "").strip()
+
+# Content-Security-Policy (django-csp): our pages use no inline script or style, so
+# nothing inline runs even if some text escaped its escaping. docs/security.md.
+CONTENT_SECURITY_POLICY = {
+    "DIRECTIVES": {
+        "default-src": ["'self'"],
+        "script-src": ["'self'"],
+        "style-src": ["'self'"],
+        "img-src": ["'self'", "data:"],
+        "connect-src": ["'self'"],
+        "object-src": ["'none'"],
+        "base-uri": ["'none'"],
+        "frame-ancestors": ["'none'"],
+        "form-action": ["'self'"],
+    }
+}
+
+# --- Abuse limits (django-ratelimit on the default cache; docs/security.md) --------------
+
+
+def env_rate(name: str, default: str) -> str:
+    raw = os.environ.get(name, "").strip() or default
+    if not re.fullmatch(r"[1-9][0-9]*/([1-9][0-9]*)?[smhd]", raw):
+        raise ImproperlyConfigured(f"{name} must be a rate like 30/m or 5/15m, got {raw!r}")
+    return raw
+
+
+# Benchmarks and load tests turn the limits off (RATELIMIT_ENABLE=0) or raise them.
+RATELIMIT_ENABLE = env_bool("RATELIMIT_ENABLE", True)
+RATELIMIT_USE_CACHE = "default"
+# A cache outage lets requests through (logged) rather than refusing everyone.
+RATELIMIT_FAIL_OPEN = True
+RATELIMIT_VIEW = "hoa.views.too_many_requests"
+# Fenced POSTs (generate charges, assign a vendor; staff pages and admin actions alike).
+FENCED_POST_RATE = env_rate("FENCED_POST_RATE", "30/m")  # per user
+FENCED_POST_IP_RATE = env_rate("FENCED_POST_IP_RATE", "120/m")  # per client address
+# Sign-in attempts per client address, and failures per username and address before the
+# pair is locked out for the rest of the window.
+LOGIN_RATE = env_rate("LOGIN_RATE", "10/m")
+LOGIN_LOCKOUT_RATE = env_rate("LOGIN_LOCKOUT_RATE", "5/15m")
+# Refusals written to the audit table per client address; more are only logged.
+AUDIT_DENIAL_RATE = env_rate("AUDIT_DENIAL_RATE", "60/m")
+
+# --- Metrics (docs/operations.md) --------------------------------------------------------
+
+# /metrics answers these addresses or networks when the request did not come through a
+# proxy ("none": no address), and any request with "Authorization: Bearer <METRICS_TOKEN>".
+METRICS_ALLOWED_IPS = env_list("METRICS_ALLOWED_IPS", ["127.0.0.1", "::1"])
+if METRICS_ALLOWED_IPS == ["none"]:
+    METRICS_ALLOWED_IPS = []
+for _network in METRICS_ALLOWED_IPS:
+    try:
+        ipaddress.ip_network(_network, strict=False)
+    except ValueError:
+        raise ImproperlyConfigured(
+            f"METRICS_ALLOWED_IPS: {_network!r} is not an IP address or network"
+        ) from None
+METRICS_TOKEN = os.environ.get("METRICS_TOKEN", "")
+# Several worker processes (gunicorn): prometheus-client keeps each worker's samples in
+# files in this directory and /metrics adds them up. scripts/serve.sh sets it per instance.
+PROMETHEUS_MULTIPROC_DIR = os.environ.get("PROMETHEUS_MULTIPROC_DIR", "")
 
 # --- Logging ----------------------------------------------------------------------------
 
 LOG_LEVEL = os.environ.get("LOG_LEVEL", "INFO").upper()
+# "json": one JSON object per line, with the extra= fields (resource, token, outcome).
+LOG_FORMAT = os.environ.get("LOG_FORMAT", "").strip().lower() or "plain"
+if LOG_FORMAT not in {"plain", "json"}:
+    raise ImproperlyConfigured(f"LOG_FORMAT must be 'plain' or 'json', got {LOG_FORMAT!r}")
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {
         "plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"},
+        "json": {"()": "hoa.logging.JsonFormatter"},
     },
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": LOG_FORMAT}},
     "root": {"handlers": ["console"], "level": "WARNING"},
     "loggers": {
         name: {"handlers": ["console"], "level": LOG_LEVEL, "propagate": False}

@@ -1,13 +1,20 @@
 from django.contrib import admin
+from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
-from hoa import views
+from hoa import metrics_view, views
+from hoa.ratelimits import limit_sign_ins
 
 urlpatterns = [
+    # Both sign-in forms, rate limited and locked after repeated failures (hoa.ratelimits);
+    # listed before the includes that define the same paths.
+    path("admin/login/", limit_sign_ins(admin.site.login)),
+    path("accounts/login/", limit_sign_ins(auth_views.LoginView.as_view()), name="login"),
     path("admin/", admin.site.urls),
     path("accounts/", include("django.contrib.auth.urls")),
     path("healthz", views.healthz, name="healthz"),
     path("readyz", views.readyz, name="readyz"),
+    path("metrics", metrics_view.metrics, name="metrics"),
     path("", include(("hoa.staff_urls", "hoa"), namespace="hoa")),
     path("orgs/<slug:org_slug>/charges/", include("charges.urls")),
     path("orgs/<slug:org_slug>/", include("vendors.urls")),

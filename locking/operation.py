@@ -8,6 +8,7 @@ operation, so it lives here once.
 """
 
 import logging
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
@@ -17,6 +18,7 @@ from typing import TypeVar
 from django.db import connections
 from django.db.transaction import TransactionManagementError
 
+from locking import metrics
 from locking.audit import record_fence_event
 from locking.exceptions import LockHeld, LockUnavailable, StaleFencingToken
 from locking.fence import retry_after_counter_loss
@@ -67,8 +69,11 @@ def run_fenced(
         )
     lock = lock or FenceLock()
     granted: list[Lease] = []
+    started = time.monotonic()
 
-    def record(outcome: str, token: int | None, detail: str = "") -> None:
+    def record(outcome: str, token: int | None, detail: str = "", *, final: bool = True) -> None:
+        if final:
+            metrics.attempt_finished(attempt.operation, outcome, time.monotonic() - started)
         record_fence_event(
             resource=resource,
             outcome=outcome,
@@ -84,13 +89,16 @@ def run_fenced(
     def once() -> T:
         with lock.acquire(resource, ttl=ttl, holder=attempt.actor) as lease:
             granted.append(lease)
+            metrics.lease_granted(attempt.operation)
             return work(lease)
 
     def on_reseed(exc: StaleFencingToken) -> None:
+        metrics.counter_reseeded(attempt.operation)
         record(
             "stale",
             exc.token,
             f"Redis fence counter was below the recorded token {exc.recorded}: reseeded, retrying",
+            final=False,
         )
 
     try:

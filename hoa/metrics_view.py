@@ -1,0 +1,80 @@
+"""The Prometheus scrape endpoint, ``GET /metrics``, for the monitoring system only.
+
+Allowed: a request carrying ``Authorization: Bearer <METRICS_TOKEN>``, or one from an
+address in ``METRICS_ALLOWED_IPS`` (loopback by default) that did not come through a
+proxy. A request relayed by a reverse proxy on the same host arrives from loopback too;
+its ``X-Forwarded-For`` header is what gives it away, so such a request needs the token.
+"""
+
+import hmac
+import ipaddress
+from functools import lru_cache
+
+from django.conf import settings
+from django.http import HttpResponse
+from django.utils.translation import gettext as _
+from django.views.decorators.cache import never_cache
+from django.views.decorators.http import require_GET
+from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, generate_latest
+from prometheus_client.multiprocess import MultiProcessCollector
+
+from hoa.access import client_ip
+
+
+@lru_cache(maxsize=4)
+def _networks(
+    entries: tuple[str, ...],
+) -> tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]:
+    return tuple(ipaddress.ip_network(entry, strict=False) for entry in entries)
+
+
+def _from_allowed_address(request) -> bool:
+    if "HTTP_X_FORWARDED_FOR" in request.META or "HTTP_FORWARDED" in request.META:
+        return False
+    try:
+        address = ipaddress.ip_address(client_ip(request) or "")
+    except ValueError:
+        return False
+    return any(address in network for network in _networks(tuple(settings.METRICS_ALLOWED_IPS)))
+
+
+def _bearer_token(request) -> str | None:
+    scheme, _sep, credentials = request.META.get("HTTP_AUTHORIZATION", "").partition(" ")
+    if scheme.lower() != "bearer" or not credentials.strip():
+        return None
+    return credentials.strip()
+
+
+def _registry():
+    if not settings.PROMETHEUS_MULTIPROC_DIR:
+        return REGISTRY
+    # Several worker processes: add up the samples every worker wrote to the directory.
+    registry = CollectorRegistry()
+    MultiProcessCollector(registry, path=settings.PROMETHEUS_MULTIPROC_DIR)
+    return registry
+
+
+def _refused(status: int) -> HttpResponse:
+    response = HttpResponse(
+        _("Metrics are served to the monitoring system only.") + "\n",
+        status=status,
+        content_type="text/plain; charset=utf-8",
+    )
+    if status == 401:
+        response["WWW-Authenticate"] = 'Bearer realm="metrics"'
+    return response
+
+
+@never_cache
+@require_GET
+def metrics(request):
+    """Expose the Prometheus metrics to an allowed scraper; 401/403 to anyone else."""
+    expected = settings.METRICS_TOKEN
+    presented = _bearer_token(request)
+    if presented is not None:
+        if expected and hmac.compare_digest(presented.encode(), expected.encode()):
+            return HttpResponse(generate_latest(_registry()), content_type=CONTENT_TYPE_LATEST)
+        return _refused(401 if expected else 403)
+    if _from_allowed_address(request):
+        return HttpResponse(generate_latest(_registry()), content_type=CONTENT_TYPE_LATEST)
+    return _refused(401 if expected else 403)

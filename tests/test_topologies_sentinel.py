@@ -1,0 +1,200 @@
+"""Fenced writes through Redis Sentinel while the lock's master fails over.
+
+Each test starts its own master, replica and sentinel (``tests/topologies.py``); the lock
+reaches them through ``LOCK_REDIS_URL=redis+sentinel://…``. The replica replicates through
+a relay the test can freeze, which is how the second test makes the replica miss grants
+the master had already acknowledged: what asynchronous replication allows on any failover.
+"""
+
+import itertools
+import shutil
+import threading
+import time
+from datetime import timedelta
+
+import pytest
+from django.db import connection, transaction
+from prometheus_client import REGISTRY
+
+from hoa.models import Complaint, ComplaintEvent
+from locking import (
+    Attempt,
+    FenceLock,
+    LockUnavailable,
+    StaleFencingToken,
+    advance_fence,
+    fence_key,
+    run_fenced,
+)
+from locking.models import FenceEvent
+from tests.topologies import redis_sentinel, stop_process, wait_until
+
+pytestmark = [
+    pytest.mark.skipif(
+        not shutil.which("redis-server"),
+        reason="redis-server not installed (Debian package redis-server)",
+    ),
+    pytest.mark.slow,
+    pytest.mark.django_db(transaction=True),
+]
+
+RESOURCE = "vendor-assignment:complaint:sentinel"
+OPERATION = "sentinel-test"
+TTL = timedelta(seconds=10)
+RETRY_FOR_SECONDS = 30
+
+
+@pytest.fixture
+def sentinel(settings):
+    with redis_sentinel() as deployment:
+        settings.LOCK_REDIS_URL = deployment.url
+        yield deployment
+
+
+@pytest.fixture
+def complaint(maple):
+    return Complaint.objects.create(organization=maple, title="Flooded garage")
+
+
+def write_note(complaint: Complaint, number: int) -> int:
+    """Write note ``number`` under a fresh lease; retry while the lock is failing over.
+
+    Retrying is what a caller does with a 503 or exit 75: nothing was written.
+    """
+
+    def work(lease):
+        with transaction.atomic():
+            advance_fence(Complaint.objects.filter(pk=complaint.pk), lease.token)
+            ComplaintEvent.objects.create(
+                complaint=complaint, kind="note", detail=f"note {number} token {lease.token}"
+            )
+        return lease.token
+
+    deadline = time.monotonic() + RETRY_FOR_SECONDS
+    while True:
+        try:
+            return run_fenced(
+                RESOURCE,
+                work,
+                ttl=TTL,
+                attempt=Attempt(actor="writer", operation=OPERATION),
+            )
+        except (LockUnavailable, StaleFencingToken):
+            if time.monotonic() >= deadline:
+                raise
+            time.sleep(0.05)
+
+
+def committed_notes(complaint: Complaint) -> list[tuple[int, int]]:
+    """(note number, token) of every committed note, in commit order."""
+    details = ComplaintEvent.objects.filter(complaint=complaint, kind="note").order_by("id")
+    notes = []
+    for detail in details.values_list("detail", flat=True):
+        _note, number, _token, token = detail.split()
+        notes.append((int(number), int(token)))
+    return notes
+
+
+def assert_exactly_once_in_token_order(complaint: Complaint, count: int) -> list[int]:
+    notes = committed_notes(complaint)
+    assert sorted(number for number, _ in notes) == list(range(count))  # no loss, no duplicate
+    tokens = [token for _, token in notes]
+    assert all(a < b for a, b in itertools.pairwise(tokens)), tokens
+    assert Complaint.objects.get(pk=complaint.pk).last_fence_token == tokens[-1]
+    committed = FenceEvent.objects.for_resource(RESOURCE).filter(outcome="committed")
+    assert sorted(committed.values_list("token", flat=True)) == tokens
+    return tokens
+
+
+def test_writes_continue_through_a_sentinel_failover_without_duplicates_or_reordering(
+    sentinel, complaint
+):
+    assert sentinel.master_port() == sentinel.master.port
+    written = []
+    failed_over_after: list[int] = []
+    errors: list[BaseException] = []
+
+    def writer():
+        deadline = time.monotonic() + 60
+        try:
+            number = 0
+            # Write until ten notes went in after the failover had completed.
+            while not failed_over_after or number < failed_over_after[0] + 10:
+                written.append(write_note(complaint, number))
+                number += 1
+                if time.monotonic() > deadline:
+                    raise AssertionError("the failover never completed")
+                time.sleep(0.02)  # a steady stream, not a flood of rows
+        except BaseException as exc:  # re-raised in the test's thread
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    try:
+        wait_until(lambda: len(written) >= 10 or errors, what="ten writes before the failover")
+        sentinel.sentinel.client().execute_command("SENTINEL", "FAILOVER", sentinel.service)
+        wait_until(
+            lambda: (
+                sentinel.master_port() == sentinel.replica.port
+                and sentinel.master.client().info("replication")["role"] == "slave"
+            ),
+            what="Sentinel to promote the replica and demote the old master",
+            timeout=30,
+        )
+        failed_over_after.append(len(written))
+    finally:
+        failed_over_after.append(0)  # stops the writer if the failover did not happen
+        thread.join(RETRY_FOR_SECONDS + 10)
+    assert not thread.is_alive()
+    if errors:
+        raise errors[0]
+
+    tokens = assert_exactly_once_in_token_order(complaint, len(written))
+    assert len(written) >= 20
+    new_master = sentinel.replica.client()
+    # The next grant outranks everything the database has recorded.
+    assert int(new_master.get(fence_key(RESOURCE))) >= tokens[-1]
+    assert FenceLock().acquire(RESOURCE, ttl=TTL).token > tokens[-1]
+
+
+def test_failover_to_a_replica_that_missed_acknowledged_grants_is_covered_by_the_reseed(
+    sentinel, complaint
+):
+    for number in range(5):
+        assert write_note(complaint, number) == number + 1
+    replica = sentinel.replica.client()
+    wait_until(
+        lambda: replica.get(fence_key(RESOURCE)) == b"5", what="the replica to reach token 5"
+    )
+
+    # The replica stops hearing from the master; the master keeps acknowledging grants.
+    sentinel.replication_proxy.frozen.set()
+    for number in range(5, 8):
+        assert write_note(complaint, number) == number + 1
+    assert int(sentinel.master.client().get(fence_key(RESOURCE))) == 8
+    assert replica.get(fence_key(RESOURCE)) == b"5"
+
+    stop_process(sentinel.master.process)  # the master dies with grants 6-8 unreplicated
+    wait_until(
+        lambda: sentinel.master_port() == sentinel.replica.port,
+        what="Sentinel to promote the replica",
+        timeout=30,
+    )
+    assert int(replica.get(fence_key(RESOURCE))) == 5  # the new master lost tokens 6-8
+
+    reseeds = "fence_counter_reseeds_total", {"operation": OPERATION}
+    reseeds_before = REGISTRY.get_sample_value(*reseeds) or 0
+    token = write_note(complaint, 8)
+
+    # The new master granted 6 again; the database (at 8) rejected it; the counter was
+    # raised to 8 and the retry got 9.
+    assert token == 9
+    last_attempts = FenceEvent.objects.for_resource(RESOURCE).exclude(outcome="unavailable")
+    last_attempts = list(last_attempts.order_by("-id")[:2])[::-1]
+    assert [(e.outcome, e.token) for e in last_attempts] == [("stale", 6), ("committed", 9)]
+    assert "reseeded" in last_attempts[0].detail
+    assert REGISTRY.get_sample_value(*reseeds) == reseeds_before + 1
+    assert assert_exactly_once_in_token_order(complaint, 9) == [1, 2, 3, 4, 5, 6, 7, 8, 9]
+    assert int(replica.get(fence_key(RESOURCE))) == 9
