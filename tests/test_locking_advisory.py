@@ -154,7 +154,7 @@ def test_advisory_lock_excludes_another_connection_until_its_transaction_ends(ro
 def test_advisory_lock_is_released_when_our_own_transaction_ends():
     with transaction.atomic(), advisory_lock(NAME) as acquired:
         assert acquired is True
-        assert held_by_backends(NAME) == [connection.connection.info.backend_pid]
+        assert held_by_backends(NAME) == [own_backend_pid()]  # pg_backend_pid(): PgBouncer-safe
     assert held_by_backends(NAME) == []
 
 
