@@ -1,0 +1,241 @@
+"""The history checker: compare what every client was told with what the database holds.
+
+For each resource a history touched it checks:
+
+Charges (one run per organization and month)
+  - complete or nothing: a completed run has exactly one charge per unit and totals that
+    match; a pending (or missing) run has no charges at all;
+  - at most one client was told "generated" (others may be told "already generated");
+  - every success is in the database: a client told "generated" or "already generated"
+    finds a completed run, completed before its answer; the "generated" one wrote it
+    (``completed_by`` is its user, ``completed_at`` inside its request);
+  - every refusal left nothing: the run's writer is a client that was told "generated"
+    or got no answer, never one told busy, stale, unavailable or failed;
+  - tokens never go backwards: ``last_fence_token`` is at least every token the audit
+    recorded as committed, and the billing call of the winning token was made.
+
+Vendor assignment (one complaint)
+  - committed writes are totally ordered by token: assignment rows in insertion order
+    carry strictly increasing tokens, the complaint's fence is at least the highest;
+  - never two active vendors at once: at most one active row, only the newest may be
+    active, and each replaced row was deactivated no later than its successor started;
+  - every success is in the database: a client told "assigned" has its own row (its
+    user, its vendor, inside its request); one told "already the vendor" saw a row of that
+    vendor that was active during its request;
+  - every refusal left nothing: every row belongs to a client told "assigned" (or one
+    that got no answer); a row that replaced another came from a reassign request;
+  - every row's token reached the dispatch service before the row was written.
+
+Timestamps the app writes (``timezone.now()`` in the worker) are compared with the
+client's wall clock on the same machine; ``SLACK`` absorbs rounding only.
+"""
+
+from collections import defaultdict
+from datetime import date
+from decimal import Decimal
+from itertools import pairwise
+
+from bench.faults.clients import Op
+
+SLACK = 0.2  # seconds
+UNKNOWN = ("no_answer", "error")
+
+
+def check_history(ops: list[Op], *, received: list, units: dict[int, int]) -> list[str]:
+    """Return one line per invariant violation (empty: the history is consistent).
+
+    ``received`` is the stand-in's list of external calls; ``units`` maps organization id
+    to its number of units.
+    """
+    by_resource: dict[str, list[Op]] = defaultdict(list)
+    for op in ops:
+        if op.kind in ("charges", "assign"):
+            by_resource[op.resource].append(op)
+    calls = _calls_by_key(received)
+    violations: list[str] = []
+    for resource, resource_ops in sorted(by_resource.items()):
+        first = resource_ops[0]
+        if first.kind == "charges":
+            found = _check_charges(first.org_id, first.month, resource_ops, calls, units)
+        else:
+            found = _check_assignment(first.complaint, resource_ops, calls)
+        violations += [f"{resource}: {line}" for line in found]
+    return violations
+
+
+def _calls_by_key(received: list) -> dict[str, set[int]]:
+    calls: dict[str, set[int]] = defaultdict(set)
+    for request in received:
+        try:
+            calls[request.idempotency_key].add(request.token)
+        except (KeyError, ValueError):
+            continue
+    return calls
+
+
+def _in_window(moment: float, op: Op) -> bool:
+    end = float("inf") if op.verdict in UNKNOWN else op.ended
+    return op.started - SLACK <= moment <= end + SLACK
+
+
+def _month(label: str) -> date:
+    year, month = label.split("-")
+    return date(int(year), int(month), 1)
+
+
+# -- charges ---------------------------------------------------------------------------------
+
+
+def _check_charges(org_id, month, ops, calls, units) -> list[str]:
+    from charges.models import MonthlyCharge, MonthlyChargeRun
+    from locking.models import FenceEvent
+
+    problems = []
+    run = MonthlyChargeRun.objects.filter(organization_id=org_id, month=_month(month)).first()
+    charges = list(
+        MonthlyCharge.objects.filter(run=run).values_list("unit_id", "amount") if run else []
+    )
+    completed = run is not None and run.is_completed
+    if completed:
+        unit_ids = [unit for unit, _ in charges]
+        total = sum((amount for _, amount in charges), Decimal("0"))
+        if len(charges) != units[org_id] or len(set(unit_ids)) != len(unit_ids):
+            problems.append(
+                f"completed run has {len(charges)} charges for {len(set(unit_ids))} units, "
+                f"expected one for each of {units[org_id]}"
+            )
+        if run.charge_count != len(charges) or run.total != total:
+            problems.append(
+                f"run totals ({run.charge_count}, {run.total}) do not match its charges "
+                f"({len(charges)}, {total})"
+            )
+    elif charges:
+        problems.append(f"{len(charges)} charges without a completed run (half-written)")
+
+    done = [op for op in ops if op.verdict == "done"]
+    if len(done) > 1:
+        problems.append(
+            "more than one client was told it generated the run: "
+            + ", ".join(f"{op.client or op.user} ({op.via})" for op in done)
+        )
+    for op in ops:
+        if op.verdict not in ("done", "already_done"):
+            continue
+        if not completed:
+            problems.append(f"{op.user} was told {op.verdict} but the run is not completed")
+        elif run.completed_at.timestamp() > op.ended + SLACK:
+            problems.append(f"{op.user} was told {op.verdict} before the run was completed")
+    if completed:
+        writer = run.completed_by.split(" ", 1)[0]
+        moment = run.completed_at.timestamp()
+        candidates = [op for op in ops if op.user == writer and _in_window(moment, op)]
+        if not candidates:
+            problems.append(f"the run was completed by {run.completed_by!r}, whom no client was")
+        elif not any(op.verdict in ("done", *UNKNOWN) for op in candidates):
+            told = ", ".join(sorted({op.verdict for op in candidates}))
+            problems.append(f"{writer} was told {told}, yet its write is in the database")
+        for op in done:
+            if op.user != writer:
+                problems.append(f"{op.user} was told it generated the run; {writer} did")
+
+    resource = f"monthly-charges:org:{org_id}:{month}"
+    events = FenceEvent.objects.filter(resource=resource, outcome="committed")
+    committed_tokens = [token for token in events.values_list("token", flat=True) if token]
+    if run is not None and committed_tokens and run.last_fence_token < max(committed_tokens):
+        problems.append(
+            f"last_fence_token {run.last_fence_token} went below committed token "
+            f"{max(committed_tokens)}"
+        )
+    key = f"monthly-charges:{org_id}:{month}"
+    for token in committed_tokens:
+        if calls and token not in calls.get(key, set()):
+            problems.append(f"token {token} committed without a billing call carrying it")
+    return problems
+
+
+# -- vendor assignment -----------------------------------------------------------------------
+
+
+def _check_assignment(complaint_id, ops, calls) -> list[str]:
+    from hoa.models import Complaint
+    from vendors.models import VendorAssignment
+
+    problems = []
+    rows = list(
+        VendorAssignment.objects.filter(complaint_id=complaint_id)
+        .select_related("assigned_by")
+        .order_by("pk")
+    )
+    fence = Complaint.objects.values_list("last_fence_token", flat=True).get(pk=complaint_id)
+    tokens = [row.fence_token for row in rows]
+    if any(later <= earlier for earlier, later in pairwise(tokens)):
+        problems.append(f"assignment tokens are not increasing in commit order: {tokens}")
+    if tokens and fence < max(tokens):
+        problems.append(f"complaint fence {fence} is below assignment token {max(tokens)}")
+    active = [row for row in rows if row.active]
+    if len(active) > 1:
+        problems.append(f"{len(active)} active assignments")
+    if active and active[-1] is not rows[-1]:
+        problems.append("an older assignment is active while a newer one exists")
+    for earlier, later in pairwise(rows):
+        if earlier.deactivated_at is None or earlier.deactivated_at > later.assigned_at:
+            problems.append(f"assignment {earlier.pk} was still active when {later.pk} was written")
+
+    claimed: set[int] = set()
+    for index, row in enumerate(rows):
+        user = row.assigned_by.username if row.assigned_by else ""
+        moment = row.assigned_at.timestamp()
+        candidates = [
+            op
+            for op in ops
+            if op.user == user and op.vendor == row.vendor_id and _in_window(moment, op)
+        ]
+        # A told "done" claims the row before an op whose answer was lost could.
+        writers = sorted(
+            (op for op in candidates if op.verdict in ("done", *UNKNOWN)),
+            key=lambda op: op.verdict != "done",
+        )
+        if not candidates:
+            problems.append(f"assignment {row.pk} (token {row.fence_token}) has no client")
+            continue
+        if not writers:
+            told = ", ".join(sorted({op.verdict for op in candidates}))
+            problems.append(
+                f"{user} was told {told}, yet assignment {row.pk} (token {row.fence_token}) "
+                "is in the database"
+            )
+            continue
+        writer = writers[0]
+        claimed.add(id(writer))
+        if index > 0 and not writer.reassign:
+            problems.append(f"assignment {row.pk} replaced another without a reassign request")
+        prefix = f"vendor-assignment:{complaint_id}:{row.vendor_id}:"
+        sent = {token for key, found in calls.items() if key.startswith(prefix) for token in found}
+        if calls and row.fence_token not in sent:
+            problems.append(
+                f"assignment {row.pk} committed token {row.fence_token} without a dispatch "
+                "call carrying it"
+            )
+
+    for op in ops:
+        if op.verdict == "done" and id(op) not in claimed:
+            problems.append(f"{op.user} was told vendor {op.vendor} is assigned; no row of it")
+        if op.verdict == "already_done" and not any(
+            row.vendor_id == op.vendor
+            and row.assigned_at.timestamp() <= op.ended + SLACK
+            and (row.deactivated_at is None or row.deactivated_at.timestamp() >= op.started - SLACK)
+            for row in rows
+        ):
+            problems.append(
+                f"{op.user} was told vendor {op.vendor} already handles it; it never did "
+                "during that request"
+            )
+    return problems
+
+
+def summarize(ops: list[Op]) -> dict[str, int]:
+    """Counts of verdicts, for the report table."""
+    counts: dict[str, int] = defaultdict(int)
+    for op in ops:
+        counts[op.verdict] += 1
+    return dict(sorted(counts.items()))

@@ -1,0 +1,223 @@
+"""The suite's clients: staff over HTTP and cron over ``manage.py``, each answer recorded.
+
+Every call returns an ``Op``: what was asked, when (wall clock, to compare with the
+timestamps the app writes), and what the client was told, reduced to one verdict:
+
+=============  =========================================================================
+verdict        meaning (HTTP / command)
+=============  =========================================================================
+done           303 with a success message / exit 0 "Generated…", "…is assigned…"
+already_done   303 with an info message / exit 0 "already generated", "already the vendor"
+refused        409 / exit 75: busy, superseded by a newer holder, assigned to another
+unavailable    503 / exit 1 naming Redis or PostgreSQL: nothing was written
+failed         502 / exit 1 naming the billing or dispatch service: nothing was written
+invalid        400, 403, 404, 429 / any other exit 1
+error          500 or a traceback: a clear answer was owed and not given
+no_answer      the connection broke or the client gave up: the outcome is unknown
+=============  =========================================================================
+"""
+
+import re
+import secrets
+import string
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+
+import requests
+
+from bench.faults.procs import BASE_DIR
+
+_MESSAGE = re.compile(r'<li class="msg ([a-z ]+)"[^>]*>(.*?)</li>', re.S)
+_TITLE = re.compile(r"<h1[^>]*>(.*?)</h1>", re.S)
+_TAGS = re.compile(r"<[^>]+>")
+
+
+@dataclass
+class Op:
+    """One request and what its client was told."""
+
+    kind: str  # "charges" or "assign"
+    org: str
+    org_id: int
+    client: str = ""
+    user: str = ""
+    via: str = ""  # "http:a", "http:b", "command"
+    month: str | None = None
+    complaint: int | None = None
+    vendor: int | None = None
+    reassign: bool = False
+    started: float = field(default_factory=time.time)
+    ended: float = 0.0
+    verdict: str = ""
+    status: int | None = None
+    detail: str = ""
+
+    @property
+    def resource(self) -> str:
+        if self.kind == "charges":
+            return f"monthly-charges:org:{self.org_id}:{self.month}"
+        return f"vendor-assignment:complaint:{self.complaint}"
+
+    def as_dict(self) -> dict:
+        return {**asdict(self), "resource": self.resource}
+
+
+class History:
+    """Every operation of a scenario, appended from any thread."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self.ops: list[Op] = []
+
+    def add(self, op: Op) -> Op:
+        with self._lock:
+            self.ops.append(op)
+        return op
+
+    def snapshot(self) -> list[Op]:
+        with self._lock:
+            return list(self.ops)
+
+
+def _text(html: str) -> str:
+    return " ".join(_TAGS.sub(" ", html).split())
+
+
+def _csrf_secret() -> str:
+    alphabet = string.ascii_letters + string.digits
+    return "".join(secrets.choice(alphabet) for _ in range(32))
+
+
+class StaffClient:
+    """A logged-in staff member's browser, reduced to the two POSTs under test."""
+
+    def __init__(self, *, name: str, base_url: str, instance: str, username: str, session: str):
+        self.name = name
+        self.base_url = base_url
+        self.instance = instance
+        self.username = username
+        self.http = requests.Session()
+        self.http.cookies.set("sessionid", session, domain="127.0.0.1", path="/")
+        # Django accepts its CSRF secret itself (unmasked) in the header.
+        self.csrf = _csrf_secret()
+        self.http.cookies.set("csrftoken", self.csrf, domain="127.0.0.1", path="/")
+
+    def send(self, op: Op, *, timeout: float = 30) -> Op:
+        """POST ``op`` (generate or assign) as this user and record the answer on it."""
+        op.client = op.client or self.name
+        op.user, op.via = self.username, f"http:{self.instance}"
+        if op.kind == "charges":
+            return self._post(op, f"/orgs/{op.org}/charges/{op.month}/generate/", {}, timeout)
+        data = {"vendor": str(op.vendor)}
+        if op.reassign:
+            data["reassign"] = "on"
+        return self._post(op, f"/orgs/{op.org}/complaints/{op.complaint}/assign/", data, timeout)
+
+    def _post(self, op: Op, path: str, data: dict, timeout: float) -> Op:
+        op.started = time.time()
+        try:
+            response = self.http.post(
+                self.base_url + path,
+                data=data,
+                headers={"X-CSRFToken": self.csrf, "Referer": self.base_url + path},
+                allow_redirects=False,
+                timeout=timeout,
+            )
+        except requests.RequestException as exc:
+            op.ended = time.time()
+            op.verdict, op.detail = "no_answer", exc.__class__.__name__
+            return op
+        op.ended = time.time()
+        op.status = response.status_code
+        op.verdict, op.detail = self._classify(response, timeout)
+        return op
+
+    def _classify(self, response: requests.Response, timeout: float) -> tuple[str, str]:
+        status = response.status_code
+        if status == 303:
+            # The message says whether this request did the work or found it done.
+            try:
+                page = self.http.get(
+                    self.base_url + response.headers["Location"], timeout=timeout
+                ).text
+            except requests.RequestException as exc:
+                return "done", f"303; message not read ({exc.__class__.__name__})"
+            for tags, message in _MESSAGE.findall(page):
+                verdict = "already_done" if "info" in tags.split() else "done"
+                return verdict, _text(message)[:300]
+            return "done", "303 without a message"
+        title = _TITLE.search(response.text)
+        detail = _text(title.group(1))[:200] if title else ""
+        verdict = {409: "refused", 503: "unavailable", 502: "failed"}.get(status)
+        if verdict is None:
+            verdict = "invalid" if status in (400, 403, 404, 429) else "error"
+        return verdict, detail
+
+
+# -- commands --------------------------------------------------------------------------------
+
+
+def command_args(op: Op) -> list[str]:
+    if op.kind == "charges":
+        return [
+            "generate_monthly_charges",
+            "--org",
+            op.org,
+            "--month",
+            op.month,
+            "--actor",
+            op.user,
+        ]
+    args = ["assign_vendor", "--complaint", str(op.complaint), "--vendor", str(op.vendor)]
+    if op.reassign:
+        args.append("--reassign")
+    return [*args, "--actor", op.user]
+
+
+def classify_command(op: Op, returncode: int | None, stdout: str, stderr: str) -> Op:
+    """Record a command's answer: its exit status and its last line (the one cron mails)."""
+    op.ended = time.time()
+    op.status = returncode
+    out, err = stdout.strip(), stderr.strip()
+    last_error = err.splitlines()[-1] if err else ""
+    op.detail = (out.splitlines()[-1] if out and returncode == 0 else last_error)[:300]
+    if returncode is None:
+        op.verdict = "no_answer"  # killed, or it never finished: the outcome is unknown
+    elif returncode == 0:
+        already = "already generated" in out or "is already the vendor" in out
+        op.verdict = "already_done" if already else "done"
+    elif returncode == 75:
+        op.verdict = "refused"
+    elif "Traceback" in err or returncode != 1:
+        op.verdict = "error"
+    else:
+        said = last_error.lower()
+        if any(word in said for word in ("redis", "lock service", "postgresql")):
+            op.verdict = "unavailable"
+        elif any(word in said for word in ("billing", "dispatch")):
+            op.verdict = "failed"
+        else:
+            op.verdict = "invalid"
+    return op
+
+
+def run_command(op: Op, *, env: dict, timeout: float = 60) -> Op:
+    """Run the operation as its management command in a child process and classify it."""
+    op.via = "command"
+    op.started = time.time()
+    try:
+        result = subprocess.run(
+            [sys.executable, str(BASE_DIR / "manage.py"), *command_args(op)],
+            cwd=BASE_DIR,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+    except subprocess.TimeoutExpired as exc:
+        return classify_command(op, None, str(exc.stdout or ""), str(exc.stderr or ""))
+    return classify_command(op, result.returncode, result.stdout, result.stderr)

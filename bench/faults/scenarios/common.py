@@ -1,0 +1,69 @@
+"""What the scenarios share: racing operations, stand-in predicates, database facts."""
+
+from bench.faults.clients import Op
+from bench.faults.scenario import Scenario
+
+# The tables a worker writes into after its fence UPDATE, and the statements it blocks in.
+INSERT_TARGET = {"charges": "charges_monthlycharge", "assign": "vendors_vendorassignment"}
+FENCE_UPDATE = {"charges": 'UPDATE "charges_monthlychargerun"', "assign": 'UPDATE "hoa_complaint"'}
+
+
+def racing_ops(s: Scenario, kind: str):
+    """Two operations racing for one fresh resource: the same month, or one complaint with
+    two different vendors.
+
+    The first vendor request asks to reassign: if it came through after losing its lease,
+    only the fence would stop it from replacing the newer holder's vendor (the state check
+    alone would let a reassign through), so these scenarios test the fence itself.
+    """
+    if kind == "charges":
+        first = s.charges()
+        return first, s.charges(month=first.month)
+    complaint = s.complaint()
+    return (
+        s.assign(complaint, s.world.vendors[0], reassign=True),
+        s.assign(complaint, s.world.vendors[1]),
+    )
+
+
+def external_call_of(op: Op, token: int):
+    """A stand-in predicate: the external call ``op`` makes with ``token``."""
+    if op.kind == "charges":
+        key = f"monthly-charges:{op.org_id}:{op.month}"
+        return lambda request: request.idempotency_key == key and request.token == token
+    prefix = f"vendor-assignment:{op.complaint}:"
+    return lambda request: request.idempotency_key.startswith(prefix) and request.token == token
+
+
+def stored(op: Op) -> dict:
+    """What the database holds for ``op``'s resource, for facts and explicit checks."""
+    from charges.models import MonthlyChargeRun
+    from hoa.models import Complaint
+    from vendors.models import VendorAssignment
+
+    if op.kind == "charges":
+        run = MonthlyChargeRun.objects.filter(organization_id=op.org_id, month=f"{op.month}-01")
+        run = run.first()
+        return {
+            "run": run.status if run else None,
+            "charges": run.charges.count() if run else 0,
+            "fence": run.last_fence_token if run else None,
+        }
+    return {
+        "active": list(
+            VendorAssignment.objects.filter(complaint_id=op.complaint, active=True).values_list(
+                "vendor_id", "fence_token"
+            )
+        ),
+        "rows": VendorAssignment.objects.filter(complaint_id=op.complaint).count(),
+        "fence": Complaint.objects.get(pk=op.complaint).last_fence_token,
+    }
+
+
+def tokens_sent(s: Scenario, op: Op) -> list[int]:
+    """The fencing tokens of the external calls the stand-in received for ``op``'s resource."""
+    if op.kind == "charges":
+        key = f"monthly-charges:{op.org_id}:{op.month}"
+        return [r.token for r in s.stack.standin.received if r.idempotency_key == key]
+    prefix = f"vendor-assignment:{op.complaint}:"
+    return [r.token for r in s.stack.standin.received if r.idempotency_key.startswith(prefix)]

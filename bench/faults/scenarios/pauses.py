@@ -1,0 +1,277 @@
+"""Scenarios 1-3: a holder paused past its lease, the stale holder committing first, and a
+holder killed inside its critical section.
+
+Each forces its interleaving instead of hoping for it: the Redis proxy keeps back the
+grant's reply, the stand-in keeps an external call waiting, or a table lock from the
+harness stops a worker at its INSERT, with its fence UPDATE done and its transaction open.
+The worker is then frozen with SIGSTOP (or killed with SIGKILL) while the lease runs out.
+"""
+
+import os
+import signal
+
+from bench.faults.procs import frozen
+from bench.faults.scenario import Scenario, grant_pid, scenario
+from bench.faults.scenarios.common import (
+    FENCE_UPDATE,
+    INSERT_TARGET,
+    external_call_of,
+    racing_ops,
+    stored,
+    tokens_sent,
+)
+
+# -- 1. pause past the TTL -----------------------------------------------------------------
+
+
+def pause_after_acquire(s: Scenario, kind: str, rival_via_command: bool) -> None:
+    first, second = racing_ops(s, kind)
+    grant = s.watch_grant(first.resource, hold=True)
+    paused = s.send_later(s.client(0), first)
+    with frozen(grant_pid(grant)):
+        grant.release()  # the grant reaches a process that cannot read it yet
+        s.wait_lock_gone(first.resource)
+        rival = s.command(second) if rival_via_command else s.send(s.client(1), second)
+    first = paused.result(60)
+    s.expect_verdict(rival, "done")
+    s.expect_verdict(first, "refused")
+    s.fact("database", stored(first))
+    s.observe(
+        f"paused holder told {first.verdict} ({first.status}); rival told {rival.verdict} "
+        f"({rival.status})"
+    )
+
+
+def pause_in_external_call(s: Scenario, kind: str, rival_via_command: bool) -> None:
+    first, second = racing_ops(s, kind)
+    token = s.stack.counter(first.resource) + 1
+    gate = s.hold_call(external_call_of(first, token))
+    grant = s.watch_grant(first.resource)
+    paused = s.send_later(s.client(0), first)
+    gate.wait_arrived(1, timeout=15)
+    with frozen(grant_pid(grant)):
+        gate.release()  # the answer waits in the socket of a frozen worker
+        s.wait_lock_gone(first.resource)
+        rival = s.command(second) if rival_via_command else s.send(s.client(1), second)
+    first = paused.result(60)
+    s.expect_verdict(rival, "done")
+    s.expect_verdict(first, "refused")
+    s.fact("database", stored(first))
+    s.fact("external calls", tokens_sent(s, first))
+    s.observe(
+        f"paused holder told {first.verdict} ({first.status}); rival told {rival.verdict} "
+        f"({rival.status})"
+    )
+
+
+def pause_before_commit(s: Scenario, kind: str) -> None:
+    first, second = racing_ops(s, kind)
+    grant = s.watch_grant(first.resource)
+    with s.table_held(INSERT_TARGET[kind]) as table:
+        paused = s.send_later(s.client(0), first)
+        s.wait_blocked(f'INSERT INTO "{INSERT_TARGET[kind]}"')
+        with frozen(grant_pid(grant)):
+            table.release()  # the INSERT completes; COMMIT waits for a frozen process
+            s.wait_lock_gone(first.resource)
+            rival_future = s.send_later(s.client(1), second)
+            # The rival passes acquire and its external call, then waits for our row lock.
+            s.wait_blocked(FENCE_UPDATE[kind])
+    first = paused.result(60)
+    rival = rival_future.result(60)
+    # The paused holder's fence UPDATE ran before the takeover, so its commit is legal;
+    # the business check makes the newer holder find the work done.
+    s.expect_verdict(first, "done")
+    s.expect_verdict(rival, "already_done" if kind == "charges" else "refused")
+    s.fact("database", stored(first))
+    s.observe(
+        f"paused holder told {first.verdict} ({first.status}); rival (blocked on the row "
+        f"lock) told {rival.verdict} ({rival.status})"
+    )
+
+
+_PAUSE = "paused holder is refused as stale (409 / 75); the rival is done"
+
+
+@scenario("1a-charges", group=1, title="Pause past TTL after acquire (charges)", expected=_PAUSE)
+def _1a_charges(s):
+    pause_after_acquire(s, "charges", rival_via_command=False)
+
+
+@scenario("1a-assign", group=1, title="Pause past TTL after acquire (vendor)", expected=_PAUSE)
+def _1a_assign(s):
+    pause_after_acquire(s, "assign", rival_via_command=True)
+
+
+@scenario(
+    "1b-charges",
+    group=1,
+    title="Pause past TTL inside the external call (charges)",
+    expected=_PAUSE,
+)
+def _1b_charges(s):
+    pause_in_external_call(s, "charges", rival_via_command=True)
+
+
+@scenario(
+    "1b-assign", group=1, title="Pause past TTL inside the external call (vendor)", expected=_PAUSE
+)
+def _1b_assign(s):
+    pause_in_external_call(s, "assign", rival_via_command=False)
+
+
+@scenario(
+    "1c-charges",
+    group=1,
+    title="Pause past TTL after the fence UPDATE, before COMMIT (charges)",
+    expected="paused holder commits (its fence ran first); rival waits on the row lock, "
+    "then answers already generated",
+)
+def _1c_charges(s):
+    pause_before_commit(s, "charges")
+
+
+@scenario(
+    "1c-assign",
+    group=1,
+    title="Pause past TTL after the fence UPDATE, before COMMIT (vendor)",
+    expected="paused holder commits; rival waits on the row lock, then is refused: "
+    "assigned to another vendor",
+)
+def _1c_assign(s):
+    pause_before_commit(s, "assign")
+
+
+# -- 2. the stale holder commits first -------------------------------------------------------
+
+
+def stale_commits_first(s: Scenario, kind: str) -> None:
+    """A (older token) and B (newer token) both wait in their external calls; A goes first."""
+    first, second = racing_ops(s, kind)
+    token = s.stack.counter(first.resource) + 1
+    gate_a = s.hold_call(external_call_of(first, token))
+    gate_b = s.hold_call(external_call_of(first, token + 1))
+    if kind == "charges":
+        older = s.spawn(first)  # cron holds the older lease
+        gate_a.wait_arrived(1, timeout=30)
+        s.wait_lock_gone(first.resource)
+        newer = s.send_later(s.client(1), second)
+        gate_b.wait_arrived(1, timeout=15)
+        gate_a.release()
+        first = older.wait(60)
+        gate_b.release()
+        second = newer.result(60)
+    else:
+        older = s.send_later(s.client(0), first)
+        gate_a.wait_arrived(1, timeout=15)
+        s.wait_lock_gone(first.resource)
+        newer = s.spawn(second)
+        gate_b.wait_arrived(1, timeout=30)
+        gate_a.release()
+        first = older.result(60)
+        gate_b.release()
+        second = newer.wait(60)
+    s.expect_verdict(first, "done")
+    s.expect_verdict(second, "already_done" if kind == "charges" else "refused")
+    s.fact("database", stored(first))
+    s.fact("external calls", tokens_sent(s, first))
+    s.observe(
+        f"older token committed first ({first.verdict}); newer told {second.verdict} "
+        f"({second.status}); one set of rows"
+    )
+
+
+@scenario(
+    "2-charges",
+    group=2,
+    title="Stale holder commits first (charges)",
+    expected="older holder's commit stands; the newer one answers already generated (303 / 0)",
+)
+def _2_charges(s):
+    stale_commits_first(s, "charges")
+
+
+@scenario(
+    "2-assign",
+    group=2,
+    title="Stale holder commits first (vendor)",
+    expected="older holder's vendor stands; the newer one is refused: assigned to another (75)",
+)
+def _2_assign(s):
+    stale_commits_first(s, "assign")
+
+
+# -- 3. SIGKILL inside the critical section --------------------------------------------------
+
+
+def killed_in_transaction(s: Scenario, kind: str) -> None:
+    first, second = racing_ops(s, kind)
+    grant = s.watch_grant(first.resource)
+    with s.table_held(INSERT_TARGET[kind]) as table:
+        doomed = s.send_later(s.client(0), first)
+        s.wait_blocked(f'INSERT INTO "{INSERT_TARGET[kind]}"')
+        os.kill(grant_pid(grant), signal.SIGKILL)
+        table.release()
+    first = doomed.result(60)
+    after_kill = stored(first)
+    s.fact("after the kill", after_kill)
+    if kind == "charges":
+        s.expect(
+            after_kill["charges"] == 0 and after_kill["run"] in (None, "pending"),
+            f"the killed holder left {after_kill}",
+        )
+    else:
+        s.expect(after_kill["rows"] == 0, f"the killed holder left {after_kill}")
+    s.wait_lock_gone(first.resource)  # nobody released it: Redis expires it
+    s.stack.apps[0].wait_for_workers()
+    second = s.send(s.client(1), second)
+    s.expect_verdict(first, "no_answer")
+    s.expect_verdict(second, "done")
+    s.fact("after the retry", stored(first))
+    s.observe(
+        f"killed worker's transaction rolled back ({after_kill}); lease expired; next holder "
+        f"{second.verdict}"
+    )
+
+
+def killed_command_in_external_call(s: Scenario) -> None:
+    first, second = racing_ops(s, "assign")
+    token = s.stack.counter(first.resource) + 1
+    gate = s.hold_call(external_call_of(first, token))
+    cron = s.spawn(first)
+    gate.wait_arrived(1, timeout=30)
+    os.killpg(cron.pid, signal.SIGKILL)
+    gate.release()
+    first = cron.wait(30)
+    s.fact("after the kill", stored(first))
+    s.wait_lock_gone(first.resource)
+    second = s.send(s.client(0), second)
+    s.expect_verdict(first, "no_answer")
+    s.expect_verdict(second, "done")
+    s.expect(stored(first)["rows"] == 1, f"expected one assignment, found {stored(first)}")
+    s.observe(
+        f"command killed mid-call wrote nothing; the next holder (another vendor, no "
+        f"reassign) {second.verdict}"
+    )
+
+
+_KILL = "no partial rows; the lease expires; the next holder completes the work"
+
+
+@scenario("3a-charges", group=3, title="SIGKILL inside the transaction (charges)", expected=_KILL)
+def _3a_charges(s):
+    killed_in_transaction(s, "charges")
+
+
+@scenario("3a-assign", group=3, title="SIGKILL inside the transaction (vendor)", expected=_KILL)
+def _3a_assign(s):
+    killed_in_transaction(s, "assign")
+
+
+@scenario(
+    "3b-assign-command",
+    group=3,
+    title="SIGKILL of a command inside its external call (vendor)",
+    expected=_KILL,
+)
+def _3b_command(s):
+    killed_command_in_external_call(s)

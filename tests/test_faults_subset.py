@@ -1,0 +1,230 @@
+"""A fast subset of the fault-injection suite (``make faults``), run by ``make test``.
+
+One case each of scenarios 1-4, driven by the suite's own code against real processes:
+two gunicorn instances of two workers on this test database, a private redis-server
+behind the suite's TCP proxy, the stand-in endpoint, and management commands as
+subprocesses. Each scenario forces its interleaving (SIGSTOP, SIGKILL, a held external
+call, Redis killed), then the history checker compares what every client was told with
+the database.
+
+The second half proves the checker can fail: it is fed histories that contradict the
+database and must name the contradiction.
+"""
+
+import time
+from datetime import timedelta
+from decimal import Decimal
+
+import pytest
+from django.conf import settings
+from django.db import connection
+from django.utils import timezone
+
+from bench.faults.checker import check_history
+from bench.faults.clients import Op
+from bench.faults.scenario import find, run_scenario, warm_up
+from bench.faults.seed import World, seed_world
+from bench.faults.stack import Stack, StackOptions
+from charges.models import MonthlyCharge, MonthlyChargeRun
+from vendors.models import VendorAssignment
+
+pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+
+
+@pytest.fixture(scope="module")
+def stack(django_db_setup, django_db_blocker):
+    """The app under gunicorn on the test database; stopped before the database is dropped."""
+    db = connection.settings_dict
+    url = f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}"
+    system = Stack(StackOptions(secret_key=settings.SECRET_KEY, database_url=url))
+    try:
+        system.start_services().start_apps()
+        with django_db_blocker.unblock():
+            warm_up(system, seed_world(users=4), rounds=2)
+        yield system
+    finally:
+        system.stop()
+
+
+@pytest.fixture
+def world() -> World:
+    return seed_world(users=8)
+
+
+def run(stack: Stack, world: World, key: str):
+    spec, function = find(key)
+    result = run_scenario(stack, world, spec, function)
+    assert result.violations == []
+    assert result.surprises == []
+    return result
+
+
+# -- one case of each of scenarios 1-4 ---------------------------------------------------------
+
+
+def test_worker_frozen_inside_its_external_call_is_refused_after_takeover(stack, world):
+    result = run(stack, world, "1b-assign")
+    (paused,) = [op for op in result.ops if op.via == "http:a"]
+    (rival,) = [op for op in result.ops if op.via == "http:b"]
+    assert (paused.via, paused.status, paused.verdict) == ("http:a", 409, "refused")
+    assert (rival.via, rival.status, rival.verdict) == ("http:b", 303, "done")
+    complaint = paused.complaint
+    assert list(
+        VendorAssignment.objects.filter(complaint_id=complaint).values_list(
+            "vendor_id", "fence_token", "active"
+        )
+    ) == [(rival.vendor, 2, True)]
+    assert result.facts["external calls"] == [1, 2]
+
+
+def test_older_holder_committing_first_leaves_one_run_and_the_newer_finds_it_done(stack, world):
+    result = run(stack, world, "2-charges")
+    older, newer = result.ops
+    assert (older.via, older.status, older.verdict) == ("command", 0, "done")
+    assert (newer.status, newer.verdict) == (303, "already_done")
+    run_row = MonthlyChargeRun.objects.get(month=f"{older.month}-01")
+    assert run_row.is_completed
+    assert run_row.completed_by.startswith(older.user + " ")
+    assert run_row.last_fence_token == 2
+    assert MonthlyCharge.objects.filter(run=run_row).count() == world.units("faults-maple")
+
+
+def test_worker_killed_inside_its_transaction_leaves_nothing_and_the_next_holder_finishes(
+    stack, world
+):
+    result = run(stack, world, "3a-charges")
+    killed, retry = result.ops
+    assert killed.verdict == "no_answer"
+    assert result.facts["after the kill"] == {"run": "pending", "charges": 0, "fence": 0}
+    assert (retry.status, retry.verdict) == (303, "done")
+    assert result.facts["after the retry"]["charges"] == world.units("faults-maple")
+
+
+def test_redis_down_at_acquire_answers_503_and_exit_1_and_writes_nothing(stack, world):
+    result = run(stack, world, "4a-redis-down-acquire")
+    down, retried = result.ops[:3], result.ops[3:]
+    assert [(op.via, op.status) for op in down] == [
+        ("http:a", 503),
+        ("http:b", 503),
+        ("command", 1),
+    ]
+    assert all(op.verdict == "unavailable" for op in down)
+    assert [op.verdict for op in retried] == ["done", "done", "done"]
+
+
+# -- the checker catches contradictions ------------------------------------------------------
+
+
+def _op(world: World, **fields) -> Op:
+    now = time.time()
+    fields.setdefault("org", "faults-maple")
+    fields.setdefault("org_id", world.org_id("faults-maple"))
+    return Op(started=now - 1, ended=now + 1, **fields)
+
+
+def _complete_run(world: World, month: str, *, by: str, charges: int | None = None):
+    run_row = MonthlyChargeRun.objects.create(
+        organization_id=world.org_id("faults-maple"),
+        month=f"{month}-01",
+        status=MonthlyChargeRun.Status.COMPLETED,
+        completed_at=timezone.now(),
+        completed_by=by,
+        charge_count=world.units("faults-maple"),
+        total=Decimal("0.00"),
+        last_fence_token=1,
+    )
+    units = run_row.organization.units.order_by("pk")
+    for unit in units[: charges if charges is not None else units.count()]:
+        MonthlyCharge.objects.create(run=run_row, unit=unit, amount=Decimal("0.00"))
+    return run_row
+
+
+def _units(world: World) -> dict[int, int]:
+    return {world.org_id(slug): world.units(slug) for slug in world.organizations}
+
+
+def test_checker_flags_a_write_by_a_client_that_was_told_refused(world):
+    month = world.take_month("faults-maple")
+    _complete_run(world, month, by="faults-01")
+    told = [_op(world, kind="charges", month=month, user="faults-01", verdict="refused")]
+    problems = check_history(told, received=[], units=_units(world))
+    assert problems == [
+        f"monthly-charges:org:{world.org_id('faults-maple')}:{month}: faults-01 was told "
+        "refused, yet its write is in the database"
+    ]
+
+
+def test_checker_flags_two_clients_told_they_generated_the_same_run(world):
+    month = world.take_month("faults-maple")
+    _complete_run(world, month, by="faults-01")
+    told = [
+        _op(world, kind="charges", month=month, user="faults-01", verdict="done"),
+        _op(world, kind="charges", month=month, user="faults-02", verdict="done"),
+    ]
+    problems = check_history(told, received=[], units=_units(world))
+    assert any("more than one client was told it generated the run" in p for p in problems)
+    assert any("faults-02 was told it generated the run; faults-01 did" in p for p in problems)
+
+
+def test_checker_flags_a_half_written_run_and_a_success_that_is_not_in_the_database(world):
+    month = world.take_month("faults-maple")
+    run_row = _complete_run(world, month, by="faults-01", charges=2)
+    other = world.take_month("faults-maple")
+    told = [
+        _op(world, kind="charges", month=month, user="faults-01", verdict="done"),
+        _op(world, kind="charges", month=other, user="faults-03", verdict="done"),
+    ]
+    problems = check_history(told, received=[], units=_units(world))
+    units = world.units("faults-maple")
+    expected = f"completed run has 2 charges for 2 units, expected one for each of {units}"
+    assert any(expected in p for p in problems)
+    assert any("faults-03 was told done but the run is not completed" in p for p in problems)
+    assert run_row.charges.count() == 2
+
+
+def test_checker_flags_assignments_out_of_token_order_and_a_lost_success(world, django_user_model):
+    complaint = world.take_complaint("faults-maple")
+    user = django_user_model.objects.get(username="faults-01")
+    now = timezone.now()
+    VendorAssignment.objects.create(
+        complaint_id=complaint,
+        vendor_id=world.vendors[0],
+        fence_token=5,
+        active=False,
+        deactivated_at=now,
+        assigned_at=now,
+        assigned_by=user,
+    )
+    VendorAssignment.objects.create(
+        complaint_id=complaint,
+        vendor_id=world.vendors[1],
+        fence_token=4,
+        assigned_at=now + timedelta(milliseconds=1),
+        assigned_by=user,
+    )
+    told = [
+        _op(
+            world,
+            kind="assign",
+            complaint=complaint,
+            vendor=world.vendors[0],
+            user="faults-01",
+            verdict="done",
+        ),
+        _op(
+            world,
+            kind="assign",
+            complaint=complaint,
+            vendor=world.vendors[2],
+            user="faults-02",
+            verdict="done",
+        ),
+    ]
+    problems = check_history(told, received=[], units=_units(world))
+    resource = f"vendor-assignment:complaint:{complaint}"
+    assert f"{resource}: assignment tokens are not increasing in commit order: [5, 4]" in problems
+    assert f"{resource}: complaint fence 0 is below assignment token 5" in problems
+    assert any(
+        f"faults-02 was told vendor {world.vendors[2]} is assigned; no row of it" in p
+        for p in problems
+    )
