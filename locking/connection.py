@@ -18,8 +18,23 @@ from urllib.parse import unquote, urlsplit
 
 import redis
 from django.conf import settings
+from redis.backoff import NoBackoff
 from redis.cluster import ClusterNode, RedisCluster
+from redis.exceptions import RedisClusterException, RedisError
+from redis.retry import Retry
 from redis.sentinel import Sentinel
+
+from locking.exceptions import LockUnavailable
+
+
+def no_retries() -> Retry:
+    """The lock client never retries a command on its own.
+
+    A retried acquire whose first attempt did run (the reply timed out) would find the
+    lease held by our own owner id and answer "busy"; a dead Redis would take seconds of
+    backoff to report. One attempt, then ``LockUnavailable``, is the honest answer.
+    """
+    return Retry(NoBackoff(), 0)
 
 
 def _hosts(netloc: str, default_port: int) -> list[tuple[str, int]]:
@@ -44,6 +59,7 @@ def client_for_url(url: str, timeout: float):
         "socket_timeout": timeout,
         "socket_connect_timeout": timeout,
         "health_check_interval": 30,
+        "retry": no_retries(),
     }
     parts = urlsplit(url)
     if parts.scheme == "redis+sentinel":
@@ -66,6 +82,7 @@ def client_for_url(url: str, timeout: float):
             password=_password(parts.netloc),
             socket_timeout=timeout,
             socket_connect_timeout=timeout,
+            retry=no_retries(),
         )
     return redis.Redis.from_url(url, **options)
 
@@ -77,4 +94,9 @@ def get_lock_redis():
         from django_redis import get_redis_connection
 
         return get_redis_connection("default")
-    return client_for_url(url, float(settings.REDIS_SOCKET_TIMEOUT_SECONDS))
+    try:
+        return client_for_url(url, float(settings.REDIS_SOCKET_TIMEOUT_SECONDS))
+    except (RedisError, RedisClusterException) as exc:
+        # A Cluster client connects while it is built: an unreachable cluster is an
+        # unavailable lock service like any other.
+        raise LockUnavailable("*", str(exc) or exc.__class__.__name__) from exc

@@ -59,3 +59,19 @@ def test_plain_url_makes_a_client_with_both_timeouts():
         0.25,
         0.25,
     )
+
+
+def closed_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_unreachable_cluster_is_lock_unavailable_not_a_library_error(settings):
+    from locking import LockUnavailable
+
+    settings.LOCK_REDIS_URL = f"redis+cluster://127.0.0.1:{closed_port()}"
+    with pytest.raises(LockUnavailable):
+        FenceLock()
