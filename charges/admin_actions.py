@@ -22,6 +22,7 @@ from charges.services import (
     generate_monthly_charges,
 )
 from hoa.access import client_ip
+from hoa.ratelimits import check_fenced_post
 
 APPLY_FIELD = "apply"
 
@@ -38,6 +39,7 @@ def has_generate_charges_permission(modeladmin, request) -> bool:
 def generate_charges_for_month(modeladmin, request, queryset):
     """Ask for a month, then generate each selected organization's charges for it."""
     if APPLY_FIELD in request.POST:
+        check_fenced_post(request)  # 429 past the user's or the address's limit
         form = MonthForm(request.POST)
         if form.is_valid():
             month = form.cleaned_data["month"]

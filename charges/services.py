@@ -40,6 +40,7 @@ from hoa import resources
 from hoa.models import Organization, Unit
 from hoa.outbound import ExternalCallFailed
 from hoa.scopes import scope_for_organization
+from hoa.security import shown
 from locking import (
     Attempt,
     Lease,
@@ -47,6 +48,7 @@ from locking import (
     LockUnavailable,
     StaleFencingToken,
     advance_fence,
+    record_fence_event,
     run_fenced,
 )
 
@@ -184,18 +186,20 @@ def parse_month(value: str) -> date:
     match = _MONTH_PATTERN.fullmatch(value.strip()) if isinstance(value, str) else None
     if match is None:
         raise InvalidMonth(
-            value, _('"%(value)s" is not a month: use YYYY-MM, e.g. 2026-03.') % {"value": value}
+            value,
+            _('"%(value)s" is not a month: use YYYY-MM, e.g. 2026-03.') % {"value": shown(value)},
         )
     year, month = int(match[1]), int(match[2])
     if not 1 <= month <= 12:
         raise InvalidMonth(
             value,
-            _('"%(value)s" is not a month: the month must be 01 to 12.') % {"value": value},
+            _('"%(value)s" is not a month: the month must be 01 to 12.') % {"value": shown(value)},
         )
     if year < 1:
         raise InvalidMonth(
             value,
-            _('"%(value)s" is not a month: the year must be 0001 or later.') % {"value": value},
+            _('"%(value)s" is not a month: the year must be 0001 or later.')
+            % {"value": shown(value)},
         )
     return date(year, month, 1)
 
@@ -292,12 +296,26 @@ def generate_monthly_charges(
 ) -> ChargeRunResult:
     """Generate ``organization``'s charges for ``month`` exactly once, under a fenced lease."""
     _require_first_of_month(month)
+    resource = charge_resource(organization, month)
     if isinstance(actor, str):
         label = actor
     else:
-        ensure_may_generate(actor, organization)
         label = actor.get_username()
-    resource = charge_resource(organization, month)
+        try:
+            ensure_may_generate(actor, organization)
+        except NotAllowed:
+            # A refused attempt on the resource, recorded with the fenced attempts (as the
+            # vendors service does); callers that refuse earlier record an AccessDenial.
+            record_fence_event(
+                resource=resource,
+                outcome="denied",
+                actor=label,
+                detail=f"not staff of {organization.slug} with {GENERATE_PERMISSION}",
+                scope=scope_for_organization(organization),
+                operation=OPERATION,
+                ip=ip,
+            )
+            raise
 
     def work(lease: Lease) -> ChargeRunResult:
         return _generate_under_lease(

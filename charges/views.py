@@ -14,6 +14,7 @@ from django.core.exceptions import PermissionDenied
 from django.http import HttpResponseRedirect
 from django.shortcuts import redirect
 from django.urls import reverse
+from django.utils.decorators import method_decorator
 from django.utils.formats import date_format
 from django.utils.translation import gettext as _
 from django.views import View
@@ -23,6 +24,7 @@ from charges.forms import MonthForm
 from charges.models import MonthlyChargeRun
 from charges.services import (
     GENERATE_PERMISSION,
+    OPERATION,
     BillingFailed,
     GenerationBusy,
     GenerationSuperseded,
@@ -36,6 +38,7 @@ from charges.services import (
 )
 from hoa.access import OrganizationMixin, client_ip
 from hoa.charts import Bar, bar_chart
+from hoa.ratelimits import limit_fenced_posts
 from hoa.responses import conflict, error_page
 
 CHART_MONTHS = 12
@@ -130,11 +133,13 @@ class ChargeRunDetailView(OrganizationMixin, TemplateView):
         return context
 
 
+@method_decorator(limit_fenced_posts, name="dispatch")
 class GenerateChargesView(OrganizationMixin, View):
-    """POST: generate the month's charges once; answer 303, 409, 400, 503 or 502."""
+    """POST: generate the month's charges once; answer 303, 409, 400, 503, 502 or 429."""
 
     http_method_names = ["post"]
     permission_required = GENERATE_PERMISSION
+    operation = OPERATION
 
     def post(self, request, *args, **kwargs):
         try:

@@ -2,9 +2,13 @@
 
 from django.contrib.auth.mixins import LoginRequiredMixin
 from django.core.exceptions import PermissionDenied
+from django.http import Http404
 from django.shortcuts import get_object_or_404
 
 from hoa.models import Organization
+from hoa.security import Reason, client_ip, deny_request
+
+__all__ = ["OrganizationMixin", "client_ip", "organization_for", "require_permission"]
 
 
 def organization_for(user, slug: str) -> Organization:
@@ -24,25 +28,59 @@ def require_permission(user, perm: str) -> None:
 class OrganizationMixin(LoginRequiredMixin):
     """Resolve ``org_slug`` from the URL to an organization the user is staff of.
 
-    Set ``permission_required`` to also demand a model permission (403 without it).
+    Set ``permission_required`` to also demand a model permission (403 without it), and
+    ``operation`` to name the fenced operation the view starts (for the audit). Refusals
+    are audited: another association's slug (404), a missing permission (403), and an
+    object id that exists in another association (the view's own 404).
     """
 
     permission_required: str | None = None
+    operation = ""
 
     def dispatch(self, request, *args, **kwargs):
         if not request.user.is_authenticated:
             return self.handle_no_permission()
-        self.organization = organization_for(request.user, kwargs["org_slug"])
-        if self.permission_required:
-            require_permission(request.user, self.permission_required)
-        return super().dispatch(request, *args, **kwargs)
+        slug = kwargs["org_slug"]
+        try:
+            self.organization = organization_for(request.user, slug)
+        except Http404:
+            target = Organization.objects.filter(slug=slug).first()
+            if target is not None:  # it exists: a cross-tenant attempt, not a typo
+                self._deny(Reason.TENANT, f"not staff of {slug}", target)
+            raise
+        if self.permission_required and not request.user.has_perm(self.permission_required):
+            self._deny(Reason.PERMISSION, f"lacks {self.permission_required}", self.organization)
+            raise PermissionDenied
+        try:
+            return super().dispatch(request, *args, **kwargs)
+        except Http404:
+            owner = self._owner_elsewhere(kwargs.get("pk"))
+            if owner is not None and owner.pk != self.organization.pk:
+                self._deny(Reason.TENANT, "object of another association", owner)
+            raise
+
+    def _deny(self, reason: Reason, note: str, organization: Organization) -> None:
+        deny_request(
+            self.request,
+            reason=reason,
+            note=note,
+            organization=organization,
+            operation=self.operation,
+        )
+
+    def _owner_elsewhere(self, pk) -> Organization | None:
+        """The organization owning the id this view could not find here, if it exists."""
+        # URL ids are digits (<int:pk>); ones past a bigint exist nowhere.
+        if pk is None or not hasattr(self, "get_queryset") or not 0 < int(pk) < 2**63:
+            return None
+        rows = self.get_queryset().model._default_manager.filter(pk=pk)
+        tenant_path = getattr(rows, "tenant_path", None)
+        if tenant_path is None:
+            return None
+        owner_id = rows.values_list(tenant_path or "pk", flat=True).first()
+        return Organization(pk=owner_id) if owner_id is not None else None
 
     def get_context_data(self, **kwargs):
         context = super().get_context_data(**kwargs)
         context["organization"] = self.organization
         return context
-
-
-def client_ip(request) -> str | None:
-    """The client's address as the WSGI server saw it (proxies are not trusted here)."""
-    return request.META.get("REMOTE_ADDR") or None

@@ -7,7 +7,15 @@ from django.utils.timesince import timesince, timeuntil
 from django.utils.translation import gettext_lazy as _
 
 from hoa.admin_mixins import TenantAdminMixin
-from hoa.models import Complaint, ComplaintEvent, Notice, Organization, StaffMembership, Unit
+from hoa.models import (
+    AccessDenial,
+    Complaint,
+    ComplaintEvent,
+    Notice,
+    Organization,
+    StaffMembership,
+    Unit,
+)
 
 
 class UnitInline(admin.TabularInline):
@@ -147,3 +155,33 @@ class NoticeAdmin(TenantAdminMixin, admin.ModelAdmin):
         if notice.publish_at <= timezone.now():
             return _("Due (awaiting the publisher)")
         return _("Scheduled")
+
+
+@admin.register(AccessDenial)
+class AccessDenialAdmin(admin.ModelAdmin):
+    """Refused requests and actions (``hoa.security``): superusers only, read-only.
+
+    They span associations (a refusal often *is* someone reaching into another one), so
+    no association's staff reads them here.
+    """
+
+    list_display = ["at", "reason", "actor", "ip", "organization", "operation", "resource"]
+    list_filter = ["reason", "operation", "organization"]
+    search_fields = ["actor", "resource", "detail", "ip"]
+    date_hierarchy = "at"
+    list_select_related = ["organization"]
+
+    def has_module_permission(self, request):
+        return request.user.is_active and request.user.is_superuser
+
+    def has_view_permission(self, request, obj=None):
+        return request.user.is_active and request.user.is_superuser
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return request.user.is_active and request.user.is_superuser

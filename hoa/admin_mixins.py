@@ -1,18 +1,114 @@
 """Tenant scoping for the Django admin: staff see and edit only their organizations' rows."""
 
+from django.contrib import admin, messages
+from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
+from django.contrib.admin.utils import NotRelationField, get_fields_from_path
+from django.core.exceptions import FieldDoesNotExist, ValidationError
+from django.utils.translation import gettext as _
+
 from hoa.models import Organization
+from hoa.security import Reason, deny_request
+
+
+def _scoped_foreignkey(db_field, request, kwargs: dict) -> dict:
+    """Offer only the user's organizations' rows in a foreign-key menu."""
+    related = db_field.related_model
+    if related is Organization:
+        kwargs["queryset"] = Organization.objects.for_user(request.user)
+    elif hasattr(related.objects, "for_user") and related._meta.app_label != "auth":
+        kwargs["queryset"] = related.objects.for_user(request.user)
+    return kwargs
 
 
 class TenantAdminMixin:
-    """Limit changelists, change pages, actions and foreign-key choices to the user's orgs.
+    """Limit changelists, change pages, actions, filters and foreign-key choices to the
+    user's organizations.
 
     The model's default manager must be a ``TenantQuerySet`` manager. Objects of other
     organizations are simply not in the queryset, so their change pages answer 404-style
-    ("doesn't exist") redirects exactly like missing objects.
+    ("doesn't exist") redirects exactly like missing objects, and an action POST naming
+    their ids acts on none of them. Such attempts, and actions the user lacks the
+    permission for, are audited (``hoa.security``).
     """
 
     def get_queryset(self, request):
         return super().get_queryset(request).for_user(request.user)
+
+    def get_list_filter(self, request):
+        # A plain related-field filter lists every row of the related model, other
+        # associations' names included; this one lists only those the user's rows use.
+        return [self._tenant_list_filter(entry) for entry in super().get_list_filter(request)]
+
+    def _tenant_list_filter(self, entry):
+        if not isinstance(entry, str):
+            return entry
+        try:
+            fields = get_fields_from_path(self.model, entry)
+        except (FieldDoesNotExist, NotRelationField):
+            return entry
+        return (entry, admin.RelatedOnlyFieldListFilter) if fields[-1].is_relation else entry
+
+    def get_object(self, request, object_id, from_field=None):
+        obj = super().get_object(request, object_id, from_field)
+        if obj is None and from_field is None and self._ids_elsewhere(request, [object_id]):
+            deny_request(
+                request,
+                reason=Reason.TENANT,
+                note=f"{self.opts.label} {object_id} of another association",
+            )
+        return obj
+
+    def changelist_view(self, request, extra_context=None):
+        if request.method == "POST" and "action" in request.POST:
+            self._audit_refused_action(request)
+        return super().changelist_view(request, extra_context)
+
+    def response_action(self, request, queryset):
+        selected = request.POST.getlist(ACTION_CHECKBOX_NAME)
+        if self._valid_ids(selected) is None:
+            self.message_user(
+                request, _("None of the selected items could be found."), messages.ERROR
+            )
+            return None
+        foreign = self._ids_elsewhere(request, selected)
+        if foreign:
+            deny_request(
+                request,
+                reason=Reason.TENANT,
+                note=f"action on {self.opts.label} {sorted(foreign)} of another association",
+            )
+        return super().response_action(request, queryset)
+
+    def _audit_refused_action(self, request) -> None:
+        declared = {"delete_selected"}
+        declared |= {a if isinstance(a, str) else a.__name__ for a in self.actions or []}
+        refused = (set(request.POST.getlist("action")) & declared) - set(self.get_actions(request))
+        if refused:
+            deny_request(
+                request,
+                reason=Reason.PERMISSION,
+                note=f"action {', '.join(sorted(refused))} on {self.opts.label}",
+            )
+
+    def _valid_ids(self, raw_ids) -> set | None:
+        """The ids as primary-key values, or ``None`` if any is malformed or out of range."""
+        pk = self.opts.pk
+        try:
+            ids = {pk.to_python(raw) for raw in raw_ids}
+            for value in ids:
+                pk.run_validators(value)
+        except (ValidationError, ValueError, TypeError):
+            return None
+        return ids
+
+    def _ids_elsewhere(self, request, raw_ids) -> set:
+        """Which of ``raw_ids`` exist but are outside the user's organizations."""
+        ids = self._valid_ids(raw_ids)
+        if not ids:
+            return set()
+        mine = set(self.get_queryset(request).filter(pk__in=ids).values_list("pk", flat=True))
+        others = self.model._default_manager.filter(pk__in=ids - mine)
+        return set(others.values_list("pk", flat=True))
 
     def save_model(self, request, obj, form, change):
         # Write only what the staff member changed: a full save would write back columns
@@ -25,9 +121,21 @@ class TenantAdminMixin:
             obj.save()
 
     def formfield_for_foreignkey(self, db_field, request, **kwargs):
-        related = db_field.related_model
-        if related is Organization:
-            kwargs["queryset"] = Organization.objects.for_user(request.user)
-        elif hasattr(related.objects, "for_user") and related._meta.app_label != "auth":
-            kwargs["queryset"] = related.objects.for_user(request.user)
+        kwargs = _scoped_foreignkey(db_field, request, kwargs)
+        return super().formfield_for_foreignkey(db_field, request, **kwargs)
+
+
+class TenantInlineMixin:
+    """The same scoping for an inline: its rows and foreign-key menus, the user's only.
+
+    Needed where the parent is shared between organizations (a vendor under contract with
+    several): without it, the inline would list, and offer to add, other associations'
+    rows.
+    """
+
+    def get_queryset(self, request):
+        return super().get_queryset(request).for_user(request.user)
+
+    def formfield_for_foreignkey(self, db_field, request, **kwargs):
+        kwargs = _scoped_foreignkey(db_field, request, kwargs)
         return super().formfield_for_foreignkey(db_field, request, **kwargs)

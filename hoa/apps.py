@@ -4,3 +4,11 @@ from django.apps import AppConfig
 class HoaConfig(AppConfig):
     name = "hoa"
     verbose_name = "Associations"
+
+    def ready(self):
+        from django.contrib.auth.signals import user_login_failed
+
+        from hoa.ratelimits import count_failed_sign_in
+
+        # Failed sign-ins (site and admin login alike) count towards the lockout.
+        user_login_failed.connect(count_failed_sign_in, dispatch_uid="hoa-count-failed-sign-in")

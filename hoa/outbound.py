@@ -4,8 +4,10 @@ One POST per fenced attempt, carrying:
 
 - ``Idempotency-Key``: the business key, so the receiver can collapse retries;
 - ``X-Fencing-Token``: the lease's token, so the receiver can refuse a stale holder;
-- ``X-Timestamp`` and ``X-Signature: sha256=<hex HMAC-SHA256 of "<timestamp>.<body>">``
-  with ``WEBHOOK_SIGNING_SECRET`` (omitted when no secret is configured).
+- ``X-Timestamp`` and ``X-Signature: sha256=<hex HMAC-SHA256>`` with
+  ``WEBHOOK_SIGNING_SECRET`` (omitted when no secret is configured) of
+  ``"<timestamp>.<idempotency key>.<fencing token>.<body>"``: the headers the receiver acts
+  on are signed with the body, so none can be swapped or replayed with another's.
 
 See docs/security.md for how a receiver verifies and uses them.
 """
@@ -43,21 +45,32 @@ class CallResult:
     status: int | None = None
 
 
-def sign(body: bytes, timestamp: str, secret: str) -> str:
-    """Return the ``X-Signature`` value for ``body`` sent at ``timestamp``."""
-    message = timestamp.encode() + b"." + body
+def sign(body: bytes, timestamp: str, secret: str, *, idempotency_key: str, token: int) -> str:
+    """Return the ``X-Signature`` value for ``body`` sent at ``timestamp`` with these headers."""
+    message = f"{timestamp}.{idempotency_key}.{token}.".encode() + body
     return "sha256=" + hmac.new(secret.encode(), message, hashlib.sha256).hexdigest()
 
 
-def verify(body: bytes, timestamp: str, signature: str, secret: str, *, tolerance=300) -> bool:
+def verify(
+    body: bytes,
+    timestamp: str,
+    signature: str,
+    secret: str,
+    *,
+    idempotency_key: str,
+    token: str | int,
+    tolerance: int = 300,
+) -> bool:
     """Check a received webhook: the signature matches and the timestamp is recent."""
     try:
         age = abs(time.time() - int(timestamp))
+        token = int(token)
     except (TypeError, ValueError):
         return False
-    if age > tolerance:
+    if age > tolerance or not secret:
         return False
-    return hmac.compare_digest(sign(body, timestamp, secret), signature or "")
+    expected = sign(body, timestamp, secret, idempotency_key=idempotency_key, token=token)
+    return hmac.compare_digest(expected.encode(), (signature or "").encode())
 
 
 _session = requests.Session()
@@ -83,7 +96,13 @@ def post_fenced(url: str, payload: dict, *, idempotency_key: str, token: int) ->
         TIMESTAMP_HEADER: timestamp,
     }
     if settings.WEBHOOK_SIGNING_SECRET:
-        headers[SIGNATURE_HEADER] = sign(body, timestamp, settings.WEBHOOK_SIGNING_SECRET)
+        headers[SIGNATURE_HEADER] = sign(
+            body,
+            timestamp,
+            settings.WEBHOOK_SIGNING_SECRET,
+            idempotency_key=idempotency_key,
+            token=token,
+        )
     try:
         response = _session.post(
             url, data=body, headers=headers, timeout=settings.EXTERNAL_CALL_TIMEOUT_SECONDS

@@ -35,6 +35,7 @@ from hoa.lockstatus import (
 from hoa.models import Complaint, Organization
 from hoa.responses import error_page
 from hoa.scopes import scope_for_organization
+from hoa.security import Reason, deny_request
 from locking import FenceLock, LockUnavailable
 from locking.models import FenceEvent
 
@@ -277,6 +278,12 @@ def bad_request(request, exception=None):
 
 @requires_csrf_token
 def permission_denied(request, exception=None):
+    if not getattr(request, "access_denial_recorded", False):
+        # A refusal no view recorded itself: the admin's own permission checks, say.
+        match = request.resolver_match
+        view = match.view_name if match else request.path
+        why = str(exception or "")
+        deny_request(request, reason=Reason.PERMISSION, note=f"{view}: {why}" if why else view)
     return error_page(request, 403, _("Not allowed"), _("You do not have permission to do that."))
 
 
@@ -291,13 +298,32 @@ def page_not_found(request, exception=None):
 
 
 def csrf_failure(request, reason=""):
-    """The form was stale or came from elsewhere (CSRF_FAILURE_VIEW)."""
+    """The form was stale or came from elsewhere (CSRF_FAILURE_VIEW); audited."""
+    deny_request(request, reason=Reason.CSRF, note=reason or "CSRF check failed")
     return error_page(
         request,
         403,
         _("This form has expired"),
         _("Go back, reload the page and submit the form again. Nothing was changed."),
     )
+
+
+@never_cache
+def too_many_requests(request, exception=None):
+    """RATELIMIT_VIEW: the 429 page, saying when to try again; audited."""
+    message = getattr(exception, "message", "") or _(
+        "Too many requests in a short time; nothing was done. Try again in a minute."
+    )
+    retry_after = getattr(exception, "retry_after", 60)
+    limit = getattr(exception, "limit", None)
+    deny_request(
+        request,
+        reason=Reason.RATE_LIMIT,
+        note=f"{limit.group} over {limit.rate}" if limit else "over a rate limit",
+    )
+    response = error_page(request, 429, _("Too many requests"), message)
+    response["Retry-After"] = str(retry_after)
+    return response
 
 
 def server_error(request):

@@ -6,8 +6,9 @@ from django.utils.translation import gettext_lazy
 
 from hoa.access import client_ip
 from hoa.admin import ComplaintAdmin as BaseComplaintAdmin
-from hoa.admin_mixins import TenantAdminMixin
+from hoa.admin_mixins import TenantAdminMixin, TenantInlineMixin
 from hoa.models import Complaint, Organization
+from hoa.ratelimits import check_fenced_post
 from locking import LockUnavailable
 from vendors import selectors
 from vendors.answers import BAD_REQUEST, RETRYABLE, refusal_message, result_message
@@ -16,7 +17,8 @@ from vendors.models import Vendor, VendorAssignment, VendorContract
 from vendors.services import ASSIGN_PERMISSION, DispatchFailed, assign_vendor
 
 
-class VendorContractInline(admin.TabularInline):
+class VendorContractInline(TenantInlineMixin, admin.TabularInline):
+    # A vendor may work for several associations: show and offer only the user's.
     model = VendorContract
     extra = 0
 
@@ -115,6 +117,8 @@ class ComplaintAdmin(BaseComplaintAdmin):
             return None
         organization = Organization.objects.get(pk=organization_ids.pop())
         applying = "apply" in request.POST
+        if applying:
+            check_fenced_post(request)  # 429 past the user's or the address's limit
         form = AssignVendorForm(request.POST if applying else None, organization=organization)
         if applying and form.is_valid():
             for complaint in queryset:

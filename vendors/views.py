@@ -10,11 +10,13 @@ from django.core.exceptions import PermissionDenied
 from django.http import HttpResponseRedirect
 from django.urls import reverse
 from django.utils import timezone
+from django.utils.decorators import method_decorator
 from django.utils.translation import gettext as _
 from django.views.generic import DetailView, ListView
 
 from hoa.access import OrganizationMixin, client_ip
 from hoa.models import Complaint
+from hoa.ratelimits import limit_fenced_posts
 from hoa.responses import conflict, error_page
 from locking import LockHeld, LockUnavailable, StaleFencingToken
 from vendors import selectors
@@ -22,6 +24,7 @@ from vendors.answers import describe_assignment, refusal_message, result_message
 from vendors.forms import AssignVendorForm
 from vendors.services import (
     ASSIGN_PERMISSION,
+    OPERATION,
     AlreadyAssigned,
     AssignmentChanged,
     ContractNotActive,
@@ -63,11 +66,14 @@ class ComplaintDetailView(OrganizationMixin, DetailView):
         return context
 
 
+@method_decorator(limit_fenced_posts, name="dispatch")
 class AssignVendorView(ComplaintDetailView):
-    """``POST …/complaints/<id>/assign/``: 303 to the complaint, 409 for the loser."""
+    """``POST …/complaints/<id>/assign/``: 303 to the complaint, 409 for the loser, 429
+    past the rate limit."""
 
     http_method_names = ["post"]
     permission_required = ASSIGN_PERMISSION
+    operation = OPERATION
 
     def post(self, request, *args, **kwargs):
         self.object = complaint = self.get_object()

@@ -27,6 +27,7 @@ from django.utils.translation import gettext_lazy
 
 from charges.services import (
     GENERATE_PERMISSION,
+    OPERATION,
     BillingFailed,
     GenerationBusy,
     GenerationSuperseded,
@@ -40,6 +41,7 @@ from charges.services import (
 )
 from hoa.management.base import EXIT_TEMPFAIL, require_services
 from hoa.models import Organization
+from hoa.security import Reason, record_denial, shown
 
 GENERATED = "generated"
 ALREADY = "already"
@@ -47,6 +49,8 @@ BUSY = "busy"
 SUPERSEDED = "superseded"
 FAILED = "failed"
 UNAVAILABLE = "unavailable"
+# What a refused --actor is recorded against (hoa.security.record_denial).
+COMMAND_RESOURCE = "command:generate_monthly_charges"
 SUMMARY = {
     GENERATED: gettext_lazy("generated"),
     ALREADY: gettext_lazy("already generated"),
@@ -156,9 +160,20 @@ class Command(BaseCommand):
         try:
             user = user_model._default_manager.get_by_natural_key(username)
         except user_model.DoesNotExist:
-            raise CommandError(_('Unknown user "%(username)s".') % {"username": username}) from None
+            raise CommandError(
+                _('Unknown user "%(username)s".') % {"username": shown(username)}
+            ) from None
         if not user.is_active or not user.has_perm(GENERATE_PERMISSION):
-            raise CommandError(_("%(username)s may not generate charges.") % {"username": username})
+            record_denial(
+                reason=Reason.PERMISSION,
+                note=f"inactive or lacks {GENERATE_PERMISSION}",
+                resource=COMMAND_RESOURCE,
+                actor=f"{username} (os user {os_user()}) via generate_monthly_charges",
+                operation=OPERATION,
+            )
+            raise CommandError(
+                _("%(username)s may not generate charges.") % {"username": shown(username)}
+            )
         return user
 
     # -- one organization --------------------------------------------------------------------
@@ -166,11 +181,19 @@ class Command(BaseCommand):
     def _one(self, slug: str, month: date, user, label: str) -> None:
         organization = Organization.objects.filter(slug=slug).first()
         if organization is None:
-            raise CommandError(_('Unknown organization "%(slug)s".') % {"slug": slug})
+            raise CommandError(_('Unknown organization "%(slug)s".') % {"slug": shown(slug)})
         if user is not None:
             try:
                 ensure_may_generate(user, organization)
             except NotAllowed as exc:
+                record_denial(
+                    reason=Reason.PERMISSION,
+                    note=f"not staff of {slug} with {GENERATE_PERMISSION}",
+                    resource=COMMAND_RESOURCE,
+                    actor=label,
+                    organization=organization,
+                    operation=OPERATION,
+                )
                 raise CommandError(str(exc)) from exc
         outcome = generate_for(organization, month, label)
         if outcome.kind in (BUSY, SUPERSEDED):

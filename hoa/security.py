@@ -1,0 +1,223 @@
+"""Who is asking, how often, and the record of every refusal.
+
+Every refused request or action is written as an ``AccessDenial`` (superusers read them
+in the admin, filtered by reason, operation and association, searched by actor, address,
+resource and detail):
+
+- ``actor``: the username, ``anonymous`` before login; commands add the OS user;
+- ``ip``: the client's address (``client_ip``);
+- ``resource``: the request path, or the command's name;
+- ``organization``: the association the refused request targeted, when there was one;
+- ``reason``: permission, tenant (another association's page or object, answered 404),
+  rate limit (answered 429) or CSRF; ``detail`` says what was refused.
+
+Refusals by the fenced services themselves (an actor who may not generate or assign) are
+fenced attempts on a resource and are recorded with them, as ``FenceEvent`` rows with
+outcome ``denied``; the fenced outcomes are recorded by ``locking.run_fenced``.
+
+Anyone can cause a refusal, so writing every one would let a flood of forged requests fill
+the table: past ``AUDIT_DENIAL_RATE`` per client address a refusal is logged, not written.
+
+Rate counting is django-ratelimit's (fixed windows in the default cache, django-redis).
+``count`` wraps it so that an unreachable cache lets requests through (logged) instead of
+turning every page into a 500: the fenced operations answer 503 on their own when Redis
+is down, and sign-in keeps working.
+"""
+
+import ipaddress
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TypedDict
+
+from django.conf import settings
+from django.db import DatabaseError, transaction
+from django.http import HttpRequest
+from django.utils.encoding import iri_to_uri
+from django_ratelimit.core import get_usage
+from django_redis.exceptions import ConnectionInterrupted
+from redis.exceptions import RedisError
+
+from hoa.models import AccessDenial, Organization
+
+logger = logging.getLogger(__name__)
+
+ANONYMOUS = "anonymous"
+
+# Why a request was refused (``AccessDenial.reason``).
+Reason = AccessDenial.Reason
+
+
+# -- who is asking -------------------------------------------------------------------------
+
+
+def client_ip(request: HttpRequest) -> str | None:
+    """The client's address: ``REMOTE_ADDR``, or ``CLIENT_IP_HEADER`` when configured.
+
+    The header is trusted only when the deployment says a proxy always overwrites it
+    (opt-in, like ``SECURE_PROXY_SSL_HEADER``); a request without it did not come through
+    the proxy (a local probe) and is known by ``REMOTE_ADDR``. Anything that is not an IP
+    address is ``None``: it must not reach the audit table's address column.
+    """
+    raw = ""
+    if settings.CLIENT_IP_HEADER:
+        raw = request.META.get("HTTP_" + settings.CLIENT_IP_HEADER.upper().replace("-", "_"), "")
+    raw = raw or request.META.get("REMOTE_ADDR", "")
+    try:
+        return str(ipaddress.ip_address(str(raw).strip()))
+    except ValueError:
+        return None
+
+
+def shown(value: object, *, limit: int = 40) -> str:
+    """``value`` fit to quote back in a message: printable, on one line, at most ``limit``
+    characters (control characters escaped, the rest cut off with an ellipsis)."""
+    text = "".join(
+        char if char.isprintable() else char.encode("unicode_escape").decode("ascii")
+        for char in str(value)
+    )
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def request_actor(request: HttpRequest) -> str:
+    user = getattr(request, "user", None)
+    if user is not None and user.is_authenticated:
+        return user.get_username()
+    return ANONYMOUS
+
+
+def request_resource(request: HttpRequest) -> str:
+    """The request path, percent-encoded (no spaces or controls), cut to the column."""
+    return iri_to_uri(request.path)[:200]
+
+
+# -- rate counting -------------------------------------------------------------------------
+
+
+class Usage(TypedDict):
+    count: int
+    limit: int
+    should_limit: bool
+    time_left: int
+
+
+@dataclass(frozen=True)
+class Limit:
+    """One rate limit: a named counter, the setting holding its rate, and what it counts by."""
+
+    group: str
+    rate_setting: str
+    key: Callable[[HttpRequest, str], str]  # (request, subject) -> the counter's key
+
+    @property
+    def rate(self) -> str:
+        return getattr(settings, self.rate_setting)
+
+
+def address_key(request: HttpRequest, subject: str = "") -> str:
+    """The client's address; IPv6 clients by their /64, which one host usually holds."""
+    address = client_ip(request)
+    if address is None:
+        return "unknown"
+    if ":" in address:
+        return str(ipaddress.ip_network(f"{address}/64", strict=False).network_address)
+    return address
+
+
+def user_key(request: HttpRequest, subject: str = "") -> str:
+    """The signed-in user (the address before sign-in)."""
+    if request.user.is_authenticated:
+        return f"user:{request.user.pk}"
+    return f"ip:{address_key(request)}"
+
+
+def count(
+    request: HttpRequest, limit: Limit, *, increment: bool = True, subject: str = ""
+) -> Usage | None:
+    """Count one request against ``limit`` (or only read it); ``None``: not limited now."""
+    if getattr(request, "rate_limits_unavailable", False):
+        return None  # the cache failed earlier in this request: do not wait on it again
+    try:
+        return get_usage(
+            request,
+            group=limit.group,
+            key=lambda _group, req: limit.key(req, subject),
+            rate=limit.rate,
+            increment=increment,
+        )
+    except (ConnectionInterrupted, RedisError) as exc:
+        request.rate_limits_unavailable = True
+        logger.warning(
+            "rate limit not checked: the cache is unavailable",
+            extra={"limit": limit.group, "error": exc.__class__.__name__},
+        )
+        return None
+
+
+AUDITED_DENIALS = Limit("audit-denials", "AUDIT_DENIAL_RATE", address_key)
+
+
+# -- the record of refusals ----------------------------------------------------------------
+
+
+def record_denial(
+    *,
+    reason: Reason,
+    note: str,
+    resource: str,
+    actor: str,
+    ip: str | None = None,
+    organization: Organization | None = None,
+    operation: str = "",
+) -> AccessDenial | None:
+    """Write one ``AccessDenial``; never raise on a database error (the answer matters more)."""
+    log_extra = {"resource": resource, "outcome": "denied", "actor": actor, "reason": reason}
+    logger.info("request denied (%s): %s", reason, note, extra=log_extra)
+    try:
+        # A savepoint: a failed insert inside an admin view's transaction must not break it.
+        with transaction.atomic():
+            return AccessDenial.objects.create(
+                reason=reason,
+                detail=note,
+                resource=resource[:200],
+                actor=actor[:200],
+                ip=ip,
+                organization=organization,
+                operation=operation[:50],
+            )
+    except DatabaseError:
+        logger.exception("could not record an access denial", extra=log_extra)
+        return None
+
+
+def deny_request(
+    request: HttpRequest,
+    *,
+    reason: Reason,
+    note: str,
+    organization: Organization | None = None,
+    operation: str = "",
+) -> None:
+    """Record that ``request`` was refused, unless its address is past its audit budget."""
+    # The site's 403 handler records refusals nobody recorded (the admin's own, say);
+    # this mark keeps it from recording this one a second time.
+    request.access_denial_recorded = True
+    actor, ip = request_actor(request), client_ip(request)
+    budget = count(request, AUDITED_DENIALS)
+    if budget is not None and budget["should_limit"]:
+        logger.warning(
+            "request denied (%s); not written: too many refusals from %s",
+            reason,
+            ip,
+            extra={"resource": request_resource(request), "outcome": "denied", "actor": actor},
+        )
+        return
+    record_denial(
+        reason=reason,
+        note=note,
+        resource=request_resource(request),
+        actor=actor,
+        ip=ip,
+        organization=organization,
+        operation=operation,
+    )
