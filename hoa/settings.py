@@ -91,6 +91,7 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "csp.middleware.CSPMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    "hoa.middleware.DatabaseUnavailableMiddleware",
     # Turns django-ratelimit's Ratelimited into RATELIMIT_VIEW's 429 page.
     "django_ratelimit.middleware.RatelimitMiddleware",
 ]

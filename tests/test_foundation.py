@@ -419,3 +419,21 @@ def test_admin_save_does_not_undo_a_concurrent_sla_breach(client, alice, maple):
     assert complaint.title == "Leak (plumber called)"
     assert complaint.sla_breached_at == breached_at
     assert complaint.last_fence_token == 3
+
+
+@pytest.mark.django_db(transaction=True)
+def test_lost_database_is_a_503_page_not_a_500(client, alice):
+    from django.db import connection
+
+    client.force_login(alice)
+    real_port = connection.settings_dict["PORT"]
+    connection.close()
+    connection.settings_dict["PORT"] = str(closed_port())  # PostgreSQL is now "down"
+    try:
+        response = client.get("/orgs/")
+    finally:
+        connection.close()
+        connection.settings_dict["PORT"] = real_port
+    assert response.status_code == 503
+    assert response["Retry-After"] == "30"
+    assert b"Nothing was changed" in response.content
