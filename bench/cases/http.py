@@ -1,0 +1,284 @@
+"""Section 5: the staff assign endpoint under gunicorn, many logged-in clients at once.
+
+The case starts gunicorn (the project's ``gunicorn.conf.py``, 2 sync workers, a free
+loopback port, the bench database and the private Redis, ``DEBUG=1``) and a local
+stand-in for the vendor dispatch service, logs ``clients`` staff members in (one
+``requests`` session each, in threads), and has them POST assignments for a bounded
+time: half to a few *hot* complaints (a random one of three vendors, ``reassign`` on, so
+holders collide and losers get 409), half to *cold* complaints (each a new one: 303).
+gunicorn is stopped by its PID at the end.
+
+Checked afterwards: no 5xx; every complaint has at most one active assignment; on each
+hot complaint the assignments' fencing tokens increase in insertion order; every cold
+complaint answered 303 has its assignment.
+"""
+
+import itertools
+import os
+import random
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from importlib import import_module
+
+import requests
+from django.conf import settings
+from django.db import connection
+
+from bench import fixtures
+from bench.environment import BASE_DIR, free_port, wait_until
+from bench.measure import median, percentile
+
+HOT_COMPLAINTS = 4
+HOT_SHARE = 0.5
+MESSAGES_COOKIE = "messages"  # django.contrib.messages' cookie storage
+HOST = "127.0.0.1"
+
+
+class _Dispatch(BaseHTTPRequestHandler):
+    """The vendor dispatch stand-in: reads the request, answers 200."""
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        self.send_response(200)
+        self.send_header("Content-Length", "2")
+        self.end_headers()
+        self.wfile.write(b"{}")
+
+    def log_message(self, format, *args) -> None:
+        pass
+
+
+def _gunicorn_env(port: int, run_dir: str, dispatch_url: str) -> dict:
+    env = dict(os.environ)
+    env.update(
+        {
+            "PORT": str(port),
+            "GUNICORN_RUN_DIR": run_dir,
+            "WEB_CONCURRENCY": "2",
+            "DEBUG": "1",
+            "VENDOR_DISPATCH_URL": dispatch_url,
+            "EXTERNAL_CALL_TIMEOUT_SECONDS": "5",
+            # The abuse limits (30 fenced POSTs a minute per user) would shape the result.
+            "RATELIMIT_ENABLE": "0",
+            "LOG_LEVEL": "WARNING",
+        }
+    )
+    env.pop("PROMETHEUS_MULTIPROC_DIR", None)  # gunicorn.conf.py sets one per run dir
+    return env
+
+
+def _start_gunicorn(port: int, run_dir: str, dispatch_url: str) -> subprocess.Popen:
+    process = subprocess.Popen(
+        [sys.executable, "-m", "gunicorn", "-c", str(BASE_DIR / "gunicorn.conf.py")],
+        cwd=BASE_DIR,
+        env=_gunicorn_env(port, run_dir, dispatch_url),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+    def ready() -> bool:
+        if process.poll() is not None:
+            raise RuntimeError(f"gunicorn exited with {process.returncode}; see {run_dir}")
+        try:
+            return requests.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200
+        except requests.RequestException:
+            return False
+
+    try:
+        wait_until(ready, timeout=60, what=f"gunicorn on port {port}")
+    except BaseException:
+        _stop(process)
+        raise
+    return process
+
+
+def _stop(process: subprocess.Popen) -> None:
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(40)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(10)
+
+
+def _logged_in_session(user) -> requests.Session:
+    """A ``requests`` session already logged in as ``user``, with a CSRF cookie.
+
+    The session row is written the way Django's test client ``force_login`` writes it,
+    so sixteen clients do not spend the run's first seconds on PBKDF2 at the login page;
+    every request still goes through the session, authentication and CSRF middleware.
+    """
+    from django.conf import settings
+    from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY
+
+    store = import_module(settings.SESSION_ENGINE).SessionStore()
+    store[SESSION_KEY] = str(user.pk)
+    store[BACKEND_SESSION_KEY] = settings.AUTHENTICATION_BACKENDS[0]
+    store[HASH_SESSION_KEY] = user.get_session_auth_hash()
+    store.save()
+    session = requests.Session()
+    # Host-only cookies for 127.0.0.1, as the server sets them, so a cookie the server
+    # sends later replaces ours instead of sitting beside it under the same name.
+    session.cookies.set(settings.SESSION_COOKIE_NAME, store.session_key, domain=HOST, path="/")
+    # A CSRF secret of our own: the form field repeats it, as a page's form would.
+    session.cookies.set(settings.CSRF_COOKIE_NAME, secrets.token_hex(16), domain=HOST, path="/")
+    return session
+
+
+def _cookie(session: requests.Session, name: str) -> str:
+    return session.cookies.get(name, default="", domain=HOST, path="/")
+
+
+def run(*, redis_url: str, seconds: float, clients: int) -> dict:
+    """Drive the assign endpoint with ``clients`` threads for ``seconds``; report answers."""
+    from vendors.models import VendorAssignment
+
+    org = fixtures.organization("bench-http")
+    users = [fixtures.staff_user(f"bench-http-{n}", org) for n in range(clients)]
+    vendor_ids = [v.pk for v in fixtures.vendors_with_contracts(org, 3)]
+    label = fixtures.unique_label("http")
+    hot = [c.pk for c in fixtures.complaints(org, HOT_COMPLAINTS, title=f"{label} hot")]
+    cold_rows = fixtures.complaints(org, int(seconds * 250) + 100, title=f"{label} cold")
+    cold_ids = iter([c.pk for c in cold_rows])
+    cold_lock = threading.Lock()
+    csrf_cookie = settings.CSRF_COOKIE_NAME
+
+    dispatch = ThreadingHTTPServer(("127.0.0.1", 0), _Dispatch)
+    threading.Thread(target=dispatch.serve_forever, daemon=True).start()
+    dispatch_url = f"http://127.0.0.1:{dispatch.server_address[1]}/dispatch"
+    port = free_port()
+    run_dir = tempfile.mkdtemp(prefix="hoa-bench-gunicorn-")
+    base = f"http://{HOST}:{port}"
+    process = _start_gunicorn(port, run_dir, dispatch_url)
+    answers: list[tuple[str, int, float, int]] = []  # (kind, status, µs, complaint)
+    errors: list[str] = []
+    try:
+        sessions = [_logged_in_session(user) for user in users]
+        connection.close()
+        barrier = threading.Barrier(clients + 1)
+        deadline_box: list[float] = []
+
+        def client(session: requests.Session, seed: int) -> None:
+            chooser = random.Random(seed)
+            mine: list = []
+            finished = False
+            try:
+                barrier.wait(30)
+                _drive(session, chooser, deadline_box[0], mine)
+                finished = True
+            finally:
+                answers.extend(mine)
+                if not finished:
+                    errors.append("a client thread crashed (see stderr)")
+
+        def _drive(session, chooser, deadline: float, mine: list) -> None:
+            while time.monotonic() < deadline:
+                if chooser.random() < HOT_SHARE:
+                    kind, complaint = "hot", chooser.choice(hot)
+                    data = {"vendor": chooser.choice(vendor_ids), "reassign": "on"}
+                else:
+                    with cold_lock:
+                        complaint = next(cold_ids, None)
+                    if complaint is None:
+                        break
+                    kind, data = "cold", {"vendor": vendor_ids[0]}
+                data["csrfmiddlewaretoken"] = _cookie(session, csrf_cookie)
+                started = time.perf_counter_ns()
+                try:
+                    response = session.post(
+                        f"{base}/orgs/{org.slug}/complaints/{complaint}/assign/",
+                        data=data,
+                        allow_redirects=False,
+                        timeout=30,
+                    )
+                except requests.RequestException as exc:
+                    errors.append(str(exc))
+                    continue
+                elapsed = (time.perf_counter_ns() - started) / 1000
+                mine.append((kind, response.status_code, elapsed, complaint))
+                # The 303 leaves a flash message for the next page; a browser shows it and
+                # it is gone. Dropping it here keeps it from piling up in the cookie.
+                session.cookies.set(MESSAGES_COOKIE, None, domain=HOST, path="/")
+
+        threads = [
+            threading.Thread(target=client, args=(session, n)) for n, session in enumerate(sessions)
+        ]
+        for thread in threads:
+            thread.start()
+        deadline_box.append(time.monotonic() + seconds)
+        cpu_before = time.process_time()
+        started = time.monotonic()
+        barrier.wait(30)
+        for thread in threads:
+            thread.join(seconds + 60)
+        wall = time.monotonic() - started
+        client_cpu = time.process_time() - cpu_before
+    finally:
+        _stop(process)
+        dispatch.shutdown()
+        shutil.rmtree(run_dir, ignore_errors=True)
+
+    statuses = Counter(status for _, status, _, _ in answers)
+    total = len(answers)
+    server_errors = sum(count for status, count in statuses.items() if status >= 500)
+    by_kind = {kind: [us for k, _, us, _ in answers if k == kind] for kind in ("hot", "cold")}
+    cold_ok = {
+        complaint for kind, status, _, complaint in answers if kind == "cold" and status == 303
+    }
+
+    active = Counter(
+        VendorAssignment.objects.filter(
+            complaint__title__startswith=label, active=True
+        ).values_list("complaint_id", flat=True)
+    )
+    tokens_ok = True
+    for complaint in hot:
+        tokens = list(
+            VendorAssignment.objects.filter(complaint_id=complaint)
+            .order_by("pk")
+            .values_list("fence_token", flat=True)
+        )
+        tokens_ok &= all(a < b for a, b in itertools.pairwise(tokens))
+    metrics = {
+        "requests": total,
+        "requests_per_s": round(total / wall, 1),
+        "status_counts": {str(status): count for status, count in sorted(statuses.items())},
+        "share_409": round(statuses.get(409, 0) / total, 3) if total else 0,
+        "http_5xx": server_errors,
+        "transport_errors": len(errors),
+        "hot_p50_ms": round(median(by_kind["hot"]) / 1000, 2) if by_kind["hot"] else None,
+        "cold_p50_ms": round(median(by_kind["cold"]) / 1000, 2) if by_kind["cold"] else None,
+        "p99_ms": round(percentile([us for _, _, us, _ in answers], 99) / 1000, 2),
+        "load_generator_cpu_share": round(client_cpu / wall, 2),
+    }
+    return {
+        "samples_us": [us for _, _, us, _ in answers],
+        "metrics": metrics,
+        "invariants": [
+            {
+                "name": "no 5xx and no transport errors",
+                "ok": server_errors == 0 and not errors and total > 0,
+                "detail": f"{total} requests: {dict(sorted(statuses.items()))}; "
+                f"{len(errors)} transport errors",
+            },
+            {
+                "name": "at most one active assignment per complaint",
+                "ok": all(count == 1 for count in active.values()),
+                "detail": f"{len(active)} complaints with an active assignment",
+            },
+            {
+                "name": "every cold 303 is in the database; hot tokens increase",
+                "ok": cold_ok <= set(active) and tokens_ok,
+                "detail": f"{len(cold_ok)} cold complaints assigned",
+            },
+        ],
+    }

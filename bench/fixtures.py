@@ -1,0 +1,140 @@
+"""Data the cases work on, created in the bench database (never the demo one).
+
+Every function is idempotent on its natural key, so a case may call it in each of its
+fresh processes; rows a case consumes (charge runs, complaints) are created fresh per
+process under a unique label.
+"""
+
+import os
+from datetime import date, timedelta
+from decimal import Decimal
+from functools import cache
+
+from django.contrib.auth import get_user_model
+from django.contrib.auth.hashers import make_password
+from django.db import connection, transaction
+from django.utils import timezone
+
+from hoa.demo import staff_group
+from hoa.models import Complaint, Organization, StaffMembership, Unit
+
+BENCH_PASSWORD = "bench-password-not-secret"
+COMMIT_LOG_DDL = """
+CREATE TABLE IF NOT EXISTS bench_commit_log (
+    id bigserial PRIMARY KEY,
+    label text NOT NULL,
+    resource text NOT NULL,
+    token bigint NOT NULL,
+    pid integer NOT NULL
+)
+"""
+
+
+def unique_label(prefix: str) -> str:
+    """A label no other process of this bench run uses."""
+    return f"{prefix}-{os.getpid()}-{os.urandom(3).hex()}"
+
+
+def organization(slug: str, *, units: int = 0) -> Organization:
+    """The organization ``slug`` with at least ``units`` units (assessments vary a little)."""
+    org, _ = Organization.objects.get_or_create(slug=slug, defaults={"name": slug})
+    have = org.units.count()
+    if have < units:
+        Unit.objects.bulk_create(
+            [
+                Unit(
+                    organization=org,
+                    label=f"U{number:05d}",
+                    monthly_assessment=Decimal("150.00") + number % 100,
+                )
+                for number in range(have + 1, units + 1)
+            ],
+            batch_size=2000,
+        )
+    return org
+
+
+@cache
+def _password_hash() -> str:
+    # Hashing is slow on purpose (PBKDF2); hash once per process, not once per user.
+    return make_password(BENCH_PASSWORD)
+
+
+def staff_user(username: str, org: Organization):
+    """Staff of ``org`` with the staff group's permissions and the bench password."""
+    user, created = get_user_model().objects.get_or_create(
+        username=username, defaults={"is_staff": True, "password": _password_hash}
+    )
+    if created:
+        user.groups.add(staff_group())
+    StaffMembership.objects.get_or_create(user=user, organization=org)
+    return user
+
+
+def staff_membership(user, org: Organization) -> None:
+    StaffMembership.objects.get_or_create(user=user, organization=org)
+
+
+def vendors_with_contracts(org: Organization, count: int) -> list:
+    """``count`` vendors, each with a contract with ``org`` that covers today."""
+    from vendors.models import Vendor, VendorContract
+
+    today = timezone.localdate()
+    found = []
+    for number in range(1, count + 1):
+        vendor, _ = Vendor.objects.get_or_create(
+            name=f"{org.slug} vendor {number}", defaults={"trade": "plumbing"}
+        )
+        VendorContract.objects.get_or_create(
+            vendor=vendor,
+            organization=org,
+            defaults={
+                "starts_on": today - timedelta(days=365),
+                "ends_on": today + timedelta(days=365),
+            },
+        )
+        found.append(vendor)
+    return found
+
+
+def complaints(org: Organization, count: int, *, title: str) -> list[Complaint]:
+    """``count`` new open complaints of ``org``."""
+    now = timezone.now()
+    due = now + timedelta(hours=org.sla_hours_normal)
+    return Complaint.objects.bulk_create(
+        [
+            Complaint(organization=org, title=f"{title} {n}", opened_at=now, sla_due_at=due)
+            for n in range(count)
+        ]
+    )
+
+
+def month(number: int) -> date:
+    """The first day of the ``number``-th month after January 2001."""
+    return date(2001 + number // 12, number % 12 + 1, 1)
+
+
+def next_month(after: date | None, *, first: int = 0) -> date:
+    """The month after ``after`` (or the ``first``-th bench month)."""
+    if after is None:
+        return month(first)
+    return month((after.year - 2001) * 12 + after.month)
+
+
+@transaction.atomic
+def fresh_runs(org: Organization, count: int) -> list:
+    """Delete ``org``'s charge runs and create ``count`` pending ones."""
+    from charges.models import MonthlyCharge, MonthlyChargeRun
+
+    MonthlyCharge.objects.filter(run__organization=org).delete()
+    MonthlyChargeRun.objects.filter(organization=org).delete()
+    return MonthlyChargeRun.objects.bulk_create(
+        [MonthlyChargeRun(organization=org, month=month(n)) for n in range(count)]
+    )
+
+
+def create_commit_log() -> None:
+    """The table the contention case logs every commit in (id order = commit order)."""
+    with connection.cursor() as cursor:
+        cursor.execute(COMMIT_LOG_DDL)
+        cursor.execute("TRUNCATE bench_commit_log")

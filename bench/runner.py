@@ -1,0 +1,196 @@
+"""Run cases round-robin in fresh processes and summarise them side by side.
+
+Every repeat runs each case of a group once, in its own new process, and the order rotates
+from one repeat to the next (A B C, B C A, C A B …). A slow minute on the shared machine
+then hurts every case of the group a little instead of one case a lot, and the ratio to
+the baseline is taken per repeat (cases that ran next to each other), then its median over
+repeats: that ratio is far steadier than any absolute time.
+"""
+
+import json
+import math
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from statistics import median as _median
+
+from bench.environment import BASE_DIR
+from bench.measure import median, percentile
+from bench.worker import RESULT_PREFIX
+
+
+@dataclass(frozen=True)
+class Case:
+    """One measured variant: a function run in a worker process with ``params``."""
+
+    id: str
+    label: str
+    entry: str
+    params: dict = field(default_factory=dict)
+    django: bool = True
+    timeout: float = 180
+
+
+@dataclass
+class Group:
+    """Cases compared with each other, interleaved, with one baseline for the ratios.
+
+    ``primary`` is ``"latency"`` (ratio of median samples, lower is better) or the name of
+    a metric the cases report (ratio of that metric, e.g. ``ops_per_s``).
+    """
+
+    id: str
+    title: str
+    cases: list[Case]
+    repeats: int
+    baseline: str | None = None
+    primary: str = "latency"
+    higher_is_better: bool = False
+    note: str = ""
+    # What the median/p99 columns show ("" hides them) and extra (header, "metrics.x") columns.
+    latency_label: str = "cycle"
+    columns: list[tuple[str, str]] = field(default_factory=list)
+    # A metric every run of every case must report identically (e.g. a digest of results).
+    same_metric: str | None = None
+
+
+class CaseFailed(Exception):
+    """A case's process crashed, timed out or printed no result; the run goes on without it."""
+
+    def __init__(self, case: Case, detail: str):
+        super().__init__(f"{case.id}: {detail}")
+        self.case = case
+        self.detail = detail
+
+
+def run_case(case: Case, env: dict) -> dict:
+    """Run one case in a fresh process and return what it measured."""
+    request = json.dumps({"entry": case.entry, "django": case.django, "params": case.params})
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "bench.worker"],
+            input=request,
+            cwd=BASE_DIR,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=case.timeout,
+            check=False,
+        )
+    except subprocess.TimeoutExpired as exc:
+        raise CaseFailed(case, f"timed out after {case.timeout:.0f}s") from exc
+    for line in reversed(proc.stdout.splitlines()):
+        if line.startswith(RESULT_PREFIX):
+            return json.loads(line[len(RESULT_PREFIX) :])
+    tail = (proc.stderr or proc.stdout).strip().splitlines()[-15:]
+    raise CaseFailed(case, f"exit {proc.returncode}: " + "\n".join(tail))
+
+
+def _value(run: dict, group: Group) -> float:
+    if group.primary == "latency":
+        return median(run.get("samples_us", []))
+    return float(run.get("metrics", {}).get(group.primary, math.nan))
+
+
+def _ratio(value: float, base: float) -> float:
+    if not base or math.isnan(base) or math.isnan(value):
+        return math.nan
+    return value / base
+
+
+def run_group(group: Group, env: dict, *, log=print) -> dict:
+    """Run ``group`` round-robin for its repeats; return the summary the report prints."""
+    runs: dict[str, list[dict]] = {case.id: [] for case in group.cases}
+    errors: dict[str, str] = {}
+    started = time.monotonic()
+    for repeat in range(group.repeats):
+        shift = repeat % len(group.cases)
+        order = group.cases[shift:] + group.cases[:shift]
+        for case in order:
+            if case.id in errors:
+                continue
+            try:
+                runs[case.id].append(run_case(case, env))
+            except CaseFailed as exc:
+                errors[case.id] = exc.detail
+                log(f"  ! {case.id} failed: {exc.detail}")
+        log(f"  {group.id}: repeat {repeat + 1}/{group.repeats} done")
+    rows = [
+        _summarise(case, runs[case.id], runs, group, errors.get(case.id)) for case in group.cases
+    ]
+    return {
+        "id": group.id,
+        "title": group.title,
+        "note": group.note,
+        "baseline": group.baseline,
+        "primary": group.primary,
+        "higher_is_better": group.higher_is_better,
+        "repeats": group.repeats,
+        "latency_label": group.latency_label,
+        "columns": group.columns,
+        "seconds": round(time.monotonic() - started, 1),
+        "rows": rows,
+    }
+
+
+def _summarise(case: Case, mine: list[dict], runs: dict, group: Group, error: str | None) -> dict:
+    samples = [s for run in mine for s in run.get("samples_us", [])]
+    metric_names = sorted({name for run in mine for name in run.get("metrics", {})})
+    metrics_per_repeat = {
+        name: [run["metrics"][name] for run in mine if name in run.get("metrics", {})]
+        for name in metric_names
+    }
+    metrics = {
+        name: _median(values) if all(isinstance(v, int | float) for v in values) else values[0]
+        for name, values in metrics_per_repeat.items()
+        if values
+    }
+    counts = mine[0].get("counts", {}) if mine else {}
+    consistent = all(run.get("counts", {}) == counts for run in mine)
+    ratio = None
+    if group.baseline and case.id != group.baseline:
+        base_runs = runs.get(group.baseline, [])
+        paired = [
+            _ratio(_value(run, group), _value(base, group))
+            for run, base in zip(mine, base_runs, strict=False)
+        ]
+        paired = [r for r in paired if not math.isnan(r)]
+        ratio = round(_median(paired), 3) if paired else None
+    invariants: dict[str, dict] = {}
+    for run in mine:
+        for check in run.get("invariants", []):
+            entry = invariants.setdefault(
+                check["name"], {"name": check["name"], "ok": True, "detail": ""}
+            )
+            if not check["ok"]:
+                entry["ok"] = False
+                entry["detail"] = check.get("detail", "")
+            elif not entry["detail"]:
+                entry["detail"] = check.get("detail", "")
+    return {
+        "case": case.id,
+        "label": case.label,
+        "error": error,
+        "runs": len(mine),
+        "samples": len(samples),
+        "median_us": _round(median(samples)),
+        "p99_us": _round(percentile(samples, 99)),
+        "per_repeat_median_us": [_round(median(run.get("samples_us", []))) for run in mine],
+        # The value ratios are taken on (median latency, or the primary metric), per repeat.
+        "per_repeat_value": [_finite(_value(run, group)) for run in mine],
+        "metrics": metrics,
+        "metrics_per_repeat": metrics_per_repeat,
+        "counts": counts,
+        "counts_consistent": consistent,
+        "ratio": ratio,
+        "invariants": list(invariants.values()),
+    }
+
+
+def _finite(value: float) -> float | None:
+    return None if value is None or math.isnan(value) else value
+
+
+def _round(value: float) -> float | None:
+    return None if value is None or math.isnan(value) else round(value, 1)
