@@ -14,6 +14,7 @@ from io import StringIO
 
 import pytest
 from django.core.management import CommandError, call_command
+from django.db import connection
 
 from charges.models import MonthlyCharge, MonthlyChargeRun
 from charges.services import charge_resource, generate_monthly_charges
@@ -330,3 +331,37 @@ def test_all_orgs_with_an_actor_walks_only_their_organizations(alice, oak, setti
     ]
     run = MonthlyChargeRun.objects.get()
     assert run.completed_by == f"alice (os user {OS_USER}) via generate_monthly_charges"
+
+
+def test_command_exits_1_with_one_line_when_postgresql_goes_away_mid_run(
+    maple, command_env, http_stub
+):
+    # The child's connection is found by its application_name (libpq reads PGAPPNAME) and
+    # killed while the child waits in its billing call, before its transaction.
+    gate = http_stub.hold()
+    env = {**command_env, "PGAPPNAME": "charges-command-under-test"}
+    child = start_command("--org", "maple-court", "--month", MONTH_ARG, env=env)
+    try:
+        gate.wait_arrived(1, timeout=60)
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+                " WHERE application_name = %s",
+                ["charges-command-under-test"],
+            )
+            assert cursor.fetchone()[0] >= 1
+        gate.release()
+        stdout, stderr = child.communicate(timeout=60)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+
+    assert (child.returncode, stdout) == (1, "")
+    assert len(stderr.splitlines()) == 1, stderr
+    assert stderr.startswith("CommandError: PostgreSQL error, nothing was written")
+    assert_nothing_written()
+
+    result = run_manage(COMMAND, "--org", "maple-court", "--month", MONTH_ARG, env=command_env)
+    assert result.returncode == 0, result.stderr
+    assert MonthlyCharge.objects.count() == 10

@@ -1,12 +1,17 @@
 """Helpers for management commands: fail with one clear line when a service is down."""
 
 from django.conf import settings
-from django.core.management.base import CommandError
-from django.db import DatabaseError, connection
+from django.core.management.base import BaseCommand, CommandError
+from django.db import DatabaseError, InterfaceError, connection
 from redis.exceptions import RedisError
 
 # EX_TEMPFAIL from sysexits.h: "try again later". Cron wrappers treat it as not an error.
 EXIT_TEMPFAIL = 75
+
+
+def first_line(exc: BaseException) -> str:
+    """The first line of an exception's message (psycopg's run over several lines)."""
+    return (str(exc).strip().splitlines() or [exc.__class__.__name__])[0]
 
 
 def require_services(*, database: bool = True, redis: bool = True) -> None:
@@ -15,10 +20,9 @@ def require_services(*, database: bool = True, redis: bool = True) -> None:
         try:
             connection.ensure_connection()
         except DatabaseError as exc:
-            first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
             raise CommandError(
                 f"PostgreSQL is unreachable ({settings.DATABASES['default'].get('HOST')}:"
-                f"{settings.DATABASES['default'].get('PORT')}): {first_line}"
+                f"{settings.DATABASES['default'].get('PORT')}): {first_line(exc)}"
             ) from exc
     if redis:
         from locking import FenceLock, LockUnavailable
@@ -27,3 +31,22 @@ def require_services(*, database: bool = True, redis: bool = True) -> None:
             FenceLock().client.ping()
         except (RedisError, LockUnavailable) as exc:
             raise CommandError(f"Redis is unreachable ({settings.LOCK_REDIS_URL}): {exc}") from exc
+
+
+class ServiceCommand(BaseCommand):
+    """A command that answers a database lost mid-run with one line and exit 1.
+
+    ``require_services`` catches a database that is down when the command starts; this
+    catches one that goes away later (a restart between the external call and the
+    transaction, say). The transaction that failed rolled back, so nothing is half-written
+    and running the command again is safe.
+    """
+
+    def execute(self, *args, **options):
+        try:
+            return super().execute(*args, **options)
+        except (DatabaseError, InterfaceError) as exc:
+            raise CommandError(
+                f"PostgreSQL error, nothing was written by the failed step; run again: "
+                f"{first_line(exc)}"
+            ) from exc

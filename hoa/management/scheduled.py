@@ -12,7 +12,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import DatabaseError, InterfaceError
 from django.utils.translation import gettext as _
 
-from hoa.management.base import require_services
+from hoa.management.base import first_line, require_services
 
 MAX_WAIT_SECONDS = 3600
 MAX_BATCH_SIZE = 10_000
@@ -76,10 +76,9 @@ class ScheduledJobCommand(BaseCommand):
         try:
             message = self.run_pass(wait=wait, batch_size=batch_size)
         except (DatabaseError, InterfaceError) as exc:
-            first_line = (str(exc).strip().splitlines() or [exc.__class__.__name__])[0]
             raise CommandError(
                 _("%(job)s failed: PostgreSQL error: %(error)s")
-                % {"job": self.job_name, "error": first_line}
+                % {"job": self.job_name, "error": first_line(exc)}
             ) from exc
         if options["verbosity"] >= 1:
             self.stdout.write(message)

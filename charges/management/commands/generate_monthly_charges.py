@@ -20,7 +20,7 @@ from itertools import repeat
 from multiprocessing.util import Finalize
 
 from django.contrib.auth import get_user_model
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import CommandError
 from django.db import connections
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
@@ -39,7 +39,7 @@ from charges.services import (
     generate_monthly_charges,
     parse_month,
 )
-from hoa.management.base import EXIT_TEMPFAIL, require_services
+from hoa.management.base import EXIT_TEMPFAIL, ServiceCommand, require_services
 from hoa.models import Organization
 from hoa.security import Reason, record_denial, shown
 
@@ -97,7 +97,7 @@ def os_user() -> str:
         return f"uid {os.getuid()}"
 
 
-class Command(BaseCommand):
+class Command(ServiceCommand):
     help = (
         "Generate the monthly charges of one organization (--org SLUG) or of every "
         "organization (--all-orgs), exactly once. Exit 0 done or already done, 75 busy or "

@@ -9,9 +9,9 @@ import getpass
 import re
 
 from django.contrib.auth import get_user_model
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import CommandError
 
-from hoa.management.base import EXIT_TEMPFAIL, require_services
+from hoa.management.base import EXIT_TEMPFAIL, ServiceCommand, require_services
 from hoa.models import Complaint
 from locking import LockUnavailable
 from vendors.answers import BAD_REQUEST, RETRYABLE, refusal_message, result_message
@@ -23,7 +23,7 @@ _ID = re.compile(r"[0-9]{1,19}")
 _MAX_ID = 2**63 - 1
 
 
-class Command(BaseCommand):
+class Command(ServiceCommand):
     help = (
         "Assign a vendor to a complaint under the complaint's fenced lease. Exit 0 when "
         "assigned (or already), 75 when busy, stale or assigned to another vendor, 1 on bad "
