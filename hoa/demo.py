@@ -118,7 +118,13 @@ def seed_demo() -> list[Login]:
 
     year = timedelta(days=365)
     vendors = [
-        ("Pipe Pros Plumbing", "plumbing", ["maple-court", "oak-ridge"], today - year, today + year),  # noqa: E501
+        (
+            "Pipe Pros Plumbing",
+            "plumbing",
+            ["maple-court", "oak-ridge"],
+            today - year,
+            today + year,
+        ),
         ("Evergreen Landscaping", "landscaping", ["maple-court"], today - year, today + year),
         ("Bright Spark Electric", "electrical", ["maple-court"], today - 2 * year, today - year),
         ("Summit Roofing", "roofing", ["oak-ridge"], today + timedelta(days=30), today + year),
