@@ -2,7 +2,6 @@
 
 import socket
 import threading
-import time
 from collections.abc import Callable
 from datetime import date
 
@@ -10,18 +9,10 @@ from django.db import connection
 
 from charges.services import charge_resource
 from locking import lock_key
+from tests.polling import wait_until as wait_until
 
 MONTH = date(2026, 3, 1)
 MONTH_ARG = "2026-03"
-
-
-def wait_until(predicate: Callable[[], object], *, timeout: float = 15, what: str = "") -> None:
-    """Poll ``predicate`` every 20 ms until it is true; fail after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what or predicate}")
-        time.sleep(0.02)
 
 
 def wait_for_lease_expiry(redis_client, organization, month: date = MONTH) -> None:

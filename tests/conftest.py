@@ -17,6 +17,7 @@ from hoa.demo import staff_group
 from hoa.models import Organization, StaffMembership, Unit
 from locking import FenceLock
 from tests.stubs import HttpStub
+from tests.vendors_support import active_vendor
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -106,6 +107,25 @@ def http_stub():
     stub = HttpStub().start()
     yield stub
     stub.stop()
+
+
+@pytest.fixture
+def pipe(maple):
+    """A vendor with a contract with Maple Court that covers today."""
+    return active_vendor("Pipe Pros", maple)
+
+
+@pytest.fixture
+def green(maple):
+    """A second such vendor, for races and reassignments."""
+    return active_vendor("Evergreen", maple)
+
+
+@pytest.fixture
+def dispatch(http_stub, settings):
+    """The vendor dispatch endpoint, pointed at the stand-in."""
+    settings.VENDOR_DISPATCH_URL = http_stub.url
+    return http_stub
 
 
 @pytest.fixture

@@ -9,7 +9,6 @@ sees it waiting in ``pg_stat_activity``.
 import logging
 import sys
 import threading
-import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
@@ -21,6 +20,7 @@ from django.utils import timezone
 from hoa.models import Complaint, Notice, Organization
 from locking import advisory_key
 from tests.conftest import BASE_DIR
+from tests.polling import wait_until as wait_until
 
 
 @contextmanager
@@ -35,18 +35,6 @@ def worker_threads(count: int) -> Iterator[Callable[..., Future]]:
 
     with ThreadPoolExecutor(max_workers=count) as pool:
         yield lambda fn, *args, **kwargs: pool.submit(on_own_connection, fn, args, kwargs)
-
-
-def wait_until(predicate: Callable[[], object], *, what: str, timeout: float = 30) -> object:
-    """Poll ``predicate`` until it returns something truthy; fail after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.01)
 
 
 def advisory_lock_holders(name: str) -> list[tuple[int, str]]:

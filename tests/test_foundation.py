@@ -2,7 +2,6 @@
 
 import datetime as dt
 import os
-import socket
 import subprocess
 import sys
 from decimal import Decimal
@@ -16,13 +15,8 @@ from charges.models import MonthlyCharge, MonthlyChargeRun
 from hoa.demo import seed_demo
 from hoa.models import Complaint, Notice, Organization, StaffMembership, Unit
 from tests.conftest import BASE_DIR
+from tests.polling import closed_port
 from vendors.models import Vendor, VendorAssignment, VendorContract
-
-
-def closed_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def manage(*args, **env_overrides):

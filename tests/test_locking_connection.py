@@ -9,6 +9,7 @@ from redis.sentinel import SentinelConnectionPool
 
 from locking import FenceLock
 from locking.connection import client_for_url, get_lock_redis
+from tests.polling import closed_port
 
 
 def test_lock_reuses_the_cache_connection_pool_when_the_urls_are_equal(settings):
@@ -59,14 +60,6 @@ def test_plain_url_makes_a_client_with_both_timeouts():
         0.25,
         0.25,
     )
-
-
-def closed_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def test_unreachable_cluster_is_lock_unavailable_not_a_library_error(settings):

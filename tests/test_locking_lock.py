@@ -27,16 +27,11 @@ from locking import (
     lock_key,
     validate_resource,
 )
+from tests.polling import free_port
 
 RESOURCE = "monthly-charges:org:1:2025-01"
 LONG = timedelta(seconds=30)
 WAIT = 10  # seconds: upper bound for every wait in this module
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def wait_for(predicate, what: str, timeout: float = WAIT) -> None:

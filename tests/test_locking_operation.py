@@ -5,7 +5,6 @@ the point of the audit is that its record survives the work's rolled-back transa
 """
 
 import logging
-import socket
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -28,6 +27,7 @@ from locking import (
     run_fenced,
 )
 from locking.models import FenceEvent
+from tests.polling import closed_port
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -69,12 +69,6 @@ def events(resource: str) -> list[tuple]:
 
 def db_token(complaint: Complaint) -> int:
     return Complaint.objects.values_list("last_fence_token", flat=True).get(pk=complaint.pk)
-
-
-def closed_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 # --- outcomes ---------------------------------------------------------------------------

@@ -1,17 +1,9 @@
 """Health probes for load balancers: /healthz (process up) and /readyz (dependencies)."""
 
-import socket
-
 import pytest
 
 from locking.connection import client_for_url
-
-
-def closed_port() -> int:
-    """A local port nobody listens on (bound, then released)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+from tests.polling import closed_port
 
 
 def test_healthz_answers_ok_without_touching_the_database(client):

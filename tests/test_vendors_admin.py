@@ -28,16 +28,6 @@ def complaint(maple):
     return Complaint.objects.create(organization=maple, title="Leaking pipe")
 
 
-@pytest.fixture
-def pipe(maple):
-    return active_vendor("Pipe Pros", maple)
-
-
-@pytest.fixture
-def green(maple):
-    return active_vendor("Evergreen", maple)
-
-
 def admin_client(user) -> Client:
     client = Client()
     client.force_login(user)

@@ -30,16 +30,6 @@ def complaint(maple):
 
 
 @pytest.fixture
-def pipe(maple):
-    return active_vendor("Pipe Pros", maple)
-
-
-@pytest.fixture
-def green(maple):
-    return active_vendor("Evergreen", maple)
-
-
-@pytest.fixture
 def env(subprocess_env, http_stub):
     return {**subprocess_env, "VENDOR_DISPATCH_URL": http_stub.url}
 

@@ -38,22 +38,6 @@ def complaint(maple):
     return Complaint.objects.create(organization=maple, title="Water in the basement")
 
 
-@pytest.fixture
-def pipe(maple):
-    return active_vendor("Pipe Pros", maple)
-
-
-@pytest.fixture
-def green(maple):
-    return active_vendor("Evergreen", maple)
-
-
-@pytest.fixture
-def dispatch(http_stub, settings):
-    settings.VENDOR_DISPATCH_URL = http_stub.url
-    return http_stub
-
-
 def for_vendor(vendor):
     """A gate predicate: the dispatch request of ``vendor``."""
     return lambda request: request.json["vendor"]["id"] == vendor.pk

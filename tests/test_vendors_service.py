@@ -37,22 +37,6 @@ def complaint(maple):
     return Complaint.objects.create(organization=maple, unit=maple.units.first(), title="Leak")
 
 
-@pytest.fixture
-def pipe(maple):
-    return active_vendor("Pipe Pros", maple)
-
-
-@pytest.fixture
-def green(maple):
-    return active_vendor("Evergreen", maple)
-
-
-@pytest.fixture
-def dispatch(http_stub, settings):
-    settings.VENDOR_DISPATCH_URL = http_stub.url
-    return http_stub
-
-
 def test_first_assignment_commits_with_the_lease_token_and_dispatches_once(
     complaint, pipe, alice, dispatch
 ):

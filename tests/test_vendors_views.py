@@ -39,22 +39,6 @@ def oak_complaint(oak):
     return Complaint.objects.create(organization=oak, title="Oak gate")
 
 
-@pytest.fixture
-def pipe(maple):
-    return active_vendor("Pipe Pros", maple)
-
-
-@pytest.fixture
-def green(maple):
-    return active_vendor("Evergreen", maple)
-
-
-@pytest.fixture
-def dispatch(http_stub, settings):
-    settings.VENDOR_DISPATCH_URL = http_stub.url
-    return http_stub
-
-
 def client_for(user) -> Client:
     client = Client()
     client.force_login(user)

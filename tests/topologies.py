@@ -21,29 +21,18 @@ import subprocess
 import sys
 import tempfile
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from tests.polling import wait_until as wait_until
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 LOOPBACK = "127.0.0.1"
 
 
 # -- waiting and ports ----------------------------------------------------------------------
-
-
-def wait_until(predicate: Callable[[], object], *, what: str, timeout: float = 20) -> object:
-    """Poll ``predicate`` until it returns something truthy; fail after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.05)
 
 
 def _bindable(port: int) -> bool:

@@ -1,7 +1,6 @@
 """Helpers shared by the tests/test_vendors_*.py modules (plain functions, not fixtures)."""
 
 import threading
-import time
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -10,6 +9,7 @@ from django.utils import timezone
 
 from hoa.models import Complaint, Organization
 from locking.models import FenceEvent
+from tests.polling import wait_until as wait_until
 from vendors.models import Vendor, VendorAssignment, VendorContract
 from vendors.services import assignment_resource
 
@@ -102,12 +102,3 @@ class Worker(threading.Thread):
         self.join(WAIT)
         assert not self.is_alive(), f"{self.name} did not finish within {WAIT}s"
         return self.error if self.error is not None else self.result
-
-
-def wait_until(predicate, *, timeout: float = WAIT, what: str = "condition") -> None:
-    """Poll ``predicate`` every 10 ms until it is true; fail after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.01)
