@@ -16,6 +16,7 @@ from hoa.models import (
     StaffMembership,
     Unit,
 )
+from locking.admin import AuditTrailAdmin
 
 
 class UnitInline(admin.TabularInline):
@@ -158,7 +159,7 @@ class NoticeAdmin(TenantAdminMixin, admin.ModelAdmin):
 
 
 @admin.register(AccessDenial)
-class AccessDenialAdmin(admin.ModelAdmin):
+class AccessDenialAdmin(AuditTrailAdmin):
     """Refused requests and actions (``hoa.security``): superusers only, read-only.
 
     They span associations (a refusal often *is* someone reaching into another one), so
@@ -170,18 +171,3 @@ class AccessDenialAdmin(admin.ModelAdmin):
     search_fields = ["actor", "resource", "detail", "ip"]
     date_hierarchy = "at"
     list_select_related = ["organization"]
-
-    def has_module_permission(self, request):
-        return request.user.is_active and request.user.is_superuser
-
-    def has_view_permission(self, request, obj=None):
-        return request.user.is_active and request.user.is_superuser
-
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return request.user.is_active and request.user.is_superuser

@@ -164,6 +164,7 @@ EXTERNAL_CALL_TIMEOUT_SECONDS = env_number("EXTERNAL_CALL_TIMEOUT_SECONDS", 10.0
 CHARGES_LOCK_TTL_SECONDS = env_number("CHARGES_LOCK_TTL_SECONDS", 60.0, minimum=0.01)
 VENDOR_LOCK_TTL_SECONDS = env_number("VENDOR_LOCK_TTL_SECONDS", 30.0, minimum=0.01)
 FENCE_EVENT_RETENTION_DAYS = int(env_number("FENCE_EVENT_RETENTION_DAYS", 90, cast=int))
+ACCESS_DENIAL_RETENTION_DAYS = int(env_number("ACCESS_DENIAL_RETENTION_DAYS", 90, cast=int))
 
 # --- Auth, i18n, static ------------------------------------------------------------------
 

@@ -3,14 +3,8 @@ from django.contrib import admin
 from locking.models import FenceEvent
 
 
-@admin.register(FenceEvent)
-class FenceEventAdmin(admin.ModelAdmin):
-    """The audit trail is read-only, and visible to superusers only (it spans tenants)."""
-
-    list_display = ["at", "resource", "token", "outcome", "operation", "actor", "ip"]
-    list_filter = ["outcome", "operation"]
-    search_fields = ["resource", "actor", "detail"]
-    date_hierarchy = "at"
+class AuditTrailAdmin(admin.ModelAdmin):
+    """An audit table spans tenants: superusers read it (and prune it); nobody edits it."""
 
     def has_module_permission(self, request):
         return request.user.is_active and request.user.is_superuser
@@ -26,3 +20,13 @@ class FenceEventAdmin(admin.ModelAdmin):
 
     def has_delete_permission(self, request, obj=None):
         return request.user.is_active and request.user.is_superuser
+
+
+@admin.register(FenceEvent)
+class FenceEventAdmin(AuditTrailAdmin):
+    """The audit trail is read-only, and visible to superusers only (it spans tenants)."""
+
+    list_display = ["at", "resource", "token", "outcome", "operation", "actor", "ip"]
+    list_filter = ["outcome", "operation"]
+    search_fields = ["resource", "actor", "detail"]
+    date_hierarchy = "at"

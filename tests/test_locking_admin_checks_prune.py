@@ -162,3 +162,27 @@ def test_prune_command_line_exit_codes_and_one_line_error(subprocess_env):
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("Deleted 1 fence event(s) older than 30 day(s)")
     assert remaining() == {"recent"}
+
+
+def test_prune_access_denials_keeps_its_own_retention(db, settings):
+    from hoa.models import AccessDenial
+
+    now = timezone.now()
+    for days, resource in [(120, "old"), (10, "recent")]:
+        AccessDenial.objects.create(
+            at=now - timedelta(days=days),
+            reason=AccessDenial.Reason.TENANT,
+            actor="mallory",
+            resource=resource,
+        )
+    settings.ACCESS_DENIAL_RETENTION_DAYS = 90
+    settings.FENCE_EVENT_RETENTION_DAYS = 1  # a different table's setting: not used here
+    out = StringIO()
+
+    call_command("prune_access_denials", stdout=out)
+
+    assert out.getvalue().startswith("Deleted 1 access denial(s) older than 90 day(s)")
+    assert list(AccessDenial.objects.values_list("resource", flat=True)) == ["recent"]
+    with pytest.raises(CommandError, match="at least 1"):
+        call_command("prune_access_denials", "--days", "0")
+    assert AccessDenial.objects.count() == 1
