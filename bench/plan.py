@@ -123,6 +123,16 @@ TARGETS = [
         value="counts.redis_sent_total",
     ),
     Target(
+        "1",
+        "ours with appendfsync always vs default durability (report)",
+        "lock-cycle",
+        "lock.ours_fsync_always",
+        "<=",
+        0,
+        "lock.ours",
+        report_only=True,
+    ),
+    Target(
         "2",
         "vendor assignment via service ≤ 1.5x plain transaction",
         "fenced-vendor",
@@ -245,6 +255,7 @@ def lock_cycle(profile: Profile, redis_url: str) -> Group:
         ("pottery", "pottery Redlock, 1 master (no token)"),
         ("scripts_only", "our 2 Lua scripts, bare (floor)"),
         ("ours", "ours: FenceLock (token issued)"),
+        ("ours_fsync_always", "ours, appendfsync always (report)"),
     ]
     return Group(
         id="lock-cycle",

@@ -266,7 +266,15 @@ def markdown(document: dict) -> str:
 
 
 if __name__ == "__main__":
-    # python -m bench.report bench/results/full.json  -> the run as markdown on stdout
-    import sys
+    import argparse
 
-    print(markdown(json.loads(Path(sys.argv[1]).read_text())), end="")
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.report", description="Print a results file as markdown."
+    )
+    parser.add_argument("results", type=Path, help="e.g. bench/results/full.json")
+    path = parser.parse_args().results
+    try:
+        document = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        parser.exit(1, f"cannot read {path}: {exc}\n")
+    print(markdown(document), end="")

@@ -19,6 +19,7 @@ using it: a lock object per use, a non-blocking acquire, a release.
 
 import time
 from collections.abc import Callable
+from contextlib import contextmanager
 from datetime import timedelta
 
 import redis
@@ -125,12 +126,39 @@ VARIANTS: dict[str, Callable[[redis.Redis], Callable[[], None]]] = {
     "pottery": _pottery,
     "scripts_only": _scripts_only,
     "ours": _Ours,
+    "ours_fsync_always": _Ours,
 }
+
+
+@contextmanager
+def _durability(client: redis.Redis, variant: str):
+    """Run ``ours_fsync_always`` with every write fsynced; restore the server after it."""
+    if variant != "ours_fsync_always":
+        yield
+        return
+    saved = {key: client.config_get(key)[key] for key in ("appendonly", "appendfsync")}
+    client.config_set("appendfsync", "always")
+    client.config_set("appendonly", "yes")  # starts an AOF rewrite: wait for it to end
+    deadline = time.monotonic() + 30
+    while client.info("persistence").get("aof_rewrite_in_progress"):
+        if time.monotonic() > deadline:
+            raise RuntimeError("the AOF rewrite did not finish in 30 s")
+        time.sleep(0.05)
+    try:
+        yield
+    finally:
+        client.config_set("appendonly", saved["appendonly"])
+        client.config_set("appendfsync", saved["appendfsync"])
 
 
 def run(*, variant: str, redis_url: str, iterations: int, warmup: int, counted: int = 20) -> dict:
     """Time ``iterations`` cycles of ``variant``; count the Redis commands of a cycle."""
     client = redis.Redis.from_url(redis_url)
+    with _durability(client, variant):
+        return _run(client, variant, redis_url, iterations, warmup, counted)
+
+
+def _run(client, variant, redis_url, iterations, warmup, counted) -> dict:
     cycle = VARIANTS[variant](client)
     for _ in range(warmup):  # connections made, scripts loaded, code paths warm
         cycle()

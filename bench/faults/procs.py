@@ -24,6 +24,8 @@ import psycopg
 import redis
 from psycopg import sql
 
+from bench.environment import free_port
+
 logger = logging.getLogger(__name__)
 
 BASE_DIR = Path(__file__).resolve().parent.parent.parent
@@ -32,13 +34,6 @@ PG_USER = "hoa"
 
 class HarnessError(RuntimeError):
     """The harness itself could not set up or drive a scenario (not a finding)."""
-
-
-def free_port() -> int:
-    """Return a loopback TCP port that was free a moment ago."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def wait_until(
