@@ -19,6 +19,7 @@ from enum import Enum
 
 from django.conf import settings
 from django.db import transaction
+from django.db.models import OuterRef, Subquery
 from django.utils import timezone
 
 from hoa import resources
@@ -287,12 +288,19 @@ def _look_before_calling(complaint: Complaint, token: int) -> VendorAssignment |
     holder took over, or Redis lost its counter; raising here lets ``run_fenced`` tell the
     two apart and reseed before the vendor ever sees a doomed token.
     """
-    recorded = (
-        Complaint.objects.filter(pk=complaint.pk).values_list("last_fence_token", flat=True).first()
-    )
+    # One round trip for the recorded token and the active assignment's id; the assignment
+    # itself (with its vendor, for the dispatch payload) only when there is one.
+    active_id = VendorAssignment.objects.filter(complaint=OuterRef("pk"), active=True).values("pk")
+    recorded, current_id = (
+        Complaint.objects.filter(pk=complaint.pk)
+        .values_list("last_fence_token", Subquery(active_id[:1]))
+        .first()
+    ) or (None, None)
     if recorded is not None and token <= recorded:
         raise StaleFencingToken(token, recorded)
-    return active_assignment(complaint)
+    if current_id is None:
+        return None
+    return VendorAssignment.objects.select_related("vendor").filter(pk=current_id).first()
 
 
 def _may_assign(actor, organization: Organization) -> bool:
