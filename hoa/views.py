@@ -5,7 +5,6 @@ from datetime import timedelta
 from django.contrib.auth.mixins import LoginRequiredMixin
 from django.core.paginator import Paginator
 from django.db import DatabaseError, connection
-from django.db.migrations.executor import MigrationExecutor
 from django.db.models import Count, Q
 from django.http import HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
@@ -33,6 +32,7 @@ from hoa.lockstatus import (
     visible_holders,
 )
 from hoa.models import Complaint, Organization
+from hoa.readiness import pending_migrations
 from hoa.responses import error_page
 from hoa.scopes import scope_for_organization
 from hoa.security import Reason, deny_request
@@ -223,20 +223,6 @@ class LockStatusView(LoginRequiredMixin, TemplateView):
 
 # -- health probes (JSON, for load balancers) --------------------------------------------
 
-# Once every migration is applied it stays applied for this process's code: checking the
-# graph again on every probe would read every migration file each time.
-_migrations_applied = False
-
-
-def _pending_migrations() -> int:
-    global _migrations_applied
-    if _migrations_applied:
-        return 0
-    executor = MigrationExecutor(connection)
-    pending = len(executor.migration_plan(executor.loader.graph.leaf_nodes()))
-    _migrations_applied = pending == 0
-    return pending
-
 
 @never_cache
 def healthz(request):
@@ -252,7 +238,7 @@ def readyz(request):
         with connection.cursor() as cursor:
             cursor.execute("SELECT 1")
         checks["database"] = "ok"
-        pending = _pending_migrations()
+        pending = pending_migrations()
         checks["migrations"] = "ok" if not pending else f"{pending} pending"
     except DatabaseError as exc:
         checks["database"] = f"error: {exc.__class__.__name__}"

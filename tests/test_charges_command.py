@@ -359,7 +359,9 @@ def test_command_exits_1_with_one_line_when_postgresql_goes_away_mid_run(
 
     assert (child.returncode, stdout) == (1, "")
     assert len(stderr.splitlines()) == 1, stderr
-    assert stderr.startswith("CommandError: PostgreSQL error, nothing was written")
+    assert stderr.startswith(
+        "CommandError: PostgreSQL error (the failed transaction was rolled back): "
+    )
     assert_nothing_written()
 
     result = run_manage(COMMAND, "--org", "maple-court", "--month", MONTH_ARG, env=command_env)

@@ -117,6 +117,31 @@ def test_command_needing_postgres_says_it_is_unreachable_without_traceback():
     assert len(result.stderr.strip().splitlines()) == 1
 
 
+@pytest.mark.django_db(transaction=True)
+def test_commands_refuse_an_unmigrated_database_with_one_line():
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("DROP DATABASE IF EXISTS hoa_unmigrated_test")
+        cursor.execute("CREATE DATABASE hoa_unmigrated_test")
+    try:
+        settings_dict = connection.settings_dict
+        url = (
+            f"postgres://{settings_dict['USER']}@{settings_dict['HOST']}:{settings_dict['PORT']}"
+            "/hoa_unmigrated_test"
+        )
+        result = manage(
+            "generate_monthly_charges", "--org", "maple-court", DEBUG="1", DATABASE_URL=url
+        )
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("DROP DATABASE IF EXISTS hoa_unmigrated_test")
+    assert result.returncode == 1
+    assert result.stderr.startswith("CommandError: The database is missing ")
+    assert result.stderr.strip().endswith("run `python manage.py migrate` first.")
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
 def test_require_services_names_an_unreachable_redis(settings):
     from django.core.management.base import CommandError
 

@@ -5,6 +5,8 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import DatabaseError, InterfaceError, connection
 from redis.exceptions import RedisError
 
+from hoa.readiness import pending_migrations
+
 # EX_TEMPFAIL from sysexits.h: "try again later". Cron wrappers treat it as not an error.
 EXIT_TEMPFAIL = 75
 
@@ -24,6 +26,15 @@ def require_services(*, database: bool = True, redis: bool = True) -> None:
                 f"PostgreSQL is unreachable ({settings.DATABASES['default'].get('HOST')}:"
                 f"{settings.DATABASES['default'].get('PORT')}): {first_line(exc)}"
             ) from exc
+        try:
+            pending = pending_migrations()
+        except DatabaseError as exc:
+            raise CommandError(f"PostgreSQL error: {first_line(exc)}") from exc
+        if pending:
+            raise CommandError(
+                f"The database is missing {pending} migration(s) of this code: "
+                "run `python manage.py migrate` first."
+            )
     if redis:
         from locking import FenceLock, LockUnavailable
 
@@ -47,6 +58,5 @@ class ServiceCommand(BaseCommand):
             return super().execute(*args, **options)
         except (DatabaseError, InterfaceError) as exc:
             raise CommandError(
-                f"PostgreSQL error, nothing was written by the failed step; run again: "
-                f"{first_line(exc)}"
+                f"PostgreSQL error (the failed transaction was rolled back): {first_line(exc)}"
             ) from exc
