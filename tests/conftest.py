@@ -21,6 +21,13 @@ from tests.vendors_support import active_vendor
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
+# Under ``make test-pgbouncer`` a client owns no server backend between its transactions, so
+# a test that terminates "the child's backend" would hit whichever client PgBouncer gave it.
+direct_postgres_only = pytest.mark.skipif(
+    os.environ.get("HOA_VIA_PGBOUNCER") == "1",
+    reason="terminates a client's own server backend; behind PgBouncer there is none to kill",
+)
+
 
 @pytest.fixture(autouse=True)
 def fast_password_hashing(settings):

@@ -30,7 +30,7 @@ from tests.charges_support import (
     wait_for_lease_expiry,
     wait_until,
 )
-from tests.conftest import BASE_DIR, run_manage
+from tests.conftest import BASE_DIR, direct_postgres_only, run_manage
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -333,6 +333,7 @@ def test_all_orgs_with_an_actor_walks_only_their_organizations(alice, oak, setti
     assert run.completed_by == f"alice (os user {OS_USER}) via generate_monthly_charges"
 
 
+@direct_postgres_only
 def test_command_exits_1_with_one_line_when_postgresql_goes_away_mid_run(
     maple, command_env, http_stub
 ):

@@ -4,7 +4,6 @@ import hashlib
 import subprocess
 import sys
 import threading
-import time
 from datetime import timedelta
 
 import pytest
@@ -164,28 +163,26 @@ def own_backend_pid() -> int:
         return cursor.fetchone()[0]
 
 
-def wait_for_backend_that_tried(*, exclude: set) -> None:
-    deadline = time.monotonic() + WAIT
-    with connection.cursor() as cursor:
-        while time.monotonic() < deadline:
-            cursor.execute(
-                "SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
-                "AND query LIKE 'SELECT pg_try_advisory_xact_lock%%'"
-            )
-            if {row[0] for row in cursor.fetchall()} - exclude:
-                return
-            time.sleep(0.01)
-    pytest.fail("no other backend tried the advisory lock")
-
-
 @pytest.mark.django_db(transaction=True)
 def test_advisory_lock_wait_polls_until_the_holder_commits():
     holder = start_holder(NAME)
     result: dict = {}
 
+    tried = threading.Event()
+
+    def note_tries(execute, sql, params, many, context):
+        # Django's own hook on the waiter's connection: the waiter's first try has been
+        # answered (refused: the holder still holds). Works the same through PgBouncer,
+        # where backend pids and pg_stat_activity rows are shared between clients.
+        answer = execute(sql, params, many, context)
+        if "pg_try_advisory_xact_lock" in sql:
+            tried.set()
+        return answer
+
     def waiter():
         try:
-            result["acquired"] = try_lock(NAME, wait=timedelta(seconds=WAIT))
+            with connection.execute_wrapper(note_tries):
+                result["acquired"] = try_lock(NAME, wait=timedelta(seconds=WAIT))
         finally:
             connection.close()
 
@@ -194,7 +191,7 @@ def test_advisory_lock_wait_polls_until_the_holder_commits():
         assert try_lock(NAME, wait=timedelta(milliseconds=200)) is False  # gives up in time
         thread.start()
         # The waiter has tried (and failed: the holder still holds) before the holder ends.
-        wait_for_backend_that_tried(exclude={holder.backend_pid, own_backend_pid()})
+        assert tried.wait(WAIT), "the waiter never tried the advisory lock"
         assert "acquired" not in result
         holder.finish.set()
         holder.join(WAIT)

@@ -707,6 +707,8 @@ def _pgbouncer_pytest(pytest_args: list[str]) -> int:
             "TEST_DATABASE_NAME": test_db,
             "DISABLE_SERVER_SIDE_CURSORS": "1",
             "CONN_MAX_AGE": "0",
+            # Tests that kill a client's own server backend skip themselves (see conftest).
+            "HOA_VIA_PGBOUNCER": "1",
         }
         print(
             f"[test-pgbouncer] PgBouncer (transaction pooling) on 127.0.0.1:{bouncer.port} "
