@@ -4,10 +4,14 @@ One POST per fenced attempt, carrying:
 
 - ``Idempotency-Key``: the business key, so the receiver can collapse retries;
 - ``X-Fencing-Token``: the lease's token, so the receiver can refuse a stale holder;
-- ``X-Timestamp`` and ``X-Signature: sha256=<hex HMAC-SHA256>`` with
-  ``WEBHOOK_SIGNING_SECRET`` (omitted when no secret is configured) of
-  ``"<timestamp>.<idempotency key>.<fencing token>.<body>"``: the headers the receiver acts
-  on are signed with the body, so none can be swapped or replayed with another's.
+- ``X-Timestamp``: when it was sent (seconds since the epoch);
+- ``X-Signature: sha256=<hex HMAC-SHA256 of the body>`` keyed with
+  ``WEBHOOK_SIGNING_SECRET`` (omitted when no secret is configured).
+
+The body repeats the three values the receiver acts on (``idempotency_key``,
+``fencing_token``, ``sent_at``), so the signature over the body covers them too: a captured
+call cannot be replayed late or with another key or token, and ``verify`` checks that the
+headers agree with the signed body.
 
 See docs/security.md for how a receiver verifies and uses them.
 """
@@ -45,10 +49,13 @@ class CallResult:
     status: int | None = None
 
 
-def sign(body: bytes, timestamp: str, secret: str, *, idempotency_key: str, token: int) -> str:
-    """Return the ``X-Signature`` value for ``body`` sent at ``timestamp`` with these headers."""
-    message = f"{timestamp}.{idempotency_key}.{token}.".encode() + body
-    return "sha256=" + hmac.new(secret.encode(), message, hashlib.sha256).hexdigest()
+# Fields the body carries besides the business payload: the signed copies of the headers.
+SIGNED_FIELDS = ("idempotency_key", "fencing_token", "sent_at")
+
+
+def sign(body: bytes, secret: str) -> str:
+    """Return the ``X-Signature`` value for ``body``: ``sha256=`` + hex HMAC-SHA256."""
+    return "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
 
 
 def verify(
@@ -61,7 +68,11 @@ def verify(
     token: str | int,
     tolerance: int = 300,
 ) -> bool:
-    """Check a received webhook: the signature matches and the timestamp is recent."""
+    """Check a received webhook.
+
+    The signature is the body's; the timestamp is recent; and the headers the receiver acts
+    on (timestamp, idempotency key, fencing token) are the ones the signed body carries.
+    """
     try:
         age = abs(time.time() - int(timestamp))
         token = int(token)
@@ -69,8 +80,17 @@ def verify(
         return False
     if age > tolerance or not secret:
         return False
-    expected = sign(body, timestamp, secret, idempotency_key=idempotency_key, token=token)
-    return hmac.compare_digest(expected.encode(), (signature or "").encode())
+    if not hmac.compare_digest(sign(body, secret).encode(), (signature or "").encode()):
+        return False
+    try:
+        signed = json.loads(body)
+    except ValueError:
+        return False
+    return isinstance(signed, dict) and (
+        signed.get("idempotency_key") == idempotency_key
+        and signed.get("fencing_token") == token
+        and signed.get("sent_at") == int(timestamp)
+    )
 
 
 _session = requests.Session()
@@ -87,8 +107,18 @@ def post_fenced(url: str, payload: dict, *, idempotency_key: str, token: int) ->
             extra={"idempotency_key": idempotency_key, "token": token},
         )
         return CallResult(skipped=True)
-    body = json.dumps(payload, cls=DjangoJSONEncoder, sort_keys=True).encode()
-    timestamp = str(int(time.time()))
+    sent_at = int(time.time())
+    clash = set(SIGNED_FIELDS) & payload.keys()
+    if clash:
+        raise ValueError(f"payload may not use the signed field names {sorted(clash)}")
+    envelope = {
+        **payload,
+        "idempotency_key": idempotency_key,
+        "fencing_token": token,
+        "sent_at": sent_at,
+    }
+    body = json.dumps(envelope, cls=DjangoJSONEncoder, sort_keys=True).encode()
+    timestamp = str(sent_at)
     headers = {
         "Content-Type": "application/json",
         "Idempotency-Key": idempotency_key,
@@ -96,13 +126,7 @@ def post_fenced(url: str, payload: dict, *, idempotency_key: str, token: int) ->
         TIMESTAMP_HEADER: timestamp,
     }
     if settings.WEBHOOK_SIGNING_SECRET:
-        headers[SIGNATURE_HEADER] = sign(
-            body,
-            timestamp,
-            settings.WEBHOOK_SIGNING_SECRET,
-            idempotency_key=idempotency_key,
-            token=token,
-        )
+        headers[SIGNATURE_HEADER] = sign(body, settings.WEBHOOK_SIGNING_SECRET)
     try:
         response = _session.post(
             url, data=body, headers=headers, timeout=settings.EXTERNAL_CALL_TIMEOUT_SECONDS

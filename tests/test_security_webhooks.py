@@ -2,6 +2,8 @@
 unsigned does not; and the receiver example of docs/security.md, run against real calls,
 refuses a stale fencing token and does each idempotency key's work once."""
 
+import hashlib
+import hmac
 import json
 import re
 import time
@@ -33,14 +35,20 @@ def signed_calls(settings, http_stub):
     return http_stub
 
 
-def signed(body: bytes, *, key=KEY, token=5, at=None, secret=SECRET) -> dict[str, str]:
-    timestamp = str(int(time.time() if at is None else at))
-    return {
+def signed(payload: dict, *, key=KEY, token=5, at=None, secret=SECRET):
+    """A call as the platform makes it: the body and its headers."""
+    sent_at = int(time.time() if at is None else at)
+    body = json.dumps(
+        {**payload, "idempotency_key": key, "fencing_token": token, "sent_at": sent_at},
+        sort_keys=True,
+    ).encode()
+    headers = {
         "Idempotency-Key": key,
         "X-Fencing-Token": str(token),
-        "X-Timestamp": timestamp,
-        "X-Signature": sign(body, timestamp, secret, idempotency_key=key, token=token),
+        "X-Timestamp": str(sent_at),
+        "X-Signature": sign(body, secret),
     }
+    return body, headers
 
 
 def check(body: bytes, headers: dict[str, str], secret=SECRET) -> bool:
@@ -58,9 +66,24 @@ def test_a_call_the_platform_sends_verifies_with_the_shared_secret(signed_calls)
     post_fenced(signed_calls.url, {"total": "10.00"}, idempotency_key=KEY, token=5)
 
     [call] = signed_calls.received
-    assert call.headers["X-Signature"].startswith("sha256=")
+    # The contract: X-Signature is sha256=<hex HMAC-SHA256 of the body>, nothing else.
+    digest = hmac.new(SECRET.encode(), call.body, hashlib.sha256).hexdigest()
+    assert call.headers["X-Signature"] == f"sha256={digest}"
+    # The body carries signed copies of the headers the receiver acts on.
+    assert call.json == {
+        "total": "10.00",
+        "idempotency_key": KEY,
+        "fencing_token": 5,
+        "sent_at": int(call.headers["X-Timestamp"]),
+    }
     assert check(call.body, call.headers)
     assert not check(call.body, call.headers, secret="another secret")
+
+
+def test_a_payload_may_not_shadow_the_signed_fields(signed_calls):
+    with pytest.raises(ValueError, match="fencing_token"):
+        post_fenced(signed_calls.url, {"fencing_token": 99}, idempotency_key=KEY, token=5)
+    assert signed_calls.received == []
 
 
 @pytest.mark.parametrize(
@@ -96,11 +119,22 @@ def test_anything_changed_in_a_signed_call_fails_verification(signed_calls, tamp
 
 
 def test_a_signature_older_or_newer_than_five_minutes_fails():
-    body = b'{"total": "10.00"}'
+    payload = {"total": "10.00"}
 
-    assert check(body, signed(body, at=time.time() - 290))
-    assert not check(body, signed(body, at=time.time() - 301))
-    assert not check(body, signed(body, at=time.time() + 301))
+    assert check(*signed(payload, at=time.time() - 290))
+    assert not check(*signed(payload, at=time.time() - 301))
+    assert not check(*signed(payload, at=time.time() + 301))
+
+
+def test_headers_that_disagree_with_the_signed_body_fail():
+    body, headers = signed({"total": "10.00"}, token=5)
+    # Re-signing is impossible without the secret, so an attacker can only swap headers.
+    assert not check(body, {**headers, "X-Fencing-Token": "6"})
+    assert not check(body, {**headers, "Idempotency-Key": "monthly-charges:8:2026-03"})
+    assert not check(body, {**headers, "X-Timestamp": str(int(headers["X-Timestamp"]) - 1)})
+    # A correctly signed body that is not a JSON object carrying them fails too.
+    bare = b'{"total": "10.00"}'
+    assert not check(bare, {**headers, "X-Signature": sign(bare, SECRET)})
 
 
 def test_without_a_secret_calls_are_unsigned_and_a_receiver_refuses_them(settings, http_stub):
@@ -116,15 +150,22 @@ def test_without_a_secret_calls_are_unsigned_and_a_receiver_refuses_them(setting
 def test_receiver_example_refuses_a_stale_token_and_does_each_key_once(signed_calls):
     receiver = receiver_example()
     receive = receiver["receive"]
-    body = json.dumps({"total": "10.00"}).encode()
+    payload = {"total": "10.00"}
 
-    first = receive(signed(body, token=5), body)
-    retry = receive(signed(body, token=5), body)  # the same holder retrying
-    newer = receive(signed(body, token=7), body)  # a newer holder, same run: already done
-    stale = receive(signed(body, token=6), body)  # the holder that lost its lease
-    forged = receive({**signed(body, token=9), "X-Fencing-Token": "10"}, body)
+    def call(**kwargs):
+        body, headers = signed(payload, **kwargs)
+        return receive(headers, body)
 
-    assert first == retry == newer == (200, {"accepted": {"total": "10.00"}})
+    first = call(token=5)
+    retry = call(token=5)  # the same holder retrying
+    newer = call(token=7)  # a newer holder, same run: already done
+    stale = call(token=6)  # the holder that lost its lease
+    body, headers = signed(payload, token=9)
+    forged = receive({**headers, "X-Fencing-Token": "10"}, body)
+
+    assert first[0] == retry[0] == newer[0] == 200
+    assert first == retry == newer  # the first answer, given again
+    assert first[1]["accepted"]["total"] == "10.00"
     assert stale == (409, {"error": "stale fencing token", "highest": 7})
     assert forged[0] == 401
     assert receiver["highest_token"] == {KEY: 7}
@@ -132,13 +173,14 @@ def test_receiver_example_refuses_a_stale_token_and_does_each_key_once(signed_ca
 
 def test_receiver_example_fences_dispatch_calls_per_complaint():
     receiver = receiver_example()
-    body = b"{}"
     by_first = "vendor-assignment:42:3:replacing:none"
     by_second = "vendor-assignment:42:4:replacing:17"
 
-    assert receiver["receive"](signed(body, key=by_second, token=8), body)[0] == 200
+    body, headers = signed({}, key=by_second, token=8)
+    assert receiver["receive"](headers, body)[0] == 200
     # Another vendor for the same complaint, under an older lease: refused.
-    assert receiver["receive"](signed(body, key=by_first, token=7), body)[0] == 409
+    body, headers = signed({}, key=by_first, token=7)
+    assert receiver["receive"](headers, body)[0] == 409
     assert receiver["fenced_resource"](by_first) == "vendor-assignment:42"
 
 
