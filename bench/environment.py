@@ -19,7 +19,9 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
@@ -38,6 +40,27 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
         probe.bind(("127.0.0.1", 0))
         return probe.getsockname()[1]
+
+
+class _StandInHandler(BaseHTTPRequestHandler):
+    """An external endpoint (billing, vendor dispatch) that reads the request, answers 200."""
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        self.send_response(200)
+        self.send_header("Content-Length", "2")
+        self.end_headers()
+        self.wfile.write(b"{}")
+
+    def log_message(self, format, *args) -> None:
+        pass
+
+
+def start_stand_in(path: str) -> tuple[ThreadingHTTPServer, str]:
+    """Serve the stand-in on a free loopback port in a daemon thread; return it and its URL."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _StandInHandler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server, f"http://127.0.0.1:{server.server_address[1]}/{path.lstrip('/')}"
 
 
 def wait_until(predicate, *, timeout: float, what: str, interval: float = 0.05) -> None:

@@ -15,7 +15,10 @@ variant reads the units, as the service must):
 - ``bulk_create``: run row + ``bulk_create`` of the charges + run totals, one transaction.
 - ``copy``: the same rows through PostgreSQL ``COPY`` (psycopg ``cursor.copy``): the
   physical floor of the insert.
-- ``service``: ``charges.services.generate_monthly_charges``; ``BILLING_WEBHOOK_URL`` unset.
+- ``service_billed``: ``charges.services.generate_monthly_charges`` with its billing call
+  (one POST of the 5,000 lines) to a local stand-in that reads it and answers 200: the
+  full fenced generation the target is set for.
+- ``service``: the same with ``BILLING_WEBHOOK_URL`` unset: the fence's own cost.
 
 Each process times its operations, then counts PostgreSQL round trips (libpq trace) and
 Redis commands (MONITOR) over a few more, untimed.
@@ -28,6 +31,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from bench import fixtures
+from bench.environment import start_stand_in
 from bench.measure import PgRoundTrips, commandstats, executed_per_op, sent_per_op
 
 # Operations counted (untimed) after the timed ones; counts do not vary between runs.
@@ -220,8 +224,15 @@ def _charges_operation(variant: str, *, org, actor):
 
         return copy
 
-    if variant == "service":
+    if variant in ("service", "service_billed"):
+        from django.conf import settings
+
         from charges.services import generate_monthly_charges
+
+        # This worker process runs this one variant: the setting is its own.
+        settings.BILLING_WEBHOOK_URL = (
+            start_stand_in("billing")[1] if variant == "service_billed" else ""
+        )
 
         def service(month) -> None:
             generate_monthly_charges(organization=org, month=month, actor=actor)

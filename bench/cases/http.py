@@ -25,7 +25,6 @@ import tempfile
 import threading
 import time
 from collections import Counter
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib import import_module
 
 import requests
@@ -33,27 +32,13 @@ from django.conf import settings
 from django.db import connection
 
 from bench import fixtures
-from bench.environment import BASE_DIR, free_port, wait_until
+from bench.environment import BASE_DIR, free_port, start_stand_in, wait_until
 from bench.measure import median, percentile
 
 HOT_COMPLAINTS = 4
 HOT_SHARE = 0.5
 MESSAGES_COOKIE = "messages"  # django.contrib.messages' cookie storage
 HOST = "127.0.0.1"
-
-
-class _Dispatch(BaseHTTPRequestHandler):
-    """The vendor dispatch stand-in: reads the request, answers 200."""
-
-    def do_POST(self) -> None:
-        self.rfile.read(int(self.headers.get("Content-Length") or 0))
-        self.send_response(200)
-        self.send_header("Content-Length", "2")
-        self.end_headers()
-        self.wfile.write(b"{}")
-
-    def log_message(self, format, *args) -> None:
-        pass
 
 
 def _gunicorn_env(port: int, run_dir: str, dispatch_url: str) -> dict:
@@ -152,9 +137,7 @@ def run(*, redis_url: str, seconds: float, clients: int) -> dict:
     cold_lock = threading.Lock()
     csrf_cookie = settings.CSRF_COOKIE_NAME
 
-    dispatch = ThreadingHTTPServer(("127.0.0.1", 0), _Dispatch)
-    threading.Thread(target=dispatch.serve_forever, daemon=True).start()
-    dispatch_url = f"http://127.0.0.1:{dispatch.server_address[1]}/dispatch"
+    dispatch, dispatch_url = start_stand_in("dispatch")
     port = free_port()
     run_dir = tempfile.mkdtemp(prefix="hoa-bench-gunicorn-")
     base = f"http://{HOST}:{port}"
