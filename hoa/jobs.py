@@ -119,7 +119,7 @@ def publish_notices(
     with _pass_lock(PUBLISH_NOTICES_LOCK, wait=wait) as acquired:
         if not acquired:
             logger.debug(
-                "notice publisher skipped: another notice publisher is running",
+                "notice publisher skipped: another sweep is running",
                 extra={"resource": PUBLISH_NOTICES_LOCK, "outcome": "skipped"},
             )
             return PublishResult(acquired=False)

@@ -31,7 +31,7 @@ from tests.jobs_support import (
 EVENT_INSERT = 'INSERT INTO "hoa_complaintevent"'
 SKIP_MESSAGES = {
     "sla_sweep": "another sweep is running\n",
-    "publish_notices": "another notice publisher is running\n",
+    "publish_notices": "another sweep is running (notice publisher)\n",
 }
 LOCK_NAMES = {"sla_sweep": SLA_SWEEP_LOCK, "publish_notices": PUBLISH_NOTICES_LOCK}
 

@@ -16,7 +16,7 @@ class Command(ScheduledJobCommand):
     def run_pass(self, *, wait, batch_size):
         result = publish_notices(batch_size=batch_size, wait=wait)
         if result.skipped:
-            return _("another notice publisher is running")
+            return _("another sweep is running (notice publisher)")
         return ngettext(
             "Notice publisher: %(published)d notice published, %(delivered)d delivered.",
             "Notice publisher: %(published)d notices published, %(delivered)d delivered.",
