@@ -61,7 +61,7 @@ GENERATE_PERMISSION = "charges.generate_charges"
 GENERATED = "committed"
 ALREADY_GENERATED = "already_done"
 
-_MONTH_PATTERN = re.compile(r"(\d{4})-(\d{2})")
+_MONTH_PATTERN = re.compile(r"([0-9]{4})-([0-9]{2})")  # [0-9]: \d also takes "٢٠٢٦-٠٣"
 _INSERT_BATCH_SIZE = 1000
 
 

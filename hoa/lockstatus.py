@@ -95,11 +95,11 @@ def describe_resources(resources: Iterable[str]) -> dict[str, ResourceInfo]:
     charges: dict[str, tuple[int, date]] = {}
     complaints: dict[str, int] = {}
     for resource in resources:
-        if match := CHARGES_RESOURCE.match(resource):
+        if match := CHARGES_RESOURCE.fullmatch(resource):
             month = _month(match["month"])
             if month is not None:
                 charges[resource] = (int(match["org"]), month)
-        elif match := VENDOR_RESOURCE.match(resource):
+        elif match := VENDOR_RESOURCE.fullmatch(resource):
             complaints[resource] = int(match["complaint"])
     complaint_rows = {
         complaint.pk: complaint

@@ -11,8 +11,11 @@ CHARGES_PREFIX = "monthly-charges:org:"
 VENDOR_PREFIX = "vendor-assignment:complaint:"
 
 # Ids of at most 18 digits fit a bigint: a stray key with a longer number is no row of ours.
-CHARGES_RESOURCE = re.compile(r"^monthly-charges:org:(?P<org>\d{1,18}):(?P<month>\d{4}-\d{2})$")
-VENDOR_RESOURCE = re.compile(r"^vendor-assignment:complaint:(?P<complaint>\d{1,18})$")
+# Use with fullmatch(); [0-9], not \d, which also matches other scripts' digits.
+CHARGES_RESOURCE = re.compile(
+    r"monthly-charges:org:(?P<org>[0-9]{1,18}):(?P<month>[0-9]{4}-[0-9]{2})"
+)
+VENDOR_RESOURCE = re.compile(r"vendor-assignment:complaint:(?P<complaint>[0-9]{1,18})")
 
 
 def charges_resource(organization_id: int, month: date) -> str:

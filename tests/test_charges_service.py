@@ -106,6 +106,7 @@ def test_parse_month_returns_first_day(text, month):
         ("March", "use YYYY-MM"),
         ("", "use YYYY-MM"),
         ("0000-01", "0001 or later"),
+        ("\u0662\u0660\u0662\u0666-\u0660\u0663", "use YYYY-MM"),  # Arabic-Indic digits
     ],
 )
 def test_parse_month_rejects_malformed_month_with_a_clear_message(text, reason):
