@@ -33,8 +33,9 @@ Public names (import them from ``locking``, never from its modules)::
 
 from locking.advisory import advisory_key, advisory_lock
 from locking.audit import record_fence_event
+from locking.epochs import describe_token, epoch_of
 from locking.exceptions import LockError, LockHeld, LockUnavailable, StaleFencingToken
-from locking.fence import advance_fence, retry_after_counter_loss
+from locking.fence import advance_fence
 from locking.keys import fence_key, lock_key, validate_resource
 from locking.lock import FenceLock, HolderInfo, KeepAlive, Lease, holder_label
 from locking.operation import Attempt, run_fenced
@@ -52,11 +53,12 @@ __all__ = [
     "advance_fence",
     "advisory_key",
     "advisory_lock",
+    "describe_token",
+    "epoch_of",
     "fence_key",
     "holder_label",
     "lock_key",
     "record_fence_event",
-    "retry_after_counter_loss",
     "run_fenced",
     "validate_resource",
 ]

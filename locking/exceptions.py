@@ -42,11 +42,24 @@ class LockUnavailable(LockError):
 
 
 class StaleFencingToken(LockError):
-    """A newer holder's token is already recorded: this holder lost its lease."""
+    """A newer holder's token is already recorded, or the token's epoch was superseded
+    (Redis lost its counter after this grant): this holder lost its lease.
 
-    def __init__(self, token: int, recorded: int):
+    ``epoch`` is the resource's current epoch when the token was refused for its epoch,
+    else ``None``.
+    """
+
+    def __init__(self, token: int, recorded: int, *, epoch: int | None = None):
         self.token = token
         self.recorded = recorded
-        super().__init__(
-            f"fencing token {token} is stale: the resource already recorded token {recorded}"
-        )
+        self.epoch = epoch
+        if epoch is None:
+            message = (
+                f"fencing token {token} is stale: the resource already recorded token {recorded}"
+            )
+        else:
+            message = (
+                f"fencing token {token} is stale: it was granted before epoch {epoch} began "
+                "(Redis lost the counter after this grant)"
+            )
+        super().__init__(message)

@@ -1,28 +1,31 @@
 """The fence check: the database, not the lease, decides whether a holder may write."""
 
 import logging
-from collections.abc import Callable
-from typing import TypeVar
 
 from django.db import connections
+from django.db.models import Exists
 from django.db.transaction import TransactionManagementError
 
+from locking.epochs import current_epoch, epoch_of
 from locking.exceptions import StaleFencingToken
+from locking.lock import Lease
 
 logger = logging.getLogger(__name__)
 
-T = TypeVar("T")
 
-
-def advance_fence(queryset, token: int) -> None:
+def advance_fence(queryset, token, *, resource: str | None = None) -> None:
     """Record ``token`` on the one row of ``queryset``, or raise ``StaleFencingToken``.
 
+    ``token`` is the lease itself (preferred) or its ``token``; with a lease, or with
+    ``resource``, the check also refuses a token of an epoch older than the resource's
+    durable epoch (see locking/epochs.py).
+
     Runs ``UPDATE … SET last_fence_token = token WHERE pk IN (<queryset>) AND
-    last_fence_token < token`` inside the caller's transaction. The UPDATE takes the row
-    lock, so a concurrent holder blocks on it and, once the first commits, PostgreSQL
-    re-checks the WHERE against the committed value (READ COMMITTED): whichever token is
-    stale matches no row. Raising rolls back everything the caller wrote in the same
-    ``transaction.atomic()`` block.
+    last_fence_token < token [AND no newer epoch is recorded]`` inside the caller's
+    transaction. The UPDATE takes the row lock, so a concurrent holder blocks on it and,
+    once the first commits, PostgreSQL re-checks the WHERE against the committed value
+    (READ COMMITTED): whichever token is stale matches no row. Raising rolls back
+    everything the caller wrote in the same ``transaction.atomic()`` block.
     """
     connection = connections[queryset.db]
     if not connection.in_atomic_block:
@@ -30,6 +33,9 @@ def advance_fence(queryset, token: int) -> None:
             "advance_fence() must run inside transaction.atomic(), in the same transaction "
             "as the writes it protects."
         )
+    if isinstance(token, Lease):
+        resource = resource or token.resource
+        token = token.token
     token = int(token)
     # The token comparison must sit in the UPDATE's own WHERE, on the row being updated:
     # only that is re-checked against the committed row after waiting for its lock. A
@@ -37,7 +43,15 @@ def advance_fence(queryset, token: int) -> None:
     # "id IN (SELECT …)" subquery, evaluated once on the old snapshot, and a stale holder
     # blocked behind a newer one would then overwrite the newer token.
     rows = queryset.model._base_manager.using(queryset.db).filter(pk__in=queryset.values("pk"))
-    updated = rows.filter(last_fence_token__lt=token).update(last_fence_token=token)
+    rows = rows.filter(last_fence_token__lt=token)
+    if resource is not None:
+        from locking.models import FenceEpoch  # models load after the app registry
+
+        newer_epoch = FenceEpoch.objects.using(queryset.db).filter(
+            resource=resource, epoch__gt=epoch_of(token)
+        )
+        rows = rows.exclude(Exists(newer_epoch))
+    updated = rows.update(last_fence_token=token)
     if updated == 1:
         return
     if updated > 1:
@@ -48,41 +62,6 @@ def advance_fence(queryset, token: int) -> None:
         raise queryset.model.DoesNotExist(
             f"advance_fence(): no {queryset.model._meta.label} row matches the queryset"
         )
+    if recorded < token and resource is not None:
+        raise StaleFencingToken(token, recorded, epoch=current_epoch(resource, using=queryset.db))
     raise StaleFencingToken(token, recorded)
-
-
-def retry_after_counter_loss(
-    attempt: Callable[[], T],
-    *,
-    resource: str,
-    lock,
-    on_reseed: Callable[[StaleFencingToken], None] | None = None,
-) -> T:
-    """Run ``attempt()``; if Redis lost the fence counter, reseed it and run it once more.
-
-    ``attempt`` acquires its own lease, does the fenced work and releases. When it raises
-    ``StaleFencingToken`` the two cases are told apart by the Redis counter:
-
-    - at or above the recorded token: a newer holder really did take over. Re-raise.
-      (Unless the rejected token *equals* the recorded one: that is a lost counter too.)
-    - below the recorded token: Redis restarted without its data (or failed over to a
-      replica that missed writes) and is issuing low tokens that can never win. Raise the
-      counter to the recorded token (never lowering it) and try once more; the next grant
-      then gets a token above everything the database has seen.
-    """
-    try:
-        return attempt()
-    except StaleFencingToken as exc:
-        current = lock.current_token(resource)
-        # A token is granted once, so a rejected token *equal* to the recorded one was
-        # issued a second time: the counter restarted too (it just caught up exactly).
-        if current >= exc.recorded and exc.token < exc.recorded:
-            raise
-        logger.warning(
-            "fence counter below the database's token; reseeding and retrying once",
-            extra={"resource": resource, "token": exc.token, "recorded": exc.recorded},
-        )
-        if on_reseed is not None:
-            on_reseed(exc)
-        lock.reseed(resource, exc.recorded)
-        return attempt()

@@ -1,6 +1,8 @@
 """Resource names and the Redis keys derived from them.
 
-``lock:{<resource>}`` holds the lease, ``fence:{<resource>}`` the token counter. The braces
+``lock:{<resource>}`` holds the lease, ``fence:{<resource>}`` the token counter (never
+deleted, never expiring), ``seed:{<resource>}`` a short claim while a new epoch is recorded
+after Redis lost the counter. The braces
 are a Redis Cluster hash tag: both keys hash to one slot, so one script may touch both.
 """
 
@@ -32,6 +34,11 @@ def lock_key(resource: str) -> str:
 
 def fence_key(resource: str) -> str:
     return "fence:{" + resource + "}"
+
+
+def seed_key(resource: str) -> str:
+    """A short-lived claim by the one caller recording a new epoch (locking/epochs.py)."""
+    return "seed:{" + resource + "}"
 
 
 def resource_from_lock_key(key: str) -> str:

@@ -11,6 +11,7 @@ release and extend (compare-and-delete, compare-and-pexpire) can never touch ano
 holder's lease, plus what an operator needs to see who holds it and since when.
 """
 
+import contextlib
 import logging
 import os
 import random
@@ -22,27 +23,66 @@ import weakref
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
-from redis.exceptions import RedisError
+from redis.exceptions import NoScriptError, RedisError
 
+from locking.conf import setting
 from locking.connection import get_lock_redis
+from locking.epochs import MAX_EPOCH, begin_epoch, epoch_of, first_token
 from locking.exceptions import LockHeld, LockUnavailable
-from locking.keys import fence_key, lock_key, resource_from_lock_key, validate_resource
+from locking.keys import (
+    fence_key,
+    lock_key,
+    resource_from_lock_key,
+    seed_key,
+    validate_resource,
+)
 
 logger = logging.getLogger(__name__)
 
-# KEYS[1] = lock:{resource}, KEYS[2] = fence:{resource}
-# ARGV[1] = owner id (random), ARGV[2] = ttl in ms, ARGV[3] = holder label
+# KEYS[1] = lock:{resource}, KEYS[2] = fence:{resource}, KEYS[3] = seed:{resource}
+# ARGV[1] = owner id (random), ARGV[2] = ttl in ms, ARGV[3] = holder label,
+# ARGV[4] = '' normally; after this owner recorded a new epoch, its first token: the counter
+#           is raised to it (never lowered) and our seeding claim is dropped,
+# ARGV[5] = how long a seeding claim lasts, in ms.
 # Returns {1, token, value, acquired_ms} when granted,
-#         {0, holder's value, holder's remaining ms, current counter} when held.
-# TIME is Redis's clock, so every client agrees on when a lease was granted.
+#         {0, holder's value, holder's remaining ms, counter} when held,
+#         {2, 'lost' | 'full', counter} when this caller must record a new epoch first: the
+#           counter is missing (Redis lost it; the caller now holds the seeding claim) or
+#           its epoch has no sequence number left,
+#         {3, claim's remaining ms} when another caller is recording the new epoch.
+#         Nothing but the claim was written in cases 2 and 3.
+# The claim keeps a crowd that finds the counter gone from each recording an epoch of its
+# own (every epoch but the last would be refused by advance_fence). TIME is Redis's clock,
+# so every client agrees on when a lease was granted. Counters stay below 2**53, so Lua's
+# double arithmetic on them is exact.
 ACQUIRE_LUA = """
+local counter = redis.call('GET', KEYS[2])
+counter = counter and tonumber(counter)
+if ARGV[4] ~= '' then
+    local floor = tonumber(ARGV[4])
+    if not counter or counter < floor then
+        redis.call('SET', KEYS[2], ARGV[4])
+        counter = floor
+    end
+    if redis.call('GET', KEYS[3]) == ARGV[1] then
+        redis.call('DEL', KEYS[3])
+    end
+elseif not counter then
+    if redis.call('SET', KEYS[3], ARGV[1], 'NX', 'PX', ARGV[5]) then
+        return {2, 'lost', false}
+    end
+    return {3, redis.call('PTTL', KEYS[3])}
+end
+if counter % 4294967296 == 4294967295 then
+    return {2, 'full', counter}
+end
 local now = redis.call('TIME')
 local acquired_ms = now[1] * 1000 + math.floor(now[2] / 1000)
 local value = ARGV[1] .. '|' .. acquired_ms .. '|' .. ARGV[3]
 if redis.call('SET', KEYS[1], value, 'NX', 'PX', ARGV[2]) then
     return {1, redis.call('INCR', KEYS[2]), value, acquired_ms}
 end
-return {0, redis.call('GET', KEYS[1]), redis.call('PTTL', KEYS[1]), redis.call('GET', KEYS[2])}
+return {0, redis.call('GET', KEYS[1]), redis.call('PTTL', KEYS[1]), counter}
 """
 
 # KEYS[1] = lock:{resource}; ARGV[1] = the value our grant stored.
@@ -74,6 +114,11 @@ if current < floor then
 end
 return current
 """
+
+# Recording a new epoch is one database round trip; a claim outlives it comfortably. A
+# caller that finds another's claim polls at most this often.
+_SEEDING_CLAIM_MS = 2000
+_SEEDING_POLL_MS = 5
 
 # Backoff for acquire(wait=...): full jitter between 0 and an exponentially growing cap.
 _BACKOFF_BASE_SECONDS = 0.01
@@ -141,12 +186,29 @@ class FenceLock:
 
     ``FenceLock()`` uses the client that ``LOCK_REDIS_URL`` configures; pass ``client`` to
     use another (tests, benchmarks). Scripts are registered once per client and run with
-    EVALSHA, so acquire, release and extend are one round trip each.
+    EVALSHA, so acquire, release and extend are one round trip each. Two cases add work to
+    a grant: a counter Redis lost (or a resource's first grant) records a new epoch in the
+    database first (locking/epochs.py), and with ``min_replicas`` the grant and a ``WAIT``
+    for that many replicas go in one pipeline on one connection.
     """
 
-    def __init__(self, client=None):
+    def __init__(
+        self,
+        client=None,
+        *,
+        using: str | None = None,
+        min_replicas: int | None = None,
+        replica_timeout: timedelta | None = None,
+    ):
         self.client = client if client is not None else get_lock_redis()
         self._acquire, self._release, self._extend, self._reseed = _scripts_for(self.client)
+        self.using = using or setting("LOCK_DATABASE")
+        self.min_replicas = int(
+            setting("LOCK_REDIS_MIN_REPLICAS") if min_replicas is None else min_replicas
+        )
+        if replica_timeout is None:
+            replica_timeout = timedelta(milliseconds=int(setting("LOCK_REDIS_WAIT_TIMEOUT_MS")))
+        self.replica_timeout_ms = max(int(replica_timeout.total_seconds() * 1000), 1)
 
     # -- grants --------------------------------------------------------------------------
 
@@ -184,15 +246,20 @@ class FenceLock:
     def _try_acquire(self, resource: str, ttl_ms: int, label: str) -> "Lease":
         owner = secrets.token_hex(16)
         started = time.monotonic()
-        try:
-            reply = self._acquire(
-                keys=[lock_key(resource), fence_key(resource)], args=[owner, ttl_ms, label]
-            )
-        except RedisError as exc:
-            logger.warning(
-                "lock service unavailable", extra={"resource": resource, "error": str(exc)}
-            )
-            raise LockUnavailable(resource, str(exc) or exc.__class__.__name__) from exc
+        reply = self._grant(resource, owner, ttl_ms, label, floor="")
+        while reply[0] == 3:
+            # Another caller is recording the new epoch: a few milliseconds, normally. If it
+            # died, its claim expires and the next attempt here records the epoch instead.
+            time.sleep(min(max(int(reply[1]), 1), _SEEDING_POLL_MS) / 1000)
+            started = time.monotonic()
+            reply = self._grant(resource, owner, ttl_ms, label, floor="")
+        if reply[0] == 2:
+            # The counter is gone (or its epoch is used up): record a new epoch in the
+            # database, then grant from its first token. Nothing was written before.
+            floor = self.start_epoch(resource, above=int(reply[2] or 0))
+            reply = self._grant(resource, owner, ttl_ms, label, floor=str(floor))
+            if reply[0] == 2:
+                raise LockUnavailable(resource, "the fence counter could not be reseeded")
         if reply[0] == 1:
             token, value, acquired_ms = int(reply[1]), _text(reply[2]), int(reply[3])
             lease = Lease(
@@ -221,6 +288,55 @@ class FenceLock:
             token=int(reply[3]) if reply[3] is not None else None,
         )
 
+    def _grant(self, resource: str, owner: str, ttl_ms: int, label: str, *, floor: str) -> list:
+        """Run the grant script; with ``min_replicas``, count a grant only once replicated.
+
+        ``WAIT`` counts the writes of the connection it runs on, so it goes in one pipeline
+        with the script (one round trip, one connection). A grant the replicas did not
+        confirm in time is released and answered as ``LockUnavailable``: a failover to a
+        replica that lacks it could hand its token out again, so it must never be used.
+        """
+        keys = [lock_key(resource), fence_key(resource), seed_key(resource)]
+        args = [owner, ttl_ms, label, floor, _SEEDING_CLAIM_MS]
+        try:
+            if not self.min_replicas:
+                return self._acquire(keys=keys, args=args)
+            reply, confirmed = self._grant_and_wait(keys, args)
+        except RedisError as exc:
+            logger.warning(
+                "lock service unavailable", extra={"resource": resource, "error": str(exc)}
+            )
+            raise LockUnavailable(resource, str(exc) or exc.__class__.__name__) from exc
+        if reply[0] == 1 and confirmed < self.min_replicas:
+            # If the release fails the lease expires on its own; its token is never used.
+            with contextlib.suppress(RedisError):
+                self._release(keys=[keys[0]], args=[_text(reply[2])])
+            logger.warning(
+                "grant not confirmed by replicas; released",
+                extra={"resource": resource, "token": int(reply[1]), "replicas": confirmed},
+            )
+            raise LockUnavailable(
+                resource,
+                f"{confirmed} of {self.min_replicas} replicas confirmed the grant "
+                f"within {self.replica_timeout_ms} ms",
+            )
+        return reply
+
+    def _grant_and_wait(self, keys: list, args: list) -> tuple[list, int]:
+        for _ in range(2):
+            pipe = self.client.pipeline(transaction=False)
+            pipe.evalsha(self._acquire.sha, len(keys), *keys, *args)
+            pipe.wait(self.min_replicas, self.replica_timeout_ms)
+            reply, confirmed = pipe.execute(raise_on_error=False)
+            if isinstance(reply, NoScriptError):
+                self.client.script_load(ACQUIRE_LUA)  # a restarted Redis forgot it
+                continue
+            for result in (reply, confirmed):
+                if isinstance(result, Exception):
+                    raise result
+            return reply, int(confirmed)
+        raise LockUnavailable(keys[0], "the grant script could not be loaded")
+
     # -- the counter ---------------------------------------------------------------------
 
     def current_token(self, resource: str) -> int:
@@ -232,6 +348,18 @@ class FenceLock:
             raise LockUnavailable(resource, str(exc)) from exc
         return int(raw) if raw is not None else 0
 
+    def start_epoch(self, resource: str, *, above: int = 0) -> int:
+        """Record a new epoch of ``resource`` in the database; return its first token.
+
+        The epoch is the one after the recorded epoch (a resource with none starts at 0),
+        and, when ``above`` is a token known to be granted, above that token's epoch.
+        """
+        floor_epoch = epoch_of(above) + 1 if above else 0
+        epoch = begin_epoch(resource, floor=floor_epoch, using=self.using)
+        if epoch > MAX_EPOCH:
+            raise LockUnavailable(resource, f"fence epochs exhausted (epoch {epoch})")
+        return first_token(epoch)
+
     def reseed(self, resource: str, at_least: int) -> int:
         """Raise the fence counter of ``resource`` to at least ``at_least``; never lower it."""
         validate_resource(resource)
@@ -240,7 +368,7 @@ class FenceLock:
         except RedisError as exc:
             raise LockUnavailable(resource, str(exc)) from exc
         logger.warning(
-            "fence counter reseeded from the database",
+            "fence counter raised to a new epoch",
             extra={"resource": resource, "token": counter},
         )
         return counter

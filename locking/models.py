@@ -75,3 +75,21 @@ class FenceEvent(models.Model):
 
     def __str__(self):
         return f"{self.resource} #{self.token} {self.outcome}"
+
+
+class FenceEpoch(models.Model):
+    """The last epoch of a resource's fencing tokens handed to Redis (see locking/epochs.py).
+
+    Written only by ``begin_epoch``, before Redis hands out any token of the epoch. A row is
+    never deleted: a resource whose row is gone would start again at epoch 0.
+    """
+
+    resource = models.CharField(_("resource"), max_length=200, primary_key=True)
+    epoch = models.BigIntegerField(_("epoch"))
+    started_at = models.DateTimeField(_("started at"))
+
+    class Meta:
+        verbose_name = _("fence epoch")
+
+    def __str__(self):
+        return f"{self.resource} epoch {self.epoch}"

@@ -20,8 +20,8 @@ from django.db.transaction import TransactionManagementError
 
 from locking import metrics
 from locking.audit import record_fence_event
+from locking.epochs import epoch_of
 from locking.exceptions import LockHeld, LockUnavailable, StaleFencingToken
-from locking.fence import retry_after_counter_loss
 from locking.lock import FenceLock, Lease
 
 logger = logging.getLogger(__name__)
@@ -57,8 +57,14 @@ def run_fenced(
     ``"already_done"``), else ``"committed"``. ``LockHeld``, ``LockUnavailable`` and
     ``StaleFencingToken`` are recorded as busy / unavailable / stale and re-raised;
     exceptions listed in ``errors`` are recorded with the outcome given there and
-    re-raised. A rejection caused by a lost Redis counter is recorded, the counter is
-    reseeded from the database, and the attempt runs once more.
+    re-raised.
+
+    A counter Redis lost entirely is caught before the work, by the grant itself (it starts
+    a new epoch). A counter that is present but behind the database (a failover to a
+    replica without ``LOCK_REDIS_MIN_REPLICAS``, an AOF that lost its last second, an
+    upgrade from tokens without epochs) shows up as a rejected token: then the rejection is
+    recorded, a new epoch above the recorded token is started, and the attempt runs once
+    more.
 
     Must not run inside ``transaction.atomic()``: the external call must not hold a
     transaction open, and the audit record must survive the work's rollback.
@@ -93,16 +99,28 @@ def run_fenced(
             return work(lease)
 
     def on_reseed(exc: StaleFencingToken) -> None:
+        logger.warning(
+            "fence counter behind the database; starting a new epoch and retrying once",
+            extra={"resource": resource, "token": exc.token, "recorded": exc.recorded},
+        )
         metrics.counter_reseeded(attempt.operation)
         record(
             "stale",
             exc.token,
-            f"Redis fence counter was below the recorded token {exc.recorded}: reseeded, retrying",
+            f"Redis fence counter was behind the recorded token {exc.recorded}: "
+            "new epoch started, retrying",
             final=False,
         )
 
     try:
-        result = retry_after_counter_loss(once, resource=resource, lock=lock, on_reseed=on_reseed)
+        try:
+            result = once()
+        except StaleFencingToken as exc:
+            if not counter_is_behind(lock, resource, exc):
+                raise
+            on_reseed(exc)
+            lock.reseed(resource, lock.start_epoch(resource, above=exc.recorded))
+            result = once()
     except LockHeld as exc:
         record("busy", exc.token, f"held by {exc.holder}")
         raise
@@ -118,3 +136,16 @@ def run_fenced(
         raise
     record(getattr(result, "outcome", COMMITTED), granted[-1].token)
     return result
+
+
+def counter_is_behind(lock: FenceLock, resource: str, exc: StaleFencingToken) -> bool:
+    """Whether a rejection means the Redis counter is behind, not that a newer holder won.
+
+    The counter is behind when it is below the recorded token, or in an epoch older than
+    the one that refused the token. A rejected token *equal* to the recorded one was
+    issued twice, which also means the counter went back.
+    """
+    current = lock.current_token(resource)
+    if exc.epoch is not None:
+        return epoch_of(current) < exc.epoch
+    return current < exc.recorded or exc.token == exc.recorded

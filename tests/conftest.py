@@ -16,6 +16,7 @@ from django.contrib.auth.models import Group
 from hoa.demo import staff_group
 from hoa.models import Organization, StaffMembership, Unit
 from locking import FenceLock
+from tests.lockstate import forget_fence_epochs
 from tests.stubs import HttpStub
 from tests.vendors_support import active_vendor
 
@@ -36,12 +37,20 @@ def fast_password_hashing(settings):
 
 
 @pytest.fixture(autouse=True)
-def redis_client():
-    """The lock Redis (database 1 in tests), flushed before and after each test."""
+def redis_client(django_db_setup, django_db_blocker):
+    """The lock Redis (database 1 in tests), flushed before and after each test.
+
+    The durable fence epochs go with it: they are what a fresh Redis is checked against,
+    so a test that starts from an empty Redis also starts from no recorded epochs. They
+    are committed on a connection of their own (see locking/epochs.py), outside any test
+    transaction, so they are deleted on one too.
+    """
     lock = FenceLock()
     lock.client.flushdb()
     yield lock.client
     lock.client.flushdb()
+    with django_db_blocker.unblock():
+        forget_fence_epochs()
 
 
 @pytest.fixture

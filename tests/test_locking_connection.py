@@ -11,6 +11,9 @@ from locking import FenceLock
 from locking.connection import client_for_url, get_lock_redis
 from tests.polling import closed_port
 
+# Every grant may record a fence epoch in the database (locking/epochs.py).
+pytestmark = pytest.mark.django_db
+
 
 def test_lock_reuses_the_cache_connection_pool_when_the_urls_are_equal(settings):
     settings.LOCK_REDIS_URL = settings.REDIS_URL

@@ -42,7 +42,7 @@ for _ in range(attempts):
     lease = lock.acquire(resource, ttl=timedelta(seconds=60), wait=timedelta(seconds=60))
     start = time.monotonic()
     with transaction.atomic():
-        advance_fence(Complaint.objects.filter(pk=pk), lease.token)
+        advance_fence(Complaint.objects.filter(pk=pk), lease)
     time.sleep(0.002)  # widen the section so an overlap could not go unseen
     end = time.monotonic()
     released = lease.release()

@@ -13,9 +13,12 @@ from datetime import timedelta
 import pytest
 from django.db import connection, transaction
 from django.db.transaction import TransactionManagementError
+from django.utils import timezone
 
 from hoa.models import Complaint
-from locking import FenceLock, StaleFencingToken, advance_fence, retry_after_counter_loss
+from locking import FenceLock, StaleFencingToken, advance_fence
+from locking.epochs import first_token
+from locking.models import FenceEpoch
 
 RESOURCE = "vendor-assignment:complaint:fence-test"
 WAIT = 10  # seconds: upper bound for every wait in this module
@@ -246,57 +249,31 @@ def test_newer_holder_blocked_behind_older_commit_still_succeeds(complaint, quer
     assert (complaint.last_fence_token, complaint.title) == (newer_token, "newer")
 
 
-# --- retry_after_counter_loss -----------------------------------------------------------
+# --- epochs ----------------------------------------------------------------------------
 
 
 @pytest.mark.django_db
-def test_counter_below_recorded_token_is_reseeded_and_the_attempt_retried_once(
-    complaint, fence_lock, redis_client
-):
-    Complaint.objects.filter(pk=complaint.pk).update(last_fence_token=40)
-    redis_client.set(f"fence:{{{RESOURCE}}}", 3)  # Redis lost its counter: it restarted low
-    tokens: list[int] = []
-    reseeded: list[StaleFencingToken] = []
+def test_token_of_an_epoch_older_than_the_recorded_one_is_refused_even_above_the_row(complaint):
+    """A process that paused between recording an epoch and seeding Redis with it can seed
+    a counter below an epoch others have used since: its tokens must lose on the epoch."""
+    FenceEpoch.objects.create(resource=RESOURCE, epoch=3, started_at=timezone.now())
+    stale = first_token(2) + 9  # epoch 2: above the row's token 0, below the epoch
 
-    def attempt() -> int:
-        with fence_lock.acquire(RESOURCE, ttl=timedelta(seconds=5)) as lease:
-            tokens.append(lease.token)
-            with transaction.atomic():
-                advance_fence(Complaint.objects.filter(pk=complaint.pk), lease.token)
-            return lease.token
+    with pytest.raises(StaleFencingToken) as caught, transaction.atomic():
+        advance_fence(Complaint.objects.filter(pk=complaint.pk), stale, resource=RESOURCE)
 
-    result = retry_after_counter_loss(
-        attempt, resource=RESOURCE, lock=fence_lock, on_reseed=reseeded.append
-    )
-
-    assert tokens == [4, 41]
-    assert result == 41
-    assert [(exc.token, exc.recorded) for exc in reseeded] == [(4, 40)]
-    assert token_of(complaint) == 41
-    assert fence_lock.current_token(RESOURCE) == 41
+    assert (caught.value.token, caught.value.recorded, caught.value.epoch) == (stale, 0, 3)
+    assert "before epoch 3 began" in str(caught.value)
+    with transaction.atomic():
+        advance_fence(
+            Complaint.objects.filter(pk=complaint.pk), first_token(3) + 1, resource=RESOURCE
+        )
+    assert token_of(complaint) == first_token(3) + 1
 
 
 @pytest.mark.django_db
-def test_genuinely_stale_holder_is_not_retried_and_the_counter_is_left_alone(complaint, fence_lock):
-    calls: list[int] = []
-
-    def attempt() -> None:
-        with fence_lock.acquire(RESOURCE, ttl=timedelta(seconds=5)) as stale:
-            calls.append(stale.token)
-            # A newer holder takes over and commits while this one is paused.
-            fence_lock.client.pexpire(f"lock:{{{RESOURCE}}}", 0)
-            with (
-                fence_lock.acquire(RESOURCE, ttl=timedelta(seconds=5)) as newer,
-                transaction.atomic(),
-            ):
-                advance_fence(Complaint.objects.filter(pk=complaint.pk), newer.token)
-            with transaction.atomic():
-                advance_fence(Complaint.objects.filter(pk=complaint.pk), stale.token)
-
-    with pytest.raises(StaleFencingToken) as caught:
-        retry_after_counter_loss(attempt, resource=RESOURCE, lock=fence_lock)
-
-    assert calls == [1]
-    assert (caught.value.token, caught.value.recorded) == (1, 2)
-    assert fence_lock.current_token(RESOURCE) == 2
-    assert token_of(complaint) == 2
+def test_a_bare_token_without_a_resource_is_checked_against_the_row_only(complaint):
+    FenceEpoch.objects.create(resource=RESOURCE, epoch=3, started_at=timezone.now())
+    with transaction.atomic():
+        advance_fence(Complaint.objects.filter(pk=complaint.pk), first_token(2) + 9)
+    assert token_of(complaint) == first_token(2) + 9

@@ -27,7 +27,11 @@ from locking import (
     lock_key,
     validate_resource,
 )
+from locking.models import FenceEpoch
 from tests.polling import free_port
+
+# Every grant may record a fence epoch in the database (locking/epochs.py).
+pytestmark = pytest.mark.django_db
 
 RESOURCE = "monthly-charges:org:1:2025-01"
 LONG = timedelta(seconds=30)
@@ -274,15 +278,31 @@ def test_bad_resource_name_raises_before_any_redis_command(name, private_redis, 
 def test_command_count_sees_a_valid_acquire(private_redis, private_lock):
     """Control for the test above: the counter does move when a command is sent."""
     client = private_lock.client
-    private_lock.acquire(RESOURCE, ttl=LONG)  # loads the script on first use
+    # The first grant of a resource loads the script and records its epoch 0.
+    private_lock.acquire(RESOURCE, ttl=LONG).release()
     before = private_redis.commands_processed(client)
     scripts_before = private_redis.calls(client, "evalsha")
 
-    private_lock.acquire("another-resource", ttl=LONG)
+    private_lock.acquire(RESOURCE, ttl=LONG)
 
     # Redis counts the commands a script runs (TIME, SET, INCR) as processed too.
     assert private_redis.commands_processed(client) > before + 1
     assert private_redis.calls(client, "evalsha") == scripts_before + 1  # one round trip
+
+
+def test_a_resources_first_grant_records_epoch_0_and_then_grants_token_1(
+    private_redis, private_lock
+):
+    client = private_lock.client
+    private_lock.acquire(RESOURCE, ttl=LONG).release()  # loads the script
+    scripts_before = private_redis.calls(client, "evalsha")
+
+    lease = private_lock.acquire("another-resource", ttl=LONG)
+
+    # One script call finds no counter; the epoch is recorded; one more call grants.
+    assert private_redis.calls(client, "evalsha") == scripts_before + 2
+    assert lease.token == 1
+    assert FenceEpoch.objects.get(resource="another-resource").epoch == 0
 
 
 def test_non_positive_ttl_raises_before_any_redis_command(private_redis, private_lock):

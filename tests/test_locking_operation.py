@@ -26,6 +26,7 @@ from locking import (
     record_fence_event,
     run_fenced,
 )
+from locking.epochs import current_epoch, first_token
 from locking.models import FenceEvent
 from tests.polling import closed_port
 
@@ -52,7 +53,7 @@ def fenced_title(complaint: Complaint, title: str, calls: list | None = None):
         if calls is not None:
             calls.append(lease.token)
         with transaction.atomic():
-            advance_fence(Complaint.objects.filter(pk=complaint.pk), lease.token)
+            advance_fence(Complaint.objects.filter(pk=complaint.pk), lease)
             Complaint.objects.filter(pk=complaint.pk).update(title=title)
         return lease.token
 
@@ -135,7 +136,7 @@ def test_stale_rejection_is_recorded_outside_the_rolled_back_transaction(
             fenced_title(complaint, "newer")(newer)
         with transaction.atomic():
             Complaint.objects.create(organization=maple, title="written by the stale holder")
-            advance_fence(Complaint.objects.filter(pk=complaint.pk), lease.token)
+            advance_fence(Complaint.objects.filter(pk=complaint.pk), lease)
 
     with pytest.raises(StaleFencingToken) as caught:
         run_fenced(resource, paused_then_overtaken, ttl=TTL, attempt=ALICE, lock=fence_lock)
@@ -210,7 +211,7 @@ def test_bad_resource_name_raises_value_error_and_records_nothing():
 # --- counter loss -----------------------------------------------------------------------
 
 
-def test_lost_counter_is_reseeded_and_the_next_write_succeeds_on_its_first_call(
+def test_lost_counter_starts_a_new_epoch_and_the_next_write_succeeds_on_its_first_call(
     complaint, resource, fence_lock, redis_client
 ):
     db_tokens = []
@@ -218,6 +219,7 @@ def test_lost_counter_is_reseeded_and_the_next_write_succeeds_on_its_first_call(
         run_fenced(resource, fenced_title(complaint, title), ttl=TTL, attempt=ALICE)
         db_tokens.append(db_token(complaint))
     assert db_tokens == [1, 2, 3]
+    assert current_epoch(resource) == 0
 
     redis_client.flushdb()  # Redis restarted without persistence: the counter is gone
     assert fence_lock.current_token(resource) == 0
@@ -227,21 +229,36 @@ def test_lost_counter_is_reseeded_and_the_next_write_succeeds_on_its_first_call(
         resource, fenced_title(complaint, "after loss", calls), ttl=TTL, attempt=ALICE
     )
 
-    assert calls == [1, 4]  # the low token was rejected, the retry got one above the database's
-    assert token == 4
-    assert db_token(complaint) == 4
-    assert fence_lock.current_token(resource) == 4
-    assert events(resource)[3:] == [
+    # The grant itself saw the loss: no doomed low token ever reached the work.
+    assert calls == [first_token(1) + 1]
+    assert token == db_token(complaint) == first_token(1) + 1
+    assert current_epoch(resource) == 1
+    assert [outcome for outcome, *_ in events(resource)] == ["committed"] * 4
+
+
+def test_counter_behind_the_recorded_token_starts_an_epoch_above_it_and_retries_once(
+    complaint, resource, fence_lock, redis_client
+):
+    """A counter that is present but behind (a failover to a replica that missed grants,
+    an AOF that lost its last second) is caught by the fence, not the grant."""
+    Complaint.objects.filter(pk=complaint.pk).update(last_fence_token=40)
+    redis_client.set(fence_key(resource), 3)
+    calls: list[int] = []
+
+    token = run_fenced(resource, fenced_title(complaint, "retried", calls), ttl=TTL, attempt=ALICE)
+
+    assert calls == [4, first_token(1) + 1]
+    assert token == db_token(complaint) == first_token(1) + 1
+    assert events(resource) == [
         (
             "stale",
-            1,
-            "Redis fence counter was below the recorded token 3: reseeded, retrying",
+            4,
+            "Redis fence counter was behind the recorded token 40: new epoch started, retrying",
         ),
-        ("committed", 4, ""),
+        ("committed", first_token(1) + 1, ""),
     ]
     # The counter is never lowered, even when asked.
-    assert fence_lock.reseed(resource, 2) == 4
-    assert int(redis_client.get(fence_key(resource))) == 4
+    assert fence_lock.reseed(resource, 2) == first_token(1) + 1
 
 
 # --- the audit helper -------------------------------------------------------------------

@@ -24,6 +24,10 @@ from hypothesis.stateful import (
 )
 
 from locking import FenceLock, LockHeld, fence_key, lock_key
+from tests.lockstate import forget_fence_epochs
+
+# Every grant may record a fence epoch in the database (locking/epochs.py).
+pytestmark = pytest.mark.django_db
 
 RESOURCES = ("vendor-assignment:complaint:1", "vendor-assignment:complaint:2")
 CLIENTS = 3
@@ -38,6 +42,7 @@ class LeaseMachine(RuleBasedStateMachine):
         url = django_settings.LOCK_REDIS_URL
         self.redis = redis.Redis.from_url(url)
         self.redis.delete(*(lock_key(r) for r in RESOURCES), *(fence_key(r) for r in RESOURCES))
+        forget_fence_epochs()  # each example starts from resources never granted
         # Each client has its own connection, as separate workers would.
         self.clients = [FenceLock(client=redis.Redis.from_url(url)) for _ in range(CLIENTS)]
         self.owner = dict.fromkeys(RESOURCES)  # the (client, Lease) the model says holds r

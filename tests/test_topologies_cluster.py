@@ -59,7 +59,7 @@ def fenced_note(complaint: Complaint):
 
     def work(lease):
         with transaction.atomic():
-            advance_fence(Complaint.objects.filter(pk=complaint.pk), lease.token)
+            advance_fence(Complaint.objects.filter(pk=complaint.pk), lease)
             ComplaintEvent.objects.create(
                 complaint=complaint, kind="note", detail=f"token {lease.token}"
             )

@@ -58,7 +58,7 @@ def complaint(maple):
 def fenced_note(complaint):
     def work(lease):
         with transaction.atomic():
-            advance_fence(Complaint.objects.filter(pk=complaint.pk), lease.token)
+            advance_fence(Complaint.objects.filter(pk=complaint.pk), lease)
             ComplaintEvent.objects.create(complaint=complaint, kind="note", detail="fixed")
         return lease.token
 

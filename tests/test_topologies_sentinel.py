@@ -64,7 +64,7 @@ def write_note(complaint: Complaint, number: int) -> int:
 
     def work(lease):
         with transaction.atomic():
-            advance_fence(Complaint.objects.filter(pk=complaint.pk), lease.token)
+            advance_fence(Complaint.objects.filter(pk=complaint.pk), lease)
             ComplaintEvent.objects.create(
                 complaint=complaint, kind="note", detail=f"note {number} token {lease.token}"
             )

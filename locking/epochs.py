@@ -1,0 +1,99 @@
+"""Durable fence epochs: why a token granted before Redis lost its data can never win after.
+
+A fencing token is one ``bigint``: ``epoch * 2**32 + sequence``. Redis counts the sequence
+(``INCR fence:{r}``); PostgreSQL keeps, per resource, the last epoch handed to Redis
+(``locking_fenceepoch``). Redis may forget the counter (restart without persistence,
+FLUSHALL, a crash): grants made before the loss may still be held by paused processes that
+have not written yet, and the database cannot know their numbers. Reseeding the counter to
+the token the database recorded would hand those numbers out again. Instead, the first
+grant that finds the counter missing starts a new epoch:
+
+1. bump the resource's epoch in PostgreSQL and commit (``begin_epoch``): the epoch is
+   durable before any token of it exists, so two losses in a row never reuse an epoch;
+2. raise the Redis counter to the first token of that epoch (a Lua compare-and-set that
+   never lowers it) in the same script as the grant.
+
+Every token of the new epoch is then above every token of every older epoch, whatever the
+database recorded. ``advance_fence`` also refuses a token whose epoch is older than the
+resource's durable epoch, which covers a process that paused between its bump and its
+Redis seed while others bumped, seeded and lost Redis again.
+
+Bounds: 2**32 - 1 grants per epoch per resource (the grant script then asks for a new
+epoch instead of wrapping) and ``MAX_EPOCH`` epochs per resource (Lua numbers are doubles,
+exact below 2**53; past it grants are refused with ``LockUnavailable``).
+"""
+
+import logging
+
+from django.db import connections
+
+logger = logging.getLogger(__name__)
+
+SEQUENCE_BITS = 32
+EPOCH_SPAN = 2**SEQUENCE_BITS
+MAX_EPOCH = 2 ** (53 - SEQUENCE_BITS) - 1
+
+
+def epoch_of(token: int) -> int:
+    """Return the epoch a token was granted in."""
+    return int(token) >> SEQUENCE_BITS
+
+
+def first_token(epoch: int) -> int:
+    """Return the counter value that starts ``epoch`` (its first grant gets this + 1)."""
+    return int(epoch) * EPOCH_SPAN
+
+
+def describe_token(token: int) -> str:
+    """``"7"`` for epoch 0, ``"7 (epoch 2, #7)"`` after a loss: readable on ops pages."""
+    epoch, sequence = divmod(int(token), EPOCH_SPAN)
+    return str(token) if epoch == 0 else f"{token} (epoch {epoch}, #{sequence})"
+
+
+# A new resource starts at epoch ``floor`` (0: tokens 1, 2, 3…); a known one moves to the
+# next epoch, or to ``floor`` if that is higher. One statement, committed on its own.
+_BEGIN_EPOCH_SQL = """
+INSERT INTO locking_fenceepoch (resource, epoch, started_at)
+VALUES (%(resource)s, %(floor)s, now())
+ON CONFLICT (resource) DO UPDATE
+    SET epoch = GREATEST(locking_fenceepoch.epoch + 1, %(floor)s), started_at = now()
+RETURNING epoch
+"""
+
+
+def begin_epoch(resource: str, *, floor: int = 0, using: str = "default") -> int:
+    """Record and return the next epoch of ``resource``: durable before this returns.
+
+    Runs in its own transaction. Inside a caller's ``transaction.atomic()`` a rollback
+    would undo the bump after Redis had already handed out tokens of the epoch, so there
+    it uses a connection of its own.
+    """
+    connection = connections[using]
+    if not connection.in_atomic_block:
+        return _bump(connection, resource, floor)
+    own = connections.create_connection(using)
+    try:
+        return _bump(own, resource, floor)
+    finally:
+        own.close()
+
+
+def _bump(connection, resource: str, floor: int) -> int:
+    with connection.cursor() as cursor:
+        cursor.execute(_BEGIN_EPOCH_SQL, {"resource": resource, "floor": int(floor)})
+        epoch = int(cursor.fetchone()[0])
+    # Epoch 0 is a resource's first grant ever; a later one means Redis lost the counter.
+    logger.log(
+        logging.WARNING if epoch else logging.DEBUG,
+        "fence epoch started",
+        extra={"resource": resource, "epoch": epoch, "token": first_token(epoch)},
+    )
+    return epoch
+
+
+def current_epoch(resource: str, *, using: str = "default") -> int:
+    """Return the durable epoch of ``resource`` (0 if it never had one)."""
+    with connections[using].cursor() as cursor:
+        cursor.execute("SELECT epoch FROM locking_fenceepoch WHERE resource = %s", [resource])
+        row = cursor.fetchone()
+    return int(row[0]) if row else 0
