@@ -139,6 +139,10 @@ REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:56379/0")
 # The fence lock may live on another Redis (Sentinel, Cluster, one with appendfsync always).
 LOCK_REDIS_URL = os.environ.get("LOCK_REDIS_URL", REDIS_URL)
 REDIS_SOCKET_TIMEOUT_SECONDS = env_number("REDIS_SOCKET_TIMEOUT_SECONDS", 2.0)
+# Replicas that must confirm a grant (WAIT) before it counts; docs/locking.md has the table
+# of what each Redis deployment guarantees with and without it.
+LOCK_REDIS_MIN_REPLICAS = env_number("LOCK_REDIS_MIN_REPLICAS", 0, cast=int)
+LOCK_REDIS_WAIT_TIMEOUT_MS = env_number("LOCK_REDIS_WAIT_TIMEOUT_MS", 100, minimum=1, cast=int)
 
 CACHES = {
     "default": {

@@ -1,7 +1,9 @@
 """System checks for lock settings."""
 
 from django.conf import settings
-from django.core.checks import Warning, register
+from django.core.checks import Error, Warning, register
+
+from locking.conf import setting
 
 # An external call should finish well within the lease, or the lease routinely expires
 # mid-call and work is done twice (safely rejected by the fence, but wasted).
@@ -34,3 +36,20 @@ def external_timeout_below_lock_ttl(app_configs=None, **kwargs):
                 )
             )
     return warnings
+
+
+@register()
+def replicas_need_a_client_that_can_wait(app_configs=None, **kwargs):
+    """Refuse LOCK_REDIS_MIN_REPLICAS with Redis Cluster: its pipelines cannot run WAIT on
+    the connection of the grant, so the option would silently protect nothing."""
+    if int(setting("LOCK_REDIS_MIN_REPLICAS")) and str(setting("LOCK_REDIS_URL")).startswith(
+        "redis+cluster://"
+    ):
+        return [
+            Error(
+                "LOCK_REDIS_MIN_REPLICAS is not supported with a redis+cluster:// lock URL.",
+                hint="Use a single Redis or Sentinel for locks, or set it to 0 (docs/locking.md).",
+                id="locking.E001",
+            )
+        ]
+    return []
