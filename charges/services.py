@@ -367,7 +367,7 @@ def _generate_under_lease(
     # still runs the fence check first, so a holder that lost its lease learns it.
 
     with transaction.atomic():
-        advance_fence(MonthlyChargeRun.objects.filter(pk=run.pk), lease.token)
+        advance_fence(MonthlyChargeRun.objects.filter(pk=run.pk), lease)
         # Our UPDATE holds the row lock; this read sees the latest committed state.
         run = MonthlyChargeRun.objects.select_related("organization").get(pk=run.pk)
         if run.is_completed:

@@ -218,7 +218,7 @@ def assign_vendor(
         with transaction.atomic():
             # Fence first: a holder whose lease was taken over learns it here, even when
             # the work it came for has been done meanwhile.
-            advance_fence(Complaint.objects.filter(pk=complaint.pk), lease.token)
+            advance_fence(Complaint.objects.filter(pk=complaint.pk), lease)
             # The fence UPDATE holds the complaint's row lock until commit, so every
             # fenced writer of this complaint reads the assignment state in turn.
             current = active_assignment(complaint)

@@ -92,7 +92,7 @@ def _ours(run_id: int, external_call, who: str, *, lock) -> str:
     with lease:
         external_call()  # outside any transaction: no connection is held open meanwhile
         with transaction.atomic():
-            advance_fence(MonthlyChargeRun.objects.filter(pk=run_id), lease.token)
+            advance_fence(MonthlyChargeRun.objects.filter(pk=run_id), lease)
             if MonthlyChargeRun.objects.get(pk=run_id).is_completed:
                 return "already done"
             _complete(run_id, who)

@@ -83,7 +83,7 @@ def _client(spec: dict, barrier, results) -> None:
         entered = time.monotonic()
         try:
             with transaction.atomic(), connection.cursor() as cursor:
-                advance_fence(fence, lease.token)
+                advance_fence(fence, lease)
                 cursor.execute(INSERT_LOG, [spec["label"], resource, lease.token, pid])
         except StaleFencingToken:
             stale += 1

@@ -98,7 +98,7 @@ def main() -> None:
         elif action == "write":
             try:
                 with transaction.atomic():
-                    advance_fence(Complaint.objects.filter(pk=command["complaint"]), lease.token)
+                    advance_fence(Complaint.objects.filter(pk=command["complaint"]), lease)
                 reply = {"written": True}
             except StaleFencingToken as exc:
                 reply = {"stale": True, "recorded": exc.recorded}
