@@ -32,6 +32,7 @@ from charges.services import (
 )
 from hoa.models import Organization
 from locking import FenceLock, fence_key
+from locking.epochs import first_token
 from locking.models import FenceEvent
 from tests.charges_support import (
     MONTH,
@@ -233,17 +234,19 @@ def test_organization_without_units_completes_with_zero_total(billing):
 
 
 @fenced
-def test_lost_redis_counter_is_reseeded_from_the_database_and_retried(maple, billing, redis_client):
+def test_lost_redis_counter_starts_a_new_epoch_before_the_billing_call(
+    maple, billing, redis_client
+):
     for actor in ("a", "b", "c"):
         generate(maple, actor=actor)  # the run now records token 3
     redis_client.delete(fence_key(charge_resource(maple, MONTH)))  # Redis lost its data
 
     result = generate(maple, actor="d")
 
-    # The first grant got token 1 (< 3): rejected, counter raised to 3, retried with 4.
-    assert (result.outcome, result.token) == (ALREADY_GENERATED, 4)
-    assert MonthlyChargeRun.objects.get(organization=maple).last_fence_token == 4
-    assert events(maple)[-2:] == [("stale", 1), ("already_done", 4)]
+    # The grant saw the counter gone and started epoch 1: no doomed attempt, no retry.
+    assert (result.outcome, result.token) == (ALREADY_GENERATED, first_token(1) + 1)
+    assert MonthlyChargeRun.objects.get(organization=maple).last_fence_token == first_token(1) + 1
+    assert events(maple)[-2:] == [("already_done", 3), ("already_done", first_token(1) + 1)]
 
 
 # -- races -----------------------------------------------------------------------------------

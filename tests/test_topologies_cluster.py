@@ -26,6 +26,7 @@ from locking import (
     run_fenced,
     validate_resource,
 )
+from locking.epochs import first_token
 from locking.models import FenceEvent
 from tests.topologies import redis_cluster
 
@@ -106,7 +107,10 @@ def test_leases_spread_over_every_master_and_holders_finds_them_all(cluster, clu
 
 
 @pytest.mark.django_db(transaction=True)
-def test_lost_counter_on_the_cluster_is_reseeded_and_the_write_commits(cluster_lock, maple):
+def test_lost_counter_without_a_recorded_epoch_starts_one_above_the_row_on_the_cluster(
+    cluster_lock, maple
+):
+    """A deployment upgraded from tokens without epochs: the row is at 41, no epoch row."""
     resource = unique("vendor-assignment:complaint")
     complaint = Complaint.objects.create(organization=maple, title="Leak")
     Complaint.objects.filter(pk=complaint.pk).update(last_fence_token=41)
@@ -120,12 +124,13 @@ def test_lost_counter_on_the_cluster_is_reseeded_and_the_write_commits(cluster_l
         lock=cluster_lock,
     )
 
-    assert token == 42
-    assert Complaint.objects.get(pk=complaint.pk).last_fence_token == 42
-    assert int(cluster_lock.client.get(fence_key(resource))) == 42
-    assert list(ComplaintEvent.objects.values_list("detail", flat=True)) == ["token 42"]
+    new = first_token(1) + 1  # epoch 0 starts at 1, is refused, epoch 1 starts above 41
+    assert token == new
+    assert Complaint.objects.get(pk=complaint.pk).last_fence_token == new
+    assert int(cluster_lock.client.get(fence_key(resource))) == new
+    assert list(ComplaintEvent.objects.values_list("detail", flat=True)) == [f"token {new}"]
     outcomes = FenceEvent.objects.for_resource(resource).order_by("id")
-    assert [(e.outcome, e.token) for e in outcomes] == [("stale", 1), ("committed", 42)]
+    assert [(e.outcome, e.token) for e in outcomes] == [("stale", 1), ("committed", new)]
 
 
 @pytest.mark.django_db(transaction=True)

@@ -35,6 +35,7 @@ from locking import (
     lock_key,
     run_fenced,
 )
+from locking.epochs import first_token
 from tests.conftest import BASE_DIR
 from tests.topologies import Child, free_consecutive_ports, free_port, wait_until
 
@@ -123,7 +124,9 @@ def test_metrics_count_reseeds_external_call_failures_and_an_unreachable_redis(
     attempt = Attempt(actor="alice", operation=operation)
     # Redis lost the counter (restart without persistence): the database is at 41.
     Complaint.objects.filter(pk=complaint.pk).update(last_fence_token=41)
-    assert run_fenced(resource, fenced_note(complaint), ttl=TTL, attempt=attempt) == 42
+    # No epoch recorded yet (an upgrade): epoch 0's token 1 is refused, epoch 1 commits.
+    token = run_fenced(resource, fenced_note(complaint), ttl=TTL, attempt=attempt)
+    assert token == first_token(1) + 1
 
     def billing_down(lease):
         raise BillingDown("billing webhook answered 503")
