@@ -14,6 +14,7 @@ import threading
 from datetime import timedelta
 
 import pytest
+import redis
 from django.db import connection, transaction
 
 from hoa.models import Complaint
@@ -222,3 +223,42 @@ def test_the_rejected_paused_grant_is_audited_as_stale_and_writes_nothing(
     assert title_and_token(complaint) == ("newer", newer)
     stale = FenceEvent.objects.filter(resource=RESOURCE, outcome="stale").get()
     assert stale.token == paused_lease.token
+
+
+@pytest.mark.parametrize(
+    "fsync, stop",
+    [
+        ("everysec", "shutdown"),  # a clean restart: SHUTDOWN writes the AOF out
+        ("always", "kill -9"),  # a crash: each grant was fsynced before its reply
+    ],
+)
+def test_with_an_aof_the_counter_survives_and_an_unwritten_grant_stays_below(
+    complaint, fsync, stop
+):
+    aof = ("--appendonly", "yes", "--appendfsync", fsync)
+    with temp_dir("hoa-aof-") as root:
+        port = free_port()
+        server = start_redis(root, port, *aof)
+        try:
+            lock = FenceLock(client=server.client())
+            assert write(complaint, "one", lock) == 1
+            grant_then_expire(lock)  # 2, never written
+            paused = PausedHolder(complaint, grant_then_expire(lock))  # 3, paused
+            paused.start()
+            if stop == "shutdown":
+                with pytest.raises(redis.ConnectionError):
+                    server.client().shutdown()
+                server.process.wait(JOIN)
+            else:
+                server.process.kill()
+                server.process.wait(JOIN)
+            server = start_redis(root, port, *aof)
+            lock = FenceLock(client=server.client())
+            assert lock.current_token(RESOURCE) == 3  # nothing lost
+            newer = write(complaint, "newer", lock)
+        finally:
+            stop_process(server.process)
+
+    assert newer == 4  # no new epoch was needed
+    assert isinstance(paused.wake(), StaleFencingToken)
+    assert title_and_token(complaint) == ("newer", 4)
