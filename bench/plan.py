@@ -133,6 +133,36 @@ TARGETS = [
         report_only=True,
     ),
     Target(
+        "1",
+        "fence check with the epoch check vs without (report)",
+        "fence-epoch",
+        "fence.lease",
+        "<=",
+        0,
+        "fence.token",
+        report_only=True,
+    ),
+    Target(
+        "1",
+        "first grant after a loss (new epoch) vs a normal grant (report)",
+        "grant-cost",
+        "grant.after_loss",
+        "<=",
+        0,
+        "grant.normal",
+        report_only=True,
+    ),
+    Target(
+        "1",
+        "grant with WAIT for 1 replica vs a normal grant (report)",
+        "grant-cost",
+        "grant.wait",
+        "<=",
+        0,
+        "grant.normal",
+        report_only=True,
+    ),
+    Target(
         "2",
         "vendor assignment via service ≤ 1.5x plain transaction",
         "fenced-vendor",
@@ -488,8 +518,57 @@ def http(profile: Profile, redis_url: str) -> Group:
     )
 
 
+def fence_epochs(profile: Profile, redis_url: str) -> Group:
+    variants = [
+        ("token", "advance_fence(queryset, token): row check"),
+        ("lease", "advance_fence(queryset, lease): row + epoch check"),
+    ]
+    return Group(
+        id="fence-epoch",
+        title="1b. Fence check with and without the epoch check",
+        baseline="fence.token",
+        repeats=profile.write_repeats,
+        latency_label="per check",
+        note=f"{profile.vendor_ops} checks per process on one row, each in its own transaction",
+        cases=[
+            Case(
+                id=f"fence.{variant}",
+                label=label,
+                entry="bench.cases.epochs:fence",
+                params={"variant": variant, "ops": profile.vendor_ops},
+            )
+            for variant, label in variants
+        ],
+    )
+
+
+def grant_costs(profile: Profile, redis_url: str) -> Group:
+    variants = [
+        ("normal", "grant + release, counter present"),
+        ("after_loss", "grant + release, counter just lost (new epoch)"),
+        ("wait", "grant + release, LOCK_REDIS_MIN_REPLICAS=1 (WAIT, 1 replica)"),
+    ]
+    return Group(
+        id="grant-cost",
+        title="1c. What a grant costs after a loss and with replicas",
+        baseline="grant.normal",
+        repeats=profile.write_repeats,
+        latency_label="cycle",
+        note=f"{profile.vendor_ops} cycles per process",
+        cases=[
+            Case(
+                id=f"grant.{variant}",
+                label=label,
+                entry="bench.cases.epochs:grant",
+                params={"variant": variant, "redis_url": redis_url, "ops": profile.vendor_ops},
+            )
+            for variant, label in variants
+        ],
+    )
+
+
 SECTIONS = {
-    "lock": [lock_cycle],
+    "lock": [lock_cycle, fence_epochs, grant_costs],
     "writes": [fenced_vendor, fenced_charges, charges_all_orgs],
     "alternatives": [alternatives],
     "contention": [contention],

@@ -17,6 +17,7 @@ using it: a lock object per use, a non-blocking acquire, a release.
   ``ours`` with this client library (a diagnostic row, not a lock a caller would use).
 """
 
+import functools
 import time
 from collections.abc import Callable
 from contextlib import contextmanager
@@ -90,7 +91,9 @@ def _scripts_only(client: redis.Redis) -> Callable[[], None]:
     from locking.lock import ACQUIRE_LUA, RELEASE_LUA
 
     acquire, release = client.register_script(ACQUIRE_LUA), client.register_script(RELEASE_LUA)
-    keys, args = ["lock:{bench-floor}", "fence:{bench-floor}"], ["0" * 32, 30000, "bench"]
+    keys = ["lock:{bench-floor}", "fence:{bench-floor}", "seed:{bench-floor}"]
+    args = ["0" * 32, 30000, "bench", "", 2000]
+    client.set(keys[1], 0, nx=True)  # a counter exists: the normal grant, no new epoch
 
     def cycle() -> None:
         reply = acquire(keys=keys, args=args)
@@ -102,16 +105,21 @@ def _scripts_only(client: redis.Redis) -> Callable[[], None]:
 class _Ours:
     """FenceLock per use, as ``run_fenced`` does; checks that tokens keep rising."""
 
-    def __init__(self, client: redis.Redis):
-        from locking import FenceLock
+    RESOURCE = "bench-ours"
 
-        self.fence_lock = FenceLock
+    def __init__(self, client: redis.Redis):
+        from locking import FenceLock, fence_key
+
+        # Every argument given: no Django settings needed. The counter exists, as it does
+        # for every resource after its first grant (which records epoch 0 in PostgreSQL).
+        self.fence_lock = functools.partial(FenceLock, using="default", min_replicas=0)
+        client.set(fence_key(self.RESOURCE), 0, nx=True)
         self.client = client
         self.last_token = 0
         self.token_regressions = 0
 
     def __call__(self) -> None:
-        lease = self.fence_lock(client=self.client).acquire("bench-ours", ttl=TTL)
+        lease = self.fence_lock(client=self.client).acquire(self.RESOURCE, ttl=TTL)
         if lease.token <= self.last_token:
             self.token_regressions += 1
         self.last_token = lease.token
