@@ -8,7 +8,9 @@ expected, 2 if the harness itself could not start.
 
 Options: ``--quick`` (a 20 s load instead of 60 s), ``--only KEY…`` (scenario keys,
 numbers or prefixes: ``--only 1a 4 6f``), ``--load-seconds``, ``--clients``,
-``--history PATH`` (every request and answer, JSON lines), ``--keep-logs``, ``--list``.
+``--seed`` (of the randomized scenarios: the load's is 9, the nemesis draws a fresh one and
+prints it), ``--nemesis-rounds``, ``--history PATH`` (every request and answer, JSON
+lines), ``--keep-logs``, ``--list``.
 ``python -m bench.faults.report`` prints the fault matrix of docs/reliability.md from the
 last report.
 """
@@ -32,6 +34,10 @@ def _parse(argv):
     parser.add_argument("--only", nargs="+", metavar="KEY", help="scenario keys or numbers")
     parser.add_argument("--load-seconds", type=float, default=None)
     parser.add_argument("--clients", type=int, default=16)
+    parser.add_argument(
+        "--seed", type=int, help="seed of the load (default 9) and the nemesis (default: fresh)"
+    )
+    parser.add_argument("--nemesis-rounds", type=int, help="rounds of the nemesis (12)")
     parser.add_argument("--keep-logs", action="store_true", help="keep gunicorn logs")
     parser.add_argument("--list", action="store_true", help="list the scenarios and exit")
     parser.add_argument("--json", type=Path, default=RESULTS, help=f"default: {RESULTS}")
@@ -81,6 +87,10 @@ def main(argv=None) -> int:
         options.load_seconds if options.load_seconds is not None else (20 if options.quick else 60)
     )
     os.environ["FAULTS_CLIENTS"] = str(options.clients)
+    if options.seed is not None:
+        os.environ["FAULTS_SEED"] = str(options.seed)
+    if options.nemesis_rounds is not None:
+        os.environ["FAULTS_NEMESIS_ROUNDS"] = str(options.nemesis_rounds)
 
     from bench.faults.stack import Stack, StackOptions
 
@@ -115,6 +125,8 @@ def main(argv=None) -> int:
             results.append(result)
             verdict = "skipped" if result.skipped else "ok" if result.ok else "FAILED"
             print(f" {verdict} ({result.seconds:.1f}s)", flush=True)
+            if spec.show_observed and result.observed:
+                print(f"    {result.observed}", flush=True)
     except HarnessError as exc:
         print(f"\nharness error: {exc}", file=sys.stderr)
         if options.keep_logs:

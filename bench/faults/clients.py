@@ -39,7 +39,7 @@ _TAGS = re.compile(r"<[^>]+>")
 class Op:
     """One request and what its client was told."""
 
-    kind: str  # "charges" or "assign"
+    kind: str  # "charges", "assign", or "nemesis" (scenario 9's fenced writes)
     org: str
     org_id: int
     client: str = ""
@@ -59,6 +59,8 @@ class Op:
     def resource(self) -> str:
         if self.kind == "charges":
             return f"monthly-charges:org:{self.org_id}:{self.month}"
+        if self.kind == "nemesis":
+            return f"nemesis:complaint:{self.complaint}"
         return f"vendor-assignment:complaint:{self.complaint}"
 
     def as_dict(self) -> dict:

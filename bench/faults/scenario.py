@@ -43,6 +43,8 @@ class Spec:
     title: str
     expected: str
     needs_private_postgres: bool = False
+    # Print ``observed`` under the scenario's line as it finishes (counts worth seeing).
+    show_observed: bool = False
 
 
 @dataclass
