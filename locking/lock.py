@@ -202,13 +202,17 @@ class FenceLock:
     ):
         self.client = client if client is not None else get_lock_redis()
         self._acquire, self._release, self._extend, self._reseed = _scripts_for(self.client)
+        # Settings are read only for what is not passed: a FenceLock with every argument
+        # given works without Django settings (benchmarks, scripts).
         self.using = using or setting("LOCK_DATABASE")
         self.min_replicas = int(
             setting("LOCK_REDIS_MIN_REPLICAS") if min_replicas is None else min_replicas
         )
-        if replica_timeout is None:
+        if replica_timeout is None and self.min_replicas:
             replica_timeout = timedelta(milliseconds=int(setting("LOCK_REDIS_WAIT_TIMEOUT_MS")))
-        self.replica_timeout_ms = max(int(replica_timeout.total_seconds() * 1000), 1)
+        self.replica_timeout_ms = (
+            max(int(replica_timeout.total_seconds() * 1000), 1) if replica_timeout else 0
+        )
 
     # -- grants --------------------------------------------------------------------------
 
