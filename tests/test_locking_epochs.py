@@ -14,7 +14,6 @@ import threading
 from datetime import timedelta
 
 import pytest
-import redis
 from django.db import connection, transaction
 
 from hoa.models import Complaint
@@ -246,8 +245,7 @@ def test_with_an_aof_the_counter_survives_and_an_unwritten_grant_stays_below(
             paused = PausedHolder(complaint, grant_then_expire(lock))  # 3, paused
             paused.start()
             if stop == "shutdown":
-                with pytest.raises(redis.ConnectionError):
-                    server.client().shutdown()
+                server.client().shutdown()  # redis-py swallows the closed connection
                 server.process.wait(JOIN)
             else:
                 server.process.kill()

@@ -69,6 +69,7 @@ def fenced_note(complaint: Complaint):
     return work
 
 
+@pytest.mark.django_db  # a resource's first grant records its epoch
 def test_acquire_busy_extend_and_release_work_on_the_cluster(cluster_lock):
     resource = unique("vendor-assignment:complaint")
     lease = cluster_lock.acquire(resource, ttl=TTL, holder="alice")
@@ -90,6 +91,7 @@ def test_acquire_busy_extend_and_release_work_on_the_cluster(cluster_lock):
     assert int(cluster_lock.client.get(fence_key(resource))) == 2
 
 
+@pytest.mark.django_db  # a resource's first grant records its epoch
 def test_leases_spread_over_every_master_and_holders_finds_them_all(cluster, cluster_lock):
     prefix = unique("monthly-charges:org")
     resources = [f"{prefix}:{number}:2026-01" for number in range(60)]

@@ -11,7 +11,7 @@ row, under one lease, through ``locking`` alone::
                        tell the nemesis "granted"; hold the lease a little (the window in
                        which the nemesis freezes this process)
                        transaction.atomic():
-                           advance_fence(<the row>, lease.token)
+                           advance_fence(<the row>, lease)
                            INSERT a history row (client, op, token, t_request, t_granted)
                        tell the nemesis "committed"
         t_ack = time.monotonic(); append the operation to this client's log
@@ -134,7 +134,7 @@ def main(argv=None) -> None:
                 _tell("granted", client=options.client, op=op, token=lease.token)
                 time.sleep(rng.uniform(*hold_ms) / 1000)
                 with transaction.atomic():
-                    advance_fence(fenced_row, lease.token)
+                    advance_fence(fenced_row, lease)
                     with connection.cursor() as cursor:
                         cursor.execute(
                             INSERT_HISTORY,
