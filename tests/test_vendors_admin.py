@@ -177,8 +177,8 @@ def test_action_is_offered_only_with_the_assign_permission(complaint, pipe, alic
 def test_changelist_shows_the_current_vendor_and_the_change_page_the_history(
     complaint, pipe, green, alice
 ):
-    assign_vendor(complaint=complaint, vendor=pipe, actor=alice)
-    assign_vendor(complaint=complaint, vendor=green, actor=alice, reassign=True)
+    first = assign_vendor(complaint=complaint, vendor=pipe, actor=alice).assignment
+    assign_vendor(complaint=complaint, vendor=green, actor=alice, reassign=True, replacing=first)
     client = admin_client(alice)
 
     changelist = client.get(CHANGELIST)

@@ -16,13 +16,18 @@ from tests.vendors_support import (
     Worker,
     active_assignments,
     active_vendor,
+    cancellations,
+    dispatch_of,
     events_of,
     wait_until,
 )
+from vendors.dispatch import idempotency_key
 from vendors.models import VendorAssignment
+from vendors.selectors import active_assignment
 from vendors.services import (
     AlreadyAssigned,
     AssignmentResult,
+    ChangedSinceViewed,
     assign_vendor,
     assignment_resource,
 )
@@ -36,11 +41,6 @@ SHORT_TTL = 0.3  # seconds: long enough to be granted, short enough to expire mi
 @pytest.fixture
 def complaint(maple):
     return Complaint.objects.create(organization=maple, title="Water in the basement")
-
-
-def for_vendor(vendor):
-    """A gate predicate: the dispatch request of ``vendor``."""
-    return lambda request: request.json["vendor"]["id"] == vendor.pk
 
 
 def wait_for_lease_to_expire(redis_client, complaint) -> None:
@@ -90,13 +90,16 @@ def test_paused_holder_resuming_after_a_takeover_is_rejected_and_the_newer_assig
     complaint, pipe, green, alice, dispatch, redis_client, settings
 ):
     settings.VENDOR_LOCK_TTL_SECONDS = SHORT_TTL
-    gate = dispatch.hold(for_vendor(pipe))
+    gate = dispatch.hold(dispatch_of(pipe))
     paused = Worker(lambda: assign_vendor(complaint=complaint, vendor=pipe, actor=alice))
     paused.start()
     gate.wait_arrived(1)  # A is inside its dispatch call with token 1...
     wait_for_lease_to_expire(redis_client, complaint)  # ...and has outlived its lease
 
-    newer = assign_vendor(complaint=complaint, vendor=green, actor=alice, reassign=True)
+    # B saw no vendor: A has not committed.
+    newer = assign_vendor(
+        complaint=complaint, vendor=green, actor=alice, reassign=True, replacing=None
+    )
     gate.release()
     late = paused.outcome()
 
@@ -115,15 +118,21 @@ def test_paused_holder_resuming_after_a_takeover_is_rejected_and_the_newer_assig
 def test_older_holder_committing_first_is_caught_by_the_state_check(
     complaint, pipe, green, alice, dispatch, redis_client, settings, reassign
 ):
+    """Either way the newer attempt is refused: without reassign because a vendor is
+    active, with reassign because it decided when no vendor was (it never saw Pipe Pros,
+    so it must not replace them). Its vendor was told in vain and gets a cancellation."""
     settings.VENDOR_LOCK_TTL_SECONDS = SHORT_TTL
-    gate_a = dispatch.hold(for_vendor(pipe))
-    gate_b = dispatch.hold(for_vendor(green))
+    gate_a = dispatch.hold(dispatch_of(pipe))
+    gate_b = dispatch.hold(dispatch_of(green))
     older = Worker(lambda: assign_vendor(complaint=complaint, vendor=pipe, actor=alice))
     older.start()
     gate_a.wait_arrived(1)
     wait_for_lease_to_expire(redis_client, complaint)
+    seen = active_assignment(complaint)  # what the newer caller looks at: no vendor yet
     newer = Worker(
-        lambda: assign_vendor(complaint=complaint, vendor=green, actor=alice, reassign=reassign)
+        lambda: assign_vendor(
+            complaint=complaint, vendor=green, actor=alice, reassign=reassign, replacing=seen
+        )
     )
     newer.start()
     gate_b.wait_arrived(1)  # both are inside their dispatch calls: tokens 1 and 2
@@ -133,24 +142,36 @@ def test_older_holder_committing_first_is_caught_by_the_state_check(
     gate_b.release()
     second = newer.outcome()
 
+    assert seen is None
     assert (first.outcome, first.token) == ("committed", 1)
     a = VendorAssignment.objects.get(vendor=pipe)
     if reassign:
-        assert (second.outcome, second.token, second.replaced.pk) == ("committed", 2, a.pk)
-        b = VendorAssignment.objects.get(vendor=green)
-        assert (a.active, a.fence_token, b.active, b.fence_token) == (False, 1, True, 2)
-        assert a.deactivated_at == b.assigned_at
-        assert Complaint.objects.get(pk=complaint.pk).last_fence_token == 2
-        assert events_of(complaint) == [("committed", 1), ("committed", 2)]
+        assert isinstance(second, ChangedSinceViewed)
+        assert (second.expected, second.current.pk, second.told_in_vain) == (None, a.pk, green)
+        outcome, names_the_winner = "conflict", "found Pipe Pros (assignment"
     else:
         assert isinstance(second, AlreadyAssigned)
-        assert second.winner.pk == a.pk
-        assert (a.active, a.fence_token) == (True, 1)
-        assert not VendorAssignment.objects.filter(vendor=green).exists()
-        # B's fence advance rolled back with its refusal.
-        assert Complaint.objects.get(pk=complaint.pk).last_fence_token == 1
-        assert events_of(complaint) == [("committed", 1), ("already_done", 2)]
-        assert "already assigned to Pipe Pros" in FenceEvent.objects.get(token=2).detail
+        assert (second.winner.pk, second.told_in_vain) == (a.pk, green)
+        outcome, names_the_winner = "already_done", "already assigned to Pipe Pros"
+    assert (a.active, a.fence_token) == (True, 1)
+    assert VendorAssignment.objects.count() == 1  # nothing of B's was written
+    # B's fence advance rolled back with its refusal.
+    assert Complaint.objects.get(pk=complaint.pk).last_fence_token == 1
+    assert events_of(complaint) == [("committed", 1), (outcome, 2)]
+    detail = FenceEvent.objects.get(token=2).detail
+    assert names_the_winner in detail
+    assert detail.endswith("; Evergreen was told in vain; cancellation sent (HTTP 200)")
+    [cancel] = cancellations(dispatch)
+    assert (cancel.path, cancel.token, cancel.idempotency_key) == (
+        "/hook/cancel",
+        2,
+        idempotency_key(complaint_id=complaint.pk, vendor_id=green.pk, replacing_id=None),
+    )
+    assert (cancel.json["action"], cancel.json["vendor"]["id"], cancel.json["now_assigned"]) == (
+        "cancel",
+        green.pk,
+        {"assignment": a.pk, "vendor": pipe.pk},
+    )
 
 
 @pytest.mark.parametrize("before_loss", [1, 3], ids=["counter-catches-up-exactly", "counter-low"])
@@ -159,14 +180,26 @@ def test_reassignment_after_redis_lost_its_data_succeeds_on_the_first_call(
 ):
     vendors = [pipe, green, active_vendor("Bright Spark", maple)]
     for number in range(before_loss):
-        assign_vendor(complaint=complaint, vendor=vendors[number % 3], actor=alice, reassign=True)
+        assign_vendor(
+            complaint=complaint,
+            vendor=vendors[number % 3],
+            actor=alice,
+            reassign=True,
+            replacing=active_assignment(complaint),
+        )
     recorded = Complaint.objects.get(pk=complaint.pk).last_fence_token
     assert recorded == before_loss
     calls_before = len(dispatch.received)
 
     redis_client.flushdb()  # Redis restarted without persistence: counter and lease gone
     target = vendors[before_loss % 3]
-    result = assign_vendor(complaint=complaint, vendor=target, actor=alice, reassign=True)
+    result = assign_vendor(
+        complaint=complaint,
+        vendor=target,
+        actor=alice,
+        reassign=True,
+        replacing=active_assignment(complaint),
+    )
 
     assert (result.outcome, result.token) == ("committed", before_loss + 1)
     [active] = active_assignments(complaint)

@@ -120,7 +120,13 @@ def test_reassign_deactivates_the_previous_assignment_and_dispatches_the_replace
 ):
     first = assign_vendor(complaint=complaint, vendor=pipe, actor=alice)
 
-    second = assign_vendor(complaint=complaint, vendor=green, actor=alice, reassign=True)
+    second = assign_vendor(
+        complaint=complaint,
+        vendor=green,
+        actor=alice,
+        reassign=True,
+        replacing=first.assignment,
+    )
 
     assert (second.outcome, second.token, second.replaced.pk) == (
         "committed",
@@ -144,9 +150,11 @@ def test_reassign_deactivates_the_previous_assignment_and_dispatches_the_replace
 def test_reassigning_back_to_an_earlier_vendor_gets_a_new_idempotency_key(
     complaint, pipe, green, alice, dispatch
 ):
-    assign_vendor(complaint=complaint, vendor=pipe, actor=alice)
-    assign_vendor(complaint=complaint, vendor=green, actor=alice, reassign=True)
-    assign_vendor(complaint=complaint, vendor=pipe, actor=alice, reassign=True)
+    first = assign_vendor(complaint=complaint, vendor=pipe, actor=alice).assignment
+    second = assign_vendor(
+        complaint=complaint, vendor=green, actor=alice, reassign=True, replacing=first
+    ).assignment
+    assign_vendor(complaint=complaint, vendor=pipe, actor=alice, reassign=True, replacing=second)
 
     keys = [call.idempotency_key for call in dispatch.received]
     assert len(set(keys)) == 3
@@ -275,7 +283,12 @@ def test_an_actor_who_is_not_permitted_staff_of_the_association_is_refused(
 def test_a_superuser_and_the_shell_operator_may_assign(complaint, pipe, green, root):
     by_root = assign_vendor(complaint=complaint, vendor=pipe, actor=root)
     by_shell = assign_vendor(
-        complaint=complaint, vendor=green, actor=None, reassign=True, via="cli:deploy"
+        complaint=complaint,
+        vendor=green,
+        actor=None,
+        reassign=True,
+        replacing=by_root.assignment,
+        via="cli:deploy",
     )
 
     assert by_root.assignment.actor_label == "root"

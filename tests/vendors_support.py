@@ -74,6 +74,28 @@ def active_assignments(complaint: Complaint) -> list[VendorAssignment]:
     return list(VendorAssignment.objects.filter(complaint=complaint, active=True))
 
 
+def is_cancellation(request) -> bool:
+    """A request the dispatch stand-in received is a cancellation (``…/cancel``)."""
+    return request.path.endswith("/cancel")
+
+
+def dispatch_of(vendor: Vendor):
+    """A stand-in gate predicate: the dispatch call (not a cancellation) for ``vendor``."""
+    return lambda request: (
+        not is_cancellation(request) and request.json["vendor"]["id"] == vendor.pk
+    )
+
+
+def cancellations(stub) -> list:
+    """The cancellations the dispatch stand-in received, in order."""
+    return [request for request in stub.received if is_cancellation(request)]
+
+
+def dispatches(stub) -> list:
+    """The dispatch calls (not cancellations) the stand-in received, in order."""
+    return [request for request in stub.received if not is_cancellation(request)]
+
+
 class Worker(threading.Thread):
     """Run ``target()`` in a thread with its own database connection; keep what it returns
     or raises. Optionally wait at ``barrier`` first so that workers start together."""
