@@ -10,15 +10,19 @@ import threading
 import pytest
 
 from hoa.models import Complaint
-from locking import LockHeld, StaleFencingToken, lock_key
+from locking import LockHeld, StaleFencingToken
 from locking.models import FenceEvent
 from tests.vendors_support import (
+    WAIT,
     Worker,
     active_assignments,
     active_vendor,
     cancellations,
     dispatch_of,
+    dispatches,
     events_of,
+    is_cancellation,
+    wait_for_lease_to_expire,
     wait_until,
 )
 from vendors.dispatch import idempotency_key
@@ -41,11 +45,6 @@ SHORT_TTL = 0.3  # seconds: long enough to be granted, short enough to expire mi
 @pytest.fixture
 def complaint(maple):
     return Complaint.objects.create(organization=maple, title="Water in the basement")
-
-
-def wait_for_lease_to_expire(redis_client, complaint) -> None:
-    key = lock_key(assignment_resource(complaint.pk))
-    wait_until(lambda: not redis_client.exists(key), what="the lease to expire")
 
 
 def test_two_concurrent_assignments_of_different_vendors_never_both_succeed(
@@ -213,4 +212,100 @@ def test_reassignment_after_redis_lost_its_data_succeeds_on_the_first_call(
     assert (
         redis_client.get(f"fence:{{{assignment_resource(complaint.pk)}}}")
         == str(before_loss + 1).encode()
+    )
+
+
+@pytest.mark.parametrize("cancel_status", [200, 503], ids=["cancelled", "cancellation-refused"])
+def test_two_reassignments_decided_against_the_same_assignment_exactly_one_commits(
+    complaint, maple, pipe, green, alice, dispatch, redis_client, settings, cancel_status
+):
+    """Two staff members look at the complaint (Pipe Pros) and each replaces it: one with
+    Evergreen, one with Bright Spark. The first holder is paused inside its dispatch call
+    past its lease, so the second is granted a newer token and calls its vendor too; then
+    the first commits. The second finds Evergreen, not the Pipe Pros it decided to replace:
+    refused, nothing written, audited as a conflict, Bright Spark's dispatch cancelled."""
+    settings.VENDOR_LOCK_TTL_SECONDS = SHORT_TTL
+    bright = active_vendor("Bright Spark", maple)
+    shown = assign_vendor(complaint=complaint, vendor=pipe, actor=alice).assignment
+    dispatch.status_for = lambda request: cancel_status if is_cancellation(request) else 200
+    gates = {vendor: dispatch.hold(dispatch_of(vendor)) for vendor in (green, bright)}
+    looked = threading.Barrier(2)
+    second_may_go = threading.Event()  # hold point: the first holder's lease has expired
+
+    def reassign(vendor, *, wait_for=None):
+        seen = active_assignment(complaint)  # what this person's page showed
+        looked.wait(timeout=WAIT)  # both have looked before either acts
+        if wait_for is not None:
+            assert wait_for.wait(timeout=WAIT)
+        return seen, assign_vendor(
+            complaint=complaint, vendor=vendor, actor=alice, reassign=True, replacing=seen
+        )
+
+    first = Worker(lambda: reassign(green), name="first")
+    second = Worker(lambda: reassign(bright, wait_for=second_may_go), name="second")
+    first.start()
+    second.start()
+
+    gates[green].wait_arrived(1)  # the first holder is inside its call with token 2...
+    wait_for_lease_to_expire(redis_client, complaint)  # ...and has outlived its lease
+    second_may_go.set()
+    gates[bright].wait_arrived(1)  # the second holder has token 3 and has told Bright Spark
+    gates[green].release()
+    seen_first, won = first.outcome()  # the older token commits first
+    gates[bright].release()
+    lost = second.outcome()
+
+    assert seen_first.pk == shown.pk
+    assert (won.outcome, won.token, won.replaced.pk) == ("committed", 2, shown.pk)
+    assert isinstance(lost, ChangedSinceViewed)
+    assert (lost.expected.pk, lost.current.pk, lost.current.vendor) == (
+        shown.pk,
+        won.assignment.pk,
+        green,
+    )
+    cancellation = (
+        "cancellation sent (HTTP 200)"
+        if cancel_status == 200
+        else ("cancellation failed: HTTP 503")
+    )
+    assert (lost.told_in_vain, lost.cancellation) == (bright, cancellation)
+    # Nothing of the second attempt was written: two rows, Evergreen active, fence at 2.
+    rows = VendorAssignment.objects.filter(complaint=complaint).order_by("pk")
+    assert list(rows.values_list("vendor__name", "active", "fence_token")) == [
+        ("Pipe Pros", False, 1),
+        ("Evergreen", True, 2),
+    ]
+    assert Complaint.objects.get(pk=complaint.pk).last_fence_token == 2
+    assert events_of(complaint) == [("committed", 1), ("committed", 2), ("conflict", 3)]
+    conflict = FenceEvent.objects.get(outcome="conflict")
+    assert conflict.detail == (
+        f"the assignment of complaint {complaint.pk} changed since it was viewed: "
+        f"expected Pipe Pros (assignment {shown.pk}, token 1), "
+        f"found Evergreen (assignment {won.assignment.pk}, token 2); "
+        f"Bright Spark was told in vain; {cancellation}"
+    )
+    # The stand-in: three dispatches, then the cancellation of Bright Spark's, under the
+    # same Idempotency-Key and token as the dispatch it takes back.
+    calls = [(call.json["vendor"]["id"], call.token) for call in dispatches(dispatch)]
+    assert calls == [(pipe.pk, 1), (green.pk, 2), (bright.pk, 3)]
+    [told_in_vain] = [call for call in dispatches(dispatch) if call.token == 3]
+    [cancel] = cancellations(dispatch)
+    assert (cancel.path, cancel.token, cancel.idempotency_key) == (
+        "/hook/cancel",
+        3,
+        told_in_vain.idempotency_key,
+    )
+    assert cancel.idempotency_key == idempotency_key(
+        complaint_id=complaint.pk, vendor_id=bright.pk, replacing_id=shown.pk
+    )
+    body = cancel.json
+    assert (body["action"], body["fencing_token"], body["idempotency_key"]) == (
+        "cancel",
+        3,
+        cancel.idempotency_key,
+    )
+    assert (body["vendor"]["id"], body["replacing"], body["now_assigned"]) == (
+        bright.pk,
+        {"assignment": shown.pk, "vendor": pipe.pk},
+        {"assignment": won.assignment.pk, "vendor": green.pk},
     )

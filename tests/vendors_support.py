@@ -8,10 +8,11 @@ from django.db import connection
 from django.utils import timezone
 
 from hoa.models import Complaint, Organization
+from locking import lock_key
 from locking.models import FenceEvent
 from tests.polling import wait_until as wait_until
 from vendors.models import Vendor, VendorAssignment, VendorContract
-from vendors.services import assignment_resource
+from vendors.services import assign_vendor, assignment_resource
 
 # Personas are created for every test; the production hasher's deliberate slowness is not
 # what these tests are about. Modules set it with an autouse ``settings`` fixture.
@@ -124,3 +125,31 @@ class Worker(threading.Thread):
         self.join(WAIT)
         assert not self.is_alive(), f"{self.name} did not finish within {WAIT}s"
         return self.error if self.error is not None else self.result
+
+
+def wait_for_lease_to_expire(redis_client, complaint: Complaint) -> None:
+    key = lock_key(assignment_resource(complaint.pk))
+    wait_until(lambda: not redis_client.exists(key), what="the lease to expire")
+
+
+def start_overtaking_reassignment(
+    dispatch, redis_client, *, complaint: Complaint, vendor: Vendor, replacing, actor
+):
+    """Start a reassignment (the rival) and return ``(rival, gate)`` once it is inside its
+    dispatch call, held at ``gate``, with its lease expired.
+
+    The next attempt on the complaint then gets a newer token and may call its vendor too;
+    releasing ``gate`` lets the rival commit first (its older token is still above the
+    recorded one). The test sets a short ``VENDOR_LOCK_TTL_SECONDS`` first.
+    """
+    gate = dispatch.hold(dispatch_of(vendor))
+    rival = Worker(
+        lambda: assign_vendor(
+            complaint=complaint, vendor=vendor, actor=actor, reassign=True, replacing=replacing
+        ),
+        name="rival",
+    )
+    rival.start()
+    gate.wait_arrived(1)
+    wait_for_lease_to_expire(redis_client, complaint)
+    return rival, gate
