@@ -45,6 +45,7 @@ ATTEMPTS_WINDOW = timedelta(days=30)
 SHORT_OUTCOME_LABELS = {
     "committed": gettext_lazy("committed"),
     "already_done": gettext_lazy("already done"),
+    "conflict": gettext_lazy("changed"),
     "stale": gettext_lazy("stale"),
     "busy": gettext_lazy("busy"),
     "failed": gettext_lazy("failed"),

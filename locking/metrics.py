@@ -40,6 +40,11 @@ EXTERNAL_CALL_FAILURES = Counter(
     "Attempts whose external call failed (outcome 'failed'); nothing was written.",
     ["operation"],
 )
+CONFLICTS = Counter(
+    "fence_conflicts",
+    "Attempts refused because what the caller had seen changed before the commit.",
+    ["operation"],
+)
 UNAVAILABLE = Counter(
     "fence_lock_unavailable",
     "Attempts refused because the lock's Redis could not be reached or timed out.",
@@ -61,6 +66,7 @@ _OUTCOME_COUNTERS = {
     "stale": STALE_REJECTIONS,
     "failed": EXTERNAL_CALL_FAILURES,
     "unavailable": UNAVAILABLE,
+    "conflict": CONFLICTS,
 }
 
 

@@ -46,6 +46,9 @@ class FenceEvent(models.Model):
     class Outcome(models.TextChoices):
         COMMITTED = "committed", _("Committed")
         ALREADY_DONE = "already_done", _("Already done")
+        # The state the caller decided on changed before its commit (another assignment
+        # became active); nothing was written.
+        CONFLICT = "conflict", _("Changed since viewed")
         STALE = "stale", _("Stale token rejected")
         BUSY = "busy", _("Busy (lock held)")
         FAILED = "failed", _("Failed")

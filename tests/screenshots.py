@@ -90,8 +90,10 @@ def _history(lock: FenceLock) -> dict:
     plumber = Vendor.objects.get(name="Pipe Pros Plumbing")
     gardener = Vendor.objects.get(name="Evergreen Landscaping")
     assign_vendor(complaint=complaints[0], vendor=plumber, actor=alice)
-    assign_vendor(complaint=complaints[1], vendor=gardener, actor=alice)
-    assign_vendor(complaint=complaints[1], vendor=plumber, actor=alice, reassign=True)
+    shown = assign_vendor(complaint=complaints[1], vendor=gardener, actor=alice).assignment
+    assign_vendor(
+        complaint=complaints[1], vendor=plumber, actor=alice, reassign=True, replacing=shown
+    )
     Complaint.objects.overdue().update(sla_breached_at=timezone.now())
     return {"maple": maple, "complaints": complaints, "plumber": plumber}
 

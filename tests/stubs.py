@@ -64,6 +64,8 @@ class HttpStub:
     def __init__(self):
         self.received: list[Received] = []
         self.status = 200
+        # Optional: the status for one request (e.g. refuse only cancellations); else status.
+        self.status_for = None
         self.delay = 0.0
         self.gates: list[Gate] = []
         self._lock = threading.Lock()
@@ -80,7 +82,8 @@ class HttpStub:
                     time.sleep(stub.delay)
                 with stub._lock:
                     stub.received.append(request)
-                self.send_response(stub.status)
+                status = stub.status_for(request) if stub.status_for else stub.status
+                self.send_response(status)
                 self.send_header("Content-Type", "application/json")
                 self.end_headers()
                 self.wfile.write(b'{"ok": true}')

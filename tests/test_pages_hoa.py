@@ -195,6 +195,28 @@ def test_dashboard_lists_and_charts_only_its_own_fenced_attempts(client, alice, 
     assert "Stale token rejected: 0" in html
 
 
+def test_conflicts_are_a_bar_a_badge_and_a_filter_of_their_own(client, alice, maple):
+    complaint = vendor_resource(Complaint.objects.create(organization=maple, title="Leak"))
+    event(maple, complaint, "committed", 2, operation="vendor-assignment")
+    event(maple, complaint, "conflict", 3, operation="vendor-assignment")
+    event(maple, complaint, "already_done", 4, operation="vendor-assignment")
+    client.force_login(alice)
+
+    dashboard = client.get(f"/orgs/{maple.slug}/").content.decode()
+    locks = client.get("/ops/locks/", {"outcome": "conflict"})
+    timeline = client.get("/ops/locks/", {"resource": complaint}).content.decode()
+
+    assert "<title>Changed since viewed: 1</title>" in dashboard
+    assert "<title>Already done: 1</title>" in dashboard
+    assert '<rect class="bar conflict"' in dashboard
+    assert '<span class="badge conflict">Changed since viewed</span>' in dashboard
+    assert locks.status_code == 200
+    table = locks.content.decode().split('id="events"')[1]
+    assert re.findall(r'<tr class="outcome-(\w+)">', table) == ["conflict"]
+    assert '<span class="swatch conflict"></span>Changed since viewed' in timeline
+    assert '<g class="mark conflict">' in timeline  # a lane of its own in the timeline
+
+
 # -- lock status ------------------------------------------------------------------------
 
 

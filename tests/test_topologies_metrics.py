@@ -46,6 +46,10 @@ class BillingDown(Exception):
     """Stands in for the external system's failure."""
 
 
+class StateChanged(Exception):
+    """Stands in for a compare-and-swap refusal: what the caller saw changed meanwhile."""
+
+
 @pytest.fixture
 def operation():
     return f"metrics-test-{uuid.uuid4().hex[:8]}"
@@ -117,7 +121,7 @@ def test_metrics_endpoint_counts_busy_stale_and_committed_attempts_by_operation(
 
 
 @pytest.mark.django_db(transaction=True)
-def test_metrics_count_reseeds_external_call_failures_and_an_unreachable_redis(
+def test_metrics_count_reseeds_call_failures_conflicts_and_an_unreachable_redis(
     client, complaint, operation
 ):
     resource = f"vendor-assignment:complaint:{complaint.pk}"
@@ -133,6 +137,18 @@ def test_metrics_count_reseeds_external_call_failures_and_an_unreachable_redis(
 
     with pytest.raises(BillingDown):
         run_fenced(resource, billing_down, ttl=TTL, attempt=attempt, errors={BillingDown: "failed"})
+
+    def seen_state_changed(lease):
+        raise StateChanged("another assignment became active since the caller looked")
+
+    with pytest.raises(StateChanged):
+        run_fenced(
+            resource,
+            seen_state_changed,
+            ttl=TTL,
+            attempt=attempt,
+            errors={StateChanged: "conflict"},
+        )
     unreachable = redis.Redis(
         host="127.0.0.1", port=free_port(), socket_connect_timeout=0.5, retry=Retry(NoBackoff(), 0)
     )
@@ -151,11 +167,14 @@ def test_metrics_count_reseeds_external_call_failures_and_an_unreachable_redis(
     # The rejection that revealed the lost counter is a reseed, not a stale holder.
     assert value(samples, "fence_stale_rejections_total", operation=operation) == 0
     assert value(samples, "fence_external_call_failures_total", operation=operation) == 1
+    assert value(samples, "fence_conflicts_total", operation=operation) == 1
     assert value(samples, "fence_lock_unavailable_total", operation=operation) == 1
-    assert value(samples, "fence_lease_acquisitions_total", operation=operation) == 3
+    # The reseeded attempt's two grants, the failed call's and the conflict's.
+    assert value(samples, "fence_lease_acquisitions_total", operation=operation) == 4
     count = "fenced_operation_duration_seconds_count"
     assert value(samples, count, operation=operation, outcome="committed") == 1
     assert value(samples, count, operation=operation, outcome="failed") == 1
+    assert value(samples, count, operation=operation, outcome="conflict") == 1
 
 
 @pytest.mark.parametrize(

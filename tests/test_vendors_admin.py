@@ -6,9 +6,14 @@ from django.test import Client
 from django.urls import reverse
 
 from hoa.models import Complaint
+from locking.models import FenceEvent
 from tests.vendors_support import (
+    Worker,
     active_assignments,
     active_vendor,
+    cancellations,
+    dispatch_of,
+    start_overtaking_reassignment,
     state_of,
     vendor_with_contract,
 )
@@ -112,6 +117,47 @@ def test_another_vendor_without_reassign_is_a_warning_and_reassign_replaces_it(
     assert [a.vendor for a in active_assignments(complaint)] == [green]
 
 
+@fenced
+def test_reassign_overtaken_after_the_action_looked_is_a_warning_naming_the_new_vendor(
+    maple, complaint, pipe, green, alice, dispatch, redis_client, settings
+):
+    """The action reads the vendor to replace (Pipe Pros) before the lease; an older
+    holder, paused in its dispatch past its lease, commits Evergreen after that."""
+    settings.VENDOR_LOCK_TTL_SECONDS = 0.3
+    bright = active_vendor("Bright Spark", maple)
+    shown = assign_vendor(complaint=complaint, vendor=pipe, actor=alice).assignment
+    rival, rival_gate = start_overtaking_reassignment(
+        dispatch, redis_client, complaint=complaint, vendor=green, replacing=shown, actor=alice
+    )
+    action_gate = dispatch.hold(dispatch_of(bright))
+    action = Worker(
+        lambda: run_action(
+            admin_client(alice), [complaint], apply="1", vendor=bright.pk, reassign="on"
+        )
+    )
+    action.start()
+    action_gate.wait_arrived(1)  # the action looked, got token 3 and called Bright Spark
+    rival_gate.release()
+    won = rival.outcome()  # the older holder commits first
+    action_gate.release()
+    answered = action.outcome()
+
+    assert (won.outcome, won.token) == ("committed", 2)
+    assert answered.redirect_chain == [(CHANGELIST, 302)]
+    assert texts(answered) == [
+        (
+            "warning",
+            f"Complaint #{complaint.pk} changed since you looked: Evergreen is now assigned "
+            "(token 2); nothing was saved. Run again to replace it knowingly.",
+        )
+    ]
+    assert [(a.vendor, a.fence_token) for a in active_assignments(complaint)] == [(green, 2)]
+    assert VendorAssignment.objects.count() == 2
+    assert FenceEvent.objects.get(outcome="conflict").token == 3
+    [cancel] = cancellations(dispatch)
+    assert (cancel.token, cancel.json["vendor"]["id"]) == (3, bright.pk)
+
+
 @pytest.mark.parametrize(("starts", "ends"), [(-90, -1), (5, 90)], ids=["ended", "future"])
 def test_vendor_without_a_contract_today_is_an_error_and_writes_nothing(
     maple, complaint, alice, redis_client, starts, ends
@@ -177,8 +223,8 @@ def test_action_is_offered_only_with_the_assign_permission(complaint, pipe, alic
 def test_changelist_shows_the_current_vendor_and_the_change_page_the_history(
     complaint, pipe, green, alice
 ):
-    assign_vendor(complaint=complaint, vendor=pipe, actor=alice)
-    assign_vendor(complaint=complaint, vendor=green, actor=alice, reassign=True)
+    first = assign_vendor(complaint=complaint, vendor=pipe, actor=alice).assignment
+    assign_vendor(complaint=complaint, vendor=green, actor=alice, reassign=True, replacing=first)
     client = admin_client(alice)
 
     changelist = client.get(CHANGELIST)

@@ -9,11 +9,15 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from hoa.models import Complaint
+from locking.models import FenceEvent
 from tests.conftest import BASE_DIR, run_manage
 from tests.vendors_support import (
     WAIT,
     active_assignments,
     active_vendor,
+    cancellations,
+    dispatch_of,
+    start_overtaking_reassignment,
     state_of,
     vendor_with_contract,
     wait_until,
@@ -93,6 +97,65 @@ def test_repeat_is_already_done_and_another_vendor_needs_reassign(complaint, pip
     assert replaced[1].startswith(f"Evergreen now handles complaint #{complaint.pk}, replacing")
     assert [a.vendor for a in active_assignments(complaint)] == [green]
     assert VendorAssignment.objects.count() == 2
+
+
+def test_reassign_overtaken_after_it_looked_exits_75_with_one_line_and_writes_nothing(
+    env, maple, complaint, pipe, green, alice, dispatch, redis_client, settings
+):
+    """The command reads the vendor to replace (Pipe Pros) before its lease. An older
+    holder, paused in its dispatch past its lease, commits Evergreen after that: the
+    command must not replace a vendor it never saw."""
+    settings.VENDOR_LOCK_TTL_SECONDS = 0.3  # the rival's lease, in this process
+    bright = active_vendor("Bright Spark", maple)
+    shown = assign_vendor(complaint=complaint, vendor=pipe, actor=alice).assignment
+    rival, rival_gate = start_overtaking_reassignment(
+        dispatch, redis_client, complaint=complaint, vendor=green, replacing=shown, actor=alice
+    )
+    command_gate = dispatch.hold(dispatch_of(bright))
+    command = subprocess.Popen(
+        [
+            sys.executable,
+            str(BASE_DIR / "manage.py"),
+            "assign_vendor",
+            "--complaint",
+            str(complaint.pk),
+            "--vendor",
+            str(bright.pk),
+            "--reassign",
+        ],
+        cwd=BASE_DIR,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        command_gate.wait_arrived(1, timeout=WAIT * 2)  # it looked, got token 3, called
+        rival_gate.release()
+        won = rival.outcome()  # the older holder commits first
+        command_gate.release()
+        stdout, stderr = command.communicate(timeout=WAIT)
+    finally:
+        command_gate.release()
+        if command.poll() is None:
+            command.kill()
+            command.wait()
+
+    assert (won.outcome, won.token) == ("committed", 2)
+    assert command.returncode == 75
+    assert one_line(stderr) == (
+        f"CommandError: Complaint #{complaint.pk} changed since you looked: Evergreen is now "
+        "assigned (token 2); nothing was saved. Run again to replace it knowingly."
+    )
+    assert stdout == ""
+    assert [(a.vendor, a.fence_token) for a in active_assignments(complaint)] == [(green, 2)]
+    assert VendorAssignment.objects.count() == 2
+    assert Complaint.objects.get(pk=complaint.pk).last_fence_token == 2
+    event = FenceEvent.objects.get(outcome="conflict")
+    assert event.token == 3
+    assert event.detail.endswith("; Bright Spark was told in vain; cancellation sent (HTTP 200)")
+    [cancel] = cancellations(dispatch)
+    assert (cancel.token, cancel.json["vendor"]["id"]) == (3, bright.pk)
 
 
 def test_busy_lease_exits_75_naming_the_holder(env, complaint, pipe, fence_lock, redis_client):

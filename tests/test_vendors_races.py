@@ -10,20 +10,29 @@ import threading
 import pytest
 
 from hoa.models import Complaint
-from locking import LockHeld, StaleFencingToken, lock_key
+from locking import LockHeld, StaleFencingToken
 from locking.epochs import first_token
 from locking.models import FenceEvent
 from tests.vendors_support import (
+    WAIT,
     Worker,
     active_assignments,
     active_vendor,
+    cancellations,
+    dispatch_of,
+    dispatches,
     events_of,
+    is_cancellation,
+    wait_for_lease_to_expire,
     wait_until,
 )
+from vendors.dispatch import idempotency_key
 from vendors.models import VendorAssignment
+from vendors.selectors import active_assignment
 from vendors.services import (
     AlreadyAssigned,
     AssignmentResult,
+    ChangedSinceViewed,
     assign_vendor,
     assignment_resource,
 )
@@ -37,16 +46,6 @@ SHORT_TTL = 0.3  # seconds: long enough to be granted, short enough to expire mi
 @pytest.fixture
 def complaint(maple):
     return Complaint.objects.create(organization=maple, title="Water in the basement")
-
-
-def for_vendor(vendor):
-    """A gate predicate: the dispatch request of ``vendor``."""
-    return lambda request: request.json["vendor"]["id"] == vendor.pk
-
-
-def wait_for_lease_to_expire(redis_client, complaint) -> None:
-    key = lock_key(assignment_resource(complaint.pk))
-    wait_until(lambda: not redis_client.exists(key), what="the lease to expire")
 
 
 def test_two_concurrent_assignments_of_different_vendors_never_both_succeed(
@@ -91,13 +90,16 @@ def test_paused_holder_resuming_after_a_takeover_is_rejected_and_the_newer_assig
     complaint, pipe, green, alice, dispatch, redis_client, settings
 ):
     settings.VENDOR_LOCK_TTL_SECONDS = SHORT_TTL
-    gate = dispatch.hold(for_vendor(pipe))
+    gate = dispatch.hold(dispatch_of(pipe))
     paused = Worker(lambda: assign_vendor(complaint=complaint, vendor=pipe, actor=alice))
     paused.start()
     gate.wait_arrived(1)  # A is inside its dispatch call with token 1...
     wait_for_lease_to_expire(redis_client, complaint)  # ...and has outlived its lease
 
-    newer = assign_vendor(complaint=complaint, vendor=green, actor=alice, reassign=True)
+    # B saw no vendor: A has not committed.
+    newer = assign_vendor(
+        complaint=complaint, vendor=green, actor=alice, reassign=True, replacing=None
+    )
     gate.release()
     late = paused.outcome()
 
@@ -116,15 +118,21 @@ def test_paused_holder_resuming_after_a_takeover_is_rejected_and_the_newer_assig
 def test_older_holder_committing_first_is_caught_by_the_state_check(
     complaint, pipe, green, alice, dispatch, redis_client, settings, reassign
 ):
+    """Either way the newer attempt is refused: without reassign because a vendor is
+    active, with reassign because it decided when no vendor was (it never saw Pipe Pros,
+    so it must not replace them). Its vendor was told in vain and gets a cancellation."""
     settings.VENDOR_LOCK_TTL_SECONDS = SHORT_TTL
-    gate_a = dispatch.hold(for_vendor(pipe))
-    gate_b = dispatch.hold(for_vendor(green))
+    gate_a = dispatch.hold(dispatch_of(pipe))
+    gate_b = dispatch.hold(dispatch_of(green))
     older = Worker(lambda: assign_vendor(complaint=complaint, vendor=pipe, actor=alice))
     older.start()
     gate_a.wait_arrived(1)
     wait_for_lease_to_expire(redis_client, complaint)
+    seen = active_assignment(complaint)  # what the newer caller looks at: no vendor yet
     newer = Worker(
-        lambda: assign_vendor(complaint=complaint, vendor=green, actor=alice, reassign=reassign)
+        lambda: assign_vendor(
+            complaint=complaint, vendor=green, actor=alice, reassign=reassign, replacing=seen
+        )
     )
     newer.start()
     gate_b.wait_arrived(1)  # both are inside their dispatch calls: tokens 1 and 2
@@ -134,24 +142,36 @@ def test_older_holder_committing_first_is_caught_by_the_state_check(
     gate_b.release()
     second = newer.outcome()
 
+    assert seen is None
     assert (first.outcome, first.token) == ("committed", 1)
     a = VendorAssignment.objects.get(vendor=pipe)
     if reassign:
-        assert (second.outcome, second.token, second.replaced.pk) == ("committed", 2, a.pk)
-        b = VendorAssignment.objects.get(vendor=green)
-        assert (a.active, a.fence_token, b.active, b.fence_token) == (False, 1, True, 2)
-        assert a.deactivated_at == b.assigned_at
-        assert Complaint.objects.get(pk=complaint.pk).last_fence_token == 2
-        assert events_of(complaint) == [("committed", 1), ("committed", 2)]
+        assert isinstance(second, ChangedSinceViewed)
+        assert (second.expected, second.current.pk, second.told_in_vain) == (None, a.pk, green)
+        outcome, names_the_winner = "conflict", "found Pipe Pros (assignment"
     else:
         assert isinstance(second, AlreadyAssigned)
-        assert second.winner.pk == a.pk
-        assert (a.active, a.fence_token) == (True, 1)
-        assert not VendorAssignment.objects.filter(vendor=green).exists()
-        # B's fence advance rolled back with its refusal.
-        assert Complaint.objects.get(pk=complaint.pk).last_fence_token == 1
-        assert events_of(complaint) == [("committed", 1), ("already_done", 2)]
-        assert "already assigned to Pipe Pros" in FenceEvent.objects.get(token=2).detail
+        assert (second.winner.pk, second.told_in_vain) == (a.pk, green)
+        outcome, names_the_winner = "already_done", "already assigned to Pipe Pros"
+    assert (a.active, a.fence_token) == (True, 1)
+    assert VendorAssignment.objects.count() == 1  # nothing of B's was written
+    # B's fence advance rolled back with its refusal.
+    assert Complaint.objects.get(pk=complaint.pk).last_fence_token == 1
+    assert events_of(complaint) == [("committed", 1), (outcome, 2)]
+    detail = FenceEvent.objects.get(token=2).detail
+    assert names_the_winner in detail
+    assert detail.endswith("; Evergreen was told in vain; cancellation sent (HTTP 200)")
+    [cancel] = cancellations(dispatch)
+    assert (cancel.path, cancel.token, cancel.idempotency_key) == (
+        "/hook/cancel",
+        2,
+        idempotency_key(complaint_id=complaint.pk, vendor_id=green.pk, replacing_id=None),
+    )
+    assert (cancel.json["action"], cancel.json["vendor"]["id"], cancel.json["now_assigned"]) == (
+        "cancel",
+        green.pk,
+        {"assignment": a.pk, "vendor": pipe.pk},
+    )
 
 
 @pytest.mark.parametrize("before_loss", [1, 3], ids=["one-before", "three-before"])
@@ -160,14 +180,26 @@ def test_reassignment_after_redis_lost_its_data_succeeds_on_the_first_call(
 ):
     vendors = [pipe, green, active_vendor("Bright Spark", maple)]
     for number in range(before_loss):
-        assign_vendor(complaint=complaint, vendor=vendors[number % 3], actor=alice, reassign=True)
+        assign_vendor(
+            complaint=complaint,
+            vendor=vendors[number % 3],
+            actor=alice,
+            reassign=True,
+            replacing=active_assignment(complaint),
+        )
     recorded = Complaint.objects.get(pk=complaint.pk).last_fence_token
     assert recorded == before_loss
     calls_before = len(dispatch.received)
 
     redis_client.flushdb()  # Redis restarted without persistence: counter and lease gone
     target = vendors[before_loss % 3]
-    result = assign_vendor(complaint=complaint, vendor=target, actor=alice, reassign=True)
+    result = assign_vendor(
+        complaint=complaint,
+        vendor=target,
+        actor=alice,
+        reassign=True,
+        replacing=active_assignment(complaint),
+    )
 
     # The grant saw the counter gone and started epoch 1 before the dispatch call.
     token = first_token(1) + 1
@@ -179,3 +211,99 @@ def test_reassignment_after_redis_lost_its_data_succeeds_on_the_first_call(
     assert not FenceEvent.objects.filter(outcome="stale").exists()
     assert events_of(complaint)[-1:] == [("committed", token)]
     assert redis_client.get(f"fence:{{{assignment_resource(complaint.pk)}}}") == str(token).encode()
+
+
+@pytest.mark.parametrize("cancel_status", [200, 503], ids=["cancelled", "cancellation-refused"])
+def test_two_reassignments_decided_against_the_same_assignment_exactly_one_commits(
+    complaint, maple, pipe, green, alice, dispatch, redis_client, settings, cancel_status
+):
+    """Two staff members look at the complaint (Pipe Pros) and each replaces it: one with
+    Evergreen, one with Bright Spark. The first holder is paused inside its dispatch call
+    past its lease, so the second is granted a newer token and calls its vendor too; then
+    the first commits. The second finds Evergreen, not the Pipe Pros it decided to replace:
+    refused, nothing written, audited as a conflict, Bright Spark's dispatch cancelled."""
+    settings.VENDOR_LOCK_TTL_SECONDS = SHORT_TTL
+    bright = active_vendor("Bright Spark", maple)
+    shown = assign_vendor(complaint=complaint, vendor=pipe, actor=alice).assignment
+    dispatch.status_for = lambda request: cancel_status if is_cancellation(request) else 200
+    gates = {vendor: dispatch.hold(dispatch_of(vendor)) for vendor in (green, bright)}
+    looked = threading.Barrier(2)
+    second_may_go = threading.Event()  # hold point: the first holder's lease has expired
+
+    def reassign(vendor, *, wait_for=None):
+        seen = active_assignment(complaint)  # what this person's page showed
+        looked.wait(timeout=WAIT)  # both have looked before either acts
+        if wait_for is not None:
+            assert wait_for.wait(timeout=WAIT)
+        return seen, assign_vendor(
+            complaint=complaint, vendor=vendor, actor=alice, reassign=True, replacing=seen
+        )
+
+    first = Worker(lambda: reassign(green), name="first")
+    second = Worker(lambda: reassign(bright, wait_for=second_may_go), name="second")
+    first.start()
+    second.start()
+
+    gates[green].wait_arrived(1)  # the first holder is inside its call with token 2...
+    wait_for_lease_to_expire(redis_client, complaint)  # ...and has outlived its lease
+    second_may_go.set()
+    gates[bright].wait_arrived(1)  # the second holder has token 3 and has told Bright Spark
+    gates[green].release()
+    seen_first, won = first.outcome()  # the older token commits first
+    gates[bright].release()
+    lost = second.outcome()
+
+    assert seen_first.pk == shown.pk
+    assert (won.outcome, won.token, won.replaced.pk) == ("committed", 2, shown.pk)
+    assert isinstance(lost, ChangedSinceViewed)
+    assert (lost.expected.pk, lost.current.pk, lost.current.vendor) == (
+        shown.pk,
+        won.assignment.pk,
+        green,
+    )
+    cancellation = (
+        "cancellation sent (HTTP 200)"
+        if cancel_status == 200
+        else ("cancellation failed: HTTP 503")
+    )
+    assert (lost.told_in_vain, lost.cancellation) == (bright, cancellation)
+    # Nothing of the second attempt was written: two rows, Evergreen active, fence at 2.
+    rows = VendorAssignment.objects.filter(complaint=complaint).order_by("pk")
+    assert list(rows.values_list("vendor__name", "active", "fence_token")) == [
+        ("Pipe Pros", False, 1),
+        ("Evergreen", True, 2),
+    ]
+    assert Complaint.objects.get(pk=complaint.pk).last_fence_token == 2
+    assert events_of(complaint) == [("committed", 1), ("committed", 2), ("conflict", 3)]
+    conflict = FenceEvent.objects.get(outcome="conflict")
+    assert conflict.detail == (
+        f"the assignment of complaint {complaint.pk} changed since it was viewed: "
+        f"expected Pipe Pros (assignment {shown.pk}, token 1), "
+        f"found Evergreen (assignment {won.assignment.pk}, token 2); "
+        f"Bright Spark was told in vain; {cancellation}"
+    )
+    # The stand-in: three dispatches, then the cancellation of Bright Spark's, under the
+    # same Idempotency-Key and token as the dispatch it takes back.
+    calls = [(call.json["vendor"]["id"], call.token) for call in dispatches(dispatch)]
+    assert calls == [(pipe.pk, 1), (green.pk, 2), (bright.pk, 3)]
+    [told_in_vain] = [call for call in dispatches(dispatch) if call.token == 3]
+    [cancel] = cancellations(dispatch)
+    assert (cancel.path, cancel.token, cancel.idempotency_key) == (
+        "/hook/cancel",
+        3,
+        told_in_vain.idempotency_key,
+    )
+    assert cancel.idempotency_key == idempotency_key(
+        complaint_id=complaint.pk, vendor_id=bright.pk, replacing_id=shown.pk
+    )
+    body = cancel.json
+    assert (body["action"], body["fencing_token"], body["idempotency_key"]) == (
+        "cancel",
+        3,
+        cancel.idempotency_key,
+    )
+    assert (body["vendor"]["id"], body["replacing"], body["now_assigned"]) == (
+        bright.pk,
+        {"assignment": shown.pk, "vendor": pipe.pk},
+        {"assignment": won.assignment.pk, "vendor": green.pk},
+    )

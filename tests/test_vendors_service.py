@@ -10,6 +10,7 @@ from locking.models import FenceEvent
 from tests.vendors_support import (
     active_assignments,
     active_vendor,
+    cancellations,
     events_of,
     lock_keys,
     state_of,
@@ -19,6 +20,7 @@ from vendors.dispatch import idempotency_key
 from vendors.models import VendorAssignment
 from vendors.services import (
     AlreadyAssigned,
+    ChangedSinceViewed,
     ContractNotActive,
     DispatchFailed,
     NotAllowed,
@@ -120,7 +122,13 @@ def test_reassign_deactivates_the_previous_assignment_and_dispatches_the_replace
 ):
     first = assign_vendor(complaint=complaint, vendor=pipe, actor=alice)
 
-    second = assign_vendor(complaint=complaint, vendor=green, actor=alice, reassign=True)
+    second = assign_vendor(
+        complaint=complaint,
+        vendor=green,
+        actor=alice,
+        reassign=True,
+        replacing=first.assignment,
+    )
 
     assert (second.outcome, second.token, second.replaced.pk) == (
         "committed",
@@ -141,12 +149,89 @@ def test_reassign_deactivates_the_previous_assignment_and_dispatches_the_replace
     assert [c.token for c in dispatch.received] == [1, 2]
 
 
+def test_reassigning_an_assignment_already_replaced_is_refused_without_calling_the_vendor(
+    complaint, maple, pipe, green, alice, dispatch, redis_client
+):
+    shown = assign_vendor(complaint=complaint, vendor=pipe, actor=alice).assignment
+    # Someone else replaces Pipe Pros first; this caller still has Pipe Pros on its page.
+    now = assign_vendor(
+        complaint=complaint, vendor=green, actor=alice, reassign=True, replacing=shown
+    ).assignment
+    bright = active_vendor("Bright Spark", maple)
+    before = state_of(complaint, redis_client)
+
+    with pytest.raises(ChangedSinceViewed) as refused:
+        assign_vendor(
+            complaint=complaint, vendor=bright, actor=alice, reassign=True, replacing=shown
+        )
+
+    assert (refused.value.expected.pk, refused.value.current.pk) == (shown.pk, now.pk)
+    assert refused.value.current.vendor == green
+    # The look before calling saw the change: the vendor was not told, so nothing to cancel.
+    assert (refused.value.told_in_vain, refused.value.cancellation) == (None, "")
+    assert state_of(complaint, redis_client) == before  # the fence advance rolled back too
+    assert [call.token for call in dispatch.received] == [1, 2]
+    assert cancellations(dispatch) == []
+    assert events_of(complaint) == [("committed", 1), ("committed", 2), ("conflict", 3)]
+    assert FenceEvent.objects.get(outcome="conflict").detail == (
+        f"the assignment of complaint {complaint.pk} changed since it was viewed: expected "
+        f"Pipe Pros (assignment {shown.pk}, token 1), found Evergreen (assignment {now.pk}, "
+        "token 2)"
+    )
+
+
+def test_reassigning_to_the_vendor_someone_else_just_assigned_is_already_done(
+    complaint, pipe, green, alice, dispatch
+):
+    shown = assign_vendor(complaint=complaint, vendor=pipe, actor=alice).assignment
+    theirs = assign_vendor(
+        complaint=complaint, vendor=green, actor=alice, reassign=True, replacing=shown
+    ).assignment
+
+    mine = assign_vendor(
+        complaint=complaint, vendor=green, actor=alice, reassign=True, replacing=shown
+    )
+
+    assert (mine.outcome, mine.assignment.pk) == ("already_done", theirs.pk)
+    assert len(dispatch.received) == 2
+    assert events_of(complaint) == [("committed", 1), ("committed", 2), ("already_done", 3)]
+
+
+@before_the_lease
+def test_reassign_without_naming_what_it_replaces_is_a_programming_error(
+    complaint, pipe, alice, redis_client
+):
+    with pytest.raises(TypeError, match="needs replacing="):
+        assign_vendor(complaint=complaint, vendor=pipe, actor=alice, reassign=True)
+
+    assert lock_keys(redis_client) == []
+    assert FenceEvent.objects.count() == 0
+
+
+@before_the_lease
+def test_replacing_an_assignment_of_another_complaint_is_refused_before_the_lease(
+    complaint, maple, pipe, green, alice, redis_client
+):
+    other = Complaint.objects.create(organization=maple, title="Other")
+    elsewhere = VendorAssignment.objects.create(complaint=other, vendor=pipe, fence_token=1)
+
+    with pytest.raises(ValueError, match=f"not one of complaint {complaint.pk}'s"):
+        assign_vendor(
+            complaint=complaint, vendor=green, actor=alice, reassign=True, replacing=elsewhere
+        )
+
+    assert lock_keys(redis_client) == []
+    assert FenceEvent.objects.count() == 0
+
+
 def test_reassigning_back_to_an_earlier_vendor_gets_a_new_idempotency_key(
     complaint, pipe, green, alice, dispatch
 ):
-    assign_vendor(complaint=complaint, vendor=pipe, actor=alice)
-    assign_vendor(complaint=complaint, vendor=green, actor=alice, reassign=True)
-    assign_vendor(complaint=complaint, vendor=pipe, actor=alice, reassign=True)
+    first = assign_vendor(complaint=complaint, vendor=pipe, actor=alice).assignment
+    second = assign_vendor(
+        complaint=complaint, vendor=green, actor=alice, reassign=True, replacing=first
+    ).assignment
+    assign_vendor(complaint=complaint, vendor=pipe, actor=alice, reassign=True, replacing=second)
 
     keys = [call.idempotency_key for call in dispatch.received]
     assert len(set(keys)) == 3
@@ -275,7 +360,12 @@ def test_an_actor_who_is_not_permitted_staff_of_the_association_is_refused(
 def test_a_superuser_and_the_shell_operator_may_assign(complaint, pipe, green, root):
     by_root = assign_vendor(complaint=complaint, vendor=pipe, actor=root)
     by_shell = assign_vendor(
-        complaint=complaint, vendor=green, actor=None, reassign=True, via="cli:deploy"
+        complaint=complaint,
+        vendor=green,
+        actor=None,
+        reassign=True,
+        replacing=by_root.assignment,
+        via="cli:deploy",
     )
 
     assert by_root.assignment.actor_label == "root"

@@ -1,5 +1,6 @@
 """Staff pages: complaints, the assign form and its answers (303 / 409 / 400 / 403 / 404)."""
 
+import re
 import threading
 from datetime import timedelta
 
@@ -168,8 +169,46 @@ def test_assign_redirects_303_to_the_complaint_with_a_message(complaint, pipe, a
     assert dispatch.received[0].token == 1
 
 
+def shown_assignment(page) -> str:
+    """The value of the form's hidden ``replacing`` field: the assignment the page shows."""
+    [field] = re.findall(r'<input type="hidden" name="replacing"[^>]*>', page.content.decode())
+    value = re.search(r'value="([^"]*)"', field)
+    return value.group(1) if value else ""
+
+
 @fenced
-def test_reassign_through_the_form_replaces_the_vendor(complaint, pipe, green, alice, dispatch):
+def test_the_assign_form_carries_the_assignment_the_page_shows(complaint, pipe, alice):
+    client = client_for(alice)
+    assert shown_assignment(client.get(detail_url(complaint))) == ""  # no vendor yet
+
+    assignment = assign_vendor(complaint=complaint, vendor=pipe, actor=alice).assignment
+
+    assert shown_assignment(client.get(detail_url(complaint))) == str(assignment.pk)
+
+
+@fenced
+def test_reassign_through_the_form_replaces_the_vendor_it_showed(
+    complaint, pipe, green, alice, dispatch
+):
+    client = client_for(alice)
+    client.post(assign_url(complaint), {"vendor": pipe.pk})
+    shown = shown_assignment(client.get(detail_url(complaint)))
+
+    response = client.post(
+        assign_url(complaint), {"vendor": green.pk, "reassign": "on", "replacing": shown}
+    )
+
+    assert response.status_code == 303
+    assert [a.vendor for a in active_assignments(complaint)] == [green]
+    assert VendorAssignment.objects.filter(active=False).get().pk == int(shown)
+    assert dispatch.received[1].json["replacing"] == {"assignment": int(shown), "vendor": pipe.pk}
+
+
+@fenced
+def test_reassign_posted_without_the_field_replaces_the_vendor_active_at_the_request(
+    complaint, pipe, green, alice
+):
+    # A client that showed no page (a script, not the form) is treated like the command.
     client = client_for(alice)
     client.post(assign_url(complaint), {"vendor": pipe.pk})
 
@@ -177,7 +216,79 @@ def test_reassign_through_the_form_replaces_the_vendor(complaint, pipe, green, a
 
     assert response.status_code == 303
     assert [a.vendor for a in active_assignments(complaint)] == [green]
-    assert VendorAssignment.objects.filter(active=False).get().vendor == pipe
+
+
+@fenced
+def test_reassign_from_a_page_that_showed_a_replaced_vendor_is_409_naming_the_new_one(
+    maple, complaint, pipe, green, alice, dispatch, redis_client
+):
+    bright = active_vendor("Bright Spark", maple)
+    client = client_for(alice)
+    client.post(assign_url(complaint), {"vendor": pipe.pk})
+    shown = shown_assignment(client.get(detail_url(complaint)))  # the page shows Pipe Pros
+    # Meanwhile someone else replaces Pipe Pros with Evergreen.
+    theirs = assign_vendor(
+        complaint=complaint,
+        vendor=green,
+        actor=alice,
+        reassign=True,
+        replacing=VendorAssignment.objects.get(pk=shown),
+    ).assignment
+    before = state_of(complaint, redis_client)
+
+    response = client.post(
+        assign_url(complaint), {"vendor": bright.pk, "reassign": "on", "replacing": shown}
+    )
+
+    assert response.status_code == 409
+    html = response.content.decode()
+    assert "<h1>Changed since you looked</h1>" in html
+    assert (
+        "Nothing was changed: since you looked, Evergreen has been assigned. Try again to "
+        "replace Evergreen with Bright Spark knowingly."
+    ) in html
+    assert "Current vendor: Evergreen, assigned by alice on " in html
+    # The retry replaces the vendor this page has now shown.
+    assert f'<input type="hidden" name="vendor" value="{bright.pk}">' in html
+    assert f'<input type="hidden" name="replacing" value="{theirs.pk}">' in html
+    assert '<input type="checkbox" name="reassign" value="on" checked>' in html
+    assert state_of(complaint, redis_client) == before
+    assert FenceEvent.objects.order_by("-id").values_list("outcome", "token").first() == (
+        "conflict",
+        3,
+    )
+    assert len(dispatch.received) == 2  # Bright Spark was never called
+
+    retried = client.post(
+        assign_url(complaint), {"vendor": bright.pk, "reassign": "on", "replacing": theirs.pk}
+    )
+
+    assert retried.status_code == 303
+    assert [(a.vendor, a.fence_token) for a in active_assignments(complaint)] == [(bright, 4)]
+
+
+@fenced
+@pytest.mark.parametrize("value", ["abc", "-1", "99999999999999999999", "987654", "{other}"])
+def test_a_malformed_or_foreign_shown_assignment_is_400_and_writes_nothing(
+    maple, complaint, pipe, green, alice, redis_client, dispatch, value
+):
+    assign_vendor(complaint=complaint, vendor=pipe, actor=alice)
+    other = Complaint.objects.create(organization=maple, title="Other")
+    foreign = assign_vendor(complaint=other, vendor=pipe, actor=alice).assignment
+    before = state_of(complaint, redis_client)
+
+    response = client_for(alice).post(
+        assign_url(complaint),
+        {"vendor": green.pk, "reassign": "on", "replacing": value.format(other=foreign.pk)},
+    )
+
+    assert response.status_code == 400
+    assert response.context["form"].errors["replacing"] == [
+        "This page was out of date. Reload it and choose again."
+    ]
+    assert "This page was out of date." in response.content.decode()
+    assert state_of(complaint, redis_client) == before
+    assert len(dispatch.received) == 2  # the two assignments above
 
 
 @fenced
@@ -207,6 +318,9 @@ def test_another_vendor_without_reassign_is_409_naming_the_winner(
     assert "Current vendor: Pipe Pros, assigned by alice on " in html
     assert f'<input type="hidden" name="vendor" value="{green.pk}">' in html
     assert 'name="reassign"' in html and f'action="{assign_url(complaint)}"' in html
+    # Ticking "replace" on this page replaces the vendor it names, knowingly.
+    [winner] = active_assignments(complaint)
+    assert f'<input type="hidden" name="replacing" value="{winner.pk}">' in html
     assert state_of(complaint, redis_client) == before
 
 

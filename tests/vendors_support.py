@@ -8,10 +8,11 @@ from django.db import connection
 from django.utils import timezone
 
 from hoa.models import Complaint, Organization
+from locking import lock_key
 from locking.models import FenceEvent
 from tests.polling import wait_until as wait_until
 from vendors.models import Vendor, VendorAssignment, VendorContract
-from vendors.services import assignment_resource
+from vendors.services import assign_vendor, assignment_resource
 
 # Personas are created for every test; the production hasher's deliberate slowness is not
 # what these tests are about. Modules set it with an autouse ``settings`` fixture.
@@ -74,6 +75,28 @@ def active_assignments(complaint: Complaint) -> list[VendorAssignment]:
     return list(VendorAssignment.objects.filter(complaint=complaint, active=True))
 
 
+def is_cancellation(request) -> bool:
+    """A request the dispatch stand-in received is a cancellation (``…/cancel``)."""
+    return request.path.endswith("/cancel")
+
+
+def dispatch_of(vendor: Vendor):
+    """A stand-in gate predicate: the dispatch call (not a cancellation) for ``vendor``."""
+    return lambda request: (
+        not is_cancellation(request) and request.json["vendor"]["id"] == vendor.pk
+    )
+
+
+def cancellations(stub) -> list:
+    """The cancellations the dispatch stand-in received, in order."""
+    return [request for request in stub.received if is_cancellation(request)]
+
+
+def dispatches(stub) -> list:
+    """The dispatch calls (not cancellations) the stand-in received, in order."""
+    return [request for request in stub.received if not is_cancellation(request)]
+
+
 class Worker(threading.Thread):
     """Run ``target()`` in a thread with its own database connection; keep what it returns
     or raises. Optionally wait at ``barrier`` first so that workers start together."""
@@ -102,3 +125,31 @@ class Worker(threading.Thread):
         self.join(WAIT)
         assert not self.is_alive(), f"{self.name} did not finish within {WAIT}s"
         return self.error if self.error is not None else self.result
+
+
+def wait_for_lease_to_expire(redis_client, complaint: Complaint) -> None:
+    key = lock_key(assignment_resource(complaint.pk))
+    wait_until(lambda: not redis_client.exists(key), what="the lease to expire")
+
+
+def start_overtaking_reassignment(
+    dispatch, redis_client, *, complaint: Complaint, vendor: Vendor, replacing, actor
+):
+    """Start a reassignment (the rival) and return ``(rival, gate)`` once it is inside its
+    dispatch call, held at ``gate``, with its lease expired.
+
+    The next attempt on the complaint then gets a newer token and may call its vendor too;
+    releasing ``gate`` lets the rival commit first (its older token is still above the
+    recorded one). The test sets a short ``VENDOR_LOCK_TTL_SECONDS`` first.
+    """
+    gate = dispatch.hold(dispatch_of(vendor))
+    rival = Worker(
+        lambda: assign_vendor(
+            complaint=complaint, vendor=vendor, actor=actor, reassign=True, replacing=replacing
+        ),
+        name="rival",
+    )
+    rival.start()
+    gate.wait_arrived(1)
+    wait_for_lease_to_expire(redis_client, complaint)
+    return rival, gate

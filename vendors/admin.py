@@ -137,12 +137,16 @@ class ComplaintAdmin(BaseComplaintAdmin):
         return TemplateResponse(request, "vendors/admin/assign_vendor.html", context)
 
     def _assign_one(self, request, complaint, data) -> None:
+        # What "replace the current vendor" means for this complaint, fixed before the
+        # lease: an assignment that becomes active meanwhile is refused, not replaced.
+        replacing = selectors.active_assignment(complaint)
         try:
             result = assign_vendor(
                 complaint=complaint,
                 vendor=data["vendor"],
                 actor=request.user,
                 reassign=data["reassign"],
+                replacing=replacing,
                 ip=client_ip(request),
             )
         except RETRYABLE as exc:

@@ -11,13 +11,14 @@ from vendors.services import (
     AlreadyAssigned,
     AssignmentChanged,
     AssignmentResult,
+    ChangedSinceViewed,
     ContractNotActive,
     DispatchFailed,
     NotAllowed,
 )
 
 # Refusals a caller answers with "try again later" (409 / exit 75 / admin warning).
-RETRYABLE = (LockHeld, StaleFencingToken, AlreadyAssigned, AssignmentChanged)
+RETRYABLE = (LockHeld, StaleFencingToken, AlreadyAssigned, ChangedSinceViewed, AssignmentChanged)
 # Refusals caused by the request itself (400 / exit 1 / admin error).
 BAD_REQUEST = (ContractNotActive, NotAllowed)
 
@@ -69,6 +70,20 @@ def refusal_message(complaint: Complaint, exc: Exception) -> str:
         return _(
             "Complaint #%(complaint)s already has a vendor: %(winner)s. Reassign to replace them."
         ) % {"complaint": number, "winner": describe_assignment(exc.winner)}
+    if isinstance(exc, ChangedSinceViewed):
+        if exc.current is None:
+            return _(
+                "Complaint #%(complaint)s changed since you looked: it has no vendor now; "
+                "nothing was saved. Run again to assign one knowingly."
+            ) % {"complaint": number}
+        return _(
+            "Complaint #%(complaint)s changed since you looked: %(vendor)s is now assigned "
+            "(token %(token)s); nothing was saved. Run again to replace it knowingly."
+        ) % {
+            "complaint": number,
+            "vendor": exc.current.vendor.name,
+            "token": exc.current.fence_token,
+        }
     if isinstance(exc, AssignmentChanged):
         now = describe_assignment(exc.current) if exc.current else _("no vendor")
         return _(

@@ -13,7 +13,16 @@ One POST per fenced attempt, made before the attempt's transaction, to
   the retry after a lost Redis counter) carries the same key and is performed once; a later,
   real change (back to a vendor after someone else) replaces another assignment and gets a
   new key.
+
+An attempt refused at its commit after its vendor was told (another assignment became
+active meanwhile) makes one best-effort cancellation: a POST to ``<VENDOR_DISPATCH_URL>/cancel``
+with the same ``Idempotency-Key`` and ``X-Fencing-Token`` and a signed body saying
+``"action": "cancel"``. It is a path of its own, not the dispatch URL again, because a
+receiver that deduplicates on the key would answer a second POST to the dispatch URL with
+the stored answer of the dispatch and cancel nothing.
 """
+
+from urllib.parse import urlsplit, urlunsplit
 
 from django.conf import settings
 
@@ -66,6 +75,61 @@ def dispatch_assignment(
     return post_fenced(
         settings.VENDOR_DISPATCH_URL,
         dispatch_payload(complaint=complaint, vendor=vendor, replacing=replacing),
+        idempotency_key=idempotency_key(
+            complaint_id=complaint.pk,
+            vendor_id=vendor.pk,
+            replacing_id=replacing.pk if replacing else None,
+        ),
+        token=token,
+    )
+
+
+def cancel_url(dispatch_url: str) -> str:
+    """Return the cancellation endpoint: the dispatch URL's path followed by ``/cancel``."""
+    parts = urlsplit(dispatch_url)
+    return urlunsplit(parts._replace(path=parts.path.rstrip("/") + "/cancel"))
+
+
+def cancel_payload(
+    *,
+    complaint: Complaint,
+    vendor: Vendor,
+    replacing: VendorAssignment | None,
+    now_assigned: VendorAssignment | None,
+) -> dict:
+    """Return the JSON body of a cancellation: which dispatch, and who has the complaint."""
+    return {
+        "event": "vendor.assignment_cancelled",
+        "action": "cancel",
+        "complaint": {"id": complaint.pk, "organization": complaint.organization_id},
+        "vendor": {"id": vendor.pk, "name": vendor.name},
+        "replacing": (
+            {"assignment": replacing.pk, "vendor": replacing.vendor_id} if replacing else None
+        ),
+        "now_assigned": (
+            {"assignment": now_assigned.pk, "vendor": now_assigned.vendor_id}
+            if now_assigned
+            else None
+        ),
+    }
+
+
+def cancel_dispatch(
+    *,
+    complaint: Complaint,
+    vendor: Vendor,
+    replacing: VendorAssignment | None,
+    now_assigned: VendorAssignment | None,
+    token: int,
+) -> CallResult:
+    """POST the cancellation of the dispatch ``dispatch_assignment`` made with the same
+    arguments and token; raise ``ExternalCallFailed``."""
+    url = settings.VENDOR_DISPATCH_URL
+    return post_fenced(
+        cancel_url(url) if url else "",
+        cancel_payload(
+            complaint=complaint, vendor=vendor, replacing=replacing, now_assigned=now_assigned
+        ),
         idempotency_key=idempotency_key(
             complaint_id=complaint.pk,
             vendor_id=vendor.pk,

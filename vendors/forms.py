@@ -1,12 +1,18 @@
 from django import forms
 from django.utils.translation import gettext_lazy as _
 
-from hoa.models import Organization
-from vendors.models import Vendor
+from hoa.models import Complaint, Organization
+from vendors.models import Vendor, VendorAssignment
 
 
 class AssignVendorForm(forms.Form):
-    """The vendor to send to a complaint, for the staff page and the admin action."""
+    """The vendor to send to a complaint, for the staff page and the admin action.
+
+    On the staff page (``complaint`` given) the form also carries the assignment the page
+    showed, in the hidden ``replacing`` field (empty when it showed none): a reassignment
+    replaces that one only. The admin action assigns many complaints with one form and
+    goes without it.
+    """
 
     vendor = forms.ModelChoiceField(
         queryset=Vendor.objects.none(),
@@ -22,8 +28,18 @@ class AssignVendorForm(forms.Form):
         label=_("Replace the current vendor"),
         help_text=_("Without this, a complaint that already has a vendor keeps it."),
     )
+    replacing = forms.ModelChoiceField(
+        queryset=VendorAssignment.objects.none(),
+        required=False,
+        widget=forms.HiddenInput,
+        error_messages={
+            "invalid_choice": _("This page was out of date. Reload it and choose again."),
+        },
+    )
 
-    def __init__(self, *args, organization: Organization, **kwargs):
+    def __init__(
+        self, *args, organization: Organization, complaint: Complaint | None = None, **kwargs
+    ):
         super().__init__(*args, **kwargs)
         field = self.fields["vendor"]
         # Validation accepts every vendor the association has a contract with, so that an
@@ -33,6 +49,19 @@ class AssignVendorForm(forms.Form):
         field.queryset = Vendor.objects.filter(contracts__organization=organization).distinct()
         active = Vendor.objects.with_active_contract(organization).order_by("name")
         field.choices = [("", field.empty_label), *((v.pk, _label(v)) for v in active)]
+        if complaint is None:
+            del self.fields["replacing"]
+        else:
+            # Any of this complaint's assignments, replaced ones too: a page shown before
+            # a reassignment carries an assignment that is no longer active, and that is
+            # the case the service must refuse, not the form.
+            self.fields["replacing"].queryset = complaint.assignments.select_related("vendor")
+
+    @property
+    def names_what_it_showed(self) -> bool:
+        """Whether the POST carried ``replacing`` (the page's form always does; a client
+        posting without it showed nothing, and is treated like the command)."""
+        return "replacing" in self.fields and self.add_prefix("replacing") in self.data
 
 
 def _label(vendor: Vendor) -> str:

@@ -10,6 +10,12 @@ The order of one call (docs/design.md explains every step):
 5. One transaction: the fence on the complaint row first, then the state check on the
    active assignment, then deactivate the previous one (only with ``reassign``) and create
    the new one with the lease's token.
+
+Reassignment is a compare-and-swap on what the caller saw: ``replacing`` names the
+assignment the caller looked at, and if another one is active at commit nothing is written
+(``ChangedSinceViewed``, outcome ``conflict``). Two people replacing the same vendor at once
+cannot both win, and nobody replaces a vendor they never saw. An attempt refused at commit
+after it told its vendor sends that vendor's dispatch a best-effort cancellation.
 """
 
 import logging
@@ -27,7 +33,7 @@ from hoa.models import Complaint, Organization
 from hoa.outbound import ExternalCallFailed
 from hoa.scopes import scope_for_organization
 from locking import Attempt, Lease, StaleFencingToken, advance_fence, record_fence_event, run_fenced
-from vendors.dispatch import dispatch_assignment
+from vendors.dispatch import cancel_dispatch, dispatch_assignment
 from vendors.models import Vendor, VendorAssignment, VendorContract
 from vendors.selectors import active_assignment
 
@@ -39,6 +45,7 @@ ASSIGN_PERMISSION = "vendors.assign_vendor"
 # FenceEvent outcomes this operation records besides the ones run_fenced records itself.
 COMMITTED = "committed"
 ALREADY_DONE = "already_done"
+CONFLICT = "conflict"
 FAILED = "failed"
 DENIED = "denied"
 
@@ -101,7 +108,29 @@ class DispatchFailed(VendorsError):
         super().__init__(f"dispatch of {vendor} to complaint {complaint.pk} failed: {reason}")
 
 
-class AlreadyAssigned(VendorsError):
+class RefusedAtCommit(VendorsError):
+    """A refusal decided by the state check inside the transaction; nothing was written.
+
+    The attempt may have told its vendor before (the dispatch call precedes the
+    transaction): then ``told_in_vain`` is that vendor and ``cancellation`` what the
+    best-effort cancellation got, and the text (the audit detail) says both.
+    """
+
+    told_in_vain: Vendor | None = None
+    cancellation: str = ""
+
+    def __init__(self, message: str, *, now_assigned: VendorAssignment | None):
+        self.now_assigned = now_assigned  # the assignment active at the refusal
+        super().__init__(message)
+
+    def __str__(self) -> str:
+        text = super().__str__()
+        if self.told_in_vain is None:
+            return text
+        return f"{text}; {self.told_in_vain} was told in vain; {self.cancellation}"
+
+
+class AlreadyAssigned(RefusedAtCommit):
     """Another vendor is actively assigned and ``reassign`` was not asked; nothing written."""
 
     def __init__(self, *, complaint: Complaint, winner: VendorAssignment):
@@ -109,11 +138,36 @@ class AlreadyAssigned(VendorsError):
         self.winner = winner
         super().__init__(
             f"complaint {complaint.pk} is already assigned to {winner.vendor} "
-            f"(assignment {winner.pk}, token {winner.fence_token})"
+            f"(assignment {winner.pk}, token {winner.fence_token})",
+            now_assigned=winner,
         )
 
 
-class AssignmentChanged(VendorsError):
+class ChangedSinceViewed(RefusedAtCommit):
+    """A reassignment was decided against ``expected`` (the assignment the caller saw, or
+    ``None`` for none) but ``current`` is active at commit; nothing was written.
+
+    Running again with ``current`` as the one to replace replaces it knowingly.
+    """
+
+    def __init__(
+        self,
+        *,
+        complaint: Complaint,
+        expected: VendorAssignment | None,
+        current: VendorAssignment | None,
+    ):
+        self.complaint = complaint
+        self.expected = expected
+        self.current = current
+        super().__init__(
+            f"the assignment of complaint {complaint.pk} changed since it was viewed: "
+            f"expected {_described(expected)}, found {_described(current)}",
+            now_assigned=current,
+        )
+
+
+class AssignmentChanged(RefusedAtCommit):
     """Another attempt changed the assignment after this one decided not to call the
     vendor, and a write would now be needed; nothing was written. Trying again is safe."""
 
@@ -121,7 +175,16 @@ class AssignmentChanged(VendorsError):
         self.complaint = complaint
         self.current = current
         now = f"{current.vendor} (token {current.fence_token})" if current else "no vendor"
-        super().__init__(f"the assignment of complaint {complaint.pk} changed meanwhile: {now}")
+        super().__init__(
+            f"the assignment of complaint {complaint.pk} changed meanwhile: {now}",
+            now_assigned=current,
+        )
+
+
+def _described(assignment: VendorAssignment | None) -> str:
+    if assignment is None:
+        return "no vendor"
+    return f"{assignment.vendor} (assignment {assignment.pk}, token {assignment.fence_token})"
 
 
 # --- Result ------------------------------------------------------------------------------
@@ -150,15 +213,33 @@ class _Next(Enum):
 
     ALREADY_DONE = "already_done"  # the vendor asked for is the active one
     REFUSE = "refuse"  # another vendor is active and reassign was not asked
+    CHANGED = "changed"  # reassign, but the active assignment is not the one the caller saw
     ASSIGN = "assign"  # write a new active assignment
 
 
-def _next_step(current: VendorAssignment | None, vendor: Vendor, reassign: bool) -> _Next:
+class Unstated(Enum):
+    """The default of ``replacing``: the caller did not say what it saw."""
+
+    UNSTATED = "unstated"
+
+
+def _next_step(
+    current: VendorAssignment | None,
+    vendor: Vendor,
+    reassign: bool,
+    replacing: VendorAssignment | None,
+) -> _Next:
     if current is not None and current.vendor_id == vendor.pk:
         return _Next.ALREADY_DONE
-    if current is not None and not reassign:
-        return _Next.REFUSE
+    if not reassign:
+        return _Next.REFUSE if current is not None else _Next.ASSIGN
+    if _pk(current) != _pk(replacing):
+        return _Next.CHANGED
     return _Next.ASSIGN
+
+
+def _pk(assignment: VendorAssignment | None) -> int | None:
+    return assignment.pk if assignment is not None else None
 
 
 def assign_vendor(
@@ -167,6 +248,7 @@ def assign_vendor(
     vendor: Vendor,
     actor,
     reassign: bool = False,
+    replacing: VendorAssignment | Unstated | None = Unstated.UNSTATED,
     ip: str | None = None,
     via: str = "",
 ) -> AssignmentResult:
@@ -177,11 +259,26 @@ def assign_vendor(
     at the shell (a management command run without ``--actor``); ``via`` says where the
     request came from (e.g. ``cli:deploy``) for the audit trail.
 
+    With ``reassign``, ``replacing`` is required: the complaint's assignment the caller
+    looked at when it decided, or ``None`` when it saw none. The vendor asked for replaces
+    that assignment only; if another one is active at commit, nothing is written. Without
+    ``reassign`` it is not consulted (any active vendor refuses the assignment).
+
     Raises ``NotAllowed`` and ``ContractNotActive`` before anything is locked;
     ``LockHeld`` (another attempt holds the lease), ``LockUnavailable`` (Redis down),
     ``DispatchFailed``, ``StaleFencingToken`` (a newer attempt took over),
-    ``AlreadyAssigned`` and ``AssignmentChanged`` with nothing written.
+    ``AlreadyAssigned``, ``ChangedSinceViewed`` and ``AssignmentChanged`` with nothing
+    written.
     """
+    if replacing is Unstated.UNSTATED:
+        if reassign:
+            raise TypeError(
+                "assign_vendor(reassign=True) needs replacing=: the assignment the caller "
+                "saw (or None)"
+            )
+        replacing = None
+    elif replacing is not None and replacing.complaint_id != complaint.pk:
+        raise ValueError(f"assignment {replacing.pk} is not one of complaint {complaint.pk}'s")
     organization = complaint.organization
     label = _actor_label(actor, via)
     resource = assignment_resource(complaint.pk)
@@ -202,50 +299,70 @@ def assign_vendor(
     _check_contract(vendor, organization, timezone.localdate())
 
     def work(lease: Lease) -> AssignmentResult:
-        current = _look_before_calling(complaint, lease.token)
-        needs_call = _next_step(current, vendor, reassign) is _Next.ASSIGN
+        looked = _look_before_calling(complaint, lease.token)
+        needs_call = _next_step(looked, vendor, reassign, replacing) is _Next.ASSIGN
         dispatched = False
         if needs_call:
             try:
                 call = dispatch_assignment(
-                    complaint=complaint, vendor=vendor, replacing=current, token=lease.token
+                    complaint=complaint, vendor=vendor, replacing=looked, token=lease.token
                 )
             except ExternalCallFailed as exc:
                 raise DispatchFailed(
                     complaint=complaint, vendor=vendor, reason=exc.reason, status=exc.status
                 ) from exc
             dispatched = not call.skipped
-        with transaction.atomic():
-            # Fence first: a holder whose lease was taken over learns it here, even when
-            # the work it came for has been done meanwhile.
-            advance_fence(Complaint.objects.filter(pk=complaint.pk), lease)
-            # The fence UPDATE holds the complaint's row lock until commit, so every
-            # fenced writer of this complaint reads the assignment state in turn.
-            current = active_assignment(complaint)
-            step = _next_step(current, vendor, reassign)
-            if step is _Next.ALREADY_DONE:
-                return AssignmentResult(assignment=current, outcome=ALREADY_DONE, token=lease.token)
-            if step is _Next.REFUSE:
-                raise AlreadyAssigned(complaint=complaint, winner=current)
-            if not needs_call:
-                # An older holder committed between our look and our fence; we did not
-                # call the vendor, so we must not record them as sent.
-                raise AssignmentChanged(complaint=complaint, current=current)
-            now = timezone.now()
-            if current is not None:
-                # Before the insert: the one-active-per-complaint index is not deferrable.
-                VendorAssignment.objects.filter(pk=current.pk).update(
-                    active=False, deactivated_at=now
+        try:
+            with transaction.atomic():
+                # Fence first: a holder whose lease was taken over learns it here, even
+                # when the work it came for has been done meanwhile.
+                advance_fence(Complaint.objects.filter(pk=complaint.pk), lease)
+                # The fence UPDATE holds the complaint's row lock until commit, so every
+                # fenced writer of this complaint reads the assignment state in turn.
+                current = active_assignment(complaint)
+                step = _next_step(current, vendor, reassign, replacing)
+                if step is _Next.ALREADY_DONE:
+                    return AssignmentResult(
+                        assignment=current, outcome=ALREADY_DONE, token=lease.token
+                    )
+                if step is _Next.REFUSE:
+                    raise AlreadyAssigned(complaint=complaint, winner=current)
+                if step is _Next.CHANGED:
+                    raise ChangedSinceViewed(
+                        complaint=complaint, expected=replacing, current=current
+                    )
+                if not needs_call:
+                    # An older holder committed between our look and our fence; we did
+                    # not call the vendor, so we must not record them as sent.
+                    raise AssignmentChanged(complaint=complaint, current=current)
+                now = timezone.now()
+                if current is not None:
+                    # Before the insert: the one-active-per-complaint index is not
+                    # deferrable.
+                    VendorAssignment.objects.filter(pk=current.pk).update(
+                        active=False, deactivated_at=now
+                    )
+                    current.active, current.deactivated_at = False, now
+                assignment = VendorAssignment.objects.create(
+                    complaint=complaint,
+                    vendor=vendor,
+                    fence_token=lease.token,
+                    assigned_at=now,
+                    assigned_by=actor,
+                    actor_label=label,
                 )
-                current.active, current.deactivated_at = False, now
-            assignment = VendorAssignment.objects.create(
-                complaint=complaint,
-                vendor=vendor,
-                fence_token=lease.token,
-                assigned_at=now,
-                assigned_by=actor,
-                actor_label=label,
-            )
+        except RefusedAtCommit as refusal:
+            if dispatched:
+                # Rolled back, but the vendor has been told: say so, and take it back.
+                refusal.told_in_vain = vendor
+                refusal.cancellation = _cancel_dispatch(
+                    complaint=complaint,
+                    vendor=vendor,
+                    replacing=looked,
+                    now_assigned=refusal.now_assigned,
+                    token=lease.token,
+                )
+            raise
         logger.info(
             "vendor assigned",
             extra={
@@ -270,14 +387,51 @@ def assign_vendor(
         work,
         ttl=timedelta(seconds=settings.VENDOR_LOCK_TTL_SECONDS),
         attempt=attempt,
-        # Both refusals mean "another attempt settled this complaint's assignment": the
-        # detail (the exception's text) names the vendor that holds it.
+        # The detail (the exception's text) names the vendor that holds the complaint,
+        # and the vendor told in vain. A refusal without reassign means "another attempt
+        # settled it" (already done); one of a decision overtaken since it was made is a
+        # conflict.
         errors={
             DispatchFailed: FAILED,
             AlreadyAssigned: ALREADY_DONE,
-            AssignmentChanged: ALREADY_DONE,
+            ChangedSinceViewed: CONFLICT,
+            AssignmentChanged: CONFLICT,
         },
     )
+
+
+def _cancel_dispatch(
+    *,
+    complaint: Complaint,
+    vendor: Vendor,
+    replacing: VendorAssignment | None,
+    now_assigned: VendorAssignment | None,
+    token: int,
+) -> str:
+    """Send the best-effort cancellation; return what happened, for the audit. Never raises:
+    the caller is owed its refusal, not an error about the cleanup."""
+    try:
+        call = cancel_dispatch(
+            complaint=complaint,
+            vendor=vendor,
+            replacing=replacing,
+            now_assigned=now_assigned,
+            token=token,
+        )
+    except ExternalCallFailed as exc:
+        logger.warning(
+            "dispatch cancellation failed",
+            extra={
+                "resource": assignment_resource(complaint.pk),
+                "token": token,
+                "vendor": vendor.pk,
+                "reason": exc.reason,
+            },
+        )
+        return f"cancellation failed: {exc.reason}"
+    if call.skipped:
+        return "cancellation skipped: no dispatch URL configured"
+    return f"cancellation sent (HTTP {call.status})"
 
 
 def _look_before_calling(complaint: Complaint, token: int) -> VendorAssignment | None:

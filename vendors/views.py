@@ -3,6 +3,9 @@
 The assign view is thin: it resolves the organization (404 unless staff of it), checks the
 permission (403), finds the complaint inside that organization (404), validates the form
 (400), calls ``assign_vendor`` once and turns its answer into a page.
+
+The form carries the assignment the page showed (``replacing``); a reassignment replaces
+that one only, and a 409 page that shows a newer one offers to replace it knowingly.
 """
 
 from django.contrib import messages
@@ -27,6 +30,7 @@ from vendors.services import (
     OPERATION,
     AlreadyAssigned,
     AssignmentChanged,
+    ChangedSinceViewed,
     ContractNotActive,
     DispatchFailed,
     NotAllowed,
@@ -57,9 +61,17 @@ class ComplaintDetailView(OrganizationMixin, DetailView):
     def get_context_data(self, **kwargs):
         context = super().get_context_data(**kwargs)
         complaint = self.object
-        context.setdefault("form", AssignVendorForm(organization=self.organization))
+        current = selectors.active_assignment(complaint)
+        context.setdefault(
+            "form",
+            AssignVendorForm(
+                organization=self.organization,
+                complaint=complaint,
+                initial={"replacing": current},
+            ),
+        )
         context.update(
-            current=selectors.active_assignment(complaint),
+            current=current,
             history=selectors.assignment_history(complaint),
             can_assign=self.request.user.has_perm(ASSIGN_PERMISSION),
         )
@@ -77,16 +89,21 @@ class AssignVendorView(ComplaintDetailView):
 
     def post(self, request, *args, **kwargs):
         self.object = complaint = self.get_object()
-        form = AssignVendorForm(request.POST, organization=self.organization)
+        form = AssignVendorForm(request.POST, organization=self.organization, complaint=complaint)
         if not form.is_valid():
             return self.render_to_response(self.get_context_data(form=form), status=400)
         vendor, reassign = form.cleaned_data["vendor"], form.cleaned_data["reassign"]
+        if form.names_what_it_showed:
+            replacing = form.cleaned_data["replacing"]
+        else:  # posted by a client that showed no page: what is active now, before the lease
+            replacing = selectors.active_assignment(complaint)
         try:
             result = assign_vendor(
                 complaint=complaint,
                 vendor=vendor,
                 actor=request.user,
                 reassign=reassign,
+                replacing=replacing,
                 ip=client_ip(request),
             )
         except ContractNotActive as exc:
@@ -94,8 +111,14 @@ class AssignVendorView(ComplaintDetailView):
             return self.render_to_response(self.get_context_data(form=form), status=400)
         except NotAllowed as exc:
             raise PermissionDenied from exc
-        except (LockHeld, StaleFencingToken, AlreadyAssigned, AssignmentChanged) as exc:
-            return self.conflict(complaint, vendor, reassign, exc)
+        except (
+            LockHeld,
+            StaleFencingToken,
+            AlreadyAssigned,
+            ChangedSinceViewed,
+            AssignmentChanged,
+        ) as exc:
+            return self.conflict(complaint, vendor, reassign, exc, form)
         except DispatchFailed as exc:
             return error_page(
                 request, 502, _("Vendor dispatch failed"), refusal_message(complaint, exc)
@@ -108,8 +131,12 @@ class AssignVendorView(ComplaintDetailView):
         messages.add_message(request, level, result_message(result))
         return _see_other(self.complaint_url(complaint))
 
-    def conflict(self, complaint, vendor, reassign, exc):
-        """The loser's 409: who holds the lease or which assignment won, and a retry."""
+    def conflict(self, complaint, vendor, reassign, exc, form):
+        """The loser's 409: who holds the lease or which assignment won, and a retry.
+
+        The retry replaces the assignment this page names (the person has now seen it),
+        else the one the refused form had shown.
+        """
         message, winner = refusal_message(complaint, exc), None
         if isinstance(exc, LockHeld):
             title = _("Assignment in progress")
@@ -120,11 +147,22 @@ class AssignVendorView(ComplaintDetailView):
                 "vendor” and try again."
             ) % {"vendor": vendor.name}
             winner = exc.winner
+        elif isinstance(exc, ChangedSinceViewed):
+            title = _("Changed since you looked")
+            message = _conflict_message(vendor, exc)
+            winner = exc.current
         elif isinstance(exc, AssignmentChanged):
             title = _("The vendor changed meanwhile")
+            winner = exc.current
         else:  # StaleFencingToken: name the assignment that won
             title = _("A newer assignment took over")
             winner = selectors.active_assignment(complaint)
+        if winner is not None or isinstance(exc, ChangedSinceViewed):
+            retry_replacing = _field_value(winner)
+        elif form.names_what_it_showed:
+            retry_replacing = _field_value(form.cleaned_data["replacing"])
+        else:
+            retry_replacing = None  # the retry, like this request, names nothing
         return conflict(
             self.request,
             title=title,
@@ -142,6 +180,7 @@ class AssignVendorView(ComplaintDetailView):
                 "complaint": complaint,
                 "vendor": vendor,
                 "reassign": reassign,
+                "retry_replacing": retry_replacing,
                 "back_url": self.complaint_url(complaint),
             },
         )
@@ -161,6 +200,23 @@ class VendorListView(OrganizationMixin, ListView):
 
     def get_context_data(self, **kwargs):
         return super().get_context_data(today=timezone.localdate(), **kwargs)
+
+
+def _field_value(assignment) -> str:
+    """The ``replacing`` field's value for an assignment, empty for none."""
+    return str(assignment.pk) if assignment is not None else ""
+
+
+def _conflict_message(vendor, exc: ChangedSinceViewed) -> str:
+    if exc.current is None:
+        return _(
+            "Nothing was changed: the vendor you saw is no longer assigned, and the complaint "
+            "has no vendor now. Try again to send %(vendor)s knowingly."
+        ) % {"vendor": vendor.name}
+    return _(
+        "Nothing was changed: since you looked, %(current)s has been assigned. Try again to "
+        "replace %(current)s with %(vendor)s knowingly."
+    ) % {"current": exc.current.vendor.name, "vendor": vendor.name}
 
 
 def _see_other(url: str) -> HttpResponseRedirect:

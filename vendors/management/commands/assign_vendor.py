@@ -1,8 +1,13 @@
 """``manage.py assign_vendor --complaint ID --vendor ID [--reassign] [--actor USERNAME]``
 
 Exit status: 0 assigned (or already assigned to that vendor); 75 (EX_TEMPFAIL) busy, stale,
-or assigned to another vendor without ``--reassign``; 1 bad input, not allowed, or Redis,
-PostgreSQL or the dispatch service down. One line on stdout or stderr, never a traceback.
+assigned to another vendor without ``--reassign``, or (with ``--reassign``) another vendor
+assigned after the command looked; 1 bad input, not allowed, or Redis, PostgreSQL or the
+dispatch service down. One line on stdout or stderr, never a traceback.
+
+``--reassign`` replaces the vendor that is active when the command starts, and only that
+one: the command reads it before taking the lease, and an assignment committed in between
+(by an older holder still finishing) is reported, not replaced.
 """
 
 import getpass
@@ -14,6 +19,7 @@ from django.core.management.base import CommandError
 from hoa.management.base import EXIT_TEMPFAIL, ServiceCommand, require_services
 from hoa.models import Complaint
 from locking import LockUnavailable
+from vendors import selectors
 from vendors.answers import BAD_REQUEST, RETRYABLE, refusal_message, result_message
 from vendors.models import Vendor
 from vendors.services import DispatchFailed, assign_vendor
@@ -26,8 +32,8 @@ _MAX_ID = 2**63 - 1
 class Command(ServiceCommand):
     help = (
         "Assign a vendor to a complaint under the complaint's fenced lease. Exit 0 when "
-        "assigned (or already), 75 when busy, stale or assigned to another vendor, 1 on bad "
-        "input or when a service is down."
+        "assigned (or already), 75 when busy, stale, assigned to another vendor or changed "
+        "since the command looked, 1 on bad input or when a service is down."
     )
 
     def add_arguments(self, parser):
@@ -35,7 +41,9 @@ class Command(ServiceCommand):
         parser.add_argument("--complaint", metavar="ID", help="the complaint's id")
         parser.add_argument("--vendor", metavar="ID", help="the vendor's id")
         parser.add_argument(
-            "--reassign", action="store_true", help="replace the complaint's current vendor"
+            "--reassign",
+            action="store_true",
+            help="replace the complaint's current vendor (the one active when the command starts)",
         )
         parser.add_argument(
             "--actor",
@@ -57,12 +65,15 @@ class Command(ServiceCommand):
         if vendor is None:
             raise CommandError(f"No vendor with id {vendor_id}.")
         actor = _actor(options["actor"])
+        # What --reassign replaces, fixed before the lease (see the module docstring).
+        replacing = selectors.active_assignment(complaint)
         try:
             result = assign_vendor(
                 complaint=complaint,
                 vendor=vendor,
                 actor=actor,
                 reassign=options["reassign"],
+                replacing=replacing,
                 via=f"cli:{_os_user()}",
             )
         except RETRYABLE as exc:
