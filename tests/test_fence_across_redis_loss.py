@@ -82,8 +82,14 @@ def test_reassignment_paused_in_its_dispatch_across_a_redis_loss_exits_75(
         active_vendor(name, maple) for name in ("Pipe", "Green", "Paused", "Newer")
     )
     resource = assignment_resource(complaint.pk)
-    assign_vendor(complaint=complaint, vendor=pipe, actor=alice)  # token 1
-    assign_vendor(complaint=complaint, vendor=green, actor=alice, reassign=True)  # token 2
+    first = assign_vendor(complaint=complaint, vendor=pipe, actor=alice)  # token 1
+    assign_vendor(  # token 2
+        complaint=complaint,
+        vendor=green,
+        actor=alice,
+        reassign=True,
+        replacing=first.assignment,
+    )
     assert unwritten_grant(resource) == 3
 
     gate = http_stub.hold(lambda request: request.token == 4)
