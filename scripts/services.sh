@@ -103,7 +103,9 @@ fsync = on
 EOF
     fi
     log "starting PostgreSQL on 127.0.0.1:$PG_PORT"
-    as_pg "$bindir/pg_ctl" -D "$data" -l "$data/server.log" -w -t 60 start >/dev/null \
+    # -p overrides the port written at initdb, so HOA_PG_PORT is honoured by an existing
+    # data folder too (make faults / bench beside a running make test).
+    as_pg "$bindir/pg_ctl" -D "$data" -l "$data/server.log" -o "-p $PG_PORT" -w -t 60 start >/dev/null \
         || die "PostgreSQL did not start; see $data/server.log"
     local psql=("$bindir/psql" -h 127.0.0.1 -p "$PG_PORT" -U postgres -d postgres -v ON_ERROR_STOP=1 -qAt)
     if [ "$("${psql[@]}" -c "SELECT 1 FROM pg_roles WHERE rolname = '$PG_USER_NAME'")" != "1" ]; then
