@@ -190,7 +190,11 @@ def check_run_pages(world: World, month: str = "2026-03") -> None:
 
 
 def check_assign_form(
-    world: World, vendor: str | None = None, reassign: str = "", complaint_id: str | None = None
+    world: World,
+    vendor: str | None = None,
+    reassign: str = "",
+    complaint_id: str | None = None,
+    replacing: str | None = None,
 ) -> None:
     vendor = world.or_valid(vendor, world.vendor_id)
     complaint_id = world.or_valid(complaint_id, world.complaint.pk)
@@ -212,6 +216,16 @@ def check_assign_form(
         assert written() == before
     page = world.alice.get(f"/orgs/maple-court/complaints/{segment(complaint_id)}/")
     assert_safe(page, 200, 404)
+
+    if replacing is not None:  # the assignment the page showed, as posted back
+        before = written()
+        shown = world.alice.post(
+            f"/orgs/maple-court/complaints/{world.complaint.pk}/assign/",
+            {"vendor": vendor, "reassign": "on", "replacing": replacing},
+        )
+        assert_safe(shown, 303, 400, 409)
+        if shown.status_code != 303:
+            assert written() == before
 
 
 def check_lock_page(
@@ -363,9 +377,10 @@ def test_fuzzed_month_on_the_run_pages(world, month):
     vendor=values,
     reassign=values,
     complaint_id=st.one_of(values, st.integers(-1, 10**30).map(str)),
+    replacing=st.one_of(values, st.integers(-1, 10**30).map(str)),
 )
-def test_fuzzed_assign_form_and_complaint_id(world, vendor, reassign, complaint_id):
-    check_assign_form(world, vendor, reassign, complaint_id)
+def test_fuzzed_assign_form_and_complaint_id(world, vendor, reassign, complaint_id, replacing):
+    check_assign_form(world, vendor, reassign, complaint_id, replacing)
 
 
 @FUZZ

@@ -58,7 +58,7 @@ class AssignVendorForm(forms.Form):
             self.fields["replacing"].queryset = complaint.assignments.select_related("vendor")
 
     @property
-    def names_what_it_showed(self) -> bool:
+    def carries_shown_assignment(self) -> bool:
         """Whether the POST carried ``replacing`` (the page's form always does; a client
         posting without it showed nothing, and is treated like the command)."""
         return "replacing" in self.fields and self.add_prefix("replacing") in self.data

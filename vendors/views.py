@@ -93,7 +93,7 @@ class AssignVendorView(ComplaintDetailView):
         if not form.is_valid():
             return self.render_to_response(self.get_context_data(form=form), status=400)
         vendor, reassign = form.cleaned_data["vendor"], form.cleaned_data["reassign"]
-        if form.names_what_it_showed:
+        if form.carries_shown_assignment:
             replacing = form.cleaned_data["replacing"]
         else:  # posted by a client that showed no page: what is active now, before the lease
             replacing = selectors.active_assignment(complaint)
@@ -159,7 +159,7 @@ class AssignVendorView(ComplaintDetailView):
             winner = selectors.active_assignment(complaint)
         if winner is not None or isinstance(exc, ChangedSinceViewed):
             retry_replacing = _field_value(winner)
-        elif form.names_what_it_showed:
+        elif form.carries_shown_assignment:
             retry_replacing = _field_value(form.cleaned_data["replacing"])
         else:
             retry_replacing = None  # the retry, like this request, names nothing
