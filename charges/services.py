@@ -13,11 +13,12 @@ The order inside (ARCHITECTURE.md, "A fenced operation, end to end"):
    lease was re-granted → ``GenerationSuperseded``), then the state check (a completed run
    → "already generated"), then the charges and the run's totals.
 
-``run_fenced`` records each attempt's outcome as a ``FenceEvent`` and reseeds a lost Redis
-counter. Actors: a user must be staff of the organization and hold
-``charges.generate_charges`` (``NotAllowed`` otherwise), checked here as well as by the
-callers; a string actor is a trusted system caller (a management command, which validated
-its ``--actor`` itself) and is recorded as given.
+``run_fenced`` records each attempt's outcome as a ``FenceEvent``; a Redis counter that was
+lost or fell behind starts a new fence epoch (docs/locking.md). Actors: a user must be
+staff of the organization and hold ``charges.generate_charges`` (``NotAllowed``
+otherwise), checked here as well as by the callers; a string actor is a trusted system
+caller (a management command, which validated its ``--actor`` itself) and is recorded as
+given.
 """
 
 import logging

@@ -217,7 +217,8 @@ class CounterRow:
     def behind(self) -> bool:
         """Redis's counter is below what PostgreSQL recorded: the counter was lost.
 
-        The next grant is rejected by the fence, reseeds the counter and retries once.
+        The next grant that the fence refuses starts a new epoch above the recorded token
+        and retries once (a counter missing entirely is seen by the grant itself).
         """
         return (
             self.redis_counter is not None

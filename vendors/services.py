@@ -439,8 +439,8 @@ def _look_before_calling(complaint: Complaint, token: int) -> VendorAssignment |
 
     Only spares the vendor a call that cannot lead anywhere: the conditional UPDATE in
     ``advance_fence`` is what decides. A token at or below the recorded one means a newer
-    holder took over, or Redis lost its counter; raising here lets ``run_fenced`` tell the
-    two apart and reseed before the vendor ever sees a doomed token.
+    holder took over, or the Redis counter is behind; raising here lets ``run_fenced`` tell
+    the two apart and start a new epoch before the vendor ever sees a doomed token.
     """
     # One round trip for the recorded token and the active assignment's id; the assignment
     # itself (with its vendor, for the dispatch payload) only when there is one.
