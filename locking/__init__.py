@@ -39,6 +39,7 @@ from locking.fence import advance_fence
 from locking.keys import fence_key, lock_key, validate_resource
 from locking.lock import FenceLock, HolderInfo, KeepAlive, Lease, holder_label
 from locking.operation import Attempt, run_fenced
+from locking.outcomes import Outcome
 
 __all__ = [
     "Attempt",
@@ -49,6 +50,7 @@ __all__ = [
     "LockError",
     "LockHeld",
     "LockUnavailable",
+    "Outcome",
     "StaleFencingToken",
     "advance_fence",
     "advisory_key",
