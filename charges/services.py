@@ -46,6 +46,7 @@ from locking import (
     Lease,
     LockHeld,
     LockUnavailable,
+    Outcome,
     StaleFencingToken,
     advance_fence,
     record_fence_event,
@@ -56,10 +57,6 @@ logger = logging.getLogger(__name__)
 
 OPERATION = "monthly-charges"
 GENERATE_PERMISSION = "charges.generate_charges"
-
-# Outcomes of a successful call; the same words as FenceEvent.Outcome.
-GENERATED = "committed"
-ALREADY_GENERATED = "already_done"
 
 _MONTH_PATTERN = re.compile(r"([0-9]{4})-([0-9]{2})")  # [0-9]: \d also takes "٢٠٢٦-٠٣"
 _INSERT_BATCH_SIZE = 1000
@@ -231,12 +228,12 @@ class ChargeRunResult:
     """What a successful call did: generated the run now, or found it already generated."""
 
     run: MonthlyChargeRun
-    outcome: str  # GENERATED or ALREADY_GENERATED; run_fenced records it as the event outcome
+    outcome: Outcome  # COMMITTED or ALREADY_DONE; run_fenced records it as the event outcome
     token: int
 
     @property
     def generated(self) -> bool:
-        return self.outcome == GENERATED
+        return self.outcome == Outcome.COMMITTED
 
     @property
     def message(self) -> str:
@@ -308,7 +305,7 @@ def generate_monthly_charges(
             # vendors service does); callers that refuse earlier record an AccessDenial.
             record_fence_event(
                 resource=resource,
-                outcome="denied",
+                outcome=Outcome.DENIED,
                 actor=label,
                 detail=f"not staff of {organization.slug} with {GENERATE_PERMISSION}",
                 scope=scope_for_organization(organization),
@@ -333,7 +330,7 @@ def generate_monthly_charges(
                 scope=scope_for_organization(organization),
                 ip=ip,
             ),
-            errors={BillingFailed: "failed"},
+            errors={BillingFailed: Outcome.FAILED},
         )
     except LockHeld as exc:
         raise GenerationBusy(organization=organization, month=month, lock=exc) from exc
@@ -371,7 +368,7 @@ def _generate_under_lease(
         # Our UPDATE holds the row lock; this read sees the latest committed state.
         run = MonthlyChargeRun.objects.select_related("organization").get(pk=run.pk)
         if run.is_completed:
-            outcome = ALREADY_GENERATED
+            outcome = Outcome.ALREADY_DONE
         else:
             now = timezone.now()
             MonthlyCharge.objects.bulk_create(
@@ -389,10 +386,10 @@ def _generate_under_lease(
             run.save(
                 update_fields=["status", "total", "charge_count", "completed_at", "completed_by"]
             )
-            outcome = GENERATED
+            outcome = Outcome.COMMITTED
     logger.info(
         "monthly charges %s",
-        "generated" if outcome == GENERATED else "already generated",
+        "generated" if outcome == Outcome.COMMITTED else "already generated",
         extra={
             "resource": lease.resource,
             "token": lease.token,

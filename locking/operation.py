@@ -23,12 +23,11 @@ from locking.audit import record_fence_event
 from locking.epochs import epoch_of
 from locking.exceptions import LockHeld, LockUnavailable, StaleFencingToken
 from locking.lock import FenceLock, Lease
+from locking.outcomes import Outcome
 
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
-
-COMMITTED = "committed"
 
 
 @dataclass(frozen=True)
@@ -47,14 +46,14 @@ def run_fenced(
     *,
     ttl: timedelta,
     attempt: Attempt,
-    errors: Mapping[type[Exception], str] = MappingProxyType({}),
+    errors: Mapping[type[Exception], Outcome] = MappingProxyType({}),
     lock: FenceLock | None = None,
     using: str = "default",
 ) -> T:
     """Run ``work(lease)`` under a fresh lease on ``resource`` and record the outcome.
 
     The outcome recorded on success is ``result.outcome`` if the result has one (e.g.
-    ``"already_done"``), else ``"committed"``. ``LockHeld``, ``LockUnavailable`` and
+    ``Outcome.ALREADY_DONE``), else ``Outcome.COMMITTED``. ``LockHeld``, ``LockUnavailable`` and
     ``StaleFencingToken`` are recorded as busy / unavailable / stale and re-raised;
     exceptions listed in ``errors`` are recorded with the outcome given there and
     re-raised.
@@ -77,7 +76,9 @@ def run_fenced(
     granted: list[Lease] = []
     started = time.monotonic()
 
-    def record(outcome: str, token: int | None, detail: str = "", *, final: bool = True) -> None:
+    def record(
+        outcome: Outcome, token: int | None, detail: str = "", *, final: bool = True
+    ) -> None:
         if final:
             metrics.attempt_finished(attempt.operation, outcome, time.monotonic() - started)
         record_fence_event(
@@ -105,7 +106,7 @@ def run_fenced(
         )
         metrics.counter_reseeded(attempt.operation)
         record(
-            "stale",
+            Outcome.STALE,
             exc.token,
             f"Redis fence counter was behind the recorded token {exc.recorded}: "
             "new epoch started, retrying",
@@ -122,19 +123,19 @@ def run_fenced(
             lock.reseed(resource, lock.start_epoch(resource, above=exc.recorded))
             result = once()
     except LockHeld as exc:
-        record("busy", exc.token, f"held by {exc.holder}")
+        record(Outcome.BUSY, exc.token, f"held by {exc.holder}")
         raise
     except LockUnavailable as exc:
-        record("unavailable", None, exc.reason)
+        record(Outcome.UNAVAILABLE, None, exc.reason)
         raise
     except StaleFencingToken as exc:
-        record("stale", exc.token, f"a newer holder recorded token {exc.recorded}")
+        record(Outcome.STALE, exc.token, f"a newer holder recorded token {exc.recorded}")
         raise
     except tuple(errors) as exc:
         outcome = next(o for kind, o in errors.items() if isinstance(exc, kind))
         record(outcome, granted[-1].token if granted else None, str(exc))
         raise
-    record(getattr(result, "outcome", COMMITTED), granted[-1].token)
+    record(getattr(result, "outcome", Outcome.COMMITTED), granted[-1].token)
     return result
 
 

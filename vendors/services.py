@@ -21,7 +21,7 @@ after it told its vendor sends that vendor's dispatch a best-effort cancellation
 import logging
 from dataclasses import dataclass
 from datetime import date, timedelta
-from enum import Enum
+from enum import Enum, auto
 
 from django.conf import settings
 from django.db import transaction
@@ -32,7 +32,15 @@ from hoa import resources
 from hoa.models import Complaint, Organization
 from hoa.outbound import ExternalCallFailed
 from hoa.scopes import scope_for_organization
-from locking import Attempt, Lease, StaleFencingToken, advance_fence, record_fence_event, run_fenced
+from locking import (
+    Attempt,
+    Lease,
+    Outcome,
+    StaleFencingToken,
+    advance_fence,
+    record_fence_event,
+    run_fenced,
+)
 from vendors.dispatch import cancel_dispatch, dispatch_assignment
 from vendors.models import Vendor, VendorAssignment, VendorContract
 from vendors.selectors import active_assignment
@@ -41,13 +49,6 @@ logger = logging.getLogger(__name__)
 
 OPERATION = "vendor-assignment"
 ASSIGN_PERMISSION = "vendors.assign_vendor"
-
-# FenceEvent outcomes this operation records besides the ones run_fenced records itself.
-COMMITTED = "committed"
-ALREADY_DONE = "already_done"
-CONFLICT = "conflict"
-FAILED = "failed"
-DENIED = "denied"
 
 
 def assignment_resource(complaint_id: int) -> str:
@@ -195,14 +196,14 @@ class AssignmentResult:
     """What ``assign_vendor`` did. ``outcome`` is the FenceEvent outcome it recorded."""
 
     assignment: VendorAssignment  # the active assignment of the vendor asked for
-    outcome: str  # COMMITTED or ALREADY_DONE
+    outcome: Outcome  # COMMITTED or ALREADY_DONE
     token: int
     replaced: VendorAssignment | None = None  # the assignment this call deactivated
     dispatched: bool = False  # the dispatch service was called (not skipped, not needed)
 
     @property
     def already_done(self) -> bool:
-        return self.outcome == ALREADY_DONE
+        return self.outcome == Outcome.ALREADY_DONE
 
 
 # --- The operation -----------------------------------------------------------------------
@@ -211,10 +212,10 @@ class AssignmentResult:
 class _Next(Enum):
     """What the state of the complaint asks of an attempt."""
 
-    ALREADY_DONE = "already_done"  # the vendor asked for is the active one
-    REFUSE = "refuse"  # another vendor is active and reassign was not asked
-    CHANGED = "changed"  # reassign, but the active assignment is not the one the caller saw
-    ASSIGN = "assign"  # write a new active assignment
+    ALREADY_DONE = auto()  # the vendor asked for is the active one
+    REFUSE = auto()  # another vendor is active and reassign was not asked
+    CHANGED = auto()  # reassign, but the active assignment is not the one the caller saw
+    ASSIGN = auto()  # write a new active assignment
 
 
 class Unstated(Enum):
@@ -288,7 +289,7 @@ def assign_vendor(
     if not _may_assign(actor, organization):
         record_fence_event(
             resource=resource,
-            outcome=DENIED,
+            outcome=Outcome.DENIED,
             actor=label,
             detail=f"not staff of {organization.slug} with {ASSIGN_PERMISSION}",
             scope=attempt.scope,
@@ -323,7 +324,7 @@ def assign_vendor(
                 step = _next_step(current, vendor, reassign, replacing)
                 if step is _Next.ALREADY_DONE:
                     return AssignmentResult(
-                        assignment=current, outcome=ALREADY_DONE, token=lease.token
+                        assignment=current, outcome=Outcome.ALREADY_DONE, token=lease.token
                     )
                 if step is _Next.REFUSE:
                     raise AlreadyAssigned(complaint=complaint, winner=current)
@@ -368,7 +369,7 @@ def assign_vendor(
             extra={
                 "resource": resource,
                 "token": lease.token,
-                "outcome": COMMITTED,
+                "outcome": Outcome.COMMITTED,
                 "complaint": complaint.pk,
                 "vendor": vendor.pk,
                 "replaced": current.pk if current else None,
@@ -376,7 +377,7 @@ def assign_vendor(
         )
         return AssignmentResult(
             assignment=assignment,
-            outcome=COMMITTED,
+            outcome=Outcome.COMMITTED,
             token=lease.token,
             replaced=current,
             dispatched=dispatched,
@@ -392,10 +393,10 @@ def assign_vendor(
         # settled it" (already done); one of a decision overtaken since it was made is a
         # conflict.
         errors={
-            DispatchFailed: FAILED,
-            AlreadyAssigned: ALREADY_DONE,
-            ChangedSinceViewed: CONFLICT,
-            AssignmentChanged: CONFLICT,
+            DispatchFailed: Outcome.FAILED,
+            AlreadyAssigned: Outcome.ALREADY_DONE,
+            ChangedSinceViewed: Outcome.CONFLICT,
+            AssignmentChanged: Outcome.CONFLICT,
         },
     )
 
