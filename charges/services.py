@@ -69,6 +69,8 @@ class ChargesError(Exception):
     """Base class of everything charge generation raises on purpose.
 
     ``str(exc)`` is a translated sentence fit for a page, an admin message or stderr.
+    Each exception that answers an attempt declares its ``outcome`` (``run_fenced``
+    records it); bad input (``InvalidMonth``) has none: no attempt was made.
     """
 
 
@@ -83,6 +85,8 @@ class InvalidMonth(ChargesError, ValueError):
 class NotAllowed(ChargesError):
     """The user is not staff of the organization or lacks the permission; nothing was done."""
 
+    outcome = Outcome.DENIED
+
     def __init__(self, *, actor: str, organization: Organization):
         self.actor = actor
         self.organization = organization
@@ -94,6 +98,8 @@ class NotAllowed(ChargesError):
 
 class GenerationBusy(ChargesError):
     """Another holder is generating these charges right now; nothing was written."""
+
+    outcome = Outcome.BUSY
 
     def __init__(self, *, organization: Organization, month: date, lock: LockHeld):
         self.organization = organization
@@ -122,6 +128,8 @@ class GenerationBusy(ChargesError):
 class GenerationSuperseded(ChargesError):
     """This holder's lease ran out and a newer holder took over; nothing was written."""
 
+    outcome = Outcome.STALE
+
     def __init__(self, *, organization: Organization, month: date, stale: StaleFencingToken):
         self.organization = organization
         self.month = month
@@ -145,6 +153,8 @@ class GenerationSuperseded(ChargesError):
 class LockServiceUnavailable(ChargesError):
     """Redis could not be reached; nothing was written."""
 
+    outcome = Outcome.UNAVAILABLE
+
     def __init__(self, *, organization: Organization, month: date, reason: str):
         self.organization = organization
         self.month = month
@@ -160,6 +170,8 @@ class LockServiceUnavailable(ChargesError):
 
 class BillingFailed(ChargesError):
     """The billing webhook refused, failed or timed out; nothing was written."""
+
+    outcome = Outcome.FAILED
 
     def __init__(self, *, organization: Organization, month: date, call: ExternalCallFailed):
         self.organization = organization
@@ -330,7 +342,6 @@ def generate_monthly_charges(
                 scope=scope_for_organization(organization),
                 ip=ip,
             ),
-            errors={BillingFailed: Outcome.FAILED},
         )
     except LockHeld as exc:
         raise GenerationBusy(organization=organization, month=month, lock=exc) from exc

@@ -9,11 +9,10 @@ operation, so it lives here once.
 
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
-from types import MappingProxyType
-from typing import TypeVar
+from typing import Protocol, TypeVar, runtime_checkable
 
 from django.db import connections
 from django.db.transaction import TransactionManagementError
@@ -28,6 +27,14 @@ from locking.outcomes import Outcome
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
+
+
+@runtime_checkable
+class HasOutcome(Protocol):
+    """A result or an exception that says which outcome it is, e.g. ``Outcome.ALREADY_DONE``
+    for a result, ``outcome = Outcome.FAILED`` as the class attribute of an exception."""
+
+    outcome: Outcome
 
 
 @dataclass(frozen=True)
@@ -46,17 +53,16 @@ def run_fenced(
     *,
     ttl: timedelta,
     attempt: Attempt,
-    errors: Mapping[type[Exception], Outcome] = MappingProxyType({}),
     lock: FenceLock | None = None,
     using: str = "default",
 ) -> T:
     """Run ``work(lease)`` under a fresh lease on ``resource`` and record the outcome.
 
     The outcome recorded on success is ``result.outcome`` if the result has one (e.g.
-    ``Outcome.ALREADY_DONE``), else ``Outcome.COMMITTED``. ``LockHeld``, ``LockUnavailable`` and
-    ``StaleFencingToken`` are recorded as busy / unavailable / stale and re-raised;
-    exceptions listed in ``errors`` are recorded with the outcome given there and
-    re-raised.
+    ``Outcome.ALREADY_DONE``), else ``Outcome.COMMITTED``. An exception that declares its
+    ``outcome`` (``LockHeld``: busy, ``LockUnavailable``: unavailable,
+    ``StaleFencingToken``: stale, and the caller's own, e.g. a failed external call) is
+    recorded with it and re-raised; any other exception is re-raised unrecorded.
 
     A counter Redis lost entirely is caught before the work, by the grant itself (it starts
     a new epoch). A counter that is present but behind the database (a failover to a
@@ -131,11 +137,13 @@ def run_fenced(
     except StaleFencingToken as exc:
         record(Outcome.STALE, exc.token, f"a newer holder recorded token {exc.recorded}")
         raise
-    except tuple(errors) as exc:
-        outcome = next(o for kind, o in errors.items() if isinstance(exc, kind))
-        record(outcome, granted[-1].token if granted else None, str(exc))
+    except Exception as exc:  # re-raised in every case; recorded if it declares its outcome
+        if isinstance(exc, HasOutcome):
+            record(exc.outcome, granted[-1].token if granted else None, str(exc))
         raise
-    record(getattr(result, "outcome", Outcome.COMMITTED), granted[-1].token)
+    record(
+        result.outcome if isinstance(result, HasOutcome) else Outcome.COMMITTED, granted[-1].token
+    )
     return result
 
 

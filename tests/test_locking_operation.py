@@ -19,6 +19,7 @@ from locking import (
     FenceLock,
     LockHeld,
     LockUnavailable,
+    Outcome,
     StaleFencingToken,
     advance_fence,
     fence_key,
@@ -97,7 +98,7 @@ def test_committed_attempt_is_recorded_with_its_token_and_the_lease_released(
 def test_result_outcome_is_recorded_instead_of_committed(resource):
     @dataclass
     class Done:
-        outcome: str = "already_done"
+        outcome: Outcome = Outcome.ALREADY_DONE
 
     result = run_fenced(resource, lambda lease: Done(), ttl=TTL, attempt=ALICE)
 
@@ -175,19 +176,34 @@ def test_unavailable_is_recorded_and_the_work_never_runs(complaint, resource, re
     assert redis_client.dbsize() == 0
 
 
-def test_listed_error_is_recorded_with_its_outcome_and_re_raised(complaint, resource, redis_client):
+def test_error_that_declares_its_outcome_is_recorded_with_it_and_re_raised(
+    complaint, resource, redis_client
+):
     class DispatchDown(Exception):
-        pass
+        outcome = Outcome.FAILED
 
     def work(lease):
         raise DispatchDown("dispatch answered 503")
 
     with pytest.raises(DispatchDown):
-        run_fenced(resource, work, ttl=TTL, attempt=ALICE, errors={DispatchDown: "failed"})
+        run_fenced(resource, work, ttl=TTL, attempt=ALICE)
 
     assert events(resource) == [("failed", 1, "dispatch answered 503")]
     assert redis_client.exists(lock_key(resource)) == 0
     assert db_token(complaint) == 0
+
+
+def test_error_without_an_outcome_is_re_raised_unrecorded_and_the_lease_released(
+    resource, redis_client
+):
+    def work(lease):
+        raise KeyError("a bug, not an answer")
+
+    with pytest.raises(KeyError):
+        run_fenced(resource, work, ttl=TTL, attempt=ALICE)
+
+    assert events(resource) == []
+    assert redis_client.exists(lock_key(resource)) == 0
 
 
 def test_run_fenced_refuses_to_run_inside_atomic_and_touches_nothing(

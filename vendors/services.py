@@ -60,11 +60,17 @@ def assignment_resource(complaint_id: int) -> str:
 
 
 class VendorsError(Exception):
-    """Base class of everything the vendors app raises on purpose."""
+    """Base class of everything the vendors app raises on purpose.
+
+    Each exception that answers an attempt declares its ``outcome`` (``run_fenced`` records
+    it); ``ContractNotActive`` has none: it is bad input, refused before any attempt.
+    """
 
 
 class NotAllowed(VendorsError):
     """The actor may not assign vendors for the complaint's organization; nothing locked."""
+
+    outcome = Outcome.DENIED
 
     def __init__(self, *, actor, organization: Organization):
         self.actor = actor
@@ -101,6 +107,8 @@ class ContractNotActive(VendorsError):
 class DispatchFailed(VendorsError):
     """The dispatch service refused, failed or timed out; nothing was written."""
 
+    outcome = Outcome.FAILED
+
     def __init__(self, *, complaint: Complaint, vendor: Vendor, reason: str, status=None):
         self.complaint = complaint
         self.vendor = vendor
@@ -132,7 +140,12 @@ class RefusedAtCommit(VendorsError):
 
 
 class AlreadyAssigned(RefusedAtCommit):
-    """Another vendor is actively assigned and ``reassign`` was not asked; nothing written."""
+    """Another vendor is actively assigned and ``reassign`` was not asked; nothing written.
+
+    Recorded as already done: another attempt settled the complaint.
+    """
+
+    outcome = Outcome.ALREADY_DONE
 
     def __init__(self, *, complaint: Complaint, winner: VendorAssignment):
         self.complaint = complaint
@@ -150,6 +163,8 @@ class ChangedSinceViewed(RefusedAtCommit):
 
     Running again with ``current`` as the one to replace replaces it knowingly.
     """
+
+    outcome = Outcome.CONFLICT
 
     def __init__(
         self,
@@ -171,6 +186,8 @@ class ChangedSinceViewed(RefusedAtCommit):
 class AssignmentChanged(RefusedAtCommit):
     """Another attempt changed the assignment after this one decided not to call the
     vendor, and a write would now be needed; nothing was written. Trying again is safe."""
+
+    outcome = Outcome.CONFLICT
 
     def __init__(self, *, complaint: Complaint, current: VendorAssignment | None):
         self.complaint = complaint
@@ -387,17 +404,10 @@ def assign_vendor(
         resource,
         work,
         ttl=timedelta(seconds=settings.VENDOR_LOCK_TTL_SECONDS),
+        # Refusals are recorded with the outcome their exception declares; the detail
+        # (the exception's text) names the vendor that holds the complaint, and the vendor
+        # told in vain.
         attempt=attempt,
-        # The detail (the exception's text) names the vendor that holds the complaint,
-        # and the vendor told in vain. A refusal without reassign means "another attempt
-        # settled it" (already done); one of a decision overtaken since it was made is a
-        # conflict.
-        errors={
-            DispatchFailed: Outcome.FAILED,
-            AlreadyAssigned: Outcome.ALREADY_DONE,
-            ChangedSinceViewed: Outcome.CONFLICT,
-            AssignmentChanged: Outcome.CONFLICT,
-        },
     )
 
 

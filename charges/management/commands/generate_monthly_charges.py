@@ -69,14 +69,8 @@ def generate_for(organization: Organization, month: date, actor: str) -> OrgOutc
     """Run the service for one organization and classify its answer."""
     try:
         result = generate_monthly_charges(organization=organization, month=month, actor=actor)
-    except GenerationBusy as exc:
-        return OrgOutcome(organization.slug, Outcome.BUSY, str(exc))
-    except GenerationSuperseded as exc:
-        return OrgOutcome(organization.slug, Outcome.STALE, str(exc))
-    except BillingFailed as exc:
-        return OrgOutcome(organization.slug, Outcome.FAILED, str(exc))
-    except LockServiceUnavailable as exc:
-        return OrgOutcome(organization.slug, Outcome.UNAVAILABLE, str(exc))
+    except (GenerationBusy, GenerationSuperseded, BillingFailed, LockServiceUnavailable) as exc:
+        return OrgOutcome(organization.slug, exc.outcome, str(exc))
     return OrgOutcome(organization.slug, result.outcome, result.message)
 
 
