@@ -79,72 +79,98 @@ def run_fenced(
             "run_fenced() opens its own transaction; do not call it inside transaction.atomic()."
         )
     lock = lock or FenceLock()
-    granted: list[Lease] = []
-    started = time.monotonic()
+    audit = AttemptAudit(resource, attempt, using=using)
+    lease: Lease | None = None
+    try:
+        lease = lock.acquire(resource, ttl=ttl, holder=attempt.actor)
+        audit.granted()
+        try:
+            result = work(lease)
+        except StaleFencingToken as stale:
+            if not counter_is_behind(lock, resource, stale):
+                raise
+            # Not a newer holder: Redis handed out a number the database had seen. Record
+            # it, start an epoch above the recorded token, and run the attempt once more.
+            audit.counter_behind(stale)
+            lease.release()
+            lease = None
+            lock.reseed(resource, lock.start_epoch(resource, above=stale.recorded))
+            lease = lock.acquire(resource, ttl=ttl, holder=attempt.actor)
+            audit.granted()
+            result = work(lease)
+    except Exception as exc:  # always re-raised; recorded when it declares its outcome
+        if isinstance(exc, HasOutcome):
+            audit.refused(exc, lease)
+        raise
+    else:
+        audit.finished(result, lease)
+        return result
+    finally:
+        if lease is not None:
+            lease.release()
 
-    def record(
-        outcome: Outcome, token: int | None, detail: str = "", *, final: bool = True
-    ) -> None:
-        if final:
-            metrics.attempt_finished(attempt.operation, outcome, time.monotonic() - started)
-        record_fence_event(
-            resource=resource,
-            outcome=outcome,
-            token=token,
-            actor=attempt.actor,
-            detail=detail,
-            scope=attempt.scope,
-            operation=attempt.operation,
-            ip=attempt.ip,
-            using=using,
-        )
 
-    def once() -> T:
-        with lock.acquire(resource, ttl=ttl, holder=attempt.actor) as lease:
-            granted.append(lease)
-            metrics.lease_granted(attempt.operation)
-            return work(lease)
+class AttemptAudit:
+    """The record of one ``run_fenced`` call: its events in ``FenceEvent``, its metrics."""
 
-    def on_reseed(exc: StaleFencingToken) -> None:
+    def __init__(self, resource: str, attempt: Attempt, *, using: str):
+        self.resource = resource
+        self.attempt = attempt
+        self.using = using
+        self.started = time.monotonic()
+
+    def granted(self) -> None:
+        metrics.lease_granted(self.attempt.operation)
+
+    def finished(self, result: object, lease: Lease) -> None:
+        outcome = result.outcome if isinstance(result, HasOutcome) else Outcome.COMMITTED
+        self._record(outcome, lease.token)
+
+    def refused(self, exc: HasOutcome, lease: Lease | None) -> None:
+        """Record an exception with the outcome it declares, and the facts it carries."""
+        match exc:
+            case LockHeld():
+                self._record(exc.outcome, exc.token, f"held by {exc.holder}")
+            case LockUnavailable():
+                self._record(exc.outcome, None, exc.reason)
+            case StaleFencingToken():
+                detail = f"a newer holder recorded token {exc.recorded}"
+                self._record(exc.outcome, exc.token, detail)
+            case _:
+                self._record(exc.outcome, lease.token if lease else None, str(exc))
+
+    def counter_behind(self, stale: StaleFencingToken) -> None:
+        """Record a rejection that the attempt's retry answers: not its final outcome."""
         logger.warning(
             "fence counter behind the database; starting a new epoch and retrying once",
-            extra={"resource": resource, "token": exc.token, "recorded": exc.recorded},
+            extra={"resource": self.resource, "token": stale.token, "recorded": stale.recorded},
         )
-        metrics.counter_reseeded(attempt.operation)
-        record(
+        metrics.counter_reseeded(self.attempt.operation)
+        self._record(
             Outcome.STALE,
-            exc.token,
-            f"Redis fence counter was behind the recorded token {exc.recorded}: "
+            stale.token,
+            f"Redis fence counter was behind the recorded token {stale.recorded}: "
             "new epoch started, retrying",
             final=False,
         )
 
-    try:
-        try:
-            result = once()
-        except StaleFencingToken as exc:
-            if not counter_is_behind(lock, resource, exc):
-                raise
-            on_reseed(exc)
-            lock.reseed(resource, lock.start_epoch(resource, above=exc.recorded))
-            result = once()
-    except LockHeld as exc:
-        record(Outcome.BUSY, exc.token, f"held by {exc.holder}")
-        raise
-    except LockUnavailable as exc:
-        record(Outcome.UNAVAILABLE, None, exc.reason)
-        raise
-    except StaleFencingToken as exc:
-        record(Outcome.STALE, exc.token, f"a newer holder recorded token {exc.recorded}")
-        raise
-    except Exception as exc:  # re-raised in every case; recorded if it declares its outcome
-        if isinstance(exc, HasOutcome):
-            record(exc.outcome, granted[-1].token if granted else None, str(exc))
-        raise
-    record(
-        result.outcome if isinstance(result, HasOutcome) else Outcome.COMMITTED, granted[-1].token
-    )
-    return result
+    def _record(
+        self, outcome: Outcome, token: int | None, detail: str = "", *, final: bool = True
+    ) -> None:
+        if final:
+            elapsed = time.monotonic() - self.started
+            metrics.attempt_finished(self.attempt.operation, outcome, elapsed)
+        record_fence_event(
+            resource=self.resource,
+            outcome=outcome,
+            token=token,
+            actor=self.attempt.actor,
+            detail=detail,
+            scope=self.attempt.scope,
+            operation=self.attempt.operation,
+            ip=self.attempt.ip,
+            using=self.using,
+        )
 
 
 def counter_is_behind(lock: FenceLock, resource: str, exc: StaleFencingToken) -> bool:
