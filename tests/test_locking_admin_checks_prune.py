@@ -41,15 +41,30 @@ def test_check_is_silent_when_the_timeout_is_at_most_half_of_every_ttl(settings)
     assert w001(settings) == []
 
 
-def test_check_covers_every_lock_ttl_setting(settings):
+def test_check_covers_every_setting_lock_ttl_settings_names_and_only_those(settings):
     settings.EXTERNAL_CALL_TIMEOUT_SECONDS = 10
+    settings.LOCK_TTL_SETTINGS = ["CHARGES_LOCK_TTL_SECONDS", "VENDOR_LOCK_TTL_SECONDS"]
     settings.VENDOR_LOCK_TTL_SECONDS = 5
     settings.CHARGES_LOCK_TTL_SECONDS = 5
-    settings.REPORTS_LOCK_TTL_SECONDS = 100
+    settings.REPORTS_LOCK_TTL_SECONDS = 1  # not named: not checked
     assert [msg.split(" is not")[1] for msg in w001(settings)] == [
         " comfortably below CHARGES_LOCK_TTL_SECONDS (5s).",
         " comfortably below VENDOR_LOCK_TTL_SECONDS (5s).",
     ]
+
+
+def test_check_is_off_without_an_external_call_timeout(settings):
+    del settings.EXTERNAL_CALL_TIMEOUT_SECONDS
+    settings.VENDOR_LOCK_TTL_SECONDS = 0.1
+    assert external_timeout_below_lock_ttl() == []
+
+
+def test_a_lock_ttl_setting_that_is_not_set_is_an_error(settings):
+    settings.EXTERNAL_CALL_TIMEOUT_SECONDS = 1
+    settings.LOCK_TTL_SETTINGS = ["MISSING_LOCK_TTL_SECONDS"]
+    [error] = external_timeout_below_lock_ttl()
+    assert (error.id, error.level) == ("locking.E002", checks.ERROR)
+    assert error.msg == "LOCK_TTL_SETTINGS names MISSING_LOCK_TTL_SECONDS, which is not set."
 
 
 # --- audit admin --------------------------------------------------------------------------

@@ -8,6 +8,7 @@ from django_redis import get_redis_connection
 from redis.sentinel import SentinelConnectionPool
 
 from locking import FenceLock
+from locking.conf import DEFAULTS, setting
 from locking.connection import client_for_url, get_lock_redis
 from tests.polling import closed_port
 
@@ -71,3 +72,42 @@ def test_unreachable_cluster_is_lock_unavailable_not_a_library_error(settings):
     settings.LOCK_REDIS_URL = f"redis+cluster://127.0.0.1:{closed_port()}"
     with pytest.raises(LockUnavailable):
         FenceLock()
+
+
+def test_every_setting_has_a_default(settings):
+    for name in (
+        "LOCK_REDIS_URL",
+        "REDIS_URL",
+        "REDIS_SOCKET_TIMEOUT_SECONDS",
+        "LOCK_REDIS_MIN_REPLICAS",
+        "LOCK_REDIS_WAIT_TIMEOUT_MS",
+        "LOCK_DATABASE",
+        "LOCK_TTL_SETTINGS",
+        "EXTERNAL_CALL_TIMEOUT_SECONDS",
+        "FENCE_EVENT_RETENTION_DAYS",
+    ):
+        if hasattr(settings, name):
+            delattr(settings, name)
+
+    assert [setting(name) for name in DEFAULTS] == [2.0, 0, 100, "default", (), None, 90]
+    assert setting("LOCK_REDIS_URL") == "redis://127.0.0.1:6379/0"
+    settings.REDIS_URL = "redis://cache.internal:6380/2"
+    assert setting("LOCK_REDIS_URL") == "redis://cache.internal:6380/2"
+
+
+def test_lock_url_equal_to_a_cache_that_is_not_django_redis_gets_its_own_client(settings):
+    settings.LOCK_REDIS_URL = settings.REDIS_URL
+    settings.CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": settings.REDIS_URL,
+        }
+    }
+    # django-redis could not hand out its pool here: the lock builds a client of its own.
+    client = get_lock_redis()
+    assert client is client_for_url(
+        settings.REDIS_URL, float(settings.REDIS_SOCKET_TIMEOUT_SECONDS)
+    )
+    assert client.connection_pool.connection_kwargs["socket_timeout"] == float(
+        settings.REDIS_SOCKET_TIMEOUT_SECONDS
+    )
