@@ -124,6 +124,15 @@ def test_prune_keeps_the_configured_retention_by_default(aged_events, settings):
     assert remaining() == {"recent", "today"}
 
 
+def test_prune_keeps_90_days_when_the_retention_is_not_set(aged_events, settings):
+    del settings.FENCE_EVENT_RETENTION_DAYS
+
+    output = prune()
+
+    assert output.startswith("Deleted 1 fence event(s) older than 90 day(s) (before ")
+    assert remaining() == {"old", "recent", "today"}
+
+
 def test_prune_days_overrides_the_retention(aged_events, settings):
     settings.FENCE_EVENT_RETENTION_DAYS = 1000
 
