@@ -22,11 +22,10 @@ from locking import (
     FenceLock,
     StaleFencingToken,
     advance_fence,
-    epoch_of,
     lock_key,
     run_fenced,
 )
-from locking.epochs import current_epoch, first_token
+from locking.epochs import current_epoch, epoch_of, first_token
 from locking.models import FenceEvent
 from tests.polling import free_port
 from tests.topologies import start_redis, stop_process, temp_dir

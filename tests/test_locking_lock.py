@@ -23,10 +23,10 @@ from locking import (
     LockHeld,
     LockUnavailable,
     fence_key,
-    holder_label,
     lock_key,
     validate_resource,
 )
+from locking.lock import holder_label
 from locking.models import FenceEpoch
 from tests.polling import free_port
 
