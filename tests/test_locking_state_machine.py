@@ -24,7 +24,7 @@ from hypothesis.stateful import (
 )
 
 from locking import FenceLock, LockHeld, fence_key, lock_key
-from tests.lockstate import forget_fence_epochs
+from locking.tests.fixtures import forget_fence_epochs
 
 # Every grant may record a fence epoch in the database (locking/epochs.py).
 pytestmark = pytest.mark.django_db
