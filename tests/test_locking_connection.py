@@ -10,28 +10,30 @@ from redis.sentinel import SentinelConnectionPool
 from locking import FenceLock
 from locking.conf import DEFAULTS, setting
 from locking.connection import client_for_url, get_lock_redis
-from tests.polling import closed_port
+from locking.tests.support import closed_port
 
 # Every grant may record a fence epoch in the database (locking/epochs.py).
 pytestmark = pytest.mark.django_db
 
 
 def test_lock_reuses_the_cache_connection_pool_when_the_urls_are_equal(settings):
-    settings.LOCK_REDIS_URL = settings.REDIS_URL
+    url = setting("LOCK_REDIS_URL")
+    settings.LOCK_REDIS_URL = url
+    settings.CACHES = {"default": {"BACKEND": "django_redis.cache.RedisCache", "LOCATION": url}}
     assert get_lock_redis() is get_redis_connection("default")
 
 
 def test_separate_lock_url_gets_its_own_client_with_the_short_socket_timeouts(
     settings, redis_client
 ):
-    settings.LOCK_REDIS_URL = settings.REDIS_URL + "?client_name=locks"
+    settings.LOCK_REDIS_URL = setting("LOCK_REDIS_URL") + "?client_name=locks"
     settings.REDIS_SOCKET_TIMEOUT_SECONDS = 0.75
     client = get_lock_redis()
 
     kwargs = client.connection_pool.connection_kwargs
     assert (kwargs["socket_timeout"], kwargs["socket_connect_timeout"]) == (0.75, 0.75)
     assert client is get_lock_redis()  # one client (and pool) per process
-    # It reaches the same server and database as the test Redis.
+    # It reaches the same server and database as the test's lock Redis.
     lease = FenceLock().acquire("vendor-assignment:complaint:9", ttl=timedelta(seconds=5))
     assert redis_client.exists("lock:{vendor-assignment:complaint:9}") == 1
     assert lease.release() is True
@@ -96,18 +98,13 @@ def test_every_setting_has_a_default(settings):
 
 
 def test_lock_url_equal_to_a_cache_that_is_not_django_redis_gets_its_own_client(settings):
-    settings.LOCK_REDIS_URL = settings.REDIS_URL
+    url = setting("LOCK_REDIS_URL")
+    settings.LOCK_REDIS_URL = url
+    settings.REDIS_SOCKET_TIMEOUT_SECONDS = 0.5
     settings.CACHES = {
-        "default": {
-            "BACKEND": "django.core.cache.backends.redis.RedisCache",
-            "LOCATION": settings.REDIS_URL,
-        }
+        "default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": url}
     }
     # django-redis could not hand out its pool here: the lock builds a client of its own.
     client = get_lock_redis()
-    assert client is client_for_url(
-        settings.REDIS_URL, float(settings.REDIS_SOCKET_TIMEOUT_SECONDS)
-    )
-    assert client.connection_pool.connection_kwargs["socket_timeout"] == float(
-        settings.REDIS_SOCKET_TIMEOUT_SECONDS
-    )
+    assert client is client_for_url(url, 0.5)
+    assert client.connection_pool.connection_kwargs["socket_timeout"] == 0.5
