@@ -65,7 +65,7 @@ test: $(STAMP) services ## run the whole test suite against real PostgreSQL and 
 
 # The fenced-operation tests again, every connection (the children's too) going through a
 # local PgBouncer in transaction-pooling mode that tests/topologies.py starts and stops.
-PGBOUNCER_TESTS ?= $(wildcard tests/test_locking_*.py tests/test_charges_*.py tests/test_vendors_*.py)
+PGBOUNCER_TESTS ?= locking/tests $(wildcard tests/test_charges_*.py tests/test_vendors_*.py)
 
 test-pgbouncer: $(STAMP) services ## the fenced-operation tests through a local PgBouncer (transaction pooling)
 	@$(TEST_ENV) $(PY) -m tests.topologies pgbouncer-pytest -m "not browser" $(PGBOUNCER_TESTS) $(PYTEST_ARGS)
