@@ -22,7 +22,7 @@ export REDIS_URL ?= redis://127.0.0.1:$(HOA_REDIS_PORT)/0
 # Tests use Redis database 1 and flush it freely; the demo data stays in database 0.
 TEST_ENV := REDIS_URL=redis://127.0.0.1:$(HOA_REDIS_PORT)/1 LOCK_REDIS_URL=redis://127.0.0.1:$(HOA_REDIS_PORT)/1
 
-.PHONY: help run serve test test-fast test-pgbouncer lint fmt services stop status migrate seed bench bench-quick faults clean
+.PHONY: help run serve test test-fast test-locking test-pgbouncer lint fmt services stop status migrate seed bench bench-quick faults clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -63,9 +63,12 @@ test: $(STAMP) services ## run the whole test suite against real PostgreSQL and 
 	@$(VENV)/bin/ruff check .
 	@$(TEST_ENV) scripts/run_pytest.sh $(PYTEST_ARGS)
 
+test-locking: $(STAMP) services ## locking's own tests with its own settings: nothing of the project installed
+	@$(TEST_ENV) scripts/run_pytest.sh --ds=locking.tests.settings locking/tests $(PYTEST_ARGS)
+
 # The fenced-operation tests again, every connection (the children's too) going through a
 # local PgBouncer in transaction-pooling mode that tests/topologies.py starts and stops.
-PGBOUNCER_TESTS ?= $(wildcard tests/test_locking_*.py tests/test_charges_*.py tests/test_vendors_*.py)
+PGBOUNCER_TESTS ?= locking/tests $(wildcard tests/test_charges_*.py tests/test_vendors_*.py)
 
 test-pgbouncer: $(STAMP) services ## the fenced-operation tests through a local PgBouncer (transaction pooling)
 	@$(TEST_ENV) $(PY) -m tests.topologies pgbouncer-pytest -m "not browser" $(PGBOUNCER_TESTS) $(PYTEST_ARGS)

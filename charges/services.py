@@ -47,6 +47,7 @@ from locking import (
     Lease,
     LockHeld,
     LockUnavailable,
+    Outcome,
     StaleFencingToken,
     advance_fence,
     record_fence_event,
@@ -57,10 +58,6 @@ logger = logging.getLogger(__name__)
 
 OPERATION = "monthly-charges"
 GENERATE_PERMISSION = "charges.generate_charges"
-
-# Outcomes of a successful call; the same words as FenceEvent.Outcome.
-GENERATED = "committed"
-ALREADY_GENERATED = "already_done"
 
 _MONTH_PATTERN = re.compile(r"([0-9]{4})-([0-9]{2})")  # [0-9]: \d also takes "٢٠٢٦-٠٣"
 _INSERT_BATCH_SIZE = 1000
@@ -73,6 +70,8 @@ class ChargesError(Exception):
     """Base class of everything charge generation raises on purpose.
 
     ``str(exc)`` is a translated sentence fit for a page, an admin message or stderr.
+    Each exception that answers an attempt declares its ``outcome`` (``run_fenced``
+    records it); bad input (``InvalidMonth``) has none: no attempt was made.
     """
 
 
@@ -87,6 +86,8 @@ class InvalidMonth(ChargesError, ValueError):
 class NotAllowed(ChargesError):
     """The user is not staff of the organization or lacks the permission; nothing was done."""
 
+    outcome = Outcome.DENIED
+
     def __init__(self, *, actor: str, organization: Organization):
         self.actor = actor
         self.organization = organization
@@ -98,6 +99,8 @@ class NotAllowed(ChargesError):
 
 class GenerationBusy(ChargesError):
     """Another holder is generating these charges right now; nothing was written."""
+
+    outcome = Outcome.BUSY
 
     def __init__(self, *, organization: Organization, month: date, lock: LockHeld):
         self.organization = organization
@@ -126,6 +129,8 @@ class GenerationBusy(ChargesError):
 class GenerationSuperseded(ChargesError):
     """This holder's lease ran out and a newer holder took over; nothing was written."""
 
+    outcome = Outcome.STALE
+
     def __init__(self, *, organization: Organization, month: date, stale: StaleFencingToken):
         self.organization = organization
         self.month = month
@@ -149,6 +154,8 @@ class GenerationSuperseded(ChargesError):
 class LockServiceUnavailable(ChargesError):
     """Redis could not be reached; nothing was written."""
 
+    outcome = Outcome.UNAVAILABLE
+
     def __init__(self, *, organization: Organization, month: date, reason: str):
         self.organization = organization
         self.month = month
@@ -164,6 +171,8 @@ class LockServiceUnavailable(ChargesError):
 
 class BillingFailed(ChargesError):
     """The billing webhook refused, failed or timed out; nothing was written."""
+
+    outcome = Outcome.FAILED
 
     def __init__(self, *, organization: Organization, month: date, call: ExternalCallFailed):
         self.organization = organization
@@ -232,12 +241,12 @@ class ChargeRunResult:
     """What a successful call did: generated the run now, or found it already generated."""
 
     run: MonthlyChargeRun
-    outcome: str  # GENERATED or ALREADY_GENERATED; run_fenced records it as the event outcome
+    outcome: Outcome  # COMMITTED or ALREADY_DONE; run_fenced records it as the event outcome
     token: int
 
     @property
     def generated(self) -> bool:
-        return self.outcome == GENERATED
+        return self.outcome == Outcome.COMMITTED
 
     @property
     def message(self) -> str:
@@ -309,7 +318,7 @@ def generate_monthly_charges(
             # vendors service does); callers that refuse earlier record an AccessDenial.
             record_fence_event(
                 resource=resource,
-                outcome="denied",
+                outcome=Outcome.DENIED,
                 actor=label,
                 detail=f"not staff of {organization.slug} with {GENERATE_PERMISSION}",
                 scope=scope_for_organization(organization),
@@ -334,7 +343,6 @@ def generate_monthly_charges(
                 scope=scope_for_organization(organization),
                 ip=ip,
             ),
-            errors={BillingFailed: "failed"},
         )
     except LockHeld as exc:
         raise GenerationBusy(organization=organization, month=month, lock=exc) from exc
@@ -372,7 +380,7 @@ def _generate_under_lease(
         # Our UPDATE holds the row lock; this read sees the latest committed state.
         run = MonthlyChargeRun.objects.select_related("organization").get(pk=run.pk)
         if run.is_completed:
-            outcome = ALREADY_GENERATED
+            outcome = Outcome.ALREADY_DONE
         else:
             now = timezone.now()
             MonthlyCharge.objects.bulk_create(
@@ -390,10 +398,10 @@ def _generate_under_lease(
             run.save(
                 update_fields=["status", "total", "charge_count", "completed_at", "completed_by"]
             )
-            outcome = GENERATED
+            outcome = Outcome.COMMITTED
     logger.info(
         "monthly charges %s",
-        "generated" if outcome == GENERATED else "already generated",
+        "generated" if outcome == Outcome.COMMITTED else "already generated",
         extra={
             "resource": lease.resource,
             "token": lease.token,

@@ -6,7 +6,7 @@ from django.utils import timezone
 from django.utils.timesince import timesince, timeuntil
 from django.utils.translation import gettext_lazy as _
 
-from hoa.admin_mixins import TenantAdminMixin
+from hoa.admin_mixins import AuditTrailAdmin, TenantAdminMixin
 from hoa.models import (
     AccessDenial,
     Complaint,
@@ -16,7 +16,6 @@ from hoa.models import (
     StaffMembership,
     Unit,
 )
-from locking.admin import AuditTrailAdmin
 
 
 class UnitInline(admin.TabularInline):

@@ -1,4 +1,5 @@
-"""Tenant scoping for the Django admin: staff see and edit only their organizations' rows."""
+"""Admin plumbing of the project: tenant scoping (staff see and edit only their
+organizations' rows) and the read-only audit table."""
 
 from django.contrib import admin, messages
 from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
@@ -139,3 +140,22 @@ class TenantInlineMixin:
     def formfield_for_foreignkey(self, db_field, request, **kwargs):
         kwargs = _scoped_foreignkey(db_field, request, kwargs)
         return super().formfield_for_foreignkey(db_field, request, **kwargs)
+
+
+class AuditTrailAdmin(admin.ModelAdmin):
+    """An audit table spans tenants: superusers read it (and prune it); nobody edits it."""
+
+    def has_module_permission(self, request):
+        return request.user.is_active and request.user.is_superuser
+
+    def has_view_permission(self, request, obj=None):
+        return request.user.is_active and request.user.is_superuser
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return request.user.is_active and request.user.is_superuser

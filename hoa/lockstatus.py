@@ -35,7 +35,7 @@ from hoa.charts import LeaseSpan, Mark, lock_timeline
 from hoa.models import Complaint, Organization
 from hoa.resources import CHARGES_PREFIX, CHARGES_RESOURCE, VENDOR_PREFIX, VENDOR_RESOURCE
 from hoa.scopes import scope_for_organization
-from locking import FenceLock, HolderInfo, LockUnavailable, validate_resource
+from locking import FenceLock, HolderInfo, LockUnavailable, Outcome, validate_resource
 from locking.models import FenceEvent
 
 # Bounds: SCAN stops after this many leases per prefix (leases live seconds, so far fewer
@@ -257,7 +257,7 @@ class EventFilterForm(forms.Form):
     outcome = forms.ChoiceField(
         label=gettext_lazy("Outcome"),
         required=False,
-        choices=[("", gettext_lazy("All outcomes")), *FenceEvent.Outcome.choices],
+        choices=[("", gettext_lazy("All outcomes")), *Outcome.choices],
     )
     operation = forms.CharField(label=gettext_lazy("Operation"), required=False, max_length=50)
     resource = forms.CharField(
@@ -324,7 +324,7 @@ def resource_timeline(viewer: Viewer, resource: str, *, holder: HolderInfo | Non
         )
     return lock_timeline(
         marks,
-        lanes=FenceEvent.Outcome.choices,
+        lanes=Outcome.choices,
         lease=lease,
         title=_("Timeline of %(resource)s") % {"resource": resource},
     )

@@ -39,6 +39,7 @@ from django_redis.exceptions import ConnectionInterrupted
 from redis.exceptions import RedisError
 
 from hoa.models import AccessDenial, Organization
+from locking import Outcome
 
 logger = logging.getLogger(__name__)
 
@@ -171,7 +172,7 @@ def record_denial(
     operation: str = "",
 ) -> AccessDenial | None:
     """Write one ``AccessDenial``; never raise on a database error (the answer matters more)."""
-    log_extra = {"resource": resource, "outcome": "denied", "actor": actor, "reason": reason}
+    log_extra = {"resource": resource, "outcome": Outcome.DENIED, "actor": actor, "reason": reason}
     logger.info("request denied (%s): %s", reason, note, extra=log_extra)
     try:
         # A savepoint: a failed insert inside an admin view's transaction must not break it.
@@ -209,7 +210,11 @@ def deny_request(
             "request denied (%s); not written: too many refusals from %s",
             reason,
             ip,
-            extra={"resource": request_resource(request), "outcome": "denied", "actor": actor},
+            extra={
+                "resource": request_resource(request),
+                "outcome": Outcome.DENIED,
+                "actor": actor,
+            },
         )
         return
     record_denial(

@@ -36,21 +36,21 @@ from hoa.readiness import pending_migrations
 from hoa.responses import error_page
 from hoa.scopes import scope_for_organization
 from hoa.security import Reason, deny_request
-from locking import FenceLock, LockUnavailable
+from locking import FenceLock, LockUnavailable, Outcome
 from locking.models import FenceEvent
 
 # How far back the dashboard's "fenced attempts" chart looks.
 ATTEMPTS_WINDOW = timedelta(days=30)
 # Axis labels short enough to sit under a bar; the full outcome name is in the tooltip.
 SHORT_OUTCOME_LABELS = {
-    "committed": gettext_lazy("committed"),
-    "already_done": gettext_lazy("already done"),
-    "conflict": gettext_lazy("changed"),
-    "stale": gettext_lazy("stale"),
-    "busy": gettext_lazy("busy"),
-    "failed": gettext_lazy("failed"),
-    "unavailable": gettext_lazy("Redis down"),
-    "denied": gettext_lazy("denied"),
+    Outcome.COMMITTED: gettext_lazy("committed"),
+    Outcome.ALREADY_DONE: gettext_lazy("already done"),
+    Outcome.CONFLICT: gettext_lazy("changed"),
+    Outcome.STALE: gettext_lazy("stale"),
+    Outcome.BUSY: gettext_lazy("busy"),
+    Outcome.FAILED: gettext_lazy("failed"),
+    Outcome.UNAVAILABLE: gettext_lazy("Redis down"),
+    Outcome.DENIED: gettext_lazy("denied"),
 }
 
 
@@ -138,12 +138,12 @@ class DashboardView(OrganizationMixin, TemplateView):
             return ""
         bars = [
             Bar(
-                label=SHORT_OUTCOME_LABELS.get(value, value),
-                value=counts.get(value, 0),
-                title=f"{label}: {counts.get(value, 0)}",
-                css_class=value,
+                label=SHORT_OUTCOME_LABELS[outcome],
+                value=counts.get(outcome, 0),
+                title=f"{outcome.label}: {counts.get(outcome, 0)}",
+                css_class=outcome.value,
             )
-            for value, label in FenceEvent.Outcome.choices
+            for outcome in Outcome
         ]
         return bar_chart(
             bars,

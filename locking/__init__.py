@@ -22,41 +22,40 @@ The four layers (see docs/locking.md for the full story and diagrams):
        |                      |                    B: UPDATE … WHERE last < 6 -> 1 row, COMMIT
        |-- wakes: UPDATE … WHERE last < 5 ---------->  0 rows -> StaleFencingToken, ROLLBACK
 
-Public names (import them from ``locking``, never from its modules)::
+Public names (import them from ``locking``, never from its modules; models come from
+``locking.models``, which Django loads after the app registry). ``__all__`` is the
+documented interface (docs/locking.md)::
 
     lease = FenceLock().acquire("vendor-assignment:complaint:42", ttl=timedelta(seconds=30))
     with transaction.atomic():
-        advance_fence(Complaint.objects.filter(pk=42), lease.token)
+        advance_fence(Complaint.objects.filter(pk=42), lease)
         ...writes...
     lease.release()
 """
 
 from locking.advisory import advisory_key, advisory_lock
 from locking.audit import record_fence_event
-from locking.epochs import describe_token, epoch_of
 from locking.exceptions import LockError, LockHeld, LockUnavailable, StaleFencingToken
 from locking.fence import advance_fence
 from locking.keys import fence_key, lock_key, validate_resource
-from locking.lock import FenceLock, HolderInfo, KeepAlive, Lease, holder_label
+from locking.lock import FenceLock, HolderInfo, Lease
 from locking.operation import Attempt, run_fenced
+from locking.outcomes import Outcome
 
 __all__ = [
     "Attempt",
     "FenceLock",
     "HolderInfo",
-    "KeepAlive",
     "Lease",
     "LockError",
     "LockHeld",
     "LockUnavailable",
+    "Outcome",
     "StaleFencingToken",
     "advance_fence",
     "advisory_key",
     "advisory_lock",
-    "describe_token",
-    "epoch_of",
     "fence_key",
-    "holder_label",
     "lock_key",
     "record_fence_event",
     "run_fenced",

@@ -3,8 +3,15 @@ from django.contrib import admin
 from locking.models import FenceEvent
 
 
-class AuditTrailAdmin(admin.ModelAdmin):
-    """An audit table spans tenants: superusers read it (and prune it); nobody edits it."""
+@admin.register(FenceEvent)
+class FenceEventAdmin(admin.ModelAdmin):
+    """The audit trail is read-only, and visible to superusers only (it spans tenants);
+    superusers may delete old events (``prune_fence_events`` is the usual way)."""
+
+    list_display = ["at", "resource", "token", "outcome", "operation", "actor", "ip"]
+    list_filter = ["outcome", "operation"]
+    search_fields = ["resource", "actor", "detail"]
+    date_hierarchy = "at"
 
     def has_module_permission(self, request):
         return request.user.is_active and request.user.is_superuser
@@ -20,13 +27,3 @@ class AuditTrailAdmin(admin.ModelAdmin):
 
     def has_delete_permission(self, request, obj=None):
         return request.user.is_active and request.user.is_superuser
-
-
-@admin.register(FenceEvent)
-class FenceEventAdmin(AuditTrailAdmin):
-    """The audit trail is read-only, and visible to superusers only (it spans tenants)."""
-
-    list_display = ["at", "resource", "token", "outcome", "operation", "actor", "ip"]
-    list_filter = ["outcome", "operation"]
-    search_fields = ["resource", "actor", "detail"]
-    date_hierarchy = "at"

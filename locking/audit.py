@@ -4,13 +4,15 @@ import logging
 
 from django.db import DatabaseError, connections
 
+from locking.outcomes import Outcome
+
 logger = logging.getLogger(__name__)
 
 
 def record_fence_event(
     *,
     resource: str,
-    outcome: str,
+    outcome: Outcome,
     token: int | None = None,
     actor: str = "",
     detail: str = "",

@@ -12,18 +12,27 @@ COMFORTABLE_SHARE_OF_TTL = 0.5
 
 @register()
 def external_timeout_below_lock_ttl(app_configs=None, **kwargs):
-    """Warn when EXTERNAL_CALL_TIMEOUT_SECONDS is not comfortably below a *_LOCK_TTL_SECONDS."""
-    timeout = getattr(settings, "EXTERNAL_CALL_TIMEOUT_SECONDS", None)
+    """Warn when EXTERNAL_CALL_TIMEOUT_SECONDS is not comfortably below a lease TTL setting
+    that LOCK_TTL_SETTINGS names."""
+    timeout = setting("EXTERNAL_CALL_TIMEOUT_SECONDS")
     if timeout is None:
         return []
-    warnings = []
-    # set(): under override_settings, dir(settings) lists an overridden name twice.
-    for name in sorted(set(dir(settings))):
-        if not name.endswith("_LOCK_TTL_SECONDS"):
+    messages = []
+    for name in setting("LOCK_TTL_SETTINGS"):
+        # The project's own settings, named by LOCK_TTL_SETTINGS: read by name.
+        ttl = getattr(settings, name, None)
+        if ttl is None:
+            messages.append(
+                Error(
+                    f"LOCK_TTL_SETTINGS names {name}, which is not set.",
+                    hint="List only the settings that hold a lease TTL in seconds.",
+                    id="locking.E002",
+                )
+            )
             continue
-        ttl = float(getattr(settings, name))
+        ttl = float(ttl)
         if float(timeout) > ttl * COMFORTABLE_SHARE_OF_TTL:
-            warnings.append(
+            messages.append(
                 Warning(
                     f"EXTERNAL_CALL_TIMEOUT_SECONDS ({timeout:g}s) is not comfortably below "
                     f"{name} ({ttl:g}s).",
@@ -35,7 +44,7 @@ def external_timeout_below_lock_ttl(app_configs=None, **kwargs):
                     id="locking.W001",
                 )
             )
-    return warnings
+    return messages
 
 
 @register()

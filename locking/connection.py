@@ -1,9 +1,10 @@
 """The Redis client the fence lock talks to.
 
-``LOCK_REDIS_URL`` (default: ``REDIS_URL``) picks the deployment:
+``LOCK_REDIS_URL`` (default: ``REDIS_URL``; see locking/conf.py) picks the deployment:
 
-- ``redis://host:port/db`` (or ``rediss://``): a single server. When it is the same URL as
-  the cache, the connection pool that django-redis configures is reused.
+- ``redis://host:port/db`` (or ``rediss://``): a single server. When it is the ``LOCATION``
+  of a django-redis ``default`` cache, the connection pool that django-redis configures is
+  reused.
 - ``redis+sentinel://host:port[,host:port…]/<service_name>[/db]``: Redis Sentinel; the
   client follows the master through failovers.
 - ``redis+cluster://host:port[,host:port…]``: Redis Cluster. Our keys carry a
@@ -24,6 +25,7 @@ from redis.exceptions import RedisClusterException, RedisError
 from redis.retry import Retry
 from redis.sentinel import Sentinel
 
+from locking.conf import setting
 from locking.exceptions import LockUnavailable
 
 
@@ -89,14 +91,20 @@ def client_for_url(url: str, timeout: float):
 
 def get_lock_redis():
     """Return the Redis client configured for locks."""
-    url = settings.LOCK_REDIS_URL
-    if url == settings.REDIS_URL:
+    url = setting("LOCK_REDIS_URL")
+    if _is_the_cache(url):
         from django_redis import get_redis_connection
 
         return get_redis_connection("default")
     try:
-        return client_for_url(url, float(settings.REDIS_SOCKET_TIMEOUT_SECONDS))
+        return client_for_url(url, float(setting("REDIS_SOCKET_TIMEOUT_SECONDS")))
     except (RedisError, RedisClusterException) as exc:
         # A Cluster client connects while it is built: an unreachable cluster is an
         # unavailable lock service like any other.
         raise LockUnavailable("*", str(exc) or exc.__class__.__name__) from exc
+
+
+def _is_the_cache(url: str) -> bool:
+    """Whether ``url`` is the Redis of a django-redis ``default`` cache (Django's CACHES)."""
+    cache = settings.CACHES.get("default", {})
+    return cache.get("BACKEND", "").startswith("django_redis.") and cache.get("LOCATION") == url

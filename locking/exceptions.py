@@ -1,6 +1,12 @@
-"""Exceptions named for the caller, each carrying the facts a caller shows."""
+"""Exceptions named for the caller, each carrying the facts a caller shows.
+
+Each one that ends a fenced attempt declares its ``outcome``: what ``run_fenced`` records
+in the audit when it passes through.
+"""
 
 from datetime import datetime, timedelta
+
+from locking.outcomes import Outcome
 
 
 class LockError(Exception):
@@ -9,6 +15,8 @@ class LockError(Exception):
 
 class LockHeld(LockError):
     """Another holder owns the lease; nothing was written."""
+
+    outcome = Outcome.BUSY
 
     def __init__(
         self,
@@ -35,6 +43,8 @@ class LockHeld(LockError):
 class LockUnavailable(LockError):
     """The lock service (Redis) could not be reached or timed out; nothing was written."""
 
+    outcome = Outcome.UNAVAILABLE
+
     def __init__(self, resource: str, reason: str):
         self.resource = resource
         self.reason = reason
@@ -48,6 +58,8 @@ class StaleFencingToken(LockError):
     ``epoch`` is the resource's current epoch when the token was refused for its epoch,
     else ``None``.
     """
+
+    outcome = Outcome.STALE
 
     def __init__(self, token: int, recorded: int, *, epoch: int | None = None):
         self.token = token

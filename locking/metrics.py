@@ -13,6 +13,8 @@ multiprocess mode (``PROMETHEUS_MULTIPROC_DIR``, see docs/operations.md) adds th
 
 from prometheus_client import Counter, Histogram
 
+from locking.outcomes import Outcome
+
 UNNAMED_OPERATION = "unnamed"
 
 ACQUISITIONS = Counter(
@@ -62,11 +64,11 @@ DURATION = Histogram(
 # The final outcomes that have a counter of their own (committed and already_done are
 # read from the histogram's _count series).
 _OUTCOME_COUNTERS = {
-    "busy": BUSY,
-    "stale": STALE_REJECTIONS,
-    "failed": EXTERNAL_CALL_FAILURES,
-    "unavailable": UNAVAILABLE,
-    "conflict": CONFLICTS,
+    Outcome.BUSY: BUSY,
+    Outcome.STALE: STALE_REJECTIONS,
+    Outcome.FAILED: EXTERNAL_CALL_FAILURES,
+    Outcome.UNAVAILABLE: UNAVAILABLE,
+    Outcome.CONFLICT: CONFLICTS,
 }
 
 
@@ -84,7 +86,7 @@ def counter_reseeded(operation: str) -> None:
     RESEEDS.labels(_label(operation)).inc()
 
 
-def attempt_finished(operation: str, outcome: str, seconds: float) -> None:
+def attempt_finished(operation: str, outcome: Outcome, seconds: float) -> None:
     """Count an attempt's final outcome and observe how long it took."""
     counter = _OUTCOME_COUNTERS.get(outcome)
     if counter is not None:

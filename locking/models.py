@@ -5,6 +5,8 @@ from django.db import models
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
+from locking.outcomes import Outcome
+
 
 class FencedModel(models.Model):
     """A row that carries a fence: only ``advance_fence`` ever writes ``last_fence_token``.
@@ -43,25 +45,13 @@ class FenceEventQuerySet(models.QuerySet):
 
 
 class FenceEvent(models.Model):
-    class Outcome(models.TextChoices):
-        COMMITTED = "committed", _("Committed")
-        ALREADY_DONE = "already_done", _("Already done")
-        # The state the caller decided on changed before its commit (another assignment
-        # became active); nothing was written.
-        CONFLICT = "conflict", _("Changed since viewed")
-        STALE = "stale", _("Stale token rejected")
-        BUSY = "busy", _("Busy (lock held)")
-        FAILED = "failed", _("Failed")
-        UNAVAILABLE = "unavailable", _("Lock service unavailable")
-        DENIED = "denied", _("Denied")
-
     resource = models.CharField(_("resource"), max_length=200, db_index=True)
     # Who may see the event: a caller-defined tag such as "org:12"; the locking app
     # knows nothing of organizations.
     scope = models.CharField(_("scope"), max_length=100, blank=True, default="", db_index=True)
     operation = models.CharField(_("operation"), max_length=50, blank=True, default="")
     token = models.BigIntegerField(_("fencing token"), null=True, blank=True)
-    outcome = models.CharField(_("outcome"), max_length=20, choices=Outcome.choices)
+    outcome = models.CharField(_("outcome"), max_length=20, choices=Outcome)
     actor = models.CharField(_("actor"), max_length=200, blank=True, default="")
     ip = models.GenericIPAddressField(_("IP address"), null=True, blank=True)
     detail = models.TextField(_("detail"), blank=True, default="")

@@ -9,11 +9,10 @@ operation, so it lives here once.
 
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
-from types import MappingProxyType
-from typing import TypeVar
+from typing import Protocol, TypeVar, runtime_checkable
 
 from django.db import connections
 from django.db.transaction import TransactionManagementError
@@ -23,12 +22,19 @@ from locking.audit import record_fence_event
 from locking.epochs import epoch_of
 from locking.exceptions import LockHeld, LockUnavailable, StaleFencingToken
 from locking.lock import FenceLock, Lease
+from locking.outcomes import Outcome
 
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-COMMITTED = "committed"
+
+@runtime_checkable
+class HasOutcome(Protocol):
+    """A result or an exception that says which outcome it is, e.g. ``Outcome.ALREADY_DONE``
+    for a result, ``outcome = Outcome.FAILED`` as the class attribute of an exception."""
+
+    outcome: Outcome
 
 
 @dataclass(frozen=True)
@@ -47,17 +53,16 @@ def run_fenced(
     *,
     ttl: timedelta,
     attempt: Attempt,
-    errors: Mapping[type[Exception], str] = MappingProxyType({}),
     lock: FenceLock | None = None,
     using: str = "default",
 ) -> T:
     """Run ``work(lease)`` under a fresh lease on ``resource`` and record the outcome.
 
     The outcome recorded on success is ``result.outcome`` if the result has one (e.g.
-    ``"already_done"``), else ``"committed"``. ``LockHeld``, ``LockUnavailable`` and
-    ``StaleFencingToken`` are recorded as busy / unavailable / stale and re-raised;
-    exceptions listed in ``errors`` are recorded with the outcome given there and
-    re-raised.
+    ``Outcome.ALREADY_DONE``), else ``Outcome.COMMITTED``. An exception that declares its
+    ``outcome`` (``LockHeld``: busy, ``LockUnavailable``: unavailable,
+    ``StaleFencingToken``: stale, and the caller's own, e.g. a failed external call) is
+    recorded with it and re-raised; any other exception is re-raised unrecorded.
 
     A counter Redis lost entirely is caught before the work, by the grant itself (it starts
     a new epoch). A counter that is present but behind the database (a failover to a
@@ -74,68 +79,98 @@ def run_fenced(
             "run_fenced() opens its own transaction; do not call it inside transaction.atomic()."
         )
     lock = lock or FenceLock()
-    granted: list[Lease] = []
-    started = time.monotonic()
+    audit = AttemptAudit(resource, attempt, using=using)
+    lease: Lease | None = None
+    try:
+        lease = lock.acquire(resource, ttl=ttl, holder=attempt.actor)
+        audit.granted()
+        try:
+            result = work(lease)
+        except StaleFencingToken as stale:
+            if not counter_is_behind(lock, resource, stale):
+                raise
+            # Not a newer holder: Redis handed out a number the database had seen. Record
+            # it, start an epoch above the recorded token, and run the attempt once more.
+            audit.counter_behind(stale)
+            lease.release()
+            lease = None
+            lock.reseed(resource, lock.start_epoch(resource, above=stale.recorded))
+            lease = lock.acquire(resource, ttl=ttl, holder=attempt.actor)
+            audit.granted()
+            result = work(lease)
+    except Exception as exc:  # always re-raised; recorded when it declares its outcome
+        if isinstance(exc, HasOutcome):
+            audit.refused(exc, lease)
+        raise
+    else:
+        audit.finished(result, lease)
+        return result
+    finally:
+        if lease is not None:
+            lease.release()
 
-    def record(outcome: str, token: int | None, detail: str = "", *, final: bool = True) -> None:
-        if final:
-            metrics.attempt_finished(attempt.operation, outcome, time.monotonic() - started)
-        record_fence_event(
-            resource=resource,
-            outcome=outcome,
-            token=token,
-            actor=attempt.actor,
-            detail=detail,
-            scope=attempt.scope,
-            operation=attempt.operation,
-            ip=attempt.ip,
-            using=using,
-        )
 
-    def once() -> T:
-        with lock.acquire(resource, ttl=ttl, holder=attempt.actor) as lease:
-            granted.append(lease)
-            metrics.lease_granted(attempt.operation)
-            return work(lease)
+class AttemptAudit:
+    """The record of one ``run_fenced`` call: its events in ``FenceEvent``, its metrics."""
 
-    def on_reseed(exc: StaleFencingToken) -> None:
+    def __init__(self, resource: str, attempt: Attempt, *, using: str):
+        self.resource = resource
+        self.attempt = attempt
+        self.using = using
+        self.started = time.monotonic()
+
+    def granted(self) -> None:
+        metrics.lease_granted(self.attempt.operation)
+
+    def finished(self, result: object, lease: Lease) -> None:
+        outcome = result.outcome if isinstance(result, HasOutcome) else Outcome.COMMITTED
+        self._record(outcome, lease.token)
+
+    def refused(self, exc: HasOutcome, lease: Lease | None) -> None:
+        """Record an exception with the outcome it declares, and the facts it carries."""
+        match exc:
+            case LockHeld():
+                self._record(exc.outcome, exc.token, f"held by {exc.holder}")
+            case LockUnavailable():
+                self._record(exc.outcome, None, exc.reason)
+            case StaleFencingToken():
+                detail = f"a newer holder recorded token {exc.recorded}"
+                self._record(exc.outcome, exc.token, detail)
+            case _:
+                self._record(exc.outcome, lease.token if lease else None, str(exc))
+
+    def counter_behind(self, stale: StaleFencingToken) -> None:
+        """Record a rejection that the attempt's retry answers: not its final outcome."""
         logger.warning(
             "fence counter behind the database; starting a new epoch and retrying once",
-            extra={"resource": resource, "token": exc.token, "recorded": exc.recorded},
+            extra={"resource": self.resource, "token": stale.token, "recorded": stale.recorded},
         )
-        metrics.counter_reseeded(attempt.operation)
-        record(
-            "stale",
-            exc.token,
-            f"Redis fence counter was behind the recorded token {exc.recorded}: "
+        metrics.counter_reseeded(self.attempt.operation)
+        self._record(
+            Outcome.STALE,
+            stale.token,
+            f"Redis fence counter was behind the recorded token {stale.recorded}: "
             "new epoch started, retrying",
             final=False,
         )
 
-    try:
-        try:
-            result = once()
-        except StaleFencingToken as exc:
-            if not counter_is_behind(lock, resource, exc):
-                raise
-            on_reseed(exc)
-            lock.reseed(resource, lock.start_epoch(resource, above=exc.recorded))
-            result = once()
-    except LockHeld as exc:
-        record("busy", exc.token, f"held by {exc.holder}")
-        raise
-    except LockUnavailable as exc:
-        record("unavailable", None, exc.reason)
-        raise
-    except StaleFencingToken as exc:
-        record("stale", exc.token, f"a newer holder recorded token {exc.recorded}")
-        raise
-    except tuple(errors) as exc:
-        outcome = next(o for kind, o in errors.items() if isinstance(exc, kind))
-        record(outcome, granted[-1].token if granted else None, str(exc))
-        raise
-    record(getattr(result, "outcome", COMMITTED), granted[-1].token)
-    return result
+    def _record(
+        self, outcome: Outcome, token: int | None, detail: str = "", *, final: bool = True
+    ) -> None:
+        if final:
+            elapsed = time.monotonic() - self.started
+            metrics.attempt_finished(self.attempt.operation, outcome, elapsed)
+        record_fence_event(
+            resource=self.resource,
+            outcome=outcome,
+            token=token,
+            actor=self.attempt.actor,
+            detail=detail,
+            scope=self.attempt.scope,
+            operation=self.attempt.operation,
+            ip=self.attempt.ip,
+            using=self.using,
+        )
 
 
 def counter_is_behind(lock: FenceLock, resource: str, exc: StaleFencingToken) -> bool:

@@ -1,5 +1,8 @@
 """Shared fixtures: personas, real Redis, and the external-endpoint stand-in.
 
+The lock state every test starts from (``redis_client``: the lock Redis, database 1 in
+tests, flushed, and no recorded fence epochs; ``fence_lock``) is locking's own fixtures.
+
 Personas: ``alice`` is staff of Maple Court, ``mallory`` staff of Oak Ridge (another
 association), ``root`` a superuser, ``nobody`` staff of no association.
 """
@@ -15,8 +18,7 @@ from django.contrib.auth.models import Group
 
 from hoa.demo import staff_group
 from hoa.models import Organization, StaffMembership, Unit
-from locking import FenceLock
-from tests.lockstate import forget_fence_epochs
+from locking.tests.fixtures import fence_lock, redis_client  # noqa: F401 (fixtures)
 from tests.stubs import HttpStub
 from tests.vendors_support import active_vendor
 
@@ -34,28 +36,6 @@ direct_postgres_only = pytest.mark.skipif(
 def fast_password_hashing(settings):
     """Personas are created in almost every test; the production hasher is slow on purpose."""
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-
-
-@pytest.fixture(autouse=True)
-def redis_client(django_db_setup, django_db_blocker):
-    """The lock Redis (database 1 in tests), flushed before and after each test.
-
-    The durable fence epochs go with it: they are what a fresh Redis is checked against,
-    so a test that starts from an empty Redis also starts from no recorded epochs. They
-    are committed on a connection of their own (see locking/epochs.py), outside any test
-    transaction, so they are deleted on one too.
-    """
-    lock = FenceLock()
-    lock.client.flushdb()
-    yield lock.client
-    lock.client.flushdb()
-    with django_db_blocker.unblock():
-        forget_fence_epochs()
-
-
-@pytest.fixture
-def fence_lock():
-    return FenceLock()
 
 
 @pytest.fixture

@@ -17,8 +17,6 @@ from django.db import connection
 
 from charges.models import MonthlyCharge, MonthlyChargeRun
 from charges.services import (
-    ALREADY_GENERATED,
-    GENERATED,
     BillingFailed,
     GenerationBusy,
     GenerationSuperseded,
@@ -31,7 +29,7 @@ from charges.services import (
     parse_month,
 )
 from hoa.models import Organization
-from locking import FenceLock, fence_key
+from locking import FenceLock, Outcome, fence_key
 from locking.epochs import first_token
 from locking.models import FenceEvent
 from tests.charges_support import (
@@ -135,7 +133,7 @@ def test_month_that_is_not_a_first_day_is_refused_before_locking(maple, billing,
 def test_generation_inserts_one_charge_per_unit_and_bills_once(maple, billing):
     result = generate(maple, actor="cron-a")
 
-    assert result.outcome == GENERATED and result.token == 1
+    assert result.outcome == Outcome.COMMITTED and result.token == 1
     run = assert_one_complete_run(maple, completed_by="cron-a")
     assert run.total == MAPLE_TOTAL
     assert run.last_fence_token == 1
@@ -162,7 +160,7 @@ def test_repeat_is_already_generated_and_writes_and_bills_nothing_more(maple, bi
     generate(maple, actor="cron-a")
     again = generate(maple, actor="cron-b")
 
-    assert again.outcome == ALREADY_GENERATED and again.token == 2
+    assert again.outcome == Outcome.ALREADY_DONE and again.token == 2
     assert "were already generated (10 charges" in again.message
     run = assert_one_complete_run(maple, completed_by="cron-a")
     assert run.last_fence_token == 2  # the repeat still passed the fence
@@ -244,7 +242,7 @@ def test_lost_redis_counter_starts_a_new_epoch_before_the_billing_call(
     result = generate(maple, actor="d")
 
     # The grant saw the counter gone and started epoch 1: no doomed attempt, no retry.
-    assert (result.outcome, result.token) == (ALREADY_GENERATED, first_token(1) + 1)
+    assert (result.outcome, result.token) == (Outcome.ALREADY_DONE, first_token(1) + 1)
     assert MonthlyChargeRun.objects.get(organization=maple).last_fence_token == first_token(1) + 1
     assert events(maple)[-2:] == [("already_done", 3), ("already_done", first_token(1) + 1)]
 
@@ -266,9 +264,9 @@ def test_eight_concurrent_generations_make_one_run_and_every_loser_is_busy(maple
         worker.join()
 
     outcomes = Counter(
-        "busy" if isinstance(w.error, GenerationBusy) else w.result.outcome for w in workers
+        Outcome.BUSY if isinstance(w.error, GenerationBusy) else w.result.outcome for w in workers
     )
-    assert outcomes == {"busy": 7, GENERATED: 1}
+    assert outcomes == {Outcome.BUSY: 7, Outcome.COMMITTED: 1}
     [winner] = [w.result for w in workers if w.result is not None]
     run = assert_one_complete_run(maple, completed_by=winner.run.completed_by)
     assert MonthlyChargeRun.objects.count() == 1
@@ -289,7 +287,7 @@ def test_paused_holder_is_rejected_by_the_fence_after_a_newer_holder_commits(
     gate.release()
     holder_a.join()
 
-    assert (result_b.outcome, result_b.token) == (GENERATED, 2)
+    assert (result_b.outcome, result_b.token) == (Outcome.COMMITTED, 2)
     assert isinstance(holder_a.error, GenerationSuperseded)
     assert (holder_a.error.token, holder_a.error.recorded) == (1, 2)
     assert "A newer holder (token 2) took over" in str(holder_a.error)
@@ -320,8 +318,8 @@ def test_stale_holder_committing_first_leaves_newer_holder_nothing_to_write(
     holder_b.join()
 
     assert holder_a.error is None and holder_b.error is None
-    assert (holder_a.result.outcome, holder_a.result.token) == (GENERATED, 1)
-    assert (holder_b.result.outcome, holder_b.result.token) == (ALREADY_GENERATED, 2)
+    assert (holder_a.result.outcome, holder_a.result.token) == (Outcome.COMMITTED, 1)
+    assert (holder_b.result.outcome, holder_b.result.token) == (Outcome.ALREADY_DONE, 2)
     run = assert_one_complete_run(maple, completed_by="holder-a")
     assert run.last_fence_token == 2
     assert events(maple) == [("committed", 1), ("already_done", 2)]
@@ -356,8 +354,8 @@ def test_newer_holder_waits_on_the_row_lock_of_a_holder_paused_before_commit(
     holder_a.join()
     holder_b.join()
 
-    assert (holder_a.result.outcome, holder_a.result.token) == (GENERATED, 1)
-    assert (holder_b.result.outcome, holder_b.result.token) == (ALREADY_GENERATED, 2)
+    assert (holder_a.result.outcome, holder_a.result.token) == (Outcome.COMMITTED, 1)
+    assert (holder_b.result.outcome, holder_b.result.token) == (Outcome.ALREADY_DONE, 2)
     run = assert_one_complete_run(maple, completed_by="holder-a")
     assert run.last_fence_token == 2
     assert events(maple) == [("committed", 1), ("already_done", 2)]

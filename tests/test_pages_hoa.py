@@ -13,7 +13,7 @@ from charges.models import MonthlyChargeRun
 from hoa.models import Complaint, Organization
 from hoa.responses import conflict
 from hoa.views import server_error
-from locking import LockHeld
+from locking import LockHeld, Outcome
 from locking.connection import client_for_url
 from locking.models import FenceEvent
 from tests.test_pages_health import closed_port
@@ -190,7 +190,7 @@ def test_dashboard_lists_and_charts_only_its_own_fenced_attempts(client, alice, 
     assert charges_resource(maple) in html
     assert charges_resource(oak) not in html
     # One bar per outcome; the busy bar says 2.
-    assert count(r'<rect class="bar ', html) == len(FenceEvent.Outcome.choices)
+    assert count(r'<rect class="bar ', html) == len(Outcome)
     assert "<title>Busy (lock held): 2</title>" in html
     assert "Stale token rejected: 0" in html
 

@@ -2,9 +2,11 @@
 menus and the intermediate forms of both actions; the audit of refusals is superuser-only."""
 
 from datetime import date, timedelta
+from io import StringIO
 
 import pytest
 from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
+from django.core.management import CommandError, call_command
 from django.test import Client
 from django.utils import timezone
 
@@ -215,3 +217,25 @@ def test_the_audit_of_refusals_is_for_superusers_only_and_filterable(alice, mall
     assert rows(q="mallory") == [("tenant", "mallory")]
     assert len(rows(q="127.0.0.1")) == 2  # by address, though the column is inet
     assert rows(q="<script>") == []
+
+
+def test_prune_access_denials_keeps_its_own_retention(db, settings):
+    now = timezone.now()
+    for days, resource in [(120, "old"), (10, "recent")]:
+        AccessDenial.objects.create(
+            at=now - timedelta(days=days),
+            reason=AccessDenial.Reason.TENANT,
+            actor="mallory",
+            resource=resource,
+        )
+    settings.ACCESS_DENIAL_RETENTION_DAYS = 90
+    settings.FENCE_EVENT_RETENTION_DAYS = 1  # a different table's setting: not used here
+    out = StringIO()
+
+    call_command("prune_access_denials", stdout=out)
+
+    assert out.getvalue().startswith("Deleted 1 access denial(s) older than 90 day(s)")
+    assert list(AccessDenial.objects.values_list("resource", flat=True)) == ["recent"]
+    with pytest.raises(CommandError, match="at least 1"):
+        call_command("prune_access_denials", "--days", "0")
+    assert AccessDenial.objects.count() == 1

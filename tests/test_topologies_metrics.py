@@ -30,6 +30,7 @@ from locking import (
     FenceLock,
     LockHeld,
     LockUnavailable,
+    Outcome,
     StaleFencingToken,
     advance_fence,
     lock_key,
@@ -45,9 +46,13 @@ TTL = timedelta(seconds=30)
 class BillingDown(Exception):
     """Stands in for the external system's failure."""
 
+    outcome = Outcome.FAILED
+
 
 class StateChanged(Exception):
     """Stands in for a compare-and-swap refusal: what the caller saw changed meanwhile."""
+
+    outcome = Outcome.CONFLICT
 
 
 @pytest.fixture
@@ -136,19 +141,13 @@ def test_metrics_count_reseeds_call_failures_conflicts_and_an_unreachable_redis(
         raise BillingDown("billing webhook answered 503")
 
     with pytest.raises(BillingDown):
-        run_fenced(resource, billing_down, ttl=TTL, attempt=attempt, errors={BillingDown: "failed"})
+        run_fenced(resource, billing_down, ttl=TTL, attempt=attempt)
 
     def seen_state_changed(lease):
         raise StateChanged("another assignment became active since the caller looked")
 
     with pytest.raises(StateChanged):
-        run_fenced(
-            resource,
-            seen_state_changed,
-            ttl=TTL,
-            attempt=attempt,
-            errors={StateChanged: "conflict"},
-        )
+        run_fenced(resource, seen_state_changed, ttl=TTL, attempt=attempt)
     unreachable = redis.Redis(
         host="127.0.0.1", port=free_port(), socket_connect_timeout=0.5, retry=Retry(NoBackoff(), 0)
     )

@@ -21,7 +21,7 @@ after it told its vendor sends that vendor's dispatch a best-effort cancellation
 import logging
 from dataclasses import dataclass
 from datetime import date, timedelta
-from enum import Enum
+from enum import Enum, auto
 
 from django.conf import settings
 from django.db import transaction
@@ -32,7 +32,15 @@ from hoa import resources
 from hoa.models import Complaint, Organization
 from hoa.outbound import ExternalCallFailed
 from hoa.scopes import scope_for_organization
-from locking import Attempt, Lease, StaleFencingToken, advance_fence, record_fence_event, run_fenced
+from locking import (
+    Attempt,
+    Lease,
+    Outcome,
+    StaleFencingToken,
+    advance_fence,
+    record_fence_event,
+    run_fenced,
+)
 from vendors.dispatch import cancel_dispatch, dispatch_assignment
 from vendors.models import Vendor, VendorAssignment, VendorContract
 from vendors.selectors import active_assignment
@@ -41,13 +49,6 @@ logger = logging.getLogger(__name__)
 
 OPERATION = "vendor-assignment"
 ASSIGN_PERMISSION = "vendors.assign_vendor"
-
-# FenceEvent outcomes this operation records besides the ones run_fenced records itself.
-COMMITTED = "committed"
-ALREADY_DONE = "already_done"
-CONFLICT = "conflict"
-FAILED = "failed"
-DENIED = "denied"
 
 
 def assignment_resource(complaint_id: int) -> str:
@@ -59,11 +60,17 @@ def assignment_resource(complaint_id: int) -> str:
 
 
 class VendorsError(Exception):
-    """Base class of everything the vendors app raises on purpose."""
+    """Base class of everything the vendors app raises on purpose.
+
+    Each exception that answers an attempt declares its ``outcome`` (``run_fenced`` records
+    it); ``ContractNotActive`` has none: it is bad input, refused before any attempt.
+    """
 
 
 class NotAllowed(VendorsError):
     """The actor may not assign vendors for the complaint's organization; nothing locked."""
+
+    outcome = Outcome.DENIED
 
     def __init__(self, *, actor, organization: Organization):
         self.actor = actor
@@ -100,6 +107,8 @@ class ContractNotActive(VendorsError):
 class DispatchFailed(VendorsError):
     """The dispatch service refused, failed or timed out; nothing was written."""
 
+    outcome = Outcome.FAILED
+
     def __init__(self, *, complaint: Complaint, vendor: Vendor, reason: str, status=None):
         self.complaint = complaint
         self.vendor = vendor
@@ -131,7 +140,12 @@ class RefusedAtCommit(VendorsError):
 
 
 class AlreadyAssigned(RefusedAtCommit):
-    """Another vendor is actively assigned and ``reassign`` was not asked; nothing written."""
+    """Another vendor is actively assigned and ``reassign`` was not asked; nothing written.
+
+    Recorded as already done: another attempt settled the complaint.
+    """
+
+    outcome = Outcome.ALREADY_DONE
 
     def __init__(self, *, complaint: Complaint, winner: VendorAssignment):
         self.complaint = complaint
@@ -149,6 +163,8 @@ class ChangedSinceViewed(RefusedAtCommit):
 
     Running again with ``current`` as the one to replace replaces it knowingly.
     """
+
+    outcome = Outcome.CONFLICT
 
     def __init__(
         self,
@@ -170,6 +186,8 @@ class ChangedSinceViewed(RefusedAtCommit):
 class AssignmentChanged(RefusedAtCommit):
     """Another attempt changed the assignment after this one decided not to call the
     vendor, and a write would now be needed; nothing was written. Trying again is safe."""
+
+    outcome = Outcome.CONFLICT
 
     def __init__(self, *, complaint: Complaint, current: VendorAssignment | None):
         self.complaint = complaint
@@ -195,14 +213,14 @@ class AssignmentResult:
     """What ``assign_vendor`` did. ``outcome`` is the FenceEvent outcome it recorded."""
 
     assignment: VendorAssignment  # the active assignment of the vendor asked for
-    outcome: str  # COMMITTED or ALREADY_DONE
+    outcome: Outcome  # COMMITTED or ALREADY_DONE
     token: int
     replaced: VendorAssignment | None = None  # the assignment this call deactivated
     dispatched: bool = False  # the dispatch service was called (not skipped, not needed)
 
     @property
     def already_done(self) -> bool:
-        return self.outcome == ALREADY_DONE
+        return self.outcome == Outcome.ALREADY_DONE
 
 
 # --- The operation -----------------------------------------------------------------------
@@ -211,10 +229,10 @@ class AssignmentResult:
 class _Next(Enum):
     """What the state of the complaint asks of an attempt."""
 
-    ALREADY_DONE = "already_done"  # the vendor asked for is the active one
-    REFUSE = "refuse"  # another vendor is active and reassign was not asked
-    CHANGED = "changed"  # reassign, but the active assignment is not the one the caller saw
-    ASSIGN = "assign"  # write a new active assignment
+    ALREADY_DONE = auto()  # the vendor asked for is the active one
+    REFUSE = auto()  # another vendor is active and reassign was not asked
+    CHANGED = auto()  # reassign, but the active assignment is not the one the caller saw
+    ASSIGN = auto()  # write a new active assignment
 
 
 class Unstated(Enum):
@@ -288,7 +306,7 @@ def assign_vendor(
     if not _may_assign(actor, organization):
         record_fence_event(
             resource=resource,
-            outcome=DENIED,
+            outcome=Outcome.DENIED,
             actor=label,
             detail=f"not staff of {organization.slug} with {ASSIGN_PERMISSION}",
             scope=attempt.scope,
@@ -323,7 +341,7 @@ def assign_vendor(
                 step = _next_step(current, vendor, reassign, replacing)
                 if step is _Next.ALREADY_DONE:
                     return AssignmentResult(
-                        assignment=current, outcome=ALREADY_DONE, token=lease.token
+                        assignment=current, outcome=Outcome.ALREADY_DONE, token=lease.token
                     )
                 if step is _Next.REFUSE:
                     raise AlreadyAssigned(complaint=complaint, winner=current)
@@ -368,7 +386,7 @@ def assign_vendor(
             extra={
                 "resource": resource,
                 "token": lease.token,
-                "outcome": COMMITTED,
+                "outcome": Outcome.COMMITTED,
                 "complaint": complaint.pk,
                 "vendor": vendor.pk,
                 "replaced": current.pk if current else None,
@@ -376,7 +394,7 @@ def assign_vendor(
         )
         return AssignmentResult(
             assignment=assignment,
-            outcome=COMMITTED,
+            outcome=Outcome.COMMITTED,
             token=lease.token,
             replaced=current,
             dispatched=dispatched,
@@ -386,17 +404,10 @@ def assign_vendor(
         resource,
         work,
         ttl=timedelta(seconds=settings.VENDOR_LOCK_TTL_SECONDS),
+        # Refusals are recorded with the outcome their exception declares; the detail
+        # (the exception's text) names the vendor that holds the complaint, and the vendor
+        # told in vain.
         attempt=attempt,
-        # The detail (the exception's text) names the vendor that holds the complaint,
-        # and the vendor told in vain. A refusal without reassign means "another attempt
-        # settled it" (already done); one of a decision overtaken since it was made is a
-        # conflict.
-        errors={
-            DispatchFailed: FAILED,
-            AlreadyAssigned: ALREADY_DONE,
-            ChangedSinceViewed: CONFLICT,
-            AssignmentChanged: CONFLICT,
-        },
     )
 
 

@@ -42,21 +42,17 @@ from charges.services import (
 from hoa.management.base import EXIT_TEMPFAIL, ServiceCommand, require_services
 from hoa.models import Organization
 from hoa.security import Reason, record_denial, shown
+from locking import Outcome
 
-GENERATED = "generated"
-ALREADY = "already"
-BUSY = "busy"
-SUPERSEDED = "superseded"
-FAILED = "failed"
-UNAVAILABLE = "unavailable"
 # What a refused --actor is recorded against (hoa.security.record_denial).
 COMMAND_RESOURCE = "command:generate_monthly_charges"
+# The words of the --all-orgs summary line, by outcome (stale: a newer holder took over).
 SUMMARY = {
-    GENERATED: gettext_lazy("generated"),
-    ALREADY: gettext_lazy("already generated"),
-    BUSY: gettext_lazy("busy"),
-    SUPERSEDED: gettext_lazy("superseded"),
-    FAILED: gettext_lazy("failed"),
+    Outcome.COMMITTED: gettext_lazy("generated"),
+    Outcome.ALREADY_DONE: gettext_lazy("already generated"),
+    Outcome.BUSY: gettext_lazy("busy"),
+    Outcome.STALE: gettext_lazy("superseded"),
+    Outcome.FAILED: gettext_lazy("failed"),
 }
 
 
@@ -65,7 +61,7 @@ class OrgOutcome:
     """One organization's answer, small enough to come back from a worker process."""
 
     slug: str
-    kind: str
+    kind: Outcome
     message: str
 
 
@@ -73,15 +69,9 @@ def generate_for(organization: Organization, month: date, actor: str) -> OrgOutc
     """Run the service for one organization and classify its answer."""
     try:
         result = generate_monthly_charges(organization=organization, month=month, actor=actor)
-    except GenerationBusy as exc:
-        return OrgOutcome(organization.slug, BUSY, str(exc))
-    except GenerationSuperseded as exc:
-        return OrgOutcome(organization.slug, SUPERSEDED, str(exc))
-    except BillingFailed as exc:
-        return OrgOutcome(organization.slug, FAILED, str(exc))
-    except LockServiceUnavailable as exc:
-        return OrgOutcome(organization.slug, UNAVAILABLE, str(exc))
-    return OrgOutcome(organization.slug, GENERATED if result.generated else ALREADY, result.message)
+    except (GenerationBusy, GenerationSuperseded, BillingFailed, LockServiceUnavailable) as exc:
+        return OrgOutcome(organization.slug, exc.outcome, str(exc))
+    return OrgOutcome(organization.slug, result.outcome, result.message)
 
 
 def _start_worker() -> None:
@@ -196,9 +186,9 @@ class Command(ServiceCommand):
                 )
                 raise CommandError(str(exc)) from exc
         outcome = generate_for(organization, month, label)
-        if outcome.kind in (BUSY, SUPERSEDED):
+        if outcome.kind in (Outcome.BUSY, Outcome.STALE):
             raise CommandError(outcome.message, returncode=EXIT_TEMPFAIL)
-        if outcome.kind in (FAILED, UNAVAILABLE):
+        if outcome.kind in (Outcome.FAILED, Outcome.UNAVAILABLE):
             raise CommandError(outcome.message)
         self.stdout.write(outcome.message)
 
@@ -233,15 +223,15 @@ class Command(ServiceCommand):
                 "counts": ", ".join(f"{counts[kind]} {label}" for kind, label in SUMMARY.items()),
             }
         )
-        if counts[FAILED]:
+        if counts[Outcome.FAILED]:
             raise CommandError(
                 _("%(count)d organizations could not be billed; see the lines above.")
-                % {"count": counts[FAILED]}
+                % {"count": counts[Outcome.FAILED]}
             )
-        if counts[BUSY] or counts[SUPERSEDED]:
+        if counts[Outcome.BUSY] or counts[Outcome.STALE]:
             raise CommandError(
                 _("%(count)d organizations were busy or superseded; run again later to confirm.")
-                % {"count": counts[BUSY] + counts[SUPERSEDED]},
+                % {"count": counts[Outcome.BUSY] + counts[Outcome.STALE]},
                 returncode=EXIT_TEMPFAIL,
             )
 
@@ -249,9 +239,13 @@ class Command(ServiceCommand):
         """Print each outcome as it arrives; stop at once if Redis is down."""
         counts: Counter = Counter()
         for outcome in outcomes:
-            if outcome.kind == UNAVAILABLE:
+            if outcome.kind == Outcome.UNAVAILABLE:
                 raise CommandError(outcome.message)
             counts[outcome.kind] += 1
-            stream = self.stdout if outcome.kind in (GENERATED, ALREADY) else self.stderr
+            stream = (
+                self.stdout
+                if outcome.kind in (Outcome.COMMITTED, Outcome.ALREADY_DONE)
+                else self.stderr
+            )
             stream.write(f"{outcome.slug}: {outcome.message}")
         return counts

@@ -1,7 +1,7 @@
 """Delete refusal records (``AccessDenial``) older than ``ACCESS_DENIAL_RETENTION_DAYS``."""
 
+from hoa.management.pruning import PruneCommand
 from hoa.models import AccessDenial
-from locking.management.pruning import PruneCommand
 
 
 class Command(PruneCommand):

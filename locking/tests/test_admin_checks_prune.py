@@ -11,9 +11,12 @@ from django.utils import timezone
 
 from locking.checks import external_timeout_below_lock_ttl
 from locking.models import FenceEvent
-from tests.conftest import run_manage
+from locking.tests.support import run_django
 
 # --- system check -----------------------------------------------------------------------
+
+
+TTL_SETTINGS = ["CHARGES_LOCK_TTL_SECONDS", "VENDOR_LOCK_TTL_SECONDS"]
 
 
 def w001(settings) -> list[str]:
@@ -22,6 +25,7 @@ def w001(settings) -> list[str]:
 
 def test_check_warns_when_external_timeout_exceeds_half_a_lock_ttl(settings):
     settings.EXTERNAL_CALL_TIMEOUT_SECONDS = 16
+    settings.LOCK_TTL_SETTINGS = TTL_SETTINGS
     settings.VENDOR_LOCK_TTL_SECONDS = 30
     settings.CHARGES_LOCK_TTL_SECONDS = 60
 
@@ -36,27 +40,46 @@ def test_check_warns_when_external_timeout_exceeds_half_a_lock_ttl(settings):
 
 def test_check_is_silent_when_the_timeout_is_at_most_half_of_every_ttl(settings):
     settings.EXTERNAL_CALL_TIMEOUT_SECONDS = 15
+    settings.LOCK_TTL_SETTINGS = TTL_SETTINGS
     settings.VENDOR_LOCK_TTL_SECONDS = 30
     settings.CHARGES_LOCK_TTL_SECONDS = 60
     assert w001(settings) == []
 
 
-def test_check_covers_every_lock_ttl_setting(settings):
+def test_check_covers_every_setting_lock_ttl_settings_names_and_only_those(settings):
     settings.EXTERNAL_CALL_TIMEOUT_SECONDS = 10
+    settings.LOCK_TTL_SETTINGS = TTL_SETTINGS
     settings.VENDOR_LOCK_TTL_SECONDS = 5
     settings.CHARGES_LOCK_TTL_SECONDS = 5
-    settings.REPORTS_LOCK_TTL_SECONDS = 100
+    settings.REPORTS_LOCK_TTL_SECONDS = 1  # not named: not checked
     assert [msg.split(" is not")[1] for msg in w001(settings)] == [
         " comfortably below CHARGES_LOCK_TTL_SECONDS (5s).",
         " comfortably below VENDOR_LOCK_TTL_SECONDS (5s).",
     ]
 
 
+def test_check_is_off_without_an_external_call_timeout(settings):
+    del settings.EXTERNAL_CALL_TIMEOUT_SECONDS
+    settings.LOCK_TTL_SETTINGS = TTL_SETTINGS
+    settings.VENDOR_LOCK_TTL_SECONDS = 0.1
+    assert external_timeout_below_lock_ttl() == []
+
+
+def test_a_lock_ttl_setting_that_is_not_set_is_an_error(settings):
+    settings.EXTERNAL_CALL_TIMEOUT_SECONDS = 1
+    settings.LOCK_TTL_SETTINGS = ["MISSING_LOCK_TTL_SECONDS"]
+    [error] = external_timeout_below_lock_ttl()
+    assert (error.id, error.level) == ("locking.E002", checks.ERROR)
+    assert error.msg == "LOCK_TTL_SETTINGS names MISSING_LOCK_TTL_SECONDS, which is not set."
+
+
 # --- audit admin --------------------------------------------------------------------------
 
 
 @pytest.mark.django_db
-def test_audit_admin_lists_and_filters_events_for_superusers_only(client, root, alice):
+def test_audit_admin_lists_and_filters_events_for_superusers_only(client, django_user_model):
+    root = django_user_model.objects.create_superuser(username="root", password="pw-root")
+    staff = django_user_model.objects.create_user(username="staff", password="pw", is_staff=True)
     FenceEvent.objects.create(resource="vendor-assignment:complaint:1", token=3, outcome="stale")
     FenceEvent.objects.create(resource="vendor-assignment:complaint:2", token=4, outcome="busy")
     url = reverse("admin:locking_fenceevent_changelist")
@@ -67,7 +90,7 @@ def test_audit_admin_lists_and_filters_events_for_superusers_only(client, root, 
     assert b"vendor-assignment:complaint:1" in page.content
     assert b"vendor-assignment:complaint:2" not in page.content
 
-    client.force_login(alice)
+    client.force_login(staff)
     assert client.get(url).status_code == 403
 
 
@@ -107,6 +130,15 @@ def test_prune_keeps_the_configured_retention_by_default(aged_events, settings):
 
     assert output.startswith("Deleted 2 fence event(s) older than 30 day(s) (before ")
     assert remaining() == {"recent", "today"}
+
+
+def test_prune_keeps_90_days_when_the_retention_is_not_set(aged_events, settings):
+    del settings.FENCE_EVENT_RETENTION_DAYS
+
+    output = prune()
+
+    assert output.startswith("Deleted 1 fence event(s) older than 90 day(s) (before ")
+    assert remaining() == {"old", "recent", "today"}
 
 
 def test_prune_days_overrides_the_retention(aged_events, settings):
@@ -153,36 +185,12 @@ def test_prune_command_line_exit_codes_and_one_line_error(subprocess_env):
     event_aged(100, "old")
     event_aged(1, "recent")
 
-    refused = run_manage("prune_fence_events", "--days=-1", env=subprocess_env)
+    refused = run_django("prune_fence_events", "--days=-1", env=subprocess_env)
     assert refused.returncode == 1
     assert refused.stderr.strip() == "CommandError: --days must be at least 1, got -1."
     assert remaining() == {"old", "recent"}
 
-    done = run_manage("prune_fence_events", "--days", "30", env=subprocess_env)
+    done = run_django("prune_fence_events", "--days", "30", env=subprocess_env)
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("Deleted 1 fence event(s) older than 30 day(s)")
     assert remaining() == {"recent"}
-
-
-def test_prune_access_denials_keeps_its_own_retention(db, settings):
-    from hoa.models import AccessDenial
-
-    now = timezone.now()
-    for days, resource in [(120, "old"), (10, "recent")]:
-        AccessDenial.objects.create(
-            at=now - timedelta(days=days),
-            reason=AccessDenial.Reason.TENANT,
-            actor="mallory",
-            resource=resource,
-        )
-    settings.ACCESS_DENIAL_RETENTION_DAYS = 90
-    settings.FENCE_EVENT_RETENTION_DAYS = 1  # a different table's setting: not used here
-    out = StringIO()
-
-    call_command("prune_access_denials", stdout=out)
-
-    assert out.getvalue().startswith("Deleted 1 access denial(s) older than 90 day(s)")
-    assert list(AccessDenial.objects.values_list("resource", flat=True)) == ["recent"]
-    with pytest.raises(CommandError, match="at least 1"):
-        call_command("prune_access_denials", "--days", "0")
-    assert AccessDenial.objects.count() == 1

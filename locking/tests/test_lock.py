@@ -1,15 +1,13 @@
 """The fence lock on a real Redis: grants, refusals, release/extend, waiting, keep-alive.
 
-Most tests use the test Redis (``REDIS_URL``, flushed per test). Tests that count the
-commands a call sends, or stop Redis under a live lease, use a private ``redis-server``
-started on a free port for this module, so other test runs on the shared server cannot
-disturb the counts.
+Most tests use the lock Redis of the test settings (``LOCK_REDIS_URL``, flushed per test).
+Tests that count the commands a call sends, or stop Redis under a live lease, use a
+private ``redis-server`` started on a free port for this module, so other test runs on the
+shared server cannot disturb the counts.
 """
 
 import os
-import shutil
 import socket
-import subprocess
 import threading
 import time
 from datetime import UTC, datetime, timedelta
@@ -23,12 +21,12 @@ from locking import (
     LockHeld,
     LockUnavailable,
     fence_key,
-    holder_label,
     lock_key,
     validate_resource,
 )
+from locking.lock import holder_label
 from locking.models import FenceEpoch
-from tests.polling import free_port
+from locking.tests.support import PrivateRedis, free_port, wait_until
 
 # Every grant may record a fence epoch in the database (locking/epochs.py).
 pytestmark = pytest.mark.django_db
@@ -38,63 +36,8 @@ LONG = timedelta(seconds=30)
 WAIT = 10  # seconds: upper bound for every wait in this module
 
 
-def wait_for(predicate, what: str, timeout: float = WAIT) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.01)
-    pytest.fail(f"timed out waiting for {what}")
-
-
-class PrivateRedis:
-    """A throw-away redis-server on a free local port (no persistence), stopped by PID."""
-
-    def __init__(self, directory):
-        self.port = free_port()
-        self.process = subprocess.Popen(
-            [
-                shutil.which("redis-server") or "redis-server",
-                "--port",
-                str(self.port),
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-                "--dir",
-                str(directory),
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        self.url = f"redis://127.0.0.1:{self.port}/0"
-        probe = self.client()
-        wait_for(lambda: self._answers(probe), "the private redis-server to start")
-
-    @staticmethod
-    def _answers(client) -> bool:
-        try:
-            return bool(client.ping())
-        except redis.ConnectionError:
-            return False
-
-    def client(self, timeout: float = 1.0) -> redis.Redis:
-        return redis.Redis.from_url(
-            self.url, socket_timeout=timeout, socket_connect_timeout=timeout
-        )
-
-    def commands_processed(self, client: redis.Redis) -> int:
-        return int(client.info("stats")["total_commands_processed"])
-
-    def calls(self, client: redis.Redis, command: str) -> int:
-        return int(client.info("commandstats").get(f"cmdstat_{command}", {}).get("calls", 0))
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            self.process.wait(WAIT)
+def wait_for(predicate, what: str) -> None:
+    wait_until(predicate, what=what, timeout=WAIT)
 
 
 @pytest.fixture(scope="module")

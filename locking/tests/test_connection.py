@@ -8,29 +8,32 @@ from django_redis import get_redis_connection
 from redis.sentinel import SentinelConnectionPool
 
 from locking import FenceLock
+from locking.conf import DEFAULTS, setting
 from locking.connection import client_for_url, get_lock_redis
-from tests.polling import closed_port
+from locking.tests.support import closed_port
 
 # Every grant may record a fence epoch in the database (locking/epochs.py).
 pytestmark = pytest.mark.django_db
 
 
 def test_lock_reuses_the_cache_connection_pool_when_the_urls_are_equal(settings):
-    settings.LOCK_REDIS_URL = settings.REDIS_URL
+    url = setting("LOCK_REDIS_URL")
+    settings.LOCK_REDIS_URL = url
+    settings.CACHES = {"default": {"BACKEND": "django_redis.cache.RedisCache", "LOCATION": url}}
     assert get_lock_redis() is get_redis_connection("default")
 
 
 def test_separate_lock_url_gets_its_own_client_with_the_short_socket_timeouts(
     settings, redis_client
 ):
-    settings.LOCK_REDIS_URL = settings.REDIS_URL + "?client_name=locks"
+    settings.LOCK_REDIS_URL = setting("LOCK_REDIS_URL") + "?client_name=locks"
     settings.REDIS_SOCKET_TIMEOUT_SECONDS = 0.75
     client = get_lock_redis()
 
     kwargs = client.connection_pool.connection_kwargs
     assert (kwargs["socket_timeout"], kwargs["socket_connect_timeout"]) == (0.75, 0.75)
     assert client is get_lock_redis()  # one client (and pool) per process
-    # It reaches the same server and database as the test Redis.
+    # It reaches the same server and database as the test's lock Redis.
     lease = FenceLock().acquire("vendor-assignment:complaint:9", ttl=timedelta(seconds=5))
     assert redis_client.exists("lock:{vendor-assignment:complaint:9}") == 1
     assert lease.release() is True
@@ -71,3 +74,37 @@ def test_unreachable_cluster_is_lock_unavailable_not_a_library_error(settings):
     settings.LOCK_REDIS_URL = f"redis+cluster://127.0.0.1:{closed_port()}"
     with pytest.raises(LockUnavailable):
         FenceLock()
+
+
+def test_every_setting_has_a_default(settings):
+    for name in (
+        "LOCK_REDIS_URL",
+        "REDIS_URL",
+        "REDIS_SOCKET_TIMEOUT_SECONDS",
+        "LOCK_REDIS_MIN_REPLICAS",
+        "LOCK_REDIS_WAIT_TIMEOUT_MS",
+        "LOCK_DATABASE",
+        "LOCK_TTL_SETTINGS",
+        "EXTERNAL_CALL_TIMEOUT_SECONDS",
+        "FENCE_EVENT_RETENTION_DAYS",
+    ):
+        if hasattr(settings, name):
+            delattr(settings, name)
+
+    assert [setting(name) for name in DEFAULTS] == [2.0, 0, 100, "default", (), None, 90]
+    assert setting("LOCK_REDIS_URL") == "redis://127.0.0.1:6379/0"
+    settings.REDIS_URL = "redis://cache.internal:6380/2"
+    assert setting("LOCK_REDIS_URL") == "redis://cache.internal:6380/2"
+
+
+def test_lock_url_equal_to_a_cache_that_is_not_django_redis_gets_its_own_client(settings):
+    url = setting("LOCK_REDIS_URL")
+    settings.LOCK_REDIS_URL = url
+    settings.REDIS_SOCKET_TIMEOUT_SECONDS = 0.5
+    settings.CACHES = {
+        "default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": url}
+    }
+    # django-redis could not hand out its pool here: the lock builds a client of its own.
+    client = get_lock_redis()
+    assert client is client_for_url(url, 0.5)
+    assert client.connection_pool.connection_kwargs["socket_timeout"] == 0.5

@@ -1,8 +1,8 @@
 """A base for the commands that delete audit rows older than a retention period.
 
-``prune_fence_events`` (``locking``) and ``prune_access_denials`` (``hoa``) are this
-command with a model, a noun and a setting. Run them from cron, e.g. daily; ``--days N``
-overrides the setting, ``--dry-run`` only counts.
+``prune_access_denials`` is this command with a model, a noun and a setting (``locking``'s
+``prune_fence_events`` has the same options and messages, and stands alone). Run them from
+cron, e.g. daily; ``--days N`` overrides the setting, ``--dry-run`` only counts.
 """
 
 from datetime import timedelta

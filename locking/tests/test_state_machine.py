@@ -11,7 +11,6 @@ from datetime import timedelta
 
 import pytest
 import redis
-from django.conf import settings as django_settings
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
@@ -24,7 +23,8 @@ from hypothesis.stateful import (
 )
 
 from locking import FenceLock, LockHeld, fence_key, lock_key
-from tests.lockstate import forget_fence_epochs
+from locking.conf import setting
+from locking.tests.fixtures import forget_fence_epochs
 
 # Every grant may record a fence epoch in the database (locking/epochs.py).
 pytestmark = pytest.mark.django_db
@@ -39,7 +39,7 @@ class LeaseMachine(RuleBasedStateMachine):
 
     def __init__(self):
         super().__init__()
-        url = django_settings.LOCK_REDIS_URL
+        url = setting("LOCK_REDIS_URL")
         self.redis = redis.Redis.from_url(url)
         self.redis.delete(*(lock_key(r) for r in RESOURCES), *(fence_key(r) for r in RESOURCES))
         forget_fence_epochs()  # each example starts from resources never granted

@@ -14,12 +14,12 @@ import sys
 
 import pytest
 
-from hoa.models import Complaint
-from tests.conftest import BASE_DIR
+from locking.tests.support import SOURCE_ROOT
+from locking.tests.testapp.models import FencedThing
 
 WORKERS = 8
 ATTEMPTS = 12  # per worker
-RESOURCE = "vendor-assignment:complaint:contention"
+RESOURCE = "fenced-thing:contention"
 WAIT = 120  # seconds: upper bound for the whole run
 
 WORKER = """
@@ -31,8 +31,8 @@ import django
 django.setup()
 from django.db import transaction
 
-from hoa.models import Complaint
 from locking import FenceLock, advance_fence
+from locking.tests.testapp.models import FencedThing
 
 pk, attempts, resource = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
 lock = FenceLock()
@@ -42,7 +42,7 @@ for _ in range(attempts):
     lease = lock.acquire(resource, ttl=timedelta(seconds=60), wait=timedelta(seconds=60))
     start = time.monotonic()
     with transaction.atomic():
-        advance_fence(Complaint.objects.filter(pk=pk), lease)
+        advance_fence(FencedThing.objects.filter(pk=pk), lease)
     time.sleep(0.002)  # widen the section so an overlap could not go unseen
     end = time.monotonic()
     released = lease.release()
@@ -68,12 +68,12 @@ def test_overlap_check_detects_an_overlap():
 
 
 @pytest.mark.slow
-def test_eight_processes_never_overlap_and_tokens_follow_section_order(subprocess_env, maple):
-    complaint = Complaint.objects.create(organization=maple, title="contention")
+def test_eight_processes_never_overlap_and_tokens_follow_section_order(subprocess_env):
+    thing = FencedThing.objects.create(name="contention")
     workers = [
         subprocess.Popen(
-            [sys.executable, "-c", WORKER, str(complaint.pk), str(ATTEMPTS), RESOURCE],
-            cwd=BASE_DIR,
+            [sys.executable, "-c", WORKER, str(thing.pk), str(ATTEMPTS), RESOURCE],
+            cwd=SOURCE_ROOT,
             env=subprocess_env,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
@@ -105,5 +105,5 @@ def test_eight_processes_never_overlap_and_tokens_follow_section_order(subproces
     assert overlapping(sections) == []
     tokens = [s["token"] for s in sorted(sections, key=lambda s: s["start"])]
     assert tokens == list(range(1, WORKERS * ATTEMPTS + 1))
-    complaint.refresh_from_db()
-    assert complaint.last_fence_token == WORKERS * ATTEMPTS
+    thing.refresh_from_db()
+    assert thing.last_fence_token == WORKERS * ATTEMPTS

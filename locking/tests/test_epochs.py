@@ -16,43 +16,41 @@ from datetime import timedelta
 import pytest
 from django.db import connection, transaction
 
-from hoa.models import Complaint
 from locking import (
     Attempt,
     FenceLock,
     StaleFencingToken,
     advance_fence,
-    epoch_of,
     lock_key,
     run_fenced,
 )
-from locking.epochs import current_epoch, first_token
+from locking.epochs import current_epoch, epoch_of, first_token
 from locking.models import FenceEvent
-from tests.polling import free_port
-from tests.topologies import start_redis, stop_process, temp_dir
+from locking.tests.support import PrivateRedis, free_port
+from locking.tests.testapp.models import FencedThing
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-RESOURCE = "vendor-assignment:complaint:epochs"
+RESOURCE = "fenced-thing:epochs"
 TTL = timedelta(seconds=30)
 WRITER = Attempt(actor="newer", operation="epoch-test")
 JOIN = 30  # seconds: upper bound for every thread
 
 
 @pytest.fixture
-def complaint(maple):
-    return Complaint.objects.create(organization=maple, title="Leaking roof")
+def thing(db):
+    return FencedThing.objects.create(name="Leaking roof")
 
 
-def write(complaint: Complaint, title: str, lock: FenceLock | None = None) -> int:
-    """Write ``title`` under a fresh lease through run_fenced; return the committed token."""
+def write(thing: FencedThing, name: str, lock: FenceLock | None = None) -> int:
+    """Write ``name`` under a fresh lease through run_fenced; return the committed token."""
     tokens: list[int] = []
 
     def work(lease):
         tokens.append(lease.token)
         with transaction.atomic():
-            advance_fence(Complaint.objects.filter(pk=complaint.pk), lease)
-            Complaint.objects.filter(pk=complaint.pk).update(title=title)
+            advance_fence(FencedThing.objects.filter(pk=thing.pk), lease)
+            FencedThing.objects.filter(pk=thing.pk).update(name=name)
         return lease.token
 
     token = run_fenced(RESOURCE, work, ttl=TTL, attempt=WRITER, lock=lock)
@@ -71,9 +69,9 @@ def grant_then_expire(lock: FenceLock):
 class PausedHolder(threading.Thread):
     """Holds a grant at a hold point, then tries to write with it on its own connection."""
 
-    def __init__(self, complaint: Complaint, lease):
+    def __init__(self, thing: FencedThing, lease):
         super().__init__(name=f"paused holder {lease.token}")
-        self.complaint, self.lease = complaint, lease
+        self.thing, self.lease = thing, lease
         self.resume = threading.Event()
         self.error: BaseException | None = None
 
@@ -81,8 +79,8 @@ class PausedHolder(threading.Thread):
         try:
             assert self.resume.wait(JOIN)
             with transaction.atomic():
-                advance_fence(Complaint.objects.filter(pk=self.complaint.pk), self.lease)
-                Complaint.objects.filter(pk=self.complaint.pk).update(title="stale write")
+                advance_fence(FencedThing.objects.filter(pk=self.thing.pk), self.lease)
+                FencedThing.objects.filter(pk=self.thing.pk).update(name="stale write")
         except BaseException as exc:  # the test reads it
             self.error = exc
         finally:
@@ -95,84 +93,83 @@ class PausedHolder(threading.Thread):
         return self.error
 
 
-def title_and_token(complaint: Complaint) -> tuple[str, int]:
-    complaint.refresh_from_db()
-    return complaint.title, complaint.last_fence_token
+def name_and_token(thing: FencedThing) -> tuple[str, int]:
+    thing.refresh_from_db()
+    return thing.name, thing.last_fence_token
 
 
 def test_unwritten_grants_from_before_a_flushall_are_refused_after_a_newer_write(
-    complaint, fence_lock, redis_client
+    thing, fence_lock, redis_client
 ):
-    assert [write(complaint, "one"), write(complaint, "two")] == [1, 2]
+    assert [write(thing, "one"), write(thing, "two")] == [1, 2]
     crashed = grant_then_expire(fence_lock)  # token 3: its holder crashed, never wrote
-    paused = PausedHolder(complaint, grant_then_expire(fence_lock))  # token 4: paused
+    paused = PausedHolder(thing, grant_then_expire(fence_lock))  # token 4: paused
     paused.start()
     assert (crashed.token, paused.lease.token) == (3, 4)
 
     redis_client.flushall()  # Redis lost everything, the counter included
-    newer = write(complaint, "newer")
+    newer = write(thing, "newer")
 
     assert newer == first_token(1) + 1  # epoch 1 outranks every token of epoch 0
     error = paused.wake()
     assert isinstance(error, StaleFencingToken)
     assert (error.token, error.recorded) == (4, newer)
     with pytest.raises(StaleFencingToken), transaction.atomic():
-        advance_fence(Complaint.objects.filter(pk=complaint.pk), crashed)
-    assert title_and_token(complaint) == ("newer", newer)
+        advance_fence(FencedThing.objects.filter(pk=thing.pk), crashed)
+    assert name_and_token(thing) == ("newer", newer)
 
 
 def test_unwritten_grants_from_before_a_redis_restart_without_persistence_are_refused(
-    complaint,
+    thing, tmp_path
 ):
-    with temp_dir("hoa-epochs-") as root:
-        port = free_port()
-        server = start_redis(root, port)
-        try:
-            lock = FenceLock(client=server.client())
-            assert [write(complaint, "one", lock), write(complaint, "two", lock)] == [1, 2]
-            grant_then_expire(lock)  # token 3, never written
-            paused = PausedHolder(complaint, grant_then_expire(lock))  # token 4
-            paused.start()
+    port = free_port()
+    server = PrivateRedis(tmp_path, port=port)
+    try:
+        lock = FenceLock(client=server.client(timeout=5))
+        assert [write(thing, "one", lock), write(thing, "two", lock)] == [1, 2]
+        grant_then_expire(lock)  # token 3, never written
+        paused = PausedHolder(thing, grant_then_expire(lock))  # token 4
+        paused.start()
 
-            stop_process(server.process)  # no RDB, no AOF: the restart loses every key
-            server = start_redis(root, port)
-            lock = FenceLock(client=server.client())
-            assert lock.current_token(RESOURCE) == 0
-            newer = write(complaint, "newer", lock)
-        finally:
-            stop_process(server.process)
+        server.stop()  # no RDB, no AOF: the restart loses every key
+        server = PrivateRedis(tmp_path, port=port)
+        lock = FenceLock(client=server.client(timeout=5))
+        assert lock.current_token(RESOURCE) == 0
+        newer = write(thing, "newer", lock)
+    finally:
+        server.stop()
 
     assert newer == first_token(1) + 1
     error = paused.wake()
     assert isinstance(error, StaleFencingToken)
-    assert title_and_token(complaint) == ("newer", newer)
+    assert name_and_token(thing) == ("newer", newer)
 
 
-def test_two_losses_in_a_row_never_reuse_an_epoch(complaint, fence_lock, redis_client):
-    assert write(complaint, "one") == 1
+def test_two_losses_in_a_row_never_reuse_an_epoch(thing, fence_lock, redis_client):
+    assert write(thing, "one") == 1
     redis_client.flushall()
     # Grants of epoch 1, never written; the second one's holder is paused.
     first = grant_then_expire(fence_lock)
-    paused = PausedHolder(complaint, grant_then_expire(fence_lock))
+    paused = PausedHolder(thing, grant_then_expire(fence_lock))
     paused.start()
     assert [epoch_of(first.token), epoch_of(paused.lease.token)] == [1, 1]
-    assert Complaint.objects.get(pk=complaint.pk).last_fence_token == 1  # nothing recorded
+    assert FencedThing.objects.get(pk=thing.pk).last_fence_token == 1  # nothing recorded
 
     redis_client.flushall()  # the second loss: the database still only knows token 1
-    newer = write(complaint, "newer")
+    newer = write(thing, "newer")
 
     # An epoch derived from the recorded token (1 -> epoch 1) would be handed out twice;
     # the durable epoch moves on to 2.
     assert newer == first_token(2) + 1
     assert current_epoch(RESOURCE) == 2
     assert isinstance(paused.wake(), StaleFencingToken)
-    assert title_and_token(complaint) == ("newer", newer)
+    assert name_and_token(thing) == ("newer", newer)
 
 
 def test_a_crowd_that_finds_the_counter_gone_records_one_epoch_and_all_of_it_commits(
-    complaint, fence_lock, redis_client
+    thing, fence_lock, redis_client
 ):
-    assert write(complaint, "one") == 1
+    assert write(thing, "one") == 1
     redis_client.flushall()
     crowd = 6
     barrier = threading.Barrier(crowd)
@@ -184,7 +181,7 @@ def test_a_crowd_that_finds_the_counter_gone_records_one_epoch_and_all_of_it_com
             barrier.wait(JOIN)
             lease = FenceLock().acquire(RESOURCE, ttl=TTL, wait=timedelta(seconds=JOIN))
             with lease, transaction.atomic():
-                advance_fence(Complaint.objects.filter(pk=complaint.pk), lease)
+                advance_fence(FencedThing.objects.filter(pk=thing.pk), lease)
                 tokens.append(lease.token)
         except BaseException as exc:
             errors.append(exc)
@@ -205,21 +202,21 @@ def test_a_crowd_that_finds_the_counter_gone_records_one_epoch_and_all_of_it_com
 
 
 def test_the_rejected_paused_grant_is_audited_as_stale_and_writes_nothing(
-    complaint, fence_lock, redis_client
+    thing, fence_lock, redis_client
 ):
-    assert write(complaint, "one") == 1
+    assert write(thing, "one") == 1
     paused_lease = grant_then_expire(fence_lock)
     redis_client.flushall()
-    newer = write(complaint, "newer")
+    newer = write(thing, "newer")
 
     def late(lease):
         with transaction.atomic():
-            Complaint.objects.filter(pk=complaint.pk).update(title="stale write")
-            advance_fence(Complaint.objects.filter(pk=complaint.pk), paused_lease)
+            FencedThing.objects.filter(pk=thing.pk).update(name="stale write")
+            advance_fence(FencedThing.objects.filter(pk=thing.pk), paused_lease)
 
     with pytest.raises(StaleFencingToken):
         run_fenced(RESOURCE, late, ttl=TTL, attempt=Attempt(actor="paused"))
-    assert title_and_token(complaint) == ("newer", newer)
+    assert name_and_token(thing) == ("newer", newer)
     stale = FenceEvent.objects.filter(resource=RESOURCE, outcome="stale").get()
     assert stale.token == paused_lease.token
 
@@ -232,31 +229,30 @@ def test_the_rejected_paused_grant_is_audited_as_stale_and_writes_nothing(
     ],
 )
 def test_with_an_aof_the_counter_survives_and_an_unwritten_grant_stays_below(
-    complaint, fsync, stop
+    thing, fsync, stop, tmp_path
 ):
     aof = ("--appendonly", "yes", "--appendfsync", fsync)
-    with temp_dir("hoa-aof-") as root:
-        port = free_port()
-        server = start_redis(root, port, *aof)
-        try:
-            lock = FenceLock(client=server.client())
-            assert write(complaint, "one", lock) == 1
-            grant_then_expire(lock)  # 2, never written
-            paused = PausedHolder(complaint, grant_then_expire(lock))  # 3, paused
-            paused.start()
-            if stop == "shutdown":
-                server.client().shutdown()  # redis-py swallows the closed connection
-                server.process.wait(JOIN)
-            else:
-                server.process.kill()
-                server.process.wait(JOIN)
-            server = start_redis(root, port, *aof)
-            lock = FenceLock(client=server.client())
-            assert lock.current_token(RESOURCE) == 3  # nothing lost
-            newer = write(complaint, "newer", lock)
-        finally:
-            stop_process(server.process)
+    port = free_port()
+    server = PrivateRedis(tmp_path, *aof, port=port)
+    try:
+        lock = FenceLock(client=server.client(timeout=5))
+        assert write(thing, "one", lock) == 1
+        grant_then_expire(lock)  # 2, never written
+        paused = PausedHolder(thing, grant_then_expire(lock))  # 3, paused
+        paused.start()
+        if stop == "shutdown":
+            server.client(timeout=5).shutdown()  # redis-py swallows the closed connection
+            server.process.wait(JOIN)
+        else:
+            server.process.kill()
+            server.process.wait(JOIN)
+        server = PrivateRedis(tmp_path, *aof, port=port)
+        lock = FenceLock(client=server.client(timeout=5))
+        assert lock.current_token(RESOURCE) == 3  # nothing lost
+        newer = write(thing, "newer", lock)
+    finally:
+        server.stop()
 
     assert newer == 4  # no new epoch was needed
     assert isinstance(paused.wake(), StaleFencingToken)
-    assert title_and_token(complaint) == ("newer", 4)
+    assert name_and_token(thing) == ("newer", 4)

@@ -15,95 +15,100 @@ from django.db import connection, transaction
 from django.db.transaction import TransactionManagementError
 from django.utils import timezone
 
-from hoa.models import Complaint
 from locking import FenceLock, StaleFencingToken, advance_fence
 from locking.epochs import first_token
 from locking.models import FenceEpoch
+from locking.tests.testapp.models import Box, FencedThing
 
-RESOURCE = "vendor-assignment:complaint:fence-test"
+RESOURCE = "fenced-thing:fence-test"
 WAIT = 10  # seconds: upper bound for every wait in this module
 
 
 @pytest.fixture
-def complaint(maple):
-    return Complaint.objects.create(organization=maple, title="Leaking roof")
+def box(db):
+    return Box.objects.create(label="north")
 
 
-def token_of(complaint: Complaint) -> int:
-    return Complaint.objects.values_list("last_fence_token", flat=True).get(pk=complaint.pk)
+@pytest.fixture
+def thing(box):
+    return FencedThing.objects.create(name="Leaking roof", box=box)
+
+
+def token_of(thing: FencedThing) -> int:
+    return FencedThing.objects.values_list("last_fence_token", flat=True).get(pk=thing.pk)
 
 
 # --- unit behaviour ---------------------------------------------------------------------
 
 
 @pytest.mark.django_db
-def test_advance_fence_records_a_newer_token(complaint):
+def test_advance_fence_records_a_newer_token(thing):
     with transaction.atomic():
-        advance_fence(Complaint.objects.filter(pk=complaint.pk), 7)
-    assert token_of(complaint) == 7
+        advance_fence(FencedThing.objects.filter(pk=thing.pk), 7)
+    assert token_of(thing) == 7
 
 
 @pytest.mark.django_db
-def test_advance_fence_rejects_an_older_or_equal_token_and_names_the_recorded_one(complaint):
-    Complaint.objects.filter(pk=complaint.pk).update(last_fence_token=7)
+def test_advance_fence_rejects_an_older_or_equal_token_and_names_the_recorded_one(thing):
+    FencedThing.objects.filter(pk=thing.pk).update(last_fence_token=7)
     for token in (6, 7):
         with pytest.raises(StaleFencingToken) as caught, transaction.atomic():
-            advance_fence(Complaint.objects.filter(pk=complaint.pk), token)
+            advance_fence(FencedThing.objects.filter(pk=thing.pk), token)
         assert (caught.value.token, caught.value.recorded) == (token, 7)
-    assert token_of(complaint) == 7
+    assert token_of(thing) == 7
 
 
 @pytest.mark.django_db
-def test_stale_token_rolls_back_every_write_of_its_transaction(complaint, maple):
-    Complaint.objects.filter(pk=complaint.pk).update(last_fence_token=7)
+def test_stale_token_rolls_back_every_write_of_its_transaction(thing):
+    FencedThing.objects.filter(pk=thing.pk).update(last_fence_token=7)
     with pytest.raises(StaleFencingToken), transaction.atomic():
-        Complaint.objects.create(organization=maple, title="written before the fence")
-        advance_fence(Complaint.objects.filter(pk=complaint.pk), 3)
-    assert not Complaint.objects.filter(title="written before the fence").exists()
+        FencedThing.objects.create(name="written before the fence")
+        advance_fence(FencedThing.objects.filter(pk=thing.pk), 3)
+    assert not FencedThing.objects.filter(name="written before the fence").exists()
 
 
 @pytest.mark.django_db(transaction=True)  # a plain django_db test runs inside atomic()
-def test_advance_fence_outside_atomic_raises_and_writes_nothing(complaint):
+def test_advance_fence_outside_atomic_raises_and_writes_nothing(thing):
     with pytest.raises(TransactionManagementError, match=r"inside transaction\.atomic"):
-        advance_fence(Complaint.objects.filter(pk=complaint.pk), 5)
-    assert token_of(complaint) == 0
+        advance_fence(FencedThing.objects.filter(pk=thing.pk), 5)
+    assert token_of(thing) == 0
 
 
 @pytest.mark.django_db
-def test_advance_fence_on_no_row_raises_does_not_exist(complaint):
-    with pytest.raises(Complaint.DoesNotExist), transaction.atomic():
-        advance_fence(Complaint.objects.filter(pk=complaint.pk + 1000), 5)
+def test_advance_fence_on_no_row_raises_does_not_exist(thing):
+    with pytest.raises(FencedThing.DoesNotExist), transaction.atomic():
+        advance_fence(FencedThing.objects.filter(pk=thing.pk + 1000), 5)
 
 
 @pytest.mark.django_db
-def test_advance_fence_on_several_rows_raises_and_rolls_back(complaint, maple):
-    other = Complaint.objects.create(organization=maple, title="Broken gate")
+def test_advance_fence_on_several_rows_raises_and_rolls_back(thing, box):
+    other = FencedThing.objects.create(name="Broken gate", box=box)
     with pytest.raises(ValueError, match="one row; it matched 2"), transaction.atomic():
-        advance_fence(Complaint.objects.filter(organization=maple), 5)
-    assert token_of(complaint) == 0
+        advance_fence(FencedThing.objects.filter(box=box), 5)
+    assert token_of(thing) == 0
     assert token_of(other) == 0
 
 
 @pytest.mark.django_db
-def test_advance_fence_works_with_a_queryset_that_joins_other_tables(complaint):
-    joined = Complaint.objects.filter(pk=complaint.pk, organization__slug="maple-court")
+def test_advance_fence_works_with_a_queryset_that_joins_other_tables(thing):
+    joined = FencedThing.objects.filter(pk=thing.pk, box__label="north")
     with transaction.atomic():
         advance_fence(joined, 4)
     with pytest.raises(StaleFencingToken), transaction.atomic():
         advance_fence(joined, 3)
-    assert token_of(complaint) == 4
+    assert token_of(thing) == 4
 
 
 # --- concurrency: two connections, one row ----------------------------------------------
 
 
 def by_pk(pk: int):
-    return Complaint.objects.filter(pk=pk)
+    return FencedThing.objects.filter(pk=pk)
 
 
-def by_pk_and_organization(pk: int):
+def by_pk_and_box(pk: int):
     # A filter across a relation makes Django's UPDATE use "WHERE id IN (SELECT …)".
-    return Complaint.objects.filter(pk=pk, organization__slug="maple-court")
+    return FencedThing.objects.filter(pk=pk, box__label="north")
 
 
 def wait_until_blocked_on_row_lock(backend_pid: int) -> None:
@@ -122,11 +127,11 @@ def wait_until_blocked_on_row_lock(backend_pid: int) -> None:
 
 
 class FencedWriter(threading.Thread):
-    """One holder: in its own connection, advance the fence, write a title, maybe hold."""
+    """One holder: in its own connection, advance the fence, write a name, maybe hold."""
 
-    def __init__(self, *, pk, token, title, queryset, barrier, hold=None, after=None):
-        super().__init__(name=f"writer-{title}")
-        self.pk, self.token, self.title, self.queryset = pk, token, title, queryset
+    def __init__(self, *, pk, token, name, queryset, barrier, hold=None, after=None):
+        super().__init__(name=f"writer-{name}")
+        self.pk, self.token, self.new_name, self.queryset = pk, token, name, queryset
         self.barrier, self.hold, self.after = barrier, hold, after
         self.fenced = threading.Event()  # set once advance_fence returned in the transaction
         self.backend_pid: int | None = None
@@ -144,7 +149,7 @@ class FencedWriter(threading.Thread):
                     self.backend_pid = cursor.fetchone()[0]
                 self.pid_known.set()
                 advance_fence(self.queryset(self.pk), self.token)
-                Complaint.objects.filter(pk=self.pk).update(title=self.title)
+                FencedThing.objects.filter(pk=self.pk).update(name=self.new_name)
                 self.fenced.set()
                 if self.hold is not None:
                     assert self.hold.wait(WAIT), "the test never let the transaction commit"
@@ -167,25 +172,25 @@ def two_grants() -> tuple[int, int]:
 
 
 @pytest.mark.django_db(transaction=True)
-@pytest.mark.parametrize("queryset", [by_pk, by_pk_and_organization])
+@pytest.mark.parametrize("queryset", [by_pk, by_pk_and_box])
 def test_older_holder_blocked_behind_newer_commit_gets_stale_and_writes_nothing(
-    complaint, queryset: Callable
+    thing, queryset: Callable
 ):
     older_token, newer_token = two_grants()
     barrier = threading.Barrier(2)
     release_newer = threading.Event()
     newer = FencedWriter(
-        pk=complaint.pk,
+        pk=thing.pk,
         token=newer_token,
-        title="newer",
+        name="newer",
         queryset=queryset,
         barrier=barrier,
         hold=release_newer,
     )
     older = FencedWriter(
-        pk=complaint.pk,
+        pk=thing.pk,
         token=older_token,
-        title="older",
+        name="older",
         queryset=queryset,
         barrier=barrier,
         after=newer.fenced,
@@ -205,28 +210,28 @@ def test_older_holder_blocked_behind_newer_commit_gets_stale_and_writes_nothing(
     assert newer.error is None
     assert isinstance(older.error, StaleFencingToken)
     assert (older.error.token, older.error.recorded) == (older_token, newer_token)
-    complaint.refresh_from_db()
-    assert (complaint.last_fence_token, complaint.title) == (newer_token, "newer")
+    thing.refresh_from_db()
+    assert (thing.last_fence_token, thing.name) == (newer_token, "newer")
 
 
 @pytest.mark.django_db(transaction=True)
-@pytest.mark.parametrize("queryset", [by_pk, by_pk_and_organization])
-def test_newer_holder_blocked_behind_older_commit_still_succeeds(complaint, queryset: Callable):
+@pytest.mark.parametrize("queryset", [by_pk, by_pk_and_box])
+def test_newer_holder_blocked_behind_older_commit_still_succeeds(thing, queryset: Callable):
     older_token, newer_token = two_grants()
     barrier = threading.Barrier(2)
     release_older = threading.Event()
     older = FencedWriter(
-        pk=complaint.pk,
+        pk=thing.pk,
         token=older_token,
-        title="older",
+        name="older",
         queryset=queryset,
         barrier=barrier,
         hold=release_older,
     )
     newer = FencedWriter(
-        pk=complaint.pk,
+        pk=thing.pk,
         token=newer_token,
-        title="newer",
+        name="newer",
         queryset=queryset,
         barrier=barrier,
         after=older.fenced,
@@ -245,35 +250,35 @@ def test_newer_holder_blocked_behind_older_commit_still_succeeds(complaint, quer
 
     assert older.error is None
     assert newer.error is None
-    complaint.refresh_from_db()
-    assert (complaint.last_fence_token, complaint.title) == (newer_token, "newer")
+    thing.refresh_from_db()
+    assert (thing.last_fence_token, thing.name) == (newer_token, "newer")
 
 
 # --- epochs ----------------------------------------------------------------------------
 
 
 @pytest.mark.django_db
-def test_token_of_an_epoch_older_than_the_recorded_one_is_refused_even_above_the_row(complaint):
+def test_token_of_an_epoch_older_than_the_recorded_one_is_refused_even_above_the_row(thing):
     """A process that paused between recording an epoch and seeding Redis with it can seed
     a counter below an epoch others have used since: its tokens must lose on the epoch."""
     FenceEpoch.objects.create(resource=RESOURCE, epoch=3, started_at=timezone.now())
     stale = first_token(2) + 9  # epoch 2: above the row's token 0, below the epoch
 
     with pytest.raises(StaleFencingToken) as caught, transaction.atomic():
-        advance_fence(Complaint.objects.filter(pk=complaint.pk), stale, resource=RESOURCE)
+        advance_fence(FencedThing.objects.filter(pk=thing.pk), stale, resource=RESOURCE)
 
     assert (caught.value.token, caught.value.recorded, caught.value.epoch) == (stale, 0, 3)
     assert "before epoch 3 began" in str(caught.value)
     with transaction.atomic():
         advance_fence(
-            Complaint.objects.filter(pk=complaint.pk), first_token(3) + 1, resource=RESOURCE
+            FencedThing.objects.filter(pk=thing.pk), first_token(3) + 1, resource=RESOURCE
         )
-    assert token_of(complaint) == first_token(3) + 1
+    assert token_of(thing) == first_token(3) + 1
 
 
 @pytest.mark.django_db
-def test_a_bare_token_without_a_resource_is_checked_against_the_row_only(complaint):
+def test_a_bare_token_without_a_resource_is_checked_against_the_row_only(thing):
     FenceEpoch.objects.create(resource=RESOURCE, epoch=3, started_at=timezone.now())
     with transaction.atomic():
-        advance_fence(Complaint.objects.filter(pk=complaint.pk), first_token(2) + 9)
-    assert token_of(complaint) == first_token(2) + 9
+        advance_fence(FencedThing.objects.filter(pk=thing.pk), first_token(2) + 9)
+    assert token_of(thing) == first_token(2) + 9

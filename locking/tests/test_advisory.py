@@ -11,7 +11,7 @@ from django.db import connection, transaction
 from django.db.transaction import TransactionManagementError
 
 from locking import advisory_key, advisory_lock
-from tests.conftest import BASE_DIR
+from locking.tests.support import SOURCE_ROOT
 
 NAME = "hoa:sla-sweep"
 WAIT = 10  # seconds: upper bound for every wait in this module
@@ -26,7 +26,7 @@ CHILD = (
 def key_in_child(name: str, hash_seed: str) -> tuple[int, int]:
     result = subprocess.run(
         [sys.executable, "-c", CHILD, name],
-        cwd=BASE_DIR,
+        cwd=SOURCE_ROOT,
         env={"PYTHONHASHSEED": hash_seed, "PATH": "/usr/bin:/bin"},
         capture_output=True,
         text=True,

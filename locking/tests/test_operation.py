@@ -13,12 +13,12 @@ import redis
 from django.db import transaction
 from django.db.transaction import TransactionManagementError
 
-from hoa.models import Complaint
 from locking import (
     Attempt,
     FenceLock,
     LockHeld,
     LockUnavailable,
+    Outcome,
     StaleFencingToken,
     advance_fence,
     fence_key,
@@ -28,7 +28,8 @@ from locking import (
 )
 from locking.epochs import current_epoch, first_token
 from locking.models import FenceEvent
-from tests.polling import closed_port
+from locking.tests.support import closed_port
+from locking.tests.testapp.models import FencedThing
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -37,24 +38,24 @@ ALICE = Attempt(actor="alice", operation="assign_vendor", scope="org:1", ip="192
 
 
 @pytest.fixture
-def complaint(maple):
-    return Complaint.objects.create(organization=maple, title="Leaking roof")
+def thing(db):
+    return FencedThing.objects.create(name="Leaking roof")
 
 
 @pytest.fixture
-def resource(complaint):
-    return f"vendor-assignment:complaint:{complaint.pk}"
+def resource(thing):
+    return f"fenced-thing:{thing.pk}"
 
 
-def fenced_title(complaint: Complaint, title: str, calls: list | None = None):
-    """Work that writes ``title`` under the fence and returns the token it used."""
+def fenced_name(thing: FencedThing, name: str, calls: list | None = None):
+    """Work that writes ``name`` under the fence and returns the token it used."""
 
     def work(lease) -> int:
         if calls is not None:
             calls.append(lease.token)
         with transaction.atomic():
-            advance_fence(Complaint.objects.filter(pk=complaint.pk), lease)
-            Complaint.objects.filter(pk=complaint.pk).update(title=title)
+            advance_fence(FencedThing.objects.filter(pk=thing.pk), lease)
+            FencedThing.objects.filter(pk=thing.pk).update(name=name)
         return lease.token
 
     return work
@@ -68,17 +69,17 @@ def events(resource: str) -> list[tuple]:
     )
 
 
-def db_token(complaint: Complaint) -> int:
-    return Complaint.objects.values_list("last_fence_token", flat=True).get(pk=complaint.pk)
+def db_token(thing: FencedThing) -> int:
+    return FencedThing.objects.values_list("last_fence_token", flat=True).get(pk=thing.pk)
 
 
 # --- outcomes ---------------------------------------------------------------------------
 
 
 def test_committed_attempt_is_recorded_with_its_token_and_the_lease_released(
-    complaint, resource, redis_client
+    thing, resource, redis_client
 ):
-    token = run_fenced(resource, fenced_title(complaint, "fixed"), ttl=TTL, attempt=ALICE)
+    token = run_fenced(resource, fenced_name(thing, "fixed"), ttl=TTL, attempt=ALICE)
 
     assert token == 1
     event = FenceEvent.objects.get()
@@ -90,14 +91,14 @@ def test_committed_attempt_is_recorded_with_its_token_and_the_lease_released(
         "192.0.2.7",
     )
     assert redis_client.exists(lock_key(resource)) == 0
-    complaint.refresh_from_db()
-    assert (complaint.title, complaint.last_fence_token) == ("fixed", 1)
+    thing.refresh_from_db()
+    assert (thing.name, thing.last_fence_token) == ("fixed", 1)
 
 
 def test_result_outcome_is_recorded_instead_of_committed(resource):
     @dataclass
     class Done:
-        outcome: str = "already_done"
+        outcome: Outcome = Outcome.ALREADY_DONE
 
     result = run_fenced(resource, lambda lease: Done(), ttl=TTL, attempt=ALICE)
 
@@ -105,26 +106,24 @@ def test_result_outcome_is_recorded_instead_of_committed(resource):
     assert events(resource) == [("already_done", 1, "")]
 
 
-def test_busy_is_recorded_naming_the_holder_and_the_work_never_runs(
-    complaint, resource, fence_lock
-):
+def test_busy_is_recorded_naming_the_holder_and_the_work_never_runs(thing, resource, fence_lock):
     held = fence_lock.acquire(resource, ttl=TTL, holder="bob")
     calls: list[int] = []
 
     with pytest.raises(LockHeld) as caught:
-        run_fenced(resource, fenced_title(complaint, "x", calls), ttl=TTL, attempt=ALICE)
+        run_fenced(resource, fenced_name(thing, "x", calls), ttl=TTL, attempt=ALICE)
 
     assert "bob" in caught.value.holder
     assert calls == []
     [(outcome, token, detail)] = events(resource)
     assert (outcome, token) == ("busy", held.token)
     assert "bob" in detail
-    assert db_token(complaint) == 0
+    assert db_token(thing) == 0
     assert held.release() is True  # the refusal did not touch the holder's lease
 
 
 def test_stale_rejection_is_recorded_outside_the_rolled_back_transaction(
-    complaint, resource, fence_lock, maple
+    thing, resource, fence_lock
 ):
     calls: list[int] = []
 
@@ -133,10 +132,10 @@ def test_stale_rejection_is_recorded_outside_the_rolled_back_transaction(
         # While this holder is paused its lease expires and a newer holder commits.
         fence_lock.client.pexpire(lock_key(resource), 0)
         with fence_lock.acquire(resource, ttl=TTL) as newer:
-            fenced_title(complaint, "newer")(newer)
+            fenced_name(thing, "newer")(newer)
         with transaction.atomic():
-            Complaint.objects.create(organization=maple, title="written by the stale holder")
-            advance_fence(Complaint.objects.filter(pk=complaint.pk), lease)
+            FencedThing.objects.create(name="written by the stale holder")
+            advance_fence(FencedThing.objects.filter(pk=thing.pk), lease)
 
     with pytest.raises(StaleFencingToken) as caught:
         run_fenced(resource, paused_then_overtaken, ttl=TTL, attempt=ALICE, lock=fence_lock)
@@ -144,13 +143,13 @@ def test_stale_rejection_is_recorded_outside_the_rolled_back_transaction(
     assert (caught.value.token, caught.value.recorded) == (1, 2)
     assert calls == [1]  # a genuinely stale holder is not retried
     assert events(resource) == [("stale", 1, "a newer holder recorded token 2")]
-    assert not Complaint.objects.filter(title="written by the stale holder").exists()
-    complaint.refresh_from_db()
-    assert (complaint.title, complaint.last_fence_token) == ("newer", 2)
+    assert not FencedThing.objects.filter(name="written by the stale holder").exists()
+    thing.refresh_from_db()
+    assert (thing.name, thing.last_fence_token) == ("newer", 2)
     assert fence_lock.current_token(resource) == 2  # not reseeded
 
 
-def test_unavailable_is_recorded_and_the_work_never_runs(complaint, resource, redis_client):
+def test_unavailable_is_recorded_and_the_work_never_runs(thing, resource, redis_client):
     unreachable = FenceLock(
         client=redis.Redis.from_url(
             f"redis://127.0.0.1:{closed_port()}/0", socket_timeout=0.2, socket_connect_timeout=0.2
@@ -161,7 +160,7 @@ def test_unavailable_is_recorded_and_the_work_never_runs(complaint, resource, re
     with pytest.raises(LockUnavailable):
         run_fenced(
             resource,
-            fenced_title(complaint, "x", calls),
+            fenced_name(thing, "x", calls),
             ttl=TTL,
             attempt=ALICE,
             lock=unreachable,
@@ -171,31 +170,44 @@ def test_unavailable_is_recorded_and_the_work_never_runs(complaint, resource, re
     [(outcome, token, detail)] = events(resource)
     assert (outcome, token) == ("unavailable", None)
     assert "refused" in detail.lower()
-    assert db_token(complaint) == 0
+    assert db_token(thing) == 0
     assert redis_client.dbsize() == 0
 
 
-def test_listed_error_is_recorded_with_its_outcome_and_re_raised(complaint, resource, redis_client):
+def test_error_that_declares_its_outcome_is_recorded_with_it_and_re_raised(
+    thing, resource, redis_client
+):
     class DispatchDown(Exception):
-        pass
+        outcome = Outcome.FAILED
 
     def work(lease):
         raise DispatchDown("dispatch answered 503")
 
     with pytest.raises(DispatchDown):
-        run_fenced(resource, work, ttl=TTL, attempt=ALICE, errors={DispatchDown: "failed"})
+        run_fenced(resource, work, ttl=TTL, attempt=ALICE)
 
     assert events(resource) == [("failed", 1, "dispatch answered 503")]
     assert redis_client.exists(lock_key(resource)) == 0
-    assert db_token(complaint) == 0
+    assert db_token(thing) == 0
 
 
-def test_run_fenced_refuses_to_run_inside_atomic_and_touches_nothing(
-    complaint, resource, redis_client
+def test_error_without_an_outcome_is_re_raised_unrecorded_and_the_lease_released(
+    resource, redis_client
 ):
+    def work(lease):
+        raise KeyError("a bug, not an answer")
+
+    with pytest.raises(KeyError):
+        run_fenced(resource, work, ttl=TTL, attempt=ALICE)
+
+    assert events(resource) == []
+    assert redis_client.exists(lock_key(resource)) == 0
+
+
+def test_run_fenced_refuses_to_run_inside_atomic_and_touches_nothing(thing, resource, redis_client):
     calls: list[int] = []
     with pytest.raises(TransactionManagementError), transaction.atomic():
-        run_fenced(resource, fenced_title(complaint, "x", calls), ttl=TTL, attempt=ALICE)
+        run_fenced(resource, fenced_name(thing, "x", calls), ttl=TTL, attempt=ALICE)
 
     assert calls == []
     assert FenceEvent.objects.count() == 0
@@ -212,12 +224,12 @@ def test_bad_resource_name_raises_value_error_and_records_nothing():
 
 
 def test_lost_counter_starts_a_new_epoch_and_the_next_write_succeeds_on_its_first_call(
-    complaint, resource, fence_lock, redis_client
+    thing, resource, fence_lock, redis_client
 ):
     db_tokens = []
-    for title in ("first", "second", "third"):
-        run_fenced(resource, fenced_title(complaint, title), ttl=TTL, attempt=ALICE)
-        db_tokens.append(db_token(complaint))
+    for name in ("first", "second", "third"):
+        run_fenced(resource, fenced_name(thing, name), ttl=TTL, attempt=ALICE)
+        db_tokens.append(db_token(thing))
     assert db_tokens == [1, 2, 3]
     assert current_epoch(resource) == 0
 
@@ -225,30 +237,28 @@ def test_lost_counter_starts_a_new_epoch_and_the_next_write_succeeds_on_its_firs
     assert fence_lock.current_token(resource) == 0
     calls: list[int] = []
 
-    token = run_fenced(
-        resource, fenced_title(complaint, "after loss", calls), ttl=TTL, attempt=ALICE
-    )
+    token = run_fenced(resource, fenced_name(thing, "after loss", calls), ttl=TTL, attempt=ALICE)
 
     # The grant itself saw the loss: no doomed low token ever reached the work.
     assert calls == [first_token(1) + 1]
-    assert token == db_token(complaint) == first_token(1) + 1
+    assert token == db_token(thing) == first_token(1) + 1
     assert current_epoch(resource) == 1
     assert [outcome for outcome, *_ in events(resource)] == ["committed"] * 4
 
 
 def test_counter_behind_the_recorded_token_starts_an_epoch_above_it_and_retries_once(
-    complaint, resource, fence_lock, redis_client
+    thing, resource, fence_lock, redis_client
 ):
     """A counter that is present but behind (a failover to a replica that missed grants,
     an AOF that lost its last second) is caught by the fence, not the grant."""
-    Complaint.objects.filter(pk=complaint.pk).update(last_fence_token=40)
+    FencedThing.objects.filter(pk=thing.pk).update(last_fence_token=40)
     redis_client.set(fence_key(resource), 3)
     calls: list[int] = []
 
-    token = run_fenced(resource, fenced_title(complaint, "retried", calls), ttl=TTL, attempt=ALICE)
+    token = run_fenced(resource, fenced_name(thing, "retried", calls), ttl=TTL, attempt=ALICE)
 
     assert calls == [4, first_token(1) + 1]
-    assert token == db_token(complaint) == first_token(1) + 1
+    assert token == db_token(thing) == first_token(1) + 1
     assert events(resource) == [
         (
             "stale",

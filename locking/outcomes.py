@@ -1,0 +1,25 @@
+"""What a fenced attempt came to: the one vocabulary of the audit, the metrics and the pages.
+
+``Outcome`` is Django's ``TextChoices``, which is an ``enum.StrEnum``: a member *is* its
+string (``Outcome.BUSY == "busy"``), so it goes into the database, a log record or a metrics
+label as is, and ``Outcome.choices`` feeds a model field or a form. It imports no model, so
+any module (exceptions, metrics, services) can use it before the app registry is ready.
+"""
+
+from django.db.models.enums import TextChoices
+from django.utils.translation import gettext_lazy as _
+
+
+class Outcome(TextChoices):
+    """The outcome of one fenced attempt, as ``FenceEvent.outcome`` records it."""
+
+    COMMITTED = "committed", _("Committed")
+    ALREADY_DONE = "already_done", _("Already done")
+    # The state the caller decided on changed before its commit (another assignment became
+    # active); nothing was written.
+    CONFLICT = "conflict", _("Changed since viewed")
+    STALE = "stale", _("Stale token rejected")
+    BUSY = "busy", _("Busy (lock held)")
+    FAILED = "failed", _("Failed")
+    UNAVAILABLE = "unavailable", _("Lock service unavailable")
+    DENIED = "denied", _("Denied")

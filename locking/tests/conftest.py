@@ -1,0 +1,26 @@
+"""Fixtures of locking's own tests. They use the locking app and its test models only."""
+
+import os
+
+import pytest
+
+from locking.conf import setting
+from locking.tests.fixtures import fence_lock, redis_client  # noqa: F401 (fixtures)
+
+
+@pytest.fixture
+def subprocess_env(transactional_db):
+    """Environment for child processes that use the test database and the lock Redis.
+
+    Needs ``transactional_db``: a child has its own connection and cannot see rows inside
+    the test's rolled-back transaction. The settings module is the test run's own (pytest
+    puts it in the environment).
+    """
+    from django.db import connection
+
+    db = connection.settings_dict
+    env = dict(os.environ)
+    env["DATABASE_URL"] = f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}"
+    env["LOCK_REDIS_URL"] = setting("LOCK_REDIS_URL")
+    env["PYTHONUNBUFFERED"] = "1"
+    return env

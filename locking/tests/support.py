@@ -1,0 +1,118 @@
+"""Helpers of locking's own tests: ports, waiting, child processes and private Redis servers.
+
+Nothing here knows a project: children run ``python -m django`` with the settings module
+of the test run, and servers are started by us, on 127.0.0.1, and stopped by their pid.
+"""
+
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+import locking
+
+# The directory that holds the ``locking`` package: children start there to import it.
+SOURCE_ROOT = Path(locking.__file__).resolve().parent.parent
+LOOPBACK = "127.0.0.1"
+
+
+def wait_until(
+    predicate: Callable[[], object], *, what: str = "condition", timeout: float = 30
+) -> object:
+    """Poll ``predicate`` every 10 ms until it returns something truthy, and return that."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(0.01)
+
+
+def free_port() -> int:
+    """A loopback port that nobody listens on now: to start a server on, or a service down."""
+    with socket.socket() as sock:
+        sock.bind((LOOPBACK, 0))
+        return sock.getsockname()[1]
+
+
+closed_port = free_port
+
+
+def run_django(*args: str, env: dict, timeout: float = 60) -> subprocess.CompletedProcess:
+    """Run ``django-admin <args>`` in a child process (``env`` names the settings)."""
+    return subprocess.run(
+        [sys.executable, "-m", "django", *args],
+        cwd=SOURCE_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+class PrivateRedis:
+    """A throw-away ``redis-server`` on 127.0.0.1 (no persistence unless ``extra`` asks).
+
+    ``port`` defaults to a free one; pass the port of a stopped server, with the same
+    ``directory``, to restart it (with an AOF, on its data).
+    """
+
+    def __init__(self, directory: Path, *extra: str, port: int | None = None):
+        self.directory = Path(directory)
+        self.port = port or free_port()
+        self.url = f"redis://{LOOPBACK}:{self.port}/0"
+        args = [shutil.which("redis-server") or "redis-server", "--bind", LOOPBACK]
+        args += ["--port", str(self.port), "--dir", str(self.directory)]
+        args += ["--save", "", "--appendonly", "no", *extra]
+        self.process = subprocess.Popen(
+            args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=self.directory
+        )
+        try:
+            wait_until(self._answers, what=f"redis-server on port {self.port}", timeout=10)
+        except BaseException:
+            self.stop()
+            raise
+
+    def _answers(self) -> bool:
+        if self.process.poll() is not None:
+            raise AssertionError(f"redis-server on port {self.port} exited")
+        try:
+            return bool(self.client(timeout=0.5).ping())
+        except (OSError, redis.RedisError):
+            return False  # not listening yet, or still loading its data
+
+    def client(self, timeout: float = 1.0) -> redis.Redis:
+        # No silent retries: the tests decide themselves.
+        return redis.Redis.from_url(
+            self.url,
+            socket_timeout=timeout,
+            socket_connect_timeout=timeout,
+            retry=Retry(NoBackoff(), 0),
+        )
+
+    def commands_processed(self, client: redis.Redis) -> int:
+        return int(client.info("stats")["total_commands_processed"])
+
+    def calls(self, client: redis.Redis, command: str) -> int:
+        return int(client.info("commandstats").get(f"cmdstat_{command}", {}).get("calls", 0))
+
+    def stop(self, timeout: float = 10) -> None:
+        """Stop the server by its pid: TERM, then KILL if it does not exit in time."""
+        if self.process.poll() is not None:
+            return
+        self.process.terminate()
+        try:
+            self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait(timeout)

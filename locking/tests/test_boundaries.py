@@ -1,0 +1,96 @@
+"""locking stands alone: it imports nothing of the project, and ``__all__`` is its interface."""
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from django.core.management import call_command
+
+import locking
+from locking.tests.support import SOURCE_ROOT
+
+PACKAGE = Path(locking.__file__).resolve().parent
+# The project's apps and its test harness: none of them may be named by locking.
+PROJECT_PACKAGES = ("hoa", "charges", "vendors", "tests")
+IMPORT_OF_THE_PROJECT = re.compile(
+    rf"^\s*(?:from|import)\s+(?:{'|'.join(PROJECT_PACKAGES)})(?=[.\s]|$)", re.MULTILINE
+)
+
+
+def test_no_module_of_locking_names_a_project_package():
+    """Every line that imports, the code of child processes in strings included."""
+    offenders = [
+        f"{path.relative_to(PACKAGE.parent)}: {match.group().strip()}"
+        for path in sorted(PACKAGE.rglob("*.py"))
+        for match in IMPORT_OF_THE_PROJECT.finditer(path.read_text())
+    ]
+    assert offenders == []
+
+
+def test_the_scan_finds_an_import_of_the_project():
+    """Control: the pattern above does catch the imports it is for."""
+    text = "import os\nfrom hoa.models import Complaint\n    import charges.services\n"
+    found = [m.group().strip() for m in IMPORT_OF_THE_PROJECT.finditer(text)]
+    assert found == ["from hoa", "import charges"]
+    assert IMPORT_OF_THE_PROJECT.search("from hoarding import x") is None
+
+
+# Import every module of locking, its tests included, with settings that install nothing of
+# the project; then list what of the project got imported along the way.
+IMPORT_EVERYTHING = """
+import importlib, pkgutil, sys
+import django
+django.setup()
+import locking
+for module in pkgutil.walk_packages(locking.__path__, "locking."):
+    importlib.import_module(module.name)
+project = {name.split(".")[0] for name in sys.modules} & set(sys.argv[1:])
+print(sorted(project))
+"""
+
+
+@pytest.mark.slow
+def test_importing_all_of_locking_imports_nothing_of_the_project():
+    env = {"DJANGO_SETTINGS_MODULE": "locking.tests.settings", "PATH": "/usr/bin:/bin"}
+    result = subprocess.run(
+        [sys.executable, "-c", IMPORT_EVERYTHING, *PROJECT_PACKAGES],
+        cwd=SOURCE_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"
+
+
+def test_all_is_the_documented_interface_and_every_name_resolves():
+    assert sorted(locking.__all__) == [
+        "Attempt",
+        "FenceLock",
+        "HolderInfo",
+        "Lease",
+        "LockError",
+        "LockHeld",
+        "LockUnavailable",
+        "Outcome",
+        "StaleFencingToken",
+        "advance_fence",
+        "advisory_key",
+        "advisory_lock",
+        "fence_key",
+        "lock_key",
+        "record_fence_event",
+        "run_fenced",
+        "validate_resource",
+    ]
+    assert all(getattr(locking, name, None) is not None for name in locking.__all__)
+
+
+@pytest.mark.django_db
+def test_the_test_models_need_no_new_migration():
+    # makemigrations --check exits 1 when a model changed without a migration.
+    call_command("makemigrations", "locking_testapp", "--check", "--dry-run", verbosity=0)
