@@ -1,12 +1,12 @@
 """The randomized nemesis of the fault suite (scenario 9, issue 15), short, and its checker.
 
-The first test runs a few rounds of ``bench/faults/scenarios/nemesis.py`` against real
+The first test runs a few rounds of ``tests/faults/scenarios/nemesis.py`` against real
 processes: five client processes writing one fenced row through ``locking`` on this test
 database, and a private redis-server that the nemesis empties (FLUSHALL, or SIGKILL and an
 empty restart) while it keeps older grants frozen with SIGSTOP. Then the history checker
 must find nothing. Set ``FAULTS_SEED`` to replay a schedule; the seed is in the failure.
 
-The other tests feed the checker (``bench/faults/fence_history.py``) hand-made histories
+The other tests feed the checker (``tests/faults/fence_history.py``) hand-made histories
 that contradict each of its rules, and require it to name the contradiction: a checker
 that cannot fail proves nothing.
 """
@@ -15,7 +15,7 @@ import pytest
 from django.conf import settings
 from django.db import connection
 
-from bench.faults.fence_history import (
+from tests.faults.fence_history import (
     ACKNOWLEDGED_WRITE_LOST,
     STALE_GRANT_WON,
     TOKEN_NOT_RISING,
@@ -25,10 +25,10 @@ from bench.faults.fence_history import (
     Write,
     check_fence_history,
 )
-from bench.faults.scenario import find, run_scenario
-from bench.faults.scenarios.nemesis import NemesisPlan, play
-from bench.faults.seed import seed_world
-from bench.faults.stack import Stack, StackOptions
+from tests.faults.scenario import find, run_scenario
+from tests.faults.scenarios.nemesis import NemesisPlan, play
+from tests.faults.seed import seed_world
+from tests.faults.stack import Stack, StackOptions
 
 ROUNDS = 4
 MIN_WRITES = 8

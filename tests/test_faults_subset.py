@@ -20,12 +20,12 @@ from django.conf import settings
 from django.db import connection
 from django.utils import timezone
 
-from bench.faults.checker import check_history
-from bench.faults.clients import Op
-from bench.faults.scenario import find, run_scenario, warm_up
-from bench.faults.seed import World, seed_world
-from bench.faults.stack import Stack, StackOptions
 from charges.models import MonthlyCharge, MonthlyChargeRun
+from tests.faults.checker import check_history
+from tests.faults.clients import Op
+from tests.faults.scenario import find, run_scenario, warm_up
+from tests.faults.seed import World, seed_world
+from tests.faults.stack import Stack, StackOptions
 from vendors.models import VendorAssignment
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]

@@ -24,7 +24,7 @@ import psycopg
 import redis
 from psycopg import sql
 
-from bench.environment import free_port
+from tests.polling import free_port
 
 logger = logging.getLogger(__name__)
 

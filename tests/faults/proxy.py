@@ -25,7 +25,7 @@ import threading
 from contextlib import suppress
 from dataclasses import dataclass, field
 
-from bench.faults.procs import HarnessError, free_port
+from tests.faults.procs import HarnessError, free_port
 
 logger = logging.getLogger(__name__)
 

@@ -1,4 +1,4 @@
-"""The suite's report: a table on stdout and a JSON file under bench/results/."""
+"""The suite's report: a table on stdout and a JSON file under tests/faults/results/."""
 
 import json
 import platform
@@ -7,7 +7,7 @@ import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
-from bench.faults.procs import BASE_DIR
+from tests.faults.procs import BASE_DIR
 
 
 def _outcomes(result) -> str:
@@ -85,8 +85,12 @@ def markdown_matrix(document: dict) -> str:
 
 
 def main() -> None:
-    """``python -m bench.faults.report [faults.json]``: print the markdown fault matrix."""
-    path = Path(sys.argv[1]) if len(sys.argv) > 1 else BASE_DIR / "bench/results/faults.json"
+    """``python -m tests.faults.report [faults.json]``: print the markdown fault matrix."""
+    path = (
+        Path(sys.argv[1])
+        if len(sys.argv) > 1
+        else Path(__file__).resolve().parent / "results" / "faults.json"
+    )
     print(markdown_matrix(json.loads(path.read_text())))
 
 

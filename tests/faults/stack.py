@@ -26,7 +26,7 @@ from pathlib import Path
 
 import redis
 
-from bench.faults.procs import (
+from tests.faults.procs import (
     BASE_DIR,
     Gunicorn,
     HarnessError,
@@ -35,7 +35,7 @@ from bench.faults.procs import (
     manage,
     stop_group,
 )
-from bench.faults.proxy import TcpProxy
+from tests.faults.proxy import TcpProxy
 from tests.stubs import HttpStub
 
 logger = logging.getLogger(__name__)
@@ -95,7 +95,7 @@ class Stack:
     def seed(self, users: int = 24) -> str:
         """Seed in a child process; return the world as JSON."""
         result = subprocess.run(
-            [sys.executable, "-m", "bench.faults.seed", str(users)],
+            [sys.executable, "-m", "tests.faults.seed", str(users)],
             cwd=BASE_DIR,
             env=self.env(),
             capture_output=True,

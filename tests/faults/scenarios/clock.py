@@ -14,8 +14,8 @@ import time
 from contextlib import suppress
 from pathlib import Path
 
-from bench.faults.procs import BASE_DIR, HarnessError
-from bench.faults.scenario import Scenario, scenario
+from tests.faults.procs import BASE_DIR, HarnessError
+from tests.faults.scenario import Scenario, scenario
 
 LIBFAKETIME = Path("/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1")
 TTL = 4.0  # long enough that a busy machine cannot make the harness miss it
@@ -27,7 +27,7 @@ class _Actor:
     def __init__(self, s: Scenario, *, env: dict, name: str):
         self.name = name
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "bench.faults.clock_child"],
+            [sys.executable, "-m", "tests.faults.clock_child"],
             cwd=BASE_DIR,
             env=env,
             stdin=subprocess.PIPE,

@@ -3,7 +3,7 @@
 The promise under test: a paused or slow holder can never overwrite work done after its
 lease expired — also when Redis loses its data in between.
 
-Clients: ``plan.clients`` (5) real processes (``bench/faults/nemesis_client.py``), each
+Clients: ``plan.clients`` (5) real processes (``tests/faults/nemesis_client.py``), each
 with its own database connection, loop over fenced writes to one complaint row under one
 lease (``nemesis:complaint:<id>``, TTL 500 ms) through ``locking`` alone: ``run_fenced``,
 ``advance_fence``, and a history row inserted in the same transaction. Each holds its
@@ -28,7 +28,7 @@ every token ever granted) hands the frozen grants' numbers out again; the newer 
 writes the first frozen grant's number, and the second frozen grant, whose number is now
 above it, commits after it: an older grant overwrote newer work.
 
-Afterwards the history checker (``bench/faults/fence_history.py``) reads the history table
+Afterwards the history checker (``tests/faults/fence_history.py``) reads the history table
 and every client's log; each violation it names fails the scenario.
 """
 
@@ -47,13 +47,13 @@ from contextlib import suppress
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from bench.faults.clients import Op
-from bench.faults.fence_history import ClientOp, FenceHistoryReport, Write, check_fence_history
-from bench.faults.nemesis_client import CREATE_HISTORY, HISTORY_TABLE
-from bench.faults.procs import BASE_DIR, HarnessError, process_state, stop_group, wait_until
-from bench.faults.scenario import Scenario, scenario
+from tests.faults.clients import Op
+from tests.faults.fence_history import ClientOp, FenceHistoryReport, Write, check_fence_history
+from tests.faults.nemesis_client import CREATE_HISTORY, HISTORY_TABLE
+from tests.faults.procs import BASE_DIR, HarnessError, process_state, stop_group, wait_until
+from tests.faults.scenario import Scenario, scenario
 
-# How the suite's table reports each client outcome (bench/faults/clients.py's verdicts).
+# How the suite's table reports each client outcome (tests/faults/clients.py's verdicts).
 VERDICTS = {
     "committed": "done",
     "stale": "refused",
@@ -127,7 +127,7 @@ class _Clients:
                 [
                     sys.executable,
                     "-m",
-                    "bench.faults.nemesis_client",
+                    "tests.faults.nemesis_client",
                     f"--client={client}",
                     f"--run={self.run}",
                     f"--resource={self.resource}",

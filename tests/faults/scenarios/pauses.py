@@ -10,9 +10,9 @@ The worker is then frozen with SIGSTOP (or killed with SIGKILL) while the lease 
 import os
 import signal
 
-from bench.faults.procs import frozen
-from bench.faults.scenario import Scenario, grant_pid, scenario
-from bench.faults.scenarios.common import (
+from tests.faults.procs import frozen
+from tests.faults.scenario import Scenario, grant_pid, scenario
+from tests.faults.scenarios.common import (
     FENCE_UPDATE,
     INSERT_TARGET,
     external_call_of,
