@@ -9,7 +9,7 @@ from django.db import connection
 
 from charges.services import charge_resource
 from locking import lock_key
-from tests.polling import wait_until as wait_until
+from tests.harness.waiting import wait_until
 
 MONTH = date(2026, 3, 1)
 MONTH_ARG = "2026-03"

@@ -16,8 +16,8 @@ from django.contrib.auth.models import Group
 from hoa.demo import staff_group
 from hoa.models import Organization, StaffMembership, Unit
 from locking import FenceLock
+from tests.harness.http import HttpStub
 from tests.lockstate import forget_fence_epochs
-from tests.stubs import HttpStub
 from tests.vendors_support import active_vendor
 
 BASE_DIR = Path(__file__).resolve().parent.parent

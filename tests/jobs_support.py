@@ -20,7 +20,6 @@ from django.utils import timezone
 from hoa.models import Complaint, Notice, Organization
 from locking import advisory_key
 from tests.conftest import BASE_DIR
-from tests.polling import wait_until as wait_until
 
 
 @contextmanager

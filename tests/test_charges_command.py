@@ -28,9 +28,9 @@ from tests.charges_support import (
     dead_redis_url,
     process_state,
     wait_for_lease_expiry,
-    wait_until,
 )
 from tests.conftest import BASE_DIR, direct_postgres_only, run_manage
+from tests.harness.waiting import wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

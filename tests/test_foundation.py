@@ -15,7 +15,7 @@ from charges.models import MonthlyCharge, MonthlyChargeRun
 from hoa.demo import seed_demo
 from hoa.models import Complaint, Notice, Organization, StaffMembership, Unit
 from tests.conftest import BASE_DIR
-from tests.polling import closed_port
+from tests.harness.net import closed_port
 from vendors.models import Vendor, VendorAssignment, VendorContract
 
 

@@ -17,6 +17,7 @@ from hoa.jobs import PUBLISH_NOTICES_LOCK, SLA_SWEEP_LOCK, sweep_sla
 from hoa.models import Complaint, ComplaintEvent, Notice
 from locking import advisory_key, advisory_lock
 from tests.conftest import BASE_DIR, run_manage
+from tests.harness.waiting import wait_until
 from tests.jobs_support import (
     advisory_lock_holders,
     backends_of,
@@ -25,7 +26,6 @@ from tests.jobs_support import (
     make_overdue,
     manage_command,
     table_locked,
-    wait_until,
 )
 
 EVENT_INSERT = 'INSERT INTO "hoa_complaintevent"'

@@ -18,6 +18,7 @@ from django.utils import timezone
 from hoa.delivery import deliver_notice
 from hoa.jobs import PUBLISH_NOTICES_LOCK, PublishResult, publish_notices
 from hoa.models import Notice
+from tests.harness.waiting import wait_until
 from tests.jobs_support import (
     advisory_lock_holders,
     backends_of,
@@ -26,7 +27,6 @@ from tests.jobs_support import (
     make_due_notices,
     manage_command,
     table_locked,
-    wait_until,
     worker_threads,
 )
 

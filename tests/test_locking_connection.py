@@ -9,7 +9,7 @@ from redis.sentinel import SentinelConnectionPool
 
 from locking import FenceLock
 from locking.connection import client_for_url, get_lock_redis
-from tests.polling import closed_port
+from tests.harness.net import closed_port
 
 # Every grant may record a fence epoch in the database (locking/epochs.py).
 pytestmark = pytest.mark.django_db

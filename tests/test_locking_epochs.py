@@ -28,7 +28,7 @@ from locking import (
 )
 from locking.epochs import current_epoch, first_token
 from locking.models import FenceEvent
-from tests.polling import free_port
+from tests.harness.net import free_port
 from tests.topologies import start_redis, stop_process, temp_dir
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -28,7 +28,7 @@ from locking import (
     validate_resource,
 )
 from locking.models import FenceEpoch
-from tests.polling import free_port
+from tests.harness.net import free_port
 
 # Every grant may record a fence epoch in the database (locking/epochs.py).
 pytestmark = pytest.mark.django_db

@@ -28,7 +28,7 @@ from locking import (
 )
 from locking.epochs import current_epoch, first_token
 from locking.models import FenceEvent
-from tests.polling import closed_port
+from tests.harness.net import closed_port
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -37,7 +37,9 @@ from locking import (
 )
 from locking.epochs import first_token
 from tests.conftest import BASE_DIR
-from tests.topologies import Child, free_consecutive_ports, free_port, wait_until
+from tests.harness.net import free_consecutive_ports, free_port
+from tests.harness.waiting import wait_until
+from tests.topologies import Child
 
 TTL = timedelta(seconds=30)
 

@@ -2,7 +2,7 @@
 
 Each test starts its own master, replica and sentinel (``tests/topologies.py``); the lock
 reaches them through ``LOCK_REDIS_URL=redis+sentinel://…``. The replica replicates through
-a relay the test can freeze, which is how the second test makes the replica miss grants
+a proxy the test can mute, which is how the second test makes the replica miss grants
 the master had already acknowledged: what asynchronous replication allows on any failover.
 """
 
@@ -28,14 +28,9 @@ from locking import (
 )
 from locking.epochs import first_token
 from locking.models import FenceEvent
-from tests.topologies import (
-    free_port,
-    redis_sentinel,
-    start_redis,
-    stop_process,
-    temp_dir,
-    wait_until,
-)
+from tests.harness.net import free_port
+from tests.harness.waiting import wait_until
+from tests.topologies import redis_sentinel, start_redis, stop_process, temp_dir
 
 pytestmark = [
     pytest.mark.skipif(
@@ -177,7 +172,7 @@ def freeze_replication_after(sentinel, complaint, notes: int) -> None:
         what=f"the replica to reach token {notes}",
     )
     # The replica stops hearing from the master; the master keeps acknowledging writes.
-    sentinel.replication_proxy.frozen.set()
+    sentinel.replication_proxy.set_mode("mute")
 
 
 def fail_over(sentinel) -> None:
@@ -255,7 +250,7 @@ def test_with_min_replicas_no_grant_made_before_a_failover_wins_after_it(
         lambda: sentinel.replica.client().get("lock:{" + RESOURCE + "}") is None,
         what="the replica to see the lease expire",
     )
-    sentinel.replication_proxy.frozen.set()
+    sentinel.replication_proxy.set_mode("mute")
 
     # A grant the replica cannot confirm is released and refused: its token is never used.
     with pytest.raises(LockUnavailable, match="0 of 1 replicas confirmed"):

@@ -11,6 +11,7 @@ from django.core.management import CommandError, call_command
 from hoa.models import Complaint
 from locking.models import FenceEvent
 from tests.conftest import BASE_DIR, run_manage
+from tests.harness.waiting import wait_until
 from tests.vendors_support import (
     WAIT,
     active_assignments,
@@ -20,7 +21,6 @@ from tests.vendors_support import (
     start_overtaking_reassignment,
     state_of,
     vendor_with_contract,
-    wait_until,
 )
 from vendors.models import VendorAssignment
 from vendors.services import assign_vendor, assignment_resource

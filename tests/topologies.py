@@ -16,7 +16,6 @@ import os
 import pwd
 import queue
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -26,42 +25,11 @@ from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tests.polling import wait_until as wait_until
+from tests.harness.net import TcpProxy, free_port, port_is_free
+from tests.harness.waiting import wait_until
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 LOOPBACK = "127.0.0.1"
-
-
-# -- waiting and ports ----------------------------------------------------------------------
-
-
-def _bindable(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        try:
-            probe.bind((LOOPBACK, port))
-        except OSError:
-            return False
-    return True
-
-
-def free_port(*, also_free_at: tuple[int, ...] = ()) -> int:
-    """Return a loopback port that is free now (and so are ``port + offset`` for offsets)."""
-    for _ in range(200):
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-            probe.bind((LOOPBACK, 0))
-            port = probe.getsockname()[1]
-        if all(port + offset <= 65535 and _bindable(port + offset) for offset in also_free_at):
-            return port
-    raise RuntimeError("no free loopback port found")
-
-
-def free_consecutive_ports(count: int) -> int:
-    """Return the first of ``count`` consecutive loopback ports that are free now."""
-    for _ in range(200):
-        first = free_port()
-        if first + count <= 65535 and all(_bindable(first + i) for i in range(1, count)):
-            return first
-    raise RuntimeError(f"no {count} consecutive free loopback ports found")
 
 
 # -- processes ----------------------------------------------------------------------------
@@ -246,7 +214,7 @@ class SentinelDeployment:
     master: RedisNode
     replica: RedisNode
     sentinel: RedisNode
-    replication_proxy: "FreezableProxy"
+    replication_proxy: TcpProxy
     service: str = SENTINEL_SERVICE
 
     @property
@@ -283,67 +251,9 @@ def _text(value) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-class FreezableProxy:
-    """A loopback TCP relay for the replication link that can be frozen.
-
-    Frozen, it drops what the master sends to the replica while both ends stay connected:
-    the master keeps acknowledging writes the replica never receives, which is how an
-    asynchronous replica misses acknowledged writes before a failover.
-    """
-
-    def __init__(self, target_port: int):
-        self.target_port = target_port
-        self.frozen = threading.Event()
-        self._listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self._listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self._listener.bind((LOOPBACK, 0))
-        self._listener.listen(8)
-        self.port = self._listener.getsockname()[1]
-        self._sockets: list[socket.socket] = []
-        self._closed = threading.Event()
-        threading.Thread(target=self._accept, daemon=True, name="repl-proxy").start()
-
-    def _accept(self) -> None:
-        while not self._closed.is_set():
-            try:
-                downstream, _ = self._listener.accept()
-                upstream = socket.create_connection((LOOPBACK, self.target_port), timeout=5)
-            except OSError:
-                if self._closed.is_set():
-                    return
-                continue
-            upstream.settimeout(None)
-            self._sockets += [downstream, upstream]
-            threading.Thread(
-                target=self._pump, args=(upstream, downstream, True), daemon=True
-            ).start()
-            threading.Thread(
-                target=self._pump, args=(downstream, upstream, False), daemon=True
-            ).start()
-
-    def _pump(self, source: socket.socket, sink: socket.socket, from_master: bool) -> None:
-        try:
-            while chunk := source.recv(65536):
-                if from_master and self.frozen.is_set():
-                    continue  # the replica never sees it
-                sink.sendall(chunk)
-        except OSError:
-            pass
-        finally:
-            for end in (source, sink):
-                with suppress(OSError):
-                    end.shutdown(socket.SHUT_RDWR)
-
-    def close(self) -> None:
-        self._closed.set()
-        for sock in [self._listener, *self._sockets]:
-            with suppress(OSError):
-                sock.close()
-
-
 @contextmanager
 def redis_sentinel(*, down_after_ms: int = 1000) -> Iterator[SentinelDeployment]:
-    """One master, one replica (replicating through a freezable relay), one sentinel.
+    """One master, one replica (replicating through a proxy the test can mute), one sentinel.
 
     Quorum 1 with a single sentinel: enough to fail over in a test, never in production
     (docs/operations.md: three sentinels on three hosts, quorum 2).
@@ -352,8 +262,8 @@ def redis_sentinel(*, down_after_ms: int = 1000) -> Iterator[SentinelDeployment]
         # Diskless full sync without the default 5 s wait for more replicas.
         master = start_redis(root / "master", free_port(), "--repl-diskless-sync-delay", "0")
         stack.callback(stop_process, master.process)
-        proxy = FreezableProxy(master.port)
-        stack.callback(proxy.close)
+        proxy = TcpProxy(master.port, name="replication").start()
+        stack.callback(proxy.stop)
         replica_port = free_port()
         replica = start_redis(
             root / "replica",
@@ -478,7 +388,7 @@ def pgbouncer(
                 if process.poll() is not None:
                     text = log.read_text(errors="replace") if log.exists() else ""
                     raise AssertionError(f"pgbouncer exited ({process.returncode}):\n{text}")
-                return not _bindable(port)
+                return not port_is_free(port)
 
             wait_until(listening, what=f"pgbouncer on port {port}")
             yield PgBouncer(port, process, directory, log, user)

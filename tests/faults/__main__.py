@@ -23,7 +23,7 @@ import sys
 import time
 from pathlib import Path
 
-from tests.faults.procs import HarnessError
+from tests.harness import HarnessError
 
 RESULTS = Path(__file__).resolve().parent / "results" / "faults.json"
 

@@ -28,7 +28,7 @@ from dataclasses import asdict, dataclass, field
 
 import requests
 
-from tests.faults.procs import BASE_DIR
+from tests.harness.processes import BASE_DIR
 
 _MESSAGE = re.compile(r'<li class="msg ([a-z ]+)"[^>]*>(.*?)</li>', re.S)
 _TITLE = re.compile(r"<h1[^>]*>(.*?)</h1>", re.S)

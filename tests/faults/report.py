@@ -7,7 +7,7 @@ import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
-from tests.faults.procs import BASE_DIR
+from tests.harness.processes import BASE_DIR
 
 
 def _outcomes(result) -> str:

@@ -23,11 +23,12 @@ from psycopg import sql
 
 from tests.faults.checker import check_history, summarize
 from tests.faults.clients import History, Op, StaffClient, classify_command, command_args
-from tests.faults.procs import HarnessError, wait_until
-from tests.faults.proxy import Tap
 from tests.faults.seed import World
 from tests.faults.stack import Stack
-from tests.stubs import Gate
+from tests.harness import HarnessError
+from tests.harness.http import Gate
+from tests.harness.net import Tap
+from tests.harness.waiting import wait_until
 
 logger = logging.getLogger(__name__)
 

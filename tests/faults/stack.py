@@ -26,17 +26,17 @@ from pathlib import Path
 
 import redis
 
-from tests.faults.procs import (
+from tests.harness import HarnessError
+from tests.harness.http import HttpStub
+from tests.harness.net import TcpProxy
+from tests.harness.processes import (
     BASE_DIR,
     Gunicorn,
-    HarnessError,
     PostgresCluster,
     RedisServer,
     manage,
     stop_group,
 )
-from tests.faults.proxy import TcpProxy
-from tests.stubs import HttpStub
 
 logger = logging.getLogger(__name__)
 

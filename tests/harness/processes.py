@@ -15,8 +15,6 @@ import socket
 import subprocess
 import sys
 import tempfile
-import time
-from collections.abc import Callable
 from contextlib import contextmanager, suppress
 from pathlib import Path
 
@@ -24,30 +22,14 @@ import psycopg
 import redis
 from psycopg import sql
 
-from tests.polling import free_port
+from tests.harness import HarnessError
+from tests.harness.net import free_port
+from tests.harness.waiting import wait_until
 
 logger = logging.getLogger(__name__)
 
 BASE_DIR = Path(__file__).resolve().parent.parent.parent
 PG_USER = "hoa"
-
-
-class HarnessError(RuntimeError):
-    """The harness itself could not set up or drive a scenario (not a finding)."""
-
-
-def wait_until(
-    predicate: Callable[[], object], *, timeout: float, what: str, interval: float = 0.02
-):
-    """Poll ``predicate`` until it returns something truthy; return that, or raise."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() >= deadline:
-            raise HarnessError(f"timed out after {timeout:g}s waiting for {what}")
-        time.sleep(interval)
 
 
 def stop_group(process: subprocess.Popen | None, *, grace: float = 5.0) -> None:

@@ -14,8 +14,9 @@ import time
 from contextlib import suppress
 from pathlib import Path
 
-from tests.faults.procs import BASE_DIR, HarnessError
 from tests.faults.scenario import Scenario, scenario
+from tests.harness import HarnessError
+from tests.harness.processes import BASE_DIR
 
 LIBFAKETIME = Path("/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1")
 TTL = 4.0  # long enough that a busy machine cannot make the harness miss it

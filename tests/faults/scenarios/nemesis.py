@@ -50,8 +50,10 @@ from pathlib import Path
 from tests.faults.clients import Op
 from tests.faults.fence_history import ClientOp, FenceHistoryReport, Write, check_fence_history
 from tests.faults.nemesis_client import CREATE_HISTORY, HISTORY_TABLE
-from tests.faults.procs import BASE_DIR, HarnessError, process_state, stop_group, wait_until
 from tests.faults.scenario import Scenario, scenario
+from tests.harness import HarnessError
+from tests.harness.processes import BASE_DIR, process_state, stop_group
+from tests.harness.waiting import wait_until
 
 # How the suite's table reports each client outcome (tests/faults/clients.py's verdicts).
 VERDICTS = {

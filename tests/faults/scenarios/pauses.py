@@ -10,7 +10,6 @@ The worker is then frozen with SIGSTOP (or killed with SIGKILL) while the lease 
 import os
 import signal
 
-from tests.faults.procs import frozen
 from tests.faults.scenario import Scenario, grant_pid, scenario
 from tests.faults.scenarios.common import (
     FENCE_UPDATE,
@@ -20,6 +19,7 @@ from tests.faults.scenarios.common import (
     stored,
     tokens_sent,
 )
+from tests.harness.processes import frozen
 
 # -- 1. pause past the TTL -----------------------------------------------------------------
 
