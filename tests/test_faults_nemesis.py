@@ -13,7 +13,6 @@ that cannot fail proves nothing.
 
 import pytest
 from django.conf import settings
-from django.db import connection
 
 from tests.faults.fence_history import (
     ACKNOWLEDGED_WRITE_LOST,
@@ -29,6 +28,7 @@ from tests.faults.scenario import find, run_scenario
 from tests.faults.scenarios.nemesis import NemesisPlan, play
 from tests.faults.seed import seed_world
 from tests.faults.stack import Stack, StackOptions
+from tests.harness.processes import django_database_url
 
 ROUNDS = 4
 MIN_WRITES = 8
@@ -37,9 +37,7 @@ MIN_WRITES = 8
 @pytest.fixture(scope="module")
 def stack(django_db_setup, django_db_blocker):
     """A private redis-server (behind the suite's proxy) for this test database; no app."""
-    db = connection.settings_dict
-    url = f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}"
-    system = Stack(StackOptions(secret_key=settings.SECRET_KEY, database_url=url))
+    system = Stack(StackOptions(secret_key=settings.SECRET_KEY, database_url=django_database_url()))
     try:
         yield system.start_services()
     finally:

@@ -2,7 +2,6 @@
 
 import datetime as dt
 import os
-import subprocess
 import sys
 from decimal import Decimal
 
@@ -14,22 +13,13 @@ from django.utils import timezone
 from charges.models import MonthlyCharge, MonthlyChargeRun
 from hoa.demo import seed_demo
 from hoa.models import Complaint, Notice, Organization, StaffMembership, Unit
-from tests.conftest import BASE_DIR
 from tests.harness.net import closed_port
+from tests.harness.processes import run_child, run_manage
 from vendors.models import Vendor, VendorAssignment, VendorContract
 
 
 def manage(*args, **env_overrides):
-    env = dict(os.environ, **env_overrides)
-    return subprocess.run(
-        [sys.executable, "manage.py", *args],
-        cwd=BASE_DIR,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    return run_manage(*args, env=dict(os.environ, **env_overrides))
 
 
 # --- settings -------------------------------------------------------------------------
@@ -37,15 +27,7 @@ def manage(*args, **env_overrides):
 
 def test_production_settings_refuse_to_start_without_secret_key():
     env = {k: v for k, v in os.environ.items() if k != "SECRET_KEY"}
-    result = subprocess.run(
-        [sys.executable, "manage.py", "check"],
-        cwd=BASE_DIR,
-        env=dict(env, DEBUG="0"),
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    result = run_manage("check", env=dict(env, DEBUG="0"))
     assert result.returncode == 1
     assert result.stderr.startswith("Configuration error: SECRET_KEY is not set")
     assert "Traceback" not in result.stderr
@@ -87,15 +69,7 @@ def test_settings_come_from_the_environment():
         CHARGES_LOCK_TTL_SECONDS="90",
         ALLOWED_HOSTS="a.example.org,b.example.org",
     )
-    result = subprocess.run(
-        [sys.executable, "-c", code],
-        cwd=BASE_DIR,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    result = run_child([sys.executable, "-c", code], env=env)
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == [
         "hoa_prod",

@@ -11,7 +11,7 @@ from django.utils import timezone
 
 from locking.checks import external_timeout_below_lock_ttl
 from locking.models import FenceEvent
-from tests.conftest import run_manage
+from tests.harness.processes import run_manage
 
 # --- system check -----------------------------------------------------------------------
 

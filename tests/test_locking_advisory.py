@@ -1,7 +1,6 @@
 """PostgreSQL advisory locks for scheduled jobs: stable keys, exclusion, release at COMMIT."""
 
 import hashlib
-import subprocess
 import sys
 import threading
 from datetime import timedelta
@@ -11,7 +10,7 @@ from django.db import connection, transaction
 from django.db.transaction import TransactionManagementError
 
 from locking import advisory_key, advisory_lock
-from tests.conftest import BASE_DIR
+from tests.harness.processes import run_child
 
 NAME = "hoa:sla-sweep"
 WAIT = 10  # seconds: upper bound for every wait in this module
@@ -24,15 +23,8 @@ CHILD = (
 
 
 def key_in_child(name: str, hash_seed: str) -> tuple[int, int]:
-    result = subprocess.run(
-        [sys.executable, "-c", CHILD, name],
-        cwd=BASE_DIR,
-        env={"PYTHONHASHSEED": hash_seed, "PATH": "/usr/bin:/bin"},
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    )
+    env = {"PYTHONHASHSEED": hash_seed, "PATH": "/usr/bin:/bin"}
+    result = run_child([sys.executable, "-c", CHILD, name], env=env, check=True)
     key, builtin_hash = result.stdout.split()
     return int(key), int(builtin_hash)
 

@@ -15,7 +15,7 @@ import sys
 import pytest
 
 from hoa.models import Complaint
-from tests.conftest import BASE_DIR
+from tests.harness.processes import start_child
 
 WORKERS = 8
 ATTEMPTS = 12  # per worker
@@ -71,14 +71,10 @@ def test_overlap_check_detects_an_overlap():
 def test_eight_processes_never_overlap_and_tokens_follow_section_order(subprocess_env, maple):
     complaint = Complaint.objects.create(organization=maple, title="contention")
     workers = [
-        subprocess.Popen(
+        start_child(
             [sys.executable, "-c", WORKER, str(complaint.pk), str(ATTEMPTS), RESOURCE],
-            cwd=BASE_DIR,
             env=subprocess_env,
             stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
         )
         for _ in range(WORKERS)
     ]

@@ -28,8 +28,7 @@ from locking import (
 )
 from locking.epochs import current_epoch, first_token
 from locking.models import FenceEvent
-from tests.harness.net import free_port
-from tests.topologies import start_redis, stop_process, temp_dir
+from tests.harness.processes import RedisServer
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -124,23 +123,21 @@ def test_unwritten_grants_from_before_a_flushall_are_refused_after_a_newer_write
 def test_unwritten_grants_from_before_a_redis_restart_without_persistence_are_refused(
     complaint,
 ):
-    with temp_dir("hoa-epochs-") as root:
-        port = free_port()
-        server = start_redis(root, port)
-        try:
-            lock = FenceLock(client=server.client())
-            assert [write(complaint, "one", lock), write(complaint, "two", lock)] == [1, 2]
-            grant_then_expire(lock)  # token 3, never written
-            paused = PausedHolder(complaint, grant_then_expire(lock))  # token 4
-            paused.start()
+    server = RedisServer().start()
+    try:
+        lock = FenceLock(client=server.client())
+        assert [write(complaint, "one", lock), write(complaint, "two", lock)] == [1, 2]
+        grant_then_expire(lock)  # token 3, never written
+        paused = PausedHolder(complaint, grant_then_expire(lock))  # token 4
+        paused.start()
 
-            stop_process(server.process)  # no RDB, no AOF: the restart loses every key
-            server = start_redis(root, port)
-            lock = FenceLock(client=server.client())
-            assert lock.current_token(RESOURCE) == 0
-            newer = write(complaint, "newer", lock)
-        finally:
-            stop_process(server.process)
+        server.stop()  # no RDB, no AOF: the restart (same port) loses every key
+        server.start()
+        lock = FenceLock(client=server.client())
+        assert lock.current_token(RESOURCE) == 0
+        newer = write(complaint, "newer", lock)
+    finally:
+        server.destroy()
 
     assert newer == first_token(1) + 1
     error = paused.wake()
@@ -235,27 +232,24 @@ def test_with_an_aof_the_counter_survives_and_an_unwritten_grant_stays_below(
     complaint, fsync, stop
 ):
     aof = ("--appendonly", "yes", "--appendfsync", fsync)
-    with temp_dir("hoa-aof-") as root:
-        port = free_port()
-        server = start_redis(root, port, *aof)
-        try:
-            lock = FenceLock(client=server.client())
-            assert write(complaint, "one", lock) == 1
-            grant_then_expire(lock)  # 2, never written
-            paused = PausedHolder(complaint, grant_then_expire(lock))  # 3, paused
-            paused.start()
-            if stop == "shutdown":
-                server.client().shutdown()  # redis-py swallows the closed connection
-                server.process.wait(JOIN)
-            else:
-                server.process.kill()
-                server.process.wait(JOIN)
-            server = start_redis(root, port, *aof)
-            lock = FenceLock(client=server.client())
-            assert lock.current_token(RESOURCE) == 3  # nothing lost
-            newer = write(complaint, "newer", lock)
-        finally:
-            stop_process(server.process)
+    server = RedisServer(args=aof).start()
+    try:
+        lock = FenceLock(client=server.client())
+        assert write(complaint, "one", lock) == 1
+        grant_then_expire(lock)  # 2, never written
+        paused = PausedHolder(complaint, grant_then_expire(lock))  # 3, paused
+        paused.start()
+        if stop == "shutdown":
+            server.client().shutdown()  # redis-py swallows the closed connection
+        else:
+            server.process.kill()
+        server.process.wait(JOIN)
+        server.start()  # the same port and folder: the AOF is read back
+        lock = FenceLock(client=server.client())
+        assert lock.current_token(RESOURCE) == 3  # nothing lost
+        newer = write(complaint, "newer", lock)
+    finally:
+        server.destroy()
 
     assert newer == 4  # no new epoch was needed
     assert isinstance(paused.wake(), StaleFencingToken)

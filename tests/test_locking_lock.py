@@ -7,9 +7,7 @@ disturb the counts.
 """
 
 import os
-import shutil
 import socket
-import subprocess
 import threading
 import time
 from datetime import UTC, datetime, timedelta
@@ -29,6 +27,8 @@ from locking import (
 )
 from locking.models import FenceEpoch
 from tests.harness.net import free_port
+from tests.harness.processes import RedisServer
+from tests.harness.waiting import wait_until
 
 # Every grant may record a fence epoch in the database (locking/epochs.py).
 pytestmark = pytest.mark.django_db
@@ -38,75 +38,25 @@ LONG = timedelta(seconds=30)
 WAIT = 10  # seconds: upper bound for every wait in this module
 
 
-def wait_for(predicate, what: str, timeout: float = WAIT) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.01)
-    pytest.fail(f"timed out waiting for {what}")
+def commands_processed(client: redis.Redis) -> int:
+    return int(client.info("stats")["total_commands_processed"])
 
 
-class PrivateRedis:
-    """A throw-away redis-server on a free local port (no persistence), stopped by PID."""
-
-    def __init__(self, directory):
-        self.port = free_port()
-        self.process = subprocess.Popen(
-            [
-                shutil.which("redis-server") or "redis-server",
-                "--port",
-                str(self.port),
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-                "--dir",
-                str(directory),
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        self.url = f"redis://127.0.0.1:{self.port}/0"
-        probe = self.client()
-        wait_for(lambda: self._answers(probe), "the private redis-server to start")
-
-    @staticmethod
-    def _answers(client) -> bool:
-        try:
-            return bool(client.ping())
-        except redis.ConnectionError:
-            return False
-
-    def client(self, timeout: float = 1.0) -> redis.Redis:
-        return redis.Redis.from_url(
-            self.url, socket_timeout=timeout, socket_connect_timeout=timeout
-        )
-
-    def commands_processed(self, client: redis.Redis) -> int:
-        return int(client.info("stats")["total_commands_processed"])
-
-    def calls(self, client: redis.Redis, command: str) -> int:
-        return int(client.info("commandstats").get(f"cmdstat_{command}", {}).get("calls", 0))
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            self.process.wait(WAIT)
+def calls(client: redis.Redis, command: str) -> int:
+    return int(client.info("commandstats").get(f"cmdstat_{command}", {}).get("calls", 0))
 
 
 @pytest.fixture(scope="module")
-def private_redis(tmp_path_factory):
-    server = PrivateRedis(tmp_path_factory.mktemp("redis"))
+def private_redis():
+    """A redis-server of this module's own: nothing else adds to its command counts."""
+    server = RedisServer().start()
     yield server
-    server.stop()
+    server.destroy()
 
 
 @pytest.fixture
 def private_lock(private_redis):
-    client = private_redis.client()
+    client = private_redis.client(socket_timeout=1.0, socket_connect_timeout=1.0)
     client.flushdb()
     return FenceLock(client=client)
 
@@ -192,7 +142,9 @@ def test_extend_resets_the_expiry_of_our_lease(fence_lock, redis_client):
 
 def test_expired_lease_cannot_release_or_extend_the_new_holders_lock(fence_lock, redis_client):
     old = fence_lock.acquire(RESOURCE, ttl=timedelta(milliseconds=200))
-    wait_for(lambda: not redis_client.exists(lock_key(RESOURCE)), "the short lease to expire")
+    wait_until(
+        lambda: not redis_client.exists(lock_key(RESOURCE)), what="the short lease to expire"
+    )
     new = fence_lock.acquire(RESOURCE, ttl=LONG, holder="new holder")
     new_value = redis_client.get(lock_key(RESOURCE))
 
@@ -212,7 +164,7 @@ def test_tokens_strictly_increase_across_release_expiry_and_takeover(fence_lock,
     lease.release()  # after a release
     lease = fence_lock.acquire(RESOURCE, ttl=timedelta(milliseconds=200))
     tokens.append(lease.token)
-    wait_for(lambda: not redis_client.exists(lock_key(RESOURCE)), "natural expiry")
+    wait_until(lambda: not redis_client.exists(lock_key(RESOURCE)), what="natural expiry")
     lease = fence_lock.acquire(RESOURCE, ttl=LONG)  # after a natural expiry
     tokens.append(lease.token)
     redis_client.pexpire(lock_key(RESOURCE), 0)
@@ -261,7 +213,7 @@ BAD_NAMES = [
 @pytest.mark.parametrize("name", BAD_NAMES)
 def test_bad_resource_name_raises_before_any_redis_command(name, private_redis, private_lock):
     client = private_lock.client
-    before = private_redis.commands_processed(client)
+    before = commands_processed(client)
 
     with pytest.raises(ValueError):
         private_lock.acquire(name, ttl=LONG)
@@ -271,7 +223,7 @@ def test_bad_resource_name_raises_before_any_redis_command(name, private_redis, 
         private_lock.current_token(name)
 
     # The only command between the two INFO replies is the first INFO itself.
-    assert private_redis.commands_processed(client) == before + 1
+    assert commands_processed(client) == before + 1
     assert client.dbsize() == 0
 
 
@@ -280,14 +232,14 @@ def test_command_count_sees_a_valid_acquire(private_redis, private_lock):
     client = private_lock.client
     # The first grant of a resource loads the script and records its epoch 0.
     private_lock.acquire(RESOURCE, ttl=LONG).release()
-    before = private_redis.commands_processed(client)
-    scripts_before = private_redis.calls(client, "evalsha")
+    before = commands_processed(client)
+    scripts_before = calls(client, "evalsha")
 
     private_lock.acquire(RESOURCE, ttl=LONG)
 
     # Redis counts the commands a script runs (TIME, SET, INCR) as processed too.
-    assert private_redis.commands_processed(client) > before + 1
-    assert private_redis.calls(client, "evalsha") == scripts_before + 1  # one round trip
+    assert commands_processed(client) > before + 1
+    assert calls(client, "evalsha") == scripts_before + 1  # one round trip
 
 
 def test_a_resources_first_grant_records_epoch_0_and_then_grants_token_1(
@@ -295,21 +247,21 @@ def test_a_resources_first_grant_records_epoch_0_and_then_grants_token_1(
 ):
     client = private_lock.client
     private_lock.acquire(RESOURCE, ttl=LONG).release()  # loads the script
-    scripts_before = private_redis.calls(client, "evalsha")
+    scripts_before = calls(client, "evalsha")
 
     lease = private_lock.acquire("another-resource", ttl=LONG)
 
     # One script call finds no counter; the epoch is recorded; one more call grants.
-    assert private_redis.calls(client, "evalsha") == scripts_before + 2
+    assert calls(client, "evalsha") == scripts_before + 2
     assert lease.token == 1
     assert FenceEpoch.objects.get(resource="another-resource").epoch == 0
 
 
 def test_non_positive_ttl_raises_before_any_redis_command(private_redis, private_lock):
-    before = private_redis.commands_processed(private_lock.client)
+    before = commands_processed(private_lock.client)
     with pytest.raises(ValueError, match="ttl must be positive"):
         private_lock.acquire(RESOURCE, ttl=timedelta(0))
-    assert private_redis.commands_processed(private_lock.client) == before + 1
+    assert commands_processed(private_lock.client) == before + 1
 
 
 def test_longest_allowed_name_and_unicode_are_accepted(fence_lock):
@@ -351,10 +303,10 @@ def test_redis_that_never_answers_raises_lock_unavailable_after_the_socket_timeo
     assert redis_client.dbsize() == 0
 
 
-def test_lease_outlives_a_redis_that_stopped_and_reports_it_cannot_release(tmp_path):
-    server = PrivateRedis(tmp_path)
+def test_lease_outlives_a_redis_that_stopped_and_reports_it_cannot_release():
+    server = RedisServer().start()
     try:
-        lock = FenceLock(client=server.client(timeout=0.2))
+        lock = FenceLock(client=server.client(socket_timeout=0.2, socket_connect_timeout=0.2))
         lease = lock.acquire(RESOURCE, ttl=LONG)
         server.stop()
 
@@ -364,7 +316,7 @@ def test_lease_outlives_a_redis_that_stopped_and_reports_it_cannot_release(tmp_p
         with pytest.raises(LockUnavailable):
             lock.acquire(RESOURCE, ttl=LONG)
     finally:
-        server.stop()
+        server.destroy()
 
 
 # --- waiting ----------------------------------------------------------------------------
@@ -372,17 +324,17 @@ def test_lease_outlives_a_redis_that_stopped_and_reports_it_cannot_release(tmp_p
 
 def test_without_wait_a_busy_resource_is_answered_after_one_attempt(private_redis, private_lock):
     private_lock.acquire(RESOURCE, ttl=LONG)
-    before = private_redis.calls(private_lock.client, "evalsha")
+    before = calls(private_lock.client, "evalsha")
 
     with pytest.raises(LockHeld):
         private_lock.acquire(RESOURCE, ttl=LONG)
 
-    assert private_redis.calls(private_lock.client, "evalsha") == before + 1
+    assert calls(private_lock.client, "evalsha") == before + 1
 
 
 def test_wait_retries_while_held_and_succeeds_after_release(private_redis, private_lock):
     holder = private_lock.acquire(RESOURCE, ttl=LONG)
-    before = private_redis.calls(private_lock.client, "evalsha")
+    before = calls(private_lock.client, "evalsha")
     outcome: dict = {}
     start = threading.Barrier(2)
 
@@ -399,9 +351,9 @@ def test_wait_retries_while_held_and_succeeds_after_release(private_redis, priva
     thread.start()
     start.wait(WAIT)
     # Proof that the waiter is retrying against the held lock, not yet granted.
-    wait_for(
-        lambda: private_redis.calls(private_lock.client, "evalsha") >= before + 3,
-        "the waiter to retry",
+    wait_until(
+        lambda: calls(private_lock.client, "evalsha") >= before + 3,
+        what="the waiter to retry",
     )
     assert "lease" not in outcome
     assert holder.release() is True
@@ -413,13 +365,13 @@ def test_wait_retries_while_held_and_succeeds_after_release(private_redis, priva
 
 def test_wait_gives_up_at_the_deadline_with_lock_held(private_redis, private_lock):
     private_lock.acquire(RESOURCE, ttl=LONG, holder="alice")
-    before = private_redis.calls(private_lock.client, "evalsha")
+    before = calls(private_lock.client, "evalsha")
 
     with pytest.raises(LockHeld) as caught:
         private_lock.acquire(RESOURCE, ttl=LONG, wait=timedelta(milliseconds=300))
 
     assert "alice" in caught.value.holder
-    assert private_redis.calls(private_lock.client, "evalsha") > before + 1
+    assert calls(private_lock.client, "evalsha") > before + 1
 
 
 def test_wait_succeeds_when_the_holders_lease_expires(fence_lock):
@@ -448,8 +400,8 @@ def test_keep_alive_stops_and_marks_the_lease_lost_once_it_is_taken_over(fence_l
     with renewal:
         redis_client.pexpire(lock_key(RESOURCE), 0)  # the lease expires (e.g. a long pause)
         newer = FenceLock().acquire(RESOURCE, ttl=LONG, holder="newer")
-        wait_for(lambda: lease.lost, "keep-alive to notice the takeover")
-        wait_for(lambda: not renewal._thread.is_alive(), "keep-alive to stop")
+        wait_until(lambda: lease.lost, what="keep-alive to notice the takeover")
+        wait_until(lambda: not renewal._thread.is_alive(), what="keep-alive to stop")
         assert not lease.probably_valid
 
     assert redis_client.pttl(lock_key(RESOURCE)) > 25_000  # never re-timed to 300 ms

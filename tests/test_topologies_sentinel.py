@@ -28,9 +28,9 @@ from locking import (
 )
 from locking.epochs import first_token
 from locking.models import FenceEvent
-from tests.harness.net import free_port
+from tests.harness.processes import RedisServer
 from tests.harness.waiting import wait_until
-from tests.topologies import redis_sentinel, start_redis, stop_process, temp_dir
+from tests.topologies import redis_sentinel
 
 pytestmark = [
     pytest.mark.skipif(
@@ -176,7 +176,7 @@ def freeze_replication_after(sentinel, complaint, notes: int) -> None:
 
 
 def fail_over(sentinel) -> None:
-    stop_process(sentinel.master.process)  # the master dies with what it did not replicate
+    sentinel.master.stop()  # the master dies with what it did not replicate
     wait_until(
         lambda: sentinel.master_port() == sentinel.replica.port,
         what="Sentinel to promote the replica",
@@ -262,18 +262,16 @@ def test_with_min_replicas_no_grant_made_before_a_failover_wins_after_it(
     # Alone, the new master cannot have a grant confirmed: grants wait for a new replica.
     with pytest.raises(LockUnavailable):
         lock.acquire(RESOURCE, ttl=TTL)
-    with temp_dir("hoa-new-replica-") as root:
-        new_replica = start_redis(
-            root, free_port(), "--replicaof", "127.0.0.1", str(sentinel.replica.port)
+    new_replica = RedisServer(args=["--replicaof", "127.0.0.1", str(sentinel.replica.port)])
+    try:
+        new_replica.start()
+        wait_until(
+            lambda: new_replica.client().info("replication").get("master_link_status") == "up",
+            what="a new replica of the promoted master",
         )
-        try:
-            wait_until(
-                lambda: new_replica.client().info("replication").get("master_link_status") == "up",
-                what="a new replica of the promoted master",
-            )
-            newer = write_note(complaint, 5)
-        finally:
-            stop_process(new_replica.process)
+        newer = write_note(complaint, 5)
+    finally:
+        new_replica.destroy()
 
     # Above the confirmed 6. The old master's refused 7 never reached anyone, so the new
     # master may hand out 7 again (8 if its own lone attempt above had incremented).

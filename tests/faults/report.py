@@ -2,12 +2,11 @@
 
 import json
 import platform
-import subprocess
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
-from tests.harness.processes import BASE_DIR
+from tests.harness.processes import run_child
 
 
 def _outcomes(result) -> str:
@@ -47,14 +46,7 @@ def print_table(results) -> None:
 
 
 def _commit() -> str:
-    result = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"],
-        cwd=BASE_DIR,
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=10,
-    )
+    result = run_child(["git", "rev-parse", "--short", "HEAD"], timeout=10)
     return result.stdout.strip()
 
 

@@ -37,7 +37,6 @@ import os
 import queue
 import random
 import secrets
-import signal
 import subprocess
 import sys
 import tempfile
@@ -52,7 +51,7 @@ from tests.faults.fence_history import ClientOp, FenceHistoryReport, Write, chec
 from tests.faults.nemesis_client import CREATE_HISTORY, HISTORY_TABLE
 from tests.faults.scenario import Scenario, scenario
 from tests.harness import HarnessError
-from tests.harness.processes import BASE_DIR, process_state, stop_group
+from tests.harness.processes import freeze, stop_process, thaw
 from tests.harness.waiting import wait_until
 
 # How the suite's table reports each client outcome (tests/faults/clients.py's verdicts).
@@ -125,31 +124,14 @@ class _Clients:
         for client in range(self.plan.clients):
             self.logs[client] = self.folder / f"client-{client}.jsonl"
             stderr = (self.folder / f"client-{client}.err").open("wb")
-            process = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "tests.faults.nemesis_client",
-                    f"--client={client}",
-                    f"--run={self.run}",
-                    f"--resource={self.resource}",
-                    f"--row={self.row}",
-                    f"--log={self.logs[client]}",
-                    f"--ttl-ms={self.plan.ttl_ms}",
-                    "--hold-ms",
-                    *(str(ms) for ms in self.plan.hold_ms),
-                    f"--seed={rng.randrange(2**32)}",
-                ],
-                cwd=BASE_DIR,
-                env=env,
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=stderr,
-                text=True,
-                start_new_session=True,
-            )
+            command = [sys.executable, "-m", "tests.faults.nemesis_client", f"--client={client}"]
+            command += [f"--run={self.run}", f"--resource={self.resource}", f"--row={self.row}"]
+            command += [f"--log={self.logs[client]}", f"--ttl-ms={self.plan.ttl_ms}"]
+            command += ["--hold-ms", *(str(ms) for ms in self.plan.hold_ms)]
+            command += [f"--seed={rng.randrange(2**32)}"]
+            # Reaped by the stack, whatever happens.
+            process = self.s.stack.start(command, env=env, stdin=subprocess.PIPE, stderr=stderr)
             stderr.close()
-            self.s.stack._children.append(process)  # reaped by the stack, whatever happens
             self.processes[client] = process
             self.finished[client] = 0
             threading.Thread(
@@ -193,14 +175,11 @@ class _Clients:
         return self.processes[client].pid
 
     def freeze(self, client: int) -> None:
-        pid = self.pid(client)
-        os.kill(pid, signal.SIGSTOP)
         self.frozen.add(client)
-        wait_until(lambda: process_state(pid) in ("T", ""), timeout=5, what=f"pid {pid} to stop")
+        freeze(self.pid(client))
 
     def thaw(self, client: int) -> None:
-        with suppress(ProcessLookupError):
-            os.kill(self.pid(client), signal.SIGCONT)
+        thaw(self.pid(client))
         self.frozen.discard(client)
 
     def stop(self) -> None:
@@ -216,7 +195,7 @@ class _Clients:
             try:
                 process.wait(max(deadline - time.monotonic(), 0.1))
             except subprocess.TimeoutExpired:
-                stop_group(process, grace=2)
+                stop_process(process, timeout=2, group=True)
 
 
 @scenario(
