@@ -119,10 +119,7 @@ def main(argv: list[str] | None = None) -> int:
                 skipped[section] = reason
                 log(f"bench: skipping section '{section}': {reason}")
                 continue
-            for build in plan.SECTIONS[section]:
-                group = build(profile, redis_server.url)
-                if group is None:
-                    continue  # not part of this profile
+            for group in plan.build(section, profile, redis_server.url):
                 log(f"bench: {group.title} ({group.repeats} repeat(s) x {len(group.cases)} cases)")
                 groups.append(run_group(group, env, log=log))
     finally:
