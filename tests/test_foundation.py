@@ -15,6 +15,7 @@ from hoa.demo import seed_demo
 from hoa.models import Complaint, Notice, Organization, StaffMembership, Unit
 from tests.harness.net import closed_port
 from tests.harness.processes import run_child, run_manage
+from tests.harness.waiting import wait_until
 from vendors.models import Vendor, VendorAssignment, VendorContract
 
 
@@ -356,23 +357,19 @@ def form_values(html: str, form_id: str) -> dict:
 
 def wait_for_lock_wait(timeout=60.0) -> None:
     """Wait until some other backend of this database is blocked on a row lock."""
-    import time
-
     from django.db import connection
 
-    deadline = time.monotonic() + timeout
-    with connection.cursor() as cursor:
-        while time.monotonic() < deadline:
+    def waiting() -> int:
+        with connection.cursor() as cursor:
             # Inside a transaction pg_stat_activity is a snapshot taken at its first read.
             cursor.execute("SELECT pg_stat_clear_snapshot()")
             cursor.execute(
                 "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
                 "AND wait_event_type = 'Lock' AND pid <> pg_backend_pid()"
             )
-            if cursor.fetchone()[0]:
-                return
-            time.sleep(0.02)
-    raise TimeoutError("no backend started waiting for the row lock")
+            return cursor.fetchone()[0]
+
+    wait_until(waiting, what="a backend to wait for the row lock", timeout=timeout)
 
 
 @pytest.mark.django_db(transaction=True)

@@ -4,7 +4,6 @@ against the test database, racing each other, waiting, killed mid-pass, misconfi
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 
@@ -16,6 +15,7 @@ from django.db import transaction
 from hoa.jobs import PUBLISH_NOTICES_LOCK, SLA_SWEEP_LOCK, sweep_sla
 from hoa.models import Complaint, ComplaintEvent, Notice
 from locking import advisory_key, advisory_lock
+from tests.harness.net import closed_port
 from tests.harness.processes import run_child, run_manage, start_manage
 from tests.harness.waiting import wait_until
 from tests.jobs_support import (
@@ -247,9 +247,7 @@ def test_bad_wait_exits_1_with_one_line():
 
 @pytest.mark.parametrize("command", ["sla_sweep", "publish_notices"])
 def test_unreachable_database_exits_1_with_one_line(command):
-    with socket.socket() as probe:  # a port nothing listens on
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = closed_port()  # nothing listens on it
 
     done = run_manage(command, env=child_env(DATABASE_URL=f"postgres://hoa@127.0.0.1:{port}/hoa"))
 

@@ -6,7 +6,6 @@ test has seen the second one wait on it in ``pg_stat_activity``.
 """
 
 import threading
-import time
 from collections.abc import Callable
 from datetime import timedelta
 
@@ -19,6 +18,7 @@ from hoa.models import Complaint
 from locking import FenceLock, StaleFencingToken, advance_fence
 from locking.epochs import first_token
 from locking.models import FenceEpoch
+from tests.harness.waiting import wait_until
 
 RESOURCE = "vendor-assignment:complaint:fence-test"
 WAIT = 10  # seconds: upper bound for every wait in this module
@@ -108,17 +108,16 @@ def by_pk_and_organization(pk: int):
 
 def wait_until_blocked_on_row_lock(backend_pid: int) -> None:
     """Return once ``backend_pid`` waits for a lock (pg_stat_activity), else fail."""
-    deadline = time.monotonic() + WAIT
-    with connection.cursor() as cursor:
-        while time.monotonic() < deadline:
+
+    def waiting() -> bool:
+        with connection.cursor() as cursor:
             cursor.execute(
                 "SELECT wait_event_type FROM pg_stat_activity WHERE pid = %s", [backend_pid]
             )
             row = cursor.fetchone()
-            if row is not None and row[0] == "Lock":
-                return
-            time.sleep(0.01)
-    pytest.fail(f"backend {backend_pid} never waited on the row lock")
+        return row is not None and row[0] == "Lock"
+
+    wait_until(waiting, what=f"backend {backend_pid} to wait on the row lock", timeout=WAIT)
 
 
 class FencedWriter(threading.Thread):
