@@ -88,7 +88,7 @@ bench-quick: $(STAMP) services migrate ## a short benchmark run (< 1 minute)
 	@$(PY) -m bench --quick
 
 faults: $(STAMP) services migrate ## fault-injection and load scenarios against real processes
-	@$(PY) -m bench.faults
+	@$(PY) -m tests.faults
 
 clean: stop ## stop services and delete local data (.local) and the venv
 	rm -rf .local $(VENV) staticfiles

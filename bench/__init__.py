@@ -4,6 +4,6 @@ Layout: ``__main__`` (the command), ``plan`` (groups, profiles, targets), ``runn
 (round-robin repeats in fresh processes), ``worker`` (one measurement per process),
 ``cases/`` (what is measured), ``measure`` (statistics and counting), ``environment``
 (private Redis, the bench database, versions), ``report`` and ``chart`` (output).
-Method and caveats: docs/benchmarks.md. ``bench.faults`` is the fault-injection suite
-(``make faults``), a separate program.
+Method and caveats: docs/benchmarks.md. The fault-injection suite (``make faults``) is a
+test and lives in ``tests/faults``.
 """

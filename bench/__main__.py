@@ -8,7 +8,6 @@ Exits 1 on FAIL, 0 otherwise.
 """
 
 import argparse
-import importlib.util
 import os
 import sys
 import time
@@ -39,45 +38,7 @@ def log(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
-def _reset_database() -> None:
-    """Empty the bench database (never another one) and create the commit log table."""
-    from django.core.management import call_command
-    from django.db import connection
-
-    from bench.fixtures import create_commit_log
-
-    name = connection.settings_dict["NAME"]
-    if not name.startswith("bench"):
-        raise SystemExit(f"refusing to flush database {name!r}")
-    call_command("flush", interactive=False, verbosity=0)
-    create_commit_log()
-    connection.close()
-
-
-def _missing(section: str) -> str | None:
-    """Why ``section`` cannot run yet (its service or endpoint is not built), or None."""
-    if section == "writes":
-        for module, function in (
-            ("vendors.services", "assign_vendor"),
-            ("charges.services", "generate_monthly_charges"),
-        ):
-            if importlib.util.find_spec(module) is None:
-                return f"{module} does not exist yet"
-            if not hasattr(importlib.import_module(module), function):
-                return f"{module}.{function} does not exist yet"
-    if section == "http":
-        from django.urls import Resolver404, resolve
-
-        try:
-            resolve("/orgs/bench/complaints/1/assign/")
-        except Resolver404:
-            return (
-                "the staff assign endpoint (POST /orgs/<slug>/complaints/<id>/assign/) is missing"
-            )
-    return None
-
-
-def main(argv: list[str] | None = None) -> int:
+def _arguments(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a short run (< 1 minute)")
     parser.add_argument(
@@ -88,14 +49,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--name", default="", help="results file name (default: full or quick)")
     parser.add_argument("--no-chart", action="store_true", help="do not rewrite docs/bench.svg")
     args = parser.parse_args(argv)
-
-    profile = plan.QUICK if args.quick else plan.FULL
-    name = args.name or profile.name
-    sections = [s.strip() for s in args.only.split(",") if s.strip()] or list(plan.SECTIONS)
-    unknown = set(sections) - set(plan.SECTIONS)
+    args.sections = [s.strip() for s in args.only.split(",") if s.strip()] or list(plan.SECTIONS)
+    unknown = set(args.sections) - set(plan.SECTIONS)
     if unknown:
         parser.error(f"unknown section(s): {', '.join(sorted(unknown))}")
+    return args
 
+
+def main(argv: list[str] | None = None) -> int:
+    args = _arguments(argv)
+    profile = plan.QUICK if args.quick else plan.FULL
+    name = args.name or profile.name
     started = time.monotonic()
     started_at = datetime.now(tz=UTC).isoformat(timespec="seconds")
     database = database_url()
@@ -104,25 +68,12 @@ def main(argv: list[str] | None = None) -> int:
         env = child_env(database=database, redis_url=redis_server.url)
         os.environ.update(env)  # this process reads the same settings as its children
         log(f"bench: private Redis on port {redis_server.port}; preparing {database}")
-        prepare_database(database, env)
-        import django
-
-        django.setup()
-        _reset_database()
+        prepare_database(database)
         environment = describe(database=database, redis_url=redis_server.url)
         log(environment_summary(environment))
-
-        groups, skipped = [], {}
-        for section in sections:
-            reason = _missing(section)
-            if reason:
-                skipped[section] = reason
-                log(f"bench: skipping section '{section}': {reason}")
-                continue
-            for build in plan.SECTIONS[section]:
-                group = build(profile, redis_server.url)
-                if group is None:
-                    continue  # not part of this profile
+        groups = []
+        for section in args.sections:
+            for group in plan.build(section, profile, redis_server.url):
                 log(f"bench: {group.title} ({group.repeats} repeat(s) x {len(group.cases)} cases)")
                 groups.append(run_group(group, env, log=log))
     finally:
@@ -132,24 +83,15 @@ def main(argv: list[str] | None = None) -> int:
     evaluated = evaluate(plan.TARGETS, groups)
     failures = invariant_failures(groups)
     elapsed = round(time.monotonic() - started, 1)
-
-    print()
-    print(environment_summary(environment))
+    print(f"\n{environment_summary(environment)}")
     for group in groups:
-        print()
-        print(group_table(group))
-    print()
-    print(targets_table(evaluated))
-    print()
+        print(f"\n{group_table(group)}")
+    print(f"\n{targets_table(evaluated)}\n")
     if failures:
-        print("Invariants: FAIL")
-        for failure in failures:
-            print(f"  FAIL {failure}")
+        print("Invariants: FAIL", *(f"  FAIL {failure}" for failure in failures), sep="\n")
     else:
         checks = sum(len(row["invariants"]) for g in groups for row in g["rows"])
         print(f"Invariants: all {checks} checks held (no overlap, tokens increasing, exactly once)")
-    for section, reason in skipped.items():
-        print(f"Skipped section '{section}': {reason}")
 
     results_path = BASE_DIR / "bench" / "results" / f"{name}.json"
     write_json(
@@ -163,7 +105,6 @@ def main(argv: list[str] | None = None) -> int:
             "groups": groups,
             "targets": evaluated,
             "invariant_failures": failures,
-            "skipped": skipped,
         },
     )
     print(f"\nWrote {results_path.relative_to(BASE_DIR)} ({elapsed:.0f} s)")

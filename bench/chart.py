@@ -21,27 +21,12 @@ MISS = "#c05621"
 
 
 @dataclass
-class Bar:
-    label: str
-    value: float
-    ours: bool = False
-    text: str = ""
-
-
-@dataclass
 class Panel:
     title: str
-    bars: list[Bar]
+    bars: list[tuple[str, float, bool, str]]  # label, value, ours, text
     log: bool = False
     marker: float | None = None
     marker_label: str = ""
-
-
-def _rows(groups: list[dict], group_id: str) -> list[dict]:
-    for group in groups:
-        if group["id"] == group_id:
-            return [row for row in group["rows"] if not row.get("error")]
-    return []
 
 
 def _is_ours(row: dict) -> bool:
@@ -52,82 +37,62 @@ def _ratio(row: dict) -> float:
     return 1.0 if row["ratio"] is None else row["ratio"]
 
 
+def _lock_bar(r: dict):
+    text = f"{r['median_us']:.0f} µs (p99 {r['p99_us'] / 1000:.1f} ms)"
+    return r["label"], r["median_us"], _is_ours(r), text
+
+
+def _loser_bar(r: dict):
+    m = r["metrics"]
+    text = (
+        f"{r['median_us'] / 1000:.3g} ms; {m.get('loser_round_trips', 0)} DB trips; "
+        f"{m.get('idle_in_transaction', 0)} idle in txn"
+    )
+    return r["label"], r["median_us"] / 1000, _is_ours(r), text
+
+
+def _write_bar(r: dict):
+    text = f"{_ratio(r):.2f}x ({r['median_us'] / 1000:.1f} ms)"
+    return r["label"], _ratio(r), _is_ours(r), text
+
+
+def _contention_bar(r: dict):
+    text = f"{_ratio(r):.2f}x ({r['metrics'].get('ops_per_s', 0):.0f}/s)"
+    return r["label"], _ratio(r), "naive" not in r["case"], text
+
+
+# group id, panel title, one bar of a row, panel options
+_PANELS = [
+    ("lock-cycle", "Lock cycle, acquire + release, one client (median µs)", _lock_bar, {}),
+    (
+        "alternatives",
+        "Loser's answer while the holder makes a 200 ms call (median ms, log scale)",
+        _loser_bar,
+        {"log": True},
+    ),
+    ("fenced-vendor", "One vendor assignment (x the plain insert)", _write_bar, {"marker": 1.0}),
+    (
+        "fenced-charges",
+        "Monthly charges for 5,000 units (x plain bulk_create)",
+        _write_bar,
+        {"marker": 1.0},
+    ),
+    (
+        "contention",
+        "Fenced commits per second under contention (x one client alone)",
+        _contention_bar,
+        {"marker": 0.8, "marker_label": "0.8x: the target on one resource"},
+    ),
+]
+
+
 def panels(groups: list[dict]) -> list[Panel]:
+    by_id = {group["id"]: group for group in groups}
     found = []
-    lock_rows = _rows(groups, "lock-cycle")
-    if lock_rows:
-        found.append(
-            Panel(
-                "Lock cycle, acquire + release, one client (median µs)",
-                [
-                    Bar(
-                        r["label"],
-                        r["median_us"],
-                        _is_ours(r),
-                        f"{r['median_us']:.0f} µs (p99 {r['p99_us'] / 1000:.1f} ms)",
-                    )
-                    for r in lock_rows
-                ],
-            )
-        )
-    alt_rows = _rows(groups, "alternatives")
-    if alt_rows:
-        found.append(
-            Panel(
-                "Loser's answer while the holder makes a 200 ms call (median ms, log scale)",
-                [
-                    Bar(
-                        r["label"],
-                        r["median_us"] / 1000,
-                        _is_ours(r),
-                        f"{r['median_us'] / 1000:.3g} ms; "
-                        f"{r['metrics'].get('loser_round_trips', 0)} DB trips; "
-                        f"{r['metrics'].get('idle_in_transaction', 0)} idle in txn",
-                    )
-                    for r in alt_rows
-                ],
-                log=True,
-            )
-        )
-    for group_id, title in (
-        ("fenced-vendor", "One vendor assignment (x the plain insert)"),
-        ("fenced-charges", "Monthly charges for 5,000 units (x plain bulk_create)"),
-    ):
-        rows = _rows(groups, group_id)
+    for group_id, title, bar, options in _PANELS:
+        rows = [row for row in by_id.get(group_id, {"rows": []})["rows"] if not row.get("error")]
         if rows:
-            found.append(
-                Panel(
-                    title,
-                    [
-                        Bar(
-                            r["label"],
-                            _ratio(r),
-                            _is_ours(r),
-                            f"{_ratio(r):.2f}x ({r['median_us'] / 1000:.1f} ms)",
-                        )
-                        for r in rows
-                    ],
-                    marker=1.0,
-                )
-            )
-    contention_rows = _rows(groups, "contention")
-    if contention_rows:
-        found.append(
-            Panel(
-                "Fenced commits per second under contention (x one client alone)",
-                [
-                    Bar(
-                        r["label"],
-                        _ratio(r),
-                        "naive" not in r["case"],
-                        f"{_ratio(r):.2f}x ({r['metrics'].get('ops_per_s', 0):.0f}/s)",
-                    )
-                    for r in contention_rows
-                ],
-                marker=0.8,
-                marker_label="0.8x: the target on one resource",
-            )
-        )
+            found.append(Panel(title, [bar(row) for row in rows], **options))
     return found
 
 
@@ -146,25 +111,23 @@ def render(found: list[Panel], *, caption: str) -> str:
     parts = []
     y = 30
     for panel in found:
-        values = [b.value for b in panel.bars] + [panel.marker or 0]
+        values = [value for _, value, _, _ in panel.bars] + [panel.marker or 0]
         top = max(values) * 1.05 or 1
         if panel.log:
             top = 10 ** math.ceil(math.log10(max(values)))
         parts.append(f'<text x="10" y="{y}" class="title">{escape(panel.title)}</text>')
         y += 10
         panel_top = y
-        for bar in panel.bars:
+        for label, value, ours, text in panel.bars:
             x0 = LABEL_WIDTH
-            width = max(_x(bar.value, top, panel.log), 1)
-            colour = OURS if bar.ours else OTHER
+            width = max(_x(value, top, panel.log), 1)
             parts.append(
-                f'<text x="{LABEL_WIDTH - 8}" y="{y + 15}" class="label">{escape(bar.label)}</text>'
+                f'<text x="{LABEL_WIDTH - 8}" y="{y + 15}" class="label">{escape(label)}</text>'
                 f'<rect x="{x0}" y="{y + 4}" width="{width:.1f}" height="{ROW_HEIGHT - 8}" '
-                f'fill="{colour}"/>'
+                f'fill="{OURS if ours else OTHER}"/>'
             )
             parts.append(
-                f'<text x="{x0 + width + 6:.1f}" y="{y + 15}" class="value">'
-                f"{escape(bar.text)}</text>"
+                f'<text x="{x0 + width + 6:.1f}" y="{y + 15}" class="value">{escape(text)}</text>'
             )
             y += ROW_HEIGHT
         if panel.marker is not None:

@@ -1,23 +1,17 @@
-"""What the benchmarks run against, and the facts a reader needs to trust the numbers.
+"""What the benchmarks run against (docs/benchmarks.md, "Against what"), and the facts a
+reader needs to trust the numbers: a private ``redis-server`` (``BenchRedis``), the
+``bench_hoa`` database (``prepare_database``; never one whose name does not start with
+``bench``), versions, durability settings and the machine (``describe``).
 
-- ``BenchRedis``: a ``redis-server`` of the bench's own, on a free loopback port, with the
-  server's default durability (no config file: RDB snapshots, no AOF). Command counts come
-  from its server-wide stats, so nothing else may talk to it; the shared instance that
-  tests and the demo use is never touched.
-- ``prepare_database``: the ``bench_hoa`` database (created if missing, migrated by
-  ``manage.py migrate`` in a child process). It is never the demo database: the bench
-  refuses a database whose name does not start with ``bench``, because it empties it.
-- ``describe``: versions of everything, durability settings, the machine.
+The bench imports nothing from ``tests/``: the few process helpers it needs are here.
 """
 
 import importlib.metadata
 import os
 import platform
 import shutil
-import signal
 import socket
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -42,6 +36,27 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
+def wait_until(predicate, *, timeout: float, what: str, interval: float = 0.05) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(interval)
+    raise RuntimeError(f"timed out after {timeout:.0f}s waiting for {what}")
+
+
+def stop(process: subprocess.Popen | None, grace: float = 10) -> None:
+    """TERM the bench's own child ``process``, KILL it if it is still there after ``grace`` s."""
+    if process is None or process.poll() is not None:
+        return
+    process.terminate()
+    try:
+        process.wait(grace)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(10)
+
+
 class _StandInHandler(BaseHTTPRequestHandler):
     """An external endpoint (billing, vendor dispatch) that reads the request, answers 200."""
 
@@ -63,20 +78,11 @@ def start_stand_in(path: str) -> tuple[ThreadingHTTPServer, str]:
     return server, f"http://127.0.0.1:{server.server_address[1]}/{path.lstrip('/')}"
 
 
-def wait_until(predicate, *, timeout: float, what: str, interval: float = 0.05) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(interval)
-    raise RuntimeError(f"timed out after {timeout:.0f}s waiting for {what}")
-
-
 class BenchRedis:
-    """A private ``redis-server`` with default durability; stop it with ``stop()``."""
+    """A private ``redis-server`` (default durability, plus ``args``); ``stop()`` ends it."""
 
-    def __init__(self, binary: str = "redis-server"):
-        self.binary = shutil.which(binary) or binary
+    def __init__(self, *args: str):
+        self.args = args
         self.port = 0
         self.directory = ""
         self.process: subprocess.Popen | None = None
@@ -89,22 +95,10 @@ class BenchRedis:
         for _attempt in range(3):
             self.port = free_port()
             self.directory = tempfile.mkdtemp(prefix="hoa-bench-redis-")
+            command = [shutil.which("redis-server") or "redis-server", "--port", str(self.port)]
+            command += ["--bind", "127.0.0.1", "--dir", self.directory, "--logfile", "redis.log"]
             self.process = subprocess.Popen(
-                [
-                    self.binary,
-                    "--port",
-                    str(self.port),
-                    "--bind",
-                    "127.0.0.1",
-                    "--dir",
-                    self.directory,
-                    "--logfile",
-                    "redis.log",
-                    "--daemonize",
-                    "no",
-                ],
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
+                [*command, *self.args], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
             )
             try:
                 wait_until(self._answers, timeout=10, what=f"redis-server on port {self.port}")
@@ -122,13 +116,7 @@ class BenchRedis:
             return False
 
     def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(5)
+        stop(self.process)
         self.process = None
         if self.directory:
             shutil.rmtree(self.directory, ignore_errors=True)
@@ -147,31 +135,34 @@ def database_url() -> str:
     return url
 
 
-def _libpq_url(url: str) -> str:
+def _libpq_url(url: str, database: str | None = None) -> str:
     parts = urlsplit(url)
-    return urlunsplit(parts._replace(scheme="postgresql"))
+    path = f"/{database}" if database else parts.path
+    return urlunsplit(parts._replace(scheme="postgresql", path=path))
 
 
-def prepare_database(url: str, env: dict) -> None:
-    """Create the bench database if it is missing, then migrate it in a child process."""
-    parts = urlsplit(url)
-    name = parts.path.lstrip("/")
-    maintenance = urlunsplit(parts._replace(scheme="postgresql", path="/postgres"))
-    with psycopg.connect(maintenance, autocommit=True, connect_timeout=5) as conn:
-        exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [name]).fetchone()
-        if not exists:
+def prepare_database(url: str) -> None:
+    """Create the bench database if it is missing, set Django up on it, migrate, empty it.
+
+    This process's environment must already be the bench's (``child_env``).
+    """
+    import django
+    from django.core.management import call_command
+    from django.db import connection
+
+    name = urlsplit(url).path.lstrip("/")
+    with psycopg.connect(_libpq_url(url, "postgres"), autocommit=True, connect_timeout=5) as conn:
+        if not conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [name]).fetchone():
             conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    result = subprocess.run(
-        [sys.executable, str(BASE_DIR / "manage.py"), "migrate", "--noinput", "-v", "0"],
-        cwd=BASE_DIR,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    if result.returncode != 0:
-        raise SystemExit(f"migrating the bench database failed:\n{result.stderr[-2000:]}")
+    django.setup()
+    from bench.fixtures import create_commit_log
+
+    if not connection.settings_dict["NAME"].startswith("bench"):
+        raise SystemExit(f"refusing to flush database {connection.settings_dict['NAME']!r}")
+    call_command("migrate", interactive=False, verbosity=0)
+    call_command("flush", interactive=False, verbosity=0)
+    create_commit_log()
+    connection.close()
 
 
 def child_env(*, database: str, redis_url: str) -> dict:
@@ -200,57 +191,39 @@ def child_env(*, database: str, redis_url: str) -> dict:
 
 # -- facts for the report ----------------------------------------------------------------
 
-_DISTRIBUTIONS = [
-    "Django",
-    "psycopg",
-    "psycopg-binary",
-    "redis",
-    "hiredis",
-    "django-redis",
-    "python-redis-lock",
-    "pottery",
-    "gunicorn",
-    "requests",
-]
+_DISTRIBUTIONS = (
+    "Django psycopg psycopg-binary redis hiredis django-redis python-redis-lock pottery "
+    "gunicorn requests"
+)
+_PG_SETTINGS = "fsync synchronous_commit wal_sync_method full_page_writes shared_buffers"
 
 
-def _cpu_model() -> str:
+def _proc_field(path: str, prefix: str) -> str | None:
+    """The value after ``prefix`` on the first line of /proc/``path`` that starts with it."""
     try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
+        for line in Path("/proc", path).read_text().splitlines():
+            if line.startswith(prefix):
                 return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
-
-
-def _memory_gib() -> float | None:
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemTotal:"):
-                return round(int(line.split()[1]) / 1024 / 1024, 1)
     except OSError:
         pass
     return None
 
 
-def _git() -> dict:
-    def run(*args: str) -> str:
-        result = subprocess.run(
-            ["git", *args], cwd=BASE_DIR, capture_output=True, text=True, check=False, timeout=10
-        )
-        return result.stdout.strip()
-
-    return {"commit": run("rev-parse", "HEAD"), "dirty": bool(run("status", "--porcelain"))}
+def _git(*args: str) -> str:
+    result = subprocess.run(
+        ["git", *args], cwd=BASE_DIR, capture_output=True, text=True, check=False, timeout=10
+    )
+    return result.stdout.strip()
 
 
 def machine() -> dict:
+    memory_kib = _proc_field("meminfo", "MemTotal:")
     return {
         "platform": platform.platform(),
-        "cpu": _cpu_model(),
+        "cpu": _proc_field("cpuinfo", "model name") or platform.processor() or "unknown",
         "cpus": os.cpu_count(),
         "cpus_usable": len(os.sched_getaffinity(0)),
-        "memory_gib": _memory_gib(),
+        "memory_gib": round(int(memory_kib.split()[0]) / 1024 / 1024, 1) if memory_kib else None,
         "loadavg": [round(x, 2) for x in os.getloadavg()],
     }
 
@@ -258,20 +231,18 @@ def machine() -> dict:
 def describe(*, database: str, redis_url: str) -> dict:
     """Versions, durability settings and the machine, as the JSON report records them."""
     versions = {"python": platform.python_version()}
-    for dist in _DISTRIBUTIONS:
+    for dist in _DISTRIBUTIONS.split():
         try:
             versions[dist] = importlib.metadata.version(dist)
         except importlib.metadata.PackageNotFoundError:
             versions[dist] = None
     versions["libpq"] = psycopg.pq.version()
     versions["psycopg_impl"] = psycopg.pq.__impl__
-    versions["redis_parser"] = (
-        "hiredis" if redis.utils.HIREDIS_AVAILABLE else "python"
-    )  # redis-py picks hiredis whenever it is installed, for every client here
+    # redis-py picks hiredis whenever it is installed, for every client here.
+    versions["redis_parser"] = "hiredis" if redis.utils.HIREDIS_AVAILABLE else "python"
 
     client = redis.Redis.from_url(redis_url)
-    info = client.info("server")
-    versions["redis_server"] = info["redis_version"]
+    versions["redis_server"] = client.info("server")["redis_version"]
     redis_durability = {
         key: client.config_get(key).get(key) for key in ("appendonly", "appendfsync", "save")
     }
@@ -279,20 +250,15 @@ def describe(*, database: str, redis_url: str) -> dict:
 
     with psycopg.connect(_libpq_url(database), connect_timeout=5) as conn:
         versions["postgresql_server"] = conn.execute("SHOW server_version").fetchone()[0]
+        show = sql.SQL("SHOW {}")
         pg_durability = {
-            name: conn.execute(sql.SQL("SHOW {}").format(sql.Identifier(name))).fetchone()[0]
-            for name in (
-                "fsync",
-                "synchronous_commit",
-                "wal_sync_method",
-                "full_page_writes",
-                "shared_buffers",
-            )
+            name: conn.execute(show.format(sql.Identifier(name))).fetchone()[0]
+            for name in _PG_SETTINGS.split()
         }
     return {
         "machine": machine(),
         "versions": versions,
         "durability": {"redis": redis_durability, "postgresql": pg_durability},
-        "git": _git(),
+        "git": {"commit": _git("rev-parse", "HEAD"), "dirty": bool(_git("status", "--porcelain"))},
         "database": urlsplit(database).path.lstrip("/"),
     }

@@ -1,8 +1,7 @@
-"""Data the cases work on, created in the bench database (never the demo one).
+"""Data the cases work on, in the bench database (never the demo one).
 
-Every function is idempotent on its natural key, so a case may call it in each of its
-fresh processes; rows a case consumes (charge runs, complaints) are created fresh per
-process under a unique label.
+Every function is idempotent on its natural key, so each fresh process of a case may call
+it; rows a case consumes (charge runs, complaints) are new per process, under a unique label.
 """
 
 import os
@@ -69,10 +68,6 @@ def staff_user(username: str, org: Organization):
         user.groups.add(staff_group())
     StaffMembership.objects.get_or_create(user=user, organization=org)
     return user
-
-
-def staff_membership(user, org: Organization) -> None:
-    StaffMembership.objects.get_or_create(user=user, organization=org)
 
 
 def vendors_with_contracts(org: Organization, count: int) -> list:

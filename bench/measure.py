@@ -1,17 +1,10 @@
 """Counting and summarising: latency statistics, Redis commands, PostgreSQL round trips.
 
-Counts are taken, not guessed:
-
-- Redis commands *executed* come from ``INFO commandstats`` diffed around the timed loop.
-  The bench runs its own ``redis-server``, so nothing else adds to the server-wide stats.
-  Commands run inside a Lua script are counted there too (``SET`` inside ``EVALSHA``).
-- Redis commands *sent* by the client (one round trip each, none of these clients
-  pipelines) come from ``MONITOR`` during a short, untimed counting pass: it names every
-  command with its origin, ``tcp`` for the client and ``lua`` for a script's own calls.
-- PostgreSQL round trips come from libpq's protocol trace (``PQtrace``) on the Django
-  connection during an untimed counting pass: every exchange ends with the server's
-  ``ReadyForQuery``, so counting those counts round trips, ``BEGIN`` and ``COMMIT``
-  included, which a cursor wrapper would not see.
+Counts are taken, not guessed (docs/benchmarks.md, "Counted, not guessed"): Redis
+commands *executed* from ``INFO commandstats`` diffed around the timed loop (the bench
+runs its own ``redis-server``); commands *sent* by the client from ``MONITOR`` during an
+untimed pass (it tells a script's own calls, ``lua``, from the client's, ``tcp``);
+PostgreSQL round trips from libpq's protocol trace, one per ``ReadyForQuery``.
 """
 
 import math
@@ -19,6 +12,7 @@ import os
 import statistics
 import tempfile
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 
@@ -38,8 +32,22 @@ def percentile(values: Sequence[float], pct: float) -> float:
     if not values:
         return math.nan
     ordered = sorted(values)
-    rank = max(1, math.ceil(pct / 100 * len(ordered)))
-    return ordered[rank - 1]
+    return ordered[max(1, math.ceil(pct / 100 * len(ordered))) - 1]
+
+
+def check(name: str, ok: bool, detail: str) -> dict:
+    """One invariant a case checked while it measured (a broken one fails the run)."""
+    return {"name": name, "ok": bool(ok), "detail": detail}
+
+
+def timed_loop(operation: Callable, items: Iterable) -> list[float]:
+    """Run ``operation(item)`` for each item; return each call's time in µs."""
+    samples = []
+    for item in items:
+        started = time.perf_counter_ns()
+        operation(item)
+        samples.append((time.perf_counter_ns() - started) / 1000)
+    return samples
 
 
 def commandstats(client: redis.Redis) -> Counter:
@@ -50,14 +58,17 @@ def commandstats(client: redis.Redis) -> Counter:
     )
 
 
-def executed_per_op(before: Counter, after: Counter, operations: int) -> dict[str, float]:
-    """Per-operation call counts between two ``commandstats`` snapshots."""
-    diff = after - before
+def _per_op(calls: Counter, operations: int) -> dict[str, float]:
     return {
-        name: round(calls / operations, 3)
-        for name, calls in sorted(diff.items())
+        name: round(count / operations, 3)
+        for name, count in sorted(calls.items())
         if name not in _HARNESS_COMMANDS
     }
+
+
+def executed_per_op(before: Counter, after: Counter, operations: int) -> dict[str, float]:
+    """Per-operation call counts between two ``commandstats`` snapshots."""
+    return _per_op(after - before, operations)
 
 
 def _command_name(line: str) -> str:
@@ -82,10 +93,7 @@ def sent_per_op(url: str, operation: Callable[[], object], operations: int) -> d
     def watch() -> None:
         with watcher.monitor() as monitor:
             ready.set()
-            while True:
-                command = monitor.next_command()
-                if command["command"] == f"ECHO {_MONITOR_END}":
-                    return
+            while (command := monitor.next_command())["command"] != f"ECHO {_MONITOR_END}":
                 seen.append(command)
 
     thread = threading.Thread(target=watch, name="bench-monitor", daemon=True)
@@ -97,14 +105,8 @@ def sent_per_op(url: str, operation: Callable[[], object], operations: int) -> d
     redis.Redis.from_url(url).echo(_MONITOR_END)
     thread.join(10)
     watcher.close()
-    sent = Counter(
-        _command_name(command["command"]) for command in seen if command.get("client_type") != "lua"
-    )
-    return {
-        name: round(calls / operations, 3)
-        for name, calls in sorted(sent.items())
-        if name not in _HARNESS_COMMANDS
-    }
+    sent = Counter(_command_name(c["command"]) for c in seen if c.get("client_type") != "lua")
+    return _per_op(sent, operations)
 
 
 def _first_keyword(message: str, payload: str) -> str:
@@ -134,18 +136,15 @@ class PgRoundTrips:
         self.connection = connection
         self.round_trips = 0
         self.statements: Counter = Counter()
-        self._file = None
-        self._pgconn = None
 
     def __enter__(self) -> "PgRoundTrips":
         import psycopg
 
         self.connection.ensure_connection()
         self._pgconn = self.connection.connection.pgconn
-        handle, path = tempfile.mkstemp(prefix="hoa-bench-pgtrace-")
+        handle, self._path = tempfile.mkstemp(prefix="hoa-bench-pgtrace-")
         os.close(handle)
-        self._path = path
-        self._file = open(path, "w")
+        self._file = open(self._path, "w")
         self._pgconn.trace(self._file.fileno())
         self._pgconn.set_trace_flags(
             psycopg.pq.Trace.SUPPRESS_TIMESTAMPS | psycopg.pq.Trace.REGRESS_MODE
@@ -156,25 +155,52 @@ class PgRoundTrips:
         self._pgconn.untrace()
         self._file.close()
         with open(self._path) as trace:
-            self._parse(trace)
+            for line in trace:
+                fields = line.rstrip("\n").split("\t")
+                if len(fields) < 3:
+                    continue
+                direction, message = fields[0], fields[2]
+                if direction == "B" and message == "ReadyForQuery":
+                    self.round_trips += 1
+                elif direction == "F" and message in {"Query", "Parse"} and len(fields) > 3:
+                    self.statements[_first_keyword(message, fields[3])] += 1
         os.unlink(self._path)
-
-    def _parse(self, lines: Iterable[str]) -> None:
-        for line in lines:
-            fields = line.rstrip("\n").split("\t")
-            if len(fields) < 3:
-                continue
-            direction, message = fields[0], fields[2]
-            if direction == "B" and message == "ReadyForQuery":
-                self.round_trips += 1
-            elif direction == "F" and message in {"Query", "Parse"} and len(fields) > 3:
-                self.statements[_first_keyword(message, fields[3])] += 1
 
     def per_op(self, operations: int) -> dict:
         return {
             "round_trips": round(self.round_trips / operations, 3),
-            "statements": {
-                name: round(count / operations, 3)
-                for name, count in sorted(self.statements.items())
-            },
+            "statements": _per_op(self.statements, operations),
         }
+
+
+def time_and_count(operation, items: list, warmup: int, ops: int, redis_url: str) -> tuple:
+    """Run ``operation`` on ``warmup`` items, time it on ``ops`` more, count on the rest.
+
+    Returns the samples and the counts per operation: Redis commands executed during the
+    timed loop; of the items after it, half traced (PostgreSQL round trips and statements
+    on Django's connection), half monitored (Redis commands sent).
+    """
+    from django.db import connection
+
+    for item in items[:warmup]:
+        operation(item)
+    client = redis.Redis.from_url(redis_url)
+    before = commandstats(client)
+    samples = timed_loop(operation, items[warmup : warmup + ops])
+    executed = executed_per_op(before, commandstats(client), ops)
+    rest = items[warmup + ops :]
+    counted = len(rest) // 2
+    with PgRoundTrips(connection) as trips:
+        for item in rest[:counted]:
+            operation(item)
+    monitored = iter(rest[counted:])
+    sent = sent_per_op(redis_url, lambda: operation(next(monitored)), counted)
+    per_op = trips.per_op(counted)
+    counts = {
+        "db_round_trips": per_op["round_trips"],
+        "db_statements": per_op["statements"],
+        "redis_sent": sent,
+        "redis_sent_total": round(sum(sent.values()), 3),
+        "redis_executed": executed,
+    }
+    return samples, counts

@@ -7,11 +7,14 @@ speed target is a finding to explain, not a broken build.
 
 import json
 import math
+import operator
 import os
 from pathlib import Path
 from statistics import median
 
 from bench.plan import Target
+
+_OPS = {"<=": operator.le, ">=": operator.ge, "==": math.isclose}
 
 
 def _lookup(row: dict, path: str):
@@ -23,12 +26,12 @@ def _lookup(row: dict, path: str):
     return node
 
 
-def _compare(value: float, op: str, limit: float) -> bool:
-    if op == "<=":
-        return value <= limit
-    if op == ">=":
-        return value >= limit
-    return math.isclose(value, limit)
+def _measure(target: Target, row: dict, other: dict | None):
+    if not target.versus:
+        return _lookup(row, target.value)
+    values = zip(row["per_repeat_value"], other["per_repeat_value"], strict=False)
+    paired = [mine / theirs for mine, theirs in values if mine is not None and theirs]
+    return median(paired) if paired else None
 
 
 def evaluate(targets: list[Target], groups: list[dict]) -> list[dict]:
@@ -45,53 +48,38 @@ def evaluate(targets: list[Target], groups: list[dict]) -> list[dict]:
             "status": "SKIP",
             "report_only": target.report_only,
         }
+        evaluated.append(entry)
         row = rows.get((target.group, target.case))
         other = rows.get((target.group, target.versus)) if target.versus else None
         if row is None or (target.versus and other is None):
-            evaluated.append(entry)
             continue
         if row.get("error") or (other and other.get("error")):
             entry["status"] = "FAIL"
             entry["detail"] = row.get("error") or other.get("error")
-            evaluated.append(entry)
             continue
-        if target.versus:
-            paired = [
-                mine / theirs
-                for mine, theirs in zip(
-                    row["per_repeat_value"], other["per_repeat_value"], strict=False
-                )
-                if mine is not None and theirs
-            ]
-            measured = median(paired) if paired else None
-        else:
-            measured = _lookup(row, target.value)
+        measured = _measure(target, row, other)
         if measured is None:
-            entry["status"] = "MISS"
-            entry["detail"] = "not measured"
+            entry.update(status="MISS", detail="not measured")
+            continue
+        entry["measured"] = round(float(measured), 3)
+        if target.report_only:
+            entry["status"] = "INFO"
         else:
-            entry["measured"] = round(float(measured), 3)
-            if target.report_only:
-                entry["status"] = "INFO"
-            else:
-                entry["status"] = (
-                    "PASS" if _compare(float(measured), target.op, target.limit) else "MISS"
-                )
-        evaluated.append(entry)
+            met = _OPS[target.op](float(measured), target.limit)
+            entry["status"] = "PASS" if met else "MISS"
     return evaluated
 
 
 def invariant_failures(groups: list[dict]) -> list[str]:
     failures = []
-    for group in groups:
-        for row in group["rows"]:
-            if row.get("error"):
-                failures.append(f"{row['case']}: crashed: {row['error'].splitlines()[0]}")
-            failures.extend(
-                f"{row['case']}: {check['name']}: {check['detail']}"
-                for check in row["invariants"]
-                if not check["ok"]
-            )
+    for row in (row for group in groups for row in group["rows"]):
+        if row.get("error"):
+            failures.append(f"{row['case']}: crashed: {row['error'].splitlines()[0]}")
+        failures.extend(
+            f"{row['case']}: {check['name']}: {check['detail']}"
+            for check in row["invariants"]
+            if not check["ok"]
+        )
     return failures
 
 
@@ -122,63 +110,70 @@ def _fmt(value) -> str:
 
 def _table(headers: list[str], lines: list[list[str]]) -> str:
     widths = [max(len(h), *(len(line[i]) for line in lines)) for i, h in enumerate(headers)]
-    out = [
-        "  ".join(
-            h.ljust(w) if i == 0 else h.rjust(w)
-            for i, (h, w) in enumerate(zip(headers, widths, strict=True))
-        )
-    ]
-    out.append("  ".join("-" * w for w in widths))
-    for line in lines:
-        out.append(
-            "  ".join(
-                cell.ljust(w) if i == 0 else cell.rjust(w)
-                for i, (cell, w) in enumerate(zip(line, widths, strict=True))
-            )
-        )
-    return "\n".join(out)
+
+    def line(cells: list[str]) -> str:
+        pairs = enumerate(zip(cells, widths, strict=True))
+        return "  ".join(cell.ljust(w) if i == 0 else cell.rjust(w) for i, (cell, w) in pairs)
+
+    return "\n".join([line(headers), "  ".join("-" * w for w in widths), *map(line, lines)])
+
+
+def _group_cells(group: dict, mark: str, crashed) -> tuple[list[str], list[list[str]]]:
+    """The headers and one line of cells per row of ``group``.
+
+    ``mark`` follows the baseline's label; ``crashed(label, marked label, width)`` fills
+    the line of a case that crashed.
+    """
+    baseline, latency = group["baseline"], group["latency_label"]
+    headers = ["case", *([f"{latency} p50", "p99"] if latency else [])]
+    headers += ["x baseline"] if baseline else []
+    headers += [header for header, _ in group["columns"]]
+    lines = []
+    for row in group["rows"]:
+        is_baseline = row["case"] == baseline
+        label = row["label"] + (mark if is_baseline else "")
+        if row.get("error"):
+            lines.append(crashed(row["label"], label, len(headers)))
+            continue
+        line = [label, *([fmt_us(row["median_us"]), fmt_us(row["p99_us"])] if latency else [])]
+        if baseline:
+            line.append("1" if is_baseline else _fmt(row["ratio"]))
+        line += [_fmt(_lookup(row, path)) for _, path in group["columns"]]
+        lines.append(line)
+    return headers, lines
 
 
 def group_table(group: dict) -> str:
     baseline_label = next(
         (row["label"] for row in group["rows"] if row["case"] == group["baseline"]), None
     )
-    headers = ["case"]
-    show_latency = bool(group["latency_label"])
-    if show_latency:
-        headers += [f"{group['latency_label']} p50", "p99"]
-    if group["baseline"]:
-        headers.append("x baseline")
-    headers += [header for header, _ in group["columns"]]
-    lines = []
-    for row in group["rows"]:
-        if row.get("error"):
-            lines.append([row["label"], *["ERROR"] + ["-"] * (len(headers) - 2)])
-            continue
-        line = [row["label"] + (" (baseline)" if row["case"] == group["baseline"] else "")]
-        if show_latency:
-            line += [fmt_us(row["median_us"]), fmt_us(row["p99_us"])]
-        if group["baseline"]:
-            line.append("1" if row["case"] == group["baseline"] else _fmt(row["ratio"]))
-        line += [_fmt(_lookup(row, path)) for _, path in group["columns"]]
-        lines.append(line)
     title = f"{group['title']}  [{group['repeats']} repeat(s); {group['note']}]"
     if baseline_label and group["primary"] != "latency":
         title += f"\n(x baseline: {group['primary']} relative to '{baseline_label}')"
+    headers, lines = _group_cells(
+        group, " (baseline)", lambda label, _, width: [label, "ERROR", *["-"] * (width - 2)]
+    )
     return title + "\n" + _table(headers, lines)
 
 
+def _target_lines(evaluated: list[dict], measured_unset, limit) -> list[list[str]]:
+    return [
+        [
+            f"{entry['section']}. {entry['text']}",
+            "not run" if entry["status"] == "SKIP" else measured_unset(entry),
+            limit(entry),
+            entry["status"],
+        ]
+        for entry in evaluated
+    ]
+
+
 def targets_table(evaluated: list[dict]) -> str:
-    lines = []
-    for entry in evaluated:
-        if entry["status"] == "SKIP":
-            measured = "not run"
-        elif entry["measured"] is None:
-            measured = entry.get("detail", "-")
-        else:
-            measured = _fmt(entry["measured"])
-        limit = "-" if entry["report_only"] else f"{entry['op']} {_fmt(entry['limit'])}"
-        lines.append([entry["section"] + ". " + entry["text"], measured, limit, entry["status"]])
+    lines = _target_lines(
+        evaluated,
+        lambda e: e.get("detail", "-") if e["measured"] is None else _fmt(e["measured"]),
+        lambda e: "-" if e["report_only"] else f"{e['op']} {_fmt(e['limit'])}",
+    )
     return "Targets (ratios are medians of per-repeat paired ratios)\n" + _table(
         ["target", "measured", "limit", "status"], lines
     )
@@ -215,13 +210,12 @@ def write_json(path: Path, document: dict) -> None:
 
 def _md_table(headers: list[str], lines: list[list[str]]) -> str:
     align = ["---"] + ["---:"] * (len(headers) - 1)
-    rows = [headers, align, *lines]
 
     def cell(text: str) -> str:
         # A "|" ends a cell; "<slug>" would be read as an HTML tag.
         return text.replace("|", "\\|").replace("<", "&lt;").replace(">", "&gt;")
 
-    return "\n".join("| " + " | ".join(cell(text) for text in row) + " |" for row in rows)
+    return "\n".join("| " + " | ".join(map(cell, row)) + " |" for row in [headers, align, *lines])
 
 
 def markdown(document: dict) -> str:
@@ -232,33 +226,17 @@ def markdown(document: dict) -> str:
     ]
     out.append(environment_summary(document["environment"]).replace("\n", "  \n"))
     for group in document["groups"]:
-        headers = ["case"]
-        if group["latency_label"]:
-            headers += [f"{group['latency_label']} p50", "p99"]
-        if group["baseline"]:
-            headers.append("x baseline")
-        headers += [header for header, _ in group["columns"]]
-        lines = []
-        for row in group["rows"]:
-            label = row["label"] + (" *(baseline)*" if row["case"] == group["baseline"] else "")
-            if row.get("error"):
-                lines.append([label, *["error"] * (len(headers) - 1)])
-                continue
-            line = [label]
-            if group["latency_label"]:
-                line += [fmt_us(row["median_us"]), fmt_us(row["p99_us"])]
-            if group["baseline"]:
-                line.append("1" if row["case"] == group["baseline"] else _fmt(row["ratio"]))
-            line += [_fmt(_lookup(row, path)) for _, path in group["columns"]]
-            lines.append(line)
+        cells = _group_cells(
+            group, " *(baseline)*", lambda _, label, width: [label, *["error"] * (width - 1)]
+        )
         out += ["", f"**{group['title']}** ({group['repeats']} repeat(s); {group['note']})", ""]
-        out.append(_md_table(headers, lines))
-    lines = []
-    for entry in document["targets"]:
-        measured = "not run" if entry["status"] == "SKIP" else _fmt(entry["measured"])
-        symbol = {"<=": "≤", ">=": "≥", "==": "="}[entry["op"]]
-        limit = "report" if entry["report_only"] else f"{symbol} {_fmt(entry['limit'])}"
-        lines.append([f"{entry['section']}. {entry['text']}", measured, limit, entry["status"]])
+        out.append(_md_table(*cells))
+    symbols = {"<=": "≤", ">=": "≥", "==": "="}
+    lines = _target_lines(
+        document["targets"],
+        lambda e: _fmt(e["measured"]),
+        lambda e: "report" if e["report_only"] else f"{symbols[e['op']]} {_fmt(e['limit'])}",
+    )
     out += ["", "**Targets**", "", _md_table(["target", "measured", "limit", "status"], lines)]
     failures = document.get("invariant_failures") or []
     out += ["", "Invariants: " + ("; ".join(failures) if failures else "all held.")]

@@ -1,10 +1,8 @@
 """Run cases round-robin in fresh processes and summarise them side by side.
 
-Every repeat runs each case of a group once, in its own new process, and the order rotates
-from one repeat to the next (A B C, B C A, C A B …). A slow minute on the shared machine
-then hurts every case of the group a little instead of one case a lot, and the ratio to
-the baseline is taken per repeat (cases that ran next to each other), then its median over
-repeats: that ratio is far steadier than any absolute time.
+Every repeat runs each case of a group once, in its own new process, rotating the order
+(A B C, B C A, C A B …); the ratio to the baseline is taken per repeat, then its median
+(docs/benchmarks.md, "Fresh processes, round-robin" and "Ratios, paired").
 """
 
 import json
@@ -60,7 +58,6 @@ class CaseFailed(Exception):
 
     def __init__(self, case: Case, detail: str):
         super().__init__(f"{case.id}: {detail}")
-        self.case = case
         self.detail = detail
 
 
@@ -106,8 +103,7 @@ def run_group(group: Group, env: dict, *, log=print) -> dict:
     started = time.monotonic()
     for repeat in range(group.repeats):
         shift = repeat % len(group.cases)
-        order = group.cases[shift:] + group.cases[:shift]
-        for case in order:
+        for case in group.cases[shift:] + group.cases[:shift]:
             if case.id in errors:
                 continue
             try:
@@ -116,22 +112,25 @@ def run_group(group: Group, env: dict, *, log=print) -> dict:
                 errors[case.id] = exc.detail
                 log(f"  ! {case.id} failed: {exc.detail}")
         log(f"  {group.id}: repeat {repeat + 1}/{group.repeats} done")
-    rows = [
+    shown = "id title note baseline primary higher_is_better repeats latency_label columns"
+    summary = {key: getattr(group, key) for key in shown.split()}
+    summary["seconds"] = round(time.monotonic() - started, 1)
+    summary["rows"] = [
         _summarise(case, runs[case.id], runs, group, errors.get(case.id)) for case in group.cases
     ]
-    return {
-        "id": group.id,
-        "title": group.title,
-        "note": group.note,
-        "baseline": group.baseline,
-        "primary": group.primary,
-        "higher_is_better": group.higher_is_better,
-        "repeats": group.repeats,
-        "latency_label": group.latency_label,
-        "columns": group.columns,
-        "seconds": round(time.monotonic() - started, 1),
-        "rows": rows,
-    }
+    return summary
+
+
+def _invariants(mine: list[dict]) -> list[dict]:
+    """Each invariant once: failed if any run broke it, with the first detail that says why."""
+    merged: dict[str, dict] = {}
+    for check in (check for run in mine for check in run.get("invariants", [])):
+        entry = merged.setdefault(check["name"], {"name": check["name"], "ok": True, "detail": ""})
+        if not check["ok"]:
+            entry.update(ok=False, detail=check.get("detail", ""))
+        elif not entry["detail"]:
+            entry["detail"] = check.get("detail", "")
+    return list(merged.values())
 
 
 def _summarise(case: Case, mine: list[dict], runs: dict, group: Group, error: str | None) -> dict:
@@ -147,7 +146,6 @@ def _summarise(case: Case, mine: list[dict], runs: dict, group: Group, error: st
         if values
     }
     counts = mine[0].get("counts", {}) if mine else {}
-    consistent = all(run.get("counts", {}) == counts for run in mine)
     ratio = None
     if group.baseline and case.id != group.baseline:
         base_runs = runs.get(group.baseline, [])
@@ -157,17 +155,6 @@ def _summarise(case: Case, mine: list[dict], runs: dict, group: Group, error: st
         ]
         paired = [r for r in paired if not math.isnan(r)]
         ratio = round(_median(paired), 3) if paired else None
-    invariants: dict[str, dict] = {}
-    for run in mine:
-        for check in run.get("invariants", []):
-            entry = invariants.setdefault(
-                check["name"], {"name": check["name"], "ok": True, "detail": ""}
-            )
-            if not check["ok"]:
-                entry["ok"] = False
-                entry["detail"] = check.get("detail", "")
-            elif not entry["detail"]:
-                entry["detail"] = check.get("detail", "")
     return {
         "case": case.id,
         "label": case.label,
@@ -178,19 +165,18 @@ def _summarise(case: Case, mine: list[dict], runs: dict, group: Group, error: st
         "p99_us": _round(percentile(samples, 99)),
         "per_repeat_median_us": [_round(median(run.get("samples_us", []))) for run in mine],
         # The value ratios are taken on (median latency, or the primary metric), per repeat.
-        "per_repeat_value": [_finite(_value(run, group)) for run in mine],
+        "per_repeat_value": [_round(_value(run, group), None) for run in mine],
         "metrics": metrics,
         "metrics_per_repeat": metrics_per_repeat,
         "counts": counts,
-        "counts_consistent": consistent,
+        "counts_consistent": all(run.get("counts", {}) == counts for run in mine),
         "ratio": ratio,
-        "invariants": list(invariants.values()),
+        "invariants": _invariants(mine),
     }
 
 
-def _finite(value: float) -> float | None:
-    return None if value is None or math.isnan(value) else value
-
-
-def _round(value: float) -> float | None:
-    return None if value is None or math.isnan(value) else round(value, 1)
+def _round(value: float | None, digits: int | None = 1) -> float | None:
+    """``value`` rounded to ``digits`` (None: as it is); None for a missing or NaN value."""
+    if value is None or math.isnan(value):
+        return None
+    return value if digits is None else round(value, digits)

@@ -1,6 +1,5 @@
 """Helpers shared by the tests/test_charges_*.py files: threads, waits and pausing points."""
 
-import socket
 import threading
 from collections.abc import Callable
 from datetime import date
@@ -9,7 +8,8 @@ from django.db import connection
 
 from charges.services import charge_resource
 from locking import lock_key
-from tests.polling import wait_until as wait_until
+from tests.harness.net import closed_port
+from tests.harness.waiting import wait_until
 
 MONTH = date(2026, 3, 1)
 MONTH_ARG = "2026-03"
@@ -62,13 +62,4 @@ def waiting_statements(prefix: str) -> int:
 
 def dead_redis_url() -> str:
     """A Redis URL on a local port where nothing listens (connection refused at once)."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    return f"redis://127.0.0.1:{port}/0"
-
-
-def process_state(pid: int) -> str:
-    """The one-letter state of a process from /proc (``T`` when stopped)."""
-    with open(f"/proc/{pid}/stat") as stat:
-        return stat.read().rsplit(")", 1)[1].split()[0]
+    return f"redis://127.0.0.1:{closed_port()}/0"

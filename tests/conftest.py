@@ -8,10 +8,7 @@ association), ``root`` a superuser, ``nobody`` staff of no association.
 """
 
 import os
-import subprocess
-import sys
 from decimal import Decimal
-from pathlib import Path
 
 import pytest
 from django.contrib.auth.models import Group
@@ -19,10 +16,9 @@ from django.contrib.auth.models import Group
 from hoa.demo import staff_group
 from hoa.models import Organization, StaffMembership, Unit
 from locking.tests.fixtures import fence_lock, redis_client  # noqa: F401 (fixtures)
-from tests.stubs import HttpStub
+from tests.harness.http import HttpStub
+from tests.harness.processes import django_database_url
 from tests.vendors_support import active_vendor
-
-BASE_DIR = Path(__file__).resolve().parent.parent
 
 # Under ``make test-pgbouncer`` a client owns no server backend between its transactions, so
 # a test that terminates "the child's backend" would hit whichever client PgBouncer gave it.
@@ -131,26 +127,9 @@ def subprocess_env(transactional_db, settings):
     Needs ``transactional_db``: a child process has its own connection and cannot see
     rows inside the test's rolled-back transaction.
     """
-    from django.db import connection
-
-    db = connection.settings_dict
     env = dict(os.environ)
-    env["DATABASE_URL"] = f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}"
+    env["DATABASE_URL"] = django_database_url()
     env["REDIS_URL"] = settings.REDIS_URL
     env["LOCK_REDIS_URL"] = settings.LOCK_REDIS_URL
     env["PYTHONUNBUFFERED"] = "1"
     return env
-
-
-def run_manage(*args, env, timeout=60, **kwargs) -> subprocess.CompletedProcess:
-    """Run ``manage.py`` in a child process and return its result (text output)."""
-    return subprocess.run(
-        [sys.executable, str(BASE_DIR / "manage.py"), *args],
-        cwd=BASE_DIR,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-        **kwargs,
-    )

@@ -7,7 +7,6 @@ sees it waiting in ``pg_stat_activity``.
 """
 
 import logging
-import sys
 import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -19,8 +18,6 @@ from django.utils import timezone
 
 from hoa.models import Complaint, Notice, Organization
 from locking import advisory_key
-from tests.conftest import BASE_DIR
-from tests.polling import wait_until as wait_until
 
 
 @contextmanager
@@ -146,8 +143,3 @@ def make_due_notices(organization: Organization, count: int, *, now: datetime | 
         )
         for number in range(count)
     )
-
-
-def manage_command(*args: str) -> list[str]:
-    """The argv that runs ``manage.py`` with ``args`` in a child process."""
-    return [sys.executable, str(BASE_DIR / "manage.py"), *args]

@@ -6,7 +6,6 @@ import os
 import re
 import signal
 import subprocess
-import sys
 from collections import Counter
 from datetime import timedelta
 from decimal import Decimal
@@ -22,15 +21,10 @@ from hoa.management.base import EXIT_TEMPFAIL
 from hoa.models import Organization, Unit
 from locking import FenceLock
 from locking.models import FenceEvent
-from tests.charges_support import (
-    MONTH,
-    MONTH_ARG,
-    dead_redis_url,
-    process_state,
-    wait_for_lease_expiry,
-    wait_until,
-)
-from tests.conftest import BASE_DIR, direct_postgres_only, run_manage
+from tests.charges_support import MONTH, MONTH_ARG, dead_redis_url, wait_for_lease_expiry
+from tests.conftest import direct_postgres_only
+from tests.harness.processes import process_state, run_manage, start_manage
+from tests.harness.waiting import wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -47,14 +41,7 @@ def command_env(subprocess_env, http_stub):
 
 
 def start_command(*args, env) -> subprocess.Popen:
-    return subprocess.Popen(
-        [sys.executable, str(BASE_DIR / "manage.py"), COMMAND, *args],
-        cwd=BASE_DIR,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    return start_manage(COMMAND, *args, env=env)
 
 
 def hold_lease(organization, holder="bob at the front desk"):

@@ -37,9 +37,9 @@ from tests.charges_support import (
     Worker,
     dead_redis_url,
     wait_for_lease_expiry,
-    wait_until,
     waiting_statements,
 )
+from tests.harness.waiting import wait_until
 
 # The service refuses to run inside a transaction: its tests use real commits.
 fenced = pytest.mark.django_db(transaction=True)

@@ -1,21 +1,20 @@
 """The randomized nemesis of the fault suite (scenario 9, issue 15), short, and its checker.
 
-The first test runs a few rounds of ``bench/faults/scenarios/nemesis.py`` against real
+The first test runs a few rounds of ``tests/faults/scenarios/nemesis.py`` against real
 processes: five client processes writing one fenced row through ``locking`` on this test
 database, and a private redis-server that the nemesis empties (FLUSHALL, or SIGKILL and an
 empty restart) while it keeps older grants frozen with SIGSTOP. Then the history checker
 must find nothing. Set ``FAULTS_SEED`` to replay a schedule; the seed is in the failure.
 
-The other tests feed the checker (``bench/faults/fence_history.py``) hand-made histories
+The other tests feed the checker (``tests/faults/fence_history.py``) hand-made histories
 that contradict each of its rules, and require it to name the contradiction: a checker
 that cannot fail proves nothing.
 """
 
 import pytest
 from django.conf import settings
-from django.db import connection
 
-from bench.faults.fence_history import (
+from tests.faults.fence_history import (
     ACKNOWLEDGED_WRITE_LOST,
     STALE_GRANT_WON,
     TOKEN_NOT_RISING,
@@ -25,10 +24,11 @@ from bench.faults.fence_history import (
     Write,
     check_fence_history,
 )
-from bench.faults.scenario import find, run_scenario
-from bench.faults.scenarios.nemesis import NemesisPlan, play
-from bench.faults.seed import seed_world
-from bench.faults.stack import Stack, StackOptions
+from tests.faults.scenario import find, run_scenario
+from tests.faults.scenarios.nemesis import NemesisPlan, play
+from tests.faults.seed import seed_world
+from tests.faults.stack import Stack, StackOptions
+from tests.harness.processes import django_database_url
 
 ROUNDS = 4
 MIN_WRITES = 8
@@ -37,9 +37,7 @@ MIN_WRITES = 8
 @pytest.fixture(scope="module")
 def stack(django_db_setup, django_db_blocker):
     """A private redis-server (behind the suite's proxy) for this test database; no app."""
-    db = connection.settings_dict
-    url = f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}"
-    system = Stack(StackOptions(secret_key=settings.SECRET_KEY, database_url=url))
+    system = Stack(StackOptions(secret_key=settings.SECRET_KEY, database_url=django_database_url()))
     try:
         yield system.start_services()
     finally:

@@ -17,15 +17,15 @@ from decimal import Decimal
 
 import pytest
 from django.conf import settings
-from django.db import connection
 from django.utils import timezone
 
-from bench.faults.checker import check_history
-from bench.faults.clients import Op
-from bench.faults.scenario import find, run_scenario, warm_up
-from bench.faults.seed import World, seed_world
-from bench.faults.stack import Stack, StackOptions
 from charges.models import MonthlyCharge, MonthlyChargeRun
+from tests.faults.checker import check_history
+from tests.faults.clients import Op
+from tests.faults.scenario import find, run_scenario, warm_up
+from tests.faults.seed import World, seed_world
+from tests.faults.stack import Stack, StackOptions
+from tests.harness.processes import django_database_url
 from vendors.models import VendorAssignment
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
@@ -34,9 +34,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 @pytest.fixture(scope="module")
 def stack(django_db_setup, django_db_blocker):
     """The app under gunicorn on the test database; stopped before the database is dropped."""
-    db = connection.settings_dict
-    url = f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}"
-    system = Stack(StackOptions(secret_key=settings.SECRET_KEY, database_url=url))
+    system = Stack(StackOptions(secret_key=settings.SECRET_KEY, database_url=django_database_url()))
     try:
         system.start_services().start_apps()
         with django_db_blocker.unblock():

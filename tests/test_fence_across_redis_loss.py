@@ -12,7 +12,6 @@ is built so that only the fence refuses the paused command.
 """
 
 import subprocess
-import sys
 from datetime import timedelta
 
 import pytest
@@ -24,7 +23,7 @@ from hoa.models import Complaint
 from locking import FenceLock, lock_key
 from locking.epochs import first_token
 from tests.charges_support import MONTH, MONTH_ARG
-from tests.conftest import BASE_DIR
+from tests.harness.processes import start_manage
 from tests.vendors_support import active_assignments, active_vendor
 from vendors.models import VendorAssignment
 from vendors.services import assign_vendor, assignment_resource
@@ -32,17 +31,6 @@ from vendors.services import assign_vendor, assignment_resource
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
 WAIT = 60
-
-
-def start(command: str, *args: str, env: dict) -> subprocess.Popen:
-    return subprocess.Popen(
-        [sys.executable, str(BASE_DIR / "manage.py"), command, *args],
-        cwd=BASE_DIR,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
 
 
 def finish(process: subprocess.Popen) -> tuple[int, str, str]:
@@ -93,7 +81,7 @@ def test_reassignment_paused_in_its_dispatch_across_a_redis_loss_exits_75(
     assert unwritten_grant(resource) == 3
 
     gate = http_stub.hold(lambda request: request.token == 4)
-    paused = start(
+    paused = start_manage(
         "assign_vendor",
         *("--complaint", str(complaint.pk), "--vendor", str(paused_vendor.pk), "--reassign"),
         env=env,
@@ -102,7 +90,7 @@ def test_reassignment_paused_in_its_dispatch_across_a_redis_loss_exits_75(
         gate.wait_arrived(1, timeout=WAIT)  # token 4, inside its dispatch call
         redis_client.flushall()  # Redis loses its data: counter, lease and all
 
-        newer = start(
+        newer = start_manage(
             "assign_vendor",
             *("--complaint", str(complaint.pk), "--vendor", str(newer_vendor.pk), "--reassign"),
             env=env,
@@ -131,11 +119,11 @@ def test_charge_run_paused_in_its_billing_call_across_a_redis_loss_exits_75(
     assert [unwritten_grant(resource), unwritten_grant(resource)] == [1, 2]
     gate = http_stub.hold(lambda request: request.token == 3)
     args = ("--org", "maple-court", "--month", MONTH_ARG)
-    paused = start("generate_monthly_charges", *args, env=env)
+    paused = start_manage("generate_monthly_charges", *args, env=env)
     try:
         gate.wait_arrived(1, timeout=WAIT)  # token 3, inside its billing call
         redis_client.flushall()
-        newer_code, _, newer_err = finish(start("generate_monthly_charges", *args, env=env))
+        newer_code, _, newer_err = finish(start_manage("generate_monthly_charges", *args, env=env))
     finally:
         gate.release()
     paused_code, paused_out, paused_err = finish(paused)

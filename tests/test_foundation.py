@@ -2,7 +2,6 @@
 
 import datetime as dt
 import os
-import subprocess
 import sys
 from decimal import Decimal
 
@@ -14,22 +13,14 @@ from django.utils import timezone
 from charges.models import MonthlyCharge, MonthlyChargeRun
 from hoa.demo import seed_demo
 from hoa.models import Complaint, Notice, Organization, StaffMembership, Unit
-from tests.conftest import BASE_DIR
-from tests.polling import closed_port
+from tests.harness.net import closed_port
+from tests.harness.processes import run_child, run_manage
+from tests.harness.waiting import wait_until
 from vendors.models import Vendor, VendorAssignment, VendorContract
 
 
 def manage(*args, **env_overrides):
-    env = dict(os.environ, **env_overrides)
-    return subprocess.run(
-        [sys.executable, "manage.py", *args],
-        cwd=BASE_DIR,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    return run_manage(*args, env=dict(os.environ, **env_overrides))
 
 
 # --- settings -------------------------------------------------------------------------
@@ -37,15 +28,7 @@ def manage(*args, **env_overrides):
 
 def test_production_settings_refuse_to_start_without_secret_key():
     env = {k: v for k, v in os.environ.items() if k != "SECRET_KEY"}
-    result = subprocess.run(
-        [sys.executable, "manage.py", "check"],
-        cwd=BASE_DIR,
-        env=dict(env, DEBUG="0"),
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    result = run_manage("check", env=dict(env, DEBUG="0"))
     assert result.returncode == 1
     assert result.stderr.startswith("Configuration error: SECRET_KEY is not set")
     assert "Traceback" not in result.stderr
@@ -87,15 +70,7 @@ def test_settings_come_from_the_environment():
         CHARGES_LOCK_TTL_SECONDS="90",
         ALLOWED_HOSTS="a.example.org,b.example.org",
     )
-    result = subprocess.run(
-        [sys.executable, "-c", code],
-        cwd=BASE_DIR,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    result = run_child([sys.executable, "-c", code], env=env)
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == [
         "hoa_prod",
@@ -382,23 +357,19 @@ def form_values(html: str, form_id: str) -> dict:
 
 def wait_for_lock_wait(timeout=60.0) -> None:
     """Wait until some other backend of this database is blocked on a row lock."""
-    import time
-
     from django.db import connection
 
-    deadline = time.monotonic() + timeout
-    with connection.cursor() as cursor:
-        while time.monotonic() < deadline:
+    def waiting() -> int:
+        with connection.cursor() as cursor:
             # Inside a transaction pg_stat_activity is a snapshot taken at its first read.
             cursor.execute("SELECT pg_stat_clear_snapshot()")
             cursor.execute(
                 "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
                 "AND wait_event_type = 'Lock' AND pid <> pg_backend_pid()"
             )
-            if cursor.fetchone()[0]:
-                return
-            time.sleep(0.02)
-    raise TimeoutError("no backend started waiting for the row lock")
+            return cursor.fetchone()[0]
+
+    wait_until(waiting, what="a backend to wait for the row lock", timeout=timeout)
 
 
 @pytest.mark.django_db(transaction=True)

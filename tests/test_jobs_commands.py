@@ -4,7 +4,6 @@ against the test database, racing each other, waiting, killed mid-pass, misconfi
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 
@@ -16,16 +15,16 @@ from django.db import transaction
 from hoa.jobs import PUBLISH_NOTICES_LOCK, SLA_SWEEP_LOCK, sweep_sla
 from hoa.models import Complaint, ComplaintEvent, Notice
 from locking import advisory_key, advisory_lock
-from tests.conftest import BASE_DIR, run_manage
+from tests.harness.net import closed_port
+from tests.harness.processes import run_child, run_manage, start_manage
+from tests.harness.waiting import wait_until
 from tests.jobs_support import (
     advisory_lock_holders,
     backends_of,
     backends_waiting,
     make_due_notices,
     make_overdue,
-    manage_command,
     table_locked,
-    wait_until,
 )
 
 EVENT_INSERT = 'INSERT INTO "hoa_complaintevent"'
@@ -57,14 +56,8 @@ def close_child(child: subprocess.Popen) -> None:
 def test_advisory_lock_keys_are_stable_across_hash_seeds_and_distinct_per_job():
     seen = []
     for seed in ("1", "2"):
-        done = subprocess.run(
-            [sys.executable, "-c", KEYS_SCRIPT],
-            cwd=BASE_DIR,
-            env=child_env(PYTHONHASHSEED=seed),
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=True,
+        done = run_child(
+            [sys.executable, "-c", KEYS_SCRIPT], env=child_env(PYTHONHASHSEED=seed), check=True
         )
         seen.append(json.loads(done.stdout))
     first, second = seen
@@ -113,12 +106,11 @@ def test_wait_blocks_until_the_holder_finishes_then_runs_the_pass(maple, subproc
     env = {**subprocess_env, "PGAPPNAME": "sweep-waiting"}
 
     with transaction.atomic(), advisory_lock(SLA_SWEEP_LOCK):
-        child = subprocess.Popen(
-            manage_command("sla_sweep", "--wait", "60"),
+        child = start_manage(
+            "sla_sweep",
+            "--wait",
+            "60",
             env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
         )
         try:
             wait_until(lambda: backends_of("sweep-waiting"), what="the waiting sweep to connect")
@@ -140,12 +132,9 @@ def test_two_sweep_processes_with_different_hash_seeds_one_works_one_skips(maple
 
     # Hold point: the first sweep blocks on its first event INSERT, inside its pass.
     with table_locked("hoa_complaintevent"):
-        first = subprocess.Popen(
-            manage_command("sla_sweep"),
+        first = start_manage(
+            "sla_sweep",
             env={**subprocess_env, "PGAPPNAME": "sweep-first", "PYTHONHASHSEED": "1"},
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
         )
         try:
             wait_until(
@@ -184,11 +173,12 @@ def test_a_sweep_killed_mid_pass_leaves_no_lock_and_the_next_sweep_proceeds_at_o
         # Hold point: an uncommitted breach event for the third complaint makes the child's
         # INSERT for it wait, after its batches for the first two committed.
         ComplaintEvent.objects.create(complaint=stuck, kind=ComplaintEvent.Kind.SLA_BREACHED)
-        child = subprocess.Popen(
-            manage_command("sla_sweep", "--batch-size", "1"),
+        child = start_manage(
+            "sla_sweep",
+            "--batch-size",
+            "1",
             env={**subprocess_env, "PGAPPNAME": "sweep-to-kill"},
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
+            text=False,
         )
         try:
             wait_until(
@@ -257,9 +247,7 @@ def test_bad_wait_exits_1_with_one_line():
 
 @pytest.mark.parametrize("command", ["sla_sweep", "publish_notices"])
 def test_unreachable_database_exits_1_with_one_line(command):
-    with socket.socket() as probe:  # a port nothing listens on
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = closed_port()  # nothing listens on it
 
     done = run_manage(command, env=child_env(DATABASE_URL=f"postgres://hoa@127.0.0.1:{port}/hoa"))
 

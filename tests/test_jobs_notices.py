@@ -5,7 +5,6 @@ log line it writes (captured from the ``hoa.delivery`` logger).
 """
 
 import signal
-import subprocess
 import threading
 from collections import Counter
 from concurrent import futures
@@ -18,15 +17,15 @@ from django.utils import timezone
 from hoa.delivery import deliver_notice
 from hoa.jobs import PUBLISH_NOTICES_LOCK, PublishResult, publish_notices
 from hoa.models import Notice
+from tests.harness.processes import start_manage
+from tests.harness.waiting import wait_until
 from tests.jobs_support import (
     advisory_lock_holders,
     backends_of,
     backends_waiting,
     captured_log,
     make_due_notices,
-    manage_command,
     table_locked,
-    wait_until,
     worker_threads,
 )
 
@@ -184,11 +183,12 @@ def test_a_publisher_killed_before_commit_publishes_and_delivers_nothing(maple, 
     env = {**subprocess_env, "PGAPPNAME": "publisher-to-kill"}
 
     with table_locked("hoa_notice"):
-        child = subprocess.Popen(
-            manage_command("publish_notices", "--batch-size", "1"),
+        child = start_manage(
+            "publish_notices",
+            "--batch-size",
+            "1",
             env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
+            text=False,
         )
         try:
             wait_until(

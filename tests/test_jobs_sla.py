@@ -17,13 +17,13 @@ from django.utils import timezone
 
 from hoa.jobs import SLA_SWEEP_LOCK, SweepResult, sweep_sla
 from hoa.models import Complaint, ComplaintEvent
+from tests.harness.waiting import wait_until
 from tests.jobs_support import (
     advisory_lock_holders,
     backends_waiting,
     captured_log,
     make_overdue,
     table_locked,
-    wait_until,
     worker_threads,
 )
 

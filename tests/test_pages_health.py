@@ -3,7 +3,7 @@
 import pytest
 
 from locking.connection import client_for_url
-from tests.polling import closed_port
+from tests.harness.net import closed_port
 
 
 def test_healthz_answers_ok_without_touching_the_database(client):

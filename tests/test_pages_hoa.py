@@ -16,7 +16,7 @@ from hoa.views import server_error
 from locking import LockHeld, Outcome
 from locking.connection import client_for_url
 from locking.models import FenceEvent
-from tests.test_pages_health import closed_port
+from tests.harness.net import closed_port
 
 pytestmark = pytest.mark.django_db
 

@@ -27,7 +27,7 @@ from charges.models import MonthlyCharge, MonthlyChargeRun
 from charges.services import InvalidMonth, parse_month
 from hoa.management.base import EXIT_TEMPFAIL
 from hoa.models import Complaint, Notice
-from tests.conftest import run_manage
+from tests.harness.processes import run_manage
 from tests.vendors_support import active_vendor
 from vendors.models import VendorAssignment
 

@@ -14,7 +14,7 @@ from django.test import Client
 from charges.models import MonthlyChargeRun
 from hoa.models import Complaint
 from locking.models import FenceEvent
-from tests.conftest import BASE_DIR, run_manage
+from tests.harness.processes import BASE_DIR, run_manage
 
 DOCS = (BASE_DIR / "docs" / "security.md").read_text()
 TEMPLATE_DIRS = [

@@ -13,7 +13,7 @@ import pytest
 from charges.services import generate_monthly_charges
 from hoa.outbound import post_fenced, sign, verify
 from tests.charges_support import MONTH
-from tests.conftest import BASE_DIR
+from tests.harness.processes import BASE_DIR
 
 SECRET = "webhook-secret-for-tests"
 KEY = "monthly-charges:7:2026-03"

@@ -37,8 +37,10 @@ from locking import (
     run_fenced,
 )
 from locking.epochs import first_token
-from tests.conftest import BASE_DIR
-from tests.topologies import Child, free_consecutive_ports, free_port, wait_until
+from tests.harness.net import free_consecutive_ports, free_port
+from tests.harness.processes import BASE_DIR, run_child
+from tests.harness.waiting import wait_until
+from tests.topologies import Child
 
 TTL = timedelta(seconds=30)
 
@@ -310,14 +312,8 @@ def http_get(port: int, path: str, **headers) -> int:
 
 
 def serve(command: str, env: dict[str, str]) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        ["bash", str(BASE_DIR / "scripts" / "serve.sh"), command],
-        cwd=BASE_DIR,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
+    return run_child(
+        ["bash", str(BASE_DIR / "scripts" / "serve.sh"), command], env=env, timeout=120
     )
 
 
@@ -395,15 +391,7 @@ def test_gunicorn_conf_turns_on_multiprocess_metrics_before_workers_import_the_l
     )
     env = {**os.environ, "PORT": "8123", "GUNICORN_RUN_DIR": str(tmp_path)}
     env.pop("PROMETHEUS_MULTIPROC_DIR", None)
-    result = subprocess.run(
-        [sys.executable, "-c", probe],
-        cwd=BASE_DIR,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    result = run_child([sys.executable, "-c", probe], env=env)
     assert result.returncode == 0, result.stderr
     # MmapedValue is the multiprocess value class; MutexValue would count per process.
     assert result.stdout.split() == ["MmapedValue", str(tmp_path / "prometheus-8123")]

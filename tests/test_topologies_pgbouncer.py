@@ -20,7 +20,8 @@ from django.db import connection
 from hoa.models import Complaint, ComplaintEvent
 from locking import advisory_key, lock_key
 from locking.models import FenceEvent
-from tests.topologies import Child, pgbouncer, require_binary, wait_until
+from tests.harness.waiting import wait_until
+from tests.topologies import Child, pgbouncer, require_binary
 
 pytestmark = pytest.mark.django_db(transaction=True)  # children see only committed rows
 

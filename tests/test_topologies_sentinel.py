@@ -2,7 +2,7 @@
 
 Each test starts its own master, replica and sentinel (``tests/topologies.py``); the lock
 reaches them through ``LOCK_REDIS_URL=redis+sentinel://…``. The replica replicates through
-a relay the test can freeze, which is how the second test makes the replica miss grants
+a proxy the test can mute, which is how the second test makes the replica miss grants
 the master had already acknowledged: what asynchronous replication allows on any failover.
 """
 
@@ -29,14 +29,9 @@ from locking import (
 )
 from locking.epochs import first_token
 from locking.models import FenceEvent
-from tests.topologies import (
-    free_port,
-    redis_sentinel,
-    start_redis,
-    stop_process,
-    temp_dir,
-    wait_until,
-)
+from tests.harness.processes import RedisServer
+from tests.harness.waiting import wait_until
+from tests.topologies import redis_sentinel
 
 pytestmark = [
     pytest.mark.skipif(
@@ -187,11 +182,11 @@ def freeze_replication_after(sentinel, complaint, notes: int) -> None:
         what=f"the replica to reach token {notes}",
     )
     # The replica stops hearing from the master; the master keeps acknowledging writes.
-    sentinel.replication_proxy.frozen.set()
+    sentinel.replication_proxy.set_mode("mute")
 
 
 def fail_over(sentinel) -> None:
-    stop_process(sentinel.master.process)  # the master dies with what it did not replicate
+    sentinel.master.stop()  # the master dies with what it did not replicate
     wait_until(
         lambda: sentinel.master_port() == sentinel.replica.port,
         what="Sentinel to promote the replica",
@@ -265,7 +260,7 @@ def test_with_min_replicas_no_grant_made_before_a_failover_wins_after_it(
         lambda: sentinel.replica.client().get("lock:{" + RESOURCE + "}") is None,
         what="the replica to see the lease expire",
     )
-    sentinel.replication_proxy.frozen.set()
+    sentinel.replication_proxy.set_mode("mute")
 
     # A grant the replica cannot confirm is released and refused: its token is never used.
     with pytest.raises(LockUnavailable, match="0 of 1 replicas confirmed"):
@@ -277,18 +272,16 @@ def test_with_min_replicas_no_grant_made_before_a_failover_wins_after_it(
     # Alone, the new master cannot have a grant confirmed: grants wait for a new replica.
     with pytest.raises(LockUnavailable):
         lock.acquire(RESOURCE, ttl=TTL)
-    with temp_dir("hoa-new-replica-") as root:
-        new_replica = start_redis(
-            root, free_port(), "--replicaof", "127.0.0.1", str(sentinel.replica.port)
+    new_replica = RedisServer(args=["--replicaof", "127.0.0.1", str(sentinel.replica.port)])
+    try:
+        new_replica.start()
+        wait_until(
+            lambda: new_replica.client().info("replication").get("master_link_status") == "up",
+            what="a new replica of the promoted master",
         )
-        try:
-            wait_until(
-                lambda: new_replica.client().info("replication").get("master_link_status") == "up",
-                what="a new replica of the promoted master",
-            )
-            newer = write_note(complaint, 5)
-        finally:
-            stop_process(new_replica.process)
+        newer = write_note(complaint, 5)
+    finally:
+        new_replica.destroy()
 
     # Above the confirmed 6. The old master's refused 7 never reached anyone, so the new
     # master may hand out 7 again (8 if its own lone attempt above had incremented).

@@ -1,7 +1,5 @@
 """``manage.py assign_vendor``: exit 0 / 75 / 1 with one line, never a traceback."""
 
-import subprocess
-import sys
 from datetime import timedelta
 from io import StringIO
 
@@ -10,7 +8,8 @@ from django.core.management import CommandError, call_command
 
 from hoa.models import Complaint
 from locking.models import FenceEvent
-from tests.conftest import BASE_DIR, run_manage
+from tests.harness.processes import run_manage, start_manage
+from tests.harness.waiting import wait_until
 from tests.vendors_support import (
     WAIT,
     active_assignments,
@@ -20,7 +19,6 @@ from tests.vendors_support import (
     start_overtaking_reassignment,
     state_of,
     vendor_with_contract,
-    wait_until,
 )
 from vendors.models import VendorAssignment
 from vendors.services import assign_vendor, assignment_resource
@@ -112,22 +110,8 @@ def test_reassign_overtaken_after_it_looked_exits_75_with_one_line_and_writes_no
         dispatch, redis_client, complaint=complaint, vendor=green, replacing=shown, actor=alice
     )
     command_gate = dispatch.hold(dispatch_of(bright))
-    command = subprocess.Popen(
-        [
-            sys.executable,
-            str(BASE_DIR / "manage.py"),
-            "assign_vendor",
-            "--complaint",
-            str(complaint.pk),
-            "--vendor",
-            str(bright.pk),
-            "--reassign",
-        ],
-        cwd=BASE_DIR,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
+    command = start_manage(
+        "assign_vendor", "--complaint", complaint.pk, "--vendor", bright.pk, "--reassign", env=env
     )
     try:
         command_gate.wait_arrived(1, timeout=WAIT * 2)  # it looked, got token 3, called
@@ -312,22 +296,7 @@ def test_eight_processes_racing_exactly_one_assigns_the_rest_exit_75(
     }
     gate = http_stub.hold()  # the winner waits inside its dispatch until every loser answered
     processes = [
-        subprocess.Popen(
-            [
-                sys.executable,
-                str(BASE_DIR / "manage.py"),
-                "assign_vendor",
-                "--complaint",
-                str(complaint.pk),
-                "--vendor",
-                str(vendor.pk),
-            ],
-            cwd=BASE_DIR,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
+        start_manage("assign_vendor", "--complaint", complaint.pk, "--vendor", vendor.pk, env=env)
         for vendor in vendors
     ]
     try:

@@ -13,6 +13,7 @@ from hoa.models import Complaint
 from locking import LockHeld, StaleFencingToken
 from locking.epochs import first_token
 from locking.models import FenceEvent
+from tests.harness.waiting import wait_until
 from tests.vendors_support import (
     WAIT,
     Worker,
@@ -24,7 +25,6 @@ from tests.vendors_support import (
     events_of,
     is_cancellation,
     wait_for_lease_to_expire,
-    wait_until,
 )
 from vendors.dispatch import idempotency_key
 from vendors.models import VendorAssignment

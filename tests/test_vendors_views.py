@@ -11,13 +11,13 @@ from django.utils import timezone
 
 from hoa.models import Complaint, StaffMembership
 from locking.models import FenceEvent
+from tests.harness.waiting import wait_until
 from tests.vendors_support import (
     Worker,
     active_assignments,
     active_vendor,
     state_of,
     vendor_with_contract,
-    wait_until,
 )
 from vendors.models import VendorAssignment
 from vendors.services import assign_vendor, assignment_resource

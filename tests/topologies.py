@@ -1,6 +1,7 @@
 """Real local deployments for the topology tests: Redis Cluster, Redis Sentinel, PgBouncer,
 and child processes that run fenced steps through them.
 
+They are assembled from the harness (``tests/harness``: ``RedisServer``, ``TcpProxy``).
 Every server is started by us on 127.0.0.1, on a port found free by binding it, in its
 own temporary directory, as a child process we hold the ``Popen`` of; teardown stops it
 by that pid (TERM, then KILL) and deletes the directory, whether the test passed or not.
@@ -16,7 +17,6 @@ import os
 import pwd
 import queue
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -26,66 +26,11 @@ from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tests.polling import wait_until as wait_until
+from tests.harness.net import LOOPBACK, TcpProxy, free_port, port_is_free
+from tests.harness.processes import BASE_DIR, RedisServer, start_child, stop_process, temp_dir
+from tests.harness.waiting import wait_until
 
-BASE_DIR = Path(__file__).resolve().parent.parent
-LOOPBACK = "127.0.0.1"
-
-
-# -- waiting and ports ----------------------------------------------------------------------
-
-
-def _bindable(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        try:
-            probe.bind((LOOPBACK, port))
-        except OSError:
-            return False
-    return True
-
-
-def free_port(*, also_free_at: tuple[int, ...] = ()) -> int:
-    """Return a loopback port that is free now (and so are ``port + offset`` for offsets)."""
-    for _ in range(200):
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-            probe.bind((LOOPBACK, 0))
-            port = probe.getsockname()[1]
-        if all(port + offset <= 65535 and _bindable(port + offset) for offset in also_free_at):
-            return port
-    raise RuntimeError("no free loopback port found")
-
-
-def free_consecutive_ports(count: int) -> int:
-    """Return the first of ``count`` consecutive loopback ports that are free now."""
-    for _ in range(200):
-        first = free_port()
-        if first + count <= 65535 and all(_bindable(first + i) for i in range(1, count)):
-            return first
-    raise RuntimeError(f"no {count} consecutive free loopback ports found")
-
-
-# -- processes ----------------------------------------------------------------------------
-
-
-def stop_process(process: subprocess.Popen, *, timeout: float = 10) -> None:
-    """Stop a child we started, by its pid: TERM, then KILL if it does not exit in time."""
-    if process.poll() is not None:
-        return
-    process.terminate()
-    try:
-        process.wait(timeout)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait(timeout)
-
-
-@contextmanager
-def temp_dir(prefix: str) -> Iterator[Path]:
-    path = Path(tempfile.mkdtemp(prefix=prefix))
-    try:
-        yield path
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
+# -- binaries -----------------------------------------------------------------------------
 
 
 def require_binary(name: str, package: str) -> str:
@@ -108,73 +53,8 @@ def require_binary(name: str, package: str) -> str:
 
 
 @dataclass
-class RedisNode:
-    port: int
-    process: subprocess.Popen
-    directory: Path
-
-    @property
-    def address(self) -> str:
-        return f"{LOOPBACK}:{self.port}"
-
-    def client(self, **options):
-        import redis
-        from redis.backoff import NoBackoff
-        from redis.retry import Retry
-
-        # No silent retries: the tests poll and decide themselves.
-        options.setdefault("retry", Retry(NoBackoff(), 0))
-        return redis.Redis(host=LOOPBACK, port=self.port, socket_timeout=5, **options)
-
-    def alive(self) -> bool:
-        return self.process.poll() is None
-
-
-def start_redis(
-    directory: Path, port: int, *extra: str, sentinel: bool = False, config: str = ""
-) -> RedisNode:
-    """Start ``redis-server`` on 127.0.0.1:``port`` in ``directory`` and wait for PING."""
-    from redis.exceptions import RedisError
-
-    directory.mkdir(parents=True, exist_ok=True)
-    args = ["redis-server"]
-    if config:
-        config_file = directory / "redis.conf"
-        config_file.write_text(config)
-        args.append(str(config_file))
-    args += ["--bind", LOOPBACK, "--port", str(port), "--dir", str(directory)]
-    args += ["--save", "", "--appendonly", "no", "--logfile", str(directory / "redis.log")]
-    args += list(extra)
-    if sentinel:
-        args.append("--sentinel")
-    else:
-        # Stop at once on TERM; a master would otherwise wait for lagging replicas.
-        args += ["--shutdown-on-sigterm", "nosave", "now"]
-    process = subprocess.Popen(
-        args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=directory
-    )
-    node = RedisNode(port, process, directory)
-
-    def answers() -> bool:
-        if not node.alive():
-            log = (directory / "redis.log").read_text(errors="replace")[-2000:]
-            raise AssertionError(f"redis-server on port {port} exited:\n{log}")
-        try:
-            return bool(node.client(socket_connect_timeout=0.5).ping())
-        except (OSError, RedisError):
-            return False  # not listening yet, or still loading
-
-    try:
-        wait_until(answers, what=f"redis-server on port {port}")
-    except BaseException:
-        stop_process(process)
-        raise
-    return node
-
-
-@dataclass
 class RedisClusterDeployment:
-    nodes: list[RedisNode]
+    nodes: list[RedisServer]
 
     @property
     def url(self) -> str:
@@ -197,17 +77,10 @@ def redis_cluster(masters: int = 3) -> Iterator[RedisClusterDeployment]:
         for index in range(masters):
             # The cluster bus listens on port + 10000.
             port = free_port(also_free_at=(10000,))
-            node = start_redis(
-                root / str(index),
-                port,
-                "--cluster-enabled",
-                "yes",
-                "--cluster-config-file",
-                "nodes.conf",
-                "--cluster-node-timeout",
-                "2000",
-            )
-            stack.callback(stop_process, node.process)
+            cluster_args = ["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf"]
+            cluster_args += ["--cluster-node-timeout", "2000"]
+            node = RedisServer(root / str(index), port, args=cluster_args).start()
+            stack.callback(node.stop)
             nodes.append(node)
         created = subprocess.run(
             [
@@ -243,10 +116,10 @@ SENTINEL_SERVICE = "hoa-lock"
 
 @dataclass
 class SentinelDeployment:
-    master: RedisNode
-    replica: RedisNode
-    sentinel: RedisNode
-    replication_proxy: "FreezableProxy"
+    master: RedisServer
+    replica: RedisServer
+    sentinel: RedisServer
+    replication_proxy: TcpProxy
     service: str = SENTINEL_SERVICE
 
     @property
@@ -283,105 +156,40 @@ def _text(value) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-class FreezableProxy:
-    """A loopback TCP relay for the replication link that can be frozen.
-
-    Frozen, it drops what the master sends to the replica while both ends stay connected:
-    the master keeps acknowledging writes the replica never receives, which is how an
-    asynchronous replica misses acknowledged writes before a failover.
-    """
-
-    def __init__(self, target_port: int):
-        self.target_port = target_port
-        self.frozen = threading.Event()
-        self._listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self._listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self._listener.bind((LOOPBACK, 0))
-        self._listener.listen(8)
-        self.port = self._listener.getsockname()[1]
-        self._sockets: list[socket.socket] = []
-        self._closed = threading.Event()
-        threading.Thread(target=self._accept, daemon=True, name="repl-proxy").start()
-
-    def _accept(self) -> None:
-        while not self._closed.is_set():
-            try:
-                downstream, _ = self._listener.accept()
-                upstream = socket.create_connection((LOOPBACK, self.target_port), timeout=5)
-            except OSError:
-                if self._closed.is_set():
-                    return
-                continue
-            upstream.settimeout(None)
-            self._sockets += [downstream, upstream]
-            threading.Thread(
-                target=self._pump, args=(upstream, downstream, True), daemon=True
-            ).start()
-            threading.Thread(
-                target=self._pump, args=(downstream, upstream, False), daemon=True
-            ).start()
-
-    def _pump(self, source: socket.socket, sink: socket.socket, from_master: bool) -> None:
-        try:
-            while chunk := source.recv(65536):
-                if from_master and self.frozen.is_set():
-                    continue  # the replica never sees it
-                sink.sendall(chunk)
-        except OSError:
-            pass
-        finally:
-            for end in (source, sink):
-                with suppress(OSError):
-                    end.shutdown(socket.SHUT_RDWR)
-
-    def close(self) -> None:
-        self._closed.set()
-        for sock in [self._listener, *self._sockets]:
-            with suppress(OSError):
-                sock.close()
-
-
 @contextmanager
 def redis_sentinel(*, down_after_ms: int = 1000) -> Iterator[SentinelDeployment]:
-    """One master, one replica (replicating through a freezable relay), one sentinel.
+    """One master, one replica (replicating through a proxy the test can mute), one sentinel.
 
     Quorum 1 with a single sentinel: enough to fail over in a test, never in production
     (docs/operations.md: three sentinels on three hosts, quorum 2).
     """
     with temp_dir("hoa-sentinel-") as root, ExitStack() as stack:
         # Diskless full sync without the default 5 s wait for more replicas.
-        master = start_redis(root / "master", free_port(), "--repl-diskless-sync-delay", "0")
-        stack.callback(stop_process, master.process)
-        proxy = FreezableProxy(master.port)
-        stack.callback(proxy.close)
-        replica_port = free_port()
-        replica = start_redis(
-            root / "replica",
-            replica_port,
-            "--replicaof",
-            LOOPBACK,
-            str(proxy.port),
-        )
-        stack.callback(stop_process, replica.process)
+        master_args = ["--repl-diskless-sync-delay", "0"]
+        master = RedisServer(root / "master", args=master_args).start()
+        stack.callback(master.stop)
+        proxy = TcpProxy(master.port, name="replication").start()
+        stack.callback(proxy.stop)
+        replica_args = ["--replicaof", LOOPBACK, str(proxy.port)]
+        replica = RedisServer(root / "replica", args=replica_args).start()
+        stack.callback(replica.stop)
         wait_until(
             lambda: replica.client().info("replication").get("master_link_status") == "up",
             what="the replica to sync with the master",
         )
-        sentinel_port = free_port()
-        sentinel = start_redis(
+        sentinel = RedisServer(
             root / "sentinel",
-            sentinel_port,
             sentinel=True,
             config=(
                 f"sentinel monitor {SENTINEL_SERVICE} {LOOPBACK} {master.port} 1\n"
                 f"sentinel down-after-milliseconds {SENTINEL_SERVICE} {down_after_ms}\n"
                 # Long enough that Sentinel does not "fix" the replica's link through
-                # the relay back to the master's own address during a test.
+                # the proxy back to the master's own address during a test.
                 f"sentinel failover-timeout {SENTINEL_SERVICE} 60000\n"
                 f"sentinel parallel-syncs {SENTINEL_SERVICE} 1\n"
             ),
-        )
-        stack.callback(stop_process, sentinel.process)
+        ).start()
+        stack.callback(sentinel.stop)
         deployment = SentinelDeployment(master, replica, sentinel, proxy)
         wait_until(
             deployment.replica_known_and_in_sync,
@@ -478,7 +286,7 @@ def pgbouncer(
                 if process.poll() is not None:
                     text = log.read_text(errors="replace") if log.exists() else ""
                     raise AssertionError(f"pgbouncer exited ({process.returncode}):\n{text}")
-                return not _bindable(port)
+                return not port_is_free(port)
 
             wait_until(listening, what=f"pgbouncer on port {port}")
             yield PgBouncer(port, process, directory, log, user)
@@ -496,14 +304,11 @@ class Child:
         self.scenario = scenario
         self._stderr = tempfile.TemporaryFile(mode="w+")  # noqa: SIM115 - closed in stop()
         self._stderr_text = ""
-        self.process = subprocess.Popen(
+        self.process = start_child(
             [sys.executable, "-m", "tests.topologies", "child", scenario, *map(str, args)],
-            cwd=BASE_DIR,
             env=env,
             stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
             stderr=self._stderr,
-            text=True,
         )
         self._lines: queue.Queue[str | None] = queue.Queue()
         threading.Thread(target=self._read, daemon=True).start()

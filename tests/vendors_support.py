@@ -10,7 +10,7 @@ from django.utils import timezone
 from hoa.models import Complaint, Organization
 from locking import lock_key
 from locking.models import FenceEvent
-from tests.polling import wait_until as wait_until
+from tests.harness.waiting import wait_until
 from vendors.models import Vendor, VendorAssignment, VendorContract
 from vendors.services import assign_vendor, assignment_resource
 

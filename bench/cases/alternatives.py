@@ -1,20 +1,11 @@
 """Section 3: what a Django user would reach for instead of Redis, next to ours.
 
-The guarded operation is the shape of charge generation: check the run is not completed,
-make a 200 ms external call (a sleep standing in for the billing webhook), mark the run
-completed. A holder starts it; once the holder is inside its external call, a loser tries
-the same run. Measured per trial:
-
-- how long the loser waits for its answer (the latency samples);
-- the loser's PostgreSQL round trips (libpq trace) — ours should do none;
-- PostgreSQL backends of the bench database that sit ``idle in transaction`` (or hold a
-  transaction open, or wait on a lock) half-way through the holder's external call,
-  sampled from ``pg_stat_activity`` by a separate connection.
-
-Variants: ``select_for_update`` (the loser blocks on the row lock until the holder
-commits, then finds the run done), ``select_for_update_nowait`` (the loser gets an error
-at once), ``advisory`` (``pg_try_advisory_xact_lock`` through ``locking.advisory_lock``),
-``ours`` (FenceLock lease; external call outside any transaction; fenced commit).
+The guarded operation is the shape of charge generation: check the run, a 200 ms external
+call (a sleep), mark the run completed. Once the holder is inside its call, a loser tries
+the same run: its wait, its PostgreSQL round trips (ours should do none) and the backends
+``idle in transaction`` half-way through the holder's call are measured. Variants:
+``select_for_update`` (with and without ``nowait``), ``advisory``
+(``pg_try_advisory_xact_lock``) and ``ours`` (a lease, the call outside any transaction).
 """
 
 import threading
@@ -30,7 +21,7 @@ from django.db import OperationalError, connection, transaction
 from django.utils import timezone
 
 from bench import fixtures
-from bench.measure import PgRoundTrips, median, percentile
+from bench.measure import PgRoundTrips, check, median, percentile
 
 TTL = timedelta(seconds=30)
 ACTIVITY_SQL = """
@@ -268,10 +259,10 @@ def run(*, variant: str, redis_url: str, trials: int, call_seconds: float = 0.2)
         "metrics": metrics,
         "counts": {"db_round_trips_loser": metrics["loser_round_trips"]},
         "invariants": [
-            {
-                "name": "each guarded run completed once, by its holder",
-                "ok": holder_ok and all(completed_by[r.pk] == "holder" for r in runs),
-                "detail": f"{len(runs)} trials; loser answers: {', '.join(losers)}",
-            }
+            check(
+                "each guarded run completed once, by its holder",
+                holder_ok and all(completed_by[r.pk] == "holder" for r in runs),
+                f"{len(runs)} trials; loser answers: {', '.join(losers)}",
+            )
         ],
     }

@@ -1,23 +1,12 @@
 """Section 4: many processes on one resource, and on one resource each.
 
-Every client process loops for a fixed time: acquire a lease, run the critical section
-(one fenced transaction: ``advance_fence`` on a complaint row, then an INSERT into
-``bench_commit_log``), release. What a client does when the resource is busy is the mode:
-
-- ``backoff``: the library's default: ``acquire()`` answers ``LockHeld`` at once; the client
-  backs off with full jitter (10 ms doubling to a 250 ms cap, the constants ``wait=`` uses)
-  as a real client answering a 409 would.
-- ``wait``: ``acquire(wait=…)``: the library retries with that jittered backoff itself.
-- ``naive``: retry at once in a hot loop; shown for comparison: the losers take the CPU
-  (8 processes, 2 cores) and the holder's throughput with it.
-
-Checked while measuring (a broken invariant is a FAIL, whatever the speed):
-
-- no two critical sections on one resource overlap (``time.monotonic()`` is one clock for
-  all processes on Linux; a section starts after the grant and ends before the release);
-- the committed tokens of each resource strictly increase in commit order (the log's
-  ``bigserial`` is taken after the fence UPDATE locked the row, so id order is commit order);
-- every success a client counted is in the log, once.
+Every client process loops for a fixed time: acquire, one fenced transaction
+(``advance_fence`` on a complaint row, an INSERT into ``bench_commit_log``), release. When
+the resource is busy a client backs off with full jitter (``backoff``, as a client
+answering a 409 would), lets ``acquire(wait=…)`` retry (``wait``) or retries at once
+(``naive``). Checked while measuring: no two critical sections on one resource overlap
+(one monotonic clock for all processes), committed tokens rise in commit order (the log's
+``bigserial`` is taken after the fence UPDATE locked the row), every success is logged once.
 """
 
 import multiprocessing
@@ -28,7 +17,7 @@ from datetime import timedelta
 from django.db import connection, connections, transaction
 
 from bench import fixtures
-from bench.measure import median, percentile
+from bench.measure import check, median, percentile
 
 # The same constants as locking.lock's wait= backoff (private there, so restated here).
 BACKOFF_BASE_SECONDS = 0.01
@@ -216,21 +205,20 @@ def run(
         "samples_us": busy_us,
         "metrics": metrics,
         "invariants": [
-            {
-                "name": "no overlapping critical sections",
-                "ok": overlaps == 0,
-                "detail": f"{successes} sections on {len(by_resource)} resource(s), "
-                f"{overlaps} overlaps",
-            },
-            {
-                "name": "committed tokens strictly increasing per resource",
-                "ok": out_of_order == 0,
-                "detail": f"{logged} commits, {out_of_order} resource(s) out of order",
-            },
-            {
-                "name": "every counted success committed exactly once",
-                "ok": logged == successes,
-                "detail": f"{successes} counted, {logged} logged",
-            },
+            check(
+                "no overlapping critical sections",
+                overlaps == 0,
+                f"{successes} sections on {len(by_resource)} resource(s), {overlaps} overlaps",
+            ),
+            check(
+                "committed tokens strictly increasing per resource",
+                out_of_order == 0,
+                f"{logged} commits, {out_of_order} resource(s) out of order",
+            ),
+            check(
+                "every counted success committed exactly once",
+                logged == successes,
+                f"{successes} counted, {logged} logged",
+            ),
         ],
     }

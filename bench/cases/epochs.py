@@ -1,23 +1,12 @@
-"""Section 1b: what fence safety across Redis data loss costs (docs/locking.md, epochs).
+"""Section 1b/1c: what fence safety across Redis data loss costs (docs/locking.md, epochs).
 
-Fence check, one complaint row per process, a new token per operation:
-
-- ``token``: ``advance_fence(queryset, token)``: the row check alone (the baseline).
-- ``lease``: ``advance_fence(queryset, lease)``: the same UPDATE with the epoch check
-  (``NOT EXISTS`` on ``locking_fenceepoch``), what every service runs.
-
-Grant + release, one resource per process:
-
-- ``normal``: the counter exists: one script call.
-- ``after_loss``: the counter was just lost: the grant records the next epoch in
-  PostgreSQL and seeds the counter (what the first grant after a loss pays, once).
-- ``wait``: ``LOCK_REDIS_MIN_REPLICAS=1`` against a private replica of the bench Redis:
-  the grant script and ``WAIT 1`` pipelined on one connection.
+``fence``: ``advance_fence`` with a token (the row check alone) or with a lease (the same
+UPDATE plus the epoch check every service runs). ``grant``: grant + release with the
+counter present, just lost (the grant starts a new epoch), or with
+``LOCK_REDIS_MIN_REPLICAS=1`` against a private replica of the bench Redis (``WAIT 1``).
 """
 
 import itertools
-import subprocess
-import tempfile
 import time
 from datetime import timedelta
 
@@ -25,8 +14,8 @@ import redis
 from django.db import transaction
 
 from bench import fixtures
-from bench.cases.fenced_writes import _timed_loop
-from bench.environment import free_port, wait_until
+from bench.environment import BenchRedis, wait_until
+from bench.measure import check, timed_loop
 
 TTL = timedelta(seconds=30)
 
@@ -41,64 +30,46 @@ def fence(*, variant: str, ops: int, warmup: int = 20) -> dict:
     resource = f"bench-epochs:complaint:{complaint.pk}"
     rows = Complaint.objects.filter(pk=complaint.pk)
 
-    def check(token: int) -> None:
+    def fenced(token: int) -> None:
+        fence_with = token
         if variant == "lease":
-            held = Lease(
+            fence_with = Lease(
                 resource, token, "bench", None, _lock=None, _value="", _monotonic_deadline=0
             )
-            with transaction.atomic():
-                advance_fence(rows, held)
-        else:
-            with transaction.atomic():
-                advance_fence(rows, token)
+        with transaction.atomic():
+            advance_fence(rows, fence_with)
 
     tokens = iter(range(1, warmup + ops + 1))
     for _ in range(warmup):
-        check(next(tokens))
-    samples = _timed_loop(check, [next(tokens) for _ in range(ops)])
+        fenced(next(tokens))
+    samples = timed_loop(fenced, [next(tokens) for _ in range(ops)])
     recorded = rows.values_list("last_fence_token", flat=True).get()
     return {
         "samples_us": samples,
         "counts": {"db_round_trips": 1},
         "invariants": [
-            {
-                "name": "every fence check recorded its token",
-                "ok": recorded == warmup + ops,
-                "detail": f"row at {recorded}, {warmup + ops} checks",
-            }
+            check(
+                "every fence check recorded its token",
+                recorded == warmup + ops,
+                f"row at {recorded}, {warmup + ops} checks",
+            )
         ],
     }
 
 
-class _Replica:
-    """A private redis-server replicating ``master_port``; stopped by ``close()``."""
+def _replica_of(master_port: int) -> BenchRedis:
+    """A private redis-server replicating the bench Redis, once it is in sync."""
+    replica = BenchRedis("--save", "", "--replicaof", "127.0.0.1", str(master_port)).start()
+    client = redis.Redis(port=replica.port, socket_timeout=1)
 
-    def __init__(self, master_port: int):
-        self.port = free_port()
-        self.process = subprocess.Popen(
-            [
-                *("redis-server", "--port", str(self.port), "--bind", "127.0.0.1"),
-                *("--dir", tempfile.mkdtemp(prefix="hoa-bench-replica-"), "--save", ""),
-                *("--replicaof", "127.0.0.1", str(master_port)),
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        client = redis.Redis(port=self.port, socket_timeout=1)
-        wait_until(
-            lambda: self._up(client), timeout=30, what="the bench replica to sync with its master"
-        )
-
-    @staticmethod
-    def _up(client) -> bool:
+    def up() -> bool:
         try:
             return client.info("replication").get("master_link_status") == "up"
         except redis.RedisError:
             return False
 
-    def close(self) -> None:
-        self.process.terminate()
-        self.process.wait(10)
+    wait_until(up, timeout=30, what="the bench replica to sync with its master")
+    return replica
 
 
 def grant(*, variant: str, redis_url: str, ops: int, warmup: int = 20) -> dict:
@@ -106,9 +77,8 @@ def grant(*, variant: str, redis_url: str, ops: int, warmup: int = 20) -> dict:
     from locking import FenceLock, fence_key
 
     client = redis.Redis.from_url(redis_url)
-    replica = (
-        _Replica(client.connection_pool.connection_kwargs["port"]) if variant == "wait" else None
-    )
+    master_port = client.connection_pool.connection_kwargs["port"]
+    replica = _replica_of(master_port) if variant == "wait" else None
     try:
         lock = FenceLock(
             client=client, min_replicas=1 if replica else 0, replica_timeout=timedelta(seconds=1)
@@ -126,20 +96,19 @@ def grant(*, variant: str, redis_url: str, ops: int, warmup: int = 20) -> dict:
         for _ in range(warmup):
             cycle(None)
         started = time.perf_counter()
-        samples = _timed_loop(cycle, range(ops))
+        samples = timed_loop(cycle, range(ops))
         elapsed = time.perf_counter() - started
     finally:
         if replica is not None:
-            replica.close()
-    rising = all(a < b for a, b in itertools.pairwise(tokens))
+            replica.stop()
     return {
         "samples_us": samples,
         "metrics": {"grants_per_s": round(ops / elapsed, 1)},
         "invariants": [
-            {
-                "name": f"tokens strictly increasing ({variant})",
-                "ok": rising,
-                "detail": f"{len(tokens)} grants, last token {tokens[-1]}",
-            }
+            check(
+                f"tokens strictly increasing ({variant})",
+                all(a < b for a, b in itertools.pairwise(tokens)),
+                f"{len(tokens)} grants, last token {tokens[-1]}",
+            )
         ],
     }

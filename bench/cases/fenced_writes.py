@@ -1,27 +1,12 @@
 """Section 2: what the fence costs on top of the write it protects.
 
-Vendor assignment, one new complaint per operation:
-
-- ``plain``: the same row written in a plain ``transaction.atomic()``, no lock (the baseline).
-- ``checked``: what the service checks and writes, without lock, fence or audit:
-  membership, contract window, the active assignment, the insert — one transaction. It
-  splits the overhead into "the checks any correct service makes" and "the fence".
-- ``service``: ``vendors.services.assign_vendor`` (validation, lease, fence UPDATE, state
-  check, insert, FenceEvent audit row, release). ``VENDOR_DISPATCH_URL`` is unset.
-
-Monthly charges, one new month of an organization with N units per operation (every
-variant reads the units, as the service must):
-
-- ``bulk_create``: run row + ``bulk_create`` of the charges + run totals, one transaction.
-- ``copy``: the same rows through PostgreSQL ``COPY`` (psycopg ``cursor.copy``): the
-  physical floor of the insert.
-- ``service_billed``: ``charges.services.generate_monthly_charges`` with its billing call
-  (one POST of the 5,000 lines) to a local stand-in that reads it and answers 200: the
-  full fenced generation the target is set for.
-- ``service``: the same with ``BILLING_WEBHOOK_URL`` unset: the fence's own cost.
-
-Each process times its operations, then counts PostgreSQL round trips (libpq trace) and
-Redis commands (MONITOR) over a few more, untimed.
+``vendor``: one vendor assignment on a new complaint: a ``plain`` insert, the same
+``checked`` as the service checks without lock, fence or audit, and the ``service``
+(``assign_vendor``). ``charges``: a new month of charges for N units: ``bulk_create``,
+``copy`` (the insert's floor), the ``service`` (``generate_monthly_charges``) without and
+(``service_billed``) with its billing call to a local stand-in. ``all_orgs``: the
+``--all-orgs`` command with 1 or 2 workers. Each process times its operations, then counts
+round trips and Redis commands over a few more, untimed (docs/benchmarks.md).
 """
 
 import time
@@ -32,37 +17,11 @@ from django.utils import timezone
 
 from bench import fixtures
 from bench.environment import start_stand_in
-from bench.measure import PgRoundTrips, commandstats, executed_per_op, sent_per_op
+from bench.measure import check, time_and_count
 
 # Operations counted (untimed) after the timed ones; counts do not vary between runs.
 COUNTED_OPS = 3
 COUNTED_CHARGE_RUNS = 1
-
-
-def _timed_loop(operation, items) -> list[float]:
-    samples = []
-    for item in items:
-        started = time.perf_counter_ns()
-        operation(item)
-        samples.append((time.perf_counter_ns() - started) / 1000)
-    return samples
-
-
-def _counts(operation, items: list, redis_url: str) -> dict:
-    """Round trips and commands per operation: half of ``items`` traced, half monitored."""
-    counted = len(items) // 2
-    with PgRoundTrips(connection) as trips:
-        for item in items[:counted]:
-            operation(item)
-    rest = iter(items[counted:])
-    sent = sent_per_op(redis_url, lambda: operation(next(rest)), counted)
-    per_op = trips.per_op(counted)
-    return {
-        "db_round_trips": per_op["round_trips"],
-        "db_statements": per_op["statements"],
-        "redis_sent": sent,
-        "redis_sent_total": round(sum(sent.values()), 3),
-    }
 
 
 # -- vendor assignment ----------------------------------------------------------------------
@@ -72,17 +31,20 @@ def _vendor_operation(variant: str, *, vendor, actor):
     from hoa.models import Complaint
     from vendors.models import VendorAssignment, VendorContract
 
+    def insert(complaint) -> None:
+        VendorAssignment.objects.create(
+            complaint=complaint,
+            vendor=vendor,
+            fence_token=1,
+            assigned_by=actor,
+            actor_label=actor.username,
+        )
+
     if variant == "plain":
 
         def plain(complaint) -> None:
             with transaction.atomic():
-                VendorAssignment.objects.create(
-                    complaint=complaint,
-                    vendor=vendor,
-                    fence_token=1,
-                    assigned_by=actor,
-                    actor_label=actor.username,
-                )
+                insert(complaint)
 
         return plain
 
@@ -101,13 +63,7 @@ def _vendor_operation(variant: str, *, vendor, actor):
                 Complaint.objects.select_for_update().filter(pk=complaint.pk).first()
                 if complaint.assignments.filter(active=True).exists():
                     raise ValueError("already assigned")
-                VendorAssignment.objects.create(
-                    complaint=complaint,
-                    vendor=vendor,
-                    fence_token=1,
-                    assigned_by=actor,
-                    actor_label=actor.username,
-                )
+                insert(complaint)
 
         return checked
 
@@ -123,8 +79,6 @@ def _vendor_operation(variant: str, *, vendor, actor):
 
 def vendor(*, variant: str, redis_url: str, ops: int, warmup: int = 10) -> dict:
     """Assign a vendor to ``ops`` new complaints; time each assignment."""
-    import redis
-
     from hoa.models import Complaint
     from vendors.models import VendorAssignment
 
@@ -140,25 +94,17 @@ def vendor(*, variant: str, redis_url: str, ops: int, warmup: int = 10) -> dict:
         .order_by("pk")
     )
     operation = _vendor_operation(variant, vendor=chosen, actor=actor)
-    for complaint in complaints[:warmup]:
-        operation(complaint)
-    timed = complaints[warmup : warmup + ops]
-    client = redis.Redis.from_url(redis_url)
-    before = commandstats(client)
-    samples = _timed_loop(operation, timed)
-    executed = executed_per_op(before, commandstats(client), ops)
-    counts = _counts(operation, complaints[warmup + ops :], redis_url)
-    counts["redis_executed"] = executed
+    samples, counts = time_and_count(operation, complaints, warmup, ops, redis_url)
     active = VendorAssignment.objects.filter(complaint__in=complaints, active=True).count()
     return {
         "samples_us": samples,
         "counts": counts,
         "invariants": [
-            {
-                "name": "one active assignment per complaint",
-                "ok": active == len(complaints),
-                "detail": f"{active} active assignments for {len(complaints)} complaints",
-            }
+            check(
+                "one active assignment per complaint",
+                active == len(complaints),
+                f"{active} active assignments for {len(complaints)} complaints",
+            )
         ],
     }
 
@@ -243,8 +189,6 @@ def _charges_operation(variant: str, *, org, actor):
 
 def charges(*, variant: str, redis_url: str, units: int, ops: int, warmup: int = 1) -> dict:
     """Generate ``ops`` new months of charges for an organization of ``units`` units."""
-    import redis
-
     from charges.models import MonthlyCharge, MonthlyChargeRun
 
     org = fixtures.organization(f"bench-charges-{units}", units=units)
@@ -252,26 +196,18 @@ def charges(*, variant: str, redis_url: str, units: int, ops: int, warmup: int =
     fixtures.fresh_runs(org, 0)  # every month of this organization is new again
     months = [fixtures.month(n) for n in range(warmup + ops + 2 * COUNTED_CHARGE_RUNS)]
     operation = _charges_operation(variant, org=org, actor=actor)
-    for month in months[:warmup]:
-        operation(month)
-    client = redis.Redis.from_url(redis_url)
-    before = commandstats(client)
-    samples = _timed_loop(operation, months[warmup : warmup + ops])
-    executed = executed_per_op(before, commandstats(client), ops)
-    counts = _counts(operation, months[warmup + ops :], redis_url)
-    counts["redis_executed"] = executed
+    samples, counts = time_and_count(operation, months, warmup, ops, redis_url)
     runs = MonthlyChargeRun.objects.filter(organization=org).completed().count()
     charged = MonthlyCharge.objects.filter(run__organization=org).count()
     return {
         "samples_us": samples,
         "counts": counts,
         "invariants": [
-            {
-                "name": "one completed run per month, one charge per unit",
-                "ok": runs == len(months) and charged == len(months) * units,
-                "detail": f"{runs} runs, {charged} charges for {len(months)} months "
-                f"x {units} units",
-            }
+            check(
+                "one completed run per month, one charge per unit",
+                runs == len(months) and charged == len(months) * units,
+                f"{runs} runs, {charged} charges for {len(months)} months x {units} units",
+            )
         ],
     }
 
@@ -297,7 +233,7 @@ def all_orgs(*, workers: int, orgs: int, units: int) -> dict:
     members = [fixtures.organization(slug, units=units) for slug in slugs]
     actor = fixtures.staff_user("bench-all-orgs", members[0])
     for org in members[1:]:
-        fixtures.staff_membership(actor, org)
+        fixtures.staff_user(actor.username, org)  # staff of every organization
     used = MonthlyChargeRun.objects.filter(organization__in=members).order_by("-month").first()
     # From 2101 on: months no other case uses, so the check below may look at the whole month.
     month = fixtures.next_month(used.month if used else None, first=1200)
@@ -329,13 +265,13 @@ def all_orgs(*, workers: int, orgs: int, units: int) -> dict:
             "result_digest": digest[:16],
         },
         "invariants": [
-            {
-                "name": "every organization billed once, one charge per unit",
-                "ok": runs.count() == orgs
+            check(
+                "every organization billed once, one charge per unit",
+                runs.count() == orgs
                 and len(rows) == orgs * units
                 and not outsiders.exists()
                 and Organization.objects.filter(slug__in=slugs).count() == orgs,
-                "detail": f"{runs.count()} runs, {len(rows)} charges for {orgs} x {units} units",
-            }
+                f"{runs.count()} runs, {len(rows)} charges for {orgs} x {units} units",
+            )
         ],
     }

@@ -1,16 +1,10 @@
 """Section 5: the staff assign endpoint under gunicorn, many logged-in clients at once.
 
-The case starts gunicorn (the project's ``gunicorn.conf.py``, 2 sync workers, a free
-loopback port, the bench database and the private Redis, ``DEBUG=1``) and a local
-stand-in for the vendor dispatch service, logs ``clients`` staff members in (one
-``requests`` session each, in threads), and has them POST assignments for a bounded
-time: half to a few *hot* complaints (a random one of three vendors, ``reassign`` on, so
-holders collide and losers get 409), half to *cold* complaints (each a new one: 303).
-gunicorn is stopped by its PID at the end.
-
-Checked afterwards: no 5xx; every complaint has at most one active assignment; on each
-hot complaint the assignments' fencing tokens increase in insertion order; every cold
-complaint answered 303 has its assignment.
+gunicorn (the project's ``gunicorn.conf.py``, 2 sync workers, ``DEBUG=1``, the bench
+database and Redis) and a stand-in vendor dispatch; ``clients`` logged-in sessions POST
+for ``seconds``: half to a few *hot* complaints (``reassign`` on: holders collide, losers
+get 409), half to a new *cold* complaint each (303). Checked afterwards: no 5xx, at most
+one active assignment per complaint, rising tokens on the hot ones, every cold 303 stored.
 """
 
 import itertools
@@ -18,7 +12,6 @@ import os
 import random
 import secrets
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -32,8 +25,8 @@ from django.conf import settings
 from django.db import connection
 
 from bench import fixtures
-from bench.environment import BASE_DIR, free_port, start_stand_in, wait_until
-from bench.measure import median, percentile
+from bench.environment import BASE_DIR, free_port, start_stand_in, stop, wait_until
+from bench.measure import check, median, percentile
 
 HOT_COMPLAINTS = 4
 HOT_SHARE = 0.5
@@ -41,32 +34,15 @@ MESSAGES_COOKIE = "messages"  # django.contrib.messages' cookie storage
 HOST = "127.0.0.1"
 
 
-def _gunicorn_env(port: int, run_dir: str, dispatch_url: str) -> dict:
-    env = dict(os.environ)
-    env.update(
-        {
-            "PORT": str(port),
-            "GUNICORN_RUN_DIR": run_dir,
-            "WEB_CONCURRENCY": "2",
-            "DEBUG": "1",
-            "VENDOR_DISPATCH_URL": dispatch_url,
-            "EXTERNAL_CALL_TIMEOUT_SECONDS": "5",
-            # The abuse limits (30 fenced POSTs a minute per user) would shape the result.
-            "RATELIMIT_ENABLE": "0",
-            "LOG_LEVEL": "WARNING",
-        }
-    )
-    env.pop("PROMETHEUS_MULTIPROC_DIR", None)  # gunicorn.conf.py sets one per run dir
-    return env
-
-
 def _start_gunicorn(port: int, run_dir: str, dispatch_url: str) -> subprocess.Popen:
+    env = {**os.environ, "PORT": str(port), "GUNICORN_RUN_DIR": run_dir, "WEB_CONCURRENCY": "2"}
+    env.update(DEBUG="1", VENDOR_DISPATCH_URL=dispatch_url, EXTERNAL_CALL_TIMEOUT_SECONDS="5")
+    # The abuse limits (30 fenced POSTs a minute per user) would shape the result.
+    env.update(RATELIMIT_ENABLE="0", LOG_LEVEL="WARNING")
+    env.pop("PROMETHEUS_MULTIPROC_DIR", None)  # gunicorn.conf.py sets one per run dir
+    command = [sys.executable, "-m", "gunicorn", "-c", str(BASE_DIR / "gunicorn.conf.py")]
     process = subprocess.Popen(
-        [sys.executable, "-m", "gunicorn", "-c", str(BASE_DIR / "gunicorn.conf.py")],
-        cwd=BASE_DIR,
-        env=_gunicorn_env(port, run_dir, dispatch_url),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+        command, cwd=BASE_DIR, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
 
     def ready() -> bool:
@@ -80,19 +56,9 @@ def _start_gunicorn(port: int, run_dir: str, dispatch_url: str) -> subprocess.Po
     try:
         wait_until(ready, timeout=60, what=f"gunicorn on port {port}")
     except BaseException:
-        _stop(process)
+        stop(process, grace=40)
         raise
     return process
-
-
-def _stop(process: subprocess.Popen) -> None:
-    if process.poll() is None:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(40)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(10)
 
 
 def _logged_in_session(user) -> requests.Session:
@@ -117,10 +83,6 @@ def _logged_in_session(user) -> requests.Session:
     # A CSRF secret of our own: the form field repeats it, as a page's form would.
     session.cookies.set(settings.CSRF_COOKIE_NAME, secrets.token_hex(16), domain=HOST, path="/")
     return session
-
-
-def _cookie(session: requests.Session, name: str) -> str:
-    return session.cookies.get(name, default="", domain=HOST, path="/")
 
 
 def run(*, redis_url: str, seconds: float, clients: int) -> dict:
@@ -174,7 +136,9 @@ def run(*, redis_url: str, seconds: float, clients: int) -> dict:
                     if complaint is None:
                         break
                     kind, data = "cold", {"vendor": vendor_ids[0]}
-                data["csrfmiddlewaretoken"] = _cookie(session, csrf_cookie)
+                data["csrfmiddlewaretoken"] = session.cookies.get(
+                    csrf_cookie, "", domain=HOST, path="/"
+                )
                 started = time.perf_counter_ns()
                 try:
                     response = session.post(
@@ -206,7 +170,7 @@ def run(*, redis_url: str, seconds: float, clients: int) -> dict:
         wall = time.monotonic() - started
         client_cpu = time.process_time() - cpu_before
     finally:
-        _stop(process)
+        stop(process, grace=40)
         dispatch.shutdown()
         shutil.rmtree(run_dir, ignore_errors=True)
 
@@ -247,21 +211,21 @@ def run(*, redis_url: str, seconds: float, clients: int) -> dict:
         "samples_us": [us for _, _, us, _ in answers],
         "metrics": metrics,
         "invariants": [
-            {
-                "name": "no 5xx and no transport errors",
-                "ok": server_errors == 0 and not errors and total > 0,
-                "detail": f"{total} requests: {dict(sorted(statuses.items()))}; "
+            check(
+                "no 5xx and no transport errors",
+                server_errors == 0 and not errors and total > 0,
+                f"{total} requests: {dict(sorted(statuses.items()))}; "
                 f"{len(errors)} transport errors",
-            },
-            {
-                "name": "at most one active assignment per complaint",
-                "ok": all(count == 1 for count in active.values()),
-                "detail": f"{len(active)} complaints with an active assignment",
-            },
-            {
-                "name": "every cold 303 is in the database; hot tokens increase",
-                "ok": cold_ok <= set(active) and tokens_ok,
-                "detail": f"{len(cold_ok)} cold complaints assigned",
-            },
+            ),
+            check(
+                "at most one active assignment per complaint",
+                all(count == 1 for count in active.values()),
+                f"{len(active)} complaints with an active assignment",
+            ),
+            check(
+                "every cold 303 is in the database; hot tokens increase",
+                cold_ok <= set(active) and tokens_ok,
+                f"{len(cold_ok)} cold complaints assigned",
+            ),
         ],
     }

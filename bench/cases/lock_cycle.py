@@ -1,20 +1,11 @@
 """Section 1: one lock cycle (acquire + release), single client, loopback.
 
-Every variant gets the same ``redis.Redis`` client (same parser: hiredis, same protocol)
-on the bench's private Redis, and is written the way its documentation shows a caller
-using it: a lock object per use, a non-blocking acquire, a release.
-
-- ``ping``: one PING, the floor of any round trip.
-- ``seed``: the lesson's design: ``SET NX PX`` with a constant value, a separate ``INCR``
-  for the token, a plain ``DEL`` (three round trips, and the flaws ARCHITECTURE.md lists).
-- ``redis_py``: ``redis.lock.Lock`` (SET NX PX, Lua compare-and-delete; no token).
-- ``python_redis_lock``: ``redis_lock.Lock`` (SET NX EX, Lua release that also signals
-  waiters through a list).
-- ``pottery``: ``pottery.Redlock`` with one master (quorum of one).
-- ``ours``: ``locking.FenceLock`` (one Lua script grants the lease *and* issues the
-  fencing token; compare-and-delete release).
-- ``scripts_only``: our two scripts called bare, nothing around them: the floor of
-  ``ours`` with this client library (a diagnostic row, not a lock a caller would use).
+Every variant gets the same ``redis.Redis`` client on the bench's private Redis and is used
+as its documentation shows (a lock object per use, a non-blocking acquire, a release):
+``ping`` (the floor of any round trip), ``seed`` (the lesson's ``SET NX PX`` + ``INCR`` +
+``DEL``), ``redis_py``, ``python_redis_lock``, ``pottery`` (Redlock, one master), ``ours``
+(``FenceLock``: one script grants the lease and issues the token), ``scripts_only`` (our
+two scripts called bare: a diagnostic floor, not a lock a caller would use).
 """
 
 import functools
@@ -25,7 +16,7 @@ from datetime import timedelta
 
 import redis
 
-from bench.measure import commandstats, executed_per_op, sent_per_op
+from bench.measure import check, commandstats, executed_per_op, sent_per_op
 
 TTL = timedelta(seconds=30)
 
@@ -163,32 +154,23 @@ def run(*, variant: str, redis_url: str, iterations: int, warmup: int, counted: 
     """Time ``iterations`` cycles of ``variant``; count the Redis commands of a cycle."""
     client = redis.Redis.from_url(redis_url)
     with _durability(client, variant):
-        return _run(client, variant, redis_url, iterations, warmup, counted)
-
-
-def _run(client, variant, redis_url, iterations, warmup, counted) -> dict:
-    cycle = VARIANTS[variant](client)
-    for _ in range(warmup):  # connections made, scripts loaded, code paths warm
-        cycle()
-    before = commandstats(client)
-    samples = []
-    clock = time.perf_counter_ns
-    for _ in range(iterations):
-        started = clock()
-        cycle()
-        samples.append((clock() - started) / 1000)
-    after = commandstats(client)
-    executed = executed_per_op(before, after, iterations)
-    sent = sent_per_op(redis_url, cycle, counted)
+        cycle = VARIANTS[variant](client)
+        for _ in range(warmup):  # connections made, scripts loaded, code paths warm
+            cycle()
+        before = commandstats(client)
+        samples = []
+        clock = time.perf_counter_ns
+        for _ in range(iterations):
+            started = clock()
+            cycle()
+            samples.append((clock() - started) / 1000)
+        executed = executed_per_op(before, commandstats(client), iterations)
+        sent = sent_per_op(redis_url, cycle, counted)
     invariants = []
     if isinstance(cycle, _Ours):
-        invariants.append(
-            {
-                "name": "fencing tokens strictly increasing (lock cycle)",
-                "ok": cycle.token_regressions == 0,
-                "detail": f"last token {cycle.last_token}, regressions {cycle.token_regressions}",
-            }
-        )
+        detail = f"last token {cycle.last_token}, regressions {cycle.token_regressions}"
+        rising = cycle.token_regressions == 0
+        invariants.append(check("fencing tokens strictly increasing (lock cycle)", rising, detail))
     return {
         "samples_us": samples,
         "counts": {

@@ -1,7 +1,7 @@
 """The data the scenarios work on: two associations, staff users, vendors, complaints.
 
 ``seed_world()`` runs inside a Django process (the harness's child ``python -m
-bench.faults.seed`` under ``make faults``; the test process itself in the pytest subset)
+tests.faults.seed`` under ``make faults``; the test process itself in the pytest subset)
 and returns a ``World``: plain ids and names, JSON-serialisable, so the harness can hand
 it across processes. Every staff user gets a logged-in session created here, so clients
 skip the login form (its password hashing would dominate a load run and is not what the

@@ -1,6 +1,6 @@
 """One client of the nemesis scenario (9): a real process looping over fenced writes.
 
-The scenario starts several of these (``python -m bench.faults.nemesis_client …``) with
+The scenario starts several of these (``python -m tests.faults.nemesis_client …``) with
 the app's environment; each has its own database connection, and all of them write one
 row, under one lease, through ``locking`` alone::
 
@@ -34,7 +34,7 @@ import threading
 import time
 
 # Created by the scenario before the clients start; its bigserial id is the commit order
-# (see bench/faults/fence_history.py).
+# (see tests/faults/fence_history.py).
 HISTORY_TABLE = "faults_nemesis_history"
 CREATE_HISTORY = f"""
 CREATE TABLE IF NOT EXISTS {HISTORY_TABLE} (
@@ -55,7 +55,7 @@ INSERT_HISTORY = (
 
 
 def _parse(argv):
-    parser = argparse.ArgumentParser(prog="python -m bench.faults.nemesis_client")
+    parser = argparse.ArgumentParser(prog="python -m tests.faults.nemesis_client")
     parser.add_argument("--client", type=int, required=True)
     parser.add_argument("--run", required=True, help="tags this run's history rows")
     parser.add_argument("--resource", required=True)

@@ -1,13 +1,12 @@
-"""The suite's report: a table on stdout and a JSON file under bench/results/."""
+"""The suite's report: a table on stdout and a JSON file under tests/faults/results/."""
 
 import json
 import platform
-import subprocess
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
-from bench.faults.procs import BASE_DIR
+from tests.harness.processes import run_child
 
 
 def _outcomes(result) -> str:
@@ -47,14 +46,7 @@ def print_table(results) -> None:
 
 
 def _commit() -> str:
-    result = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"],
-        cwd=BASE_DIR,
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=10,
-    )
+    result = run_child(["git", "rev-parse", "--short", "HEAD"], timeout=10)
     return result.stdout.strip()
 
 
@@ -85,8 +77,12 @@ def markdown_matrix(document: dict) -> str:
 
 
 def main() -> None:
-    """``python -m bench.faults.report [faults.json]``: print the markdown fault matrix."""
-    path = Path(sys.argv[1]) if len(sys.argv) > 1 else BASE_DIR / "bench/results/faults.json"
+    """``python -m tests.faults.report [faults.json]``: print the markdown fault matrix."""
+    path = (
+        Path(sys.argv[1])
+        if len(sys.argv) > 1
+        else Path(__file__).resolve().parent / "results" / "faults.json"
+    )
     print(markdown_matrix(json.loads(path.read_text())))
 
 

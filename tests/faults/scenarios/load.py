@@ -19,9 +19,10 @@ import time
 from collections import Counter
 from contextlib import suppress
 
-from bench.faults.clients import run_command
-from bench.faults.procs import HarnessError, process_state
-from bench.faults.scenario import MAPLE, OAK, Scenario, grant_pid, scenario
+from tests.faults.clients import run_command
+from tests.faults.scenario import MAPLE, OAK, Scenario, grant_pid, scenario
+from tests.harness import HarnessError
+from tests.harness.processes import process_state
 
 HOT_SHARE = 0.6
 EXTERNAL_CALL_SECONDS = 0.15

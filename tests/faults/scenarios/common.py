@@ -1,7 +1,7 @@
 """What the scenarios share: racing operations, stand-in predicates, database facts."""
 
-from bench.faults.clients import Op
-from bench.faults.scenario import Scenario
+from tests.faults.clients import Op
+from tests.faults.scenario import Scenario
 
 # The tables a worker writes into after its fence UPDATE, and the statements it blocks in.
 INSERT_TARGET = {"charges": "charges_monthlycharge", "assign": "vendors_vendorassignment"}

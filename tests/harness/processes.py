@@ -1,9 +1,10 @@
-"""Real processes the scenarios start, break and stop: PostgreSQL, Redis, gunicorn.
+"""The processes a test starts, freezes and stops: Python and ``manage.py`` children,
+redis-server, a PostgreSQL cluster, gunicorn.
 
-Everything listens on 127.0.0.1 on a port that was free a moment ago, runs in its own
-process group (so a stop reaches every child), and is stopped by PID in ``stop()``. The
-shared development services (55432 / 56379) are never touched: the suite starts a
-PostgreSQL cluster and a redis-server of its own because it kills and restarts them.
+Every server listens on 127.0.0.1 on a port that was free a moment ago and is stopped by
+PID (``stop_process``), never by name. A server runs in its own process group, so a stop
+reaches its children too. The shared development services are never touched: a test that
+kills or restarts a server starts one of its own.
 """
 
 import logging
@@ -15,16 +16,19 @@ import socket
 import subprocess
 import sys
 import tempfile
-import time
-from collections.abc import Callable
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
 from pathlib import Path
 
 import psycopg
 import redis
 from psycopg import sql
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
-from bench.environment import free_port
+from tests.harness import HarnessError
+from tests.harness.net import LOOPBACK, free_port
+from tests.harness.waiting import wait_until
 
 logger = logging.getLogger(__name__)
 
@@ -32,41 +36,90 @@ BASE_DIR = Path(__file__).resolve().parent.parent.parent
 PG_USER = "hoa"
 
 
-class HarnessError(RuntimeError):
-    """The harness itself could not set up or drive a scenario (not a finding)."""
+# -- children -------------------------------------------------------------------------------
 
 
-def wait_until(
-    predicate: Callable[[], object], *, timeout: float, what: str, interval: float = 0.02
-):
-    """Poll ``predicate`` until it returns something truthy; return that, or raise."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() >= deadline:
-            raise HarnessError(f"timed out after {timeout:g}s waiting for {what}")
-        time.sleep(interval)
+def manage_py(*args: object) -> list[str]:
+    """The command line that runs ``manage.py`` with ``args`` under this interpreter."""
+    return [sys.executable, str(BASE_DIR / "manage.py"), *map(str, args)]
 
 
-def stop_group(process: subprocess.Popen | None, *, grace: float = 5.0) -> None:
-    """Stop a process started with ``start_new_session=True`` and everything in its group.
+def django_database_url() -> str:
+    """The URL of the database this process's Django uses (the test database in pytest)."""
+    from django.db import connection
 
-    SIGCONT first: a frozen process cannot act on SIGTERM.
+    db = connection.settings_dict
+    return f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}"
+
+
+def run_child(
+    command: Sequence[str], *, env: dict | None = None, timeout: float = 60, check: bool = False
+) -> subprocess.CompletedProcess:
+    """Run ``command`` from the checkout, wait for it and return its result (text output)."""
+    return subprocess.run(
+        command, cwd=BASE_DIR, env=env, capture_output=True, text=True, timeout=timeout, check=check
+    )
+
+
+def run_manage(*args: object, env: dict, timeout: float = 60) -> subprocess.CompletedProcess:
+    """Run ``manage.py`` in a child process and return its result (text output)."""
+    return run_child(manage_py(*args), env=env, timeout=timeout)
+
+
+def start_child(command: Sequence[str], *, env: dict, **options) -> subprocess.Popen:
+    """Start ``command`` from the checkout, its stdout and stderr piped as text.
+
+    ``options`` go to ``Popen`` and win: ``stdin=subprocess.PIPE`` for a child that reads
+    orders, ``start_new_session=True`` for one stopped with its group, ``text=False``.
+    The caller stops it (``stop_process``).
     """
-    if process is None:
+    options = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, "text": True, **options}
+    return subprocess.Popen(command, cwd=BASE_DIR, env=env, **options)
+
+
+def start_manage(*args: object, env: dict, **options) -> subprocess.Popen:
+    """Start ``manage.py`` with ``args`` in the background (see ``start_child``)."""
+    return start_child(manage_py(*args), env=env, **options)
+
+
+def stop_process(
+    process: subprocess.Popen | None, *, timeout: float = 10, group: bool = False
+) -> None:
+    """Stop a child we started, by its pid: TERM, then KILL if it does not exit in time.
+
+    ``group``: it was started with ``start_new_session=True``; the signals go to its whole
+    process group (gunicorn's workers too), SIGCONT first (a frozen process cannot act on
+    TERM), and the group is killed at the end whatever the leader did.
+    """
+    if process is None or (not group and process.poll() is not None):
         return
-    pgid = process.pid  # a session leader's group id is its own pid
-    with suppress(ProcessLookupError):
-        os.killpg(pgid, signal.SIGCONT)
-        os.killpg(pgid, signal.SIGTERM)
+
+    def send(signum: int) -> None:
+        with suppress(ProcessLookupError):
+            if group:
+                os.killpg(process.pid, signum)  # a session leader's group id is its pid
+            elif process.poll() is None:
+                process.send_signal(signum)
+
+    if group:
+        send(signal.SIGCONT)
+    send(signal.SIGTERM)
     with suppress(subprocess.TimeoutExpired):
-        process.wait(grace)
-    with suppress(ProcessLookupError):
-        os.killpg(pgid, signal.SIGKILL)
-    with suppress(subprocess.TimeoutExpired):
-        process.wait(grace)
+        process.wait(timeout)
+    if group or process.poll() is None:
+        send(signal.SIGKILL)
+        with suppress(subprocess.TimeoutExpired):
+            process.wait(timeout)
+
+
+@contextmanager
+def temp_dir(prefix: str) -> Iterator[Path]:
+    """A new temporary folder, deleted on the way out."""
+    path = Path(tempfile.mkdtemp(prefix=prefix))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def children_of(pid: int) -> list[int]:
@@ -94,20 +147,135 @@ def process_state(pid: int) -> str:
         return ""
 
 
+def freeze(pid: int) -> None:
+    """SIGSTOP ``pid`` and wait until it is stopped (or gone)."""
+    os.kill(pid, signal.SIGSTOP)
+    wait_until(lambda: process_state(pid) in ("T", ""), timeout=5, what=f"pid {pid} to stop")
+
+
+def thaw(pid: int) -> None:
+    """SIGCONT ``pid``; nothing if it is gone."""
+    with suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGCONT)
+
+
 @contextmanager
 def frozen(pid: int):
-    """SIGSTOP ``pid`` for the block; SIGCONT it on the way out, whatever happens."""
-    os.kill(pid, signal.SIGSTOP)
+    """``pid`` frozen (SIGSTOP) for the block, resumed on the way out whatever happens."""
     try:
-        wait_until(lambda: process_state(pid) in ("T", ""), timeout=5, what=f"pid {pid} to stop")
+        freeze(pid)
         yield pid
     finally:
-        with suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGCONT)
+        thaw(pid)
 
 
 def _is_root() -> bool:
     return os.geteuid() == 0
+
+
+# -- Redis ----------------------------------------------------------------------------------
+
+
+class RedisServer:
+    """A private ``redis-server`` on a loopback port, in ``directory`` (a new temporary one
+    if not given), started by ``start()`` and stopped by PID.
+
+    Without persistence unless ``args`` ask for it (``--appendonly yes``): a restart loses
+    every key, which is the case the fence must survive. ``sentinel=True`` runs a Sentinel;
+    ``config`` is written to a config file first (Sentinel needs one).
+    """
+
+    def __init__(
+        self,
+        directory: Path | None = None,
+        port: int = 0,
+        *,
+        args: Sequence[str] = (),
+        sentinel: bool = False,
+        config: str = "",
+    ):
+        self.port = port or free_port()
+        self._temporary = directory is None
+        self.directory = directory or Path(tempfile.mkdtemp(prefix="hoa-redis-"))
+        self.args = [str(arg) for arg in args]
+        self.sentinel = sentinel
+        self.config = config
+        self.process: subprocess.Popen | None = None
+
+    @property
+    def address(self) -> str:
+        return f"{LOOPBACK}:{self.port}"
+
+    @property
+    def url(self) -> str:
+        return f"redis://{self.address}/0"
+
+    def client(self, **options) -> redis.Redis:
+        """A client of this server; no silent retries: the tests poll and decide themselves."""
+        options.setdefault("socket_timeout", 5)
+        options.setdefault("retry", Retry(NoBackoff(), 0))
+        return redis.Redis(host=LOOPBACK, port=self.port, **options)
+
+    def alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def start(self) -> "RedisServer":
+        """Start the server (again, on the same port and folder) and wait for PING."""
+        self.directory.mkdir(parents=True, exist_ok=True)
+        log = self.directory / "redis.log"
+        command = [shutil.which("redis-server") or "redis-server"]
+        if self.config:
+            config_file = self.directory / "redis.conf"
+            config_file.write_text(self.config)
+            command.append(str(config_file))
+        command += ["--bind", LOOPBACK, "--port", str(self.port), "--dir", str(self.directory)]
+        command += ["--save", "", "--appendonly", "no", "--logfile", str(log), *self.args]
+        # A master stops at once on TERM instead of waiting for lagging replicas.
+        command += ["--sentinel"] if self.sentinel else ["--shutdown-on-sigterm", "nosave", "now"]
+        self.process = subprocess.Popen(
+            command,
+            cwd=self.directory,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        try:
+            wait_until(self._answers, what=f"redis-server on port {self.port}")
+        except BaseException:
+            self.stop(kill=True)
+            raise
+        return self
+
+    def _answers(self) -> bool:
+        if not self.alive():
+            log = (self.directory / "redis.log").read_text(errors="replace")[-2000:]
+            raise HarnessError(f"redis-server on port {self.port} exited:\n{log}")
+        try:
+            with self.client(socket_timeout=0.5, socket_connect_timeout=0.5) as client:
+                return bool(client.ping())
+        except (OSError, redis.RedisError):
+            return False  # not listening yet, or still loading
+
+    def stop(self, *, kill: bool = False) -> None:
+        """Stop the server (``kill``: SIGKILL at once, a crash) and keep its folder."""
+        if self.process is None:
+            return
+        if kill:
+            with suppress(ProcessLookupError):
+                os.killpg(self.process.pid, signal.SIGKILL)
+        stop_process(self.process, timeout=5, group=True)
+        self.process = None
+
+    def restart_empty(self) -> None:
+        """Kill the server and start a fresh one on the same port: all keys are gone."""
+        self.stop(kill=True)
+        self.start()
+
+    def destroy(self) -> None:
+        """Kill the server; delete its folder if it was a temporary one."""
+        self.stop(kill=True)
+        if self._temporary:
+            shutil.rmtree(self.directory, ignore_errors=True)
 
 
 # -- PostgreSQL ---------------------------------------------------------------------------
@@ -250,94 +418,7 @@ class PostgresCluster:
             self.root = None
 
 
-# -- Redis --------------------------------------------------------------------------------
-
-
-class RedisServer:
-    """A private ``redis-server`` without persistence: every restart loses its data.
-
-    That is the case the fence must survive (a counter that starts again from zero).
-    """
-
-    def __init__(self):
-        self.port = free_port()
-        self.directory = Path(tempfile.mkdtemp(prefix="hoa-faults-redis-"))
-        self.process: subprocess.Popen | None = None
-
-    @property
-    def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
-
-    def client(self, **options) -> redis.Redis:
-        options.setdefault("socket_timeout", 2)
-        return redis.Redis(host="127.0.0.1", port=self.port, **options)
-
-    def start(self) -> "RedisServer":
-        self.process = subprocess.Popen(
-            [
-                shutil.which("redis-server") or "redis-server",
-                "--port",
-                str(self.port),
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-                "--dir",
-                str(self.directory),
-                "--logfile",
-                "redis.log",
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            start_new_session=True,
-        )
-        wait_until(self._answers, timeout=10, what=f"redis-server on port {self.port}")
-        return self
-
-    def _answers(self) -> bool:
-        if self.process is None or self.process.poll() is not None:
-            raise HarnessError(f"redis-server exited (see {self.directory}/redis.log)")
-        try:
-            with self.client(socket_timeout=0.5) as client:
-                return bool(client.ping())
-        except redis.RedisError:
-            return False
-
-    def stop(self, *, kill: bool = False) -> None:
-        if self.process is None:
-            return
-        if kill:
-            with suppress(ProcessLookupError):
-                os.killpg(self.process.pid, signal.SIGKILL)
-        stop_group(self.process)
-        self.process = None
-
-    def restart_empty(self) -> None:
-        """Kill the server and start a fresh one on the same port: all keys are gone."""
-        self.stop(kill=True)
-        self.start()
-
-    def destroy(self) -> None:
-        self.stop(kill=True)
-        shutil.rmtree(self.directory, ignore_errors=True)
-
-
-# -- the app --------------------------------------------------------------------------------
-
-
-def manage(*args: str, env: dict, timeout: float = 300) -> subprocess.CompletedProcess:
-    """Run ``manage.py`` in a child process (text output, no exception on failure)."""
-    return subprocess.run(
-        [sys.executable, str(BASE_DIR / "manage.py"), *args],
-        cwd=BASE_DIR,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
+# -- gunicorn -----------------------------------------------------------------------------
 
 
 class Gunicorn:
@@ -424,5 +505,5 @@ class Gunicorn:
         return self.live_workers()
 
     def stop(self) -> None:
-        stop_group(self.process)
+        stop_process(self.process, timeout=5, group=True)
         self.process = None

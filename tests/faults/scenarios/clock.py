@@ -14,8 +14,8 @@ import time
 from contextlib import suppress
 from pathlib import Path
 
-from bench.faults.procs import BASE_DIR, HarnessError
-from bench.faults.scenario import Scenario, scenario
+from tests.faults.scenario import Scenario, scenario
+from tests.harness import HarnessError
 
 LIBFAKETIME = Path("/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1")
 TTL = 4.0  # long enough that a busy machine cannot make the harness miss it
@@ -26,17 +26,8 @@ class _Actor:
 
     def __init__(self, s: Scenario, *, env: dict, name: str):
         self.name = name
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "bench.faults.clock_child"],
-            cwd=BASE_DIR,
-            env=env,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            start_new_session=True,
-        )
-        s.stack._children.append(self.process)
+        command = [sys.executable, "-m", "tests.faults.clock_child"]
+        self.process = s.stack.start(command, env=env, stdin=subprocess.PIPE)
 
     def ask(self, **command) -> dict:
         self.process.stdin.write(json.dumps(command) + "\n")

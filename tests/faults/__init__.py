@@ -8,5 +8,5 @@
 - ``clients``: staff over HTTP and cron over ``manage.py``, each answer recorded;
 - ``checker``: the history checker (what clients were told against the database);
 - ``scenario`` and ``scenarios/``: the scenarios of issue 9 and how each one runs;
-- ``report``: the table, the JSON under bench/results/ and the markdown matrix.
+- ``report``: the table, the JSON under tests/faults/results/ and the markdown matrix.
 """

@@ -3,9 +3,9 @@ and to the external endpoint (through the suite's TCP proxies)."""
 
 import time
 
-from bench.faults.clients import Op
-from bench.faults.scenario import Scenario, scenario
-from bench.faults.scenarios.common import (
+from tests.faults.clients import Op
+from tests.faults.scenario import Scenario, scenario
+from tests.faults.scenarios.common import (
     INSERT_TARGET,
     external_call_of,
     racing_ops,

@@ -10,9 +10,8 @@ The worker is then frozen with SIGSTOP (or killed with SIGKILL) while the lease 
 import os
 import signal
 
-from bench.faults.procs import frozen
-from bench.faults.scenario import Scenario, grant_pid, scenario
-from bench.faults.scenarios.common import (
+from tests.faults.scenario import Scenario, grant_pid, scenario
+from tests.faults.scenarios.common import (
     FENCE_UPDATE,
     INSERT_TARGET,
     external_call_of,
@@ -20,6 +19,7 @@ from bench.faults.scenarios.common import (
     stored,
     tokens_sent,
 )
+from tests.harness.processes import frozen
 
 # -- 1. pause past the TTL -----------------------------------------------------------------
 

@@ -35,7 +35,7 @@ from datetime import date
 from decimal import Decimal
 from itertools import pairwise
 
-from bench.faults.clients import Op
+from tests.faults.clients import Op
 
 SLACK = 0.2  # seconds
 UNKNOWN = ("no_answer", "error")

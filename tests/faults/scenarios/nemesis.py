@@ -3,7 +3,7 @@
 The promise under test: a paused or slow holder can never overwrite work done after its
 lease expired — also when Redis loses its data in between.
 
-Clients: ``plan.clients`` (5) real processes (``bench/faults/nemesis_client.py``), each
+Clients: ``plan.clients`` (5) real processes (``tests/faults/nemesis_client.py``), each
 with its own database connection, loop over fenced writes to one complaint row under one
 lease (``nemesis:complaint:<id>``, TTL 500 ms) through ``locking`` alone: ``run_fenced``,
 ``advance_fence``, and a history row inserted in the same transaction. Each holds its
@@ -28,7 +28,7 @@ every token ever granted) hands the frozen grants' numbers out again; the newer 
 writes the first frozen grant's number, and the second frozen grant, whose number is now
 above it, commits after it: an older grant overwrote newer work.
 
-Afterwards the history checker (``bench/faults/fence_history.py``) reads the history table
+Afterwards the history checker (``tests/faults/fence_history.py``) reads the history table
 and every client's log; each violation it names fails the scenario.
 """
 
@@ -37,7 +37,6 @@ import os
 import queue
 import random
 import secrets
-import signal
 import subprocess
 import sys
 import tempfile
@@ -47,13 +46,15 @@ from contextlib import suppress
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from bench.faults.clients import Op
-from bench.faults.fence_history import ClientOp, FenceHistoryReport, Write, check_fence_history
-from bench.faults.nemesis_client import CREATE_HISTORY, HISTORY_TABLE
-from bench.faults.procs import BASE_DIR, HarnessError, process_state, stop_group, wait_until
-from bench.faults.scenario import Scenario, scenario
+from tests.faults.clients import Op
+from tests.faults.fence_history import ClientOp, FenceHistoryReport, Write, check_fence_history
+from tests.faults.nemesis_client import CREATE_HISTORY, HISTORY_TABLE
+from tests.faults.scenario import Scenario, scenario
+from tests.harness import HarnessError
+from tests.harness.processes import freeze, stop_process, thaw
+from tests.harness.waiting import wait_until
 
-# How the suite's table reports each client outcome (bench/faults/clients.py's verdicts).
+# How the suite's table reports each client outcome (tests/faults/clients.py's verdicts).
 VERDICTS = {
     "committed": "done",
     "stale": "refused",
@@ -123,31 +124,14 @@ class _Clients:
         for client in range(self.plan.clients):
             self.logs[client] = self.folder / f"client-{client}.jsonl"
             stderr = (self.folder / f"client-{client}.err").open("wb")
-            process = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "bench.faults.nemesis_client",
-                    f"--client={client}",
-                    f"--run={self.run}",
-                    f"--resource={self.resource}",
-                    f"--row={self.row}",
-                    f"--log={self.logs[client]}",
-                    f"--ttl-ms={self.plan.ttl_ms}",
-                    "--hold-ms",
-                    *(str(ms) for ms in self.plan.hold_ms),
-                    f"--seed={rng.randrange(2**32)}",
-                ],
-                cwd=BASE_DIR,
-                env=env,
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=stderr,
-                text=True,
-                start_new_session=True,
-            )
+            command = [sys.executable, "-m", "tests.faults.nemesis_client", f"--client={client}"]
+            command += [f"--run={self.run}", f"--resource={self.resource}", f"--row={self.row}"]
+            command += [f"--log={self.logs[client]}", f"--ttl-ms={self.plan.ttl_ms}"]
+            command += ["--hold-ms", *(str(ms) for ms in self.plan.hold_ms)]
+            command += [f"--seed={rng.randrange(2**32)}"]
+            # Reaped by the stack, whatever happens.
+            process = self.s.stack.start(command, env=env, stdin=subprocess.PIPE, stderr=stderr)
             stderr.close()
-            self.s.stack._children.append(process)  # reaped by the stack, whatever happens
             self.processes[client] = process
             self.finished[client] = 0
             threading.Thread(
@@ -191,14 +175,11 @@ class _Clients:
         return self.processes[client].pid
 
     def freeze(self, client: int) -> None:
-        pid = self.pid(client)
-        os.kill(pid, signal.SIGSTOP)
         self.frozen.add(client)
-        wait_until(lambda: process_state(pid) in ("T", ""), timeout=5, what=f"pid {pid} to stop")
+        freeze(self.pid(client))
 
     def thaw(self, client: int) -> None:
-        with suppress(ProcessLookupError):
-            os.kill(self.pid(client), signal.SIGCONT)
+        thaw(self.pid(client))
         self.frozen.discard(client)
 
     def stop(self) -> None:
@@ -214,7 +195,7 @@ class _Clients:
             try:
                 process.wait(max(deadline - time.monotonic(), 0.1))
             except subprocess.TimeoutExpired:
-                stop_group(process, grace=2)
+                stop_process(process, timeout=2, group=True)
 
 
 @scenario(

@@ -1,17 +1,17 @@
-"""``python -m bench.faults``: run the fault-injection and load scenarios (``make faults``).
+"""``python -m tests.faults``: run the fault-injection and load scenarios (``make faults``).
 
 Starts a private PostgreSQL cluster, a private redis-server, two gunicorn instances of
 two workers each, a stand-in for the billing and dispatch endpoints and two TCP proxies;
-runs every scenario; prints a table; writes ``bench/results/faults.json``; stops every
-process it started. Exits 1 if any scenario saw an invariant violation or did not go as
-expected, 2 if the harness itself could not start.
+runs every scenario; prints a table; writes ``tests/faults/results/faults.json``; stops
+every process it started. Exits 1 if any scenario saw an invariant violation or did not go
+as expected, 2 if the harness itself could not start.
 
 Options: ``--quick`` (a 20 s load instead of 60 s), ``--only KEY…`` (scenario keys,
 numbers or prefixes: ``--only 1a 4 6f``), ``--load-seconds``, ``--clients``,
 ``--seed`` (of the randomized scenarios: the load's is 9, the nemesis draws a fresh one and
 prints it), ``--nemesis-rounds``, ``--history PATH`` (every request and answer, JSON
 lines), ``--keep-logs``, ``--list``.
-``python -m bench.faults.report`` prints the fault matrix of docs/reliability.md from the
+``python -m tests.faults.report`` prints the fault matrix of docs/reliability.md from the
 last report.
 """
 
@@ -23,13 +23,13 @@ import sys
 import time
 from pathlib import Path
 
-from bench.faults.procs import BASE_DIR, HarnessError
+from tests.harness import HarnessError
 
-RESULTS = BASE_DIR / "bench" / "results" / "faults.json"
+RESULTS = Path(__file__).resolve().parent / "results" / "faults.json"
 
 
 def _parse(argv):
-    parser = argparse.ArgumentParser(prog="python -m bench.faults", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m tests.faults", description=__doc__)
     parser.add_argument("--quick", action="store_true", help="a 20 s load instead of 60 s")
     parser.add_argument("--only", nargs="+", metavar="KEY", help="scenario keys or numbers")
     parser.add_argument("--load-seconds", type=float, default=None)
@@ -72,8 +72,8 @@ def _alarm(signum, frame):
 
 def main(argv=None) -> int:
     options = _parse(argv if argv is not None else sys.argv[1:])
-    import bench.faults.scenarios  # noqa: F401  (registers them)
-    from bench.faults.scenario import REGISTRY
+    import tests.faults.scenarios  # noqa: F401  (registers them)
+    from tests.faults.scenario import REGISTRY
 
     if options.list:
         for spec, _ in REGISTRY:
@@ -92,7 +92,7 @@ def main(argv=None) -> int:
     if options.nemesis_rounds is not None:
         os.environ["FAULTS_NEMESIS_ROUNDS"] = str(options.nemesis_rounds)
 
-    from bench.faults.stack import Stack, StackOptions
+    from tests.faults.stack import Stack, StackOptions
 
     # A terminated run (make interrupted, CI timeout) still stops what it started.
     signal.signal(signal.SIGTERM, _terminated)
@@ -106,12 +106,12 @@ def main(argv=None) -> int:
         stack.migrate()
         world_json = stack.seed(users=max(24, options.clients + 8))
         _configure_django(stack, secret)
-        from bench.faults.seed import World
+        from tests.faults.seed import World
 
         world = World.from_json(world_json)
         print(f"starting {stack.options.instances} gunicorn instances…", flush=True)
         stack.start_apps()
-        from bench.faults.scenario import run_scenario, warm_up
+        from tests.faults.scenario import run_scenario, warm_up
 
         warm_up(stack, world)
         signal.signal(signal.SIGALRM, _alarm)
@@ -134,7 +134,7 @@ def main(argv=None) -> int:
         return 2
     finally:
         stack.stop()
-    from bench.faults.report import print_table, write_history, write_json
+    from tests.faults.report import print_table, write_history, write_json
 
     print_table(results)
     write_json(options.json, results, seconds=time.monotonic() - started, quick=options.quick)

@@ -21,13 +21,14 @@ from dataclasses import dataclass, field
 import psycopg
 from psycopg import sql
 
-from bench.faults.checker import check_history, summarize
-from bench.faults.clients import History, Op, StaffClient, classify_command, command_args
-from bench.faults.procs import HarnessError, wait_until
-from bench.faults.proxy import Tap
-from bench.faults.seed import World
-from bench.faults.stack import Stack
-from tests.stubs import Gate
+from tests.faults.checker import check_history, summarize
+from tests.faults.clients import History, Op, StaffClient, classify_command, command_args
+from tests.faults.seed import World
+from tests.faults.stack import Stack
+from tests.harness import HarnessError
+from tests.harness.http import Gate
+from tests.harness.net import Tap
+from tests.harness.waiting import wait_until
 
 logger = logging.getLogger(__name__)
 
@@ -93,7 +94,7 @@ REGISTRY: list[tuple[Spec, Callable]] = []
 
 def find(key: str) -> tuple[Spec, Callable]:
     """The registered scenario with ``key``."""
-    import bench.faults.scenarios  # noqa: F401  (registers them)
+    import tests.faults.scenarios  # noqa: F401  (registers them)
 
     for spec, function in REGISTRY:
         if spec.key == key:

@@ -1,12 +1,18 @@
-"""A small asyncio TCP proxy that puts a bad network between the app and a server.
+"""Loopback ports, and a small asyncio TCP proxy that puts a bad network between two ends.
 
-The app is pointed at the proxy's port instead of the server's (Redis, the external
-endpoint). The harness, from its own thread, then changes what the wire does:
+``free_port()`` is a loopback port nobody listens on now: start a server on it, or use it
+(as ``closed_port()``) for a service that is down, whose connections are refused at once.
+
+``TcpProxy``: the app is pointed at the proxy's port instead of the server's (Redis, the
+external endpoint, a master for its replica). The harness, from its own thread, then
+changes what the wire does:
 
 - ``pass``: forward bytes, after ``latency`` seconds per chunk if set;
 - ``stall``: keep connections open but swallow every byte (a partition without a reset:
   the client only notices through its own timeout). ``heal()`` closes the stalled
   connections, as a real partition's TCP sessions would have died;
+- ``mute``: swallow only what the server sends, both ends stay connected (a replica that
+  stops hearing from its master while the master goes on acknowledging writes);
 - ``drop``: reset every connection, new ones at once;
 - ``refuse``: stop listening (connection refused, like a server that is down).
 
@@ -21,16 +27,50 @@ It runs its own event loop in a daemon thread; every public method is thread-saf
 
 import asyncio
 import logging
+import socket
 import threading
 from contextlib import suppress
 from dataclasses import dataclass, field
 
-from bench.faults.procs import HarnessError, free_port
+from tests.harness import HarnessError
 
 logger = logging.getLogger(__name__)
 
-MODES = ("pass", "stall", "drop", "refuse")
+MODES = ("pass", "stall", "mute", "drop", "refuse")
 _CHUNK = 65536
+LOOPBACK = "127.0.0.1"
+
+
+def port_is_free(port: int) -> bool:
+    """Whether nothing holds the loopback ``port`` now (no server listens on it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        try:
+            probe.bind((LOOPBACK, port))
+        except OSError:
+            return False
+    return True
+
+
+def free_port(*, also_free_at: tuple[int, ...] = ()) -> int:
+    """A loopback port that is free now (bound, then released), and so is ``port + offset``
+    for each offset (a Redis Cluster node also listens on port + 10000)."""
+    for _ in range(200):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+            probe.bind((LOOPBACK, 0))
+            port = probe.getsockname()[1]
+        if all(port + offset <= 65535 and port_is_free(port + offset) for offset in also_free_at):
+            return port
+    raise HarnessError("no free loopback port found")
+
+
+def free_consecutive_ports(count: int) -> int:
+    """The first of ``count`` consecutive loopback ports that are free now."""
+    return free_port(also_free_at=tuple(range(1, count)))
+
+
+def closed_port() -> int:
+    """A loopback port where nothing listens: a connection to it is refused at once."""
+    return free_port()
 
 
 class Tap:
@@ -201,6 +241,8 @@ class TcpProxy:
                 if connection.stalled or self.mode == "stall":
                     connection.stalled = True
                     continue  # swallowed: the other side hears nothing
+                if not upstream and self.mode == "mute":
+                    continue  # the client never sees it; the server is still heard
                 if upstream:
                     self._arm_hold(connection, data)
                 else:

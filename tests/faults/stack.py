@@ -26,17 +26,19 @@ from pathlib import Path
 
 import redis
 
-from bench.faults.procs import (
-    BASE_DIR,
+from tests.harness import HarnessError
+from tests.harness.http import HttpStub
+from tests.harness.net import TcpProxy
+from tests.harness.processes import (
     Gunicorn,
-    HarnessError,
     PostgresCluster,
     RedisServer,
-    manage,
-    stop_group,
+    manage_py,
+    run_child,
+    run_manage,
+    start_child,
+    stop_process,
 )
-from bench.faults.proxy import TcpProxy
-from tests.stubs import HttpStub
 
 logger = logging.getLogger(__name__)
 
@@ -88,21 +90,14 @@ class Stack:
         return self
 
     def migrate(self) -> None:
-        result = manage("migrate", "--noinput", "-v", "0", env=self.env())
+        result = run_manage("migrate", "--noinput", "-v", "0", env=self.env(), timeout=300)
         if result.returncode != 0:
             raise HarnessError(f"migrate failed:\n{result.stderr[-2000:]}")
 
     def seed(self, users: int = 24) -> str:
         """Seed in a child process; return the world as JSON."""
-        result = subprocess.run(
-            [sys.executable, "-m", "bench.faults.seed", str(users)],
-            cwd=BASE_DIR,
-            env=self.env(),
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
+        command = [sys.executable, "-m", "tests.faults.seed", str(users)]
+        result = run_child(command, env=self.env(), timeout=120)
         if result.returncode != 0:
             raise HarnessError(f"seeding failed:\n{result.stderr[-2000:]}")
         return result.stdout.strip().splitlines()[-1]
@@ -130,7 +125,7 @@ class Stack:
     def stop(self) -> None:
         """Stop everything this stack started, by PID, in reverse order."""
         for child in self._children:
-            stop_group(child, grace=2)
+            stop_process(child, timeout=2, group=True)
         for app in self.apps:
             app.stop()
         for proxy in (self.external_proxy, self.redis_proxy):
@@ -206,7 +201,7 @@ class Stack:
 
     def redis(self) -> redis.Redis:
         """A direct client to the private Redis (not through the proxy)."""
-        return self.redis_server.client()
+        return self.redis_server.client(socket_timeout=2)
 
     def lock_value(self, resource: str) -> str | None:
         raw = self.redis().get("lock:{" + resource + "}")
@@ -216,19 +211,16 @@ class Stack:
         raw = self.redis().get("fence:{" + resource + "}")
         return int(raw) if raw is not None else 0
 
-    def spawn(self, *args: str, env: dict | None = None) -> subprocess.Popen:
-        """Start ``manage.py <args>`` in its own process group; ``stop()`` reaps it."""
-        child = subprocess.Popen(
-            [sys.executable, str(BASE_DIR / "manage.py"), *args],
-            cwd=BASE_DIR,
-            env=env or self.env(),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            start_new_session=True,
-        )
+    def start(self, command: list[str], **options) -> subprocess.Popen:
+        """Start ``command`` in its own process group (see ``start_child``); ``stop()`` reaps it."""
+        options.setdefault("env", self.env())
+        child = start_child(command, start_new_session=True, **options)
         self._children.append(child)
         return child
+
+    def spawn(self, *args: str, env: dict | None = None) -> subprocess.Popen:
+        """Start ``manage.py <args>`` in its own process group; ``stop()`` reaps it."""
+        return self.start(manage_py(*args), env=env or self.env())
 
     def worker_pids(self) -> list[int]:
         return [pid for app in self.apps for pid in app.live_workers()]

@@ -21,14 +21,13 @@ import re
 import secrets
 import string
 import subprocess
-import sys
 import threading
 import time
 from dataclasses import asdict, dataclass, field
 
 import requests
 
-from bench.faults.procs import BASE_DIR
+from tests.harness.processes import run_manage
 
 _MESSAGE = re.compile(r'<li class="msg ([a-z ]+)"[^>]*>(.*?)</li>', re.S)
 _TITLE = re.compile(r"<h1[^>]*>(.*?)</h1>", re.S)
@@ -211,15 +210,7 @@ def run_command(op: Op, *, env: dict, timeout: float = 60) -> Op:
     op.via = "command"
     op.started = time.time()
     try:
-        result = subprocess.run(
-            [sys.executable, str(BASE_DIR / "manage.py"), *command_args(op)],
-            cwd=BASE_DIR,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            check=False,
-        )
+        result = run_manage(*command_args(op), env=env, timeout=timeout)
     except subprocess.TimeoutExpired as exc:
         return classify_command(op, None, str(exc.stdout or ""), str(exc.stderr or ""))
     return classify_command(op, result.returncode, result.stdout, result.stderr)
