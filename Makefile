@@ -19,6 +19,8 @@ HOA_REDIS_PORT ?= 56379
 export HOA_PG_PORT HOA_REDIS_PORT
 export DATABASE_URL ?= postgres://hoa@127.0.0.1:$(HOA_PG_PORT)/hoa
 export REDIS_URL ?= redis://127.0.0.1:$(HOA_REDIS_PORT)/0
+# The benchmarks' own database, on the same project-local server.
+export BENCH_DATABASE_URL ?= postgres://hoa@127.0.0.1:$(HOA_PG_PORT)/bench_hoa
 # Tests use Redis database 1 and flush it freely; the demo data stays in database 0.
 TEST_ENV := REDIS_URL=redis://127.0.0.1:$(HOA_REDIS_PORT)/1 LOCK_REDIS_URL=redis://127.0.0.1:$(HOA_REDIS_PORT)/1
 
