@@ -44,12 +44,6 @@ def first_token(epoch: int) -> int:
     return int(epoch) * EPOCH_SPAN
 
 
-def describe_token(token: int) -> str:
-    """``"7"`` for epoch 0, ``"7 (epoch 2, #7)"`` after a loss: readable on ops pages."""
-    epoch, sequence = divmod(int(token), EPOCH_SPAN)
-    return str(token) if epoch == 0 else f"{token} (epoch {epoch}, #{sequence})"
-
-
 # A new resource starts at epoch ``floor`` (0: tokens 1, 2, 3…); a known one moves to the
 # next epoch, or to ``floor`` if that is higher. One statement, committed on its own.
 _BEGIN_EPOCH_SQL = """
