@@ -21,8 +21,8 @@ from charges.services import (
     current_month,
     generate_monthly_charges,
 )
-from hoa.access import client_ip
-from hoa.ratelimits import check_fenced_post
+from hoa.security.ratelimits import check_fenced_post
+from hoa.web.access import client_ip
 
 APPLY_FIELD = "apply"
 

@@ -12,8 +12,8 @@ from decimal import Decimal
 
 from django.conf import settings
 
+from hoa.integrations.webhooks import CallResult, post_fenced
 from hoa.models import Organization
-from hoa.outbound import CallResult, post_fenced
 
 
 @dataclass(frozen=True)

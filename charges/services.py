@@ -38,10 +38,10 @@ from charges import billing
 from charges.billing import ChargeLine
 from charges.models import MonthlyCharge, MonthlyChargeRun
 from hoa import resources
+from hoa.integrations.webhooks import ExternalCallFailed
 from hoa.models import Organization, Unit
-from hoa.outbound import ExternalCallFailed
 from hoa.scopes import scope_for_organization
-from hoa.security import shown
+from hoa.security.audit import shown
 from locking import (
     Attempt,
     Lease,

@@ -36,10 +36,10 @@ from charges.services import (
     monthly_totals,
     parse_month,
 )
-from hoa.access import OrganizationMixin, client_ip
-from hoa.charts import Bar, bar_chart
-from hoa.ratelimits import limit_fenced_posts
-from hoa.responses import conflict, error_page
+from hoa.security.ratelimits import limit_fenced_posts
+from hoa.web.access import OrganizationMixin, client_ip
+from hoa.web.charts import Bar, bar_chart
+from hoa.web.responses import conflict, error_page
 
 CHART_MONTHS = 12
 

@@ -159,7 +159,7 @@ class NoticeAdmin(TenantAdminMixin, admin.ModelAdmin):
 
 @admin.register(AccessDenial)
 class AccessDenialAdmin(AuditTrailAdmin):
-    """Refused requests and actions (``hoa.security``): superusers only, read-only.
+    """Refused requests and actions (``hoa.security.audit``): superusers only, read-only.
 
     They span associations (a refusal often *is* someone reaching into another one), so
     no association's staff reads them here.

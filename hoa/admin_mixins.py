@@ -8,7 +8,7 @@ from django.core.exceptions import FieldDoesNotExist, ValidationError
 from django.utils.translation import gettext as _
 
 from hoa.models import Organization
-from hoa.security import Reason, deny_request
+from hoa.security.audit import Reason, deny_request
 
 
 def _scoped_foreignkey(db_field, request, kwargs: dict) -> dict:
@@ -29,7 +29,7 @@ class TenantAdminMixin:
     organizations are simply not in the queryset, so their change pages answer 404-style
     ("doesn't exist") redirects exactly like missing objects, and an action POST naming
     their ids acts on none of them. Such attempts, and actions the user lacks the
-    permission for, are audited (``hoa.security``).
+    permission for, are audited (``hoa.security.audit``).
     """
 
     def get_queryset(self, request):

@@ -251,7 +251,7 @@ class Notice(models.Model):
 
 
 class AccessDenial(models.Model):
-    """A refused request or action: who, from where, what, why (``hoa.security``).
+    """A refused request or action: who, from where, what, why (``hoa.security.audit``).
 
     Refusals answered by a view, an admin page or a command before any fenced operation
     starts live here, not among the fenced attempts (``FenceEvent``): they concern no

@@ -91,7 +91,7 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "csp.middleware.CSPMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
-    "hoa.middleware.DatabaseUnavailableMiddleware",
+    "hoa.ops.middleware.DatabaseUnavailableMiddleware",
     # Turns django-ratelimit's Ratelimited into RATELIMIT_VIEW's 429 page.
     "django_ratelimit.middleware.RatelimitMiddleware",
 ]
@@ -229,7 +229,7 @@ if env_bool("SECURE_PROXY_SSL_HEADER", False):
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
 # A stale or foreign form gets the site's own 403 page, saying what to do.
-CSRF_FAILURE_VIEW = "hoa.views.csrf_failure"
+CSRF_FAILURE_VIEW = "hoa.web.views.csrf_failure"
 # Prometheus and load-balancer probes reach each instance over plain HTTP on its private
 # address.
 SECURE_REDIRECT_EXEMPT = [r"^metrics$", r"^healthz$", r"^readyz$"]
@@ -269,7 +269,7 @@ RATELIMIT_ENABLE = env_bool("RATELIMIT_ENABLE", True)
 RATELIMIT_USE_CACHE = "default"
 # A cache outage lets requests through (logged) rather than refusing everyone.
 RATELIMIT_FAIL_OPEN = True
-RATELIMIT_VIEW = "hoa.views.too_many_requests"
+RATELIMIT_VIEW = "hoa.web.views.too_many_requests"
 # Fenced POSTs (generate charges, assign a vendor; staff pages and admin actions alike).
 FENCED_POST_RATE = env_rate("FENCED_POST_RATE", "30/m")  # per user
 FENCED_POST_IP_RATE = env_rate("FENCED_POST_IP_RATE", "120/m")  # per client address
@@ -311,7 +311,7 @@ LOGGING = {
     "disable_existing_loggers": False,
     "formatters": {
         "plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"},
-        "json": {"()": "hoa.logging.JsonFormatter"},
+        "json": {"()": "hoa.ops.logging.JsonFormatter"},
     },
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": LOG_FORMAT}},
     "root": {"handlers": ["console"], "level": "WARNING"},

@@ -2,11 +2,12 @@ from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
-from hoa import metrics_view, views
-from hoa.ratelimits import limit_sign_ins
+from hoa.ops import metrics_view
+from hoa.security.ratelimits import limit_sign_ins
+from hoa.web import views
 
 urlpatterns = [
-    # Both sign-in forms, rate limited and locked after repeated failures (hoa.ratelimits);
+    # Both sign-in forms, rate limited and locked after repeated failures (hoa.security.ratelimits);
     # listed before the includes that define the same paths.
     path("admin/login/", limit_sign_ins(admin.site.login)),
     path("accounts/login/", limit_sign_ins(auth_views.LoginView.as_view()), name="login"),
@@ -15,12 +16,12 @@ urlpatterns = [
     path("healthz", views.healthz, name="healthz"),
     path("readyz", views.readyz, name="readyz"),
     path("metrics", metrics_view.metrics, name="metrics"),
-    path("", include(("hoa.staff_urls", "hoa"), namespace="hoa")),
+    path("", include(("hoa.web.staff_urls", "hoa"), namespace="hoa")),
     path("orgs/<slug:org_slug>/charges/", include("charges.urls")),
     path("orgs/<slug:org_slug>/", include("vendors.urls")),
 ]
 
-handler400 = "hoa.views.bad_request"
-handler403 = "hoa.views.permission_denied"
-handler404 = "hoa.views.page_not_found"
-handler500 = "hoa.views.server_error"
+handler400 = "hoa.web.views.bad_request"
+handler403 = "hoa.web.views.permission_denied"
+handler404 = "hoa.web.views.page_not_found"
+handler500 = "hoa.web.views.server_error"

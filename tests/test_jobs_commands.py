@@ -12,7 +12,7 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.db import transaction
 
-from hoa.jobs import PUBLISH_NOTICES_LOCK, SLA_SWEEP_LOCK, sweep_sla
+from hoa.jobs.scheduled import PUBLISH_NOTICES_LOCK, SLA_SWEEP_LOCK, sweep_sla
 from hoa.models import Complaint, ComplaintEvent, Notice
 from locking import advisory_key, advisory_lock
 from tests.harness.net import closed_port
@@ -37,7 +37,7 @@ LOCK_NAMES = {"sla_sweep": SLA_SWEEP_LOCK, "publish_notices": PUBLISH_NOTICES_LO
 KEYS_SCRIPT = """
 import json, django
 django.setup()
-from hoa.jobs import PUBLISH_NOTICES_LOCK, SLA_SWEEP_LOCK
+from hoa.jobs.scheduled import PUBLISH_NOTICES_LOCK, SLA_SWEEP_LOCK
 from locking import advisory_key
 print(json.dumps({n: [hash(n), advisory_key(n)] for n in (SLA_SWEEP_LOCK, PUBLISH_NOTICES_LOCK)}))
 """

@@ -1,7 +1,9 @@
-"""The notice publisher (hoa.jobs.publish_notices) and its delivery hook, on real PostgreSQL.
+"""The notice publisher (hoa.jobs.scheduled.publish_notices) and its delivery hook.
+
+On real PostgreSQL.
 
 Deliveries are counted twice over: the ``delivered_at`` record the hook claims and the
-log line it writes (captured from the ``hoa.delivery`` logger).
+log line it writes (captured from the ``hoa.jobs.delivery`` logger).
 """
 
 import signal
@@ -14,8 +16,8 @@ import pytest
 from django.db import DatabaseError, connection
 from django.utils import timezone
 
-from hoa.delivery import deliver_notice
-from hoa.jobs import PUBLISH_NOTICES_LOCK, PublishResult, publish_notices
+from hoa.jobs.delivery import deliver_notice
+from hoa.jobs.scheduled import PUBLISH_NOTICES_LOCK, PublishResult, publish_notices
 from hoa.models import Notice
 from tests.harness.processes import start_manage
 from tests.harness.waiting import wait_until
@@ -52,7 +54,7 @@ def test_due_notices_are_published_and_delivered_once_and_scheduled_ones_wait(ma
         delivered_at=now - timedelta(days=2),
     )
 
-    with captured_log("hoa.delivery") as log:
+    with captured_log("hoa.jobs.delivery") as log:
         result = publish_notices(now=now)
         again = publish_notices(now=now + timedelta(seconds=1))
 
@@ -71,7 +73,7 @@ def test_due_notices_are_published_and_delivered_once_and_scheduled_ones_wait(ma
 def test_notices_are_published_across_batches_each_delivered_once(maple):
     notices = make_due_notices(maple, 7)
 
-    with captured_log("hoa.delivery") as log:
+    with captured_log("hoa.jobs.delivery") as log:
         result = publish_notices(batch_size=3)
 
     assert result == PublishResult(acquired=True, published=7, delivered=7, batches=3)
@@ -87,7 +89,7 @@ def test_two_concurrent_publishers_one_publishes_the_other_skips(maple):
         barrier.wait(timeout=10)
         return publish_notices()
 
-    with captured_log("hoa.delivery") as log, worker_threads(2) as submit:
+    with captured_log("hoa.jobs.delivery") as log, worker_threads(2) as submit:
         # Hold point: the winner's UPDATE waits for this SHARE lock, inside its pass.
         with table_locked("hoa_notice"):
             runs = [submit(publish), submit(publish)]
@@ -135,7 +137,7 @@ def publication_commit_fails(transactional_db):
 def test_a_publication_whose_commit_fails_delivers_nothing(maple, publication_commit_fails):
     notices = make_due_notices(maple, 2)
 
-    with captured_log("hoa.delivery") as log, pytest.raises(DatabaseError, match="refused"):
+    with captured_log("hoa.jobs.delivery") as log, pytest.raises(DatabaseError, match="refused"):
         publish_notices()
 
     assert delivered_resources(log) == {}
@@ -144,7 +146,7 @@ def test_a_publication_whose_commit_fails_delivers_nothing(maple, publication_co
     assert advisory_lock_holders(PUBLISH_NOTICES_LOCK) == []
     with connection.cursor() as cursor:
         cursor.execute("ALTER TABLE hoa_notice DISABLE TRIGGER test_refuse_publication")
-    with captured_log("hoa.delivery") as log:
+    with captured_log("hoa.jobs.delivery") as log:
         assert publish_notices().delivered == 2
     assert delivered_resources(log) == {f"notice:{n.pk}": 1 for n in notices}
 
@@ -155,7 +157,7 @@ def test_a_notice_stranded_between_commit_and_delivery_is_delivered_by_the_next_
         organization=maple, title="Stranded", published_at=timezone.now()
     )
 
-    with captured_log("hoa.delivery") as log:
+    with captured_log("hoa.jobs.delivery") as log:
         first = publish_notices()
         second = publish_notices()
 
@@ -168,7 +170,7 @@ def test_the_delivery_hook_delivers_a_published_notice_only_once(maple):
     published = Notice.objects.create(organization=maple, title="Hi", published_at=timezone.now())
     unpublished = Notice.objects.create(organization=maple, title="Not yet")
 
-    with captured_log("hoa.delivery") as log:
+    with captured_log("hoa.jobs.delivery") as log:
         assert deliver_notice(published.pk) is True
         assert deliver_notice(published.pk) is False
         assert deliver_notice(unpublished.pk) is False
@@ -209,7 +211,7 @@ def test_a_publisher_killed_before_commit_publishes_and_delivers_nothing(maple, 
     wait_until(lambda: not backends_of("publisher-to-kill"), what="the dead child's sessions")
 
     assert Notice.objects.filter(published_at__isnull=False).count() == 0
-    with captured_log("hoa.delivery") as log:
+    with captured_log("hoa.jobs.delivery") as log:
         result = publish_notices()
     assert result == PublishResult(acquired=True, published=3, delivered=3, batches=1)
     assert delivered_resources(log) == {f"notice:{n.pk}": 1 for n in notices}

@@ -1,4 +1,4 @@
-"""The complaint SLA sweep (hoa.jobs.sweep_sla) against real PostgreSQL.
+"""The complaint SLA sweep (hoa.jobs.scheduled.sweep_sla) against real PostgreSQL.
 
 Concurrency is forced, not hoped for: a job that reaches a hold point (a table lock, or an
 uncommitted conflicting row) blocks inside its pass while the test acts and watches
@@ -15,7 +15,7 @@ from django.db.models import Count
 from django.db.transaction import TransactionManagementError
 from django.utils import timezone
 
-from hoa.jobs import SLA_SWEEP_LOCK, SweepResult, sweep_sla
+from hoa.jobs.scheduled import SLA_SWEEP_LOCK, SweepResult, sweep_sla
 from hoa.models import Complaint, ComplaintEvent
 from tests.harness.waiting import wait_until
 from tests.jobs_support import (
@@ -212,7 +212,7 @@ def test_sweep_refuses_to_run_inside_a_transaction_and_writes_nothing(maple):
 def test_a_sweep_whose_lock_connection_dies_mid_pass_finishes_and_warns(maple):
     complaints = make_overdue(maple, 2)
 
-    with captured_log("hoa.jobs") as log, worker_threads(1) as submit:
+    with captured_log("hoa.jobs.scheduled") as log, worker_threads(1) as submit:
         with table_locked("hoa_complaintevent"):
             sweep = submit(sweep_sla)
             wait_until(lambda: backends_waiting(EVENT_INSERT), what="the sweep inside its pass")

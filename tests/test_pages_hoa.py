@@ -11,8 +11,8 @@ from django.utils import timezone
 
 from charges.models import MonthlyChargeRun
 from hoa.models import Complaint, Organization
-from hoa.responses import conflict
-from hoa.views import server_error
+from hoa.web.responses import conflict
+from hoa.web.views import server_error
 from locking import LockHeld, Outcome
 from locking.connection import client_for_url
 from locking.models import FenceEvent

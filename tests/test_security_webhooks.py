@@ -11,7 +11,7 @@ import time
 import pytest
 
 from charges.services import generate_monthly_charges
-from hoa.outbound import post_fenced, sign, verify
+from hoa.integrations.webhooks import post_fenced, sign, verify
 from tests.charges_support import MONTH
 from tests.harness.processes import BASE_DIR
 

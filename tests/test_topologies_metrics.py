@@ -23,8 +23,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from hoa.logging import JsonFormatter
 from hoa.models import Complaint, ComplaintEvent
+from hoa.ops.logging import JsonFormatter
 from locking import (
     Attempt,
     FenceLock,

@@ -4,11 +4,11 @@ from django.template.response import TemplateResponse
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
-from hoa.access import client_ip
 from hoa.admin import ComplaintAdmin as BaseComplaintAdmin
 from hoa.admin_mixins import TenantAdminMixin, TenantInlineMixin
 from hoa.models import Complaint, Organization
-from hoa.ratelimits import check_fenced_post
+from hoa.security.ratelimits import check_fenced_post
+from hoa.web.access import client_ip
 from locking import LockUnavailable
 from vendors import selectors
 from vendors.answers import BAD_REQUEST, RETRYABLE, refusal_message, result_message

@@ -2,7 +2,7 @@
 
 One POST per fenced attempt, made before the attempt's transaction, to
 ``VENDOR_DISPATCH_URL`` (skipped, and logged, when it is unset), bounded by
-``EXTERNAL_CALL_TIMEOUT_SECONDS``. Headers (see hoa/outbound.py and docs/design.md):
+``EXTERNAL_CALL_TIMEOUT_SECONDS``. Headers (see hoa/integrations/webhooks.py and docs/design.md):
 
 - ``X-Fencing-Token``: the lease's token. The receiver keeps the highest token it has seen
   per complaint and refuses lower ones, so a paused holder's late call cannot undo a newer
@@ -26,8 +26,8 @@ from urllib.parse import urlsplit, urlunsplit
 
 from django.conf import settings
 
+from hoa.integrations.webhooks import CallResult, post_fenced
 from hoa.models import Complaint
-from hoa.outbound import CallResult, post_fenced
 from vendors.models import Vendor, VendorAssignment
 
 

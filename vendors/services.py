@@ -29,8 +29,8 @@ from django.db.models import OuterRef, Subquery
 from django.utils import timezone
 
 from hoa import resources
+from hoa.integrations.webhooks import ExternalCallFailed
 from hoa.models import Complaint, Organization
-from hoa.outbound import ExternalCallFailed
 from hoa.scopes import scope_for_organization
 from locking import (
     Attempt,

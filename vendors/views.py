@@ -17,10 +17,10 @@ from django.utils.decorators import method_decorator
 from django.utils.translation import gettext as _
 from django.views.generic import DetailView, ListView
 
-from hoa.access import OrganizationMixin, client_ip
 from hoa.models import Complaint
-from hoa.ratelimits import limit_fenced_posts
-from hoa.responses import conflict, error_page
+from hoa.security.ratelimits import limit_fenced_posts
+from hoa.web.access import OrganizationMixin, client_ip
+from hoa.web.responses import conflict, error_page
 from locking import LockHeld, LockUnavailable, StaleFencingToken
 from vendors import selectors
 from vendors.answers import describe_assignment, refusal_message, result_message

@@ -5,7 +5,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import DatabaseError, InterfaceError, connection
 from redis.exceptions import RedisError
 
-from hoa.readiness import pending_migrations
+from hoa.ops.readiness import pending_migrations
 
 # EX_TEMPFAIL from sysexits.h: "try again later". Cron wrappers treat it as not an error.
 EXIT_TEMPFAIL = 75

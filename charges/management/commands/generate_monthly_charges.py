@@ -41,10 +41,10 @@ from charges.services import (
 )
 from hoa.management.base import EXIT_TEMPFAIL, ServiceCommand, require_services
 from hoa.models import Organization
-from hoa.security import Reason, record_denial, shown
+from hoa.security.audit import Reason, record_denial, shown
 from locking import Outcome
 
-# What a refused --actor is recorded against (hoa.security.record_denial).
+# What a refused --actor is recorded against (hoa.security.audit.record_denial).
 COMMAND_RESOURCE = "command:generate_monthly_charges"
 # The words of the --all-orgs summary line, by outcome (stale: a newer holder took over).
 SUMMARY = {

@@ -1,7 +1,7 @@
 from django.utils.translation import gettext as _
 from django.utils.translation import ngettext
 
-from hoa.jobs import DEFAULT_PUBLISH_BATCH_SIZE, publish_notices
+from hoa.jobs.scheduled import DEFAULT_PUBLISH_BATCH_SIZE, publish_notices
 from hoa.management.scheduled import ScheduledJobCommand
 
 

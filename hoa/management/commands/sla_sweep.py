@@ -1,7 +1,7 @@
 from django.utils.translation import gettext as _
 from django.utils.translation import ngettext
 
-from hoa.jobs import DEFAULT_SWEEP_BATCH_SIZE, sweep_sla
+from hoa.jobs.scheduled import DEFAULT_SWEEP_BATCH_SIZE, sweep_sla
 from hoa.management.scheduled import ScheduledJobCommand
 
 

@@ -19,10 +19,9 @@ from django.views.generic import ListView, TemplateView
 from django_htmx.http import HttpResponseClientRedirect
 from redis.exceptions import RedisError
 
-from hoa.access import OrganizationMixin
-from hoa.charts import Bar, bar_chart
-from hoa.lockstatus import EVENTS_PER_PAGE as LOCK_EVENTS_PER_PAGE
-from hoa.lockstatus import (
+from hoa.models import Complaint, Organization
+from hoa.ops.lockstatus import EVENTS_PER_PAGE as LOCK_EVENTS_PER_PAGE
+from hoa.ops.lockstatus import (
     EventFilterForm,
     Viewer,
     describe_resources,
@@ -31,11 +30,12 @@ from hoa.lockstatus import (
     resource_timeline,
     visible_holders,
 )
-from hoa.models import Complaint, Organization
-from hoa.readiness import pending_migrations
-from hoa.responses import error_page
+from hoa.ops.readiness import pending_migrations
 from hoa.scopes import scope_for_organization
-from hoa.security import Reason, deny_request
+from hoa.security.audit import Reason, deny_request
+from hoa.web.access import OrganizationMixin
+from hoa.web.charts import Bar, bar_chart
+from hoa.web.responses import error_page
 from locking import FenceLock, LockUnavailable, Outcome
 from locking.models import FenceEvent
 

@@ -19,7 +19,7 @@ from django.contrib.auth import get_user_model
 from django.utils.translation import gettext as _
 from django_ratelimit.exceptions import Ratelimited
 
-from hoa.security import Limit, Usage, address_key, count, user_key
+from hoa.security.audit import Limit, Usage, address_key, count, user_key
 
 
 def _username_and_address(request, username: str) -> str:

@@ -33,7 +33,7 @@ from django.db import DatabaseError, InterfaceError, connection, transaction
 from django.db.transaction import TransactionManagementError
 from django.utils import timezone
 
-from hoa.delivery import deliver_notice
+from hoa.jobs.delivery import deliver_notice
 from hoa.models import Complaint, ComplaintEvent, Notice
 from locking import advisory_lock
 

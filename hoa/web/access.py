@@ -6,7 +6,7 @@ from django.http import Http404
 from django.shortcuts import get_object_or_404
 
 from hoa.models import Organization
-from hoa.security import Reason, client_ip, deny_request
+from hoa.security.audit import Reason, client_ip, deny_request
 
 __all__ = ["OrganizationMixin", "client_ip", "organization_for", "require_permission"]
 

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from hoa import views
+from hoa.web import views
 
 urlpatterns = [
     path("", views.home, name="home"),
