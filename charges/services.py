@@ -37,7 +37,7 @@ from django.utils.translation import ngettext
 from charges import billing
 from charges.billing import ChargeLine
 from charges.models import MonthlyCharge, MonthlyChargeRun
-from hoa import resources
+from charges.resources import OPERATION, charge_resource
 from hoa.integrations.webhooks import ExternalCallFailed
 from hoa.models import Organization, Unit
 from hoa.scopes import scope_for_organization
@@ -56,7 +56,6 @@ from locking import (
 
 logger = logging.getLogger(__name__)
 
-OPERATION = "monthly-charges"
 GENERATE_PERMISSION = "charges.generate_charges"
 
 _MONTH_PATTERN = re.compile(r"([0-9]{4})-([0-9]{2})")  # [0-9]: \d also takes "٢٠٢٦-٠٣"
@@ -279,11 +278,6 @@ class ChargeRunResult:
 
 
 # -- the operation ---------------------------------------------------------------------------
-
-
-def charge_resource(organization: Organization, month: date) -> str:
-    """Return the lock resource of ``organization``'s charges for ``month``."""
-    return resources.charges_resource(organization.pk, month)
 
 
 def ensure_may_generate(user, organization: Organization) -> None:

@@ -10,11 +10,13 @@ from django.db import transaction
 from django.utils import timezone
 
 from hoa.models import Complaint, Notice, Organization, StaffMembership, Unit
+from hoa.operations import operations, staff_permissions
 
 DEMO_PASSWORD = "hoa-demo-2026"  # noqa: S105 - printed on purpose; local demo only
 STAFF_GROUP = "Association staff"
 
-# Permissions every association's staff needs: read everything, run the fenced operations.
+# Permissions every association's staff needs: read everything; the fenced operations add
+# theirs (``Operation.staff_permissions``).
 STAFF_PERMISSIONS = [
     ("hoa", "view_organization"),
     ("hoa", "view_unit"),
@@ -23,13 +25,6 @@ STAFF_PERMISSIONS = [
     ("hoa", "view_notice"),
     ("hoa", "add_notice"),
     ("hoa", "change_notice"),
-    ("charges", "view_monthlychargerun"),
-    ("charges", "view_monthlycharge"),
-    ("charges", "generate_charges"),
-    ("vendors", "view_vendor"),
-    ("vendors", "view_vendorcontract"),
-    ("vendors", "view_vendorassignment"),
-    ("vendors", "assign_vendor"),
 ]
 
 ORGANIZATIONS = [
@@ -56,9 +51,10 @@ class Login:
 
 def staff_group() -> Group:
     group, _ = Group.objects.get_or_create(name=STAFF_GROUP)
+    names = [*STAFF_PERMISSIONS, *(name.split(".", 1) for name in staff_permissions())]
     perms = [
         Permission.objects.get(content_type__app_label=app, codename=codename)
-        for app, codename in STAFF_PERMISSIONS
+        for app, codename in names
     ]
     group.permissions.set(perms)
     return group
@@ -76,10 +72,8 @@ def _user(username: str, *, superuser: bool = False):
 
 @transaction.atomic
 def seed_demo() -> list[Login]:
-    """Create or refresh the demo organizations, units, staff, complaints and vendors."""
-    from vendors.models import Vendor, VendorContract
-
-    today = timezone.localdate()
+    """Create or refresh the demo organizations, units, staff and complaints, then each
+    fenced operation's demo data."""
     group = staff_group()
     logins = [Login("admin", DEMO_PASSWORD, "superuser, all associations")]
     _user("admin", superuser=True)
@@ -115,27 +109,7 @@ def seed_demo() -> list[Login]:
                 "publish_at": timezone.now() + timedelta(days=1),
             },
         )
-
-    year = timedelta(days=365)
-    vendors = [
-        (
-            "Pipe Pros Plumbing",
-            "plumbing",
-            ["maple-court", "oak-ridge"],
-            today - year,
-            today + year,
-        ),
-        ("Evergreen Landscaping", "landscaping", ["maple-court"], today - year, today + year),
-        ("Bright Spark Electric", "electrical", ["maple-court"], today - 2 * year, today - year),
-        ("Summit Roofing", "roofing", ["oak-ridge"], today + timedelta(days=30), today + year),
-        ("Oakline Handyman", "general", ["oak-ridge"], today - year, today + year),
-    ]
-    for name, trade, slugs, starts_on, ends_on in vendors:
-        vendor, _ = Vendor.objects.update_or_create(name=name, defaults={"trade": trade})
-        for slug in slugs:
-            VendorContract.objects.update_or_create(
-                vendor=vendor,
-                organization=orgs[slug],
-                defaults={"starts_on": starts_on, "ends_on": ends_on},
-            )
+    for operation in operations():
+        if operation.seed_demo is not None:
+            operation.seed_demo(orgs)
     return logins

@@ -32,3 +32,29 @@ def test_the_scan_finds_an_internal_import():
     )
     found = [m.group().strip() for m in INTERNAL_IMPORT.finditer(text)]
     assert found == ["from locking.management", "import locking.admin"]
+
+
+# hoa is the frame: it names no app built on it, not even in a string or a template. The
+# settings list the apps and the root URLconf includes them; nothing else may.
+APP_NAMES = re.compile(r"\b(?:charges|vendors)\b")
+FRAME_EXCEPTIONS = {"hoa/settings.py", "hoa/urls.py"}
+
+
+def test_hoa_names_nothing_of_the_apps_above_it():
+    offenders = [
+        f"{relative}:{number}: {line.strip()}"
+        for path in sorted((BASE_DIR / "hoa").rglob("*"))
+        if path.suffix in {".py", ".html", ".txt"}
+        and "migrations" not in path.parts
+        and (relative := str(path.relative_to(BASE_DIR))) not in FRAME_EXCEPTIONS
+        for number, line in enumerate(path.read_text().splitlines(), start=1)
+        if APP_NAMES.search(line)
+    ]
+    assert offenders == []
+
+
+def test_the_app_name_scan_finds_a_name():
+    """Control: a URL namespace, an import and a permission string are all caught."""
+    lines = ["{% url 'vendors:complaint' 1 %}", "from charges.models import X", "'charges.x'"]
+    assert all(APP_NAMES.search(line) for line in lines)
+    assert not APP_NAMES.search("monthly charge totals")

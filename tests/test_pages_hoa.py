@@ -176,7 +176,7 @@ def test_dashboard_of_a_quiet_association_shows_empty_states(client, alice, mapl
     client.force_login(alice)
     html = client.get(f"/orgs/{maple.slug}/").content.decode()
     assert "No open complaints. Nothing needs attention." in html
-    assert "No charges generated or vendors assigned yet." in html
+    assert "No fenced attempts yet." in html
     assert "<svg" not in html  # no attempts: no chart
 
 

@@ -28,7 +28,6 @@ from django.db import transaction
 from django.db.models import OuterRef, Subquery
 from django.utils import timezone
 
-from hoa import resources
 from hoa.integrations.webhooks import ExternalCallFailed
 from hoa.models import Complaint, Organization
 from hoa.scopes import scope_for_organization
@@ -43,17 +42,12 @@ from locking import (
 )
 from vendors.dispatch import cancel_dispatch, dispatch_assignment
 from vendors.models import Vendor, VendorAssignment, VendorContract
+from vendors.resources import OPERATION, assignment_resource
 from vendors.selectors import active_assignment
 
 logger = logging.getLogger(__name__)
 
-OPERATION = "vendor-assignment"
 ASSIGN_PERMISSION = "vendors.assign_vendor"
-
-
-def assignment_resource(complaint_id: int) -> str:
-    """Return the lock resource of one complaint's vendor assignment."""
-    return resources.assignment_resource(complaint_id)
 
 
 # --- Exceptions --------------------------------------------------------------------------

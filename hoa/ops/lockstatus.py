@@ -2,14 +2,13 @@
 
 A superuser sees every lease and every recorded attempt. A staff member sees only the
 resources of the organizations they are staff of. The locking app knows nothing of
-organizations, so the mapping lives here, in one place:
+organizations; each fenced operation says what its resource names mean
+(``hoa.operations``):
 
-- ``monthly-charges:org:<org_id>:<YYYY-MM>``: the organization is in the name, so its
-  leases are found with one bounded ``SCAN`` per organization (prefix
-  ``monthly-charges:org:<org_id>:``);
-- ``vendor-assignment:complaint:<complaint_id>``: the organization is the complaint's,
-  so the vendor leases are scanned once (bounded) and kept when the complaint belongs to
-  one of the viewer's organizations (one query);
+- which ``SCAN`` prefixes hold an organization's leases (one bounded SCAN per prefix:
+  a name with the organization in it is scanned per organization, one without it once);
+- which organization, page and recorded fence token a resource name stands for, so a
+  lease is kept only when it belongs to one of the viewer's organizations;
 - ``FenceEvent.scope`` is ``org:<id>`` (``hoa.scopes``), so the audit trail is filtered by
   scope in SQL.
 
@@ -18,21 +17,17 @@ already have audit events) matters: a lease that has just been granted has no ev
 and a lease of another organization must stay hidden even when its name is guessed.
 """
 
-from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import date
-from datetime import datetime as dt
 
 from django import forms
 from django.db.models import QuerySet
-from django.urls import reverse
 from django.utils import timezone
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
-from hoa.models import Complaint, Organization
-from hoa.resources import CHARGES_PREFIX, CHARGES_RESOURCE, VENDOR_PREFIX, VENDOR_RESOURCE
+from hoa.models import Organization
+from hoa.operations import ResourceInfo, describe_resources, scan_prefixes
 from hoa.scopes import scope_for_organization
 from hoa.web.charts import LeaseSpan, Mark, lock_timeline
 from locking import FenceLock, HolderInfo, LockUnavailable, Outcome, validate_resource
@@ -77,94 +72,6 @@ class Viewer:
         return events.in_scopes(scopes)
 
 
-@dataclass(frozen=True)
-class ResourceInfo:
-    """A resource name turned into what it means for the people who run the association."""
-
-    resource: str
-    organization: Organization | None = None
-    description: str = ""
-    # The fence as PostgreSQL recorded it (the run's or complaint's last_fence_token).
-    recorded_token: int | None = None
-    url: str = ""
-
-
-def describe_resources(resources: Iterable[str]) -> dict[str, ResourceInfo]:
-    """Map resource names to their organization, meaning, page and recorded fence token."""
-    resources = set(resources)
-    charges: dict[str, tuple[int, date]] = {}
-    complaints: dict[str, int] = {}
-    for resource in resources:
-        if match := CHARGES_RESOURCE.fullmatch(resource):
-            month = _month(match["month"])
-            if month is not None:
-                charges[resource] = (int(match["org"]), month)
-        elif match := VENDOR_RESOURCE.fullmatch(resource):
-            complaints[resource] = int(match["complaint"])
-    complaint_rows = {
-        complaint.pk: complaint
-        for complaint in Complaint.objects.filter(pk__in=complaints.values()).only(
-            "pk", "title", "organization_id", "last_fence_token"
-        )
-    }
-    org_ids = {org_id for org_id, _month in charges.values()}
-    org_ids |= {complaint.organization_id for complaint in complaint_rows.values()}
-    organizations = Organization.objects.in_bulk(org_ids)
-    run_tokens = _charge_run_tokens(organizations, charges.values())
-
-    described = {resource: ResourceInfo(resource=resource) for resource in resources}
-    for resource, (org_id, month) in charges.items():
-        organization = organizations.get(org_id)
-        described[resource] = ResourceInfo(
-            resource=resource,
-            organization=organization,
-            description=_("Monthly charges for %(month)s") % {"month": f"{month:%B %Y}"},
-            recorded_token=run_tokens.get((org_id, month)),
-            url=reverse("charges:run", args=[organization.slug, f"{month:%Y-%m}"])
-            if organization
-            else "",
-        )
-    for resource, complaint_id in complaints.items():
-        complaint = complaint_rows.get(complaint_id)
-        organization = organizations.get(complaint.organization_id) if complaint else None
-        described[resource] = ResourceInfo(
-            resource=resource,
-            organization=organization,
-            description=_("Vendor for complaint #%(id)s %(title)s")
-            % {"id": complaint_id, "title": complaint.title if complaint else ""},
-            recorded_token=complaint.last_fence_token if complaint else None,
-            url=reverse("vendors:complaint", args=[organization.slug, complaint_id])
-            if organization
-            else "",
-        )
-    return described
-
-
-def _month(text: str) -> date | None:
-    try:
-        return dt.strptime(text, "%Y-%m").date()
-    except ValueError:
-        return None
-
-
-def _charge_run_tokens(organizations, wanted) -> dict[tuple[int, date], int]:
-    """Return {(org id, month): last_fence_token} of the charge runs that exist."""
-    months_by_org = defaultdict(set)
-    for org_id, month in wanted:
-        months_by_org[org_id].add(month)
-    tokens = {}
-    for org_id, months in months_by_org.items():
-        organization = organizations.get(org_id)
-        if organization is None:
-            continue
-        # Through the reverse relation: hoa does not import the charges app.
-        for month, token in organization.charge_runs.filter(month__in=months).values_list(
-            "month", "last_fence_token"
-        ):
-            tokens[(org_id, month)] = token
-    return tokens
-
-
 @dataclass
 class Holders:
     leases: list[HolderInfo] = field(default_factory=list)
@@ -181,11 +88,7 @@ def visible_holders(viewer: Viewer, *, lock: FenceLock, limit: int = HOLDER_SCAN
     """Return the current leases the viewer may see, each SCAN bounded by ``limit``."""
     if viewer.organization_ids is not None and not viewer.organization_ids:
         return Holders()
-    if viewer.sees_everything:
-        prefixes = [""]
-    else:
-        prefixes = [f"{CHARGES_PREFIX}{pk}:" for pk in sorted(viewer.organization_ids)]
-        prefixes.append(VENDOR_PREFIX)
+    prefixes = [""] if viewer.sees_everything else scan_prefixes(viewer.organization_ids)
     found: dict[str, HolderInfo] = {}
     truncated = False
     try:

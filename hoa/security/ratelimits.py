@@ -56,7 +56,7 @@ def check_fenced_post(request) -> None:
                 limit=limit,
                 retry_after=seconds,
                 message=_(
-                    "Too many requests to generate charges or assign vendors in a short "
+                    "Too many requests to run fenced operations in a short "
                     "time; nothing was done. Try again in %(seconds)d seconds."
                 )
                 % {"seconds": seconds},

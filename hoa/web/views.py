@@ -20,11 +20,11 @@ from django_htmx.http import HttpResponseClientRedirect
 from redis.exceptions import RedisError
 
 from hoa.models import Complaint, Organization
+from hoa.operations import Panel, describe_resources, operations
 from hoa.ops.lockstatus import EVENTS_PER_PAGE as LOCK_EVENTS_PER_PAGE
 from hoa.ops.lockstatus import (
     EventFilterForm,
     Viewer,
-    describe_resources,
     fence_counters,
     operations_seen,
     resource_timeline,
@@ -60,6 +60,10 @@ def home(request):
     return redirect("hoa:organizations")
 
 
+def _panels() -> list[Panel]:
+    return [operation.dashboard for operation in operations()]
+
+
 def _first_of_this_month():
     return timezone.localdate().replace(day=1)
 
@@ -81,20 +85,20 @@ class OrganizationListView(LoginRequiredMixin, ListView):
                 filter=open_ & Q(complaints__sla_breached_at__isnull=False),
                 distinct=True,
             ),
-            # 0 or 1: there is one run per organization and month.
-            completed_run_count=Count(
-                "charge_runs",
-                filter=Q(charge_runs__month=month, charge_runs__status="completed"),
-                distinct=True,
-            ),
+            **{
+                name: expression
+                for panel in _panels()
+                if panel.organization_annotations
+                for name, expression in panel.organization_annotations(month).items()
+            },
         )
 
     def get_context_data(self, **kwargs):
-        return super().get_context_data(month=_first_of_this_month(), **kwargs)
+        return super().get_context_data(month=_first_of_this_month(), panels=_panels(), **kwargs)
 
 
 class DashboardView(OrganizationMixin, TemplateView):
-    """One association: units, open complaints, SLA breaches, this month's charges."""
+    """One association: its units, each fenced operation's panel, the recent attempts."""
 
     template_name = "hoa/dashboard.html"
 
@@ -102,18 +106,15 @@ class DashboardView(OrganizationMixin, TemplateView):
         context = super().get_context_data(**kwargs)
         org = self.organization
         month = _first_of_this_month()
-        complaints = Complaint.objects.for_organization(org)
         events = FenceEvent.objects.in_scopes([scope_for_organization(org)])
+        panels = _panels()
+        for panel in panels:
+            if panel.context is not None:
+                context.update(panel.context(self.request, org, month))
         context.update(
             month=month,
+            panels=panels,
             unit_count=org.units.count(),
-            open_complaints=complaints.open().count(),
-            breached_complaints=complaints.open().breached().count(),
-            current_run=org.charge_runs.filter(month=month).first(),
-            can_generate=self.request.user.has_perm("charges.generate_charges"),
-            urgent_complaints=complaints.open()
-            .select_related("unit")
-            .order_by("sla_breached_at", "sla_due_at")[:8],
             recent_events=self._recent(events),
             attempts_chart=self._attempts_chart(events),
         )
@@ -195,7 +196,11 @@ class LockStatusView(LoginRequiredMixin, TemplateView):
     def get_context_data(self, **kwargs):
         context = super().get_context_data(**kwargs)
         context.update(self.holders_context())
-        context.update(form=self.form, operations=operations_seen(self.viewer))
+        context.update(
+            form=self.form,
+            operations=operations_seen(self.viewer),
+            resource_example=next((op.example for op in operations() if op.example), ""),
+        )
         if not self.form.is_valid():
             return context
         events = self.form.filter(self.viewer.events())

@@ -5,7 +5,10 @@ from hoa.management.base import require_services
 
 
 class Command(BaseCommand):
-    help = "Create or refresh demo organizations, staff, complaints and vendors (idempotent)."
+    help = (
+        "Create or refresh the demo organizations, staff, complaints and each fenced "
+        "operation's demo data (idempotent)."
+    )
 
     def handle(self, *args, **options):
         require_services(redis=False)

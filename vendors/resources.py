@@ -1,0 +1,22 @@
+"""The lock resource of a complaint's vendor: ``vendor-assignment:complaint:<id>``.
+
+One lease per complaint, never wider. The organization is the complaint's, not in the
+name, so the lock status page scans the one prefix (bounded) and keeps the leases of the
+viewer's complaints.
+"""
+
+import re
+from collections.abc import Iterable
+
+OPERATION = "vendor-assignment"
+PREFIX = f"{OPERATION}:complaint:"
+# Ids of at most 18 digits fit a bigint; [0-9], not \d (other scripts' digits).
+RESOURCE = re.compile(r"vendor-assignment:complaint:(?P<complaint>[0-9]{1,18})")
+
+
+def assignment_resource(complaint_id: int) -> str:
+    return f"{PREFIX}{int(complaint_id)}"
+
+
+def scan_prefixes(organization_ids: Iterable[int]) -> list[str]:
+    return [PREFIX]
