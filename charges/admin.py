@@ -1,15 +1,91 @@
-from django.contrib import admin
+"""The charges admin: runs and charges (read-only), and "Generate charges for a month…" on
+the Organization changelist.
 
-from charges.admin_actions import generate_charges_for_month, has_generate_charges_permission
+``hoa`` must not know about charges, so the Organization admin gains its action here by
+replacing the registration with a subclass (as the vendors app does for complaints). The
+action's first POST shows an intermediate page to choose the month; its submit runs the
+service once per selected organization and reports each with the level its answer deserves.
+"""
+
+from django.contrib import admin, messages
+from django.contrib.admin import helpers
+from django.template.response import TemplateResponse
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
+
+from charges.exceptions import ChargesError
+from charges.forms import MonthForm
 from charges.models import MonthlyCharge, MonthlyChargeRun
-from hoa.admin import OrganizationAdmin
+from charges.resources import GENERATE_PERMISSION
+from charges.selectors import current_month
+from charges.services import generate_monthly_charges
+from hoa.admin import OrganizationAdmin as BaseOrganizationAdmin
 from hoa.admin_mixins import TenantAdminMixin
+from hoa.models import Organization
+from hoa.security.ratelimits import check_fenced_post
+from hoa.web import answer_table
+from hoa.web.access import client_ip
 
-# "Generate charges for a month…" on Organization. hoa must not import charges, so the
-# charges app extends hoa's admin class (imports run charges → hoa) instead of re-registering
-# it. The action's permissions=["generate_charges"] looks up has_generate_charges_permission.
-OrganizationAdmin.actions = [*(OrganizationAdmin.actions or []), generate_charges_for_month]
-OrganizationAdmin.has_generate_charges_permission = has_generate_charges_permission
+APPLY_FIELD = "apply"
+
+
+@admin.action(
+    description=gettext_lazy("Generate charges for a month…"),
+    permissions=["generate_charges"],
+)
+def generate_charges_for_month(modeladmin, request, queryset):
+    """Ask for a month, then generate each selected organization's charges for it."""
+    if APPLY_FIELD in request.POST:
+        check_fenced_post(request)  # 429 past the user's or the address's limit
+        form = MonthForm(request.POST)
+        if form.is_valid():
+            month = form.cleaned_data["month"]
+            for organization in queryset:
+                _generate_one(modeladmin, request, organization, month)
+            return None  # back to the changelist, which shows the messages
+        modeladmin.message_user(request, form.errors["month"][0], messages.ERROR)
+    else:
+        form = MonthForm(initial={"month": f"{current_month():%Y-%m}"})
+    request.current_app = modeladmin.admin_site.name
+    return TemplateResponse(
+        request,
+        "charges/admin/generate_charges.html",
+        {
+            **modeladmin.admin_site.each_context(request),
+            "title": _("Generate charges for a month"),
+            "subtitle": None,
+            "opts": modeladmin.model._meta,
+            "queryset": queryset,
+            "form": form,
+            "action_name": generate_charges_for_month.__name__,
+            "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
+            "apply_field": APPLY_FIELD,
+            "media": modeladmin.media,
+        },
+    )
+
+
+def _generate_one(modeladmin, request, organization, month) -> None:
+    try:
+        result = generate_monthly_charges(
+            organization=organization, month=month, actor=request.user, ip=client_ip(request)
+        )
+    except ChargesError as exc:
+        answer_table.admin_message(modeladmin, request, exc)
+    else:
+        modeladmin.message_user(request, result.message, messages.SUCCESS)
+
+
+admin.site.unregister(Organization)
+
+
+@admin.register(Organization)
+class OrganizationAdmin(BaseOrganizationAdmin):
+    actions = [*(BaseOrganizationAdmin.actions or []), generate_charges_for_month]
+
+    def has_generate_charges_permission(self, request) -> bool:
+        """Whether the action is offered: the ``permissions=["generate_charges"]`` hook."""
+        return request.user.has_perm(GENERATE_PERMISSION)
 
 
 @admin.register(MonthlyChargeRun)

@@ -1,9 +1,27 @@
 """Forms of the charges pages and admin action."""
 
+import re
+from datetime import date
+
 from django import forms
 from django.utils.translation import gettext_lazy as _
 
-from charges.services import InvalidMonth, parse_month
+from charges.exceptions import InvalidMonth
+
+_MONTH_PATTERN = re.compile(r"([0-9]{4})-([0-9]{2})")  # [0-9]: \d also takes "٢٠٢٦-٠٣"
+
+
+def parse_month(value: str) -> date:
+    """Return the first day of the ``YYYY-MM`` month ``value``, or raise ``InvalidMonth``."""
+    match = _MONTH_PATTERN.fullmatch(value.strip()) if isinstance(value, str) else None
+    if match is None:
+        raise InvalidMonth(value, "format")
+    year, month = int(match[1]), int(match[2])
+    if not 1 <= month <= 12:
+        raise InvalidMonth(value, "month")
+    if year < 1:
+        raise InvalidMonth(value, "year")
+    return date(year, month, 1)
 
 
 class MonthForm(forms.Form):

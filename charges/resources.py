@@ -9,6 +9,7 @@ from collections.abc import Iterable
 from datetime import date
 
 OPERATION = "monthly-charges"
+GENERATE_PERMISSION = "charges.generate_charges"
 PREFIX = f"{OPERATION}:org:"
 # Ids of at most 18 digits fit a bigint: a stray key with a longer number is no row of ours.
 # Use with fullmatch(); [0-9], not \d, which also matches other scripts' digits.

@@ -7,13 +7,18 @@ from decimal import Decimal
 
 from django.db.models import Count, Q
 from django.urls import reverse
+from django.utils import timezone
 from django.utils.translation import gettext as _
 
 from charges.models import MonthlyChargeRun
+from charges.resources import GENERATE_PERMISSION
 from hoa.models import Organization
 from hoa.operations import ResourceInfo
 
-GENERATE_PERMISSION = "charges.generate_charges"
+
+def current_month() -> date:
+    """Return the first day of the current month in ``TIME_ZONE``."""
+    return timezone.localdate().replace(day=1)
 
 
 def add_months(month: date, count: int) -> date:

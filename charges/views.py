@@ -3,14 +3,13 @@
 The generate view is thin: the organization and permission checks come from
 ``OrganizationMixin`` (404 for an organization the user is not staff of, 403 without the
 permission), the month is parsed, one service call does the work, and each outcome maps to
-one answer: 303 to the run page, 409 busy or superseded, 400 bad month, 503 Redis down,
-502 billing failed.
+one answer (``hoa.web.answer_table``): 303 to the run page, 409 busy or superseded, 400 bad
+month, 503 Redis down, 502 billing failed.
 """
 
 from datetime import date
 
 from django.contrib import messages
-from django.core.exceptions import PermissionDenied
 from django.http import HttpResponseRedirect
 from django.shortcuts import redirect
 from django.urls import reverse
@@ -20,26 +19,17 @@ from django.utils.translation import gettext as _
 from django.views import View
 from django.views.generic import ListView, TemplateView
 
-from charges.forms import MonthForm
+from charges.exceptions import ChargesError
+from charges.forms import MonthForm, parse_month
 from charges.models import MonthlyChargeRun
-from charges.services import (
-    GENERATE_PERMISSION,
-    OPERATION,
-    BillingFailed,
-    GenerationBusy,
-    GenerationSuperseded,
-    InvalidMonth,
-    LockServiceUnavailable,
-    NotAllowed,
-    current_month,
-    generate_monthly_charges,
-    monthly_totals,
-    parse_month,
-)
+from charges.resources import GENERATE_PERMISSION, OPERATION
+from charges.selectors import current_month, monthly_totals
+from charges.services import generate_monthly_charges
 from hoa.security.ratelimits import limit_fenced_posts
+from hoa.web import answer_table
 from hoa.web.access import OrganizationMixin, client_ip
 from hoa.web.charts import Bar, bar_chart
-from hoa.web.responses import conflict, error_page
+from hoa.web.responses import error_page
 
 CHART_MONTHS = 12
 
@@ -112,8 +102,8 @@ class ChargeRunDetailView(OrganizationMixin, TemplateView):
     def get(self, request, *args, **kwargs):
         try:
             self.month = parse_month(kwargs["month"])
-        except InvalidMonth as exc:
-            return _bad_month(request, str(exc))
+        except ChargesError as exc:
+            return answer_table.page(request, exc)
         return super().get(request, *args, **kwargs)
 
     def get_context_data(self, **kwargs):
@@ -144,36 +134,14 @@ class GenerateChargesView(OrganizationMixin, View):
     def post(self, request, *args, **kwargs):
         try:
             month = parse_month(kwargs["month"])
-        except InvalidMonth as exc:
-            return _bad_month(request, str(exc))
-        try:
             result = generate_monthly_charges(
                 organization=self.organization,
                 month=month,
                 actor=request.user,
                 ip=client_ip(request),
             )
-        except GenerationBusy as exc:
-            return conflict(
-                request,
-                title=_("Charges are being generated"),
-                message=str(exc),
-                lease=exc,
-                retry_url=request.path,
-            )
-        except GenerationSuperseded as exc:
-            return conflict(
-                request,
-                title=_("A newer holder took over"),
-                message=str(exc),
-                retry_url=request.path,
-            )
-        except LockServiceUnavailable as exc:
-            return error_page(request, 503, _("Lock service unavailable"), str(exc))
-        except BillingFailed as exc:
-            return error_page(request, 502, _("The billing system failed"), str(exc))
-        except NotAllowed as exc:  # the mixin already checked; the service checks again
-            raise PermissionDenied from exc
+        except ChargesError as exc:
+            return answer_table.page(request, exc)
         if result.generated:
             messages.success(request, result.message)
         else:

@@ -18,21 +18,19 @@ import pytest
 from django.db import transaction
 from django.utils import timezone
 
+from charges.exceptions import GenerationBusy
 from charges.models import MonthlyChargeRun
-from charges.services import (
-    GenerationBusy,
-    add_months,
-    charge_resource,
-    current_month,
-    generate_monthly_charges,
-)
+from charges.resources import charge_resource
+from charges.selectors import add_months, current_month
+from charges.services import generate_monthly_charges
 from hoa.demo import DEMO_PASSWORD, seed_demo
 from hoa.models import Complaint, Organization
 from hoa.scopes import scope_for_organization
 from locking import FenceLock, StaleFencingToken, advance_fence, record_fence_event
 from tests.test_browser_staff import chromium, site  # noqa: F401 - fixtures
 from vendors.models import Vendor
-from vendors.services import assign_vendor, assignment_resource
+from vendors.resources import assignment_resource
+from vendors.services import assign_vendor
 
 OUT = Path(__file__).resolve().parent.parent / "docs" / "screenshots"
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]

@@ -9,7 +9,8 @@ from django.test import RequestFactory
 from django.urls import reverse
 
 from charges.models import MonthlyCharge, MonthlyChargeRun
-from charges.services import charge_resource, current_month
+from charges.resources import charge_resource
+from charges.selectors import current_month
 from hoa.models import Organization, StaffMembership
 from locking import FenceLock
 from tests.charges_support import MONTH, MONTH_ARG

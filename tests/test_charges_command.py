@@ -16,7 +16,8 @@ from django.core.management import CommandError, call_command
 from django.db import connection
 
 from charges.models import MonthlyCharge, MonthlyChargeRun
-from charges.services import charge_resource, generate_monthly_charges
+from charges.resources import charge_resource
+from charges.services import generate_monthly_charges
 from hoa.management.base import EXIT_TEMPFAIL
 from hoa.models import Organization, Unit
 from locking import FenceLock
@@ -70,12 +71,12 @@ def test_command_generates_charges_then_reports_them_already_generated(
     )
     run = MonthlyChargeRun.objects.get(organization=maple, month=MONTH)
     assert (run.charge_count, run.total, run.last_fence_token) == (10, MAPLE_TOTAL, 2)
-    assert run.completed_by == f"os user {OS_USER} via generate_monthly_charges"
+    assert run.completed_by == f"cli:{OS_USER}"
     assert MonthlyCharge.objects.filter(run=run).count() == 10
     [request] = http_stub.received
     assert (request.idempotency_key, request.token) == (f"monthly-charges:{maple.pk}:2026-03", 1)
     event = FenceEvent.objects.get(outcome="committed")
-    assert event.actor.startswith(f"os user {OS_USER} via generate_monthly_charges")
+    assert event.actor == f"cli:{OS_USER}"
     assert event.scope == f"org:{maple.pk}"
 
 
@@ -101,8 +102,11 @@ def test_command_refuses_bad_input_with_one_line_and_writes_nothing(maple, comma
     ("args", "message"),
     [
         (("--org", "maple-court", "--month", "March"), '"March" is not a month: use YYYY-MM'),
-        (("--org", "maple-court", "--actor", "ghost"), 'Unknown user "ghost".'),
-        (("--org", "maple-court", "--actor", "viewer"), "viewer may not generate charges."),
+        (("--org", "maple-court", "--actor", "ghost"), 'No active user "ghost".'),
+        (
+            ("--org", "maple-court", "--actor", "viewer"),
+            "viewer may not generate charges for Maple Court.",
+        ),
         (
             ("--org", "maple-court", "--actor", "mallory"),
             "mallory may not generate charges for Maple Court.",
@@ -180,7 +184,9 @@ def test_command_frozen_by_sigstop_is_rejected_after_a_newer_holder_commits(
         gate.release()  # the answer waits in A's socket while A is frozen
         wait_for_lease_expiry(redis_client, maple)
 
-        result_b = generate_monthly_charges(organization=maple, month=MONTH, actor="holder-b")
+        result_b = generate_monthly_charges(
+            organization=maple, month=MONTH, actor=None, via="holder-b"
+        )
         assert (result_b.outcome, result_b.token) == ("committed", 2)
 
         os.kill(holder_a.pid, signal.SIGCONT)
@@ -317,7 +323,7 @@ def test_all_orgs_with_an_actor_walks_only_their_organizations(alice, oak, setti
         "maple-court"
     ]
     run = MonthlyChargeRun.objects.get()
-    assert run.completed_by == f"alice (os user {OS_USER}) via generate_monthly_charges"
+    assert run.completed_by == f"alice via cli:{OS_USER}"
 
 
 @direct_postgres_only

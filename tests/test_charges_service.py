@@ -15,19 +15,19 @@ import psycopg
 import pytest
 from django.db import connection
 
-from charges.models import MonthlyCharge, MonthlyChargeRun
-from charges.services import (
+from charges.exceptions import (
     BillingFailed,
     GenerationBusy,
     GenerationSuperseded,
     InvalidMonth,
     LockServiceUnavailable,
     NotAllowed,
-    charge_resource,
-    generate_monthly_charges,
-    monthly_totals,
-    parse_month,
 )
+from charges.forms import parse_month
+from charges.models import MonthlyCharge, MonthlyChargeRun
+from charges.resources import charge_resource
+from charges.selectors import monthly_totals
+from charges.services import generate_monthly_charges
 from hoa.models import Organization
 from locking import FenceLock, Outcome, fence_key
 from locking.epochs import first_token
@@ -60,6 +60,11 @@ def short_ttl(settings):
 
 
 def generate(organization, actor="cron-a", month=MONTH):
+    """A string ``actor`` is a system caller: no user, recorded by its ``via``."""
+    if isinstance(actor, str):
+        return generate_monthly_charges(
+            organization=organization, month=month, actor=None, via=actor
+        )
     return generate_monthly_charges(organization=organization, month=month, actor=actor)
 
 

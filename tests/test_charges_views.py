@@ -8,12 +8,9 @@ from django.test import Client
 from django.urls import reverse
 
 from charges.models import MonthlyCharge, MonthlyChargeRun
-from charges.services import (
-    add_months,
-    charge_resource,
-    current_month,
-    generate_monthly_charges,
-)
+from charges.resources import charge_resource
+from charges.selectors import add_months, current_month
+from charges.services import generate_monthly_charges
 from locking import FenceLock
 from locking.models import FenceEvent
 from tests.charges_support import (
@@ -92,8 +89,10 @@ def test_run_list_shows_the_runs_and_one_bar_per_month_of_the_last_year(
     alice_client, billing, maple
 ):
     this_month = current_month()
-    generate_monthly_charges(organization=maple, month=this_month, actor="cron")
-    generate_monthly_charges(organization=maple, month=add_months(this_month, -2), actor="cron")
+    generate_monthly_charges(organization=maple, month=this_month, actor=None, via="cron")
+    generate_monthly_charges(
+        organization=maple, month=add_months(this_month, -2), actor=None, via="cron"
+    )
 
     page = alice_client.get(RUNS_URL).content.decode()
 
@@ -245,7 +244,7 @@ def test_request_paused_past_its_lease_answers_409_stale(
     paused = Worker(lambda: client.post(GENERATE_URL))
     gate.wait_arrived(1)
     wait_for_lease_expiry(redis_client, maple)
-    generate_monthly_charges(organization=maple, month=MONTH, actor="cron")
+    generate_monthly_charges(organization=maple, month=MONTH, actor=None, via="cron")
     gate.release()
     response = paused.join().result
 

@@ -23,8 +23,9 @@ from django.test import Client
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from charges.exceptions import InvalidMonth
+from charges.forms import parse_month
 from charges.models import MonthlyCharge, MonthlyChargeRun
-from charges.services import InvalidMonth, parse_month
 from hoa.management.base import EXIT_TEMPFAIL
 from hoa.models import Complaint, Notice
 from tests.harness.processes import run_manage

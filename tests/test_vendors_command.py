@@ -21,7 +21,8 @@ from tests.vendors_support import (
     vendor_with_contract,
 )
 from vendors.models import VendorAssignment
-from vendors.services import assign_vendor, assignment_resource
+from vendors.resources import assignment_resource
+from vendors.services import assign_vendor
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -162,7 +163,7 @@ def test_actor_is_checked_like_the_web(complaint, pipe, alice, viewer, mallory):
     not_allowed = (1, "You may not assign vendors for Maple Court.")
     assert call(*ids, "--actor", "viewer") == not_allowed
     assert call(*ids, "--actor", "mallory") == not_allowed
-    assert call(*ids, "--actor", "ghost") == (1, "No active user 'ghost'.")
+    assert call(*ids, "--actor", "ghost") == (1, 'No active user "ghost".')
     assert VendorAssignment.objects.count() == 0
     assert call(*ids, "--actor", "alice")[0] == 0
     assert VendorAssignment.objects.get().actor_label.startswith("alice via cli:")

@@ -10,7 +10,6 @@ import threading
 import pytest
 
 from hoa.models import Complaint
-from locking import LockHeld, StaleFencingToken
 from locking.epochs import first_token
 from locking.models import FenceEvent
 from tests.harness.waiting import wait_until
@@ -27,15 +26,16 @@ from tests.vendors_support import (
     wait_for_lease_to_expire,
 )
 from vendors.dispatch import idempotency_key
-from vendors.models import VendorAssignment
-from vendors.selectors import active_assignment
-from vendors.services import (
+from vendors.exceptions import (
     AlreadyAssigned,
-    AssignmentResult,
+    AssignmentBusy,
+    AssignmentSuperseded,
     ChangedSinceViewed,
-    assign_vendor,
-    assignment_resource,
 )
+from vendors.models import VendorAssignment
+from vendors.resources import assignment_resource
+from vendors.selectors import active_assignment
+from vendors.services import AssignmentResult, assign_vendor
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -77,9 +77,9 @@ def test_two_concurrent_assignments_of_different_vendors_never_both_succeed(
     won, lost = winner.outcome(), loser.outcome()
     assert isinstance(won, AssignmentResult)
     assert (won.outcome, won.token) == ("committed", 1)
-    assert isinstance(lost, LockHeld)
+    assert isinstance(lost, AssignmentBusy)
     assert lost.holder.startswith("alice on ")
-    assert lost.token == 1  # the counter the winner was granted
+    assert lost.busy.token == 1  # the counter the winner was granted
     assert [a.vendor.name for a in active_assignments(complaint)] == [winner.name]
     assert VendorAssignment.objects.count() == 1
     assert len(dispatch.received) == 1
@@ -104,7 +104,7 @@ def test_paused_holder_resuming_after_a_takeover_is_rejected_and_the_newer_assig
     late = paused.outcome()
 
     assert (newer.outcome, newer.token) == ("committed", 2)
-    assert isinstance(late, StaleFencingToken)
+    assert isinstance(late, AssignmentSuperseded)
     assert (late.token, late.recorded) == (1, 2)
     [active] = active_assignments(complaint)
     assert (active.vendor, active.fence_token) == (green, 2)
@@ -148,11 +148,11 @@ def test_older_holder_committing_first_is_caught_by_the_state_check(
     if reassign:
         assert isinstance(second, ChangedSinceViewed)
         assert (second.expected, second.current.pk, second.told_in_vain) == (None, a.pk, green)
-        outcome, names_the_winner = "conflict", "found Pipe Pros (assignment"
+        outcome, names_the_winner = "conflict", "Pipe Pros is now assigned (token 1)"
     else:
         assert isinstance(second, AlreadyAssigned)
         assert (second.winner.pk, second.told_in_vain) == (a.pk, green)
-        outcome, names_the_winner = "already_done", "already assigned to Pipe Pros"
+        outcome, names_the_winner = "already_done", "already has a vendor: Pipe Pros"
     assert (a.active, a.fence_token) == (True, 1)
     assert VendorAssignment.objects.count() == 1  # nothing of B's was written
     # B's fence advance rolled back with its refusal.
@@ -277,9 +277,8 @@ def test_two_reassignments_decided_against_the_same_assignment_exactly_one_commi
     assert events_of(complaint) == [("committed", 1), ("committed", 2), ("conflict", 3)]
     conflict = FenceEvent.objects.get(outcome="conflict")
     assert conflict.detail == (
-        f"the assignment of complaint {complaint.pk} changed since it was viewed: "
-        f"expected Pipe Pros (assignment {shown.pk}, token 1), "
-        f"found Evergreen (assignment {won.assignment.pk}, token 2); "
+        f"Complaint #{complaint.pk} changed since you looked: Evergreen is now assigned "
+        "(token 2); nothing was saved. Run again to replace it knowingly; "
         f"Bright Spark was told in vain; {cancellation}"
     )
     # The stand-in: three dispatches, then the cancellation of Bright Spark's, under the

@@ -4,8 +4,7 @@ from datetime import timedelta
 
 import pytest
 
-from hoa.models import Complaint
-from locking import LockHeld
+from hoa.models import AccessDenial, Complaint
 from locking.models import FenceEvent
 from tests.vendors_support import (
     active_assignments,
@@ -17,16 +16,17 @@ from tests.vendors_support import (
     vendor_with_contract,
 )
 from vendors.dispatch import idempotency_key
-from vendors.models import VendorAssignment
-from vendors.services import (
+from vendors.exceptions import (
     AlreadyAssigned,
+    AssignmentBusy,
     ChangedSinceViewed,
     ContractNotActive,
     DispatchFailed,
     NotAllowed,
-    assign_vendor,
-    assignment_resource,
 )
+from vendors.models import VendorAssignment
+from vendors.resources import assignment_resource
+from vendors.services import assign_vendor
 
 # run_fenced opens its own transactions: tests that reach it cannot run inside one. Refusals
 # made before the lease run inside the test's transaction.
@@ -114,7 +114,7 @@ def test_another_vendor_without_reassign_is_refused_naming_the_winner_and_not_di
     assert len(dispatch.received) == 1
     event = FenceEvent.objects.order_by("-id").first()
     assert (event.outcome, event.token) == ("already_done", 2)
-    assert "already assigned to Pipe Pros" in event.detail
+    assert "already has a vendor: Pipe Pros, assigned by alice" in event.detail
 
 
 def test_reassign_deactivates_the_previous_assignment_and_dispatches_the_replacement(
@@ -174,9 +174,8 @@ def test_reassigning_an_assignment_already_replaced_is_refused_without_calling_t
     assert cancellations(dispatch) == []
     assert events_of(complaint) == [("committed", 1), ("committed", 2), ("conflict", 3)]
     assert FenceEvent.objects.get(outcome="conflict").detail == (
-        f"the assignment of complaint {complaint.pk} changed since it was viewed: expected "
-        f"Pipe Pros (assignment {shown.pk}, token 1), found Evergreen (assignment {now.pk}, "
-        "token 2)"
+        f"Complaint #{complaint.pk} changed since you looked: Evergreen is now assigned "
+        "(token 2); nothing was saved. Run again to replace it knowingly."
     )
 
 
@@ -279,7 +278,7 @@ def test_a_held_lease_answers_busy_naming_the_holder_and_writes_nothing(
     )
     before = state_of(complaint, redis_client)
 
-    with pytest.raises(LockHeld) as busy:
+    with pytest.raises(AssignmentBusy) as busy:
         assign_vendor(complaint=complaint, vendor=pipe, actor=alice)
 
     assert busy.value.holder.startswith("bob on ")
@@ -348,12 +347,15 @@ def test_an_actor_who_is_not_permitted_staff_of_the_association_is_refused(
     assert state_of(complaint, redis_client) == before
     assert before.redis_keys == ()
     assert dispatch.received == []
-    event = FenceEvent.objects.get()
-    assert (event.outcome, event.token, event.actor, event.ip) == (
-        "denied",
-        None,
+    # Refused before any lease: recorded with every other refusal, not as a fenced attempt.
+    assert not FenceEvent.objects.exists()
+    denial = AccessDenial.objects.get()
+    assert (denial.reason, denial.resource, denial.actor, denial.ip, denial.organization) == (
+        "permission",
+        assignment_resource(complaint.pk),
         persona,
         "10.0.0.9",
+        complaint.organization,
     )
 
 

@@ -8,13 +8,14 @@ from hoa.admin import ComplaintAdmin as BaseComplaintAdmin
 from hoa.admin_mixins import TenantAdminMixin, TenantInlineMixin
 from hoa.models import Complaint, Organization
 from hoa.security.ratelimits import check_fenced_post
+from hoa.web import answer_table
 from hoa.web.access import client_ip
-from locking import LockUnavailable
 from vendors import selectors
-from vendors.answers import BAD_REQUEST, RETRYABLE, refusal_message, result_message
+from vendors.exceptions import VendorsError
 from vendors.forms import AssignVendorForm
 from vendors.models import Vendor, VendorAssignment, VendorContract
-from vendors.services import ASSIGN_PERMISSION, DispatchFailed, assign_vendor
+from vendors.resources import ASSIGN_PERMISSION
+from vendors.services import assign_vendor
 
 
 class VendorContractInline(TenantInlineMixin, admin.TabularInline):
@@ -149,10 +150,8 @@ class ComplaintAdmin(BaseComplaintAdmin):
                 replacing=replacing,
                 ip=client_ip(request),
             )
-        except RETRYABLE as exc:
-            self.message_user(request, refusal_message(complaint, exc), messages.WARNING)
-        except (*BAD_REQUEST, DispatchFailed, LockUnavailable) as exc:
-            self.message_user(request, refusal_message(complaint, exc), messages.ERROR)
+        except VendorsError as exc:
+            answer_table.admin_message(self, request, exc)
         else:
             level = messages.INFO if result.already_done else messages.SUCCESS
-            self.message_user(request, result_message(result), level)
+            self.message_user(request, result.message, level)

@@ -1,26 +1,13 @@
-"""How each answer of ``assign_vendor`` reads to a person, in one place for the staff page,
-the admin action and the command."""
+"""How each answer of vendor assignment reads to a person: one place for the staff page,
+the admin action and the command. Translated, with named placeholders."""
+
+from datetime import date, timedelta
 
 from django.utils import formats
 from django.utils.translation import gettext as _
 
-from hoa.models import Complaint
-from locking import LockHeld, LockUnavailable, StaleFencingToken
-from vendors.models import VendorAssignment
-from vendors.services import (
-    AlreadyAssigned,
-    AssignmentChanged,
-    AssignmentResult,
-    ChangedSinceViewed,
-    ContractNotActive,
-    DispatchFailed,
-    NotAllowed,
-)
-
-# Refusals a caller answers with "try again later" (409 / exit 75 / admin warning).
-RETRYABLE = (LockHeld, StaleFencingToken, AlreadyAssigned, ChangedSinceViewed, AssignmentChanged)
-# Refusals caused by the request itself (400 / exit 1 / admin error).
-BAD_REQUEST = (ContractNotActive, NotAllowed)
+from hoa.models import Complaint, Organization
+from vendors.models import Vendor, VendorAssignment, VendorContract
 
 
 def describe_assignment(assignment: VendorAssignment) -> str:
@@ -33,87 +20,128 @@ def describe_assignment(assignment: VendorAssignment) -> str:
     }
 
 
-def result_message(result: AssignmentResult) -> str:
-    complaint = result.assignment.complaint
-    values = {"vendor": result.assignment.vendor.name, "complaint": complaint.pk}
-    if result.already_done:
+def result_message(
+    assignment: VendorAssignment, *, already_done: bool, replaced: VendorAssignment | None
+) -> str:
+    values = {"vendor": assignment.vendor.name, "complaint": assignment.complaint_id}
+    if already_done:
         return _("%(vendor)s is already the vendor of complaint #%(complaint)s.") % values
-    if result.replaced is not None:
+    if replaced is not None:
         return _(
             "%(vendor)s now handles complaint #%(complaint)s, replacing %(previous)s "
             "(token %(token)s)."
-        ) % {**values, "previous": result.replaced.vendor.name, "token": result.token}
+        ) % {**values, "previous": replaced.vendor.name, "token": assignment.fence_token}
     return _("%(vendor)s is assigned to complaint #%(complaint)s (token %(token)s).") % {
         **values,
-        "token": result.token,
+        "token": assignment.fence_token,
     }
 
 
-def refusal_message(complaint: Complaint, exc: Exception) -> str:
-    """One line saying why nothing was written and what to do."""
-    number = complaint.pk
-    if isinstance(exc, LockHeld):
-        return _(
-            "Complaint #%(complaint)s is being assigned by %(holder)s right now; "
-            "try again in %(seconds)s seconds."
-        ) % {
-            "complaint": number,
-            "holder": exc.holder or _("another worker"),
-            "seconds": max(1, round(exc.retry_after.total_seconds())),
-        }
-    if isinstance(exc, StaleFencingToken):
-        return _(
-            "A newer assignment of complaint #%(complaint)s (token %(recorded)s) took over "
-            "while this one (token %(token)s) was waiting; nothing of this one was saved."
-        ) % {"complaint": number, "recorded": exc.recorded, "token": exc.token}
-    if isinstance(exc, AlreadyAssigned):
-        return _(
-            "Complaint #%(complaint)s already has a vendor: %(winner)s. Reassign to replace them."
-        ) % {"complaint": number, "winner": describe_assignment(exc.winner)}
-    if isinstance(exc, ChangedSinceViewed):
-        if exc.current is None:
-            return _(
-                "Complaint #%(complaint)s changed since you looked: it has no vendor now; "
-                "nothing was saved. Run again to assign one knowingly."
-            ) % {"complaint": number}
-        return _(
-            "Complaint #%(complaint)s changed since you looked: %(vendor)s is now assigned "
-            "(token %(token)s); nothing was saved. Run again to replace it knowingly."
-        ) % {
-            "complaint": number,
-            "vendor": exc.current.vendor.name,
-            "token": exc.current.fence_token,
-        }
-    if isinstance(exc, AssignmentChanged):
-        now = describe_assignment(exc.current) if exc.current else _("no vendor")
-        return _(
-            "The vendor of complaint #%(complaint)s changed while you were assigning "
-            "(now: %(now)s); nothing was saved. Try again."
-        ) % {"complaint": number, "now": now}
-    if isinstance(exc, ContractNotActive):
-        values = {"vendor": exc.vendor.name, "organization": exc.organization.name}
-        if exc.contract is None:
-            return _("%(vendor)s has no contract with %(organization)s.") % values
-        if exc.starts_later:
-            return _("%(vendor)s's contract with %(organization)s starts on %(day)s.") % {
-                **values,
-                "day": exc.contract.starts_on.isoformat(),
-            }
-        return _("%(vendor)s's contract with %(organization)s ended on %(day)s.") % {
+def not_allowed(organization: Organization) -> str:
+    return _("You may not assign vendors for %(organization)s.") % {
+        "organization": organization.name
+    }
+
+
+def contract_not_active(
+    vendor: Vendor, organization: Organization, day: date, contract: VendorContract | None
+) -> str:
+    values = {"vendor": vendor.name, "organization": organization.name}
+    if contract is None:
+        return _("%(vendor)s has no contract with %(organization)s.") % values
+    if contract.starts_on > day:  # the next to start
+        return _("%(vendor)s's contract with %(organization)s starts on %(day)s.") % {
             **values,
-            "day": exc.contract.ends_on.isoformat(),
+            "day": contract.starts_on.isoformat(),
         }
-    if isinstance(exc, NotAllowed):
-        return _("You may not assign vendors for %(organization)s.") % {
-            "organization": exc.organization.name
-        }
-    if isinstance(exc, DispatchFailed):
+    return _("%(vendor)s's contract with %(organization)s ended on %(day)s.") % {
+        **values,
+        "day": contract.ends_on.isoformat(),
+    }
+
+
+def busy(complaint: Complaint, holder: str, retry_after: timedelta) -> str:
+    return _(
+        "Complaint #%(complaint)s is being assigned by %(holder)s right now; "
+        "try again in %(seconds)s seconds."
+    ) % {
+        "complaint": complaint.pk,
+        "holder": holder,
+        "seconds": max(1, round(retry_after.total_seconds())),
+    }
+
+
+def superseded(complaint: Complaint, token: int, recorded: int) -> str:
+    return _(
+        "A newer assignment of complaint #%(complaint)s (token %(recorded)s) took over "
+        "while this one (token %(token)s) was waiting; nothing of this one was saved."
+    ) % {"complaint": complaint.pk, "recorded": recorded, "token": token}
+
+
+def lock_service_down(reason: str) -> str:
+    return _("The lock service is unavailable (%(reason)s); nothing was saved.") % {
+        "reason": reason
+    }
+
+
+def dispatch_failed(reason: str) -> str:
+    return _(
+        "The vendor dispatch service did not accept the assignment (%(reason)s); "
+        "nothing was saved. Try again later."
+    ) % {"reason": reason}
+
+
+def already_assigned(complaint: Complaint, winner: VendorAssignment) -> str:
+    return _(
+        "Complaint #%(complaint)s already has a vendor: %(winner)s. Reassign to replace them."
+    ) % {"complaint": complaint.pk, "winner": describe_assignment(winner)}
+
+
+def changed_since_viewed(complaint: Complaint, current: VendorAssignment | None) -> str:
+    if current is None:
         return _(
-            "The vendor dispatch service did not accept the assignment (%(reason)s); "
-            "nothing was saved. Try again later."
-        ) % {"reason": exc.reason}
-    if isinstance(exc, LockUnavailable):
-        return _("The lock service is unavailable (%(reason)s); nothing was saved.") % {
-            "reason": exc.reason
-        }
-    raise TypeError(f"no message for {exc.__class__.__name__}")
+            "Complaint #%(complaint)s changed since you looked: it has no vendor now; "
+            "nothing was saved. Run again to assign one knowingly."
+        ) % {"complaint": complaint.pk}
+    return _(
+        "Complaint #%(complaint)s changed since you looked: %(vendor)s is now assigned "
+        "(token %(token)s); nothing was saved. Run again to replace it knowingly."
+    ) % {"complaint": complaint.pk, "vendor": current.vendor.name, "token": current.fence_token}
+
+
+def assignment_changed(complaint: Complaint, current: VendorAssignment | None) -> str:
+    now = describe_assignment(current) if current else _("no vendor")
+    return _(
+        "The vendor of complaint #%(complaint)s changed while you were assigning "
+        "(now: %(now)s); nothing was saved. Try again."
+    ) % {"complaint": complaint.pk, "now": now}
+
+
+def told_in_vain(vendor: Vendor, cancellation: str) -> str:
+    """What the audit adds to a refusal at commit after the vendor had been told."""
+    return _("%(vendor)s was told in vain; %(cancellation)s") % {
+        "vendor": vendor,
+        "cancellation": cancellation,
+    }
+
+
+# -- the staff page's 409, which offers to retry knowingly --------------------------------
+
+
+def retry_already_assigned(vendor: Vendor) -> str:
+    return _(
+        "Nothing was changed. To send %(vendor)s instead, tick “replace the current "
+        "vendor” and try again."
+    ) % {"vendor": vendor.name}
+
+
+def retry_changed_since_viewed(vendor: Vendor, current: VendorAssignment | None) -> str:
+    if current is None:
+        return _(
+            "Nothing was changed: the vendor you saw is no longer assigned, and the complaint "
+            "has no vendor now. Try again to send %(vendor)s knowingly."
+        ) % {"vendor": vendor.name}
+    return _(
+        "Nothing was changed: since you looked, %(current)s has been assigned. Try again to "
+        "replace %(current)s with %(vendor)s knowingly."
+    ) % {"current": current.vendor.name, "vendor": vendor.name}

@@ -9,6 +9,7 @@ import re
 from collections.abc import Iterable
 
 OPERATION = "vendor-assignment"
+ASSIGN_PERMISSION = "vendors.assign_vendor"
 PREFIX = f"{OPERATION}:complaint:"
 # Ids of at most 18 digits fit a bigint; [0-9], not \d (other scripts' digits).
 RESOURCE = re.compile(r"vendor-assignment:complaint:(?P<complaint>[0-9]{1,18})")

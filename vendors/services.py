@@ -30,174 +30,28 @@ from django.utils import timezone
 
 from hoa.integrations.webhooks import ExternalCallFailed
 from hoa.models import Complaint, Organization
+from hoa.operations import actor_label, ensure_may_run, lock_errors_as
 from hoa.scopes import scope_for_organization
-from locking import (
-    Attempt,
-    Lease,
-    Outcome,
-    StaleFencingToken,
-    advance_fence,
-    record_fence_event,
-    run_fenced,
-)
+from locking import Attempt, Lease, Outcome, StaleFencingToken, advance_fence, run_fenced
+from vendors import answers
 from vendors.dispatch import cancel_dispatch, dispatch_assignment
+from vendors.exceptions import (
+    AlreadyAssigned,
+    AssignmentBusy,
+    AssignmentChanged,
+    AssignmentSuperseded,
+    ChangedSinceViewed,
+    ContractNotActive,
+    DispatchFailed,
+    LockServiceUnavailable,
+    NotAllowed,
+    RefusedAtCommit,
+)
 from vendors.models import Vendor, VendorAssignment, VendorContract
-from vendors.resources import OPERATION, assignment_resource
+from vendors.resources import ASSIGN_PERMISSION, OPERATION, assignment_resource
 from vendors.selectors import active_assignment
 
 logger = logging.getLogger(__name__)
-
-ASSIGN_PERMISSION = "vendors.assign_vendor"
-
-
-# --- Exceptions --------------------------------------------------------------------------
-
-
-class VendorsError(Exception):
-    """Base class of everything the vendors app raises on purpose.
-
-    Each exception that answers an attempt declares its ``outcome`` (``run_fenced`` records
-    it); ``ContractNotActive`` has none: it is bad input, refused before any attempt.
-    """
-
-
-class NotAllowed(VendorsError):
-    """The actor may not assign vendors for the complaint's organization; nothing locked."""
-
-    outcome = Outcome.DENIED
-
-    def __init__(self, *, actor, organization: Organization):
-        self.actor = actor
-        self.organization = organization
-        super().__init__(f"{actor} may not assign vendors for {organization}")
-
-
-class ContractNotActive(VendorsError):
-    """No contract between the vendor and the organization covers the day; nothing locked.
-
-    ``contract`` is the nearest one (the next to start, else the last to end), or ``None``
-    when the vendor never had a contract with the organization.
-    """
-
-    def __init__(
-        self,
-        *,
-        vendor: Vendor,
-        organization: Organization,
-        day: date,
-        contract: VendorContract | None,
-    ):
-        self.vendor = vendor
-        self.organization = organization
-        self.day = day
-        self.contract = contract
-        super().__init__(f"{vendor} has no contract with {organization} covering {day}")
-
-    @property
-    def starts_later(self) -> bool:
-        return self.contract is not None and self.contract.starts_on > self.day
-
-
-class DispatchFailed(VendorsError):
-    """The dispatch service refused, failed or timed out; nothing was written."""
-
-    outcome = Outcome.FAILED
-
-    def __init__(self, *, complaint: Complaint, vendor: Vendor, reason: str, status=None):
-        self.complaint = complaint
-        self.vendor = vendor
-        self.reason = reason
-        self.status = status
-        super().__init__(f"dispatch of {vendor} to complaint {complaint.pk} failed: {reason}")
-
-
-class RefusedAtCommit(VendorsError):
-    """A refusal decided by the state check inside the transaction; nothing was written.
-
-    The attempt may have told its vendor before (the dispatch call precedes the
-    transaction): then ``told_in_vain`` is that vendor and ``cancellation`` what the
-    best-effort cancellation got, and the text (the audit detail) says both.
-    """
-
-    told_in_vain: Vendor | None = None
-    cancellation: str = ""
-
-    def __init__(self, message: str, *, now_assigned: VendorAssignment | None):
-        self.now_assigned = now_assigned  # the assignment active at the refusal
-        super().__init__(message)
-
-    def __str__(self) -> str:
-        text = super().__str__()
-        if self.told_in_vain is None:
-            return text
-        return f"{text}; {self.told_in_vain} was told in vain; {self.cancellation}"
-
-
-class AlreadyAssigned(RefusedAtCommit):
-    """Another vendor is actively assigned and ``reassign`` was not asked; nothing written.
-
-    Recorded as already done: another attempt settled the complaint.
-    """
-
-    outcome = Outcome.ALREADY_DONE
-
-    def __init__(self, *, complaint: Complaint, winner: VendorAssignment):
-        self.complaint = complaint
-        self.winner = winner
-        super().__init__(
-            f"complaint {complaint.pk} is already assigned to {winner.vendor} "
-            f"(assignment {winner.pk}, token {winner.fence_token})",
-            now_assigned=winner,
-        )
-
-
-class ChangedSinceViewed(RefusedAtCommit):
-    """A reassignment was decided against ``expected`` (the assignment the caller saw, or
-    ``None`` for none) but ``current`` is active at commit; nothing was written.
-
-    Running again with ``current`` as the one to replace replaces it knowingly.
-    """
-
-    outcome = Outcome.CONFLICT
-
-    def __init__(
-        self,
-        *,
-        complaint: Complaint,
-        expected: VendorAssignment | None,
-        current: VendorAssignment | None,
-    ):
-        self.complaint = complaint
-        self.expected = expected
-        self.current = current
-        super().__init__(
-            f"the assignment of complaint {complaint.pk} changed since it was viewed: "
-            f"expected {_described(expected)}, found {_described(current)}",
-            now_assigned=current,
-        )
-
-
-class AssignmentChanged(RefusedAtCommit):
-    """Another attempt changed the assignment after this one decided not to call the
-    vendor, and a write would now be needed; nothing was written. Trying again is safe."""
-
-    outcome = Outcome.CONFLICT
-
-    def __init__(self, *, complaint: Complaint, current: VendorAssignment | None):
-        self.complaint = complaint
-        self.current = current
-        now = f"{current.vendor} (token {current.fence_token})" if current else "no vendor"
-        super().__init__(
-            f"the assignment of complaint {complaint.pk} changed meanwhile: {now}",
-            now_assigned=current,
-        )
-
-
-def _described(assignment: VendorAssignment | None) -> str:
-    if assignment is None:
-        return "no vendor"
-    return f"{assignment.vendor} (assignment {assignment.pk}, token {assignment.fence_token})"
-
 
 # --- Result ------------------------------------------------------------------------------
 
@@ -215,6 +69,12 @@ class AssignmentResult:
     @property
     def already_done(self) -> bool:
         return self.outcome == Outcome.ALREADY_DONE
+
+    @property
+    def message(self) -> str:
+        return answers.result_message(
+            self.assignment, already_done=self.already_done, replaced=self.replaced
+        )
 
 
 # --- The operation -----------------------------------------------------------------------
@@ -292,22 +152,18 @@ def assign_vendor(
     elif replacing is not None and replacing.complaint_id != complaint.pk:
         raise ValueError(f"assignment {replacing.pk} is not one of complaint {complaint.pk}'s")
     organization = complaint.organization
-    label = _actor_label(actor, via)
+    label = actor_label(actor, via)
     resource = assignment_resource(complaint.pk)
-    attempt = Attempt(
-        actor=label, operation=OPERATION, scope=scope_for_organization(organization), ip=ip
+    ensure_may_run(
+        actor,
+        label=label,
+        organization=organization,
+        permission=ASSIGN_PERMISSION,
+        resource=resource,
+        operation=OPERATION,
+        ip=ip,
+        refusal=lambda: NotAllowed(actor=actor.get_username(), organization=organization),
     )
-    if not _may_assign(actor, organization):
-        record_fence_event(
-            resource=resource,
-            outcome=Outcome.DENIED,
-            actor=label,
-            detail=f"not staff of {organization.slug} with {ASSIGN_PERMISSION}",
-            scope=attempt.scope,
-            operation=OPERATION,
-            ip=ip,
-        )
-        raise NotAllowed(actor=actor, organization=organization)
     _check_contract(vendor, organization, timezone.localdate())
 
     def work(lease: Lease) -> AssignmentResult:
@@ -394,15 +250,26 @@ def assign_vendor(
             dispatched=dispatched,
         )
 
-    return run_fenced(
-        resource,
-        work,
-        ttl=timedelta(seconds=settings.VENDOR_LOCK_TTL_SECONDS),
-        # Refusals are recorded with the outcome their exception declares; the detail
-        # (the exception's text) names the vendor that holds the complaint, and the vendor
-        # told in vain.
-        attempt=attempt,
-    )
+    with lock_errors_as(
+        busy=AssignmentBusy,
+        superseded=AssignmentSuperseded,
+        unavailable=LockServiceUnavailable,
+        complaint=complaint,
+    ):
+        return run_fenced(
+            resource,
+            work,
+            ttl=timedelta(seconds=settings.VENDOR_LOCK_TTL_SECONDS),
+            # Refusals are recorded with the outcome their exception declares; the detail
+            # (the exception's text) names the vendor that holds the complaint, and the
+            # vendor told in vain.
+            attempt=Attempt(
+                actor=label,
+                operation=OPERATION,
+                scope=scope_for_organization(organization),
+                ip=ip,
+            ),
+        )
 
 
 def _cancel_dispatch(
@@ -462,12 +329,6 @@ def _look_before_calling(complaint: Complaint, token: int) -> VendorAssignment |
     return VendorAssignment.objects.select_related("vendor").filter(pk=current_id).first()
 
 
-def _may_assign(actor, organization: Organization) -> bool:
-    if actor is None:
-        return True  # the operator at the shell: already holds the deployment's keys
-    return organization.has_staff(actor) and actor.has_perm(ASSIGN_PERMISSION)
-
-
 def _check_contract(vendor: Vendor, organization: Organization, day: date) -> None:
     contracts = list(VendorContract.objects.filter(vendor=vendor, organization=organization))
     if any(contract.covers(day) for contract in contracts):
@@ -479,8 +340,3 @@ def _check_contract(vendor: Vendor, organization: Organization, day: date) -> No
         else max(contracts, key=lambda c: c.ends_on, default=None)
     )
     raise ContractNotActive(vendor=vendor, organization=organization, day=day, contract=nearest)
-
-
-def _actor_label(actor, via: str) -> str:
-    name = actor.get_username() if actor is not None else ""
-    return " via ".join(part for part in (name, via) if part) or "system"

@@ -9,7 +9,6 @@ that one only, and a 409 page that shows a newer one offers to replace it knowin
 """
 
 from django.contrib import messages
-from django.core.exceptions import PermissionDenied
 from django.http import HttpResponseRedirect
 from django.urls import reverse
 from django.utils import timezone
@@ -19,23 +18,19 @@ from django.views.generic import DetailView, ListView
 
 from hoa.models import Complaint
 from hoa.security.ratelimits import limit_fenced_posts
+from hoa.web import answer_table
 from hoa.web.access import OrganizationMixin, client_ip
-from hoa.web.responses import conflict, error_page
-from locking import LockHeld, LockUnavailable, StaleFencingToken
-from vendors import selectors
-from vendors.answers import describe_assignment, refusal_message, result_message
-from vendors.forms import AssignVendorForm
-from vendors.services import (
-    ASSIGN_PERMISSION,
-    OPERATION,
+from hoa.web.answer_table import Answer
+from vendors import answers, selectors
+from vendors.exceptions import (
     AlreadyAssigned,
-    AssignmentChanged,
+    AssignmentSuperseded,
     ChangedSinceViewed,
-    ContractNotActive,
-    DispatchFailed,
-    NotAllowed,
-    assign_vendor,
+    VendorsError,
 )
+from vendors.forms import AssignVendorForm
+from vendors.resources import ASSIGN_PERMISSION, OPERATION
+from vendors.services import assign_vendor
 
 
 class ComplaintListView(OrganizationMixin, ListView):
@@ -106,56 +101,29 @@ class AssignVendorView(ComplaintDetailView):
                 replacing=replacing,
                 ip=client_ip(request),
             )
-        except ContractNotActive as exc:
-            form.add_error("vendor", refusal_message(complaint, exc))
-            return self.render_to_response(self.get_context_data(form=form), status=400)
-        except NotAllowed as exc:
-            raise PermissionDenied from exc
-        except (
-            LockHeld,
-            StaleFencingToken,
-            AlreadyAssigned,
-            ChangedSinceViewed,
-            AssignmentChanged,
-        ) as exc:
-            return self.conflict(complaint, vendor, reassign, exc, form)
-        except DispatchFailed as exc:
-            return error_page(
-                request, 502, _("Vendor dispatch failed"), refusal_message(complaint, exc)
-            )
-        except LockUnavailable as exc:
-            return error_page(
-                request, 503, _("Lock service unavailable"), refusal_message(complaint, exc)
-            )
+        except VendorsError as exc:
+            if exc.answer is Answer.BAD_REQUEST:  # no contract covers today: the form says so
+                form.add_error("vendor", exc.message)
+                return self.render_to_response(self.get_context_data(form=form), status=400)
+            if exc.answer is Answer.RETRY:
+                return self.conflict(complaint, vendor, reassign, exc, form)
+            return answer_table.page(request, exc)
         level = messages.INFO if result.already_done else messages.SUCCESS
-        messages.add_message(request, level, result_message(result))
+        messages.add_message(request, level, result.message)
         return _see_other(self.complaint_url(complaint))
 
-    def conflict(self, complaint, vendor, reassign, exc, form):
+    def conflict(self, complaint, vendor, reassign, exc: VendorsError, form):
         """The loser's 409: who holds the lease or which assignment won, and a retry.
 
         The retry replaces the assignment this page names (the person has now seen it),
         else the one the refused form had shown.
         """
-        message, winner = refusal_message(complaint, exc), None
-        if isinstance(exc, LockHeld):
-            title = _("Assignment in progress")
-        elif isinstance(exc, AlreadyAssigned):
-            title = _("This complaint already has a vendor")
-            message = _(
-                "Nothing was changed. To send %(vendor)s instead, tick “replace the current "
-                "vendor” and try again."
-            ) % {"vendor": vendor.name}
-            winner = exc.winner
+        message, winner = exc.message, getattr(exc, "now_assigned", None)
+        if isinstance(exc, AlreadyAssigned):
+            message = answers.retry_already_assigned(vendor)
         elif isinstance(exc, ChangedSinceViewed):
-            title = _("Changed since you looked")
-            message = _conflict_message(vendor, exc)
-            winner = exc.current
-        elif isinstance(exc, AssignmentChanged):
-            title = _("The vendor changed meanwhile")
-            winner = exc.current
-        else:  # StaleFencingToken: name the assignment that won
-            title = _("A newer assignment took over")
+            message = answers.retry_changed_since_viewed(vendor, exc.current)
+        elif isinstance(exc, AssignmentSuperseded):  # name the assignment that won
             winner = selectors.active_assignment(complaint)
         if winner is not None or isinstance(exc, ChangedSinceViewed):
             retry_replacing = _field_value(winner)
@@ -163,17 +131,16 @@ class AssignVendorView(ComplaintDetailView):
             retry_replacing = _field_value(form.cleaned_data["replacing"])
         else:
             retry_replacing = None  # the retry, like this request, names nothing
-        return conflict(
+        return answer_table.page(
             self.request,
-            title=title,
+            exc,
             message=message,
-            lease=exc if isinstance(exc, LockHeld) else None,
             winner=(
-                _("Current vendor: %(assignment)s.") % {"assignment": describe_assignment(winner)}
+                _("Current vendor: %(assignment)s.")
+                % {"assignment": answers.describe_assignment(winner)}
                 if winner
                 else None
             ),
-            retry_url=self.request.path,
             template_name="vendors/assign_conflict.html",
             extra_context={
                 "organization": self.organization,
@@ -205,18 +172,6 @@ class VendorListView(OrganizationMixin, ListView):
 def _field_value(assignment) -> str:
     """The ``replacing`` field's value for an assignment, empty for none."""
     return str(assignment.pk) if assignment is not None else ""
-
-
-def _conflict_message(vendor, exc: ChangedSinceViewed) -> str:
-    if exc.current is None:
-        return _(
-            "Nothing was changed: the vendor you saw is no longer assigned, and the complaint "
-            "has no vendor now. Try again to send %(vendor)s knowingly."
-        ) % {"vendor": vendor.name}
-    return _(
-        "Nothing was changed: since you looked, %(current)s has been assigned. Try again to "
-        "replace %(current)s with %(vendor)s knowingly."
-    ) % {"current": exc.current.vendor.name, "vendor": vendor.name}
 
 
 def _see_other(url: str) -> HttpResponseRedirect:

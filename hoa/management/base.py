@@ -1,14 +1,38 @@
-"""Helpers for management commands: fail with one clear line when a service is down."""
+"""Helpers for management commands: who runs them, and one clear line when a service is down."""
+
+import getpass
+import os
 
 from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 from django.db import DatabaseError, InterfaceError, connection
 from redis.exceptions import RedisError
 
 from hoa.ops.readiness import pending_migrations
+from hoa.security.audit import shown
+from hoa.web.answer_table import EXIT_TEMPFAIL
 
-# EX_TEMPFAIL from sysexits.h: "try again later". Cron wrappers treat it as not an error.
-EXIT_TEMPFAIL = 75
+__all__ = ["EXIT_TEMPFAIL", "ServiceCommand", "active_user", "os_user", "require_services"]
+
+
+def os_user() -> str:
+    """The shell's login name, recorded as ``cli:<name>`` with a command's attempts."""
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):  # no login name and no passwd entry (some containers)
+        return f"uid{os.getuid()}"
+
+
+def active_user(username: str | None):
+    """The active user named by ``--actor``, or ``None`` without one (the operator at the
+    shell). Whether they may act is the operation's check, made like the web's."""
+    if not username:
+        return None
+    user = get_user_model()._default_manager.filter(username=username, is_active=True).first()
+    if user is None:
+        raise CommandError(f'No active user "{shown(username, limit=150)}".')
+    return user
 
 
 def first_line(exc: BaseException) -> str:

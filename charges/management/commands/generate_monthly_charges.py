@@ -9,9 +9,7 @@ cron hosts can run it at the same time and share the work; ``--workers N`` sprea
 walk over N processes on this host.
 """
 
-import getpass
 import multiprocessing
-import os
 from collections import Counter
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
@@ -19,33 +17,27 @@ from datetime import date
 from itertools import repeat
 from multiprocessing.util import Finalize
 
-from django.contrib.auth import get_user_model
 from django.core.management.base import CommandError
 from django.db import connections
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
-from charges.services import (
-    GENERATE_PERMISSION,
-    OPERATION,
-    BillingFailed,
-    GenerationBusy,
-    GenerationSuperseded,
-    InvalidMonth,
-    LockServiceUnavailable,
-    NotAllowed,
-    current_month,
-    ensure_may_generate,
-    generate_monthly_charges,
-    parse_month,
+from charges.exceptions import ChargesError
+from charges.forms import parse_month
+from charges.selectors import current_month
+from charges.services import generate_monthly_charges
+from hoa.management.base import (
+    EXIT_TEMPFAIL,
+    ServiceCommand,
+    active_user,
+    os_user,
+    require_services,
 )
-from hoa.management.base import EXIT_TEMPFAIL, ServiceCommand, require_services
 from hoa.models import Organization
-from hoa.security.audit import Reason, record_denial, shown
+from hoa.security.audit import shown
+from hoa.web import answer_table
 from locking import Outcome
 
-# What a refused --actor is recorded against (hoa.security.audit.record_denial).
-COMMAND_RESOURCE = "command:generate_monthly_charges"
 # The words of the --all-orgs summary line, by outcome (stale: a newer holder took over).
 SUMMARY = {
     Outcome.COMMITTED: gettext_lazy("generated"),
@@ -65,12 +57,16 @@ class OrgOutcome:
     message: str
 
 
-def generate_for(organization: Organization, month: date, actor: str) -> OrgOutcome:
+def generate_for(organization: Organization, month: date, user, via: str) -> OrgOutcome:
     """Run the service for one organization and classify its answer."""
     try:
-        result = generate_monthly_charges(organization=organization, month=month, actor=actor)
-    except (GenerationBusy, GenerationSuperseded, BillingFailed, LockServiceUnavailable) as exc:
-        return OrgOutcome(organization.slug, exc.outcome, str(exc))
+        result = generate_monthly_charges(
+            organization=organization, month=month, actor=user, via=via
+        )
+    except ChargesError as exc:  # each one raised here declares its outcome
+        # Not allowed (the --actor is not permitted staff of it) counts as failed.
+        kind = Outcome.FAILED if exc.outcome is Outcome.DENIED else exc.outcome
+        return OrgOutcome(organization.slug, kind, str(exc))
     return OrgOutcome(organization.slug, result.outcome, result.message)
 
 
@@ -78,13 +74,6 @@ def _start_worker() -> None:
     # Forked from a parent that closed its connections: each worker opens its own and
     # closes it when the pool shuts the worker down.
     Finalize(None, connections.close_all, exitpriority=10)
-
-
-def os_user() -> str:
-    try:
-        return getpass.getuser()
-    except (KeyError, OSError):  # no login name and no passwd entry (some containers)
-        return f"uid {os.getuid()}"
 
 
 class Command(ServiceCommand):
@@ -119,86 +108,43 @@ class Command(ServiceCommand):
         )
 
     def handle(self, *args, org, all_orgs, month, actor, workers, **options):
-        month = self._month(month)
+        try:
+            month = current_month() if month is None else parse_month(month)
+        except ChargesError as exc:
+            raise answer_table.command_error(exc) from exc
         if workers < 1:
             raise CommandError(_("--workers must be at least 1."))
         if workers > 1 and not all_orgs:
             raise CommandError(_("--workers only applies to --all-orgs."))
         require_services()
-        user = self._user(actor)
-        who = f"{user.get_username()} (os user {os_user()})" if user else f"os user {os_user()}"
-        label = f"{who} via generate_monthly_charges"
+        user = active_user(actor)
+        via = f"cli:{os_user()}"
         if org:
-            self._one(org, month, user, label)
+            self._one(org, month, user, via)
         else:
-            self._all(month, user, label, workers)
-
-    # -- input -------------------------------------------------------------------------------
-
-    def _month(self, value: str | None) -> date:
-        if value is None:
-            return current_month()
-        try:
-            return parse_month(value)
-        except InvalidMonth as exc:
-            raise CommandError(str(exc)) from exc
-
-    def _user(self, username: str | None):
-        if username is None:
-            return None
-        user_model = get_user_model()
-        try:
-            user = user_model._default_manager.get_by_natural_key(username)
-        except user_model.DoesNotExist:
-            raise CommandError(
-                _('Unknown user "%(username)s".') % {"username": shown(username)}
-            ) from None
-        if not user.is_active or not user.has_perm(GENERATE_PERMISSION):
-            record_denial(
-                reason=Reason.PERMISSION,
-                note=f"inactive or lacks {GENERATE_PERMISSION}",
-                resource=COMMAND_RESOURCE,
-                actor=f"{username} (os user {os_user()}) via generate_monthly_charges",
-                operation=OPERATION,
-            )
-            raise CommandError(
-                _("%(username)s may not generate charges.") % {"username": shown(username)}
-            )
-        return user
+            self._all(month, user, via, workers)
 
     # -- one organization --------------------------------------------------------------------
 
-    def _one(self, slug: str, month: date, user, label: str) -> None:
+    def _one(self, slug: str, month: date, user, via: str) -> None:
         organization = Organization.objects.filter(slug=slug).first()
         if organization is None:
             raise CommandError(_('Unknown organization "%(slug)s".') % {"slug": shown(slug)})
-        if user is not None:
-            try:
-                ensure_may_generate(user, organization)
-            except NotAllowed as exc:
-                record_denial(
-                    reason=Reason.PERMISSION,
-                    note=f"not staff of {slug} with {GENERATE_PERMISSION}",
-                    resource=COMMAND_RESOURCE,
-                    actor=label,
-                    organization=organization,
-                    operation=OPERATION,
-                )
-                raise CommandError(str(exc)) from exc
-        outcome = generate_for(organization, month, label)
-        if outcome.kind in (Outcome.BUSY, Outcome.STALE):
-            raise CommandError(outcome.message, returncode=EXIT_TEMPFAIL)
-        if outcome.kind in (Outcome.FAILED, Outcome.UNAVAILABLE):
-            raise CommandError(outcome.message)
-        self.stdout.write(outcome.message)
+        try:
+            result = generate_monthly_charges(
+                organization=organization, month=month, actor=user, via=via
+            )
+        except ChargesError as exc:
+            raise answer_table.command_error(exc) from exc
+        self.stdout.write(result.message)
 
     # -- every organization ------------------------------------------------------------------
 
-    def _all(self, month: date, user, label: str, workers: int) -> None:
+    def _all(self, month: date, user, via: str, workers: int) -> None:
         organizations = Organization.objects.for_user(user) if user else Organization.objects
         organizations = list(organizations.order_by("slug"))
         if workers == 1:
-            counts = self._report(generate_for(org, month, label) for org in organizations)
+            counts = self._report(generate_for(org, month, user, via) for org in organizations)
         else:
             # Fork, so the workers start with Django already set up; they must not share
             # the parent's database connection.
@@ -210,7 +156,9 @@ class Command(ServiceCommand):
             ) as pool:
                 try:
                     counts = self._report(
-                        pool.map(generate_for, organizations, repeat(month), repeat(label))
+                        pool.map(
+                            generate_for, organizations, repeat(month), repeat(user), repeat(via)
+                        )
                     )
                 except CommandError:
                     pool.shutdown(cancel_futures=True)

@@ -10,19 +10,17 @@ one: the command reads it before taking the lease, and an assignment committed i
 (by an older holder still finishing) is reported, not replaced.
 """
 
-import getpass
 import re
 
-from django.contrib.auth import get_user_model
 from django.core.management.base import CommandError
 
-from hoa.management.base import EXIT_TEMPFAIL, ServiceCommand, require_services
+from hoa.management.base import ServiceCommand, active_user, os_user, require_services
 from hoa.models import Complaint
-from locking import LockUnavailable
+from hoa.web import answer_table
 from vendors import selectors
-from vendors.answers import BAD_REQUEST, RETRYABLE, refusal_message, result_message
+from vendors.exceptions import VendorsError
 from vendors.models import Vendor
-from vendors.services import DispatchFailed, assign_vendor
+from vendors.services import assign_vendor
 
 # Ids are positive bigints: at most 19 digits, checked against the limit below.
 _ID = re.compile(r"[0-9]{1,19}")
@@ -64,7 +62,7 @@ class Command(ServiceCommand):
         vendor = Vendor.objects.filter(pk=vendor_id).first()
         if vendor is None:
             raise CommandError(f"No vendor with id {vendor_id}.")
-        actor = _actor(options["actor"])
+        actor = active_user(options["actor"])
         # What --reassign replaces, fixed before the lease (see the module docstring).
         replacing = selectors.active_assignment(complaint)
         try:
@@ -74,13 +72,11 @@ class Command(ServiceCommand):
                 actor=actor,
                 reassign=options["reassign"],
                 replacing=replacing,
-                via=f"cli:{_os_user()}",
+                via=f"cli:{os_user()}",
             )
-        except RETRYABLE as exc:
-            raise CommandError(refusal_message(complaint, exc), returncode=EXIT_TEMPFAIL) from exc
-        except (*BAD_REQUEST, DispatchFailed, LockUnavailable) as exc:
-            raise CommandError(refusal_message(complaint, exc)) from exc
-        self.stdout.write(result_message(result))
+        except VendorsError as exc:
+            raise answer_table.command_error(exc) from exc
+        self.stdout.write(result.message)
 
 
 def _parse_id(option: str, raw: str | None) -> int:
@@ -90,19 +86,3 @@ def _parse_id(option: str, raw: str | None) -> int:
     if not _ID.fullmatch(value) or not 0 < int(value) <= _MAX_ID:
         raise CommandError(f"{option} must be a positive whole number, got {raw[:40]!r}.")
     return int(value)
-
-
-def _actor(username: str):
-    if not username:
-        return None
-    user = get_user_model().objects.filter(username=username, is_active=True).first()
-    if user is None:
-        raise CommandError(f"No active user {username[:150]!r}.")
-    return user
-
-
-def _os_user() -> str:
-    try:
-        return getpass.getuser()
-    except (KeyError, OSError):  # no login name and no passwd entry (some containers)
-        return "unknown"
