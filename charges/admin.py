@@ -55,7 +55,7 @@ def generate_charges_for_month(modeladmin, request, queryset):
             "title": _("Generate charges for a month"),
             "subtitle": None,
             "opts": modeladmin.model._meta,
-            "queryset": queryset,
+            "selected": queryset,
             "form": form,
             "action_name": generate_charges_for_month.__name__,
             "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,

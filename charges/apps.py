@@ -10,22 +10,13 @@ class ChargesConfig(AppConfig):
         from charges import resources, selectors
         from hoa.operations import Link, Operation, Panel, register
 
+        charges_pages = ("charges:runs", "charges:run", "charges:generate")
         register(
-            Operation(
-                name=resources.OPERATION,
-                resource=resources.RESOURCE,
+            Operation.named_by(
+                resources,
                 describe=selectors.describe_resources,
-                scan_prefixes=resources.scan_prefixes,
-                example=f"{resources.PREFIX}1:2026-01",
                 order=20,
-                links=(
-                    Link(
-                        _("Charges"),
-                        "charges:runs",
-                        current=("charges:runs", "charges:run", "charges:generate"),
-                        order=10,
-                    ),
-                ),
+                links=(Link(_("Charges"), "charges:runs", current=charges_pages, order=10),),
                 dashboard=Panel(
                     context=selectors.dashboard_context,
                     stats="charges/_dashboard_stats.html",
@@ -35,7 +26,7 @@ class ChargesConfig(AppConfig):
                 staff_permissions=(
                     "charges.view_monthlychargerun",
                     "charges.view_monthlycharge",
-                    "charges.generate_charges",
+                    resources.GENERATE_PERMISSION,
                 ),
             )
         )

@@ -21,9 +21,8 @@ as an ``AccessDenial``, otherwise); ``None`` is the deployment's operator at the
 
 import logging
 from dataclasses import dataclass
-from datetime import date, datetime, timedelta
+from datetime import date, datetime
 
-from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
@@ -31,19 +30,13 @@ from charges import answers, billing
 from charges.billing import ChargeLine
 from charges.exceptions import (
     BillingFailed,
-    GenerationBusy,
-    GenerationSuperseded,
     InvalidMonth,
-    LockServiceUnavailable,
-    NotAllowed,
 )
 from charges.models import MonthlyCharge, MonthlyChargeRun
-from charges.resources import GENERATE_PERMISSION, OPERATION, charge_resource
+from charges.resources import GENERATION, charge_resource
 from hoa.integrations.webhooks import ExternalCallFailed
 from hoa.models import Organization, Unit
-from hoa.operations import actor_label, ensure_may_run, lock_errors_as
-from hoa.scopes import scope_for_organization
-from locking import Attempt, Lease, Outcome, advance_fence, run_fenced
+from locking import Lease, Outcome, advance_fence
 
 logger = logging.getLogger(__name__)
 
@@ -102,41 +95,14 @@ def generate_monthly_charges(
     """
     _require_first_of_month(month)
     resource = charge_resource(organization, month)
-    label = actor_label(actor, via)
-    ensure_may_run(
-        actor,
-        label=label,
-        organization=organization,
-        permission=GENERATE_PERMISSION,
-        resource=resource,
-        operation=OPERATION,
-        ip=ip,
-        refusal=lambda: NotAllowed(actor=actor.get_username(), organization=organization),
-    )
+    attempt = GENERATION.begin(actor, via=via, organization=organization, resource=resource, ip=ip)
 
     def work(lease: Lease) -> ChargeRunResult:
         return _generate_under_lease(
-            organization=organization, month=month, label=label, lease=lease
+            organization=organization, month=month, label=attempt.label, lease=lease
         )
 
-    with lock_errors_as(
-        busy=GenerationBusy,
-        superseded=GenerationSuperseded,
-        unavailable=LockServiceUnavailable,
-        organization=organization,
-        month=month,
-    ):
-        return run_fenced(
-            resource,
-            work,
-            ttl=timedelta(seconds=float(settings.CHARGES_LOCK_TTL_SECONDS)),
-            attempt=Attempt(
-                actor=label,
-                operation=OPERATION,
-                scope=scope_for_organization(organization),
-                ip=ip,
-            ),
-        )
+    return attempt.run(work, organization=organization, month=month)
 
 
 def _generate_under_lease(
@@ -152,9 +118,7 @@ def _generate_under_lease(
                 organization=organization, month=month, lines=lines, token=lease.token
             )
         except ExternalCallFailed as exc:
-            raise BillingFailed(
-                organization=organization, month=month, reason=exc.reason, status=exc.status
-            ) from exc
+            raise BillingFailed(call=exc, organization=organization, month=month) from exc
         if run is None:
             # Django's get_or_create settles two creators on the unique (organization,
             # month) constraint: the loser's INSERT fails and it reads the winner's row.

@@ -20,16 +20,13 @@ data. Adding a third operation touches no file in ``hoa``.
 """
 
 import re
-from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import date
 
 from django.http import HttpRequest
 
 from hoa.models import Organization
-from hoa.security.audit import Reason, record_denial
-from locking import LockHeld, LockUnavailable, StaleFencingToken
 
 
 @dataclass(frozen=True)
@@ -91,6 +88,18 @@ class Operation:
     # Creates the operation's demo data for the demo organizations ({slug: organization}).
     seed_demo: Callable[[dict[str, Organization]], None] | None = None
 
+    @classmethod
+    def named_by(cls, names, **rest) -> "Operation":
+        """An operation whose names come from its app's ``resources`` module: ``OPERATION``,
+        ``RESOURCE``, ``scan_prefixes()`` and ``EXAMPLE``."""
+        return cls(
+            name=names.OPERATION,
+            resource=names.RESOURCE,
+            scan_prefixes=names.scan_prefixes,
+            example=names.EXAMPLE,
+            **rest,
+        )
+
 
 _registry: dict[str, Operation] = {}
 
@@ -136,63 +145,3 @@ def scan_prefixes(organization_ids: Iterable[int]) -> list[str]:
 
 def staff_permissions() -> list[str]:
     return [name for operation in operations() for name in operation.staff_permissions]
-
-
-# -- what every operation does the same way ----------------------------------------------
-
-
-def actor_label(actor, via: str = "") -> str:
-    """Who asked, as the audit trail records it: ``alice``, ``alice via cli:ops``,
-    ``cli:ops`` (the operator at the shell, no user) or ``system``."""
-    name = actor.get_username() if actor is not None else ""
-    return " via ".join(part for part in (name, via) if part) or "system"
-
-
-def may_run(actor, organization: Organization, permission: str) -> bool:
-    """Staff of ``organization`` holding ``permission`` (or a superuser), or ``None``: the
-    operator at the shell, who already holds the deployment's keys."""
-    if actor is None:
-        return True
-    return organization.has_staff(actor) and actor.has_perm(permission)
-
-
-def ensure_may_run(
-    actor,
-    *,
-    label: str,
-    organization: Organization,
-    permission: str,
-    resource: str,
-    operation: str,
-    ip: str | None,
-    refusal: Callable[[], Exception],
-) -> None:
-    """Raise ``refusal()`` unless ``may_run``; the refusal is recorded first, in the one
-    refusal audit (``AccessDenial``), against the resource the actor asked for."""
-    if may_run(actor, organization, permission):
-        return
-    record_denial(
-        reason=Reason.PERMISSION,
-        note=f"not staff of {organization.slug} with {permission}",
-        resource=resource,
-        actor=label,
-        ip=ip,
-        organization=organization,
-        operation=operation,
-    )
-    raise refusal()
-
-
-@contextmanager
-def lock_errors_as(*, busy, superseded, unavailable, **facts) -> Iterator[None]:
-    """Raise the operation's own refusals for locking's: ``busy(lock=…, **facts)`` for
-    ``LockHeld``, ``superseded(stale=…, **facts)`` for ``StaleFencingToken`` and
-    ``unavailable(reason=…, **facts)`` for ``LockUnavailable``."""
-    try:
-        yield
-    except LockHeld as exc:
-        raise busy(lock=exc, **facts) from exc
-    except StaleFencingToken as exc:
-        raise superseded(stale=exc, **facts) from exc
-    except LockUnavailable as exc:
-        raise unavailable(reason=exc.reason, **facts) from exc

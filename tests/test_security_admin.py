@@ -132,7 +132,7 @@ def test_generate_action_acts_only_on_the_users_rows_of_a_forged_selection(alice
         ORG_CHANGELIST, {**selection, "month": "2026-03", "apply": "Generate"}, follow=True
     )
 
-    assert [org.slug for org in intermediate.context["queryset"]] == ["maple-court"]
+    assert [org.slug for org in intermediate.context["selected"]] == ["maple-court"]
     assert "Oak Ridge" not in intermediate.content.decode()
     assert [level for level, _ in messages_of(applied)] == ["success"]
     assert list(MonthlyChargeRun.objects.values_list("organization__slug", flat=True)) == [
@@ -160,7 +160,7 @@ def test_assign_action_acts_only_on_the_users_rows_of_a_forged_selection(
         follow=True,
     )
 
-    assert list(intermediate.context["complaints"]) == [mine]
+    assert list(intermediate.context["selected"]) == [mine]
     assert "Oak leak" not in intermediate.content.decode()
     assert [level for level, _ in messages_of(applied)] == ["success"]
     assert list(VendorAssignment.objects.values_list("complaint_id", flat=True)) == [mine.pk]

@@ -130,10 +130,12 @@ class ComplaintAdmin(BaseComplaintAdmin):
             "title": _("Assign a vendor"),
             "opts": self.model._meta,
             "organization": organization,
-            "complaints": queryset,
+            "selected": queryset,
             "form": form,
             "action_checkbox_name": ACTION_CHECKBOX_NAME,
-            "action": "assign_vendor",
+            "action_name": "assign_vendor",
+            "apply_field": "apply",
+            "media": self.media,
         }
         return TemplateResponse(request, "vendors/admin/assign_vendor.html", context)
 

@@ -5,9 +5,14 @@ from datetime import date, timedelta
 
 from django.utils import formats
 from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
 
 from hoa.models import Complaint, Organization
 from vendors.models import Vendor, VendorAssignment, VendorContract
+
+# The headings of the 409 pages of locking's refusals (hoa.fenced.lock_refusals).
+BUSY_TITLE = gettext_lazy("Assignment in progress")
+SUPERSEDED_TITLE = gettext_lazy("A newer assignment took over")
 
 
 def describe_assignment(assignment: VendorAssignment) -> str:
@@ -37,7 +42,7 @@ def result_message(
     }
 
 
-def not_allowed(organization: Organization) -> str:
+def not_allowed(*, actor: str, organization: Organization) -> str:
     return _("You may not assign vendors for %(organization)s.") % {
         "organization": organization.name
     }
@@ -60,7 +65,7 @@ def contract_not_active(
     }
 
 
-def busy(complaint: Complaint, holder: str, retry_after: timedelta) -> str:
+def busy(*, complaint: Complaint, holder: str, retry_after: timedelta) -> str:
     return _(
         "Complaint #%(complaint)s is being assigned by %(holder)s right now; "
         "try again in %(seconds)s seconds."
@@ -71,20 +76,20 @@ def busy(complaint: Complaint, holder: str, retry_after: timedelta) -> str:
     }
 
 
-def superseded(complaint: Complaint, token: int, recorded: int) -> str:
+def superseded(*, complaint: Complaint, token: int, recorded: int) -> str:
     return _(
         "A newer assignment of complaint #%(complaint)s (token %(recorded)s) took over "
         "while this one (token %(token)s) was waiting; nothing of this one was saved."
     ) % {"complaint": complaint.pk, "recorded": recorded, "token": token}
 
 
-def lock_service_down(reason: str) -> str:
+def lock_service_down(*, complaint: Complaint, reason: str) -> str:
     return _("The lock service is unavailable (%(reason)s); nothing was saved.") % {
         "reason": reason
     }
 
 
-def dispatch_failed(reason: str) -> str:
+def dispatch_failed(*, complaint: Complaint, vendor: Vendor, reason: str) -> str:
     return _(
         "The vendor dispatch service did not accept the assignment (%(reason)s); "
         "nothing was saved. Try again later."

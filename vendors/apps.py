@@ -10,33 +10,26 @@ class VendorsConfig(AppConfig):
         from hoa.operations import Link, Operation, Panel, register
         from vendors import demo, resources, selectors
 
+        complaint_pages = ("vendors:complaints", "vendors:complaint", "vendors:assign")
+        links = (
+            Link(_("Complaints"), "vendors:complaints", current=complaint_pages, order=20),
+            Link(_("Vendors"), "vendors:vendors", current=("vendors:vendors",), order=30),
+        )
+        views = ("vendor", "vendorcontract", "vendorassignment")
         register(
-            Operation(
-                name=resources.OPERATION,
-                resource=resources.RESOURCE,
+            Operation.named_by(
+                resources,
                 describe=selectors.describe_resources,
-                scan_prefixes=resources.scan_prefixes,
-                example=resources.assignment_resource(1),
                 order=10,
-                links=(
-                    Link(
-                        _("Complaints"),
-                        "vendors:complaints",
-                        current=("vendors:complaints", "vendors:complaint", "vendors:assign"),
-                        order=20,
-                    ),
-                    Link(_("Vendors"), "vendors:vendors", current=("vendors:vendors",), order=30),
-                ),
+                links=links,
                 dashboard=Panel(
                     context=selectors.dashboard_context,
                     stats="vendors/_dashboard_stats.html",
                     cards="vendors/_dashboard_cards.html",
                 ),
                 staff_permissions=(
-                    "vendors.view_vendor",
-                    "vendors.view_vendorcontract",
-                    "vendors.view_vendorassignment",
-                    "vendors.assign_vendor",
+                    *(f"vendors.view_{model}" for model in views),
+                    resources.ASSIGN_PERMISSION,
                 ),
                 seed_demo=demo.seed_demo,
             )

@@ -10,9 +10,10 @@ from datetime import date
 
 from django.utils.translation import gettext_lazy as _
 
+from hoa.fenced import CallFailed, NotPermitted, lock_refusals
 from hoa.models import Complaint, Organization
 from hoa.web.answer_table import Answer, Refusal
-from locking import LockHeld, Outcome, StaleFencingToken
+from locking import Outcome
 from vendors import answers
 from vendors.models import Vendor, VendorAssignment, VendorContract
 
@@ -21,17 +22,8 @@ class VendorsError(Refusal):
     """Base class of everything vendor assignment raises on purpose."""
 
 
-class NotAllowed(VendorsError):
-    """The actor may not assign vendors for the complaint's organization; nothing locked."""
-
-    answer = Answer.FORBIDDEN
-    outcome = Outcome.DENIED  # raised before any lease: recorded as an AccessDenial
-    title = _("Not allowed")
-
-    def __init__(self, *, actor: str, organization: Organization):
-        self.actor = actor
-        self.organization = organization
-        super().__init__(answers.not_allowed(organization))
+class NotAllowed(NotPermitted, VendorsError):
+    sentence = staticmethod(answers.not_allowed)
 
 
 class ContractNotActive(VendorsError):
@@ -63,60 +55,9 @@ class ContractNotActive(VendorsError):
         return self.contract is not None and self.contract.starts_on > self.day
 
 
-class AssignmentBusy(VendorsError):
-    """Another attempt holds the complaint's lease right now."""
-
-    answer = Answer.RETRY
-    outcome = Outcome.BUSY
-    title = _("Assignment in progress")
-
-    def __init__(self, *, complaint: Complaint, lock: LockHeld):
-        self.complaint = complaint
-        self.busy = lock  # what the 409 page shows: holder, since, until
-        self.holder = lock.holder or str(_("another worker"))
-        super().__init__(answers.busy(complaint, self.holder, lock.retry_after))
-
-
-class AssignmentSuperseded(VendorsError):
-    """This attempt's lease ran out and a newer attempt took over."""
-
-    answer = Answer.RETRY
-    outcome = Outcome.STALE
-    title = _("A newer assignment took over")
-
-    def __init__(self, *, complaint: Complaint, stale: StaleFencingToken):
-        self.complaint = complaint
-        self.token = stale.token
-        self.recorded = stale.recorded
-        super().__init__(answers.superseded(complaint, stale.token, stale.recorded))
-
-
-class LockServiceUnavailable(VendorsError):
-    """Redis could not be reached."""
-
-    answer = Answer.UNAVAILABLE
-    outcome = Outcome.UNAVAILABLE
-    title = _("Lock service unavailable")
-
-    def __init__(self, *, complaint: Complaint, reason: str):
-        self.complaint = complaint
-        self.reason = reason
-        super().__init__(answers.lock_service_down(reason))
-
-
-class DispatchFailed(VendorsError):
-    """The dispatch service refused, failed or timed out."""
-
-    answer = Answer.UPSTREAM_FAILED
-    outcome = Outcome.FAILED
+class DispatchFailed(CallFailed, VendorsError):
     title = _("Vendor dispatch failed")
-
-    def __init__(self, *, complaint: Complaint, vendor: Vendor, reason: str, status=None):
-        self.complaint = complaint
-        self.vendor = vendor
-        self.reason = reason
-        self.status = status
-        super().__init__(answers.dispatch_failed(reason))
+    sentence = staticmethod(answers.dispatch_failed)
 
 
 class RefusedAtCommit(VendorsError):
@@ -199,3 +140,8 @@ class AssignmentChanged(RefusedAtCommit):
             complaint=complaint,
             now_assigned=current,
         )
+
+
+# Locking's three refusals in this app's words; FencedOperation raises them.
+LOCK_REFUSALS = lock_refusals(VendorsError, answers, prefix="Assignment")
+AssignmentBusy, AssignmentSuperseded, LockServiceUnavailable = LOCK_REFUSALS

@@ -20,35 +20,28 @@ after it told its vendor sends that vendor's dispatch a best-effort cancellation
 
 import logging
 from dataclasses import dataclass
-from datetime import date, timedelta
+from datetime import date
 from enum import Enum, auto
 
-from django.conf import settings
 from django.db import transaction
 from django.db.models import OuterRef, Subquery
 from django.utils import timezone
 
 from hoa.integrations.webhooks import ExternalCallFailed
 from hoa.models import Complaint, Organization
-from hoa.operations import actor_label, ensure_may_run, lock_errors_as
-from hoa.scopes import scope_for_organization
-from locking import Attempt, Lease, Outcome, StaleFencingToken, advance_fence, run_fenced
+from locking import Lease, Outcome, StaleFencingToken, advance_fence
 from vendors import answers
 from vendors.dispatch import cancel_dispatch, dispatch_assignment
 from vendors.exceptions import (
     AlreadyAssigned,
-    AssignmentBusy,
     AssignmentChanged,
-    AssignmentSuperseded,
     ChangedSinceViewed,
     ContractNotActive,
     DispatchFailed,
-    LockServiceUnavailable,
-    NotAllowed,
     RefusedAtCommit,
 )
 from vendors.models import Vendor, VendorAssignment, VendorContract
-from vendors.resources import ASSIGN_PERMISSION, OPERATION, assignment_resource
+from vendors.resources import ASSIGNMENT, assignment_resource
 from vendors.selectors import active_assignment
 
 logger = logging.getLogger(__name__)
@@ -137,10 +130,10 @@ def assign_vendor(
     ``reassign`` it is not consulted (any active vendor refuses the assignment).
 
     Raises ``NotAllowed`` and ``ContractNotActive`` before anything is locked;
-    ``LockHeld`` (another attempt holds the lease), ``LockUnavailable`` (Redis down),
-    ``DispatchFailed``, ``StaleFencingToken`` (a newer attempt took over),
+    ``AssignmentBusy`` (another attempt holds the lease), ``LockServiceUnavailable``
+    (Redis down), ``DispatchFailed``, ``AssignmentSuperseded`` (a newer attempt took over),
     ``AlreadyAssigned``, ``ChangedSinceViewed`` and ``AssignmentChanged`` with nothing
-    written.
+    written: all ``VendorsError`` (``vendors.exceptions``).
     """
     if replacing is Unstated.UNSTATED:
         if reassign:
@@ -152,18 +145,8 @@ def assign_vendor(
     elif replacing is not None and replacing.complaint_id != complaint.pk:
         raise ValueError(f"assignment {replacing.pk} is not one of complaint {complaint.pk}'s")
     organization = complaint.organization
-    label = actor_label(actor, via)
     resource = assignment_resource(complaint.pk)
-    ensure_may_run(
-        actor,
-        label=label,
-        organization=organization,
-        permission=ASSIGN_PERMISSION,
-        resource=resource,
-        operation=OPERATION,
-        ip=ip,
-        refusal=lambda: NotAllowed(actor=actor.get_username(), organization=organization),
-    )
+    attempt = ASSIGNMENT.begin(actor, via=via, organization=organization, resource=resource, ip=ip)
     _check_contract(vendor, organization, timezone.localdate())
 
     def work(lease: Lease) -> AssignmentResult:
@@ -176,9 +159,7 @@ def assign_vendor(
                     complaint=complaint, vendor=vendor, replacing=looked, token=lease.token
                 )
             except ExternalCallFailed as exc:
-                raise DispatchFailed(
-                    complaint=complaint, vendor=vendor, reason=exc.reason, status=exc.status
-                ) from exc
+                raise DispatchFailed(call=exc, complaint=complaint, vendor=vendor) from exc
             dispatched = not call.skipped
         try:
             with transaction.atomic():
@@ -217,7 +198,7 @@ def assign_vendor(
                     fence_token=lease.token,
                     assigned_at=now,
                     assigned_by=actor,
-                    actor_label=label,
+                    actor_label=attempt.label,
                 )
         except RefusedAtCommit as refusal:
             if dispatched:
@@ -250,26 +231,9 @@ def assign_vendor(
             dispatched=dispatched,
         )
 
-    with lock_errors_as(
-        busy=AssignmentBusy,
-        superseded=AssignmentSuperseded,
-        unavailable=LockServiceUnavailable,
-        complaint=complaint,
-    ):
-        return run_fenced(
-            resource,
-            work,
-            ttl=timedelta(seconds=settings.VENDOR_LOCK_TTL_SECONDS),
-            # Refusals are recorded with the outcome their exception declares; the detail
-            # (the exception's text) names the vendor that holds the complaint, and the
-            # vendor told in vain.
-            attempt=Attempt(
-                actor=label,
-                operation=OPERATION,
-                scope=scope_for_organization(organization),
-                ip=ip,
-            ),
-        )
+    # Refusals are recorded with the outcome their exception declares; the detail (the
+    # exception's text) names the vendor that holds the complaint, and the vendor told in vain.
+    return attempt.run(work, complaint=complaint)
 
 
 def _cancel_dispatch(

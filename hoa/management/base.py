@@ -13,7 +13,14 @@ from hoa.ops.readiness import pending_migrations
 from hoa.security.audit import shown
 from hoa.web.answer_table import EXIT_TEMPFAIL
 
-__all__ = ["EXIT_TEMPFAIL", "ServiceCommand", "active_user", "os_user", "require_services"]
+__all__ = [
+    "EXIT_TEMPFAIL",
+    "ServiceCommand",
+    "active_user",
+    "add_actor_argument",
+    "os_user",
+    "require_services",
+]
 
 
 def os_user() -> str:
@@ -22,6 +29,17 @@ def os_user() -> str:
         return getpass.getuser()
     except (KeyError, OSError):  # no login name and no passwd entry (some containers)
         return f"uid{os.getuid()}"
+
+
+def add_actor_argument(parser) -> None:
+    """``--actor USERNAME``: run as this staff user, checked like the web."""
+    parser.add_argument(
+        "--actor",
+        metavar="USERNAME",
+        default="",
+        help="act as this staff user, checked like the web and recorded in the audit "
+        "(default: the shell's operator)",
+    )
 
 
 def active_user(username: str | None):

@@ -30,6 +30,7 @@ from hoa.management.base import (
     EXIT_TEMPFAIL,
     ServiceCommand,
     active_user,
+    add_actor_argument,
     os_user,
     require_services,
 )
@@ -94,11 +95,7 @@ class Command(ServiceCommand):
         parser.add_argument(
             "--month", metavar="YYYY-MM", help="the month to bill (default: the current month)"
         )
-        parser.add_argument(
-            "--actor",
-            metavar="USERNAME",
-            help="the staff user on whose behalf this runs (recorded in the audit)",
-        )
+        add_actor_argument(parser)
         parser.add_argument(
             "--workers",
             type=int,

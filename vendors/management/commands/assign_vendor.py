@@ -14,7 +14,13 @@ import re
 
 from django.core.management.base import CommandError
 
-from hoa.management.base import ServiceCommand, active_user, os_user, require_services
+from hoa.management.base import (
+    ServiceCommand,
+    active_user,
+    add_actor_argument,
+    os_user,
+    require_services,
+)
 from hoa.models import Complaint
 from hoa.web import answer_table
 from vendors import selectors
@@ -43,12 +49,7 @@ class Command(ServiceCommand):
             action="store_true",
             help="replace the complaint's current vendor (the one active when the command starts)",
         )
-        parser.add_argument(
-            "--actor",
-            metavar="USERNAME",
-            default="",
-            help="act as this staff user (checked like the web); default: the shell's operator",
-        )
+        add_actor_argument(parser)
 
     def handle(self, *args, **options):
         complaint_id = _parse_id("--complaint", options["complaint"])

@@ -1,0 +1,219 @@
+"""What every fenced operation does the same way around ``locking.run_fenced``.
+
+An operation (an app's ``services``) declares what it is once, in its ``resources``::
+
+    HANDOVER = FencedOperation(
+        "key-handover", "keys.hand_over", "KEYS_LOCK_TTL_SECONDS", NotAllowed, LOCK_REFUSALS
+    )
+
+and then, for each call, ``begin`` checks the actor (staff of the organization with the
+permission, or ``None``: the operator at the shell; a refusal is recorded in the one
+refusal audit, ``AccessDenial``, before it is raised) and ``run`` runs the work under a
+fresh lease with ``run_fenced``, recorded as the actor's attempt in the organization's
+scope, raising locking's refusals as the operation's own (``Busy``, ``Superseded``,
+``LockServiceDown`` subclasses whose sentences come from the app's ``answers``)::
+
+    attempt = HANDOVER.begin(actor, via=via, organization=org, resource=resource, ip=ip)
+    return attempt.run(work, unit=unit)  # work(lease); unit: a fact its sentences name
+"""
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import TypeVar
+
+from django.conf import settings
+from django.utils.translation import gettext_lazy as _
+
+from hoa.integrations.webhooks import ExternalCallFailed
+from hoa.models import Organization
+from hoa.scopes import scope_for_organization
+from hoa.security.audit import Reason, record_denial
+from hoa.web.answer_table import Answer, Refusal
+from locking import (
+    Attempt,
+    Lease,
+    LockHeld,
+    LockUnavailable,
+    Outcome,
+    StaleFencingToken,
+    run_fenced,
+)
+
+T = TypeVar("T")
+
+
+def actor_label(actor, via: str = "") -> str:
+    """Who asked, as the audit trail records it: ``alice``, ``alice via cli:ops``,
+    ``cli:ops`` (the operator at the shell, no user) or ``system``."""
+    name = actor.get_username() if actor is not None else ""
+    return " via ".join(part for part in (name, via) if part) or "system"
+
+
+# -- the refusals every operation has, in its own words -----------------------------------
+
+
+class _FactRefusal(Refusal):
+    """Base of these refusals: its ``facts`` (the operation's, e.g. ``organization``, ``month``)
+    become attributes and go to ``sentence``, the app's ``answers`` function."""
+
+    sentence: Callable[..., str]
+    sentence_name: str  # the name of that function in the app's answers module
+
+    def __init__(self, facts: dict, **details):
+        vars(self).update(facts)
+        super().__init__(type(self).sentence(**facts, **details))
+
+
+class Busy(_FactRefusal):
+    """Another holder has the lease right now."""
+
+    answer = Answer.RETRY
+    outcome = Outcome.BUSY
+    sentence_name = "busy"
+
+    def __init__(self, *, lock: LockHeld, **facts):
+        self.busy = lock  # what the 409 page shows: holder, since, until
+        self.holder = lock.holder or str(_("another worker"))
+        super().__init__(facts, holder=self.holder, retry_after=lock.retry_after)
+
+
+class Superseded(_FactRefusal):
+    """This attempt's lease ran out and a newer holder took over."""
+
+    answer = Answer.RETRY
+    outcome = Outcome.STALE
+    sentence_name = "superseded"
+
+    def __init__(self, *, stale: StaleFencingToken, **facts):
+        self.token, self.recorded = stale.token, stale.recorded
+        super().__init__(facts, token=stale.token, recorded=stale.recorded)
+
+
+class LockServiceDown(_FactRefusal):
+    """The lock service (Redis) could not be reached."""
+
+    answer = Answer.UNAVAILABLE
+    outcome = Outcome.UNAVAILABLE
+    sentence_name = "lock_service_down"
+    title = _("Lock service unavailable")
+
+    def __init__(self, *, reason: str, **facts):
+        self.reason = reason
+        super().__init__(facts, reason=reason)
+
+
+def lock_refusals(
+    base: type[Refusal], answers, *, prefix: str
+) -> tuple[type[Busy], type[Superseded], type[LockServiceDown]]:
+    """An operation's ``<prefix>Busy``, ``<prefix>Superseded`` and ``LockServiceUnavailable``:
+    subclasses of its ``base`` error (so its callers' one ``except`` catches them) that
+    speak through its ``answers`` module: ``busy()``, ``superseded()`` and
+    ``lock_service_down()``, headed by ``BUSY_TITLE`` and ``SUPERSEDED_TITLE``."""
+    kinds = (
+        (Busy, f"{prefix}Busy", answers.BUSY_TITLE),
+        (Superseded, f"{prefix}Superseded", answers.SUPERSEDED_TITLE),
+        (LockServiceDown, "LockServiceUnavailable", LockServiceDown.title),
+    )
+    return tuple(
+        type(
+            name,
+            (kind, base),
+            {
+                "__module__": base.__module__,
+                "__qualname__": name,
+                "__doc__": kind.__doc__,
+                "title": title,
+                "sentence": staticmethod(getattr(answers, kind.sentence_name)),
+            },
+        )
+        for kind, name, title in kinds
+    )
+
+
+class NotPermitted(_FactRefusal):
+    """The actor is not staff of the organization or lacks the operation's permission.
+
+    Raised before any lease (``FencedOperation.begin``): recorded as an ``AccessDenial``.
+    """
+
+    answer = Answer.FORBIDDEN
+    outcome = Outcome.DENIED
+    title = _("Not allowed")
+
+    def __init__(self, *, actor: str, organization: Organization):
+        super().__init__({"actor": actor, "organization": organization})
+
+
+class CallFailed(_FactRefusal):
+    """The operation's external call (billing, dispatch) refused, failed or timed out."""
+
+    answer = Answer.UPSTREAM_FAILED
+    outcome = Outcome.FAILED
+
+    def __init__(self, *, call: ExternalCallFailed, **facts):
+        self.reason, self.status = call.reason, call.status
+        super().__init__(facts, reason=call.reason)
+
+
+@dataclass(frozen=True)
+class FencedOperation:
+    """What an operation is, for the steps every operation takes the same way."""
+
+    name: str  # the audit's operation name, e.g. "key-handover"
+    permission: str  # what a user needs, e.g. "keys.hand_over"
+    ttl_setting: str  # the setting that holds its lease's lifetime in seconds
+    not_allowed: type[NotPermitted]  # its refusal of a user
+    refusals: tuple[type[Busy], type[Superseded], type[LockServiceDown]]
+
+    def begin(
+        self, actor, *, via: str = "", organization: Organization, resource: str, ip=None
+    ) -> "Call":
+        """Check ``actor`` (a user, or ``None`` for the operator at the shell; ``via`` says
+        where the request came from) and return the call to ``run``."""
+        label = actor_label(actor, via)
+        if actor is not None and not (
+            organization.has_staff(actor) and actor.has_perm(self.permission)
+        ):
+            record_denial(
+                reason=Reason.PERMISSION,
+                note=f"not staff of {organization.slug} with {self.permission}",
+                resource=resource,
+                actor=label,
+                ip=ip,
+                organization=organization,
+                operation=self.name,
+            )
+            raise self.not_allowed(actor=actor.get_username(), organization=organization)
+        return Call(self, resource=resource, organization=organization, label=label, ip=ip)
+
+
+@dataclass(frozen=True)
+class Call:
+    """One permitted call of an operation, before its lease."""
+
+    operation: FencedOperation
+    resource: str
+    organization: Organization
+    label: str  # who asked, as the audit records it
+    ip: str | None = None
+
+    def run(self, work: Callable[[Lease], T], **facts) -> T:
+        """``work(lease)`` under a fresh lease on the resource (``run_fenced``); locking's
+        refusals are raised as the operation's, with ``facts`` for their sentences."""
+        busy, superseded, down = self.operation.refusals
+        attempt = Attempt(
+            actor=self.label,
+            operation=self.operation.name,
+            scope=scope_for_organization(self.organization),
+            ip=self.ip,
+        )
+        ttl = timedelta(seconds=float(getattr(settings, self.operation.ttl_setting)))
+        try:
+            return run_fenced(self.resource, work, ttl=ttl, attempt=attempt)
+        except LockHeld as exc:
+            raise busy(lock=exc, **facts) from exc
+        except StaleFencingToken as exc:
+            raise superseded(stale=exc, **facts) from exc
+        except LockUnavailable as exc:
+            raise down(reason=exc.reason, **facts) from exc
