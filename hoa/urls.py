@@ -3,8 +3,8 @@ from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
 from hoa.ops import metrics_view
+from hoa.ops import views as ops_views
 from hoa.security.ratelimits import limit_sign_ins
-from hoa.web import views
 
 urlpatterns = [
     # Both sign-in forms, rate limited and locked after repeated failures (hoa.security.ratelimits);
@@ -13,8 +13,8 @@ urlpatterns = [
     path("accounts/login/", limit_sign_ins(auth_views.LoginView.as_view()), name="login"),
     path("admin/", admin.site.urls),
     path("accounts/", include("django.contrib.auth.urls")),
-    path("healthz", views.healthz, name="healthz"),
-    path("readyz", views.readyz, name="readyz"),
+    path("healthz", ops_views.healthz, name="healthz"),
+    path("readyz", ops_views.readyz, name="readyz"),
     path("metrics", metrics_view.metrics, name="metrics"),
     path("", include(("hoa.web.staff_urls", "hoa"), namespace="hoa")),
     path("orgs/<slug:org_slug>/charges/", include("charges.urls")),

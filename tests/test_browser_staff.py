@@ -21,7 +21,7 @@ from django.utils import timezone
 from charges.models import MonthlyCharge, MonthlyChargeRun
 from hoa.demo import staff_group
 from hoa.models import Complaint, StaffMembership
-from hoa.web.views import LockStatusView
+from hoa.ops.views import LockStatusView
 from vendors.models import Vendor, VendorAssignment, VendorContract
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.django_db(transaction=True)]

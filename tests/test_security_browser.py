@@ -10,7 +10,7 @@ import pytest
 from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
 
 from hoa.models import Complaint
-from hoa.web.views import LockStatusView
+from hoa.ops.views import LockStatusView
 from locking.models import FenceEvent
 
 # The staff-site browser tests' fixtures, shared (the test's parameters use them: F811).

@@ -1,10 +1,11 @@
 from django.urls import path
 
+from hoa.ops import views as ops_views
 from hoa.web import views
 
 urlpatterns = [
     path("", views.home, name="home"),
     path("orgs/", views.OrganizationListView.as_view(), name="organizations"),
     path("orgs/<slug:org_slug>/", views.DashboardView.as_view(), name="dashboard"),
-    path("ops/locks/", views.LockStatusView.as_view(), name="locks"),
+    path("ops/locks/", ops_views.LockStatusView.as_view(), name="locks"),
 ]
