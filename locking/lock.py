@@ -973,7 +973,13 @@ class KeepAlive:
 
 
 class AsyncKeepAlive:
-    """Renewal of a lease by an asyncio task; with ``cancel``, a loss cancels the block."""
+    """Renewal of a lease by an asyncio task; with ``cancel``, a loss cancels the block.
+
+    The renewal is stopped with an event and awaited, never cancelled: a cancellation that
+    lands inside a ``redis.asyncio`` command can be swallowed by the client (redis-py 8.1
+    turns some into a retry of the loop or a ``ConnectionError``), which would leave the
+    renewal running after the block.
+    """
 
     def __init__(self, lease: Lease, ttl: timedelta, *, cancel: bool):
         self.lease = lease
@@ -982,7 +988,7 @@ class AsyncKeepAlive:
         self._task: asyncio.Task | None = None  # the task running the block
         self._cancelling = 0
         self._renewal: asyncio.Task | None = None
-        self._exiting = False
+        self._stop = asyncio.Event()
         self._cancelled_by_us = False
 
     async def __aenter__(self) -> Lease:
@@ -992,22 +998,24 @@ class AsyncKeepAlive:
         return self.lease
 
     async def __aexit__(self, exc_type, exc, traceback) -> None:
-        self._exiting = True
-        self._renewal.cancel()
-        await asyncio.wait([self._renewal])
-        # Our cancellation, and no one else's: answer it as the loss it stands for.
-        if (
-            self._cancelled_by_us
-            and exc_type is asyncio.CancelledError
-            and self._task.uncancel() <= self._cancelling
-        ):
+        self._stop.set()
+        await self._renewal  # at most one extend in flight, bounded by the socket timeout
+        if not self._cancelled_by_us:
+            return
+        # Our cancellation, and no one else's: answer it as the loss it stands for. (A
+        # block that finished anyway, its cancellation swallowed on the way, stands.)
+        if self._task.uncancel() <= self._cancelling and exc_type is asyncio.CancelledError:
             lease = self.lease
             raise LeaseLost(lease.resource, lease.token, lease.lost.reason) from exc
 
     async def _run(self) -> None:
         interval = self.ttl.total_seconds() / 3
         while True:
-            await asyncio.sleep(interval)
+            try:
+                await asyncio.wait_for(self._stop.wait(), interval)
+                return  # the block ended
+            except TimeoutError:
+                pass
             if await self.lease.aextend(self.ttl):
                 continue
             logger.warning(
@@ -1015,7 +1023,7 @@ class AsyncKeepAlive:
                 extra={"resource": self.lease.resource, "token": self.lease.token},
             )
             # While the block is exiting there is nothing left to stop.
-            if self.cancel and not self._exiting and self._task is not None:
+            if self.cancel and not self._stop.is_set() and self._task is not None:
                 self._cancelled_by_us = True
                 self._task.cancel(f"lease on {self.lease.resource} lost")
             return
