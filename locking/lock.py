@@ -9,6 +9,10 @@ from the token checked by ``advance_fence`` in the database transaction.
 The lock value is ``<owner id>|<acquired ms>|<holder label>``: a random owner id, so that
 release and extend (compare-and-delete, compare-and-pexpire) can never touch another
 holder's lease, plus what an operator needs to see who holds it and since when.
+
+Every operation has an async twin (``aacquire``, ``Lease.arelease``…) that runs the same
+script constants on a ``redis.asyncio`` client. ``break_lease`` is the operators' one way
+to delete a lease that is not theirs; the fence makes it as safe as an expiry.
 """
 
 import asyncio

@@ -4,7 +4,9 @@ Services call ``run_fenced`` with a ``work(lease)`` callable that does the exter
 (outside any transaction) and then one ``transaction.atomic()`` block starting with
 ``advance_fence``. Everything around it — granting, recording the outcome outside the
 work's transaction, releasing, reseeding a lost counter — is the same for every fenced
-operation, so it lives here once.
+operation, so it lives here once. ``arun_fenced`` is the same flow for a coroutine
+``work(lease)``; its database steps (the audit, a new epoch) run in
+``sync_to_async(thread_sensitive=True)``.
 """
 
 import logging
