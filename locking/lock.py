@@ -255,6 +255,8 @@ class FenceLock:
     on a ``redis.asyncio`` client: ``async_client`` if given, else one built from the same
     settings for the running event loop (locking/connection.py). A ``redis.asyncio``
     connection belongs to the loop that opened it, so one ``FenceLock`` serves any loop.
+    Both clients must reach the same Redis: given ``client``, the async methods need
+    ``async_client`` too (they refuse to fall back on the settings' Redis).
     """
 
     def __init__(
@@ -271,6 +273,7 @@ class FenceLock:
             self.client
         )
         self._async_client = async_client
+        self._client_given = client is not None
         # Settings are read only for what is not passed: a FenceLock with every argument
         # given works without Django settings (benchmarks, scripts).
         self.using = using or setting("LOCK_DATABASE")
@@ -288,6 +291,11 @@ class FenceLock:
         """The ``redis.asyncio`` client: the one given, else the running loop's own."""
         if self._async_client is not None:
             return self._async_client
+        if self._client_given:
+            raise TypeError(
+                "FenceLock(client=...) uses its own Redis: pass async_client= too for the "
+                "async methods, or they would lock on another server."
+            )
         return get_async_lock_redis()
 
     def _async_scripts(self) -> _Scripts:

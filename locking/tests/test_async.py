@@ -184,6 +184,17 @@ def test_unreachable_redis_is_lock_unavailable(redis_client):
     run_async(scenario)
 
 
+def test_a_lock_given_its_own_client_refuses_async_calls_without_an_async_one(redis_client):
+    lock = FenceLock(client=redis_client)
+
+    async def scenario():
+        with pytest.raises(TypeError, match="pass async_client= too"):
+            await lock.aacquire("r:1", ttl=TTL)
+
+    run_async(scenario)
+    assert redis_client.exists(lock_key("r:1")) == 0
+
+
 def test_the_loops_client_is_built_from_the_lock_settings_once_per_loop(settings):
     async def clients():
         return get_async_lock_redis(), get_async_lock_redis()
