@@ -31,33 +31,50 @@ documented interface (docs/locking.md)::
         advance_fence(Complaint.objects.filter(pk=42), lease)
         ...writes...
     lease.release()
+
+The same from async code: ``lease = await FenceLock().aacquire(...)``, ``await
+aadvance_fence(queryset, lease, write)`` (the fence and the writes in one transaction,
+in ``sync_to_async``), ``await lease.arelease()``; or ``arun_fenced`` for the whole flow.
+``lease.check()`` raises ``LeaseLost`` once the lease is lost; ``span(...)`` traces a step
+of the work (OpenTelemetry API).
 """
 
 from locking.advisory import advisory_key, advisory_lock
 from locking.audit import record_fence_event
-from locking.exceptions import LockError, LockHeld, LockUnavailable, StaleFencingToken
-from locking.fence import advance_fence
+from locking.exceptions import (
+    LeaseLost,
+    LockError,
+    LockHeld,
+    LockUnavailable,
+    StaleFencingToken,
+)
+from locking.fence import aadvance_fence, advance_fence
 from locking.keys import fence_key, lock_key, validate_resource
 from locking.lock import FenceLock, HolderInfo, Lease
-from locking.operation import Attempt, run_fenced
+from locking.operation import Attempt, arun_fenced, run_fenced
 from locking.outcomes import Outcome
+from locking.tracing import span
 
 __all__ = [
     "Attempt",
     "FenceLock",
     "HolderInfo",
     "Lease",
+    "LeaseLost",
     "LockError",
     "LockHeld",
     "LockUnavailable",
     "Outcome",
     "StaleFencingToken",
+    "aadvance_fence",
     "advance_fence",
     "advisory_key",
     "advisory_lock",
+    "arun_fenced",
     "fence_key",
     "lock_key",
     "record_fence_event",
     "run_fenced",
+    "span",
     "validate_resource",
 ]

@@ -1,23 +1,55 @@
-from django.contrib import admin
+"""The audit trail's admin, and the operators' action that breaks a stuck lease."""
 
+from django import forms
+from django.contrib import admin, messages
+from django.contrib.admin import helpers
+from django.template.response import TemplateResponse
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
+
+from locking.exceptions import LockUnavailable
+from locking.lock import FenceLock
 from locking.models import FenceEvent
+
+BREAK_PERMISSION = "locking.break_lease"
+APPLY_FIELD = "apply"
+
+
+class BreakLeaseForm(forms.Form):
+    reason = forms.CharField(
+        label=gettext_lazy("Reason"),
+        max_length=500,
+        widget=forms.Textarea(attrs={"rows": 3, "cols": 60}),
+        help_text=gettext_lazy("Recorded in the audit trail with your name."),
+    )
 
 
 @admin.register(FenceEvent)
 class FenceEventAdmin(admin.ModelAdmin):
-    """The audit trail is read-only, and visible to superusers only (it spans tenants);
-    superusers may delete old events (``prune_fence_events`` is the usual way)."""
+    """The audit trail is read-only. It spans tenants, so it is shown to superusers and
+    to users given ``locking.view_fenceevent`` or ``locking.break_lease`` (operators, who
+    need it to decide which lease to break); superusers may delete old events
+    (``prune_fence_events`` is the usual way)."""
 
     list_display = ["at", "resource", "token", "outcome", "operation", "actor", "ip"]
     list_filter = ["outcome", "operation"]
     search_fields = ["resource", "actor", "detail"]
     date_hierarchy = "at"
+    actions = ["break_leases"]
 
     def has_module_permission(self, request):
-        return request.user.is_active and request.user.is_superuser
+        return self._may_view(request.user)
 
     def has_view_permission(self, request, obj=None):
-        return request.user.is_active and request.user.is_superuser
+        return self._may_view(request.user)
+
+    @staticmethod
+    def _may_view(user) -> bool:
+        return user.is_active and (
+            user.is_superuser
+            or user.has_perm("locking.view_fenceevent")
+            or user.has_perm(BREAK_PERMISSION)
+        )
 
     def has_add_permission(self, request):
         return False
@@ -27,3 +59,69 @@ class FenceEventAdmin(admin.ModelAdmin):
 
     def has_delete_permission(self, request, obj=None):
         return request.user.is_active and request.user.is_superuser
+
+    def has_break_lease_permission(self, request) -> bool:
+        """Whether the action is offered: the ``permissions=["break_lease"]`` hook."""
+        return request.user.is_active and request.user.has_perm(BREAK_PERMISSION)
+
+    @admin.action(
+        description=gettext_lazy("Break the lease of the selected resources"),
+        permissions=["break_lease"],
+    )
+    def break_leases(self, request, queryset):
+        """Show each selected resource's holder and ask why; on confirmation, break them."""
+        scopes: dict[str, str] = {}
+        for resource, scope in queryset.order_by().values_list("resource", "scope").distinct():
+            scopes[resource] = scopes.get(resource) or scope
+        lock = FenceLock()
+        form = BreakLeaseForm(request.POST if APPLY_FIELD in request.POST else None)
+        if form.is_valid():
+            for resource in sorted(scopes):
+                self._break_one(request, lock, resource, scopes[resource], form)
+            return None  # back to the changelist, which shows the messages
+        try:
+            holders = [(resource, lock.holder(resource)) for resource in sorted(scopes)]
+        except LockUnavailable as exc:
+            self.message_user(request, str(exc), messages.ERROR)
+            return None
+        request.current_app = self.admin_site.name
+        return TemplateResponse(
+            request,
+            "admin/locking/fenceevent/break_lease.html",
+            {
+                **self.admin_site.each_context(request),
+                "title": _("Break the lease of the selected resources"),
+                "subtitle": None,
+                "opts": self.model._meta,
+                "holders": holders,
+                "selected": queryset.values_list("pk", flat=True),
+                "form": form,
+                "action_name": "break_leases",
+                "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
+                "apply_field": APPLY_FIELD,
+                "media": self.media,
+            },
+        )
+
+    def _break_one(self, request, lock: FenceLock, resource: str, scope: str, form) -> None:
+        try:
+            broken = lock.break_lease(
+                resource,
+                by=request.user.get_username(),
+                reason=form.cleaned_data["reason"],
+                scope=scope,
+                ip=request.META.get("REMOTE_ADDR"),
+            )
+        except LockUnavailable as exc:
+            self.message_user(request, str(exc), messages.ERROR)
+            return
+        if broken is None:
+            message = _("%(resource)s had no lease to break.") % {"resource": resource}
+            self.message_user(request, message, messages.WARNING)
+            return
+        message = _("Broke the lease of %(holder)s on %(resource)s (token %(token)s).") % {
+            "holder": broken.label or broken.owner,
+            "resource": resource,
+            "token": broken.token,
+        }
+        self.message_user(request, message, messages.SUCCESS)

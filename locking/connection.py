@@ -12,13 +12,28 @@
 
 Every client gets the short socket timeouts from ``REDIS_SOCKET_TIMEOUT_SECONDS``, so a
 dead or partitioned Redis becomes ``LockUnavailable`` quickly instead of a hung worker.
+
+The async API uses a ``redis.asyncio`` client built from the same settings and URL schemes
+(``get_async_lock_redis``). django-redis has no async pool to share, so it is always the
+lock's own. A ``redis.asyncio`` connection belongs to the event loop that opened it, so
+there is one client per running loop: one for an ASGI server's loop, a short-lived one for
+each ``async_to_sync`` call from sync code. ``aclose_async_lock_redis()`` closes the
+running loop's client (an ASGI lifespan shutdown, a test's end); one left open is
+dropped with its loop.
 """
 
+import asyncio
+import weakref
 from functools import lru_cache
 from urllib.parse import unquote, urlsplit
 
 import redis
+import redis.asyncio
 from django.conf import settings
+from redis.asyncio.cluster import ClusterNode as AsyncClusterNode
+from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
+from redis.asyncio.retry import Retry as AsyncRetry
+from redis.asyncio.sentinel import Sentinel as AsyncSentinel
 from redis.backoff import NoBackoff
 from redis.cluster import ClusterNode, RedisCluster
 from redis.exceptions import RedisClusterException, RedisError
@@ -87,6 +102,62 @@ def client_for_url(url: str, timeout: float):
             retry=no_retries(),
         )
     return redis.Redis.from_url(url, **options)
+
+
+def async_client_for_url(url: str, timeout: float):
+    """Return a new ``redis.asyncio`` client for ``url``, configured as ``client_for_url``."""
+    options = {
+        "socket_timeout": timeout,
+        "socket_connect_timeout": timeout,
+        "health_check_interval": 30,
+        "retry": AsyncRetry(NoBackoff(), 0),  # never retry on its own: see no_retries()
+    }
+    parts = urlsplit(url)
+    if parts.scheme == "redis+sentinel":
+        path = [p for p in parts.path.split("/") if p]
+        if not path:
+            raise ValueError("redis+sentinel:// URL needs a service name: …/<service_name>[/db]")
+        sentinel = AsyncSentinel(
+            _hosts(parts.netloc, 26379),
+            sentinel_kwargs={"socket_timeout": timeout, "socket_connect_timeout": timeout},
+            **options,
+        )
+        db = int(path[1]) if len(path) > 1 else 0
+        return sentinel.master_for(path[0], db=db, password=_password(parts.netloc))
+    if parts.scheme == "redis+cluster":
+        # Unlike the sync client, the async one connects at its first command.
+        return AsyncRedisCluster(
+            startup_nodes=[AsyncClusterNode(h, p) for h, p in _hosts(parts.netloc, 6379)],
+            password=_password(parts.netloc),
+            socket_timeout=timeout,
+            socket_connect_timeout=timeout,
+            retry=AsyncRetry(NoBackoff(), 0),
+        )
+    return redis.asyncio.Redis.from_url(url, **options)
+
+
+# Per running event loop: (url, timeout) -> its redis.asyncio client.
+_ASYNC_CLIENTS: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict]" = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def get_async_lock_redis():
+    """Return the ``redis.asyncio`` client for locks of the running event loop."""
+    loop = asyncio.get_running_loop()  # RuntimeError outside a coroutine: there is no loop
+    key = (setting("LOCK_REDIS_URL"), float(setting("REDIS_SOCKET_TIMEOUT_SECONDS")))
+    clients = _ASYNC_CLIENTS.setdefault(loop, {})
+    client = clients.get(key)
+    if client is None:
+        client = clients[key] = async_client_for_url(*key)
+    return client
+
+
+async def aclose_async_lock_redis() -> None:
+    """Close and forget the running event loop's lock clients (e.g. at ASGI shutdown)."""
+    clients = _ASYNC_CLIENTS.pop(asyncio.get_running_loop(), {})
+    for client in clients.values():
+        await client.aclose()
 
 
 def get_lock_redis():

@@ -75,3 +75,21 @@ class StaleFencingToken(LockError):
                 "(Redis lost the counter after this grant)"
             )
         super().__init__(message)
+
+
+class LeaseLost(LockError):
+    """The lease is no longer this holder's (expired, taken over, broken, released): the
+    work stopped before spending more on an attempt whose write the fence would refuse.
+
+    Raised by ``Lease.check()`` and by a ``keep_alive`` that cancels its work. An
+    optimisation, never the safety: a holder that does not check still cannot commit
+    after a newer holder, because the fence refuses its token.
+    """
+
+    outcome = Outcome.LOST
+
+    def __init__(self, resource: str, token: int, reason: str):
+        self.resource = resource
+        self.token = token
+        self.reason = reason
+        super().__init__(f"lease on {resource} (token {token}) is lost: {reason}")

@@ -1,16 +1,33 @@
-"""The fence check: the database, not the lease, decides whether a holder may write."""
+"""The fence check: the database, not the lease, decides whether a holder may write.
+
+``advance_fence`` runs inside the caller's ``transaction.atomic()``. From async code,
+``aadvance_fence(queryset, lease, write)`` runs the fence and the writes in one
+transaction, in one ``sync_to_async(thread_sensitive=True)`` call: the fence UPDATE must
+commit or roll back with the writes it protects, and Django's transactions are
+synchronous (``transaction.atomic`` has no async form, and each async ORM call such as
+``aupdate`` is its own ``sync_to_async`` hop, in autocommit unless that thread happens to
+be inside an atomic block). Thread-sensitive is the thread Django's async ORM uses, so the
+block shares its connection.
+"""
 
 import logging
+from collections.abc import Callable
+from typing import TypeVar
 
-from django.db import connections
+from asgiref.sync import sync_to_async
+from django.db import connections, transaction
 from django.db.models import Exists
 from django.db.transaction import TransactionManagementError
 
+from locking import tracing
 from locking.epochs import current_epoch, epoch_of
 from locking.exceptions import StaleFencingToken
 from locking.lock import Lease
 
 logger = logging.getLogger(__name__)
+
+
+T = TypeVar("T")
 
 
 def advance_fence(queryset, token, *, resource: str | None = None) -> None:
@@ -37,6 +54,11 @@ def advance_fence(queryset, token, *, resource: str | None = None) -> None:
         resource = resource or token.resource
         token = token.token
     token = int(token)
+    with tracing.operation_span("locking.fence", resource, token=token):
+        _advance(queryset, token, resource)
+
+
+def _advance(queryset, token: int, resource: str | None) -> None:
     # The token comparison must sit in the UPDATE's own WHERE, on the row being updated:
     # only that is re-checked against the committed row after waiting for its lock. A
     # queryset filtering across a relation would make Django move the whole WHERE into an
@@ -65,3 +87,32 @@ def advance_fence(queryset, token, *, resource: str | None = None) -> None:
     if recorded < token and resource is not None:
         raise StaleFencingToken(token, recorded, epoch=current_epoch(resource, using=queryset.db))
     raise StaleFencingToken(token, recorded)
+
+
+async def aadvance_fence(
+    queryset, lease: Lease, write: Callable[[], T], *, resource: str | None = None
+) -> T:
+    """Advance the fence and run ``write()`` in one transaction; return what it returns.
+
+    The async form of::
+
+        with transaction.atomic(using=queryset.db):
+            advance_fence(queryset, lease)
+            return write()
+
+    run as one ``sync_to_async(thread_sensitive=True)`` call (see the module docstring for
+    why not the async ORM). ``write`` is synchronous ORM code. ``StaleFencingToken`` (or
+    anything ``write`` raises) rolls the whole block back.
+    """
+
+    def fenced_commit() -> T:
+        with (
+            tracing.operation_span(
+                "locking.fenced_commit", resource or lease.resource, token=lease.token
+            ),
+            transaction.atomic(using=queryset.db),
+        ):
+            advance_fence(queryset, lease, resource=resource)
+            return write()
+
+    return await sync_to_async(fenced_commit, thread_sensitive=True)()

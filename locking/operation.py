@@ -4,20 +4,25 @@ Services call ``run_fenced`` with a ``work(lease)`` callable that does the exter
 (outside any transaction) and then one ``transaction.atomic()`` block starting with
 ``advance_fence``. Everything around it — granting, recording the outcome outside the
 work's transaction, releasing, reseeding a lost counter — is the same for every fenced
-operation, so it lives here once.
+operation, so it lives here once. ``arun_fenced`` is the same flow for a coroutine
+``work(lease)``; its database steps (the audit, a new epoch) run in
+``sync_to_async(thread_sensitive=True)``.
 """
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Protocol, TypeVar, runtime_checkable
 
+from asgiref.sync import sync_to_async
 from django.db import connections
 from django.db.transaction import TransactionManagementError
+from opentelemetry.trace import Span
 
-from locking import metrics
+from locking import metrics, tracing
 from locking.audit import record_fence_event
 from locking.epochs import epoch_of
 from locking.exceptions import LockHeld, LockUnavailable, StaleFencingToken
@@ -81,33 +86,97 @@ def run_fenced(
     lock = lock or FenceLock()
     audit = AttemptAudit(resource, attempt, using=using)
     lease: Lease | None = None
-    try:
-        lease = lock.acquire(resource, ttl=ttl, holder=attempt.actor)
-        audit.granted()
+    with audit.span():
         try:
-            result = work(lease)
-        except StaleFencingToken as stale:
-            if not counter_is_behind(lock, resource, stale):
-                raise
-            # Not a newer holder: Redis handed out a number the database had seen. Record
-            # it, start an epoch above the recorded token, and run the attempt once more.
-            audit.counter_behind(stale)
-            lease.release()
-            lease = None
-            lock.reseed(resource, lock.start_epoch(resource, above=stale.recorded))
             lease = lock.acquire(resource, ttl=ttl, holder=attempt.actor)
-            audit.granted()
-            result = work(lease)
-    except Exception as exc:  # always re-raised; recorded when it declares its outcome
-        if isinstance(exc, HasOutcome):
-            audit.refused(exc, lease)
-        raise
-    else:
-        audit.finished(result, lease)
-        return result
-    finally:
-        if lease is not None:
-            lease.release()
+            audit.granted(lease)
+            try:
+                result = work(lease)
+            except StaleFencingToken as stale:
+                if not counter_is_behind(lock.current_token(resource), stale):
+                    raise
+                # Not a newer holder: Redis handed out a number the database had seen.
+                # Record it, start an epoch above the recorded token, run the attempt again.
+                audit.counter_behind(stale)
+                lease.release()
+                lease = None
+                lock.reseed(resource, lock.start_epoch(resource, above=stale.recorded))
+                lease = lock.acquire(resource, ttl=ttl, holder=attempt.actor)
+                audit.granted(lease)
+                result = work(lease)
+        except Exception as exc:  # always re-raised; recorded when it declares its outcome
+            if isinstance(exc, HasOutcome):
+                audit.refused(exc, lease)
+            raise
+        else:
+            audit.finished(result, lease)
+            return result
+        finally:
+            if lease is not None:
+                lease.release()
+
+
+async def arun_fenced(
+    resource: str,
+    work: Callable[[Lease], Awaitable[T]],
+    *,
+    ttl: timedelta,
+    attempt: Attempt,
+    lock: FenceLock | None = None,
+    using: str = "default",
+) -> T:
+    """``run_fenced`` for async code: ``await work(lease)`` under a fresh lease.
+
+    The same flow and answers: grant (``aacquire``), work, the audit record, the one retry
+    when the Redis counter is behind, release (``arelease``). ``work`` is a coroutine
+    function; it makes its external call with an async client, then commits with
+    ``aadvance_fence(queryset, lease, write)`` (one transaction in
+    ``sync_to_async(thread_sensitive=True)``; Django's transactions are synchronous). The
+    audit records are written the same way, after the work's transaction ended.
+    """
+    if await sync_to_async(_in_atomic_block, thread_sensitive=True)(using):
+        raise TransactionManagementError(
+            "arun_fenced() opens its own transaction; do not call it inside transaction.atomic()."
+        )
+    lock = lock or FenceLock()
+    audit = AttemptAudit(resource, attempt, using=using)
+    record = sync_to_async(_call, thread_sensitive=True)
+    lease: Lease | None = None
+    with audit.span():
+        try:
+            lease = await lock.aacquire(resource, ttl=ttl, holder=attempt.actor)
+            audit.granted(lease)
+            try:
+                result = await work(lease)
+            except StaleFencingToken as stale:
+                if not counter_is_behind(await lock.acurrent_token(resource), stale):
+                    raise
+                await record(audit.counter_behind, stale)
+                await lease.arelease()
+                lease = None
+                floor = await lock.astart_epoch(resource, above=stale.recorded)
+                await lock.areseed(resource, floor)
+                lease = await lock.aacquire(resource, ttl=ttl, holder=attempt.actor)
+                audit.granted(lease)
+                result = await work(lease)
+        except Exception as exc:  # always re-raised; recorded when it declares its outcome
+            if isinstance(exc, HasOutcome):
+                await record(audit.refused, exc, lease)
+            raise
+        else:
+            await record(audit.finished, result, lease)
+            return result
+        finally:
+            if lease is not None:
+                await lease.arelease()
+
+
+def _in_atomic_block(using: str) -> bool:
+    return connections[using].in_atomic_block
+
+
+def _call(function, *args):
+    return function(*args)
 
 
 class AttemptAudit:
@@ -118,9 +187,21 @@ class AttemptAudit:
         self.attempt = attempt
         self.using = using
         self.started = time.monotonic()
+        self._span: Span | None = None
 
-    def granted(self) -> None:
+    @contextmanager
+    def span(self) -> Iterator[Span]:
+        """The attempt's root span: its grant, work, commit and release are children."""
+        with tracing.operation_span(
+            "locking.run_fenced", self.resource, operation=self.attempt.operation
+        ) as span:
+            self._span = span
+            yield span
+
+    def granted(self, lease: Lease) -> None:
         metrics.lease_granted(self.attempt.operation)
+        if self._span is not None:
+            self._span.set_attribute(tracing.FENCE_TOKEN, lease.token)
 
     def finished(self, result: object, lease: Lease) -> None:
         outcome = result.outcome if isinstance(result, HasOutcome) else Outcome.COMMITTED
@@ -160,6 +241,8 @@ class AttemptAudit:
         if final:
             elapsed = time.monotonic() - self.started
             metrics.attempt_finished(self.attempt.operation, outcome, elapsed)
+            if self._span is not None:
+                tracing.set_outcome(self._span, outcome)
         record_fence_event(
             resource=self.resource,
             outcome=outcome,
@@ -173,14 +256,14 @@ class AttemptAudit:
         )
 
 
-def counter_is_behind(lock: FenceLock, resource: str, exc: StaleFencingToken) -> bool:
+def counter_is_behind(current: int, exc: StaleFencingToken) -> bool:
     """Whether a rejection means the Redis counter is behind, not that a newer holder won.
 
-    The counter is behind when it is below the recorded token, or in an epoch older than
-    the one that refused the token. A rejected token *equal* to the recorded one was
-    issued twice, which also means the counter went back.
+    ``current`` is the Redis counter now. The counter is behind when it is below the
+    recorded token, or in an epoch older than the one that refused the token. A rejected
+    token *equal* to the recorded one was issued twice, which also means the counter went
+    back.
     """
-    current = lock.current_token(resource)
     if exc.epoch is not None:
         return epoch_of(current) < exc.epoch
     return current < exc.recorded or exc.token == exc.recorded

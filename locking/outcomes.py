@@ -23,3 +23,9 @@ class Outcome(TextChoices):
     FAILED = "failed", _("Failed")
     UNAVAILABLE = "unavailable", _("Lock service unavailable")
     DENIED = "denied", _("Denied")
+    # The work stopped itself because its lease was lost (``lease.check()`` raised
+    # ``LeaseLost``) before it reached the fence; nothing was written.
+    LOST = "lost", _("Lease lost")
+    # An operator deleted a stuck lease (``FenceLock.break_lease``); the holder's late write
+    # is refused by the fence once a newer holder has committed.
+    BROKEN = "broken", _("Lease broken by an operator")

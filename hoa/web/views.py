@@ -36,6 +36,8 @@ SHORT_OUTCOME_LABELS = {
     Outcome.FAILED: gettext_lazy("failed"),
     Outcome.UNAVAILABLE: gettext_lazy("Redis down"),
     Outcome.DENIED: gettext_lazy("denied"),
+    Outcome.LOST: gettext_lazy("lease lost"),
+    Outcome.BROKEN: gettext_lazy("broken"),
 }
 
 

@@ -4,23 +4,29 @@ Nothing here knows a project: children run ``python -m django`` with the setting
 of the test run, and servers are started by us, on 127.0.0.1, and stopped by their pid.
 """
 
+import asyncio
 import shutil
 import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import TypeVar
 
 import redis
+from asgiref.sync import async_to_sync
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 import locking
+from locking.connection import aclose_async_lock_redis
 
 # The directory that holds the ``locking`` package: children start there to import it.
 SOURCE_ROOT = Path(locking.__file__).resolve().parent.parent
 LOOPBACK = "127.0.0.1"
+
+T = TypeVar("T")
 
 
 def wait_until(
@@ -35,6 +41,37 @@ def wait_until(
         if time.monotonic() >= deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {what}")
         time.sleep(0.01)
+
+
+def run_async(coroutine_function: Callable[[], Awaitable[T]]) -> T:
+    """Run ``coroutine_function()`` from a sync test, as a sync view's ``async_to_sync`` does.
+
+    ``sync_to_async(thread_sensitive=True)`` calls inside it come back to the test's
+    thread, so they use the test's database connection. The loop's lock client is closed
+    at the end: the loop goes with it.
+    """
+
+    async def main() -> T:
+        try:
+            return await coroutine_function()
+        finally:
+            await aclose_async_lock_redis()
+
+    return async_to_sync(main)()
+
+
+async def async_wait_until(
+    predicate: Callable[[], object], *, what: str = "condition", timeout: float = 30
+) -> object:
+    """``wait_until`` for a coroutine: polls every 10 ms without blocking the loop."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        await asyncio.sleep(0.01)
 
 
 def free_port() -> int:

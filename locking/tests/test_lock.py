@@ -115,7 +115,7 @@ def test_release_deletes_our_lease_once_and_keeps_the_counter(fence_lock, redis_
 def test_context_manager_releases_on_exit_even_when_the_block_raises(fence_lock, redis_client):
     with fence_lock.acquire(RESOURCE, ttl=LONG) as lease:
         assert redis_client.exists(lock_key(RESOURCE)) == 1
-    assert lease.lost
+    assert lease.lost.is_set()
     assert redis_client.exists(lock_key(RESOURCE)) == 0
 
     with pytest.raises(RuntimeError), fence_lock.acquire(RESOURCE, ttl=LONG):
@@ -142,7 +142,7 @@ def test_expired_lease_cannot_release_or_extend_the_new_holders_lock(fence_lock,
     assert old.extend(LONG) is False
     assert old.release() is False
 
-    assert old.lost
+    assert old.lost.is_set()
     assert redis_client.get(lock_key(RESOURCE)) == new_value
     assert redis_client.pttl(lock_key(RESOURCE)) > 25_000  # not re-timed by the old holder
     assert new.release() is True
@@ -302,7 +302,7 @@ def test_lease_outlives_a_redis_that_stopped_and_reports_it_cannot_release(tmp_p
         server.stop()
 
         assert lease.extend(LONG) is False
-        assert lease.lost
+        assert lease.lost.is_set()
         assert lease.release() is False  # logged, never raised
         with pytest.raises(LockUnavailable):
             lock.acquire(RESOURCE, ttl=LONG)
@@ -381,7 +381,7 @@ def test_keep_alive_holds_a_short_lease_well_past_its_ttl(fence_lock, redis_clie
         time.sleep(1.6)  # more than three TTLs
         assert kept is lease
         assert redis_client.get(lock_key(RESOURCE)).decode().startswith(lease.owner)
-    assert not lease.lost
+    assert not lease.lost.is_set()
     assert lease.release() is True
 
 
@@ -391,7 +391,7 @@ def test_keep_alive_stops_and_marks_the_lease_lost_once_it_is_taken_over(fence_l
     with renewal:
         redis_client.pexpire(lock_key(RESOURCE), 0)  # the lease expires (e.g. a long pause)
         newer = FenceLock().acquire(RESOURCE, ttl=LONG, holder="newer")
-        wait_for(lambda: lease.lost, "keep-alive to notice the takeover")
+        wait_for(lambda: lease.lost.is_set(), "keep-alive to notice the takeover")
         wait_for(lambda: not renewal._thread.is_alive(), "keep-alive to stop")
         assert not lease.probably_valid
 

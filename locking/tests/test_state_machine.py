@@ -93,7 +93,7 @@ class LeaseMachine(RuleBasedStateMachine):
         if ours:
             assert self.redis.pttl(lock_key(lease.resource)) > (seconds - 5) * 1000
         else:
-            assert lease.lost
+            assert lease.lost.is_set()
 
     @rule(resource=st.sampled_from(RESOURCES))
     def expire(self, resource):

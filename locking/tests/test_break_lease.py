@@ -1,0 +1,246 @@
+"""Breaking a stuck lease: the library call, why it is safe, and the admin action.
+
+The takeover test runs the stuck holder in a thread of its own (its own connection),
+paused at an event the test sets only after the newer holder committed.
+"""
+
+import threading
+from datetime import timedelta
+
+import pytest
+from django.contrib.auth.models import Permission
+from django.db import connection, transaction
+from django.urls import reverse
+
+from locking import (
+    Attempt,
+    FenceLock,
+    HolderInfo,
+    Outcome,
+    StaleFencingToken,
+    advance_fence,
+    lock_key,
+    run_fenced,
+)
+from locking.lock import holder_label
+from locking.models import FenceEvent
+from locking.tests.testapp.models import FencedThing
+
+TTL = timedelta(seconds=30)
+WAIT = 10  # seconds: upper bound for every wait in this module
+RESOURCE = "fenced-thing:stuck"
+
+
+def events(resource: str) -> list[tuple]:
+    return list(
+        FenceEvent.objects.for_resource(resource)
+        .order_by("id")
+        .values_list("outcome", "token", "actor", "detail")
+    )
+
+
+# --- the library call -------------------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_break_lease_deletes_whichever_lease_is_held_and_audits_who_and_why(
+    fence_lock, redis_client
+):
+    held = fence_lock.acquire(RESOURCE, ttl=TTL, holder="worker-7")
+
+    broken = fence_lock.break_lease(
+        RESOURCE, by="oona", reason="worker-7 hangs on the billing call", scope="org:1"
+    )
+
+    assert isinstance(broken, HolderInfo)
+    assert (broken.resource, broken.owner, broken.label, broken.token) == (
+        RESOURCE,
+        held.owner,
+        holder_label("worker-7"),
+        held.token,
+    )
+    assert timedelta(0) < broken.ttl_left <= TTL
+    assert redis_client.exists(lock_key(RESOURCE)) == 0
+    assert fence_lock.current_token(RESOURCE) == held.token  # the counter is untouched
+    [event] = FenceEvent.objects.all()
+    assert (event.outcome, event.token, event.actor, event.scope, event.operation) == (
+        Outcome.BROKEN,
+        held.token,
+        "oona",
+        "org:1",
+        "break-lease",
+    )
+    assert event.detail.startswith(f"lease of {holder_label('worker-7')} since ")
+    assert event.detail.endswith(" broken: worker-7 hangs on the billing call")
+    assert held.release() is False  # the broken holder cannot touch what comes next
+
+
+@pytest.mark.django_db
+def test_breaking_a_resource_nobody_holds_returns_none_and_records_nothing(fence_lock):
+    assert fence_lock.break_lease(RESOURCE, by="oona", reason="looked stuck") is None
+    assert not FenceEvent.objects.exists()
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(("by", "reason"), [("oona", ""), ("oona", "   "), ("", "stuck")])
+def test_break_lease_refuses_an_empty_reason_or_operator_and_keeps_the_lease(
+    fence_lock, redis_client, by, reason
+):
+    held = fence_lock.acquire(RESOURCE, ttl=TTL)
+
+    with pytest.raises(ValueError, match="needs"):
+        fence_lock.break_lease(RESOURCE, by=by, reason=reason)
+
+    assert redis_client.get(lock_key(RESOURCE)).decode().startswith(held.owner)
+    assert not FenceEvent.objects.exists()
+
+
+@pytest.mark.django_db
+def test_the_broken_holders_keep_alive_reports_the_loss(fence_lock):
+    held = fence_lock.acquire(RESOURCE, ttl=timedelta(milliseconds=300))
+    told: list = []
+    held.on_lost(told.append)
+
+    with held.keep_alive():
+        fence_lock.break_lease(RESOURCE, by="oona", reason="stuck")
+        assert held.lost.wait(WAIT)
+
+    assert told == [held]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_broken_holder_that_wakes_is_refused_after_the_next_holder_committed(fence_lock):
+    thing = FencedThing.objects.create(name="before")
+    resource = f"fenced-thing:{thing.pk}"
+    rows = FencedThing.objects.filter(pk=thing.pk)
+    stuck = threading.Event()
+    wake = threading.Event()
+    outcome: dict = {}
+
+    def stuck_work(lease) -> None:
+        outcome["token"] = lease.token
+        stuck.set()
+        wake.wait(WAIT)  # hung: on a call, in a GC pause, under SIGSTOP
+        with transaction.atomic():
+            advance_fence(rows, lease)
+            rows.update(name="written by the broken holder")
+
+    def holder_a() -> None:
+        try:
+            run_fenced(resource, stuck_work, ttl=TTL, attempt=Attempt(actor="a"))
+        except StaleFencingToken as exc:
+            outcome["error"] = exc
+        finally:
+            connection.close()  # this thread's own connection
+
+    thread = threading.Thread(target=holder_a)
+    thread.start()
+    try:
+        assert stuck.wait(WAIT)
+        broken = fence_lock.break_lease(resource, by="oona", reason="a hangs")
+        with FenceLock().acquire(resource, ttl=TTL, holder="b") as lease_b, transaction.atomic():
+            advance_fence(rows, lease_b)
+            rows.update(name="written by b")
+    finally:
+        wake.set()
+        thread.join(WAIT)
+
+    assert broken.token == outcome["token"] == 1
+    assert lease_b.token == 2
+    assert (outcome["error"].token, outcome["error"].recorded) == (1, 2)
+    thing.refresh_from_db()
+    assert (thing.name, thing.last_fence_token) == ("written by b", 2)
+    assert [(o, t, a) for o, t, a, _ in events(resource)] == [
+        ("broken", 1, "oona"),
+        ("stale", 1, "a"),
+    ]
+
+
+# --- the admin action -------------------------------------------------------------------
+
+
+CHANGELIST = "admin:locking_fenceevent_changelist"
+
+
+@pytest.fixture
+def staff(django_user_model):
+    def make(username: str, *codenames: str):
+        user = django_user_model.objects.create_user(
+            username=username, password="pw", is_staff=True
+        )
+        user.user_permissions.set(
+            Permission.objects.filter(content_type__app_label="locking", codename__in=codenames)
+        )
+        return user
+
+    return make
+
+
+@pytest.fixture
+def busy_event(db):
+    return FenceEvent.objects.create(
+        resource=RESOURCE, token=1, outcome=Outcome.BUSY, scope="org:1", actor="bob"
+    )
+
+
+def offered_actions(client) -> list[str]:
+    page = client.get(reverse(CHANGELIST))
+    assert page.status_code == 200
+    form = page.context["action_form"]  # None when no action is offered at all
+    return [name for name, _ in form.fields["action"].choices] if form else []
+
+
+def break_action(client, event: FenceEvent, **extra):
+    return client.post(
+        reverse(CHANGELIST), {"action": "break_leases", "_selected_action": [event.pk], **extra}
+    )
+
+
+def test_the_break_action_is_not_offered_without_the_permission(
+    client, staff, busy_event, fence_lock, redis_client
+):
+    held = fence_lock.acquire(RESOURCE, ttl=TTL)
+    client.force_login(staff("viewer", "view_fenceevent"))
+
+    assert "break_leases" not in offered_actions(client)
+    # Posting it anyway does nothing: Django runs no action it did not offer.
+    answer = break_action(client, busy_event, apply="1", reason="stuck")
+    assert answer.status_code == 200  # the changelist again
+    assert redis_client.get(lock_key(RESOURCE)).decode().startswith(held.owner)
+    assert list(FenceEvent.objects.values_list("outcome", flat=True)) == ["busy"]
+
+
+def test_the_break_action_names_the_holder_asks_why_and_breaks_on_confirmation(
+    client, staff, busy_event, fence_lock, redis_client
+):
+    held = fence_lock.acquire(RESOURCE, ttl=TTL, holder="worker-7")
+    client.force_login(staff("oona", "break_lease"))
+    assert "break_leases" in offered_actions(client)
+
+    confirm = break_action(client, busy_event)
+    assert confirm.status_code == 200
+    page = confirm.content.decode()
+    assert f'data-resource="{RESOURCE}"' in page
+    assert holder_label("worker-7") in page
+    assert redis_client.exists(lock_key(RESOURCE)) == 1  # nothing broken before confirming
+
+    refused = break_action(client, busy_event, apply="1", reason="  ")
+    assert refused.status_code == 200
+    assert "This field is required." in refused.content.decode()
+    assert redis_client.exists(lock_key(RESOURCE)) == 1
+
+    done = break_action(client, busy_event, apply="1", reason="worker-7 hangs")
+    assert done.status_code == 302
+    assert redis_client.exists(lock_key(RESOURCE)) == 0
+    broken = FenceEvent.objects.get(outcome=Outcome.BROKEN)
+    assert (broken.resource, broken.token, broken.actor, broken.scope) == (
+        RESOURCE,
+        held.token,
+        "oona",
+        "org:1",
+    )
+    assert broken.detail.endswith("broken: worker-7 hangs")
+    messages = [str(m) for m in done.wsgi_request._messages]
+    assert messages == [
+        f"Broke the lease of {holder_label('worker-7')} on {RESOURCE} (token {held.token})."
+    ]

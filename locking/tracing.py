@@ -1,0 +1,108 @@
+"""OpenTelemetry spans of a fenced attempt: grant, external call, fenced commit, release.
+
+Only the OpenTelemetry *API* is used. Without an SDK every span is a no-op; an operator who
+wants them configures the SDK and an exporter in the process (``opentelemetry-instrument``
+and the standard ``OTEL_*`` variables, or their own setup code). This app configures none.
+
+The tracer is looked up through ``trace.get_tracer`` on every span, so a tracer provider
+set after this module was imported (a test's, an operator's late setup) is the one used.
+
+Attributes (``locking.*``):
+
+- ``locking.resource_kind``: the resource name up to its first ``:`` (``monthly-charges``,
+  ``vendor-assignment``). Never the whole name: it may carry tenant and row ids, and span
+  attributes end up in systems with other access rules than the audit table.
+- ``locking.token``: the fencing token of the lease, when there is one.
+- ``locking.outcome``: an ``Outcome`` value, when the step came to one (an exception that
+  declares its ``outcome``, the final outcome of ``run_fenced``).
+- ``locking.operation``: the caller's operation name (``Attempt.operation``).
+- ``locking.released``: on a release span, whether the lease was still ours.
+"""
+
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+
+from opentelemetry import trace
+from opentelemetry.trace import Span, Status, StatusCode
+
+from locking.outcomes import Outcome
+
+TRACER_NAME = "locking"
+
+RESOURCE_KIND = "locking.resource_kind"
+FENCE_TOKEN = "locking.token"  # noqa: S105 - an attribute name, not a secret
+OUTCOME = "locking.outcome"
+OPERATION = "locking.operation"
+RELEASED = "locking.released"
+
+# Outcomes that mean the attempt went wrong; the others (busy, already done, a conflict, a
+# refusal of the actor) are answers, not errors, and leave the span's status unset.
+ERROR_OUTCOMES = frozenset({Outcome.STALE, Outcome.FAILED, Outcome.UNAVAILABLE, Outcome.LOST})
+
+
+def resource_kind(resource: str) -> str:
+    """Return the kind of a resource: its name up to the first ``:``."""
+    return resource.partition(":")[0]
+
+
+def set_outcome(current: Span, outcome: Outcome) -> None:
+    current.set_attribute(OUTCOME, str(outcome))
+    if outcome in ERROR_OUTCOMES:
+        current.set_status(Status(StatusCode.ERROR, str(outcome)))
+
+
+@contextmanager
+def operation_span(
+    name: str,
+    resource: str | None,
+    *,
+    token: int | None = None,
+    operation: str = "",
+    attributes: Mapping[str, object] | None = None,
+) -> Iterator[Span]:
+    """A span of one step; an exception that declares its ``outcome`` sets the outcome."""
+    initial = dict(attributes or {})
+    if resource:
+        initial[RESOURCE_KIND] = resource_kind(resource)
+    if token is not None:
+        initial[FENCE_TOKEN] = int(token)
+    if operation:
+        initial[OPERATION] = operation
+    tracer = trace.get_tracer(TRACER_NAME)
+    with tracer.start_as_current_span(
+        name, attributes=initial, record_exception=False, set_status_on_exception=False
+    ) as current:
+        try:
+            yield current
+        except Exception as exc:  # recorded on the span, always re-raised
+            current.record_exception(exc)
+            outcome = getattr(exc, "outcome", None)
+            if isinstance(outcome, Outcome):
+                set_outcome(current, outcome)
+            else:
+                current.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
+            raise
+
+
+@contextmanager
+def span(
+    name: str,
+    *,
+    lease=None,
+    resource: str | None = None,
+    attributes: Mapping[str, object] | None = None,
+) -> Iterator[Span]:
+    """Trace one step of the work done under a lease, e.g. its external call::
+
+        with locking.span("external-call", lease=lease, attributes={"endpoint": "billing"}):
+            response = post_billing(..., fence_token=lease.token)
+
+    The span gets the lease's resource kind and token (never the resource name). An
+    exception is recorded on it; one that declares an ``Outcome`` sets ``locking.outcome``.
+    Yields the OpenTelemetry span, for attributes the work learns on the way.
+    """
+    token = None
+    if lease is not None:
+        resource, token = lease.resource, lease.token
+    with operation_span(name, resource, token=token, attributes=attributes) as current:
+        yield current
