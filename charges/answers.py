@@ -14,6 +14,7 @@ from hoa.security.audit import shown
 # The headings of the 409 pages of locking's refusals (hoa.fenced.lock_refusals).
 BUSY_TITLE = gettext_lazy("Charges are being generated")
 SUPERSEDED_TITLE = gettext_lazy("A newer holder took over")
+LEASE_LOST_TITLE = gettext_lazy("Stopped before billing")
 
 
 def _facts(organization: Organization, month: date) -> dict:
@@ -54,6 +55,13 @@ def superseded(*, organization: Organization, month: date, token: int, recorded:
         "%(organization)s, %(month)s while this attempt (token %(token)s) was paused "
         "past its lease; nothing was written."
     ) % {**_facts(organization, month), "token": token, "recorded": recorded}
+
+
+def lease_lost(*, organization: Organization, month: date) -> str:
+    return _(
+        "Generating the charges for %(organization)s, %(month)s took too long and was "
+        "stopped before the billing call; nothing was sent or written. Try again."
+    ) % _facts(organization, month)
 
 
 def lock_service_down(*, organization: Organization, month: date, reason: str) -> str:

@@ -36,6 +36,11 @@ class BillingFailed(CallFailed, ChargesError):
     sentence = staticmethod(answers.billing_failed)
 
 
-# Locking's three refusals in this app's words; FencedOperation raises them.
+# Locking's four refusals in this app's words; FencedOperation raises them.
 LOCK_REFUSALS = lock_refusals(ChargesError, answers, prefix="Generation")
-GenerationBusy, GenerationSuperseded, LockServiceUnavailable = LOCK_REFUSALS
+(
+    GenerationBusy,
+    GenerationSuperseded,
+    GenerationLeaseLost,
+    LockServiceUnavailable,
+) = LOCK_REFUSALS

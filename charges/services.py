@@ -36,7 +36,7 @@ from charges.models import MonthlyCharge, MonthlyChargeRun
 from charges.resources import GENERATION, charge_resource
 from hoa.integrations.webhooks import ExternalCallFailed
 from hoa.models import Organization, Unit
-from locking import Lease, Outcome, advance_fence
+from locking import Lease, Outcome, advance_fence, span
 
 logger = logging.getLogger(__name__)
 
@@ -113,10 +113,14 @@ def _generate_under_lease(
     lines: list[ChargeLine] = []
     if run is None or not run.is_completed:
         lines = charge_lines(organization)
+        # Not worth a billing call if the lease is already gone (the fence would refuse
+        # the write anyway): LeaseLost, answered "stopped before billing".
+        lease.check()
         try:
-            billing.send_charge_run(
-                organization=organization, month=month, lines=lines, token=lease.token
-            )
+            with span("external-call", lease=lease, attributes={"endpoint": "billing"}):
+                billing.send_charge_run(
+                    organization=organization, month=month, lines=lines, token=lease.token
+                )
         except ExternalCallFailed as exc:
             raise BillingFailed(call=exc, organization=organization, month=month) from exc
         if run is None:

@@ -33,6 +33,7 @@ from hoa.web.answer_table import Answer, Refusal
 from locking import (
     Attempt,
     Lease,
+    LeaseLost,
     LockHeld,
     LockUnavailable,
     Outcome,
@@ -90,6 +91,18 @@ class Superseded(_FactRefusal):
         super().__init__(facts, token=stale.token, recorded=stale.recorded)
 
 
+class LeaseRanOut(_FactRefusal):
+    """The lease was lost before the external call (``lease.check()``): stopped early."""
+
+    answer = Answer.RETRY
+    outcome = Outcome.LOST
+    sentence_name = "lease_lost"
+
+    def __init__(self, *, lost: LeaseLost, **facts):
+        self.token, self.reason = lost.token, lost.reason
+        super().__init__(facts)
+
+
 class LockServiceDown(_FactRefusal):
     """The lock service (Redis) could not be reached."""
 
@@ -105,14 +118,16 @@ class LockServiceDown(_FactRefusal):
 
 def lock_refusals(
     base: type[Refusal], answers, *, prefix: str
-) -> tuple[type[Busy], type[Superseded], type[LockServiceDown]]:
-    """An operation's ``<prefix>Busy``, ``<prefix>Superseded`` and ``LockServiceUnavailable``:
-    subclasses of its ``base`` error (so its callers' one ``except`` catches them) that
-    speak through its ``answers`` module: ``busy()``, ``superseded()`` and
-    ``lock_service_down()``, headed by ``BUSY_TITLE`` and ``SUPERSEDED_TITLE``."""
+) -> tuple[type[Busy], type[Superseded], type[LeaseRanOut], type[LockServiceDown]]:
+    """An operation's ``<prefix>Busy``, ``<prefix>Superseded``, ``<prefix>LeaseLost`` and
+    ``LockServiceUnavailable``: subclasses of its ``base`` error (so its callers' one
+    ``except`` catches them) that speak through its ``answers`` module: ``busy()``,
+    ``superseded()``, ``lease_lost()`` and ``lock_service_down()``, headed by
+    ``BUSY_TITLE``, ``SUPERSEDED_TITLE`` and ``LEASE_LOST_TITLE``."""
     kinds = (
         (Busy, f"{prefix}Busy", answers.BUSY_TITLE),
         (Superseded, f"{prefix}Superseded", answers.SUPERSEDED_TITLE),
+        (LeaseRanOut, f"{prefix}LeaseLost", answers.LEASE_LOST_TITLE),
         (LockServiceDown, "LockServiceUnavailable", LockServiceDown.title),
     )
     return tuple(
@@ -164,7 +179,7 @@ class FencedOperation:
     permission: str  # what a user needs, e.g. "keys.hand_over"
     ttl_setting: str  # the setting that holds its lease's lifetime in seconds
     not_allowed: type[NotPermitted]  # its refusal of a user
-    refusals: tuple[type[Busy], type[Superseded], type[LockServiceDown]]
+    refusals: tuple[type[Busy], type[Superseded], type[LeaseRanOut], type[LockServiceDown]]
 
     def begin(
         self, actor, *, via: str = "", organization: Organization, resource: str, ip=None
@@ -201,7 +216,7 @@ class Call:
     def run(self, work: Callable[[Lease], T], **facts) -> T:
         """``work(lease)`` under a fresh lease on the resource (``run_fenced``); locking's
         refusals are raised as the operation's, with ``facts`` for their sentences."""
-        busy, superseded, down = self.operation.refusals
+        busy, superseded, ran_out, down = self.operation.refusals
         attempt = Attempt(
             actor=self.label,
             operation=self.operation.name,
@@ -215,5 +230,7 @@ class Call:
             raise busy(lock=exc, **facts) from exc
         except StaleFencingToken as exc:
             raise superseded(stale=exc, **facts) from exc
+        except LeaseLost as exc:
+            raise ran_out(lost=exc, **facts) from exc
         except LockUnavailable as exc:
             raise down(reason=exc.reason, **facts) from exc

@@ -13,6 +13,7 @@ from vendors.models import Vendor, VendorAssignment, VendorContract
 # The headings of the 409 pages of locking's refusals (hoa.fenced.lock_refusals).
 BUSY_TITLE = gettext_lazy("Assignment in progress")
 SUPERSEDED_TITLE = gettext_lazy("A newer assignment took over")
+LEASE_LOST_TITLE = gettext_lazy("Stopped before calling the vendor")
 
 
 def describe_assignment(assignment: VendorAssignment) -> str:
@@ -81,6 +82,13 @@ def superseded(*, complaint: Complaint, token: int, recorded: int) -> str:
         "A newer assignment of complaint #%(complaint)s (token %(recorded)s) took over "
         "while this one (token %(token)s) was waiting; nothing of this one was saved."
     ) % {"complaint": complaint.pk, "recorded": recorded, "token": token}
+
+
+def lease_lost(*, complaint: Complaint) -> str:
+    return _(
+        "Assigning a vendor to complaint #%(complaint)s took too long and was stopped "
+        "before the vendor was called; nothing was saved. Try again."
+    ) % {"complaint": complaint.pk}
 
 
 def lock_service_down(*, complaint: Complaint, reason: str) -> str:

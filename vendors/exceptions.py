@@ -142,6 +142,11 @@ class AssignmentChanged(RefusedAtCommit):
         )
 
 
-# Locking's three refusals in this app's words; FencedOperation raises them.
+# Locking's four refusals in this app's words; FencedOperation raises them.
 LOCK_REFUSALS = lock_refusals(VendorsError, answers, prefix="Assignment")
-AssignmentBusy, AssignmentSuperseded, LockServiceUnavailable = LOCK_REFUSALS
+(
+    AssignmentBusy,
+    AssignmentSuperseded,
+    AssignmentLeaseLost,
+    LockServiceUnavailable,
+) = LOCK_REFUSALS

@@ -29,7 +29,7 @@ from django.utils import timezone
 
 from hoa.integrations.webhooks import ExternalCallFailed
 from hoa.models import Complaint, Organization
-from locking import Lease, Outcome, StaleFencingToken, advance_fence
+from locking import Lease, Outcome, StaleFencingToken, advance_fence, span
 from vendors import answers
 from vendors.dispatch import cancel_dispatch, dispatch_assignment
 from vendors.exceptions import (
@@ -154,10 +154,13 @@ def assign_vendor(
         needs_call = _next_step(looked, vendor, reassign, replacing) is _Next.ASSIGN
         dispatched = False
         if needs_call:
+            # Not worth telling a vendor if the lease is already gone: LeaseLost.
+            lease.check()
             try:
-                call = dispatch_assignment(
-                    complaint=complaint, vendor=vendor, replacing=looked, token=lease.token
-                )
+                with span("external-call", lease=lease, attributes={"endpoint": "dispatch"}):
+                    call = dispatch_assignment(
+                        complaint=complaint, vendor=vendor, replacing=looked, token=lease.token
+                    )
             except ExternalCallFailed as exc:
                 raise DispatchFailed(call=exc, complaint=complaint, vendor=vendor) from exc
             dispatched = not call.skipped
