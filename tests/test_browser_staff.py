@@ -200,3 +200,33 @@ def test_lock_page_shows_a_lease_held_by_the_test_and_drops_it_once_released(
     page.wait_for_selector("#holders >> text=No lock is held right now.")
     assert page.evaluate("window.stillTheSamePage") is True
     assert re.search(r"as of \d\d:\d\d:\d\d", page.locator("#holders h2").inner_text())
+
+
+def test_an_operator_breaks_a_stuck_lease_and_staff_never_see_the_button(
+    open_as, site, django_user_model, maple, fence_lock
+):
+    from django.contrib.auth.models import Permission
+
+    operator = make_staff(django_user_model, "olga", maple)
+    operator.user_permissions.add(Permission.objects.get(codename="break_lease"))
+    make_staff(django_user_model, "sam", maple)
+    resource = f"monthly-charges:org:{maple.pk}:{timezone.localdate():%Y-%m}"
+    lease = fence_lock.acquire(resource, ttl=timedelta(seconds=60), holder="stuck-cron")
+    try:
+        staff = open_as("sam")
+        staff.goto(f"{site}/ops/locks/")
+        assert staff.locator(f"#holders tr[data-resource='{resource}']").count() == 1
+        assert staff.locator("[data-testid=break-lease]").count() == 0
+
+        page = open_as("olga")
+        page.goto(f"{site}/ops/locks/")
+        page.click(f"#holders tr[data-resource='{resource}'] [data-testid=break-lease]")
+        page.wait_for_selector("text=Held by")
+        assert "stuck-cron on " in page.locator("dd.holder").inner_text()
+        page.fill("textarea[name=reason]", "cron host hung after a kernel upgrade")
+        page.click("button.danger")
+        page.wait_for_selector("text=is broken")
+        page.wait_for_selector("#holders >> text=No lock is held right now.")
+        assert fence_lock.holder(resource) is None
+    finally:
+        lease.release()

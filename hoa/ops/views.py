@@ -1,18 +1,26 @@
-"""Operators' pages: the lock status page and the health probes."""
+"""Operators' pages: the lock status page, breaking a stuck lease, the health probes."""
 
+from urllib.parse import urlencode
+
+from django import forms
+from django.contrib import messages
 from django.contrib.auth.mixins import LoginRequiredMixin
+from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
 from django.db import DatabaseError, connection
-from django.http import JsonResponse
+from django.http import Http404, HttpResponseRedirect, JsonResponse
 from django.shortcuts import render
+from django.urls import reverse
 from django.utils import timezone
 from django.utils.cache import patch_vary_headers
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
 from django.views.decorators.cache import never_cache
 from django.views.generic import TemplateView
 from django_htmx.http import HttpResponseClientRedirect
 from redis.exceptions import RedisError
 
-from hoa.operations import describe_resources, operations
+from hoa.operations import ResourceInfo, describe_resources, operations
 from hoa.ops.lockstatus import EVENTS_PER_PAGE as LOCK_EVENTS_PER_PAGE
 from hoa.ops.lockstatus import (
     EventFilterForm,
@@ -23,7 +31,10 @@ from hoa.ops.lockstatus import (
     visible_holders,
 )
 from hoa.ops.readiness import pending_migrations
-from locking import FenceLock, LockUnavailable
+from hoa.scopes import scope_for_organization
+from hoa.security.audit import Reason, client_ip, deny_request
+from hoa.web.responses import error_page
+from locking import FenceLock, LockUnavailable, validate_resource
 
 
 class LockStatusView(LoginRequiredMixin, TemplateView):
@@ -63,6 +74,7 @@ class LockStatusView(LoginRequiredMixin, TemplateView):
             "holders": visible_holders(self.viewer, lock=self.lock),
             "now": timezone.now(),
             "refresh_seconds": self.refresh_seconds,
+            "can_break": self.request.user.has_perm(BREAK_PERMISSION),
         }
 
     def get_context_data(self, **kwargs):
@@ -130,3 +142,98 @@ def readyz(request):
         {"status": "ready" if ready else "not ready", "checks": checks},
         status=200 if ready else 503,
     )
+
+
+# -- breaking a stuck lease ------------------------------------------------------------------
+
+BREAK_PERMISSION = "locking.break_lease"
+
+
+class BreakLeaseForm(forms.Form):
+    resource = forms.CharField(max_length=200, widget=forms.HiddenInput)
+    reason = forms.CharField(
+        label=gettext_lazy("Reason"),
+        max_length=500,
+        widget=forms.Textarea(attrs={"rows": 2}),
+        help_text=gettext_lazy("Recorded in the audit with your name, e.g. “worker hung”."),
+        error_messages={"required": gettext_lazy("Say why the lease is broken.")},
+    )
+
+    def clean_resource(self):
+        try:
+            return validate_resource(self.cleaned_data["resource"])
+        except ValueError as exc:
+            raise forms.ValidationError(str(exc)) from None
+
+
+class BreakLeaseView(LoginRequiredMixin, TemplateView):
+    """Break a stuck lease: GET asks for a reason naming the holder, POST breaks it.
+
+    Safe because the fence is: the next holder's token is larger, so once it commits, the
+    broken holder's late write is refused (docs/locking.md, "Breaking a lease"). Needs
+    ``locking.break_lease`` (403 without, recorded); a resource the viewer may not see is
+    a 404, as on the lock status page.
+    """
+
+    template_name = "hoa/break_lease.html"
+
+    def dispatch(self, request, *args, **kwargs):
+        if request.user.is_authenticated and not request.user.has_perm(BREAK_PERMISSION):
+            deny_request(request, reason=Reason.PERMISSION, note=f"lacks {BREAK_PERMISSION}")
+            raise PermissionDenied
+        return super().dispatch(request, *args, **kwargs)
+
+    def get(self, request, *args, **kwargs):
+        form = BreakLeaseForm(initial={"resource": request.GET.get("resource", "")})
+        return self.answer(form, request.GET.get("resource", ""))
+
+    def post(self, request, *args, **kwargs):
+        form = BreakLeaseForm(request.POST)
+        resource = request.POST.get("resource", "")
+        if not form.is_valid():
+            return self.answer(form, resource, status=400)
+        info = self.visible(form.cleaned_data["resource"])
+        try:
+            broken = FenceLock().break_lease(
+                info.resource,
+                by=request.user.get_username(),
+                reason=form.cleaned_data["reason"],
+                scope=scope_for_organization(info.organization) if info.organization else "",
+                ip=client_ip(request),
+            )
+        except LockUnavailable as exc:
+            return error_page(
+                request, 503, _("Lock service unavailable"), _("Redis cannot be reached: %s") % exc
+            )
+        if broken is None:
+            messages.info(request, _("Nothing to break: the lease had already ended."))
+        else:
+            messages.success(
+                request,
+                _("The lease of %(holder)s (token %(token)s) is broken.")
+                % {"holder": broken.label or broken.owner, "token": broken.token},
+            )
+        url = f"{reverse('hoa:locks')}?{urlencode({'resource': info.resource})}"
+        return HttpResponseRedirect(url, status=303)
+
+    def visible(self, resource: str) -> ResourceInfo:
+        info = describe_resources([resource])[resource]
+        if not Viewer.of(self.request.user).may_see_resource(info):
+            raise Http404
+        return info
+
+    def answer(self, form, resource: str, status: int = 200):
+        info = holder = None
+        error = ""
+        try:
+            validate_resource(resource)
+        except ValueError:
+            status = 400
+        else:
+            info = self.visible(resource)
+            try:
+                holder = FenceLock().holder(resource)
+            except LockUnavailable as exc:
+                error = exc.reason
+        context = self.get_context_data(form=form, info=info, holder=holder, error=error)
+        return self.render_to_response(context, status=status)

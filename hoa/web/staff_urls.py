@@ -8,4 +8,5 @@ urlpatterns = [
     path("orgs/", views.OrganizationListView.as_view(), name="organizations"),
     path("orgs/<slug:org_slug>/", views.DashboardView.as_view(), name="dashboard"),
     path("ops/locks/", ops_views.LockStatusView.as_view(), name="locks"),
+    path("ops/locks/break/", ops_views.BreakLeaseView.as_view(), name="break_lease"),
 ]

@@ -1,0 +1,111 @@
+"""Breaking a stuck lease from /ops/locks/: who may, what they must say, and why it is safe."""
+
+from datetime import timedelta
+
+import pytest
+from django.contrib.auth.models import Permission
+from django.db import transaction
+
+from hoa.models import AccessDenial, Complaint
+from locking import FenceLock, StaleFencingToken, advance_fence, lock_key
+from locking.models import FenceEvent
+from vendors.resources import assignment_resource
+from vendors.services import assign_vendor
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+BREAK_URL = "/ops/locks/break/"
+LONG = timedelta(seconds=60)
+
+
+@pytest.fixture
+def operator(alice):
+    """Alice, staff of Maple Court, who may also break leases."""
+    alice.user_permissions.add(Permission.objects.get(codename="break_lease"))
+    return type(alice).objects.get(pk=alice.pk)  # fresh: permissions are cached per object
+
+
+@pytest.fixture
+def complaint(maple):
+    return Complaint.objects.create(organization=maple, title="Broken gate")
+
+
+@pytest.fixture
+def held(complaint, fence_lock):
+    lease = fence_lock.acquire(assignment_resource(complaint.pk), ttl=LONG, holder="stuck-worker")
+    yield lease
+    lease.release()
+
+
+def test_the_confirmation_names_the_holder_and_asks_for_a_reason(client, operator, held):
+    client.force_login(operator)
+    page = client.get(BREAK_URL, {"resource": held.resource})
+    assert page.status_code == 200
+    html = page.content.decode()
+    assert "stuck-worker on " in html and 'name="reason"' in html
+    assert b"Break" in client.get("/ops/locks/").content  # the button is offered
+
+
+def test_a_reason_is_required_and_nothing_is_broken_without_one(
+    client, operator, held, redis_client
+):
+    client.force_login(operator)
+    answer = client.post(BREAK_URL, {"resource": held.resource, "reason": "   "})
+    assert answer.status_code == 400
+    assert "Say why the lease is broken." in answer.content.decode()
+    assert redis_client.exists(lock_key(held.resource))
+    assert not FenceEvent.objects.filter(outcome="broken").exists()
+
+
+def test_breaking_deletes_the_lease_and_records_who_and_why(
+    client, operator, held, redis_client, maple
+):
+    client.force_login(operator)
+    answer = client.post(BREAK_URL, {"resource": held.resource, "reason": "worker hung"})
+    assert answer.status_code == 303
+    assert answer["Location"].startswith("/ops/locks/?resource=")
+    assert not redis_client.exists(lock_key(held.resource))
+    event = FenceEvent.objects.get(outcome="broken")
+    assert (event.actor, event.token, event.scope) == ("alice", held.token, f"org:{maple.pk}")
+    assert "worker hung" in event.detail
+
+
+def test_staff_without_the_permission_see_no_button_and_are_refused(
+    client, alice, held, redis_client
+):
+    client.force_login(alice)
+    assert b'data-testid="break-lease"' not in client.get("/ops/locks/").content
+    assert client.get(BREAK_URL, {"resource": held.resource}).status_code == 403
+    refused = client.post(BREAK_URL, {"resource": held.resource, "reason": "mine now"})
+    assert refused.status_code == 403
+    assert redis_client.exists(lock_key(held.resource))
+    assert AccessDenial.objects.filter(actor="alice", reason="permission").count() == 2
+
+
+def test_another_associations_lease_is_not_found(client, operator, oak, fence_lock):
+    other = Complaint.objects.create(organization=oak, title="Oak's gate")
+    lease = fence_lock.acquire(assignment_resource(other.pk), ttl=LONG, holder="oak-cron")
+    try:
+        client.force_login(operator)
+        assert client.get(BREAK_URL, {"resource": lease.resource}).status_code == 404
+        post = client.post(BREAK_URL, {"resource": lease.resource, "reason": "x"})
+        assert post.status_code == 404
+        assert FenceLock().holder(lease.resource) is not None
+    finally:
+        lease.release()
+
+
+def test_the_broken_holder_that_wakes_up_is_fenced_out(
+    client, operator, complaint, held, pipe, dispatch
+):
+    """Why breaking is safe: the next holder's token is larger, so the stuck one's late
+    write is refused once the next one has committed."""
+    client.force_login(operator)
+    client.post(BREAK_URL, {"resource": held.resource, "reason": "worker hung"})
+
+    newer = assign_vendor(complaint=complaint, vendor=pipe, actor=operator)
+    assert newer.token == held.token + 1
+
+    with pytest.raises(StaleFencingToken), transaction.atomic():  # the stuck holder wakes
+        advance_fence(Complaint.objects.filter(pk=complaint.pk), held)
+    assert Complaint.objects.get(pk=complaint.pk).last_fence_token == newer.token
