@@ -14,8 +14,8 @@ from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
 from charges.exceptions import ChargesError
-from charges.forms import MonthForm
-from charges.models import MonthlyCharge, MonthlyChargeRun
+from charges.forms import ConfirmedMonthForm
+from charges.models import MonthlyCharge, MonthlyChargeRun, month_label
 from charges.resources import GENERATE_PERMISSION
 from charges.selectors import current_month
 from charges.services import generate_monthly_charges
@@ -37,15 +37,16 @@ def generate_charges_for_month(modeladmin, request, queryset):
     """Ask for a month, then generate each selected organization's charges for it."""
     if APPLY_FIELD in request.POST:
         check_fenced_post(request)  # 429 past the user's or the address's limit
-        form = MonthForm(request.POST)
+        form = ConfirmedMonthForm(request.POST)
         if form.is_valid():
             month = form.cleaned_data["month"]
             for organization in queryset:
                 _generate_one(modeladmin, request, organization, month)
             return None  # back to the changelist, which shows the messages
-        modeladmin.message_user(request, form.errors["month"][0], messages.ERROR)
+        first_error = next(iter(form.errors.values()))[0]
+        modeladmin.message_user(request, first_error, messages.ERROR)
     else:
-        form = MonthForm(initial={"month": f"{current_month():%Y-%m}"})
+        form = ConfirmedMonthForm(initial={"month": month_label(current_month())})
     request.current_app = modeladmin.admin_site.name
     return TemplateResponse(
         request,

@@ -7,7 +7,7 @@ from datetime import date, timedelta
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy, ngettext
 
-from charges.models import MonthlyChargeRun
+from charges.models import MonthlyChargeRun, month_label
 from hoa.models import Organization
 from hoa.security.audit import shown
 
@@ -18,7 +18,21 @@ LEASE_LOST_TITLE = gettext_lazy("Stopped before billing")
 
 
 def _facts(organization: Organization, month: date) -> dict:
-    return {"organization": organization.name, "month": f"{month:%Y-%m}"}
+    return {"organization": organization.name, "month": month_label(month)}
+
+
+def outside_window(value: object, first: date, last: date) -> str:
+    return _("%(value)s is outside the months that can be billed: %(first)s to %(last)s.") % {
+        "value": shown(value),
+        "first": month_label(first),
+        "last": month_label(last),
+    }
+
+
+def confirm_month(month: date) -> str:
+    return _(
+        "%(month)s is neither this month nor the next: confirm that you mean to bill %(month)s."
+    ) % {"month": month_label(month)}
 
 
 def not_a_month(value: object, why: str) -> str:

@@ -12,6 +12,7 @@ from decimal import Decimal
 
 from django.conf import settings
 
+from charges.models import month_label
 from hoa.integrations.webhooks import CallResult, post_fenced
 from hoa.models import Organization
 
@@ -26,7 +27,7 @@ class ChargeLine:
 
 
 def idempotency_key(organization: Organization, month: date) -> str:
-    return f"monthly-charges:{organization.pk}:{month:%Y-%m}"
+    return f"monthly-charges:{organization.pk}:{month_label(month)}"
 
 
 def lines_total(lines: list[ChargeLine]) -> Decimal:
@@ -46,7 +47,7 @@ def send_charge_run(
             "slug": organization.slug,
             "name": organization.name,
         },
-        "month": f"{month:%Y-%m}",
+        "month": month_label(month),
         "charge_count": len(lines),
         "total": lines_total(lines),
         "lines": [{"unit": line.unit_label, "amount": line.amount} for line in lines],

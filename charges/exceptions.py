@@ -17,14 +17,18 @@ class ChargesError(Refusal):
 
 
 class InvalidMonth(ChargesError, ValueError):
-    """The month is not a ``YYYY-MM`` month (or not the first day of one)."""
+    """The month is not a ``YYYY-MM`` month (or not the first day of one), or is outside
+    the months that can be billed (``window``: the first and the last)."""
 
     answer = Answer.BAD_REQUEST
     title = _("Not a month")
 
-    def __init__(self, value: object, why: str = "format"):
+    def __init__(self, value: object, why: str = "format", *, window=None):
         self.value = value
-        super().__init__(answers.not_a_month(value, why))
+        if window is not None:  # a month, but outside the months that can be billed
+            super().__init__(answers.outside_window(value, *window))
+        else:
+            super().__init__(answers.not_a_month(value, why))
 
 
 class NotAllowed(NotPermitted, ChargesError):

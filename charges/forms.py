@@ -1,12 +1,16 @@
-"""Forms of the charges pages and admin action."""
+"""Forms of the charges pages, admin action and command: what a month is, which months may
+be billed, and when a month needs confirming."""
 
 import re
 from datetime import date
 
 from django import forms
+from django.conf import settings
 from django.utils.translation import gettext_lazy as _
 
+from charges import answers
 from charges.exceptions import InvalidMonth
+from charges.selectors import add_months, current_month
 
 _MONTH_PATTERN = re.compile(r"([0-9]{4})-([0-9]{2})")  # [0-9]: \d also takes "٢٠٢٦-٠٣"
 
@@ -24,8 +28,33 @@ def parse_month(value: str) -> date:
     return date(year, month, 1)
 
 
+def billing_window() -> tuple[date, date]:
+    """The first and the last month staff and cron may bill (``CHARGE_MONTHS_BACK`` before
+    the current month to ``CHARGE_MONTHS_AHEAD`` after it)."""
+    now = current_month()
+    index = now.year * 12 + now.month - 1  # months since 0001-01, which bound the window
+    back = min(settings.CHARGE_MONTHS_BACK, index - 12)
+    ahead = min(settings.CHARGE_MONTHS_AHEAD, 9999 * 12 + 11 - index)
+    return add_months(now, -back), add_months(now, ahead)
+
+
+def parse_billing_month(value: str) -> date:
+    """``parse_month``, refusing a month outside ``billing_window()``."""
+    month = parse_month(value)
+    first, last = billing_window()
+    if not first <= month <= last:
+        raise InvalidMonth(value, window=(first, last))
+    return month
+
+
+def needs_confirmation(month: date) -> bool:
+    """Billing a month other than this one or the next is unusual: ask first."""
+    now = current_month()
+    return month not in (now, add_months(now, 1))
+
+
 class MonthForm(forms.Form):
-    """A ``YYYY-MM`` month; ``cleaned_data["month"]`` is its first day."""
+    """A ``YYYY-MM`` month that may be billed; ``cleaned_data["month"]`` is its first day."""
 
     month = forms.CharField(
         label=_("Month"),
@@ -35,6 +64,22 @@ class MonthForm(forms.Form):
 
     def clean_month(self):
         try:
-            return parse_month(self.cleaned_data["month"])
+            return parse_billing_month(self.cleaned_data["month"])
         except InvalidMonth as exc:
-            raise forms.ValidationError(str(exc), code="invalid_month") from exc
+            raise forms.ValidationError(exc.message, code="invalid_month") from exc
+
+
+class ConfirmedMonthForm(MonthForm):
+    """The admin action's form: an unusual month needs its box ticked."""
+
+    confirm = forms.BooleanField(
+        label=_("Yes, bill this month even though it is not this month or the next"),
+        required=False,
+    )
+
+    def clean(self):
+        cleaned = super().clean()
+        month = cleaned.get("month")
+        if month is not None and needs_confirmation(month) and not cleaned.get("confirm"):
+            self.add_error("confirm", answers.confirm_month(month))
+        return cleaned

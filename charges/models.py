@@ -10,6 +10,11 @@ from hoa.tenancy import TenantQuerySet
 from locking.models import FencedModel
 
 
+def month_label(month) -> str:
+    """``YYYY-MM`` with a four-digit year, whatever the year (``%Y`` gives ``1-01``)."""
+    return f"{month.year:04d}-{month.month:02d}"
+
+
 class MonthlyChargeRunQuerySet(TenantQuerySet):
     def completed(self):
         return self.filter(status=MonthlyChargeRun.Status.COMPLETED)
@@ -56,7 +61,7 @@ class MonthlyChargeRun(FencedModel):
         ]
 
     def __str__(self):
-        return f"{self.organization} · {self.month:%Y-%m}"
+        return f"{self.organization} · {month_label(self.month)}"
 
     @property
     def is_completed(self) -> bool:
@@ -64,7 +69,7 @@ class MonthlyChargeRun(FencedModel):
 
     @property
     def month_label(self) -> str:
-        return f"{self.month:%Y-%m}"
+        return month_label(self.month)
 
 
 class MonthlyChargeQuerySet(TenantQuerySet):

@@ -10,6 +10,7 @@ from collections.abc import Iterable
 from datetime import date
 
 from charges.exceptions import LOCK_REFUSALS, NotAllowed
+from charges.models import month_label
 from hoa.fenced import FencedOperation
 
 OPERATION = "monthly-charges"
@@ -23,7 +24,7 @@ EXAMPLE = f"{PREFIX}1:2026-01"
 
 def charge_resource(organization, month: date) -> str:
     """The resource of ``organization``'s charges for ``month``."""
-    return f"{PREFIX}{int(organization.pk)}:{month:%Y-%m}"
+    return f"{PREFIX}{int(organization.pk)}:{month_label(month)}"
 
 
 def scan_prefixes(organization_ids: Iterable[int]) -> list[str]:

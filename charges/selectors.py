@@ -10,7 +10,7 @@ from django.urls import reverse
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
-from charges.models import MonthlyChargeRun
+from charges.models import MonthlyChargeRun, month_label
 from charges.resources import GENERATE_PERMISSION
 from hoa.models import Organization
 from hoa.operations import ResourceInfo
@@ -77,7 +77,7 @@ def describe_resources(matches: dict[str, re.Match]) -> dict[str, ResourceInfo]:
             organization=organization,
             description=_("Monthly charges for %(month)s") % {"month": f"{month:%B %Y}"},
             recorded_token=tokens.get((org_id, month)),
-            url=reverse("charges:run", args=[organization.slug, f"{month:%Y-%m}"])
+            url=reverse("charges:run", args=[organization.slug, month_label(month)])
             if organization
             else "",
         )

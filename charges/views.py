@@ -11,7 +11,7 @@ from datetime import date
 
 from django.contrib import messages
 from django.http import HttpResponseRedirect
-from django.shortcuts import redirect
+from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils.decorators import method_decorator
 from django.utils.formats import date_format
@@ -19,9 +19,10 @@ from django.utils.translation import gettext as _
 from django.views import View
 from django.views.generic import ListView, TemplateView
 
+from charges import answers
 from charges.exceptions import ChargesError
-from charges.forms import MonthForm, parse_month
-from charges.models import MonthlyChargeRun
+from charges.forms import MonthForm, needs_confirmation, parse_billing_month, parse_month
+from charges.models import MonthlyChargeRun, month_label
 from charges.resources import GENERATE_PERMISSION, OPERATION
 from charges.selectors import current_month, monthly_totals
 from charges.services import generate_monthly_charges
@@ -42,7 +43,7 @@ def totals_chart(organization, *, until: date):
             Bar(
                 label=date_format(month, "M"),
                 value=total,
-                title=f"{month:%Y-%m}: {total}",
+                title=f"{month_label(month)}: {total}",
             )
             for month, total in totals
         ],
@@ -74,7 +75,7 @@ class ChargeRunListView(OrganizationMixin, ListView):
             if not form.is_valid():
                 return _bad_month(request, form.errors["month"][0])
             return redirect(
-                "charges:run", self.organization.slug, f"{form.cleaned_data['month']:%Y-%m}"
+                "charges:run", self.organization.slug, month_label(form.cleaned_data["month"])
             )
         return super().get(request, *args, **kwargs)
 
@@ -87,7 +88,7 @@ class ChargeRunListView(OrganizationMixin, ListView):
         context.update(
             current_month=month,
             current_run=self.get_queryset().filter(month=month).first(),
-            month_form=MonthForm(initial={"month": f"{month:%Y-%m}"}),
+            month_form=MonthForm(initial={"month": month_label(month)}),
             can_generate=_can_generate(self.request.user),
             totals_chart=totals_chart(self.organization, until=month),
         )
@@ -115,7 +116,7 @@ class ChargeRunDetailView(OrganizationMixin, TemplateView):
         )
         context.update(
             month=self.month,
-            month_label=f"{self.month:%Y-%m}",
+            month_label=month_label(self.month),
             run=run,
             charges=run.charges.select_related("unit").order_by("unit__label") if run else [],
             can_generate=_can_generate(self.request.user) and not (run and run.is_completed),
@@ -125,15 +126,34 @@ class ChargeRunDetailView(OrganizationMixin, TemplateView):
 
 @method_decorator(limit_fenced_posts, name="dispatch")
 class GenerateChargesView(OrganizationMixin, View):
-    """POST: generate the month's charges once; answer 303, 409, 400, 503, 502 or 429."""
+    """POST: generate the month's charges once; answer 303, 409, 400, 503, 502 or 429.
 
-    http_method_names = ["post"]
+    A month outside the billing window is a 400; a month other than this one or the next
+    first answers a confirmation page whose button posts again with ``confirm=yes``. A GET
+    (a 409 page's address entered again, say) leads to the month's page.
+    """
+
+    http_method_names = ["get", "post"]
     permission_required = GENERATE_PERMISSION
     operation = OPERATION
 
+    def get(self, request, *args, **kwargs):
+        return redirect("charges:run", self.organization.slug, kwargs["month"])
+
     def post(self, request, *args, **kwargs):
         try:
-            month = parse_month(kwargs["month"])
+            month = parse_billing_month(kwargs["month"])
+            if needs_confirmation(month) and request.POST.get("confirm") != "yes":
+                return render(
+                    request,
+                    "charges/confirm_month.html",
+                    {
+                        "organization": self.organization,
+                        "month": month,
+                        "month_label": month_label(month),
+                        "question": answers.confirm_month(month),
+                    },
+                )
             result = generate_monthly_charges(
                 organization=self.organization,
                 month=month,
@@ -146,5 +166,5 @@ class GenerateChargesView(OrganizationMixin, View):
             messages.success(request, result.message)
         else:
             messages.info(request, result.message)
-        run_url = reverse("charges:run", args=[self.organization.slug, f"{month:%Y-%m}"])
+        run_url = reverse("charges:run", args=[self.organization.slug, month_label(month)])
         return HttpResponseRedirect(run_url, status=303)

@@ -167,6 +167,14 @@ VENDOR_DISPATCH_URL = os.environ.get("VENDOR_DISPATCH_URL", "")
 WEBHOOK_SIGNING_SECRET = os.environ.get("WEBHOOK_SIGNING_SECRET", "")
 EXTERNAL_CALL_TIMEOUT_SECONDS = env_number("EXTERNAL_CALL_TIMEOUT_SECONDS", 10.0)
 CHARGES_LOCK_TTL_SECONDS = env_number("CHARGES_LOCK_TTL_SECONDS", 60.0, minimum=0.01)
+# The months staff and cron may bill: this many back from the current month and this many
+# ahead. A month outside is refused (400, exit 1) with a sentence naming the range; a month
+# other than this one or the next needs an explicit confirmation on the page and in the
+# admin action.
+CHARGE_MONTHS_BACK = env_number("CHARGE_MONTHS_BACK", 24, cast=int)
+CHARGE_MONTHS_AHEAD = env_number("CHARGE_MONTHS_AHEAD", 3, cast=int)
+# The currency of the assessments (ISO 4217), shown with the locale's format.
+CURRENCY = os.environ.get("CURRENCY", "USD").strip().upper() or "USD"
 VENDOR_LOCK_TTL_SECONDS = env_number("VENDOR_LOCK_TTL_SECONDS", 30.0, minimum=0.01)
 # The lease TTLs that check locking.W001 compares with EXTERNAL_CALL_TIMEOUT_SECONDS.
 LOCK_TTL_SETTINGS = ["CHARGES_LOCK_TTL_SECONDS", "VENDOR_LOCK_TTL_SECONDS"]

@@ -40,8 +40,9 @@ def choose_action(client, *organizations):
     )
 
 
-def apply_action(client, month, *organizations):
-    """The intermediate form's POST: generate for ``month``."""
+def apply_action(client, month, *organizations, confirm: bool = True):
+    """The intermediate form's POST: generate for ``month`` (confirmed: the tests' month is
+    neither this one nor the next)."""
     return client.post(
         CHANGELIST,
         {
@@ -49,6 +50,7 @@ def apply_action(client, month, *organizations):
             admin.helpers.ACTION_CHECKBOX_NAME: [org.pk for org in organizations],
             "month": month,
             "apply": "Generate charges",
+            **({"confirm": "on"} if confirm else {}),
         },
         follow=True,
     )
@@ -192,3 +194,25 @@ def test_charge_runs_offer_no_regenerate_or_delete_action(root):
         assert not model_admin.has_delete_permission(request)
         assert not model_admin.has_change_permission(request)
     assert ACTION in admin.site._registry[Organization].get_actions(request)
+
+
+@pytest.mark.django_db
+def test_action_asks_to_confirm_a_month_other_than_this_one_or_the_next(
+    client, alice, maple, billing
+):
+    client.force_login(alice)
+    response = apply_action(client, MONTH_ARG, maple, confirm=False)
+
+    assert response.templates[0].name == "charges/admin/generate_charges.html"
+    [(level, message)] = messages_of(response)
+    assert level == "error"
+    assert message.startswith(f"{MONTH_ARG} is neither this month nor the next")
+    assert not MonthlyChargeRun.objects.exists()
+    assert billing.received == []
+
+
+@pytest.mark.django_db(transaction=True)
+def test_action_bills_this_month_without_asking(client, alice, maple, billing):
+    client.force_login(alice)
+    response = apply_action(client, f"{current_month():%Y-%m}", maple, confirm=False)
+    assert [level for level, _ in messages_of(response)] == ["success"]

@@ -361,3 +361,13 @@ def test_command_exits_1_with_one_line_when_postgresql_goes_away_mid_run(
     result = run_manage(COMMAND, "--org", "maple-court", "--month", MONTH_ARG, env=command_env)
     assert result.returncode == 0, result.stderr
     assert MonthlyCharge.objects.count() == 10
+
+
+@pytest.mark.django_db
+def test_a_month_outside_the_billing_window_exits_1_naming_the_range(maple, settings):
+    settings.CHARGE_MONTHS_BACK, settings.CHARGE_MONTHS_AHEAD = 24, 3
+    with pytest.raises(CommandError) as excinfo:
+        call_command(COMMAND, "--org", "maple-court", "--month", "0001-01", stdout=StringIO())
+    assert excinfo.value.returncode == 1
+    assert str(excinfo.value).startswith("0001-01 is outside the months that can be billed: ")
+    assert_nothing_written()

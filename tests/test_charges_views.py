@@ -24,6 +24,8 @@ from tests.charges_support import (
 pytestmark = pytest.mark.django_db(transaction=True)
 
 GENERATE_URL = f"/orgs/maple-court/charges/{MONTH_ARG}/generate/"
+# MONTH is neither this month nor the next: the button posts again with this.
+CONFIRMED = {"confirm": "yes"}
 RUN_URL = f"/orgs/maple-court/charges/{MONTH_ARG}/"
 RUNS_URL = "/orgs/maple-court/charges/"
 
@@ -56,7 +58,7 @@ def test_url_names_match_the_paths():
 
 
 def test_generate_redirects_303_to_the_run_page_with_a_message(alice_client, billing, maple):
-    response = alice_client.post(GENERATE_URL, follow=True)
+    response = alice_client.post(GENERATE_URL, CONFIRMED, follow=True)
 
     assert response.redirect_chain == [(RUN_URL, 303)]
     [(level, message)] = messages_of(response)
@@ -74,8 +76,10 @@ def test_generate_redirects_303_to_the_run_page_with_a_message(alice_client, bil
 def test_repeated_post_redirects_with_already_generated_and_writes_nothing_more(
     alice_client, billing
 ):
-    alice_client.post(GENERATE_URL, follow=True)  # shows (and so consumes) its own message
-    response = alice_client.post(GENERATE_URL, follow=True)
+    alice_client.post(
+        GENERATE_URL, CONFIRMED, follow=True
+    )  # shows (and so consumes) its own message
+    response = alice_client.post(GENERATE_URL, CONFIRMED, follow=True)
 
     assert response.redirect_chain == [(RUN_URL, 303)]
     [(level, message)] = messages_of(response)
@@ -181,7 +185,7 @@ def test_generate_is_refused_to_outsiders_and_writes_nothing(
 
 def test_superuser_may_generate_for_any_organization(client, root, billing, maple):
     client.force_login(root)
-    assert client.post(GENERATE_URL).status_code == 303
+    assert client.post(GENERATE_URL, CONFIRMED).status_code == 303
     assert MonthlyChargeRun.objects.get().completed_by == "root"
 
 
@@ -189,21 +193,64 @@ def test_superuser_may_generate_for_any_organization(client, root, billing, mapl
 def test_post_without_csrf_token_is_refused(alice, billing):
     client = Client(enforce_csrf_checks=True)
     client.force_login(alice)
-    assert client.post(GENERATE_URL).status_code == 403
+    assert client.post(GENERATE_URL, CONFIRMED).status_code == 403
     assert_nothing_written()
 
 
 @pytest.mark.django_db  # no fenced call: a rolled-back test transaction is enough
-def test_get_on_the_generate_url_is_not_allowed(alice_client):
-    assert alice_client.get(GENERATE_URL).status_code == 405
+def test_get_on_the_generate_url_leads_to_the_months_page(alice_client):
+    """Entering a 409 page's address again must not show the browser's bare 405."""
+    response = alice_client.get(GENERATE_URL)
+    assert (response.status_code, response["Location"]) == (302, RUN_URL)
     assert_nothing_written()
+
+
+@pytest.mark.parametrize("month", ["0001-01", "1969-07", "9999-12"])
+def test_a_month_outside_the_billing_window_is_refused_naming_the_range(
+    alice_client, billing, settings, month
+):
+    settings.CHARGE_MONTHS_BACK, settings.CHARGE_MONTHS_AHEAD = 24, 3
+    first, last = add_months(current_month(), -24), add_months(current_month(), 3)
+    response = alice_client.post(f"/orgs/maple-court/charges/{month}/generate/", CONFIRMED)
+    assert response.status_code == 400
+    assert (
+        f"{month} is outside the months that can be billed: "
+        f"{first:%Y-%m} to {last:%Y-%m}." in response.content.decode()
+    )
+    assert_nothing_written()
+    assert billing.received == []
+
+
+def test_an_unusual_month_asks_for_confirmation_first(alice_client, billing):
+    url = f"/orgs/maple-court/charges/{add_months(current_month(), -2):%Y-%m}/generate/"
+    asked = alice_client.post(url)
+    assert asked.status_code == 200
+    page = asked.content.decode()
+    assert "is neither this month nor the next" in page
+    assert 'name="confirm" value="yes"' in page
+    assert_nothing_written()
+    assert alice_client.post(url, CONFIRMED).status_code == 303
+    assert MonthlyChargeRun.objects.completed().count() == 1
+
+
+@pytest.mark.parametrize("offset", [0, 1])
+def test_this_month_and_the_next_need_no_confirmation(alice_client, billing, offset):
+    month = add_months(current_month(), offset)
+    response = alice_client.post(f"/orgs/maple-court/charges/{month:%Y-%m}/generate/")
+    assert response.status_code == 303
+    assert MonthlyChargeRun.objects.completed().filter(month=month).exists()
+
+
+def test_an_old_months_page_prints_a_four_digit_year(alice_client):
+    page = alice_client.get("/orgs/maple-court/charges/0001-01/").content.decode()
+    assert "0001-01" in page and ">1-01<" not in page
 
 
 def test_busy_answers_409_naming_the_holder_with_a_retry_button(alice_client, billing, maple):
     FenceLock().acquire(
         charge_resource(maple, MONTH), ttl=timedelta(seconds=30), holder="bob at the front desk"
     )
-    response = alice_client.post(GENERATE_URL)
+    response = alice_client.post(GENERATE_URL, CONFIRMED)
 
     assert response.status_code == 409
     page = response.content.decode()
@@ -216,7 +263,7 @@ def test_busy_answers_409_naming_the_holder_with_a_retry_button(alice_client, bi
 
 def test_redis_down_answers_503_and_writes_nothing(alice_client, billing, settings):
     settings.LOCK_REDIS_URL = dead_redis_url()
-    response = alice_client.post(GENERATE_URL)
+    response = alice_client.post(GENERATE_URL, CONFIRMED)
 
     assert response.status_code == 503
     assert "The lock service (Redis) is unavailable" in response.content.decode()
@@ -225,7 +272,7 @@ def test_redis_down_answers_503_and_writes_nothing(alice_client, billing, settin
 
 def test_billing_failure_answers_502_and_writes_nothing(alice_client, billing):
     billing.status = 500
-    response = alice_client.post(GENERATE_URL)
+    response = alice_client.post(GENERATE_URL, CONFIRMED)
 
     assert response.status_code == 502
     assert "did not accept the charges for Maple Court, 2026-03 (HTTP 500)" in (
@@ -241,7 +288,7 @@ def test_request_paused_past_its_lease_answers_409_stale(
     gate = billing.hold(lambda request: request.token == 1)
     client = Client()
     client.force_login(alice)
-    paused = Worker(lambda: client.post(GENERATE_URL))
+    paused = Worker(lambda: client.post(GENERATE_URL, CONFIRMED))
     gate.wait_arrived(1)
     wait_for_lease_expiry(redis_client, maple)
     generate_monthly_charges(organization=maple, month=MONTH, actor=None, via="cron")

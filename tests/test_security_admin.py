@@ -129,7 +129,9 @@ def test_generate_action_acts_only_on_the_users_rows_of_a_forged_selection(alice
 
     intermediate = client.post(ORG_CHANGELIST, {**selection, "index": "0"})
     applied = client.post(
-        ORG_CHANGELIST, {**selection, "month": "2026-03", "apply": "Generate"}, follow=True
+        ORG_CHANGELIST,
+        {**selection, "month": "2026-03", "confirm": "on", "apply": "Generate"},
+        follow=True,
     )
 
     assert [org.slug for org in intermediate.context["selected"]] == ["maple-court"]
@@ -180,6 +182,7 @@ def test_malformed_ids_in_an_action_post_are_refused_with_a_message(alice, maple
             ACTION_CHECKBOX_NAME: [maple.pk, forged_id],
             "month": "2026-03",
             "apply": "Generate",
+            "confirm": "on",
         },
         follow=True,
     )

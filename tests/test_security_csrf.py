@@ -121,7 +121,8 @@ def test_the_same_post_with_the_pages_token_goes_through(maple, alice):
     token = CSRF_TOKEN.search(page.content.decode())[1]
 
     response = client.post(
-        f"/orgs/{maple.slug}/charges/2026-03/generate/", {"csrfmiddlewaretoken": token}
+        f"/orgs/{maple.slug}/charges/2026-03/generate/",
+        {"csrfmiddlewaretoken": token, "confirm": "yes"},
     )
 
     assert response.status_code == 303

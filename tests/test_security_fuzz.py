@@ -177,7 +177,7 @@ def check_generate_endpoint(world: World, month: str = "2026-03") -> None:
 
     assert_safe(world.mallory.post(url), 404)
     assert written() == before
-    response = world.alice.post(url)
+    response = world.alice.post(url, {"confirm": "yes"})
     assert_safe(response, 303, 400, 404)
     if response.status_code == 303:
         assert month_ok(month)
@@ -276,6 +276,7 @@ def check_admin_actions(
             ACTION_CHECKBOX_NAME: [selected],
             "month": month,
             "apply": "Generate",
+            "confirm": "on",
         },
     )
     assign = world.alice.post(

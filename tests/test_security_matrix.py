@@ -121,7 +121,7 @@ def test_generate_charges_endpoint_answers_each_persona_as_the_matrix_says(
     before = snapshot(redis_client)
     url = f"/orgs/maple-court/charges/{MONTH:%Y-%m}/generate/"
 
-    response = client_as(persona, django_user_model).post(url)
+    response = client_as(persona, django_user_model).post(url, {"confirm": "yes"})
 
     status, reason = FENCED_POST_ANSWERS[persona]
     assert response.status_code == status
@@ -227,6 +227,7 @@ def apply_generate_action(client, organization):
             "action": "generate_charges_for_month",
             ACTION_CHECKBOX_NAME: [organization.pk],
             "month": f"{MONTH:%Y-%m}",
+            "confirm": "on",
             "apply": "Generate charges",
         },
     )

@@ -125,7 +125,7 @@ def test_error_pages_carry_the_policy_too(alice):
 
     for status, response in [
         (404, client.get("/orgs/oak-ridge/")),
-        (405, client.get("/orgs/maple-court/charges/2026-03/generate/")),
+        (405, client.put("/orgs/maple-court/charges/2026-03/generate/")),
         (403, Client(enforce_csrf_checks=True).post("/accounts/login/")),
     ]:
         assert response.status_code == status

@@ -111,7 +111,9 @@ class StaffClient:
         op.client = op.client or self.name
         op.user, op.via = self.username, f"http:{self.instance}"
         if op.kind == "charges":
-            return self._post(op, f"/orgs/{op.org}/charges/{op.month}/generate/", {}, timeout)
+            # The month is chosen by the scenario: confirmed, as the page's button does.
+            url = f"/orgs/{op.org}/charges/{op.month}/generate/"
+            return self._post(op, url, {"confirm": "yes"}, timeout)
         data = {"vendor": str(op.vendor)}
         if op.reassign:
             data["reassign"] = "on"

@@ -23,7 +23,7 @@ from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
 from charges.exceptions import ChargesError
-from charges.forms import parse_month
+from charges.forms import parse_billing_month
 from charges.selectors import current_month
 from charges.services import generate_monthly_charges
 from hoa.management.base import (
@@ -106,7 +106,7 @@ class Command(ServiceCommand):
 
     def handle(self, *args, org, all_orgs, month, actor, workers, **options):
         try:
-            month = current_month() if month is None else parse_month(month)
+            month = current_month() if month is None else parse_billing_month(month)
         except ChargesError as exc:
             raise answer_table.command_error(exc) from exc
         if workers < 1:
