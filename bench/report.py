@@ -15,6 +15,7 @@ from statistics import median
 from bench.plan import Target
 
 _OPS = {"<=": operator.le, ">=": operator.ge, "==": math.isclose}
+_SYMBOLS = {"<=": "≤", ">=": "≥", "==": "="}
 
 
 def _lookup(row: dict, path: str):
@@ -53,20 +54,15 @@ def evaluate(targets: list[Target], groups: list[dict]) -> list[dict]:
         other = rows.get((target.group, target.versus)) if target.versus else None
         if row is None or (target.versus and other is None):
             continue
-        if row.get("error") or (other and other.get("error")):
-            entry["status"] = "FAIL"
-            entry["detail"] = row.get("error") or other.get("error")
-            continue
-        measured = _measure(target, row, other)
-        if measured is None:
+        if error := row.get("error") or (other and other.get("error")):
+            entry.update(status="FAIL", detail=error)
+        elif (measured := _measure(target, row, other)) is None:
             entry.update(status="MISS", detail="not measured")
-            continue
-        entry["measured"] = round(float(measured), 3)
-        if target.report_only:
-            entry["status"] = "INFO"
+        elif target.report_only:
+            entry.update(status="INFO", measured=round(float(measured), 3))
         else:
             met = _OPS[target.op](float(measured), target.limit)
-            entry["status"] = "PASS" if met else "MISS"
+            entry.update(status="PASS" if met else "MISS", measured=round(float(measured), 3))
     return evaluated
 
 
@@ -89,12 +85,9 @@ def invariant_failures(groups: list[dict]) -> list[str]:
 def fmt_us(value: float | None) -> str:
     if value is None:
         return "-"
-    if value >= 100_000:
-        return f"{value / 1000:.0f} ms"
-    if value >= 10_000:
-        return f"{value / 1000:.1f} ms"
-    if value >= 1000:
-        return f"{value / 1000:.2f} ms"
+    for at_least, digits in ((100_000, 0), (10_000, 1), (1000, 2)):
+        if value >= at_least:
+            return f"{value / 1000:.{digits}f} ms"
     return f"{value:.0f} µs"
 
 
@@ -118,12 +111,18 @@ def _table(headers: list[str], lines: list[list[str]]) -> str:
     return "\n".join([line(headers), "  ".join("-" * w for w in widths), *map(line, lines)])
 
 
-def _group_cells(group: dict, mark: str, crashed) -> tuple[list[str], list[list[str]]]:
-    """The headers and one line of cells per row of ``group``.
+def _md_table(headers: list[str], lines: list[list[str]]) -> str:
+    align = ["---"] + ["---:"] * (len(headers) - 1)
 
-    ``mark`` follows the baseline's label; ``crashed(label, marked label, width)`` fills
-    the line of a case that crashed.
-    """
+    def cell(text: str) -> str:
+        # A "|" ends a cell; "<slug>" would be read as an HTML tag.
+        return text.replace("|", "\\|").replace("<", "&lt;").replace(">", "&gt;")
+
+    return "\n".join("| " + " | ".join(map(cell, row)) + " |" for row in [headers, align, *lines])
+
+
+def _group_cells(group: dict, mark: str) -> tuple[list[str], list[list[str]]]:
+    """The headers and one line of cells per row; ``mark`` follows the baseline's label."""
     baseline, latency = group["baseline"], group["latency_label"]
     headers = ["case", *([f"{latency} p50", "p99"] if latency else [])]
     headers += ["x baseline"] if baseline else []
@@ -131,13 +130,12 @@ def _group_cells(group: dict, mark: str, crashed) -> tuple[list[str], list[list[
     lines = []
     for row in group["rows"]:
         is_baseline = row["case"] == baseline
-        label = row["label"] + (mark if is_baseline else "")
         if row.get("error"):
-            lines.append(crashed(row["label"], label, len(headers)))
+            lines.append([row["label"], "ERROR", *["-"] * (len(headers) - 2)])
             continue
-        line = [label, *([fmt_us(row["median_us"]), fmt_us(row["p99_us"])] if latency else [])]
-        if baseline:
-            line.append("1" if is_baseline else _fmt(row["ratio"]))
+        line = [row["label"] + (mark if is_baseline else "")]
+        line += [fmt_us(row["median_us"]), fmt_us(row["p99_us"])] if latency else []
+        line += ["1" if is_baseline else _fmt(row["ratio"])] if baseline else []
         line += [_fmt(_lookup(row, path)) for _, path in group["columns"]]
         lines.append(line)
     return headers, lines
@@ -150,32 +148,29 @@ def group_table(group: dict) -> str:
     title = f"{group['title']}  [{group['repeats']} repeat(s); {group['note']}]"
     if baseline_label and group["primary"] != "latency":
         title += f"\n(x baseline: {group['primary']} relative to '{baseline_label}')"
-    headers, lines = _group_cells(
-        group, " (baseline)", lambda label, _, width: [label, "ERROR", *["-"] * (width - 2)]
-    )
-    return title + "\n" + _table(headers, lines)
+    return title + "\n" + _table(*_group_cells(group, " (baseline)"))
 
 
-def _target_lines(evaluated: list[dict], measured_unset, limit) -> list[list[str]]:
-    return [
-        [
-            f"{entry['section']}. {entry['text']}",
-            "not run" if entry["status"] == "SKIP" else measured_unset(entry),
-            limit(entry),
-            entry["status"],
-        ]
-        for entry in evaluated
-    ]
+def _target_lines(evaluated: list[dict], *, markdown: bool = False) -> list[list[str]]:
+    def measured(entry: dict) -> str:
+        if entry["status"] == "SKIP":
+            return "not run"
+        if entry["measured"] is None and not markdown:
+            return entry.get("detail", "-")
+        return _fmt(entry["measured"])
+
+    def limit(entry: dict) -> str:
+        if entry["report_only"]:
+            return "report" if markdown else "-"
+        op = _SYMBOLS[entry["op"]] if markdown else entry["op"]
+        return f"{op} {_fmt(entry['limit'])}"
+
+    return [[f"{e['section']}. {e['text']}", measured(e), limit(e), e["status"]] for e in evaluated]
 
 
 def targets_table(evaluated: list[dict]) -> str:
-    lines = _target_lines(
-        evaluated,
-        lambda e: e.get("detail", "-") if e["measured"] is None else _fmt(e["measured"]),
-        lambda e: "-" if e["report_only"] else f"{e['op']} {_fmt(e['limit'])}",
-    )
     return "Targets (ratios are medians of per-repeat paired ratios)\n" + _table(
-        ["target", "measured", "limit", "status"], lines
+        ["target", "measured", "limit", "status"], _target_lines(evaluated)
     )
 
 
@@ -205,54 +200,31 @@ def write_json(path: Path, document: dict) -> None:
     os.replace(temporary, path)
 
 
-# -- markdown (for docs/benchmarks.md and the README) -------------------------------------
-
-
-def _md_table(headers: list[str], lines: list[list[str]]) -> str:
-    align = ["---"] + ["---:"] * (len(headers) - 1)
-
-    def cell(text: str) -> str:
-        # A "|" ends a cell; "<slug>" would be read as an HTML tag.
-        return text.replace("|", "\\|").replace("<", "&lt;").replace(">", "&gt;")
-
-    return "\n".join("| " + " | ".join(map(cell, row)) + " |" for row in [headers, align, *lines])
-
-
 def markdown(document: dict) -> str:
-    """The results of one run as markdown: environment, one table per group, targets."""
+    """The results of one run as markdown (docs/benchmarks.md): environment, tables, targets."""
     out = [
         f"Run `{document['name']}` of {document['started_at']} ({document['seconds']:.0f} s).",
         "",
     ]
     out.append(environment_summary(document["environment"]).replace("\n", "  \n"))
     for group in document["groups"]:
-        cells = _group_cells(
-            group, " *(baseline)*", lambda _, label, width: [label, *["error"] * (width - 1)]
-        )
         out += ["", f"**{group['title']}** ({group['repeats']} repeat(s); {group['note']})", ""]
-        out.append(_md_table(*cells))
-    symbols = {"<=": "≤", ">=": "≥", "==": "="}
-    lines = _target_lines(
-        document["targets"],
-        lambda e: _fmt(e["measured"]),
-        lambda e: "report" if e["report_only"] else f"{symbols[e['op']]} {_fmt(e['limit'])}",
-    )
-    out += ["", "**Targets**", "", _md_table(["target", "measured", "limit", "status"], lines)]
+        out.append(_md_table(*_group_cells(group, " *(baseline)*")))
+    headers = ["target", "measured", "limit", "status"]
+    out += [
+        "",
+        "**Targets**",
+        "",
+        _md_table(headers, _target_lines(document["targets"], markdown=True)),
+    ]
     failures = document.get("invariant_failures") or []
     out += ["", "Invariants: " + ("; ".join(failures) if failures else "all held.")]
     return "\n".join(out) + "\n"
 
 
-if __name__ == "__main__":
-    import argparse
+if __name__ == "__main__":  # python -m bench.report bench/results/full.json
+    import sys
 
-    parser = argparse.ArgumentParser(
-        prog="python -m bench.report", description="Print a results file as markdown."
-    )
-    parser.add_argument("results", type=Path, help="e.g. bench/results/full.json")
-    path = parser.parse_args().results
-    try:
-        document = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        parser.exit(1, f"cannot read {path}: {exc}\n")
-    print(markdown(document), end="")
+    if len(sys.argv) != 2:
+        sys.exit("usage: python -m bench.report RESULTS.json (prints it as markdown)")
+    print(markdown(json.loads(Path(sys.argv[1]).read_text())), end="")

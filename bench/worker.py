@@ -1,9 +1,7 @@
 """One measurement in a fresh process: ``python -m bench.worker`` (the runner starts it).
 
 Reads ``{"entry": "module:function", "django": bool, "params": {...}}`` on stdin, calls the
-function with the params and prints its result as one JSON line prefixed ``BENCH-RESULT``.
-Django is set up only for cases that use it, so a lock-cycle process starts in a tenth of
-the time.
+function and prints its result as one JSON line prefixed ``BENCH-RESULT``.
 """
 
 import importlib
