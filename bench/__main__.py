@@ -33,8 +33,7 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--no-chart", action="store_true", help="do not rewrite docs/bench.svg")
     args = parser.parse_args(argv)
     args.sections = [s.strip() for s in args.only.split(",") if s.strip()] or list(plan.SECTIONS)
-    unknown = set(args.sections) - set(plan.SECTIONS)
-    if unknown:
+    if unknown := set(args.sections) - set(plan.SECTIONS):
         parser.error(f"unknown section(s): {', '.join(sorted(unknown))}")
     return args
 
@@ -63,19 +62,9 @@ def main(argv: list[str] | None = None) -> int:
         redis_server.stop()
 
     facts["machine_at_end"] = environment.machine()
-    evaluated = report.evaluate(plan.TARGETS, groups)
+    evaluated = report.evaluate(plan.targets(profile), groups)
     failures = report.invariant_failures(groups)
     elapsed = round(time.monotonic() - started, 1)
-    print(f"\n{report.environment_summary(facts)}")
-    for group in groups:
-        print(f"\n{report.group_table(group)}")
-    print(f"\n{report.targets_table(evaluated)}\n")
-    if failures:
-        print("Invariants: FAIL", *(f"  FAIL {failure}" for failure in failures), sep="\n")
-    else:
-        checks = sum(len(row["invariants"]) for g in groups for row in g["rows"])
-        print(f"Invariants: all {checks} checks held (no overlap, tokens increasing, exactly once)")
-
     results_path = BASE_DIR / "bench" / "results" / f"{name}.json"
     document = {
         "name": name,
@@ -87,16 +76,16 @@ def main(argv: list[str] | None = None) -> int:
         "targets": evaluated,
         "invariant_failures": failures,
     }
+    print(f"\n{report.text(document)}")
     report.write_json(results_path, document)
     print(f"\nWrote {results_path.relative_to(BASE_DIR)} ({elapsed:.0f} s)")
     if profile is plan.FULL and not args.no_chart and not args.only:
         from bench.chart import write_chart
 
         chart_path = BASE_DIR / "docs" / "bench.svg"
-        machine = facts["machine"]
+        cpus = f"{facts['machine']['cpus_usable']} CPUs ({facts['machine']['cpu']})"
         caption = (
-            f"make bench, {started_at[:10]}: {machine['cpus_usable']} CPUs "
-            f"({machine['cpu']}), shared and noisy: compare ratios, not times."
+            f"make bench, {started_at[:10]}: {cpus}, shared and noisy: compare ratios, not times."
         )
         if write_chart(chart_path, groups, caption=caption):
             print(f"Wrote {chart_path.relative_to(BASE_DIR)}")

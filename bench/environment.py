@@ -177,8 +177,6 @@ def child_env(*, database: str, redis_url: str) -> dict:
     return env
 
 
-# -- facts for the report ----------------------------------------------------------------
-
 _DISTRIBUTIONS = (
     "Django psycopg psycopg-binary redis hiredis django-redis python-redis-lock pottery "
     "gunicorn requests"

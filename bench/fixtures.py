@@ -1,7 +1,5 @@
-"""Data the cases work on, in the bench database (never the demo one).
-
-Every function is idempotent on its natural key, so each fresh process of a case may call
-it; rows a case consumes (charge runs, complaints) are new per process, under a unique label.
+"""Data the cases work on, in the bench database. Each function is idempotent on its
+natural key; rows a case consumes (runs, complaints) are new per process, uniquely labelled.
 """
 
 import os
@@ -85,11 +83,6 @@ def complaints(org: Organization, count: int, *, title: str) -> list[Complaint]:
 def month(number: int) -> date:
     """The first day of the ``number``-th month after January 2001."""
     return date(2001 + number // 12, number % 12 + 1, 1)
-
-
-def next_month(after: date | None, *, first: int = 0) -> date:
-    """The month after ``after`` (or the ``first``-th bench month)."""
-    return month(first if after is None else (after.year - 2001) * 12 + after.month)
 
 
 @transaction.atomic

@@ -1,11 +1,6 @@
-"""Counting and summarising: latency statistics, Redis commands, PostgreSQL round trips.
-
-Counts are taken, not guessed (docs/benchmarks.md, "Counted, not guessed"): Redis
-commands *executed* from ``INFO commandstats`` diffed around the timed loop (the bench
-runs its own ``redis-server``); commands *sent* by the client from ``MONITOR`` during an
-untimed pass (it tells a script's own calls, ``lua``, from the client's, ``tcp``);
-PostgreSQL round trips from libpq's protocol trace, one per ``ReadyForQuery``.
-"""
+"""Counting and summarising: latency statistics, Redis commands (executed: ``INFO
+commandstats``; sent: ``MONITOR``), PostgreSQL round trips (libpq's protocol trace).
+See docs/benchmarks.md, "Counted, not guessed"."""
 
 import math
 import statistics
@@ -85,8 +80,7 @@ def _command_name(line: str) -> str:
 
 
 def sent_per_op(url: str, operation: Callable[[], object], operations: int) -> dict[str, float]:
-    """Run ``operation`` ``operations`` times under MONITOR; return commands sent per run
-    (not a script's own calls: MONITOR marks those ``lua``)."""
+    """Run ``operation`` under MONITOR; return the commands a client sent per run (not ``lua``)."""
     seen: list[dict] = []
     ready = threading.Event()
     watcher = redis.Redis.from_url(url)
@@ -111,11 +105,8 @@ def sent_per_op(url: str, operation: Callable[[], object], operations: int) -> d
 
 
 def _first_keyword(message: str, payload: str) -> str:
-    """The SQL keyword of a traced ``Query "SQL"`` or ``Parse "name" "SQL" …`` message.
-
-    libpq does not escape the quotes inside the SQL (Django quotes identifiers), so take
-    the text after the opening quote rather than split on quotes.
-    """
+    """The SQL keyword of a traced ``Query "SQL"`` or ``Parse "name" "SQL" …`` message (libpq
+    does not escape the quotes inside the SQL: take the text after the opening quote)."""
     text = payload.strip()
     if message == "Parse":
         # Skip the statement name: the first quoted word (psycopg never quotes inside it).

@@ -53,9 +53,10 @@ class Row:
 
     ``cases`` maps a key to its label (the case gets ``variant=key``) or to ``(label,
     params)``. A string in ``repeats``, ``timeout`` or ``params`` names a ``Profile`` field;
-    ``note`` is formatted with the profile as ``p``. A target is ``(text, case, op, limit,
-    against)``: ``against`` is a case (the paired ratio) or a value ("metrics.…"); a text
-    ending in "(report)" is printed, never judged.
+    ``title`` and ``note`` are formatted with the profile as ``p``. A target is ``(text, case,
+    op, limit, against[, profile])``: ``against`` is a case (the paired ratio) or a value
+    ("metrics.…"); a text ending in "(report)" is printed, never judged; a target with a
+    profile is judged in that profile only.
     """
 
     section: str  # what ``--only`` selects
@@ -77,7 +78,7 @@ class Row:
     primary: str = "latency"
     higher_is_better: bool = False
 
-    def target(self, text: str, case: str, op: str, limit: float, against: str) -> Target:
+    def target(self, text: str, case: str, op: str, limit: float, against: str, *_) -> Target:
         value = against if against.startswith(("counts.", "metrics.")) else None
         versus = None if value else f"{self.prefix}.{against}"
         case, report_only = f"{self.prefix}.{case}", text.endswith("(report)")
@@ -226,7 +227,12 @@ GROUPS = (
 )
 # fmt: on
 SECTIONS = tuple(dict.fromkeys(row.section for row in GROUPS))
-TARGETS = [row.target(*target) for row in GROUPS for target in row.targets]
+
+
+def targets(profile: Profile) -> list[Target]:
+    """The targets judged in ``profile``, in plan order."""
+    judged = ((), (profile.name,))
+    return [row.target(*t) for row in GROUPS for t in row.targets if t[5:] in judged]
 
 
 def _value(profile: Profile, value):
@@ -247,18 +253,11 @@ def group(row: Row, profile: Profile, redis_url: str) -> Group | None:
         label, own = spec if isinstance(spec, tuple) else (spec, {"variant": key})
         case_id = f"{row.prefix}.{key}"
         cases.append(Case(case_id, label, row.entry, {**own, **shared}, row.django, timeout))
-    return Group(
-        id=row.id,
-        title=row.title.format(p=profile),
-        cases=cases,
-        repeats=repeats,
-        baseline=f"{row.prefix}.{row.baseline}" if row.baseline else None,
-        primary=row.primary,
-        higher_is_better=row.higher_is_better,
-        note=row.note.format(p=profile),
-        latency_label=row.latency_label,
-        columns=list(row.columns.items()),
-    )
+    title, note = row.title.format(p=profile), row.note.format(p=profile)
+    baseline = f"{row.prefix}.{row.baseline}" if row.baseline else None
+    shown = {name: getattr(row, name) for name in ("primary", "higher_is_better", "latency_label")}
+    columns = list(row.columns.items())
+    return Group(row.id, title, cases, repeats, baseline, note=note, columns=columns, **shown)
 
 
 def build(section: str, profile: Profile, redis_url: str) -> list[Group]:

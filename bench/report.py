@@ -1,8 +1,5 @@
-"""Targets, the printed table and the JSON file.
-
-A target is PASS or MISS (a measured speed); a broken invariant is FAIL (a wrong result),
-and so is a case that crashed. ``python -m bench`` exits non-zero only on FAIL: a missed
-speed target is a finding to explain, not a broken build.
+"""Targets, the printed tables and the JSON file. A target is PASS or MISS (a speed); a
+broken invariant or a crashed case is FAIL (a wrong result), the only thing that fails the run.
 """
 
 import json
@@ -15,15 +12,11 @@ from statistics import median
 from bench.plan import Target
 
 _OPS = {"<=": operator.le, ">=": operator.ge, "==": math.isclose}
-_SYMBOLS = {"<=": "≤", ">=": "≥", "==": "="}
 
 
-def _lookup(row: dict, path: str):
-    node = row
+def _lookup(node: dict, path: str):
     for part in path.split("."):
-        if not isinstance(node, dict) or part not in node:
-            return None
-        node = node[part]
+        node = node.get(part) if isinstance(node, dict) else None
     return node
 
 
@@ -40,15 +33,8 @@ def evaluate(targets: list[Target], groups: list[dict]) -> list[dict]:
     rows = {(g["id"], row["case"]): row for g in groups for row in g["rows"]}
     evaluated = []
     for target in targets:
-        entry = {
-            "section": target.section,
-            "text": target.text,
-            "op": target.op,
-            "limit": target.limit,
-            "measured": None,
-            "status": "SKIP",
-            "report_only": target.report_only,
-        }
+        entry = {key: getattr(target, key) for key in ("section", "text", "op", "limit")}
+        entry.update(measured=None, status="SKIP", report_only=target.report_only)
         evaluated.append(entry)
         row = rows.get((target.group, target.case))
         other = rows.get((target.group, target.versus)) if target.versus else None
@@ -77,9 +63,6 @@ def invariant_failures(groups: list[dict]) -> list[str]:
             if not check["ok"]
         )
     return failures
-
-
-# -- printing ----------------------------------------------------------------------------
 
 
 def fmt_us(value: float | None) -> str:
@@ -111,19 +94,12 @@ def _table(headers: list[str], lines: list[list[str]]) -> str:
     return "\n".join([line(headers), "  ".join("-" * w for w in widths), *map(line, lines)])
 
 
-def _md_table(headers: list[str], lines: list[list[str]]) -> str:
-    align = ["---"] + ["---:"] * (len(headers) - 1)
-
-    def cell(text: str) -> str:
-        # A "|" ends a cell; "<slug>" would be read as an HTML tag.
-        return text.replace("|", "\\|").replace("<", "&lt;").replace(">", "&gt;")
-
-    return "\n".join("| " + " | ".join(map(cell, row)) + " |" for row in [headers, align, *lines])
-
-
-def _group_cells(group: dict, mark: str) -> tuple[list[str], list[list[str]]]:
-    """The headers and one line of cells per row; ``mark`` follows the baseline's label."""
+def group_table(group: dict) -> str:
     baseline, latency = group["baseline"], group["latency_label"]
+    title = f"{group['title']}  [{group['repeats']} repeat(s); {group['note']}]"
+    for row in group["rows"]:
+        if row["case"] == baseline and group["primary"] != "latency":
+            title += f"\n(x baseline: {group['primary']} relative to '{row['label']}')"
     headers = ["case", *([f"{latency} p50", "p99"] if latency else [])]
     headers += ["x baseline"] if baseline else []
     headers += [header for header, _ in group["columns"]]
@@ -133,63 +109,47 @@ def _group_cells(group: dict, mark: str) -> tuple[list[str], list[list[str]]]:
         if row.get("error"):
             lines.append([row["label"], "ERROR", *["-"] * (len(headers) - 2)])
             continue
-        line = [row["label"] + (mark if is_baseline else "")]
+        line = [row["label"] + (" (baseline)" if is_baseline else "")]
         line += [fmt_us(row["median_us"]), fmt_us(row["p99_us"])] if latency else []
         line += ["1" if is_baseline else _fmt(row["ratio"])] if baseline else []
         line += [_fmt(_lookup(row, path)) for _, path in group["columns"]]
         lines.append(line)
-    return headers, lines
-
-
-def group_table(group: dict) -> str:
-    baseline_label = next(
-        (row["label"] for row in group["rows"] if row["case"] == group["baseline"]), None
-    )
-    title = f"{group['title']}  [{group['repeats']} repeat(s); {group['note']}]"
-    if baseline_label and group["primary"] != "latency":
-        title += f"\n(x baseline: {group['primary']} relative to '{baseline_label}')"
-    return title + "\n" + _table(*_group_cells(group, " (baseline)"))
-
-
-def _target_lines(evaluated: list[dict], *, markdown: bool = False) -> list[list[str]]:
-    def measured(entry: dict) -> str:
-        if entry["status"] == "SKIP":
-            return "not run"
-        if entry["measured"] is None and not markdown:
-            return entry.get("detail", "-")
-        return _fmt(entry["measured"])
-
-    def limit(entry: dict) -> str:
-        if entry["report_only"]:
-            return "report" if markdown else "-"
-        op = _SYMBOLS[entry["op"]] if markdown else entry["op"]
-        return f"{op} {_fmt(entry['limit'])}"
-
-    return [[f"{e['section']}. {e['text']}", measured(e), limit(e), e["status"]] for e in evaluated]
+    return title + "\n" + _table(headers, lines)
 
 
 def targets_table(evaluated: list[dict]) -> str:
+    def measured(entry: dict) -> str:
+        if entry["status"] == "SKIP":
+            return "not run"
+        return entry.get("detail", "-") if entry["measured"] is None else _fmt(entry["measured"])
+
+    def limit(entry: dict) -> str:
+        return "-" if entry["report_only"] else f"{entry['op']} {_fmt(entry['limit'])}"
+
+    lines = [
+        [f"{e['section']}. {e['text']}", measured(e), limit(e), e["status"]] for e in evaluated
+    ]
     return "Targets (ratios are medians of per-repeat paired ratios)\n" + _table(
-        ["target", "measured", "limit", "status"], _target_lines(evaluated)
+        ["target", "measured", "limit", "status"], lines
     )
+
+
+_SUMMARY = """\
+Machine: {m[cpu]}, {m[cpus_usable]} CPUs, {m[memory_gib]} GiB, load {m[loadavg]} at start, \
+{m[platform]}
+Python {v[python]}, Django {v[Django]}, redis-py {v[redis]} ({v[redis_parser]} parser), \
+psycopg {v[psycopg]} (libpq {v[libpq]}), Redis {v[redis_server]}, PostgreSQL \
+{v[postgresql_server]}, python-redis-lock {v[python-redis-lock]}, pottery {v[pottery]}, \
+gunicorn {v[gunicorn]}
+Redis durability: appendonly={r[appendonly]}, appendfsync={r[appendfsync]}, save='{r[save]}'; \
+PostgreSQL: fsync={p[fsync]}, synchronous_commit={p[synchronous_commit]}, \
+wal_sync_method={p[wal_sync_method]}"""
 
 
 def environment_summary(environment: dict) -> str:
-    m, v, d = environment["machine"], environment["versions"], environment["durability"]
-    return (
-        f"Machine: {m['cpu']}, {m['cpus_usable']} CPUs, {m['memory_gib']} GiB, "
-        f"load {m['loadavg']} at start, {m['platform']}\n"
-        f"Python {v['python']}, Django {v['Django']}, redis-py {v['redis']} "
-        f"({v['redis_parser']} parser), psycopg {v['psycopg']} (libpq {v['libpq']}), "
-        f"Redis {v['redis_server']}, PostgreSQL {v['postgresql_server']}, "
-        f"python-redis-lock {v['python-redis-lock']}, pottery {v['pottery']}, "
-        f"gunicorn {v['gunicorn']}\n"
-        f"Redis durability: appendonly={d['redis']['appendonly']}, "
-        f"appendfsync={d['redis']['appendfsync']}, save='{d['redis']['save']}'; "
-        f"PostgreSQL: fsync={d['postgresql']['fsync']}, "
-        f"synchronous_commit={d['postgresql']['synchronous_commit']}, "
-        f"wal_sync_method={d['postgresql']['wal_sync_method']}"
-    )
+    durability = environment["durability"]
+    m, v = environment["machine"], environment["versions"]
+    return _SUMMARY.format(m=m, v=v, r=durability["redis"], p=durability["postgresql"])
 
 
 def write_json(path: Path, document: dict) -> None:
@@ -200,31 +160,25 @@ def write_json(path: Path, document: dict) -> None:
     os.replace(temporary, path)
 
 
-def markdown(document: dict) -> str:
-    """The results of one run as markdown (docs/benchmarks.md): environment, tables, targets."""
-    out = [
-        f"Run `{document['name']}` of {document['started_at']} ({document['seconds']:.0f} s).",
-        "",
-    ]
-    out.append(environment_summary(document["environment"]).replace("\n", "  \n"))
-    for group in document["groups"]:
-        out += ["", f"**{group['title']}** ({group['repeats']} repeat(s); {group['note']})", ""]
-        out.append(_md_table(*_group_cells(group, " *(baseline)*")))
-    headers = ["target", "measured", "limit", "status"]
-    out += [
-        "",
-        "**Targets**",
-        "",
-        _md_table(headers, _target_lines(document["targets"], markdown=True)),
-    ]
-    failures = document.get("invariant_failures") or []
-    out += ["", "Invariants: " + ("; ".join(failures) if failures else "all held.")]
-    return "\n".join(out) + "\n"
+def text(document: dict) -> str:
+    """A run as ``python -m bench`` prints it: machine, one table per group, targets."""
+    if failures := document["invariant_failures"]:
+        invariants = "\n".join(["Invariants: FAIL", *(f"  FAIL {failure}" for failure in failures)])
+    else:
+        checks = sum(len(row["invariants"]) for g in document["groups"] for row in g["rows"])
+        invariants = (
+            f"Invariants: all {checks} checks held (no overlap, tokens increasing, exactly once)"
+        )
+    tables = [group_table(group) for group in document["groups"]]
+    summary = environment_summary(document["environment"])
+    return "\n\n".join([summary, *tables, targets_table(document["targets"]), invariants])
 
 
-if __name__ == "__main__":  # python -m bench.report bench/results/full.json
+if __name__ == "__main__":  # python -m bench.report bench/results/full.json: for the docs
     import sys
 
     if len(sys.argv) != 2:
-        sys.exit("usage: python -m bench.report RESULTS.json (prints it as markdown)")
-    print(markdown(json.loads(Path(sys.argv[1]).read_text())), end="")
+        sys.exit("usage: python -m bench.report RESULTS.json (prints it for docs/benchmarks.md)")
+    run = json.loads(Path(sys.argv[1]).read_text())
+    print(f"Run `{run['name']}` of {run['started_at']} ({run['seconds']:.0f} s):\n")
+    print(f"```text\n{text(run)}\n```")

@@ -1,8 +1,5 @@
-"""Run cases round-robin in fresh processes and summarise them side by side.
-
-Every repeat runs each case of a group once, in its own new process, rotating the order
-(A B C, B C A, C A B …); the ratio to the baseline is taken per repeat, then its median
-(docs/benchmarks.md, "Fresh processes, round-robin" and "Ratios, paired").
+"""Run cases round-robin (A B C, B C A, …), each in a fresh process, and summarise them:
+ratios to the baseline are paired per repeat (docs/benchmarks.md, "How it is measured").
 """
 
 import json
@@ -32,8 +29,7 @@ class Case:
 
 @dataclass
 class Group:
-    """Cases compared with each other, interleaved, with one baseline for the ratios:
-    of the median samples (``primary="latency"``) or of a metric the cases report."""
+    """Cases compared with each other; ratios are of the ``primary`` metric or median latency."""
 
     id: str
     title: str
@@ -54,17 +50,12 @@ class CaseFailed(Exception):
 def run_case(case: Case, env: dict) -> dict:
     """Run one case in a fresh process and return what it measured."""
     request = json.dumps({"entry": case.entry, "django": case.django, "params": case.params})
+    worker = [sys.executable, "-m", "bench.worker"]
     try:
         proc = subprocess.run(
-            [sys.executable, "-m", "bench.worker"],
-            input=request,
-            cwd=BASE_DIR,
-            env=env,
-            capture_output=True,
-            text=True,
+            worker, input=request, cwd=BASE_DIR, env=env, capture_output=True, text=True,
             timeout=case.timeout,
-            check=False,
-        )
+        )  # fmt: skip
     except subprocess.TimeoutExpired as exc:
         raise CaseFailed(f"timed out after {case.timeout:.0f}s") from exc
     for line in reversed(proc.stdout.splitlines()):

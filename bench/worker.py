@@ -11,22 +11,14 @@ import warnings
 
 RESULT_PREFIX = "BENCH-RESULT "
 
-
-def main() -> int:
+if __name__ == "__main__":
     request = json.loads(sys.stdin.read())
     # pottery warns about its own internals on import; not our concern in a benchmark.
     warnings.filterwarnings("ignore", category=DeprecationWarning)
-    if request.get("django"):
+    if request["django"]:
         import django
 
         django.setup()
-    module_name, _, function_name = request["entry"].partition(":")
-    function = getattr(importlib.import_module(module_name), function_name)
-    result = function(**request.get("params", {}))
-    sys.stdout.write(RESULT_PREFIX + json.dumps(result) + "\n")
-    sys.stdout.flush()
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    module, _, function = request["entry"].partition(":")
+    result = getattr(importlib.import_module(module), function)(**request["params"])
+    print(RESULT_PREFIX + json.dumps(result), flush=True)

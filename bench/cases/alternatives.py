@@ -92,9 +92,7 @@ def _timed(action) -> tuple[str, float]:
 
 def _free_acquire(lock, resource: str) -> tuple[str, float]:
     """Acquire the free ``resource``; time the acquire alone (the release is untimed)."""
-    started = time.perf_counter_ns()
-    lease = lock.acquire(resource, ttl=TTL)
-    elapsed = since_us(started)
+    lease, elapsed = _timed(lambda: lock.acquire(resource, ttl=TTL))
     lease.release()
     return "granted", elapsed
 
@@ -177,11 +175,7 @@ def run(*, variant: str, redis_url: str, trials: int, call_seconds: float = 0.2)
     sampler.close()
 
     loser_us = [o["loser_us"] for o in outcomes]
-    completed_by = dict(
-        MonthlyChargeRun.objects.filter(pk__in=[r.pk for r in runs]).values_list(
-            "pk", "completed_by"
-        )
-    )
+    completed = MonthlyChargeRun.objects.filter(pk__in=[r.pk for r in runs], completed_by="holder")
     holder_ok = all(o["holder"] == "done" for o in outcomes)
     losers = sorted({o["loser"] for o in outcomes})
     metrics["loser_p50_ms"] = round(median(loser_us) / 1000, 2)
@@ -195,7 +189,7 @@ def run(*, variant: str, redis_url: str, trials: int, call_seconds: float = 0.2)
     if lock is not None:
         metrics["uncontended_acquire_us"] = round(median(reference), 1)
         metrics["loser_vs_acquire"] = round(median(loser_us) / median(reference), 2)
-    ok = holder_ok and all(completed_by[r.pk] == "holder" for r in runs)
+    ok = holder_ok and completed.count() == len(runs)
     detail = f"{len(runs)} trials; loser answers: {', '.join(losers)}"
     return result(
         loser_us,

@@ -40,17 +40,16 @@ FROM (SELECT resource, token, lag(token) OVER (PARTITION BY resource ORDER BY id
 """
 
 
-def _client(spec: dict, barrier, results) -> None:
+def _client(barrier, results, complaint_id: int, *, mode, seconds, redis_url, ttl, label) -> None:
     """One client process: loop until the deadline; put what happened on ``results``."""
-    lock = FenceLock(client=redis.Redis.from_url(spec["redis_url"]))
-    ttl = timedelta(seconds=spec["ttl_seconds"])
-    resource, mode = spec["resource"], spec["mode"]
-    fence = Complaint.objects.filter(pk=spec["complaint_id"])
+    lock = FenceLock(client=redis.Redis.from_url(redis_url))
+    resource = f"vendor-assignment:complaint:{complaint_id}"
+    fence = Complaint.objects.filter(pk=complaint_id)
     connection.ensure_connection()
     lock.client.ping()
     barrier.wait(60)
     started, cpu_started = time.monotonic(), time.process_time()
-    deadline = started + spec["seconds"]
+    deadline = started + seconds
     report = {"resource": resource, "successes": 0, "busy": 0, "stale": 0}
     busy_us, wait_us, intervals = [], [], []
     attempt = 0
@@ -78,7 +77,7 @@ def _client(spec: dict, barrier, results) -> None:
         try:
             with transaction.atomic(), connection.cursor() as cursor:
                 advance_fence(fence, lease)
-                cursor.execute(INSERT_LOG, [spec["label"], resource, lease.token, os.getpid()])
+                cursor.execute(INSERT_LOG, [label, resource, lease.token, os.getpid()])
         except StaleFencingToken:
             report["stale"] += 1
         else:
@@ -123,15 +122,13 @@ def run(
     context = multiprocessing.get_context("fork")
     barrier = context.Barrier(processes + 1)  # the clients and this process
     results = context.Queue()
+    ttl = timedelta(seconds=ttl_seconds)
+    spec = {"mode": mode, "seconds": seconds, "redis_url": redis_url, "ttl": ttl, "label": label}
     children = []
     for index in range(processes):
-        row = rows[0 if shared else index]
-        spec = {
-            "mode": mode, "resource": f"vendor-assignment:complaint:{row.pk}",
-            "complaint_id": row.pk, "seconds": seconds, "redis_url": redis_url,
-            "ttl_seconds": ttl_seconds, "label": label,
-        }  # fmt: skip
-        child = context.Process(target=_client, args=(spec, barrier, results), daemon=True)
+        complaint_id = rows[0 if shared else index].pk
+        args = (barrier, results, complaint_id)
+        child = context.Process(target=_client, args=args, kwargs=spec, daemon=True)
         child.start()
         children.append(child)
     barrier.wait(60)

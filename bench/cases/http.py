@@ -87,72 +87,62 @@ def run(*, redis_url: str, seconds: float, clients: int) -> dict:
     vendor_ids = [v.pk for v in fixtures.vendors_with_contracts(org, 3)]
     label = fixtures.unique_label("http")
     hot = [c.pk for c in fixtures.complaints(org, HOT_COMPLAINTS, title=f"{label} hot")]
-    cold_ids = iter(
-        c.pk for c in fixtures.complaints(org, int(seconds * 250) + 100, title=f"{label} cold")
-    )
+    cold = fixtures.complaints(org, int(seconds * 250) + 100, title=f"{label} cold")
+    cold_ids = iter(c.pk for c in cold)
     cold_lock = threading.Lock()
-    csrf_cookie = settings.CSRF_COOKIE_NAME
-
-    dispatch, dispatch_url = start_stand_in("dispatch")
-    port = free_port()
-    run_dir = tempfile.mkdtemp(prefix="hoa-bench-gunicorn-")
-    base = f"http://{HOST}:{port}"
-    process = _start_gunicorn(port, run_dir, dispatch_url)
     answers: list[tuple[str, int, float, int]] = []  # (kind, status, µs, complaint)
     errors: list[str] = []
+
+    def drive(session: requests.Session, chooser: random.Random, deadline: float) -> None:
+        while time.monotonic() < deadline:
+            if chooser.random() < HOT_SHARE:
+                kind, complaint = "hot", chooser.choice(hot)
+                data = {"vendor": chooser.choice(vendor_ids), "reassign": "on"}
+            else:
+                with cold_lock:
+                    complaint = next(cold_ids, None)
+                if complaint is None:
+                    break
+                kind, data = "cold", {"vendor": vendor_ids[0]}
+            cookies = session.cookies
+            data["csrfmiddlewaretoken"] = cookies.get(settings.CSRF_COOKIE_NAME, "", domain=HOST)
+            url = f"{base}/orgs/{org.slug}/complaints/{complaint}/assign/"
+            started = time.perf_counter_ns()
+            try:
+                response = session.post(url, data=data, allow_redirects=False, timeout=30)
+            except requests.RequestException as exc:
+                errors.append(str(exc))
+                continue
+            answers.append((kind, response.status_code, since_us(started), complaint))
+            # The 303 leaves a flash message for the next page; a browser shows it and it
+            # is gone. Dropping it here keeps it from piling up in the cookie.
+            cookies.set(MESSAGES_COOKIE, None, domain=HOST, path="/")
+
+    def client(session: requests.Session, seed: int) -> None:
+        try:
+            barrier.wait(30)
+            drive(session, random.Random(seed), deadline)
+        except BaseException:
+            errors.append("a client thread crashed (see stderr)")
+            raise
+
+    dispatch, dispatch_url = start_stand_in("dispatch")
+    port, run_dir = free_port(), tempfile.mkdtemp(prefix="hoa-bench-gunicorn-")
+    base = f"http://{HOST}:{port}"
+    process = _start_gunicorn(port, run_dir, dispatch_url)
     try:
         sessions = [_logged_in_session(user) for user in users]
         connection.close()
         barrier = threading.Barrier(clients + 1)
-        deadline_box: list[float] = []
-
-        def client(session: requests.Session, seed: int) -> None:
-            try:
-                barrier.wait(30)
-                drive(session, random.Random(seed), deadline_box[0])
-            except BaseException:
-                errors.append("a client thread crashed (see stderr)")
-                raise
-
-        def drive(session: requests.Session, chooser: random.Random, deadline: float) -> None:
-            while time.monotonic() < deadline:
-                if chooser.random() < HOT_SHARE:
-                    kind, complaint = "hot", chooser.choice(hot)
-                    data = {"vendor": chooser.choice(vendor_ids), "reassign": "on"}
-                else:
-                    with cold_lock:
-                        complaint = next(cold_ids, None)
-                    if complaint is None:
-                        break
-                    kind, data = "cold", {"vendor": vendor_ids[0]}
-                data["csrfmiddlewaretoken"] = session.cookies.get(
-                    csrf_cookie, "", domain=HOST, path="/"
-                )
-                url = f"{base}/orgs/{org.slug}/complaints/{complaint}/assign/"
-                started = time.perf_counter_ns()
-                try:
-                    response = session.post(url, data=data, allow_redirects=False, timeout=30)
-                except requests.RequestException as exc:
-                    errors.append(str(exc))
-                    continue
-                answers.append((kind, response.status_code, since_us(started), complaint))
-                # The 303 leaves a flash message for the next page; a browser shows it and
-                # it is gone. Dropping it here keeps it from piling up in the cookie.
-                session.cookies.set(MESSAGES_COOKIE, None, domain=HOST, path="/")
-
-        threads = [
-            threading.Thread(target=client, args=(session, n)) for n, session in enumerate(sessions)
-        ]
+        threads = [threading.Thread(target=client, args=(s, n)) for n, s in enumerate(sessions)]
         for thread in threads:
             thread.start()
-        deadline_box.append(time.monotonic() + seconds)
-        cpu_before = time.process_time()
-        started = time.monotonic()
+        deadline = time.monotonic() + seconds
+        cpu_before, started = time.process_time(), time.monotonic()
         barrier.wait(30)
         for thread in threads:
             thread.join(seconds + 60)
-        wall = time.monotonic() - started
-        client_cpu = time.process_time() - cpu_before
+        wall, client_cpu = time.monotonic() - started, time.process_time() - cpu_before
     finally:
         stop(process, grace=40)
         dispatch.shutdown()
@@ -163,7 +153,6 @@ def run(*, redis_url: str, seconds: float, clients: int) -> dict:
     server_errors = sum(count for status, count in statuses.items() if status >= 500)
     by_kind = {kind: [us for k, _, us, _ in answers if k == kind] for kind in ("hot", "cold")}
     cold_ok = {complaint for kind, code, _, complaint in answers if (kind, code) == ("cold", 303)}
-
     assigned = VendorAssignment.objects.filter(complaint__title__startswith=label, active=True)
     active = Counter(assigned.values_list("complaint_id", flat=True))
     hot_tokens: dict[int, list[int]] = {complaint: [] for complaint in hot}
@@ -184,16 +173,12 @@ def run(*, redis_url: str, seconds: float, clients: int) -> dict:
         "load_generator_cpu_share": round(client_cpu / wall, 2),
     }
     answered = f"{total} requests: {dict(sorted(statuses.items()))}; {len(errors)} transport errors"
+    one_active = all(count == 1 for count in active.values())
+    active_detail = f"{len(active)} complaints with an active assignment"
     return result(
         samples,
-        check(
-            "no 5xx and no transport errors", not server_errors and not errors and total, answered
-        ),
-        check(
-            "at most one active assignment per complaint",
-            all(count == 1 for count in active.values()),
-            f"{len(active)} complaints with an active assignment",
-        ),
+        check("no 5xx and no transport errors", not (server_errors or errors) and total, answered),
+        check("at most one active assignment per complaint", one_active, active_detail),
         check(
             "every cold 303 is in the database; hot tokens increase",
             cold_ok <= set(active) and tokens_ok,

@@ -5,7 +5,6 @@ as its documentation shows: a lock object per use, a non-blocking acquire, a rel
 """
 
 import functools
-import time
 from contextlib import contextmanager, nullcontext
 from datetime import timedelta
 
@@ -13,6 +12,7 @@ import redis
 import redis_lock
 from pottery import Redlock
 
+from bench.environment import wait_until
 from bench.measure import check, commandstats, per_op, result, sent_per_op, timed_loop
 
 TTL = timedelta(seconds=30)
@@ -71,8 +71,7 @@ class _Ours:
     def __init__(self, client: redis.Redis):
         from locking import FenceLock, fence_key
 
-        # Every argument given: no Django settings needed. The counter exists, as it does
-        # for every resource after its first grant.
+        # Every argument given: no Django settings needed. The counter exists, as after a grant.
         self.fence_lock = functools.partial(FenceLock, client, using="default", min_replicas=0)
         client.set(fence_key(self.RESOURCE), 0, nx=True)
         self.last_token = self.token_regressions = 0
@@ -107,11 +106,11 @@ def _fsync_always(client: redis.Redis):
     saved = {key: client.config_get(key)[key] for key in ("appendonly", "appendfsync")}
     client.config_set("appendfsync", "always")
     client.config_set("appendonly", "yes")  # starts an AOF rewrite: wait for it to end
-    deadline = time.monotonic() + 30
-    while client.info("persistence").get("aof_rewrite_in_progress"):
-        if time.monotonic() > deadline:
-            raise RuntimeError("the AOF rewrite did not finish in 30 s")
-        time.sleep(0.05)
+
+    def rewritten() -> bool:
+        return not client.info("persistence").get("aof_rewrite_in_progress")
+
+    wait_until(rewritten, timeout=30, what="the AOF rewrite")
     try:
         yield
     finally:
