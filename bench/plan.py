@@ -23,6 +23,8 @@ _PROFILES = {  #           full   quick
     "contention_seconds":  (4,    1.2),
     "http_seconds":        (20,   3),
     "http_timeout":        (140,  123),  # the load, then gunicorn's start and stop
+    "associations":        (10_000, 200),  # month start: x 200 units, 2,000,000 charges in full
+    "month_start_timeout": (3600, 600),
 }
 # fmt: on
 Profile = make_dataclass("Profile", ["name", *_PROFILES], frozen=True)
@@ -173,6 +175,23 @@ GROUPS = (
         columns={"orgs/s": "metrics.orgs_per_s", "result": "metrics.result_digest"},
         targets=(("--all-orgs, 200 orgs x 100 units: 2 workers >= 1.6x one",
                   "workers_2", ">=", 1.6, "workers_1"),)),
+    Row("month-start", "month-start", "month_start", "bench.cases.fenced_writes:month_start", 1,
+        "2d. Month start: {p.associations:,} associations x 200 units, one new month",
+        "fixture written with COPY; billing to a local stand-in; wall time of the whole month",
+        {"baseline": "plain: 2 processes, per association COPY in one transaction",
+         "ours": "ours: generate_monthly_charges --all-orgs --workers 2",
+         "two_hosts": "two hosts: 2 of those commands at once"},
+        baseline="baseline", params={"associations": "associations"}, redis=False,
+        timeout="month_start_timeout", latency_label="wall",
+        columns={"assoc/s": "metrics.associations_per_s", "charges/s": "metrics.charges_per_s",
+                 "peak MB": "metrics.peak_rss_mb", "exit codes": "metrics.exit_codes"},
+        targets=(
+            ("month start: ours ≤ 1.3x the plain COPY loop", "ours", "<=", 1.3, "baseline"),
+            ("month start: 2,000,000 charges ≤ 90 s wall",
+             "ours", "<=", 90, "metrics.seconds", "full"),
+            ("month start: peak memory ≤ 250 MB per worker (any process)",
+             "ours", "<=", 250, "metrics.peak_rss_mb"),
+            ("month start: two hosts at once vs one (report)", "two_hosts", "<=", 0, "ours"))),
     Row("alternatives", "alternatives", "alt", "bench.cases.alternatives:run", "alt_repeats",
         "3. Without Redis: a loser during the holder's 200 ms external call",
         "{p.alt_trials} holder/loser trials per process",

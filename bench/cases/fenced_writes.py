@@ -7,20 +7,25 @@ more, untimed.
 import functools
 import hashlib
 import io
+import multiprocessing
+import os
+import resource
+import subprocess
+import sys
 import time
 from decimal import Decimal
 
 from django.conf import settings
 from django.core.management import call_command
-from django.db import connection, transaction
+from django.db import connection, connections, transaction
 from django.utils import timezone
 
 from bench import fixtures
-from bench.environment import start_stand_in
+from bench.environment import BASE_DIR, start_stand_in
 from bench.measure import check, result, since_us, time_and_count
 from charges.models import MonthlyCharge, MonthlyChargeRun
 from charges.services import generate_monthly_charges
-from hoa.models import Complaint, Unit
+from hoa.models import Complaint, Organization, Unit
 from vendors.models import VendorAssignment, VendorContract
 from vendors.services import assign_vendor
 
@@ -179,4 +184,130 @@ def all_orgs(*, workers: int, orgs: int, units: int) -> dict:
         "result_digest": digest[:16],
     }
     invariant = check("every organization billed once, one charge per unit", ok, detail)
+    return result([elapsed], invariant, metrics=metrics)
+
+
+# -- the month start at scale: every association, 200 units each, one new month -------------
+
+MONTH_START_SLUG = "bench-month-"  # the fixture's associations, created and deleted per process
+MONTH_START_ACTOR = "bench-month-staff"  # staff of those only: --all-orgs walks nothing else
+UNITS_PER_ASSOCIATION = 200
+# Dependents first. %(slug)s: the fixture's associations; %(resource)s: their leases' audit.
+MONTH_START_CLEANUP = """
+DELETE FROM charges_monthlycharge USING charges_monthlychargerun run, hoa_organization org
+    WHERE run_id = run.id AND run.organization_id = org.id AND org.slug LIKE %(slug)s;
+DELETE FROM charges_monthlychargerun USING hoa_organization org
+    WHERE organization_id = org.id AND org.slug LIKE %(slug)s;
+DELETE FROM hoa_unit USING hoa_organization org
+    WHERE organization_id = org.id AND org.slug LIKE %(slug)s;
+DELETE FROM hoa_staffmembership USING hoa_organization org
+    WHERE organization_id = org.id AND org.slug LIKE %(slug)s;
+DELETE FROM hoa_organization WHERE slug LIKE %(slug)s;
+DELETE FROM locking_fenceevent WHERE resource LIKE %(resource)s;
+DELETE FROM locking_fenceepoch WHERE resource LIKE %(resource)s
+"""
+# Associations that have not exactly one completed run with one charge per unit, all
+# associations, all charges.
+MONTH_START_CHECK_SQL = """
+SELECT count(*) FILTER (WHERE ok IS NOT TRUE), count(*), coalesce(sum(charged), 0)::bigint
+FROM (
+    SELECT count(charge.id) AS charged,
+           count(DISTINCT run.id) = 1 AND bool_and(run.status = 'completed')
+           AND count(charge.id) = (SELECT count(*) FROM hoa_unit WHERE organization_id = org.id)
+           AS ok
+    FROM hoa_organization org
+    LEFT JOIN charges_monthlychargerun run ON run.organization_id = org.id AND run.month = %s
+    LEFT JOIN charges_monthlycharge charge ON charge.run_id = run.id
+    WHERE org.slug LIKE %s
+    GROUP BY org.id
+) AS per_association
+"""
+
+
+def _copy_in(cursor, target: str, lines) -> None:
+    """COPY ``lines`` of tab-separated text into ``target``, "table (columns)"."""
+    with cursor.copy(f"COPY {target} FROM STDIN") as copy:
+        for line in lines:
+            copy.write(line)
+
+
+def _copy_associations(count: int) -> list[int]:
+    """COPY ``count`` associations, their units and the actor's memberships; return their ids."""
+    now = timezone.now().isoformat()
+    slugs = [f"{MONTH_START_SLUG}{n:05d}" for n in range(count)]
+    units = [f"\tU{n:05d}\t{150 + n % 100}\n" for n in range(1, UNITS_PER_ASSOCIATION + 1)]
+    with connection.cursor() as django_cursor:
+        cursor = django_cursor.cursor  # psycopg's own, for COPY
+        columns = "name, slug, sla_hours_high, sla_hours_normal, sla_hours_low, created_at"
+        rows = (f"{slug}\t{slug}\t24\t72\t168\t{now}\n" for slug in slugs)
+        _copy_in(cursor, f"hoa_organization ({columns})", rows)
+        cursor.execute("SELECT id FROM hoa_organization WHERE slug = ANY(%s) ORDER BY id", [slugs])
+        ids = [org_id for (org_id,) in cursor.fetchall()]
+        rows = ("".join(f"{org_id}{unit}" for unit in units) for org_id in ids)  # 200 at a time
+        _copy_in(cursor, "hoa_unit (organization_id, label, monthly_assessment)", rows)
+        actor = fixtures.staff_user(MONTH_START_ACTOR, Organization.objects.get(pk=ids[0]))
+        rows = (f"{actor.pk}\t{org_id}\t{now}\n" for org_id in ids[1:])
+        _copy_in(cursor, "hoa_staffmembership (user_id, organization_id, created_at)", rows)
+    return ids
+
+
+def _delete_associations(month) -> None:
+    """Delete what the fixture and the runs of ``month`` wrote."""
+    patterns = {"slug": f"{MONTH_START_SLUG}%", "resource": f"monthly-charges:org:%:{month:%Y-%m}"}
+    with connection.cursor() as cursor:
+        for statement in MONTH_START_CLEANUP.split(";"):
+            cursor.execute(statement, patterns)
+
+
+def _run_commands(hosts: int, month) -> list[int]:
+    """``hosts`` cron runs of the command at once, billing to a stand-in; their exit codes."""
+    billing, billing_url = start_stand_in("billing")
+    command = [
+        sys.executable, "manage.py", "generate_monthly_charges", "--all-orgs", "--workers", "2",
+        "--month", f"{month:%Y-%m}", "--actor", MONTH_START_ACTOR,
+    ]  # fmt: skip
+    env = {**os.environ, "BILLING_WEBHOOK_URL": billing_url}
+    quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
+    runs = [subprocess.Popen(command, cwd=BASE_DIR, env=env, **quiet) for _ in range(hosts)]
+    codes = [run.wait() for run in runs]
+    billing.shutdown()
+    return codes
+
+
+def month_start(*, variant: str, associations: int) -> dict:
+    """Bill one new month for ``associations`` x 200 units; time it, check it, clean up."""
+    month = fixtures.month(3600)  # 2301-01: no other case bills it
+    _delete_associations(month)  # what a crashed earlier process may have left
+    ids = _copy_associations(associations)
+    connections.close_all()  # the children open their own
+    codes = []
+    try:
+        started = time.perf_counter_ns()
+        if variant == "baseline":
+            # Per association 2b's COPY variant: no lease, fence, audit or billing.
+            copy_month = functools.partial(_plain_run, month=month, insert=_copy)
+            with multiprocessing.get_context("fork").Pool(2) as pool:
+                pool.map(copy_month, [Organization(pk=org_id) for org_id in ids], chunksize=1)
+        else:
+            codes = _run_commands(2 if variant == "two_hosts" else 1, month)
+        elapsed = since_us(started)
+        with connection.cursor() as cursor:
+            cursor.execute(MONTH_START_CHECK_SQL, [month, f"{MONTH_START_SLUG}%"])
+            wrong, checked, charged = cursor.fetchone()
+    finally:
+        _delete_associations(month)
+    seconds = elapsed / 1e6
+    metrics = {
+        "seconds": round(seconds, 2),
+        "associations_per_s": round(checked / seconds, 1),
+        "charges_per_s": round(charged / seconds, 1),
+        "charges": charged,
+        # The largest peak RSS of the processes this one started and waited for: the
+        # workers and (for the command) its parent. It bounds every worker's peak.
+        "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024, 1),
+        "exit_codes": ", ".join(map(str, codes)) or "-",
+    }
+    ok = wrong == 0 and checked == associations
+    detail = f"{checked} associations, {wrong} not billed exactly once"
+    invariant = check("every association: one completed run, one charge per unit", ok, detail)
     return result([elapsed], invariant, metrics=metrics)
