@@ -23,7 +23,7 @@ def log(message: str) -> None:
 
 def _arguments(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="a short run (< 1 minute)")
+    parser.add_argument("--quick", action="store_true", help="a short run (about 2 minutes)")
     parser.add_argument(
         "--only",
         default="",

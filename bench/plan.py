@@ -1,7 +1,7 @@
 """What ``make bench`` runs, as data: two profiles and one row per group of compared cases.
 
-Each group carries its targets (issue 10). ``FULL`` takes about 6-10 minutes on the 2-core
-machine, ``QUICK`` under a minute (fewer repeats, shorter loops: a smoke test, not a result).
+Each group carries its targets (issue 10). ``FULL`` takes about 30 minutes on the 2-core
+machine (20 of them the month start), ``QUICK`` about 2 (a smoke test, not a result).
 """
 
 from dataclasses import dataclass, field, make_dataclass
