@@ -86,7 +86,7 @@ fmt: $(STAMP) ## format the code
 bench: $(STAMP) services migrate ## benchmarks: prints a table, writes bench/results/*.json
 	@$(PY) -m bench
 
-bench-quick: $(STAMP) services migrate ## a short benchmark run (< 1 minute)
+bench-quick: $(STAMP) services migrate ## a short benchmark run (about 2 minutes)
 	@$(PY) -m bench --quick
 
 faults: $(STAMP) services migrate ## fault-injection and load scenarios against real processes

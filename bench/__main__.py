@@ -1,10 +1,9 @@
 """``python -m bench [--quick] [--only SECTIONS]``: run the benchmarks and report them.
 
 Starts a private ``redis-server``, prepares the ``bench_hoa`` database, runs every group
-of cases round-robin in fresh processes, prints one table per group and the targets of
-issue 10 (PASS / MISS; FAIL for a broken invariant or a crashed case), writes
-``bench/results/<name>.json`` and, for a full run, regenerates ``docs/bench.svg``.
-Exits 1 on FAIL, 0 otherwise.
+round-robin in fresh processes, prints one table per group and the targets (PASS / MISS;
+FAIL for a broken invariant or a crashed case), writes ``bench/results/<name>.json`` and,
+for a full run, ``docs/bench.svg``. Exits 1 on FAIL, 0 otherwise.
 """
 
 import argparse
@@ -13,24 +12,8 @@ import sys
 import time
 from datetime import UTC, datetime
 
-from bench import plan
-from bench.environment import (
-    BASE_DIR,
-    BenchRedis,
-    child_env,
-    database_url,
-    describe,
-    machine,
-    prepare_database,
-)
-from bench.report import (
-    environment_summary,
-    evaluate,
-    group_table,
-    invariant_failures,
-    targets_table,
-    write_json,
-)
+from bench import environment, plan, report
+from bench.environment import BASE_DIR
 from bench.runner import run_group
 
 
@@ -40,7 +23,7 @@ def log(message: str) -> None:
 
 def _arguments(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="a short run (< 1 minute)")
+    parser.add_argument("--quick", action="store_true", help="a short run (about 2 minutes)")
     parser.add_argument(
         "--only",
         default="",
@@ -50,8 +33,7 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--no-chart", action="store_true", help="do not rewrite docs/bench.svg")
     args = parser.parse_args(argv)
     args.sections = [s.strip() for s in args.only.split(",") if s.strip()] or list(plan.SECTIONS)
-    unknown = set(args.sections) - set(plan.SECTIONS)
-    if unknown:
+    if unknown := set(args.sections) - set(plan.SECTIONS):
         parser.error(f"unknown section(s): {', '.join(sorted(unknown))}")
     return args
 
@@ -62,15 +44,15 @@ def main(argv: list[str] | None = None) -> int:
     name = args.name or profile.name
     started = time.monotonic()
     started_at = datetime.now(tz=UTC).isoformat(timespec="seconds")
-    database = database_url()
-    redis_server = BenchRedis().start()
+    database = environment.database_url()
+    redis_server = environment.BenchRedis().start()
     try:
-        env = child_env(database=database, redis_url=redis_server.url)
+        env = environment.child_env(database=database, redis_url=redis_server.url)
         os.environ.update(env)  # this process reads the same settings as its children
         log(f"bench: private Redis on port {redis_server.port}; preparing {database}")
-        prepare_database(database)
-        environment = describe(database=database, redis_url=redis_server.url)
-        log(environment_summary(environment))
+        environment.prepare_database(database)
+        facts = environment.describe(database=database, redis_url=redis_server.url)
+        log(report.environment_summary(facts))
         groups = []
         for section in args.sections:
             for group in plan.build(section, profile, redis_server.url):
@@ -79,42 +61,31 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         redis_server.stop()
 
-    environment["machine_at_end"] = machine()
-    evaluated = evaluate(plan.TARGETS, groups)
-    failures = invariant_failures(groups)
+    facts["machine_at_end"] = environment.machine()
+    evaluated = report.evaluate(plan.targets(profile), groups)
+    failures = report.invariant_failures(groups)
     elapsed = round(time.monotonic() - started, 1)
-    print(f"\n{environment_summary(environment)}")
-    for group in groups:
-        print(f"\n{group_table(group)}")
-    print(f"\n{targets_table(evaluated)}\n")
-    if failures:
-        print("Invariants: FAIL", *(f"  FAIL {failure}" for failure in failures), sep="\n")
-    else:
-        checks = sum(len(row["invariants"]) for g in groups for row in g["rows"])
-        print(f"Invariants: all {checks} checks held (no overlap, tokens increasing, exactly once)")
-
     results_path = BASE_DIR / "bench" / "results" / f"{name}.json"
-    write_json(
-        results_path,
-        {
-            "name": name,
-            "profile": profile.name,
-            "started_at": started_at,
-            "seconds": elapsed,
-            "environment": environment,
-            "groups": groups,
-            "targets": evaluated,
-            "invariant_failures": failures,
-        },
-    )
+    document = {
+        "name": name,
+        "profile": profile.name,
+        "started_at": started_at,
+        "seconds": elapsed,
+        "environment": facts,
+        "groups": groups,
+        "targets": evaluated,
+        "invariant_failures": failures,
+    }
+    print(f"\n{report.text(document)}")
+    report.write_json(results_path, document)
     print(f"\nWrote {results_path.relative_to(BASE_DIR)} ({elapsed:.0f} s)")
     if profile is plan.FULL and not args.no_chart and not args.only:
         from bench.chart import write_chart
 
         chart_path = BASE_DIR / "docs" / "bench.svg"
+        cpus = f"{facts['machine']['cpus_usable']} CPUs ({facts['machine']['cpu']})"
         caption = (
-            f"make bench, {started_at[:10]}: {environment['machine']['cpus_usable']} CPUs "
-            f"({environment['machine']['cpu']}), shared and noisy: compare ratios, not times."
+            f"make bench, {started_at[:10]}: {cpus}, shared and noisy: compare ratios, not times."
         )
         if write_chart(chart_path, groups, caption=caption):
             print(f"Wrote {chart_path.relative_to(BASE_DIR)}")

@@ -1,8 +1,6 @@
-"""What the benchmarks run against (docs/benchmarks.md, "Against what"), and the facts a
-reader needs to trust the numbers: a private ``redis-server`` (``BenchRedis``), the
-``bench_hoa`` database (``prepare_database``; never one whose name does not start with
-``bench``), versions, durability settings and the machine (``describe``).
-
+"""What the benchmarks run against (docs/benchmarks.md, "Against what"): a private
+``redis-server``, the ``bench_hoa`` database (never one whose name does not start with
+``bench``), and the facts a reader needs to trust the numbers (versions, durability, machine).
 The bench imports nothing from ``tests/``: the few process helpers it needs are here.
 """
 
@@ -58,7 +56,7 @@ def stop(process: subprocess.Popen | None, grace: float = 10) -> None:
 
 
 class _StandInHandler(BaseHTTPRequestHandler):
-    """An external endpoint (billing, vendor dispatch) that reads the request, answers 200."""
+    """An external endpoint (billing, vendor dispatch): reads the request, answers 200."""
 
     def do_POST(self) -> None:
         self.rfile.read(int(self.headers.get("Content-Length") or 0))
@@ -82,9 +80,7 @@ class BenchRedis:
     """A private ``redis-server`` (default durability, plus ``args``); ``stop()`` ends it."""
 
     def __init__(self, *args: str):
-        self.args = args
-        self.port = 0
-        self.directory = ""
+        self.args, self.port, self.directory = args, 0, ""
         self.process: subprocess.Popen | None = None
 
     @property
@@ -126,12 +122,8 @@ class BenchRedis:
 def database_url() -> str:
     """The bench database URL (``BENCH_DATABASE_URL``), refused unless it is a bench one."""
     url = os.environ.get("BENCH_DATABASE_URL", DEFAULT_DATABASE_URL)
-    name = urlsplit(url).path.lstrip("/")
-    if not name.startswith("bench"):
-        raise SystemExit(
-            f"refusing to benchmark in database {name!r}: the bench empties its database, "
-            "so its name must start with 'bench' (set BENCH_DATABASE_URL)"
-        )
+    if not (name := urlsplit(url).path.lstrip("/")).startswith("bench"):
+        raise SystemExit(f"refusing database {name!r}: the bench empties its database")
     return url
 
 
@@ -142,10 +134,7 @@ def _libpq_url(url: str, database: str | None = None) -> str:
 
 
 def prepare_database(url: str) -> None:
-    """Create the bench database if it is missing, set Django up on it, migrate, empty it.
-
-    This process's environment must already be the bench's (``child_env``).
-    """
+    """Create the bench database if missing, migrate and empty it (environment: ``child_env``)."""
     import django
     from django.core.management import call_command
     from django.db import connection
@@ -155,13 +144,12 @@ def prepare_database(url: str) -> None:
         if not conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [name]).fetchone():
             conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
     django.setup()
-    from bench.fixtures import create_commit_log
-
     if not connection.settings_dict["NAME"].startswith("bench"):
         raise SystemExit(f"refusing to flush database {connection.settings_dict['NAME']!r}")
     call_command("migrate", interactive=False, verbosity=0)
     call_command("flush", interactive=False, verbosity=0)
-    create_commit_log()
+    with connection.cursor() as cursor:
+        cursor.execute("DROP TABLE IF EXISTS bench_commit_log")  # the contention case's log
     connection.close()
 
 
@@ -189,8 +177,6 @@ def child_env(*, database: str, redis_url: str) -> dict:
     return env
 
 
-# -- facts for the report ----------------------------------------------------------------
-
 _DISTRIBUTIONS = (
     "Django psycopg psycopg-binary redis hiredis django-redis python-redis-lock pottery "
     "gunicorn requests"
@@ -200,20 +186,13 @@ _PG_SETTINGS = "fsync synchronous_commit wal_sync_method full_page_writes shared
 
 def _proc_field(path: str, prefix: str) -> str | None:
     """The value after ``prefix`` on the first line of /proc/``path`` that starts with it."""
-    try:
-        for line in Path("/proc", path).read_text().splitlines():
-            if line.startswith(prefix):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return None
+    lines = Path("/proc", path).read_text().splitlines()
+    return next((line.split(":", 1)[1].strip() for line in lines if line.startswith(prefix)), None)
 
 
 def _git(*args: str) -> str:
-    result = subprocess.run(
-        ["git", *args], cwd=BASE_DIR, capture_output=True, text=True, check=False, timeout=10
-    )
-    return result.stdout.strip()
+    run = subprocess.run(["git", *args], cwd=BASE_DIR, capture_output=True, text=True, timeout=10)
+    return run.stdout.strip()
 
 
 def machine() -> dict:

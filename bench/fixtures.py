@@ -1,7 +1,5 @@
-"""Data the cases work on, in the bench database (never the demo one).
-
-Every function is idempotent on its natural key, so each fresh process of a case may call
-it; rows a case consumes (charge runs, complaints) are new per process, under a unique label.
+"""Data the cases work on, in the bench database. Each function is idempotent on its
+natural key; rows a case consumes (runs, complaints) are new per process, uniquely labelled.
 """
 
 import os
@@ -11,22 +9,15 @@ from functools import cache
 
 from django.contrib.auth import get_user_model
 from django.contrib.auth.hashers import make_password
-from django.db import connection, transaction
+from django.db import transaction
 from django.utils import timezone
 
+from charges.models import MonthlyCharge, MonthlyChargeRun
 from hoa.demo import staff_group
 from hoa.models import Complaint, Organization, StaffMembership, Unit
+from vendors.models import Vendor, VendorContract
 
 BENCH_PASSWORD = "bench-password-not-secret"
-COMMIT_LOG_DDL = """
-CREATE TABLE IF NOT EXISTS bench_commit_log (
-    id bigserial PRIMARY KEY,
-    label text NOT NULL,
-    resource text NOT NULL,
-    token bigint NOT NULL,
-    pid integer NOT NULL
-)
-"""
 
 
 def unique_label(prefix: str) -> str:
@@ -38,18 +29,13 @@ def organization(slug: str, *, units: int = 0) -> Organization:
     """The organization ``slug`` with at least ``units`` units (assessments vary a little)."""
     org, _ = Organization.objects.get_or_create(slug=slug, defaults={"name": slug})
     have = org.units.count()
-    if have < units:
-        Unit.objects.bulk_create(
-            [
-                Unit(
-                    organization=org,
-                    label=f"U{number:05d}",
-                    monthly_assessment=Decimal("150.00") + number % 100,
-                )
-                for number in range(have + 1, units + 1)
-            ],
-            batch_size=2000,
-        )
+    Unit.objects.bulk_create(
+        [
+            Unit(organization=org, label=f"U{n:05d}", monthly_assessment=Decimal(150 + n % 100))
+            for n in range(have + 1, units + 1)
+        ],
+        batch_size=2000,
+    )
     return org
 
 
@@ -72,22 +58,14 @@ def staff_user(username: str, org: Organization):
 
 def vendors_with_contracts(org: Organization, count: int) -> list:
     """``count`` vendors, each with a contract with ``org`` that covers today."""
-    from vendors.models import Vendor, VendorContract
-
     today = timezone.localdate()
+    window = {"starts_on": today - timedelta(days=365), "ends_on": today + timedelta(days=365)}
     found = []
     for number in range(1, count + 1):
         vendor, _ = Vendor.objects.get_or_create(
             name=f"{org.slug} vendor {number}", defaults={"trade": "plumbing"}
         )
-        VendorContract.objects.get_or_create(
-            vendor=vendor,
-            organization=org,
-            defaults={
-                "starts_on": today - timedelta(days=365),
-                "ends_on": today + timedelta(days=365),
-            },
-        )
+        VendorContract.objects.get_or_create(vendor=vendor, organization=org, defaults=window)
         found.append(vendor)
     return found
 
@@ -97,10 +75,8 @@ def complaints(org: Organization, count: int, *, title: str) -> list[Complaint]:
     now = timezone.now()
     due = now + timedelta(hours=org.sla_hours_normal)
     return Complaint.objects.bulk_create(
-        [
-            Complaint(organization=org, title=f"{title} {n}", opened_at=now, sla_due_at=due)
-            for n in range(count)
-        ]
+        Complaint(organization=org, title=f"{title} {n}", opened_at=now, sla_due_at=due)
+        for n in range(count)
     )
 
 
@@ -109,27 +85,11 @@ def month(number: int) -> date:
     return date(2001 + number // 12, number % 12 + 1, 1)
 
 
-def next_month(after: date | None, *, first: int = 0) -> date:
-    """The month after ``after`` (or the ``first``-th bench month)."""
-    if after is None:
-        return month(first)
-    return month((after.year - 2001) * 12 + after.month)
-
-
 @transaction.atomic
 def fresh_runs(org: Organization, count: int) -> list:
     """Delete ``org``'s charge runs and create ``count`` pending ones."""
-    from charges.models import MonthlyCharge, MonthlyChargeRun
-
     MonthlyCharge.objects.filter(run__organization=org).delete()
     MonthlyChargeRun.objects.filter(organization=org).delete()
     return MonthlyChargeRun.objects.bulk_create(
-        [MonthlyChargeRun(organization=org, month=month(n)) for n in range(count)]
+        MonthlyChargeRun(organization=org, month=month(n)) for n in range(count)
     )
-
-
-def create_commit_log() -> None:
-    """The table the contention case logs every commit in (id order = commit order)."""
-    with connection.cursor() as cursor:
-        cursor.execute(COMMIT_LOG_DDL)
-        cursor.execute("TRUNCATE bench_commit_log")

@@ -1,14 +1,8 @@
-"""Counting and summarising: latency statistics, Redis commands, PostgreSQL round trips.
-
-Counts are taken, not guessed (docs/benchmarks.md, "Counted, not guessed"): Redis
-commands *executed* from ``INFO commandstats`` diffed around the timed loop (the bench
-runs its own ``redis-server``); commands *sent* by the client from ``MONITOR`` during an
-untimed pass (it tells a script's own calls, ``lua``, from the client's, ``tcp``);
-PostgreSQL round trips from libpq's protocol trace, one per ``ReadyForQuery``.
-"""
+"""Counting and summarising: latency statistics, Redis commands (executed: ``INFO
+commandstats``; sent: ``MONITOR``), PostgreSQL round trips (libpq's protocol trace).
+See docs/benchmarks.md, "Counted, not guessed"."""
 
 import math
-import os
 import statistics
 import tempfile
 import threading
@@ -40,25 +34,39 @@ def check(name: str, ok: bool, detail: str) -> dict:
     return {"name": name, "ok": bool(ok), "detail": detail}
 
 
+def result(samples_us: list[float], *invariants: dict, metrics=None, counts=None) -> dict:
+    """What a case returns: its samples, metrics, counts and the invariants it checked."""
+    return {
+        "samples_us": samples_us,
+        "metrics": metrics or {},
+        "counts": counts or {},
+        "invariants": list(invariants),
+    }
+
+
+def since_us(started_ns: int) -> float:
+    """Microseconds since ``started_ns`` (a ``time.perf_counter_ns()`` reading)."""
+    return (time.perf_counter_ns() - started_ns) / 1000
+
+
 def timed_loop(operation: Callable, items: Iterable) -> list[float]:
     """Run ``operation(item)`` for each item; return each call's time in µs."""
     samples = []
     for item in items:
         started = time.perf_counter_ns()
         operation(item)
-        samples.append((time.perf_counter_ns() - started) / 1000)
+        samples.append(since_us(started))
     return samples
 
 
 def commandstats(client: redis.Redis) -> Counter:
     """Return the server's per-command call counts."""
-    stats = client.info("commandstats")
-    return Counter(
-        {name.removeprefix("cmdstat_"): int(row["calls"]) for name, row in stats.items()}
-    )
+    stats = client.info("commandstats").items()
+    return Counter({name.removeprefix("cmdstat_"): int(row["calls"]) for name, row in stats})
 
 
-def _per_op(calls: Counter, operations: int) -> dict[str, float]:
+def per_op(calls: Counter, operations: int) -> dict[str, float]:
+    """Calls per operation, by command or statement, without the harness's own commands."""
     return {
         name: round(count / operations, 3)
         for name, count in sorted(calls.items())
@@ -66,26 +74,13 @@ def _per_op(calls: Counter, operations: int) -> dict[str, float]:
     }
 
 
-def executed_per_op(before: Counter, after: Counter, operations: int) -> dict[str, float]:
-    """Per-operation call counts between two ``commandstats`` snapshots."""
-    return _per_op(after - before, operations)
-
-
 def _command_name(line: str) -> str:
-    words = line.split()
-    if not words:
-        return ""
-    name = words[0].lower()
-    if name in {"script", "client", "config"} and len(words) > 1:
-        name = f"{name}|{words[1].lower()}"
-    return name
+    words = line.lower().split()[:2] or [""]
+    return "|".join(words) if words[0] in {"script", "client", "config"} else words[0]
 
 
 def sent_per_op(url: str, operation: Callable[[], object], operations: int) -> dict[str, float]:
-    """Run ``operation`` ``operations`` times under MONITOR; return commands sent per run.
-
-    Only commands a client sent count (MONITOR marks a script's own calls ``lua``).
-    """
+    """Run ``operation`` under MONITOR; return the commands a client sent per run (not ``lua``)."""
     seen: list[dict] = []
     ready = threading.Event()
     watcher = redis.Redis.from_url(url)
@@ -106,15 +101,12 @@ def sent_per_op(url: str, operation: Callable[[], object], operations: int) -> d
     thread.join(10)
     watcher.close()
     sent = Counter(_command_name(c["command"]) for c in seen if c.get("client_type") != "lua")
-    return _per_op(sent, operations)
+    return per_op(sent, operations)
 
 
 def _first_keyword(message: str, payload: str) -> str:
-    """The SQL keyword of a traced ``Query "SQL"`` or ``Parse "name" "SQL" …`` message.
-
-    libpq prints the SQL between quotes without escaping the quotes inside it (Django
-    quotes identifiers), so take the text after the opening quote rather than split.
-    """
+    """The SQL keyword of a traced ``Query "SQL"`` or ``Parse "name" "SQL" …`` message (libpq
+    does not escape the quotes inside the SQL: take the text after the opening quote)."""
     text = payload.strip()
     if message == "Parse":
         # Skip the statement name: the first quoted word (psycopg never quotes inside it).
@@ -124,13 +116,8 @@ def _first_keyword(message: str, payload: str) -> str:
 
 
 class PgRoundTrips:
-    """Count PostgreSQL round trips and statements on one Django connection.
-
-    Use it as a context manager in the thread that owns the connection. ``round_trips``
-    is the number of ``ReadyForQuery`` messages the server sent; ``statements`` counts
-    the statements by their first keyword (BEGIN, SELECT, UPDATE, INSERT, COMMIT, COPY…).
-    If the block never opens the connection, both stay zero: no database work was done.
-    """
+    """Count PostgreSQL round trips (``ReadyForQuery`` messages) and statements (by first
+    keyword) on one Django connection, in the thread that owns it."""
 
     def __init__(self, connection):
         self.connection = connection
@@ -142,9 +129,7 @@ class PgRoundTrips:
 
         self.connection.ensure_connection()
         self._pgconn = self.connection.connection.pgconn
-        handle, self._path = tempfile.mkstemp(prefix="hoa-bench-pgtrace-")
-        os.close(handle)
-        self._file = open(self._path, "w")
+        self._file = tempfile.NamedTemporaryFile("w+", prefix="hoa-bench-pgtrace-")
         self._pgconn.trace(self._file.fileno())
         self._pgconn.set_trace_flags(
             psycopg.pq.Trace.SUPPRESS_TIMESTAMPS | psycopg.pq.Trace.REGRESS_MODE
@@ -153,8 +138,8 @@ class PgRoundTrips:
 
     def __exit__(self, *exc_info) -> None:
         self._pgconn.untrace()
-        self._file.close()
-        with open(self._path) as trace:
+        with self._file as trace:
+            trace.seek(0)
             for line in trace:
                 fields = line.rstrip("\n").split("\t")
                 if len(fields) < 3:
@@ -164,22 +149,11 @@ class PgRoundTrips:
                     self.round_trips += 1
                 elif direction == "F" and message in {"Query", "Parse"} and len(fields) > 3:
                     self.statements[_first_keyword(message, fields[3])] += 1
-        os.unlink(self._path)
-
-    def per_op(self, operations: int) -> dict:
-        return {
-            "round_trips": round(self.round_trips / operations, 3),
-            "statements": _per_op(self.statements, operations),
-        }
 
 
 def time_and_count(operation, items: list, warmup: int, ops: int, redis_url: str) -> tuple:
-    """Run ``operation`` on ``warmup`` items, time it on ``ops`` more, count on the rest.
-
-    Returns the samples and the counts per operation: Redis commands executed during the
-    timed loop; of the items after it, half traced (PostgreSQL round trips and statements
-    on Django's connection), half monitored (Redis commands sent).
-    """
+    """Run ``operation`` on ``warmup`` items, time it on ``ops`` more (counting the Redis
+    commands executed), then trace PostgreSQL on half the rest and MONITOR the other half."""
     from django.db import connection
 
     for item in items[:warmup]:
@@ -187,7 +161,7 @@ def time_and_count(operation, items: list, warmup: int, ops: int, redis_url: str
     client = redis.Redis.from_url(redis_url)
     before = commandstats(client)
     samples = timed_loop(operation, items[warmup : warmup + ops])
-    executed = executed_per_op(before, commandstats(client), ops)
+    executed = per_op(commandstats(client) - before, ops)
     rest = items[warmup + ops :]
     counted = len(rest) // 2
     with PgRoundTrips(connection) as trips:
@@ -195,10 +169,9 @@ def time_and_count(operation, items: list, warmup: int, ops: int, redis_url: str
             operation(item)
     monitored = iter(rest[counted:])
     sent = sent_per_op(redis_url, lambda: operation(next(monitored)), counted)
-    per_op = trips.per_op(counted)
     counts = {
-        "db_round_trips": per_op["round_trips"],
-        "db_statements": per_op["statements"],
+        "db_round_trips": round(trips.round_trips / counted, 3),
+        "db_statements": per_op(trips.statements, counted),
         "redis_sent": sent,
         "redis_sent_total": round(sum(sent.values()), 3),
         "redis_executed": executed,

@@ -1,38 +1,12 @@
-"""What ``make bench`` runs, as data: two profiles, a table of groups, a table of targets.
+"""What ``make bench`` runs, as data: two profiles and one row per group of compared cases.
 
-``GROUPS`` has one row per group of cases that are compared with each other; ``build``
-turns the rows of a section into runnable ``Group``s for a profile. ``TARGETS`` has one
-row per target of issue 10. ``FULL`` takes about 6-10 minutes on the 2-core machine,
-``QUICK`` under a minute (fewer repeats, shorter loops: a smoke test, not a result).
+Each group carries its targets (issue 10). ``FULL`` takes about 30 minutes on the 2-core
+machine (20 of them the month start), ``QUICK`` about 2 (a smoke test, not a result).
 """
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, make_dataclass
 
 from bench.runner import Case, Group
-
-
-@dataclass(frozen=True)
-class Profile:
-    name: str
-    lock_repeats: int
-    lock_iterations: int
-    lock_warmup: int
-    write_repeats: int
-    vendor_ops: int
-    charge_units: int
-    charge_ops: int
-    all_orgs_repeats: int
-    alt_repeats: int
-    alt_trials: int
-    contention_repeats: int
-    contention_seconds: float
-    http_seconds: float
-    http_clients: int
-
-    @property
-    def http_timeout(self) -> float:
-        return self.http_seconds + 120
-
 
 # fmt: off
 _PROFILES = {  #           full   quick
@@ -41,7 +15,6 @@ _PROFILES = {  #           full   quick
     "lock_warmup":         (300,  50),
     "write_repeats":       (5,    1),
     "vendor_ops":          (150,  30),
-    "charge_units":        (5000, 5000),
     "charge_ops":          (2,    1),
     "all_orgs_repeats":    (3,    0),  # 0: the group is not part of the profile
     "alt_repeats":         (3,    1),
@@ -49,13 +22,31 @@ _PROFILES = {  #           full   quick
     "contention_repeats":  (3,    1),
     "contention_seconds":  (4,    1.2),
     "http_seconds":        (20,   3),
-    "http_clients":        (16,   16),
+    "http_timeout":        (140,  123),  # the load, then gunicorn's start and stop
+    "associations":        (10_000, 200),  # month start: x 200 units, 2,000,000 charges in full
+    "month_start_timeout": (3600, 600),
 }
 # fmt: on
+Profile = make_dataclass("Profile", ["name", *_PROFILES], frozen=True)
 FULL, QUICK = (
-    Profile(name, **{key: values[column] for key, values in _PROFILES.items()})
+    Profile(name, *(values[column] for values in _PROFILES.values()))
     for column, name in enumerate(("full", "quick"))
 )
+
+
+@dataclass(frozen=True)
+class Target:
+    """A target: a paired ratio ``case / versus``, or a ``value`` that ``case`` reports."""
+
+    section: str
+    text: str
+    group: str
+    case: str
+    op: str  # "<=", ">=" or "=="
+    limit: float
+    versus: str | None = None
+    value: str | None = None  # "metrics.name" or "counts.name" when not a ratio
+    report_only: bool = False
 
 
 @dataclass(frozen=True)
@@ -63,9 +54,11 @@ class Row:
     """One group: cases ``<prefix>.<key>``, each a call of ``entry`` in a fresh process.
 
     ``cases`` maps a key to its label (the case gets ``variant=key``) or to ``(label,
-    params)``. A string in ``repeats``, ``timeout`` or a value of ``params`` names a
-    ``Profile`` field; ``title`` and ``note`` are formatted with the profile as ``p``.
-    The title's first digit is the section of issue 10 that the group answers.
+    params)``. A string in ``repeats``, ``timeout`` or ``params`` names a ``Profile`` field;
+    ``title`` and ``note`` are formatted with the profile as ``p``. A target is ``(text, case,
+    op, limit, against[, profile])``: ``against`` is a case (the paired ratio) or a value
+    ("metrics.…"); a text ending in "(report)" is printed, never judged; a target with a
+    profile is judged in that profile only.
     """
 
     section: str  # what ``--only`` selects
@@ -78,6 +71,7 @@ class Row:
     cases: dict
     baseline: str | None = None  # a case key
     params: dict = field(default_factory=dict)
+    targets: tuple = ()
     redis: bool = True  # the case gets ``redis_url``
     django: bool = True
     timeout: str | int = 180
@@ -85,11 +79,15 @@ class Row:
     columns: dict = field(default_factory=dict)  # header: "metrics.…" / "counts.…"
     primary: str = "latency"
     higher_is_better: bool = False
-    same_metric: str | None = None
+
+    def target(self, text: str, case: str, op: str, limit: float, against: str, *_) -> Target:
+        value = against if against.startswith(("counts.", "metrics.")) else None
+        versus = None if value else f"{self.prefix}.{against}"
+        case, report_only = f"{self.prefix}.{case}", text.endswith("(report)")
+        return Target(self.title[0], text, self.id, case, op, limit, versus, value, report_only)
 
 
 _TRIPS = {"DB round trips": "counts.db_round_trips", "Redis cmds": "counts.redis_sent_total"}
-# Row(section, id, prefix, entry, repeats, title, note, cases, options…)
 # fmt: off
 GROUPS = (
     Row("lock", "lock-cycle", "lock", "bench.cases.lock_cycle:run", "lock_repeats",
@@ -106,20 +104,37 @@ GROUPS = (
         baseline="redis_py", django=False,
         params={"iterations": "lock_iterations", "warmup": "lock_warmup"},
         columns={"Redis cmds sent": "counts.redis_sent_total",
-                 "executed": "counts.redis_executed_total"}),
+                 "executed": "counts.redis_executed_total"},
+        targets=(
+            ("ours ≤ 1.0x redis-py Lock", "ours", "<=", 1.0, "redis_py"),
+            ("ours ≤ 0.8x python-redis-lock", "ours", "<=", 0.8, "python_redis_lock"),
+            ("ours ≤ 0.4x pottery Redlock", "ours", "<=", 0.4, "pottery"),
+            ("ours ≤ 2.6x one PING", "ours", "<=", 2.6, "ping"),
+            ("floor: our 2 scripts, bare, vs one PING (report)", "scripts_only", "<=", 0, "ping"),
+            ("ours vs that floor (report)", "ours", "<=", 0, "scripts_only"),
+            ("ours sends 2 Redis commands per cycle", "ours", "==", 2, "counts.redis_sent_total"),
+            ("ours with appendfsync always vs default durability (report)",
+             "ours_fsync_always", "<=", 0, "ours"))),
     Row("lock", "fence-epoch", "fence", "bench.cases.epochs:fence", "write_repeats",
         "1b. Fence check with and without the epoch check",
         "{p.vendor_ops} checks per process on one row, each in its own transaction",
         {"token": "advance_fence(queryset, token): row check",
          "lease": "advance_fence(queryset, lease): row + epoch check"},
-        baseline="token", params={"ops": "vendor_ops"}, redis=False, latency_label="per check"),
+        baseline="token", params={"ops": "vendor_ops"}, redis=False, latency_label="per check",
+        targets=(("fence check with the epoch check vs without (report)",
+                  "lease", "<=", 0, "token"),)),
     Row("lock", "grant-cost", "grant", "bench.cases.epochs:grant", "write_repeats",
         "1c. What a grant costs after a loss and with replicas",
         "{p.vendor_ops} cycles per process",
         {"normal": "grant + release, counter present",
          "after_loss": "grant + release, counter just lost (new epoch)",
          "wait": "grant + release, LOCK_REDIS_MIN_REPLICAS=1 (WAIT, 1 replica)"},
-        baseline="normal", params={"ops": "vendor_ops"}),
+        baseline="normal", params={"ops": "vendor_ops"},
+        targets=(
+            ("first grant after a loss (new epoch) vs a normal grant (report)",
+             "after_loss", "<=", 0, "normal"),
+            ("grant with WAIT for 1 replica vs a normal grant (report)",
+             "wait", "<=", 0, "normal"))),
     Row("writes", "fenced-vendor", "vendor", "bench.cases.fenced_writes:vendor", "write_repeats",
         "2a. Fenced write: one vendor assignment",
         "{p.vendor_ops} assignments per process, each on a new complaint",
@@ -127,16 +142,28 @@ GROUPS = (
          "checked": "same checks + insert, no lock",
          "service": "ours: assign_vendor service"},
         baseline="plain", params={"ops": "vendor_ops"}, latency_label="per assignment",
-        columns=_TRIPS),
+        columns=_TRIPS,
+        targets=(
+            ("vendor assignment via service ≤ 1.5x plain transaction",
+             "service", "<=", 1.5, "plain"),
+            ("vendor: service vs the same checks without a lock (report)",
+             "service", "<=", 0, "checked"))),
     Row("writes", "fenced-charges", "charges", "bench.cases.fenced_writes:charges", "write_repeats",
-        "2b. Fenced write: monthly charges for {p.charge_units:,} units",
+        "2b. Fenced write: monthly charges for 5,000 units",
         "{p.charge_ops} runs per process, each a new month",
         {"bulk_create": "plain transaction.atomic() + bulk_create",
          "copy": "PostgreSQL COPY (the insert's floor)",
          "service_billed": "ours: generate_monthly_charges, billing call to a stand-in",
          "service": "ours, billing URL unset (the fence alone)"},
-        baseline="bulk_create", params={"units": "charge_units", "ops": "charge_ops"},
-        latency_label="per run", columns=_TRIPS),
+        baseline="bulk_create", params={"units": 5000, "ops": "charge_ops"},
+        latency_label="per run", columns=_TRIPS,
+        targets=(
+            ("charge generation (5,000 units, billed) ≤ 1.25x plain bulk_create",
+             "service_billed", "<=", 1.25, "bulk_create"),
+            ("charge generation, billing URL unset, vs bulk_create (report)",
+             "service", "<=", 0, "bulk_create"),
+            ("charge generation (billed) vs COPY (report)",
+             "service_billed", "<=", 0, "copy"))),
     Row("writes", "charges-all-orgs", "all_orgs", "bench.cases.fenced_writes:all_orgs",
         "all_orgs_repeats",
         "2c. generate_monthly_charges --all-orgs: 200 organizations x 100 units",
@@ -146,7 +173,25 @@ GROUPS = (
         baseline="workers_1", params={"orgs": 200, "units": 100}, redis=False, timeout=300,
         latency_label="walk", primary="orgs_per_s", higher_is_better=True,
         columns={"orgs/s": "metrics.orgs_per_s", "result": "metrics.result_digest"},
-        same_metric="result_digest"),
+        targets=(("--all-orgs, 200 orgs x 100 units: 2 workers >= 1.6x one",
+                  "workers_2", ">=", 1.6, "workers_1"),)),
+    Row("month-start", "month-start", "month_start", "bench.cases.fenced_writes:month_start", 1,
+        "2d. Month start: {p.associations:,} associations x 200 units, one new month",
+        "fixture written with COPY; billing to a local stand-in; wall time of the whole month",
+        {"baseline": "plain: 2 processes, per association COPY in one transaction",
+         "ours": "ours: generate_monthly_charges --all-orgs --workers 2",
+         "two_hosts": "two hosts: 2 of those commands at once"},
+        baseline="baseline", params={"associations": "associations"}, redis=False,
+        timeout="month_start_timeout", latency_label="wall",
+        columns={"assoc/s": "metrics.associations_per_s", "charges/s": "metrics.charges_per_s",
+                 "peak MB": "metrics.peak_rss_mb", "exit codes": "metrics.exit_codes"},
+        targets=(
+            ("month start: ours ≤ 1.3x the plain COPY loop", "ours", "<=", 1.3, "baseline"),
+            ("month start: 2,000,000 charges ≤ 90 s wall",
+             "ours", "<=", 90, "metrics.seconds", "full"),
+            ("month start: peak memory ≤ 250 MB per worker (any process)",
+             "ours", "<=", 250, "metrics.peak_rss_mb"),
+            ("month start: two hosts at once vs one (report)", "two_hosts", "<=", 0, "ours"))),
     Row("alternatives", "alternatives", "alt", "bench.cases.alternatives:run", "alt_repeats",
         "3. Without Redis: a loser during the holder's 200 ms external call",
         "{p.alt_trials} holder/loser trials per process",
@@ -158,7 +203,12 @@ GROUPS = (
         latency_label="loser answer",
         columns={"answer": "metrics.loser_answer", "loser DB trips": "metrics.loser_round_trips",
                  "idle in txn": "metrics.idle_in_transaction",
-                 "open txns": "metrics.open_transactions"}),
+                 "open txns": "metrics.open_transactions"},
+        targets=(
+            ("our loser answered ≤ 3x one uncontended acquire",
+             "ours", "<=", 3.0, "metrics.loser_vs_acquire"),
+            ("our loser does zero database round trips",
+             "ours", "==", 0, "metrics.loser_round_trips"))),
     Row("contention", "contention", "contention", "bench.cases.contention:run",
         "contention_repeats",
         "4. Contention: fenced commits per second",
@@ -177,18 +227,31 @@ GROUPS = (
         latency_label="busy answer", primary="ops_per_s", higher_is_better=True,
         columns={"ops/s": "metrics.ops_per_s", "busy/s": "metrics.busy_per_s",
                  "CPU ms/op": "metrics.client_cpu_ms_per_op",
-                 "machine CPU busy": "metrics.machine_cpu_busy"}),
+                 "machine CPU busy": "metrics.machine_cpu_busy"},
+        targets=(
+            ("8 resources x 8 processes ≥ 1.6x one client", "each", ">=", 1.6, "solo"),
+            ("8-way on one resource, answer + backoff: ≥ 0.8x solo",
+             "one_backoff", ">=", 0.8, "solo"),
+            ("8-way on one resource, acquire(wait=): ≥ 0.8x solo", "one_wait", ">=", 0.8, "solo"),
+            ("8-way on one resource, naive hot retry (report)", "one_naive", ">=", 0, "solo"))),
     Row("http", "http", "http", "bench.cases.http:run", 1,
-        "5. HTTP: staff assign endpoint, gunicorn 2 workers, {p.http_clients} clients",
+        "5. HTTP: staff assign endpoint, gunicorn 2 workers, 16 clients",
         "{p.http_seconds:g} s of load on a mix of hot and cold complaints",
         {"assign": ("POST /orgs/<slug>/complaints/<id>/assign/", {})},
-        params={"seconds": "http_seconds", "clients": "http_clients"}, timeout="http_timeout",
+        params={"seconds": "http_seconds", "clients": 16}, timeout="http_timeout",
         latency_label="request",
         columns={"req/s": "metrics.requests_per_s", "409 share": "metrics.share_409",
-                 "5xx": "metrics.http_5xx"}),
+                 "5xx": "metrics.http_5xx"},
+        targets=(("HTTP: no 5xx under 16 clients", "assign", "==", 0, "metrics.http_5xx"),)),
 )
 # fmt: on
 SECTIONS = tuple(dict.fromkeys(row.section for row in GROUPS))
+
+
+def targets(profile: Profile) -> list[Target]:
+    """The targets judged in ``profile``, in plan order."""
+    judged = ((), (profile.name,))
+    return [row.target(*t) for row in GROUPS for t in row.targets if t[5:] in judged]
 
 
 def _value(profile: Profile, value):
@@ -203,112 +266,20 @@ def group(row: Row, profile: Profile, redis_url: str) -> Group | None:
     shared = {name: _value(profile, value) for name, value in row.params.items()}
     if row.redis:
         shared["redis_url"] = redis_url
+    timeout = _value(profile, row.timeout)
     cases = []
     for key, spec in row.cases.items():
         label, own = spec if isinstance(spec, tuple) else (spec, {"variant": key})
-        params = {**own, **shared}
-        timeout = _value(profile, row.timeout)
-        cases.append(Case(f"{row.prefix}.{key}", label, row.entry, params, row.django, timeout))
-    return Group(
-        id=row.id,
-        title=row.title.format(p=profile),
-        cases=cases,
-        repeats=repeats,
-        baseline=f"{row.prefix}.{row.baseline}" if row.baseline else None,
-        primary=row.primary,
-        higher_is_better=row.higher_is_better,
-        note=row.note.format(p=profile),
-        latency_label=row.latency_label,
-        columns=list(row.columns.items()),
-        same_metric=row.same_metric,
-    )
+        case_id = f"{row.prefix}.{key}"
+        cases.append(Case(case_id, label, row.entry, {**own, **shared}, row.django, timeout))
+    title, note = row.title.format(p=profile), row.note.format(p=profile)
+    baseline = f"{row.prefix}.{row.baseline}" if row.baseline else None
+    shown = {name: getattr(row, name) for name in ("primary", "higher_is_better", "latency_label")}
+    columns = list(row.columns.items())
+    return Group(row.id, title, cases, repeats, baseline, note=note, columns=columns, **shown)
 
 
 def build(section: str, profile: Profile, redis_url: str) -> list[Group]:
     """The groups of ``section`` that ``profile`` runs, in plan order."""
     found = (group(row, profile, redis_url) for row in GROUPS if row.section == section)
     return [built for built in found if built is not None]
-
-
-@dataclass(frozen=True)
-class Target:
-    """A target from issue 10: a paired ratio ``case / versus`` or a value of ``case``."""
-
-    section: str
-    text: str
-    group: str
-    case: str
-    op: str  # "<=", ">=" or "=="
-    limit: float
-    versus: str | None = None
-    value: str | None = None  # "metrics.name" or "counts.name" when not a ratio
-    report_only: bool = False
-
-
-# One row per target: (text, case, op, limit, against). ``against`` is another case (the
-# target is the paired ratio of the two) or a value path ("counts.…", "metrics.…"). A text
-# that ends in "(report)" is printed, never judged.
-# fmt: off
-_TARGET_ROWS = (
-    ("ours ≤ 1.0x redis-py Lock", "lock.ours", "<=", 1.0, "lock.redis_py"),
-    ("ours ≤ 0.8x python-redis-lock", "lock.ours", "<=", 0.8, "lock.python_redis_lock"),
-    ("ours ≤ 0.4x pottery Redlock", "lock.ours", "<=", 0.4, "lock.pottery"),
-    ("ours ≤ 2.6x one PING", "lock.ours", "<=", 2.6, "lock.ping"),
-    ("floor: our 2 scripts, bare, vs one PING (report)",
-     "lock.scripts_only", "<=", 0, "lock.ping"),
-    ("ours vs that floor (report)", "lock.ours", "<=", 0, "lock.scripts_only"),
-    ("ours sends 2 Redis commands per cycle", "lock.ours", "==", 2, "counts.redis_sent_total"),
-    ("ours with appendfsync always vs default durability (report)",
-     "lock.ours_fsync_always", "<=", 0, "lock.ours"),
-    ("fence check with the epoch check vs without (report)",
-     "fence.lease", "<=", 0, "fence.token"),
-    ("first grant after a loss (new epoch) vs a normal grant (report)",
-     "grant.after_loss", "<=", 0, "grant.normal"),
-    ("grant with WAIT for 1 replica vs a normal grant (report)",
-     "grant.wait", "<=", 0, "grant.normal"),
-    ("vendor assignment via service ≤ 1.5x plain transaction",
-     "vendor.service", "<=", 1.5, "vendor.plain"),
-    ("vendor: service vs the same checks without a lock (report)",
-     "vendor.service", "<=", 0, "vendor.checked"),
-    ("charge generation (5,000 units, billed) ≤ 1.25x plain bulk_create",
-     "charges.service_billed", "<=", 1.25, "charges.bulk_create"),
-    ("charge generation, billing URL unset, vs bulk_create (report)",
-     "charges.service", "<=", 0, "charges.bulk_create"),
-    ("charge generation (billed) vs COPY (report)",
-     "charges.service_billed", "<=", 0, "charges.copy"),
-    ("--all-orgs, 200 orgs x 100 units: 2 workers >= 1.6x one",
-     "all_orgs.workers_2", ">=", 1.6, "all_orgs.workers_1"),
-    ("our loser answered ≤ 3x one uncontended acquire",
-     "alt.ours", "<=", 3.0, "metrics.loser_vs_acquire"),
-    ("our loser does zero database round trips",
-     "alt.ours", "==", 0, "metrics.loser_round_trips"),
-    ("8 resources x 8 processes ≥ 1.6x one client",
-     "contention.each", ">=", 1.6, "contention.solo"),
-    ("8-way on one resource, answer + backoff: ≥ 0.8x solo",
-     "contention.one_backoff", ">=", 0.8, "contention.solo"),
-    ("8-way on one resource, acquire(wait=): ≥ 0.8x solo",
-     "contention.one_wait", ">=", 0.8, "contention.solo"),
-    ("8-way on one resource, naive hot retry (report)",
-     "contention.one_naive", ">=", 0, "contention.solo"),
-    ("HTTP: no 5xx under 16 clients", "http.assign", "==", 0, "metrics.http_5xx"),
-)
-# fmt: on
-
-
-def _target(text: str, case: str, op: str, limit: float, against: str) -> Target:
-    row = next(row for row in GROUPS if case.startswith(row.prefix + "."))
-    is_value = against.startswith(("counts.", "metrics."))
-    return Target(
-        section=row.title[0],
-        text=text,
-        group=row.id,
-        case=case,
-        op=op,
-        limit=limit,
-        versus=None if is_value else against,
-        value=against if is_value else None,
-        report_only=text.endswith("(report)"),
-    )
-
-
-TARGETS = [_target(*row) for row in _TARGET_ROWS]

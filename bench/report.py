@@ -1,8 +1,5 @@
-"""Targets, the printed table and the JSON file.
-
-A target is PASS or MISS (a measured speed); a broken invariant is FAIL (a wrong result),
-and so is a case that crashed. ``python -m bench`` exits non-zero only on FAIL: a missed
-speed target is a finding to explain, not a broken build.
+"""Targets, the printed tables and the JSON file. A target is PASS or MISS (a speed); a
+broken invariant or a crashed case is FAIL (a wrong result), the only thing that fails the run.
 """
 
 import json
@@ -17,12 +14,9 @@ from bench.plan import Target
 _OPS = {"<=": operator.le, ">=": operator.ge, "==": math.isclose}
 
 
-def _lookup(row: dict, path: str):
-    node = row
+def _lookup(node: dict, path: str):
     for part in path.split("."):
-        if not isinstance(node, dict) or part not in node:
-            return None
-        node = node[part]
+        node = node.get(part) if isinstance(node, dict) else None
     return node
 
 
@@ -39,34 +33,22 @@ def evaluate(targets: list[Target], groups: list[dict]) -> list[dict]:
     rows = {(g["id"], row["case"]): row for g in groups for row in g["rows"]}
     evaluated = []
     for target in targets:
-        entry = {
-            "section": target.section,
-            "text": target.text,
-            "op": target.op,
-            "limit": target.limit,
-            "measured": None,
-            "status": "SKIP",
-            "report_only": target.report_only,
-        }
+        entry = {key: getattr(target, key) for key in ("section", "text", "op", "limit")}
+        entry.update(measured=None, status="SKIP", report_only=target.report_only)
         evaluated.append(entry)
         row = rows.get((target.group, target.case))
         other = rows.get((target.group, target.versus)) if target.versus else None
         if row is None or (target.versus and other is None):
             continue
-        if row.get("error") or (other and other.get("error")):
-            entry["status"] = "FAIL"
-            entry["detail"] = row.get("error") or other.get("error")
-            continue
-        measured = _measure(target, row, other)
-        if measured is None:
+        if error := row.get("error") or (other and other.get("error")):
+            entry.update(status="FAIL", detail=error)
+        elif (measured := _measure(target, row, other)) is None:
             entry.update(status="MISS", detail="not measured")
-            continue
-        entry["measured"] = round(float(measured), 3)
-        if target.report_only:
-            entry["status"] = "INFO"
+        elif target.report_only:
+            entry.update(status="INFO", measured=round(float(measured), 3))
         else:
             met = _OPS[target.op](float(measured), target.limit)
-            entry["status"] = "PASS" if met else "MISS"
+            entry.update(status="PASS" if met else "MISS", measured=round(float(measured), 3))
     return evaluated
 
 
@@ -83,18 +65,12 @@ def invariant_failures(groups: list[dict]) -> list[str]:
     return failures
 
 
-# -- printing ----------------------------------------------------------------------------
-
-
 def fmt_us(value: float | None) -> str:
     if value is None:
         return "-"
-    if value >= 100_000:
-        return f"{value / 1000:.0f} ms"
-    if value >= 10_000:
-        return f"{value / 1000:.1f} ms"
-    if value >= 1000:
-        return f"{value / 1000:.2f} ms"
+    for at_least, digits in ((100_000, 0), (10_000, 1), (1000, 2)):
+        if value >= at_least:
+            return f"{value / 1000:.{digits}f} ms"
     return f"{value:.0f} µs"
 
 
@@ -118,83 +94,62 @@ def _table(headers: list[str], lines: list[list[str]]) -> str:
     return "\n".join([line(headers), "  ".join("-" * w for w in widths), *map(line, lines)])
 
 
-def _group_cells(group: dict, mark: str, crashed) -> tuple[list[str], list[list[str]]]:
-    """The headers and one line of cells per row of ``group``.
-
-    ``mark`` follows the baseline's label; ``crashed(label, marked label, width)`` fills
-    the line of a case that crashed.
-    """
+def group_table(group: dict) -> str:
     baseline, latency = group["baseline"], group["latency_label"]
+    title = f"{group['title']}  [{group['repeats']} repeat(s); {group['note']}]"
+    for row in group["rows"]:
+        if row["case"] == baseline and group["primary"] != "latency":
+            title += f"\n(x baseline: {group['primary']} relative to '{row['label']}')"
     headers = ["case", *([f"{latency} p50", "p99"] if latency else [])]
     headers += ["x baseline"] if baseline else []
     headers += [header for header, _ in group["columns"]]
     lines = []
     for row in group["rows"]:
         is_baseline = row["case"] == baseline
-        label = row["label"] + (mark if is_baseline else "")
         if row.get("error"):
-            lines.append(crashed(row["label"], label, len(headers)))
+            lines.append([row["label"], "ERROR", *["-"] * (len(headers) - 2)])
             continue
-        line = [label, *([fmt_us(row["median_us"]), fmt_us(row["p99_us"])] if latency else [])]
-        if baseline:
-            line.append("1" if is_baseline else _fmt(row["ratio"]))
+        line = [row["label"] + (" (baseline)" if is_baseline else "")]
+        line += [fmt_us(row["median_us"]), fmt_us(row["p99_us"])] if latency else []
+        line += ["1" if is_baseline else _fmt(row["ratio"])] if baseline else []
         line += [_fmt(_lookup(row, path)) for _, path in group["columns"]]
         lines.append(line)
-    return headers, lines
-
-
-def group_table(group: dict) -> str:
-    baseline_label = next(
-        (row["label"] for row in group["rows"] if row["case"] == group["baseline"]), None
-    )
-    title = f"{group['title']}  [{group['repeats']} repeat(s); {group['note']}]"
-    if baseline_label and group["primary"] != "latency":
-        title += f"\n(x baseline: {group['primary']} relative to '{baseline_label}')"
-    headers, lines = _group_cells(
-        group, " (baseline)", lambda label, _, width: [label, "ERROR", *["-"] * (width - 2)]
-    )
     return title + "\n" + _table(headers, lines)
 
 
-def _target_lines(evaluated: list[dict], measured_unset, limit) -> list[list[str]]:
-    return [
-        [
-            f"{entry['section']}. {entry['text']}",
-            "not run" if entry["status"] == "SKIP" else measured_unset(entry),
-            limit(entry),
-            entry["status"],
-        ]
-        for entry in evaluated
-    ]
-
-
 def targets_table(evaluated: list[dict]) -> str:
-    lines = _target_lines(
-        evaluated,
-        lambda e: e.get("detail", "-") if e["measured"] is None else _fmt(e["measured"]),
-        lambda e: "-" if e["report_only"] else f"{e['op']} {_fmt(e['limit'])}",
-    )
+    def measured(entry: dict) -> str:
+        if entry["status"] == "SKIP":
+            return "not run"
+        return entry.get("detail", "-") if entry["measured"] is None else _fmt(entry["measured"])
+
+    def limit(entry: dict) -> str:
+        return "-" if entry["report_only"] else f"{entry['op']} {_fmt(entry['limit'])}"
+
+    lines = [
+        [f"{e['section']}. {e['text']}", measured(e), limit(e), e["status"]] for e in evaluated
+    ]
     return "Targets (ratios are medians of per-repeat paired ratios)\n" + _table(
         ["target", "measured", "limit", "status"], lines
     )
 
 
+_SUMMARY = """\
+Machine: {m[cpu]}, {m[cpus_usable]} CPUs, {m[memory_gib]} GiB, load {m[loadavg]} at start, \
+{m[platform]}
+Python {v[python]}, Django {v[Django]}, redis-py {v[redis]} ({v[redis_parser]} parser), \
+psycopg {v[psycopg]} (libpq {v[libpq]}), Redis {v[redis_server]}, PostgreSQL \
+{v[postgresql_server]}, python-redis-lock {v[python-redis-lock]}, pottery {v[pottery]}, \
+gunicorn {v[gunicorn]}
+Redis durability: appendonly={r[appendonly]}, appendfsync={r[appendfsync]}, save='{r[save]}'; \
+PostgreSQL: fsync={p[fsync]}, synchronous_commit={p[synchronous_commit]}, \
+wal_sync_method={p[wal_sync_method]}"""
+
+
 def environment_summary(environment: dict) -> str:
-    m, v, d = environment["machine"], environment["versions"], environment["durability"]
-    return (
-        f"Machine: {m['cpu']}, {m['cpus_usable']} CPUs, {m['memory_gib']} GiB, "
-        f"load {m['loadavg']} at start, {m['platform']}\n"
-        f"Python {v['python']}, Django {v['Django']}, redis-py {v['redis']} "
-        f"({v['redis_parser']} parser), psycopg {v['psycopg']} (libpq {v['libpq']}), "
-        f"Redis {v['redis_server']}, PostgreSQL {v['postgresql_server']}, "
-        f"python-redis-lock {v['python-redis-lock']}, pottery {v['pottery']}, "
-        f"gunicorn {v['gunicorn']}\n"
-        f"Redis durability: appendonly={d['redis']['appendonly']}, "
-        f"appendfsync={d['redis']['appendfsync']}, save='{d['redis']['save']}'; "
-        f"PostgreSQL: fsync={d['postgresql']['fsync']}, "
-        f"synchronous_commit={d['postgresql']['synchronous_commit']}, "
-        f"wal_sync_method={d['postgresql']['wal_sync_method']}"
-    )
+    durability = environment["durability"]
+    m, v = environment["machine"], environment["versions"]
+    return _SUMMARY.format(m=m, v=v, r=durability["redis"], p=durability["postgresql"])
 
 
 def write_json(path: Path, document: dict) -> None:
@@ -205,54 +160,25 @@ def write_json(path: Path, document: dict) -> None:
     os.replace(temporary, path)
 
 
-# -- markdown (for docs/benchmarks.md and the README) -------------------------------------
-
-
-def _md_table(headers: list[str], lines: list[list[str]]) -> str:
-    align = ["---"] + ["---:"] * (len(headers) - 1)
-
-    def cell(text: str) -> str:
-        # A "|" ends a cell; "<slug>" would be read as an HTML tag.
-        return text.replace("|", "\\|").replace("<", "&lt;").replace(">", "&gt;")
-
-    return "\n".join("| " + " | ".join(map(cell, row)) + " |" for row in [headers, align, *lines])
-
-
-def markdown(document: dict) -> str:
-    """The results of one run as markdown: environment, one table per group, targets."""
-    out = [
-        f"Run `{document['name']}` of {document['started_at']} ({document['seconds']:.0f} s).",
-        "",
-    ]
-    out.append(environment_summary(document["environment"]).replace("\n", "  \n"))
-    for group in document["groups"]:
-        cells = _group_cells(
-            group, " *(baseline)*", lambda _, label, width: [label, *["error"] * (width - 1)]
+def text(document: dict) -> str:
+    """A run as ``python -m bench`` prints it: machine, one table per group, targets."""
+    if failures := document["invariant_failures"]:
+        invariants = "\n".join(["Invariants: FAIL", *(f"  FAIL {failure}" for failure in failures)])
+    else:
+        checks = sum(len(row["invariants"]) for g in document["groups"] for row in g["rows"])
+        invariants = (
+            f"Invariants: all {checks} checks held (no overlap, tokens increasing, exactly once)"
         )
-        out += ["", f"**{group['title']}** ({group['repeats']} repeat(s); {group['note']})", ""]
-        out.append(_md_table(*cells))
-    symbols = {"<=": "≤", ">=": "≥", "==": "="}
-    lines = _target_lines(
-        document["targets"],
-        lambda e: _fmt(e["measured"]),
-        lambda e: "report" if e["report_only"] else f"{symbols[e['op']]} {_fmt(e['limit'])}",
-    )
-    out += ["", "**Targets**", "", _md_table(["target", "measured", "limit", "status"], lines)]
-    failures = document.get("invariant_failures") or []
-    out += ["", "Invariants: " + ("; ".join(failures) if failures else "all held.")]
-    return "\n".join(out) + "\n"
+    tables = [group_table(group) for group in document["groups"]]
+    summary = environment_summary(document["environment"])
+    return "\n\n".join([summary, *tables, targets_table(document["targets"]), invariants])
 
 
-if __name__ == "__main__":
-    import argparse
+if __name__ == "__main__":  # python -m bench.report bench/results/full.json: for the docs
+    import sys
 
-    parser = argparse.ArgumentParser(
-        prog="python -m bench.report", description="Print a results file as markdown."
-    )
-    parser.add_argument("results", type=Path, help="e.g. bench/results/full.json")
-    path = parser.parse_args().results
-    try:
-        document = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        parser.exit(1, f"cannot read {path}: {exc}\n")
-    print(markdown(document), end="")
+    if len(sys.argv) != 2:
+        sys.exit("usage: python -m bench.report RESULTS.json (prints it for docs/benchmarks.md)")
+    run = json.loads(Path(sys.argv[1]).read_text())
+    print(f"Run `{run['name']}` of {run['started_at']} ({run['seconds']:.0f} s):\n")
+    print(f"```text\n{text(run)}\n```")

@@ -1,8 +1,5 @@
-"""Run cases round-robin in fresh processes and summarise them side by side.
-
-Every repeat runs each case of a group once, in its own new process, rotating the order
-(A B C, B C A, C A B …); the ratio to the baseline is taken per repeat, then its median
-(docs/benchmarks.md, "Fresh processes, round-robin" and "Ratios, paired").
+"""Run cases round-robin (A B C, B C A, …), each in a fresh process, and summarise them:
+ratios to the baseline are paired per repeat (docs/benchmarks.md, "How it is measured").
 """
 
 import json
@@ -32,11 +29,7 @@ class Case:
 
 @dataclass
 class Group:
-    """Cases compared with each other, interleaved, with one baseline for the ratios.
-
-    ``primary`` is ``"latency"`` (ratio of median samples, lower is better) or the name of
-    a metric the cases report (ratio of that metric, e.g. ``ops_per_s``).
-    """
+    """Cases compared with each other; ratios are of the ``primary`` metric or median latency."""
 
     id: str
     title: str
@@ -46,54 +39,30 @@ class Group:
     primary: str = "latency"
     higher_is_better: bool = False
     note: str = ""
-    # What the median/p99 columns show ("" hides them) and extra (header, "metrics.x") columns.
-    latency_label: str = "cycle"
+    latency_label: str = "cycle"  # the median/p99 columns' name ("" hides them)
     columns: list[tuple[str, str]] = field(default_factory=list)
-    # A metric every run of every case must report identically (e.g. a digest of results).
-    same_metric: str | None = None
 
 
 class CaseFailed(Exception):
-    """A case's process crashed, timed out or printed no result; the run goes on without it."""
-
-    def __init__(self, case: Case, detail: str):
-        super().__init__(f"{case.id}: {detail}")
-        self.detail = detail
+    """A case's process crashed, timed out or printed no result; the group goes on."""
 
 
 def run_case(case: Case, env: dict) -> dict:
     """Run one case in a fresh process and return what it measured."""
     request = json.dumps({"entry": case.entry, "django": case.django, "params": case.params})
+    worker = [sys.executable, "-m", "bench.worker"]
     try:
         proc = subprocess.run(
-            [sys.executable, "-m", "bench.worker"],
-            input=request,
-            cwd=BASE_DIR,
-            env=env,
-            capture_output=True,
-            text=True,
+            worker, input=request, cwd=BASE_DIR, env=env, capture_output=True, text=True,
             timeout=case.timeout,
-            check=False,
-        )
+        )  # fmt: skip
     except subprocess.TimeoutExpired as exc:
-        raise CaseFailed(case, f"timed out after {case.timeout:.0f}s") from exc
+        raise CaseFailed(f"timed out after {case.timeout:.0f}s") from exc
     for line in reversed(proc.stdout.splitlines()):
         if line.startswith(RESULT_PREFIX):
             return json.loads(line[len(RESULT_PREFIX) :])
     tail = (proc.stderr or proc.stdout).strip().splitlines()[-15:]
-    raise CaseFailed(case, f"exit {proc.returncode}: " + "\n".join(tail))
-
-
-def _value(run: dict, group: Group) -> float:
-    if group.primary == "latency":
-        return median(run.get("samples_us", []))
-    return float(run.get("metrics", {}).get(group.primary, math.nan))
-
-
-def _ratio(value: float, base: float) -> float:
-    if not base or math.isnan(base) or math.isnan(value):
-        return math.nan
-    return value / base
+    raise CaseFailed(f"exit {proc.returncode}: " + "\n".join(tail))
 
 
 def run_group(group: Group, env: dict, *, log=print) -> dict:
@@ -109,16 +78,29 @@ def run_group(group: Group, env: dict, *, log=print) -> dict:
             try:
                 runs[case.id].append(run_case(case, env))
             except CaseFailed as exc:
-                errors[case.id] = exc.detail
-                log(f"  ! {case.id} failed: {exc.detail}")
+                errors[case.id] = str(exc)
+                log(f"  ! {case.id} failed: {exc}")
         log(f"  {group.id}: repeat {repeat + 1}/{group.repeats} done")
     shown = "id title note baseline primary higher_is_better repeats latency_label columns"
     summary = {key: getattr(group, key) for key in shown.split()}
     summary["seconds"] = round(time.monotonic() - started, 1)
+    base_runs = runs.get(group.baseline, [])
     summary["rows"] = [
-        _summarise(case, runs[case.id], runs, group, errors.get(case.id)) for case in group.cases
+        _summarise(case, runs[case.id], base_runs, group, errors.get(case.id))
+        for case in group.cases
     ]
     return summary
+
+
+def _value(run: dict, group: Group) -> float:
+    """What ratios are taken of: the median latency, or the group's primary metric."""
+    if group.primary == "latency":
+        return median(run.get("samples_us", []))
+    return float(run.get("metrics", {}).get(group.primary, math.nan))
+
+
+def _ratio(value: float, base: float) -> float:
+    return value / base if base and not math.isnan(base) else math.nan
 
 
 def _invariants(mine: list[dict]) -> list[dict]:
@@ -133,26 +115,22 @@ def _invariants(mine: list[dict]) -> list[dict]:
     return list(merged.values())
 
 
-def _summarise(case: Case, mine: list[dict], runs: dict, group: Group, error: str | None) -> dict:
+def _summarise(case: Case, mine: list, base_runs: list, group: Group, error: str | None) -> dict:
     samples = [s for run in mine for s in run.get("samples_us", [])]
-    metric_names = sorted({name for run in mine for name in run.get("metrics", {})})
-    metrics_per_repeat = {
-        name: [run["metrics"][name] for run in mine if name in run.get("metrics", {})]
-        for name in metric_names
-    }
+    metrics_per_repeat: dict[str, list] = {}
+    for run in mine:
+        for name, value in run.get("metrics", {}).items():
+            metrics_per_repeat.setdefault(name, []).append(value)
+    metrics_per_repeat = dict(sorted(metrics_per_repeat.items()))
     metrics = {
         name: _median(values) if all(isinstance(v, int | float) for v in values) else values[0]
         for name, values in metrics_per_repeat.items()
-        if values
     }
     counts = mine[0].get("counts", {}) if mine else {}
     ratio = None
     if group.baseline and case.id != group.baseline:
-        base_runs = runs.get(group.baseline, [])
-        paired = [
-            _ratio(_value(run, group), _value(base, group))
-            for run, base in zip(mine, base_runs, strict=False)
-        ]
+        pairs = zip(mine, base_runs, strict=False)
+        paired = [_ratio(_value(run, group), _value(base, group)) for run, base in pairs]
         paired = [r for r in paired if not math.isnan(r)]
         ratio = round(_median(paired), 3) if paired else None
     return {
@@ -164,7 +142,6 @@ def _summarise(case: Case, mine: list[dict], runs: dict, group: Group, error: st
         "median_us": _round(median(samples)),
         "p99_us": _round(percentile(samples, 99)),
         "per_repeat_median_us": [_round(median(run.get("samples_us", []))) for run in mine],
-        # The value ratios are taken on (median latency, or the primary metric), per repeat.
         "per_repeat_value": [_round(_value(run, group), None) for run in mine],
         "metrics": metrics,
         "metrics_per_repeat": metrics_per_repeat,

@@ -1,4 +1,2 @@
-"""The measured cases. Each module's functions run inside a fresh worker process
-(``bench.worker``) and return ``{"samples_us": [...], "metrics": {...}, "counts": {...},
-"invariants": [{"name", "ok", "detail"}]}``; ``bench.plan`` says which to run and how often.
-"""
+"""The measured cases: functions run in a fresh ``bench.worker`` process that return
+``bench.measure.result(...)``; ``bench.plan`` says which to run and how often."""

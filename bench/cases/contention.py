@@ -1,54 +1,58 @@
 """Section 4: many processes on one resource, and on one resource each.
 
-Every client process loops for a fixed time: acquire, one fenced transaction
-(``advance_fence`` on a complaint row, an INSERT into ``bench_commit_log``), release. When
-the resource is busy a client backs off with full jitter (``backoff``, as a client
-answering a 409 would), lets ``acquire(wait=…)`` retry (``wait``) or retries at once
-(``naive``). Checked while measuring: no two critical sections on one resource overlap
-(one monotonic clock for all processes), committed tokens rise in commit order (the log's
-``bigserial`` is taken after the fence UPDATE locked the row), every success is logged once.
+Every client loops for a fixed time: acquire, one fenced transaction (``advance_fence`` on a
+complaint, an INSERT into ``bench_commit_log``), release; when busy it backs off with full
+jitter (``backoff``, as a client answering a 409 would), lets ``acquire(wait=…)`` retry
+(``wait``) or retries at once (``naive``). The log's ``bigserial`` is taken after the fence
+UPDATE locked the row, so id order is commit order.
 """
 
 import multiprocessing
+import os
 import random
 import time
 from datetime import timedelta
 
+import redis
 from django.db import connection, connections, transaction
 
 from bench import fixtures
-from bench.measure import check, median, percentile
+from bench.measure import check, median, percentile, result, since_us
+from hoa.models import Complaint
+from locking import FenceLock, LockHeld, StaleFencingToken, advance_fence
 
 # The same constants as locking.lock's wait= backoff (private there, so restated here).
 BACKOFF_BASE_SECONDS = 0.01
 BACKOFF_CAP_SECONDS = 0.25
+# Every commit, in commit order (id order).
+COMMIT_LOG_DDL = """
+CREATE TABLE IF NOT EXISTS bench_commit_log (
+    id bigserial PRIMARY KEY, label text NOT NULL, resource text NOT NULL,
+    token bigint NOT NULL, pid integer NOT NULL
+)
+"""
 INSERT_LOG = "INSERT INTO bench_commit_log (label, resource, token, pid) VALUES (%s, %s, %s, %s)"
+# Rows logged, and resources whose tokens do not strictly increase in commit (id) order.
+TOKEN_ORDER_SQL = """
+SELECT count(*), count(DISTINCT resource) FILTER (WHERE token <= previous)
+FROM (SELECT resource, token, lag(token) OVER (PARTITION BY resource ORDER BY id) AS previous
+      FROM bench_commit_log WHERE label = %s) AS logged
+"""
 
 
-def _client(spec: dict, barrier, results) -> None:
+def _client(barrier, results, complaint_id: int, *, mode, seconds, redis_url, ttl, label) -> None:
     """One client process: loop until the deadline; put what happened on ``results``."""
-    import os
-
-    import redis
-
-    from hoa.models import Complaint
-    from locking import FenceLock, LockHeld, StaleFencingToken, advance_fence
-
-    lock = FenceLock(client=redis.Redis.from_url(spec["redis_url"]))
-    ttl = timedelta(seconds=spec["ttl_seconds"])
-    resource, mode = spec["resource"], spec["mode"]
-    fence = Complaint.objects.filter(pk=spec["complaint_id"])
-    pid = os.getpid()
+    lock = FenceLock(client=redis.Redis.from_url(redis_url))
+    resource = f"vendor-assignment:complaint:{complaint_id}"
+    fence = Complaint.objects.filter(pk=complaint_id)
     connection.ensure_connection()
     lock.client.ping()
     barrier.wait(60)
-    started = time.monotonic()
-    cpu_started = time.process_time()
-    deadline = started + spec["seconds"]
-    successes = busy = stale = attempt = 0
-    busy_us: list[float] = []
-    wait_us: list[float] = []
-    intervals: list[tuple[float, float]] = []
+    started, cpu_started = time.monotonic(), time.process_time()
+    deadline = started + seconds
+    report = {"resource": resource, "successes": 0, "busy": 0, "stale": 0}
+    busy_us, wait_us, intervals = [], [], []
+    attempt = 0
     while (now := time.monotonic()) < deadline:
         asked = time.perf_counter_ns()
         try:
@@ -57,42 +61,34 @@ def _client(spec: dict, barrier, results) -> None:
             else:
                 lease = lock.acquire(resource, ttl=ttl)
         except LockHeld:
-            busy += 1
+            report["busy"] += 1
             if mode == "wait":
                 continue  # the wait ran into the deadline: not an answer to time
-            busy_us.append((time.perf_counter_ns() - asked) / 1000)
+            busy_us.append(since_us(asked))
             if mode == "backoff":
                 cap = min(BACKOFF_CAP_SECONDS, BACKOFF_BASE_SECONDS * 2**attempt)
                 time.sleep(random.uniform(0, cap))
                 attempt += 1
             continue
         if mode == "wait":
-            wait_us.append((time.perf_counter_ns() - asked) / 1000)
+            wait_us.append(since_us(asked))
         attempt = 0
         entered = time.monotonic()
         try:
             with transaction.atomic(), connection.cursor() as cursor:
                 advance_fence(fence, lease)
-                cursor.execute(INSERT_LOG, [spec["label"], resource, lease.token, pid])
+                cursor.execute(INSERT_LOG, [label, resource, lease.token, os.getpid()])
         except StaleFencingToken:
-            stale += 1
+            report["stale"] += 1
         else:
-            successes += 1
+            report["successes"] += 1
             intervals.append((entered, time.monotonic()))
         lease.release()
-    results.put(
-        {
-            "resource": resource,
-            "successes": successes,
-            "busy": busy,
-            "stale": stale,
-            "elapsed": time.monotonic() - started,
-            "cpu": time.process_time() - cpu_started,
-            "busy_us": busy_us,
-            "wait_us": wait_us,
-            "intervals": intervals,
-        }
-    )
+    report.update(
+        elapsed=time.monotonic() - started, cpu=time.process_time() - cpu_started,
+        busy_us=busy_us, wait_us=wait_us, intervals=intervals,
+    )  # fmt: skip
+    results.put(report)
     connection.close()
 
 
@@ -100,66 +96,39 @@ def _cpu_times() -> tuple[int, int]:
     """(busy, total) jiffies of all CPUs from /proc/stat; idle and iowait count as idle."""
     with open("/proc/stat") as stat:
         fields = [int(x) for x in stat.readline().split()[1:]]
-    idle = fields[3] + fields[4]
-    return sum(fields) - idle, sum(fields)
+    return sum(fields) - fields[3] - fields[4], sum(fields)
 
 
 def _overlaps(intervals: list[tuple[float, float]]) -> int:
     count, latest_end = 0, float("-inf")
     for entered, left in sorted(intervals):
-        if entered < latest_end:
-            count += 1
+        count += entered < latest_end
         latest_end = max(latest_end, left)
     return count
 
 
-def _token_order_violations(label: str) -> tuple[int, int]:
-    """Return (rows logged, resources whose tokens do not strictly increase by id)."""
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT resource, token FROM bench_commit_log WHERE label = %s ORDER BY id", [label]
-        )
-        rows = cursor.fetchall()
-    last: dict[str, int] = {}
-    bad: set[str] = set()
-    for resource, token in rows:
-        if token <= last.get(resource, 0):
-            bad.add(resource)
-        last[resource] = token
-    return len(rows), len(bad)
-
-
 def run(
-    *,
-    mode: str,
-    processes: int,
-    shared: bool,
-    seconds: float,
-    redis_url: str,
+    *, mode: str, processes: int, shared: bool, seconds: float, redis_url: str,
     ttl_seconds: float = 10,
-) -> dict:
+) -> dict:  # fmt: skip
     """Run ``processes`` clients for ``seconds`` on one resource (``shared``) or one each."""
     label = fixtures.unique_label(f"contention-{mode}")
     org = fixtures.organization("bench-contention")
     rows = fixtures.complaints(org, 1 if shared else processes, title=label)
+    with connection.cursor() as cursor:
+        cursor.execute(COMMIT_LOG_DDL)
     connections.close_all()  # children must not inherit this process's connections
 
     context = multiprocessing.get_context("fork")
     barrier = context.Barrier(processes + 1)  # the clients and this process
     results = context.Queue()
+    ttl = timedelta(seconds=ttl_seconds)
+    spec = {"mode": mode, "seconds": seconds, "redis_url": redis_url, "ttl": ttl, "label": label}
     children = []
     for index in range(processes):
-        row = rows[0 if shared else index]
-        spec = {
-            "mode": mode,
-            "resource": f"vendor-assignment:complaint:{row.pk}",
-            "complaint_id": row.pk,
-            "seconds": seconds,
-            "redis_url": redis_url,
-            "ttl_seconds": ttl_seconds,
-            "label": label,
-        }
-        child = context.Process(target=_client, args=(spec, barrier, results), daemon=True)
+        complaint_id = rows[0 if shared else index].pk
+        args = (barrier, results, complaint_id)
+        child = context.Process(target=_client, args=args, kwargs=spec, daemon=True)
         child.start()
         children.append(child)
     barrier.wait(60)
@@ -170,30 +139,32 @@ def run(
     for child in children:
         child.join(30)
 
+    def total(key: str):
+        return sum(report[key] for report in reports)
+
     elapsed = max(report["elapsed"] for report in reports)
-    successes = sum(report["successes"] for report in reports)
-    busy = sum(report["busy"] for report in reports)
+    successes, busy = total("successes"), total("busy")
     busy_us = [us for report in reports for us in report["busy_us"]]
     wait_us = [us for report in reports for us in report["wait_us"]]
     by_resource: dict[str, list] = {}
     for report in reports:
         by_resource.setdefault(report["resource"], []).extend(report["intervals"])
     overlaps = sum(_overlaps(intervals) for intervals in by_resource.values())
-    logged, out_of_order = _token_order_violations(label)
-    shares = sorted(report["successes"] for report in reports)
+    with connection.cursor() as cursor:
+        cursor.execute(TOKEN_ORDER_SQL, [label])
+        logged, out_of_order = cursor.fetchone()
+    top_client = max(report["successes"] for report in reports)
     metrics = {
         "ops_per_s": round(successes / elapsed, 1),
         "busy_per_s": round(busy / elapsed, 1),
-        "stale": sum(report["stale"] for report in reports),
-        "top_client_share": round(shares[-1] / successes, 2) if successes else 0,
+        "stale": total("stale"),
+        "top_client_share": round(top_client / successes, 2) if successes else 0,
         # Is the machine the limit? Share of both CPUs busy (all processes, not only ours),
         # and our clients' own CPU per successful operation.
         "machine_cpu_busy": round(
             (cpu_after[0] - cpu_before[0]) / max(cpu_after[1] - cpu_before[1], 1), 2
         ),
-        "client_cpu_ms_per_op": round(
-            1000 * sum(report["cpu"] for report in reports) / max(successes, 1), 2
-        ),
+        "client_cpu_ms_per_op": round(1000 * total("cpu") / max(successes, 1), 2),
     }
     if busy_us:
         metrics["loser_p50_ms"] = round(median(busy_us) / 1000, 3)
@@ -201,24 +172,16 @@ def run(
     if wait_us:
         metrics["wait_p50_ms"] = round(median(wait_us) / 1000, 2)
         metrics["wait_p99_ms"] = round(percentile(wait_us, 99) / 1000, 2)
-    return {
-        "samples_us": busy_us,
-        "metrics": metrics,
-        "invariants": [
-            check(
-                "no overlapping critical sections",
-                overlaps == 0,
-                f"{successes} sections on {len(by_resource)} resource(s), {overlaps} overlaps",
-            ),
-            check(
-                "committed tokens strictly increasing per resource",
-                out_of_order == 0,
-                f"{logged} commits, {out_of_order} resource(s) out of order",
-            ),
-            check(
-                "every counted success committed exactly once",
-                logged == successes,
-                f"{successes} counted, {logged} logged",
-            ),
-        ],
-    }
+    sections = f"{successes} sections on {len(by_resource)} resource(s), {overlaps} overlaps"
+    commits = f"{logged} commits, {out_of_order} resource(s) out of order"
+    return result(
+        busy_us,
+        check("no overlapping critical sections", overlaps == 0, sections),
+        check("committed tokens strictly increasing per resource", out_of_order == 0, commits),
+        check(
+            "every counted success committed exactly once",
+            logged == successes,
+            f"{successes} counted, {logged} logged",
+        ),
+        metrics=metrics,
+    )

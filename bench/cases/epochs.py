@@ -15,16 +15,15 @@ from django.db import transaction
 
 from bench import fixtures
 from bench.environment import BenchRedis, wait_until
-from bench.measure import check, timed_loop
+from bench.measure import check, result, timed_loop
+from hoa.models import Complaint
+from locking import FenceLock, Lease, advance_fence, fence_key
 
 TTL = timedelta(seconds=30)
 
 
 def fence(*, variant: str, ops: int, warmup: int = 20) -> dict:
     """Time ``ops`` fence checks, each with a token above the last."""
-    from hoa.models import Complaint
-    from locking import Lease, advance_fence
-
     org = fixtures.organization("bench-epochs")
     [complaint] = fixtures.complaints(org, 1, title=fixtures.unique_label(f"fence-{variant}"))
     resource = f"bench-epochs:complaint:{complaint.pk}"
@@ -39,22 +38,13 @@ def fence(*, variant: str, ops: int, warmup: int = 20) -> dict:
         with transaction.atomic():
             advance_fence(rows, fence_with)
 
-    tokens = iter(range(1, warmup + ops + 1))
-    for _ in range(warmup):
-        fenced(next(tokens))
-    samples = timed_loop(fenced, [next(tokens) for _ in range(ops)])
+    for token in range(1, warmup + 1):
+        fenced(token)
+    samples = timed_loop(fenced, range(warmup + 1, warmup + ops + 1))
     recorded = rows.values_list("last_fence_token", flat=True).get()
-    return {
-        "samples_us": samples,
-        "counts": {"db_round_trips": 1},
-        "invariants": [
-            check(
-                "every fence check recorded its token",
-                recorded == warmup + ops,
-                f"row at {recorded}, {warmup + ops} checks",
-            )
-        ],
-    }
+    ok, detail = recorded == warmup + ops, f"row at {recorded}, {warmup + ops} checks"
+    invariant = check("every fence check recorded its token", ok, detail)
+    return result(samples, invariant, counts={"db_round_trips": 1})
 
 
 def _replica_of(master_port: int) -> BenchRedis:
@@ -74,8 +64,6 @@ def _replica_of(master_port: int) -> BenchRedis:
 
 def grant(*, variant: str, redis_url: str, ops: int, warmup: int = 20) -> dict:
     """Time ``ops`` grant + release cycles of ``variant``."""
-    from locking import FenceLock, fence_key
-
     client = redis.Redis.from_url(redis_url)
     master_port = client.connection_pool.connection_kwargs["port"]
     replica = _replica_of(master_port) if variant == "wait" else None
@@ -101,14 +89,7 @@ def grant(*, variant: str, redis_url: str, ops: int, warmup: int = 20) -> dict:
     finally:
         if replica is not None:
             replica.stop()
-    return {
-        "samples_us": samples,
-        "metrics": {"grants_per_s": round(ops / elapsed, 1)},
-        "invariants": [
-            check(
-                f"tokens strictly increasing ({variant})",
-                all(a < b for a, b in itertools.pairwise(tokens)),
-                f"{len(tokens)} grants, last token {tokens[-1]}",
-            )
-        ],
-    }
+    rising = all(a < b for a, b in itertools.pairwise(tokens))
+    detail = f"{len(tokens)} grants, last token {tokens[-1]}"
+    invariant = check(f"tokens strictly increasing ({variant})", rising, detail)
+    return result(samples, invariant, metrics={"grants_per_s": round(ops / elapsed, 1)})

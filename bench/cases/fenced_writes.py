@@ -1,196 +1,140 @@
-"""Section 2: what the fence costs on top of the write it protects.
+"""Section 2: what the fence costs on top of the write it protects (docs/benchmarks.md).
 
-``vendor``: one vendor assignment on a new complaint: a ``plain`` insert, the same
-``checked`` as the service checks without lock, fence or audit, and the ``service``
-(``assign_vendor``). ``charges``: a new month of charges for N units: ``bulk_create``,
-``copy`` (the insert's floor), the ``service`` (``generate_monthly_charges``) without and
-(``service_billed``) with its billing call to a local stand-in. ``all_orgs``: the
-``--all-orgs`` command with 1 or 2 workers. Each process times its operations, then counts
-round trips and Redis commands over a few more, untimed (docs/benchmarks.md).
+Each process times its operations, then counts round trips and Redis commands over a few
+more, untimed.
 """
 
+import functools
+import hashlib
+import io
+import multiprocessing
+import os
+import resource
+import subprocess
+import sys
 import time
 from decimal import Decimal
 
-from django.db import connection, transaction
+from django.conf import settings
+from django.core.management import call_command
+from django.db import connection, connections, transaction
 from django.utils import timezone
 
 from bench import fixtures
-from bench.environment import start_stand_in
-from bench.measure import check, time_and_count
+from bench.environment import BASE_DIR, start_stand_in
+from bench.measure import check, result, since_us, time_and_count
+from charges.models import MonthlyCharge, MonthlyChargeRun
+from charges.services import generate_monthly_charges
+from hoa.models import Complaint, Organization, Unit
+from vendors.models import VendorAssignment, VendorContract
+from vendors.services import assign_vendor
 
 # Operations counted (untimed) after the timed ones; counts do not vary between runs.
-COUNTED_OPS = 3
-COUNTED_CHARGE_RUNS = 1
+COUNTED_OPS, COUNTED_CHARGE_RUNS = 3, 1
 
 
 # -- vendor assignment ----------------------------------------------------------------------
 
 
-def _vendor_operation(variant: str, *, vendor, actor):
-    from hoa.models import Complaint
-    from vendors.models import VendorAssignment, VendorContract
+def _insert_assignment(complaint, *, vendor, actor) -> None:
+    VendorAssignment.objects.create(
+        complaint=complaint, vendor=vendor, fence_token=1, assigned_by=actor,
+        actor_label=actor.username,
+    )  # fmt: skip
 
-    def insert(complaint) -> None:
-        VendorAssignment.objects.create(
-            complaint=complaint,
-            vendor=vendor,
-            fence_token=1,
-            assigned_by=actor,
-            actor_label=actor.username,
-        )
 
-    if variant == "plain":
+@transaction.atomic
+def _plain_assignment(complaint, *, vendor, actor) -> None:
+    _insert_assignment(complaint, vendor=vendor, actor=actor)
 
-        def plain(complaint) -> None:
-            with transaction.atomic():
-                insert(complaint)
 
-        return plain
+def _checked_assignment(complaint, *, vendor, actor) -> None:
+    organization = complaint.organization
+    if not (organization.has_staff(actor) and actor.has_perm("vendors.assign_vendor")):
+        raise PermissionError(actor.username)
+    today = timezone.localdate()
+    if not VendorContract.objects.filter(
+        vendor=vendor, organization=organization, starts_on__lte=today, ends_on__gte=today
+    ).exists():
+        raise ValueError("no active contract")
+    with transaction.atomic():
+        Complaint.objects.select_for_update().filter(pk=complaint.pk).first()
+        if complaint.assignments.filter(active=True).exists():
+            raise ValueError("already assigned")
+        _insert_assignment(complaint, vendor=vendor, actor=actor)
 
-    if variant == "checked":
 
-        def checked(complaint) -> None:
-            organization = complaint.organization
-            if not (organization.has_staff(actor) and actor.has_perm("vendors.assign_vendor")):
-                raise PermissionError(actor.username)
-            today = timezone.localdate()
-            if not VendorContract.objects.filter(
-                vendor=vendor, organization=organization, starts_on__lte=today, ends_on__gte=today
-            ).exists():
-                raise ValueError("no active contract")
-            with transaction.atomic():
-                Complaint.objects.select_for_update().filter(pk=complaint.pk).first()
-                if complaint.assignments.filter(active=True).exists():
-                    raise ValueError("already assigned")
-                insert(complaint)
-
-        return checked
-
-    if variant == "service":
-        from vendors.services import assign_vendor
-
-        def service(complaint) -> None:
-            assign_vendor(complaint=complaint, vendor=vendor, actor=actor)
-
-        return service
-    raise ValueError(f"unknown variant {variant!r}")
+VENDOR_VARIANTS = {
+    "plain": _plain_assignment,
+    "checked": _checked_assignment,
+    "service": lambda complaint, **given: assign_vendor(complaint=complaint, **given),
+}
 
 
 def vendor(*, variant: str, redis_url: str, ops: int, warmup: int = 10) -> dict:
     """Assign a vendor to ``ops`` new complaints; time each assignment."""
-    from hoa.models import Complaint
-    from vendors.models import VendorAssignment
-
     org = fixtures.organization("bench-vendor")
     actor = fixtures.staff_user("bench-vendor-staff", org)
     chosen = fixtures.vendors_with_contracts(org, 1)[0]
     label = fixtures.unique_label(f"vendor-{variant}")
     rows = fixtures.complaints(org, warmup + ops + 2 * COUNTED_OPS, title=label)
     # As a view would have it: the complaint and its organization in hand.
-    complaints = list(
-        Complaint.objects.filter(pk__in=[r.pk for r in rows])
-        .select_related("organization")
-        .order_by("pk")
-    )
-    operation = _vendor_operation(variant, vendor=chosen, actor=actor)
+    picked = Complaint.objects.filter(pk__in=[r.pk for r in rows]).select_related("organization")
+    complaints = list(picked.order_by("pk"))
+    operation = functools.partial(VENDOR_VARIANTS[variant], vendor=chosen, actor=actor)
     samples, counts = time_and_count(operation, complaints, warmup, ops, redis_url)
     active = VendorAssignment.objects.filter(complaint__in=complaints, active=True).count()
-    return {
-        "samples_us": samples,
-        "counts": counts,
-        "invariants": [
-            check(
-                "one active assignment per complaint",
-                active == len(complaints),
-                f"{active} active assignments for {len(complaints)} complaints",
-            )
-        ],
-    }
+    detail = f"{active} active assignments for {len(complaints)} complaints"
+    ok = active == len(complaints)
+    return result(samples, check("one active assignment per complaint", ok, detail), counts=counts)
 
 
 # -- monthly charges ------------------------------------------------------------------------
 
 
-def _unit_rows(org) -> list[tuple[int, Decimal]]:
-    from hoa.models import Unit
+def _plain_run(org, month, insert) -> None:
+    """Read the units, then in one transaction: the run row, ``insert``, the run completed."""
+    units = Unit.objects.for_organization(org).order_by("label")
+    rows = list(units.values_list("pk", "monthly_assessment"))
+    with transaction.atomic():
+        run = MonthlyChargeRun.objects.create(organization=org, month=month)
+        insert(run, rows, timezone.now())
+        run.status = run.Status.COMPLETED
+        run.total = sum((amount for _, amount in rows), Decimal("0.00"))
+        run.charge_count = len(rows)
+        run.completed_at = timezone.now()
+        run.completed_by = "bench"
+        run.save(update_fields=["status", "total", "charge_count", "completed_at", "completed_by"])
 
-    return list(
-        Unit.objects.for_organization(org).order_by("label").values_list("pk", "monthly_assessment")
+
+def _bulk_create(run, rows, now) -> None:
+    MonthlyCharge.objects.bulk_create(
+        [MonthlyCharge(run=run, unit_id=pk, amount=amount, created_at=now) for pk, amount in rows]
     )
 
 
-def _complete(run, rows) -> None:
-    run.status = run.Status.COMPLETED
-    run.total = sum((amount for _, amount in rows), Decimal("0.00"))
-    run.charge_count = len(rows)
-    run.completed_at = timezone.now()
-    run.completed_by = "bench"
-    run.save(update_fields=["status", "total", "charge_count", "completed_at", "completed_by"])
+def _copy(run, rows, now) -> None:
+    # The Django connection's own psycopg connection: the same transaction.
+    columns = "(run_id, unit_id, amount, created_at)"
+    with (
+        connection.connection.cursor() as cursor,
+        cursor.copy(f"COPY {MonthlyCharge._meta.db_table} {columns} FROM STDIN") as copier,
+    ):
+        for pk, amount in rows:
+            copier.write_row((run.pk, pk, amount, now))
 
 
 def _charges_operation(variant: str, *, org, actor):
-    from charges.models import MonthlyCharge, MonthlyChargeRun
-
-    if variant == "bulk_create":
-
-        def bulk(month) -> None:
-            rows = _unit_rows(org)
-            now = timezone.now()
-            with transaction.atomic():
-                run = MonthlyChargeRun.objects.create(organization=org, month=month)
-                MonthlyCharge.objects.bulk_create(
-                    [
-                        MonthlyCharge(run=run, unit_id=pk, amount=amount, created_at=now)
-                        for pk, amount in rows
-                    ]
-                )
-                _complete(run, rows)
-
-        return bulk
-
-    if variant == "copy":
-        table = MonthlyCharge._meta.db_table
-
-        def copy(month) -> None:
-            rows = _unit_rows(org)
-            now = timezone.now()
-            with transaction.atomic():
-                run = MonthlyChargeRun.objects.create(organization=org, month=month)
-                # The Django connection's own psycopg connection: same transaction.
-                with (
-                    connection.connection.cursor() as cursor,
-                    cursor.copy(
-                        f"COPY {table} (run_id, unit_id, amount, created_at) FROM STDIN"
-                    ) as copier,
-                ):
-                    for pk, amount in rows:
-                        copier.write_row((run.pk, pk, amount, now))
-                _complete(run, rows)
-
-        return copy
-
-    if variant in ("service", "service_billed"):
-        from django.conf import settings
-
-        from charges.services import generate_monthly_charges
-
-        # This worker process runs this one variant: the setting is its own.
-        settings.BILLING_WEBHOOK_URL = (
-            start_stand_in("billing")[1] if variant == "service_billed" else ""
-        )
-
-        def service(month) -> None:
-            generate_monthly_charges(organization=org, month=month, actor=actor)
-
-        return service
-    raise ValueError(f"unknown variant {variant!r}")
+    if insert := {"bulk_create": _bulk_create, "copy": _copy}.get(variant):
+        return functools.partial(_plain_run, org, insert=insert)
+    # This worker process runs this one variant: the setting is its own.
+    billed = variant == "service_billed"
+    settings.BILLING_WEBHOOK_URL = start_stand_in("billing")[1] if billed else ""
+    return lambda month: generate_monthly_charges(organization=org, month=month, actor=actor)
 
 
 def charges(*, variant: str, redis_url: str, units: int, ops: int, warmup: int = 1) -> dict:
     """Generate ``ops`` new months of charges for an organization of ``units`` units."""
-    from charges.models import MonthlyCharge, MonthlyChargeRun
-
     org = fixtures.organization(f"bench-charges-{units}", units=units)
     actor = fixtures.staff_user("bench-charges-staff", org)
     fixtures.fresh_runs(org, 0)  # every month of this organization is new again
@@ -199,79 +143,171 @@ def charges(*, variant: str, redis_url: str, units: int, ops: int, warmup: int =
     samples, counts = time_and_count(operation, months, warmup, ops, redis_url)
     runs = MonthlyChargeRun.objects.filter(organization=org).completed().count()
     charged = MonthlyCharge.objects.filter(run__organization=org).count()
-    return {
-        "samples_us": samples,
-        "counts": counts,
-        "invariants": [
-            check(
-                "one completed run per month, one charge per unit",
-                runs == len(months) and charged == len(months) * units,
-                f"{runs} runs, {charged} charges for {len(months)} months x {units} units",
-            )
-        ],
-    }
+    ok = runs == len(months) and charged == len(months) * units
+    detail = f"{runs} runs, {charged} charges for {len(months)} months x {units} units"
+    invariant = check("one completed run per month, one charge per unit", ok, detail)
+    return result(samples, invariant, counts=counts)
 
 
 # -- every organization, one or two worker processes ----------------------------------------
 
 
 def all_orgs(*, workers: int, orgs: int, units: int) -> dict:
-    """Run ``generate_monthly_charges --all-orgs --workers N`` for a new month; time the walk.
-
-    Timed in-process around ``call_command`` (the command forks its workers itself), so
-    interpreter start-up is not part of either number.
-    """
-    import hashlib
-    import io
-
-    from django.core.management import call_command
-
-    from charges.models import MonthlyCharge, MonthlyChargeRun
-    from hoa.models import Organization
-
-    slugs = [f"bench-all-{n:03d}" for n in range(orgs)]
-    members = [fixtures.organization(slug, units=units) for slug in slugs]
+    """Run ``generate_monthly_charges --all-orgs --workers N`` for a new month; time the walk
+    in-process around ``call_command`` (the command forks its workers itself)."""
+    members = [fixtures.organization(f"bench-all-{n:03d}", units=units) for n in range(orgs)]
     actor = fixtures.staff_user("bench-all-orgs", members[0])
     for org in members[1:]:
         fixtures.staff_user(actor.username, org)  # staff of every organization
     used = MonthlyChargeRun.objects.filter(organization__in=members).order_by("-month").first()
     # From 2101 on: months no other case uses, so the check below may look at the whole month.
-    month = fixtures.next_month(used.month if used else None, first=1200)
+    month = fixtures.month((used.month.year - 2001) * 12 + used.month.month if used else 1200)
     connection.close()
 
     started = time.perf_counter_ns()
     call_command(
-        "generate_monthly_charges",
-        all_orgs=True,
-        month=f"{month:%Y-%m}",
-        actor=actor.username,
-        workers=workers,
-        stdout=io.StringIO(),
-    )
-    elapsed = (time.perf_counter_ns() - started) / 1000
+        "generate_monthly_charges", all_orgs=True, month=f"{month:%Y-%m}",
+        actor=actor.username, workers=workers, stdout=io.StringIO(),
+    )  # fmt: skip
+    elapsed = since_us(started)
 
     runs = MonthlyChargeRun.objects.filter(organization__in=members, month=month).completed()
     charges = MonthlyCharge.objects.filter(run__in=runs)
-    rows = sorted(
-        charges.values_list("run__organization__slug", "unit__label", "amount").iterator()
-    )
+    rows = sorted(charges.values_list("run__organization__slug", "unit__label", "amount"))
     digest = hashlib.sha256(repr([(s, u, str(a)) for s, u, a in rows]).encode()).hexdigest()
     outsiders = MonthlyChargeRun.objects.filter(month=month).exclude(organization__in=members)
-    return {
-        "samples_us": [elapsed],
-        "metrics": {
-            "orgs_per_s": round(orgs / (elapsed / 1e6), 1),
-            "seconds": round(elapsed / 1e6, 2),
-            "result_digest": digest[:16],
-        },
-        "invariants": [
-            check(
-                "every organization billed once, one charge per unit",
-                runs.count() == orgs
-                and len(rows) == orgs * units
-                and not outsiders.exists()
-                and Organization.objects.filter(slug__in=slugs).count() == orgs,
-                f"{runs.count()} runs, {len(rows)} charges for {orgs} x {units} units",
-            )
-        ],
+    ok = runs.count() == orgs and len(rows) == orgs * units and not outsiders.exists()
+    detail = f"{runs.count()} runs, {len(rows)} charges for {orgs} x {units} units"
+    metrics = {
+        "orgs_per_s": round(orgs / (elapsed / 1e6), 1),
+        "seconds": round(elapsed / 1e6, 2),
+        "result_digest": digest[:16],
     }
+    invariant = check("every organization billed once, one charge per unit", ok, detail)
+    return result([elapsed], invariant, metrics=metrics)
+
+
+# -- the month start at scale: every association, 200 units each, one new month -------------
+
+MONTH_START_SLUG = "bench-month-"  # the fixture's associations, created and deleted per process
+MONTH_START_ACTOR = "bench-month-staff"  # staff of those only: --all-orgs walks nothing else
+UNITS_PER_ASSOCIATION = 200
+# Dependents first. %(slug)s: the fixture's associations; %(resource)s: their leases' audit.
+MONTH_START_CLEANUP = """
+DELETE FROM charges_monthlycharge USING charges_monthlychargerun run, hoa_organization org
+    WHERE run_id = run.id AND run.organization_id = org.id AND org.slug LIKE %(slug)s;
+DELETE FROM charges_monthlychargerun USING hoa_organization org
+    WHERE organization_id = org.id AND org.slug LIKE %(slug)s;
+DELETE FROM hoa_unit USING hoa_organization org
+    WHERE organization_id = org.id AND org.slug LIKE %(slug)s;
+DELETE FROM hoa_staffmembership USING hoa_organization org
+    WHERE organization_id = org.id AND org.slug LIKE %(slug)s;
+DELETE FROM hoa_organization WHERE slug LIKE %(slug)s;
+DELETE FROM locking_fenceevent WHERE resource LIKE %(resource)s;
+DELETE FROM locking_fenceepoch WHERE resource LIKE %(resource)s
+"""
+# Associations that have not exactly one completed run with one charge per unit, all
+# associations, all charges.
+MONTH_START_CHECK_SQL = """
+SELECT count(*) FILTER (WHERE ok IS NOT TRUE), count(*), coalesce(sum(charged), 0)::bigint
+FROM (
+    SELECT count(charge.id) AS charged,
+           count(DISTINCT run.id) = 1 AND bool_and(run.status = 'completed')
+           AND count(charge.id) = (SELECT count(*) FROM hoa_unit WHERE organization_id = org.id)
+           AS ok
+    FROM hoa_organization org
+    LEFT JOIN charges_monthlychargerun run ON run.organization_id = org.id AND run.month = %s
+    LEFT JOIN charges_monthlycharge charge ON charge.run_id = run.id
+    WHERE org.slug LIKE %s
+    GROUP BY org.id
+) AS per_association
+"""
+
+
+def _copy_in(cursor, target: str, lines) -> None:
+    """COPY ``lines`` of tab-separated text into ``target``, "table (columns)"."""
+    with cursor.copy(f"COPY {target} FROM STDIN") as copy:
+        for line in lines:
+            copy.write(line)
+
+
+def _copy_associations(count: int) -> list[int]:
+    """COPY ``count`` associations, their units and the actor's memberships; return their ids."""
+    now = timezone.now().isoformat()
+    slugs = [f"{MONTH_START_SLUG}{n:05d}" for n in range(count)]
+    units = [f"\tU{n:05d}\t{150 + n % 100}\n" for n in range(1, UNITS_PER_ASSOCIATION + 1)]
+    with connection.cursor() as django_cursor:
+        cursor = django_cursor.cursor  # psycopg's own, for COPY
+        columns = "name, slug, sla_hours_high, sla_hours_normal, sla_hours_low, created_at"
+        rows = (f"{slug}\t{slug}\t24\t72\t168\t{now}\n" for slug in slugs)
+        _copy_in(cursor, f"hoa_organization ({columns})", rows)
+        cursor.execute("SELECT id FROM hoa_organization WHERE slug = ANY(%s) ORDER BY id", [slugs])
+        ids = [org_id for (org_id,) in cursor.fetchall()]
+        rows = ("".join(f"{org_id}{unit}" for unit in units) for org_id in ids)  # 200 at a time
+        _copy_in(cursor, "hoa_unit (organization_id, label, monthly_assessment)", rows)
+        actor = fixtures.staff_user(MONTH_START_ACTOR, Organization.objects.get(pk=ids[0]))
+        rows = (f"{actor.pk}\t{org_id}\t{now}\n" for org_id in ids[1:])
+        _copy_in(cursor, "hoa_staffmembership (user_id, organization_id, created_at)", rows)
+    return ids
+
+
+def _delete_associations(month) -> None:
+    """Delete what the fixture and the runs of ``month`` wrote."""
+    patterns = {"slug": f"{MONTH_START_SLUG}%", "resource": f"monthly-charges:org:%:{month:%Y-%m}"}
+    with connection.cursor() as cursor:
+        for statement in MONTH_START_CLEANUP.split(";"):
+            cursor.execute(statement, patterns)
+
+
+def _run_commands(hosts: int, month) -> list[int]:
+    """``hosts`` cron runs of the command at once, billing to a stand-in; their exit codes."""
+    billing, billing_url = start_stand_in("billing")
+    command = [
+        sys.executable, "manage.py", "generate_monthly_charges", "--all-orgs", "--workers", "2",
+        "--month", f"{month:%Y-%m}", "--actor", MONTH_START_ACTOR,
+    ]  # fmt: skip
+    env = {**os.environ, "BILLING_WEBHOOK_URL": billing_url}
+    quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
+    runs = [subprocess.Popen(command, cwd=BASE_DIR, env=env, **quiet) for _ in range(hosts)]
+    codes = [run.wait() for run in runs]
+    billing.shutdown()
+    return codes
+
+
+def month_start(*, variant: str, associations: int) -> dict:
+    """Bill one new month for ``associations`` x 200 units; time it, check it, clean up."""
+    month = fixtures.month(3600)  # 2301-01: no other case bills it
+    _delete_associations(month)  # what a crashed earlier process may have left
+    ids = _copy_associations(associations)
+    connections.close_all()  # the children open their own
+    codes = []
+    try:
+        started = time.perf_counter_ns()
+        if variant == "baseline":
+            # Per association 2b's COPY variant: no lease, fence, audit or billing.
+            copy_month = functools.partial(_plain_run, month=month, insert=_copy)
+            with multiprocessing.get_context("fork").Pool(2) as pool:
+                pool.map(copy_month, [Organization(pk=org_id) for org_id in ids], chunksize=1)
+        else:
+            codes = _run_commands(2 if variant == "two_hosts" else 1, month)
+        elapsed = since_us(started)
+        with connection.cursor() as cursor:
+            cursor.execute(MONTH_START_CHECK_SQL, [month, f"{MONTH_START_SLUG}%"])
+            wrong, checked, charged = cursor.fetchone()
+    finally:
+        _delete_associations(month)
+    seconds = elapsed / 1e6
+    metrics = {
+        "seconds": round(seconds, 2),
+        "associations_per_s": round(checked / seconds, 1),
+        "charges_per_s": round(charged / seconds, 1),
+        "charges": charged,
+        # The largest peak RSS of the processes this one started and waited for: the
+        # workers and (for the command) its parent. It bounds every worker's peak.
+        "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024, 1),
+        "exit_codes": ", ".join(map(str, codes)) or "-",
+    }
+    ok = wrong == 0 and checked == associations
+    detail = f"{checked} associations, {wrong} not billed exactly once"
+    invariant = check("every association: one completed run, one charge per unit", ok, detail)
+    return result([elapsed], invariant, metrics=metrics)

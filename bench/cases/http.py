@@ -22,11 +22,13 @@ from importlib import import_module
 
 import requests
 from django.conf import settings
+from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY
 from django.db import connection
 
 from bench import fixtures
 from bench.environment import BASE_DIR, free_port, start_stand_in, stop, wait_until
-from bench.measure import check, median, percentile
+from bench.measure import check, median, percentile, result, since_us
+from vendors.models import VendorAssignment
 
 HOT_COMPLAINTS = 4
 HOT_SHARE = 0.5
@@ -62,15 +64,8 @@ def _start_gunicorn(port: int, run_dir: str, dispatch_url: str) -> subprocess.Po
 
 
 def _logged_in_session(user) -> requests.Session:
-    """A ``requests`` session already logged in as ``user``, with a CSRF cookie.
-
-    The session row is written the way Django's test client ``force_login`` writes it,
-    so sixteen clients do not spend the run's first seconds on PBKDF2 at the login page;
-    every request still goes through the session, authentication and CSRF middleware.
-    """
-    from django.conf import settings
-    from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY
-
+    """A ``requests`` session logged in as ``user`` (the session row written as the test
+    client's ``force_login`` writes it: no PBKDF2 per client), with a CSRF cookie."""
     store = import_module(settings.SESSION_ENGINE).SessionStore()
     store[SESSION_KEY] = str(user.pk)
     store[BACKEND_SESSION_KEY] = settings.AUTHENTICATION_BACKENDS[0]
@@ -87,114 +82,84 @@ def _logged_in_session(user) -> requests.Session:
 
 def run(*, redis_url: str, seconds: float, clients: int) -> dict:
     """Drive the assign endpoint with ``clients`` threads for ``seconds``; report answers."""
-    from vendors.models import VendorAssignment
-
     org = fixtures.organization("bench-http")
     users = [fixtures.staff_user(f"bench-http-{n}", org) for n in range(clients)]
     vendor_ids = [v.pk for v in fixtures.vendors_with_contracts(org, 3)]
     label = fixtures.unique_label("http")
     hot = [c.pk for c in fixtures.complaints(org, HOT_COMPLAINTS, title=f"{label} hot")]
-    cold_rows = fixtures.complaints(org, int(seconds * 250) + 100, title=f"{label} cold")
-    cold_ids = iter([c.pk for c in cold_rows])
+    cold = fixtures.complaints(org, int(seconds * 250) + 100, title=f"{label} cold")
+    cold_ids = iter(c.pk for c in cold)
     cold_lock = threading.Lock()
-    csrf_cookie = settings.CSRF_COOKIE_NAME
-
-    dispatch, dispatch_url = start_stand_in("dispatch")
-    port = free_port()
-    run_dir = tempfile.mkdtemp(prefix="hoa-bench-gunicorn-")
-    base = f"http://{HOST}:{port}"
-    process = _start_gunicorn(port, run_dir, dispatch_url)
     answers: list[tuple[str, int, float, int]] = []  # (kind, status, µs, complaint)
     errors: list[str] = []
+
+    def drive(session: requests.Session, chooser: random.Random, deadline: float) -> None:
+        while time.monotonic() < deadline:
+            if chooser.random() < HOT_SHARE:
+                kind, complaint = "hot", chooser.choice(hot)
+                data = {"vendor": chooser.choice(vendor_ids), "reassign": "on"}
+            else:
+                with cold_lock:
+                    complaint = next(cold_ids, None)
+                if complaint is None:
+                    break
+                kind, data = "cold", {"vendor": vendor_ids[0]}
+            cookies = session.cookies
+            data["csrfmiddlewaretoken"] = cookies.get(settings.CSRF_COOKIE_NAME, "", domain=HOST)
+            url = f"{base}/orgs/{org.slug}/complaints/{complaint}/assign/"
+            started = time.perf_counter_ns()
+            try:
+                response = session.post(url, data=data, allow_redirects=False, timeout=30)
+            except requests.RequestException as exc:
+                errors.append(str(exc))
+                continue
+            answers.append((kind, response.status_code, since_us(started), complaint))
+            # The 303 leaves a flash message for the next page; a browser shows it and it
+            # is gone. Dropping it here keeps it from piling up in the cookie.
+            cookies.set(MESSAGES_COOKIE, None, domain=HOST, path="/")
+
+    def client(session: requests.Session, seed: int) -> None:
+        try:
+            barrier.wait(30)
+            drive(session, random.Random(seed), deadline)
+        except BaseException:
+            errors.append("a client thread crashed (see stderr)")
+            raise
+
+    dispatch, dispatch_url = start_stand_in("dispatch")
+    port, run_dir = free_port(), tempfile.mkdtemp(prefix="hoa-bench-gunicorn-")
+    base = f"http://{HOST}:{port}"
+    process = _start_gunicorn(port, run_dir, dispatch_url)
     try:
         sessions = [_logged_in_session(user) for user in users]
         connection.close()
         barrier = threading.Barrier(clients + 1)
-        deadline_box: list[float] = []
-
-        def client(session: requests.Session, seed: int) -> None:
-            chooser = random.Random(seed)
-            mine: list = []
-            finished = False
-            try:
-                barrier.wait(30)
-                _drive(session, chooser, deadline_box[0], mine)
-                finished = True
-            finally:
-                answers.extend(mine)
-                if not finished:
-                    errors.append("a client thread crashed (see stderr)")
-
-        def _drive(session, chooser, deadline: float, mine: list) -> None:
-            while time.monotonic() < deadline:
-                if chooser.random() < HOT_SHARE:
-                    kind, complaint = "hot", chooser.choice(hot)
-                    data = {"vendor": chooser.choice(vendor_ids), "reassign": "on"}
-                else:
-                    with cold_lock:
-                        complaint = next(cold_ids, None)
-                    if complaint is None:
-                        break
-                    kind, data = "cold", {"vendor": vendor_ids[0]}
-                data["csrfmiddlewaretoken"] = session.cookies.get(
-                    csrf_cookie, "", domain=HOST, path="/"
-                )
-                started = time.perf_counter_ns()
-                try:
-                    response = session.post(
-                        f"{base}/orgs/{org.slug}/complaints/{complaint}/assign/",
-                        data=data,
-                        allow_redirects=False,
-                        timeout=30,
-                    )
-                except requests.RequestException as exc:
-                    errors.append(str(exc))
-                    continue
-                elapsed = (time.perf_counter_ns() - started) / 1000
-                mine.append((kind, response.status_code, elapsed, complaint))
-                # The 303 leaves a flash message for the next page; a browser shows it and
-                # it is gone. Dropping it here keeps it from piling up in the cookie.
-                session.cookies.set(MESSAGES_COOKIE, None, domain=HOST, path="/")
-
-        threads = [
-            threading.Thread(target=client, args=(session, n)) for n, session in enumerate(sessions)
-        ]
+        threads = [threading.Thread(target=client, args=(s, n)) for n, s in enumerate(sessions)]
         for thread in threads:
             thread.start()
-        deadline_box.append(time.monotonic() + seconds)
-        cpu_before = time.process_time()
-        started = time.monotonic()
+        deadline = time.monotonic() + seconds
+        cpu_before, started = time.process_time(), time.monotonic()
         barrier.wait(30)
         for thread in threads:
             thread.join(seconds + 60)
-        wall = time.monotonic() - started
-        client_cpu = time.process_time() - cpu_before
+        wall, client_cpu = time.monotonic() - started, time.process_time() - cpu_before
     finally:
         stop(process, grace=40)
         dispatch.shutdown()
         shutil.rmtree(run_dir, ignore_errors=True)
 
     statuses = Counter(status for _, status, _, _ in answers)
-    total = len(answers)
+    total, samples = len(answers), [us for _, _, us, _ in answers]
     server_errors = sum(count for status, count in statuses.items() if status >= 500)
     by_kind = {kind: [us for k, _, us, _ in answers if k == kind] for kind in ("hot", "cold")}
-    cold_ok = {
-        complaint for kind, status, _, complaint in answers if kind == "cold" and status == 303
-    }
-
-    active = Counter(
-        VendorAssignment.objects.filter(
-            complaint__title__startswith=label, active=True
-        ).values_list("complaint_id", flat=True)
-    )
-    tokens_ok = True
-    for complaint in hot:
-        tokens = list(
-            VendorAssignment.objects.filter(complaint_id=complaint)
-            .order_by("pk")
-            .values_list("fence_token", flat=True)
-        )
-        tokens_ok &= all(a < b for a, b in itertools.pairwise(tokens))
+    cold_ok = {complaint for kind, code, _, complaint in answers if (kind, code) == ("cold", 303)}
+    assigned = VendorAssignment.objects.filter(complaint__title__startswith=label, active=True)
+    active = Counter(assigned.values_list("complaint_id", flat=True))
+    hot_tokens: dict[int, list[int]] = {complaint: [] for complaint in hot}
+    assignments = VendorAssignment.objects.filter(complaint_id__in=hot).order_by("pk")
+    for complaint, token in assignments.values_list("complaint_id", "fence_token"):
+        hot_tokens[complaint].append(token)
+    tokens_ok = all(a < b for tokens in hot_tokens.values() for a, b in itertools.pairwise(tokens))
     metrics = {
         "requests": total,
         "requests_per_s": round(total / wall, 1),
@@ -204,28 +169,20 @@ def run(*, redis_url: str, seconds: float, clients: int) -> dict:
         "transport_errors": len(errors),
         "hot_p50_ms": round(median(by_kind["hot"]) / 1000, 2) if by_kind["hot"] else None,
         "cold_p50_ms": round(median(by_kind["cold"]) / 1000, 2) if by_kind["cold"] else None,
-        "p99_ms": round(percentile([us for _, _, us, _ in answers], 99) / 1000, 2),
+        "p99_ms": round(percentile(samples, 99) / 1000, 2),
         "load_generator_cpu_share": round(client_cpu / wall, 2),
     }
-    return {
-        "samples_us": [us for _, _, us, _ in answers],
-        "metrics": metrics,
-        "invariants": [
-            check(
-                "no 5xx and no transport errors",
-                server_errors == 0 and not errors and total > 0,
-                f"{total} requests: {dict(sorted(statuses.items()))}; "
-                f"{len(errors)} transport errors",
-            ),
-            check(
-                "at most one active assignment per complaint",
-                all(count == 1 for count in active.values()),
-                f"{len(active)} complaints with an active assignment",
-            ),
-            check(
-                "every cold 303 is in the database; hot tokens increase",
-                cold_ok <= set(active) and tokens_ok,
-                f"{len(cold_ok)} cold complaints assigned",
-            ),
-        ],
-    }
+    answered = f"{total} requests: {dict(sorted(statuses.items()))}; {len(errors)} transport errors"
+    one_active = all(count == 1 for count in active.values())
+    active_detail = f"{len(active)} complaints with an active assignment"
+    return result(
+        samples,
+        check("no 5xx and no transport errors", not (server_errors or errors) and total, answered),
+        check("at most one active assignment per complaint", one_active, active_detail),
+        check(
+            "every cold 303 is in the database; hot tokens increase",
+            cold_ok <= set(active) and tokens_ok,
+            f"{len(cold_ok)} cold complaints assigned",
+        ),
+        metrics=metrics,
+    )

@@ -1,82 +1,52 @@
 """Section 1: one lock cycle (acquire + release), single client, loopback.
 
 Every variant gets the same ``redis.Redis`` client on the bench's private Redis and is used
-as its documentation shows (a lock object per use, a non-blocking acquire, a release):
-``ping`` (the floor of any round trip), ``seed`` (the lesson's ``SET NX PX`` + ``INCR`` +
-``DEL``), ``redis_py``, ``python_redis_lock``, ``pottery`` (Redlock, one master), ``ours``
-(``FenceLock``: one script grants the lease and issues the token), ``scripts_only`` (our
-two scripts called bare: a diagnostic floor, not a lock a caller would use).
+as its documentation shows: a lock object per use, a non-blocking acquire, a release.
 """
 
 import functools
-import time
-from collections.abc import Callable
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from datetime import timedelta
 
 import redis
+import redis_lock
+from pottery import Redlock
 
-from bench.measure import check, commandstats, executed_per_op, sent_per_op
+from bench.environment import wait_until
+from bench.measure import check, commandstats, per_op, result, sent_per_op, timed_loop
 
 TTL = timedelta(seconds=30)
 
 
-def _ping(client: redis.Redis) -> Callable[[], None]:
-    def cycle() -> None:
-        client.ping()
+def _library_lock(new_lock):
+    """A variant whose cycle is a new ``new_lock(client)``, a non-blocking acquire, a release."""
 
-    return cycle
+    def variant(client: redis.Redis):
+        def cycle() -> None:
+            lock = new_lock(client)
+            if not lock.acquire(blocking=False):
+                raise RuntimeError(f"{type(lock).__name__} was held")
+            lock.release()
+
+        return cycle
+
+    return variant
 
 
-def _seed(client: redis.Redis) -> Callable[[], None]:
+def _seed(client: redis.Redis):
     # The seed's Go code, line for line: SetNX(lock, "held", ttl); Incr(fence); Del(lock).
-    lock_name, fence_name = "lock:bench-seed", "lock:bench-seed:fence"
     ttl_ms = int(TTL.total_seconds() * 1000)
 
     def cycle() -> None:
-        if not client.set(lock_name, "held", nx=True, px=ttl_ms):
+        if not client.set("lock:bench-seed", "held", nx=True, px=ttl_ms):
             raise RuntimeError("seed lock was held")
-        client.incr(fence_name)
-        client.delete(lock_name)
+        client.incr("lock:bench-seed:fence")
+        client.delete("lock:bench-seed")
 
     return cycle
 
 
-def _redis_py(client: redis.Redis) -> Callable[[], None]:
-    def cycle() -> None:
-        lock = client.lock("bench-redis-py", timeout=TTL.total_seconds())
-        if not lock.acquire(blocking=False):
-            raise RuntimeError("redis-py lock was held")
-        lock.release()
-
-    return cycle
-
-
-def _python_redis_lock(client: redis.Redis) -> Callable[[], None]:
-    import redis_lock
-
-    def cycle() -> None:
-        lock = redis_lock.Lock(client, "bench-python-redis-lock", expire=int(TTL.total_seconds()))
-        if not lock.acquire(blocking=False):
-            raise RuntimeError("python-redis-lock was held")
-        lock.release()
-
-    return cycle
-
-
-def _pottery(client: redis.Redis) -> Callable[[], None]:
-    from pottery import Redlock
-
-    def cycle() -> None:
-        lock = Redlock(key="bench-pottery", masters={client}, auto_release_time=TTL.total_seconds())
-        if not lock.acquire(blocking=False):
-            raise RuntimeError("pottery Redlock was held")
-        lock.release()
-
-    return cycle
-
-
-def _scripts_only(client: redis.Redis) -> Callable[[], None]:
+def _scripts_only(client: redis.Redis):
     # Our two Lua scripts called bare (arguments prepared once, no Lease, no checks): the
     # floor under FenceLock with this client library. Internals on purpose: a harness.
     from locking.lock import ACQUIRE_LUA, RELEASE_LUA
@@ -94,35 +64,36 @@ def _scripts_only(client: redis.Redis) -> Callable[[], None]:
 
 
 class _Ours:
-    """FenceLock per use, as ``run_fenced`` does; checks that tokens keep rising."""
+    """A FenceLock per use, as ``run_fenced`` does; counts tokens that fail to rise."""
 
     RESOURCE = "bench-ours"
 
     def __init__(self, client: redis.Redis):
         from locking import FenceLock, fence_key
 
-        # Every argument given: no Django settings needed. The counter exists, as it does
-        # for every resource after its first grant (which records epoch 0 in PostgreSQL).
-        self.fence_lock = functools.partial(FenceLock, using="default", min_replicas=0)
+        # Every argument given: no Django settings needed. The counter exists, as after a grant.
+        self.fence_lock = functools.partial(FenceLock, client, using="default", min_replicas=0)
         client.set(fence_key(self.RESOURCE), 0, nx=True)
-        self.client = client
-        self.last_token = 0
-        self.token_regressions = 0
+        self.last_token = self.token_regressions = 0
 
     def __call__(self) -> None:
-        lease = self.fence_lock(client=self.client).acquire(self.RESOURCE, ttl=TTL)
-        if lease.token <= self.last_token:
-            self.token_regressions += 1
+        lease = self.fence_lock().acquire(self.RESOURCE, ttl=TTL)
+        self.token_regressions += lease.token <= self.last_token
         self.last_token = lease.token
         lease.release()
 
 
-VARIANTS: dict[str, Callable[[redis.Redis], Callable[[], None]]] = {
-    "ping": _ping,
+SECONDS = TTL.total_seconds()
+VARIANTS = {
+    "ping": lambda client: client.ping,
     "seed": _seed,
-    "redis_py": _redis_py,
-    "python_redis_lock": _python_redis_lock,
-    "pottery": _pottery,
+    "redis_py": _library_lock(lambda c: c.lock("bench-redis-py", timeout=SECONDS)),
+    "python_redis_lock": _library_lock(
+        lambda c: redis_lock.Lock(c, "bench-python-redis-lock", expire=int(SECONDS))
+    ),
+    "pottery": _library_lock(
+        lambda c: Redlock(key="bench-pottery", masters={c}, auto_release_time=SECONDS)
+    ),
     "scripts_only": _scripts_only,
     "ours": _Ours,
     "ours_fsync_always": _Ours,
@@ -130,19 +101,16 @@ VARIANTS: dict[str, Callable[[redis.Redis], Callable[[], None]]] = {
 
 
 @contextmanager
-def _durability(client: redis.Redis, variant: str):
-    """Run ``ours_fsync_always`` with every write fsynced; restore the server after it."""
-    if variant != "ours_fsync_always":
-        yield
-        return
+def _fsync_always(client: redis.Redis):
+    """Every write fsynced while the block runs; the server's settings restored after it."""
     saved = {key: client.config_get(key)[key] for key in ("appendonly", "appendfsync")}
     client.config_set("appendfsync", "always")
     client.config_set("appendonly", "yes")  # starts an AOF rewrite: wait for it to end
-    deadline = time.monotonic() + 30
-    while client.info("persistence").get("aof_rewrite_in_progress"):
-        if time.monotonic() > deadline:
-            raise RuntimeError("the AOF rewrite did not finish in 30 s")
-        time.sleep(0.05)
+
+    def rewritten() -> bool:
+        return not client.info("persistence").get("aof_rewrite_in_progress")
+
+    wait_until(rewritten, timeout=30, what="the AOF rewrite")
     try:
         yield
     finally:
@@ -153,32 +121,25 @@ def _durability(client: redis.Redis, variant: str):
 def run(*, variant: str, redis_url: str, iterations: int, warmup: int, counted: int = 20) -> dict:
     """Time ``iterations`` cycles of ``variant``; count the Redis commands of a cycle."""
     client = redis.Redis.from_url(redis_url)
-    with _durability(client, variant):
+    durability = _fsync_always(client) if variant == "ours_fsync_always" else nullcontext()
+    with durability:
         cycle = VARIANTS[variant](client)
         for _ in range(warmup):  # connections made, scripts loaded, code paths warm
             cycle()
         before = commandstats(client)
-        samples = []
-        clock = time.perf_counter_ns
-        for _ in range(iterations):
-            started = clock()
-            cycle()
-            samples.append((clock() - started) / 1000)
-        executed = executed_per_op(before, commandstats(client), iterations)
+        samples = timed_loop(lambda _: cycle(), range(iterations))
+        executed = per_op(commandstats(client) - before, iterations)
         sent = sent_per_op(redis_url, cycle, counted)
-    invariants = []
-    if isinstance(cycle, _Ours):
-        detail = f"last token {cycle.last_token}, regressions {cycle.token_regressions}"
-        rising = cycle.token_regressions == 0
-        invariants.append(check("fencing tokens strictly increasing (lock cycle)", rising, detail))
-    return {
-        "samples_us": samples,
-        "counts": {
-            "redis_sent": sent,
-            "redis_sent_total": round(sum(sent.values()), 3),
-            "redis_executed": executed,
-            "redis_executed_total": round(sum(executed.values()), 3),
-            "db_round_trips": 0,
-        },
-        "invariants": invariants,
+    counts = {
+        "redis_sent": sent,
+        "redis_sent_total": round(sum(sent.values()), 3),
+        "redis_executed": executed,
+        "redis_executed_total": round(sum(executed.values()), 3),
+        "db_round_trips": 0,
     }
+    if not isinstance(cycle, _Ours):
+        return result(samples, counts=counts)
+    detail = f"last token {cycle.last_token}, regressions {cycle.token_regressions}"
+    rising = cycle.token_regressions == 0
+    invariant = check("fencing tokens strictly increasing (lock cycle)", rising, detail)
+    return result(samples, invariant, counts=counts)
