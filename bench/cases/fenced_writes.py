@@ -206,8 +206,7 @@ DELETE FROM hoa_organization WHERE slug LIKE %(slug)s;
 DELETE FROM locking_fenceevent WHERE resource LIKE %(resource)s;
 DELETE FROM locking_fenceepoch WHERE resource LIKE %(resource)s
 """
-# Associations that have not exactly one completed run with one charge per unit, all
-# associations, all charges.
+# Associations without exactly one completed run of one charge per unit; all; charges.
 MONTH_START_CHECK_SQL = """
 SELECT count(*) FILTER (WHERE ok IS NOT TRUE), count(*), coalesce(sum(charged), 0)::bigint
 FROM (
@@ -302,8 +301,7 @@ def month_start(*, variant: str, associations: int) -> dict:
         "associations_per_s": round(checked / seconds, 1),
         "charges_per_s": round(charged / seconds, 1),
         "charges": charged,
-        # The largest peak RSS of the processes this one started and waited for: the
-        # workers and (for the command) its parent. It bounds every worker's peak.
+        # The largest peak RSS of this process's children: it bounds every worker's peak.
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024, 1),
         "exit_codes": ", ".join(map(str, codes)) or "-",
     }
