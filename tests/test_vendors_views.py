@@ -347,12 +347,25 @@ def test_busy_lease_is_409_naming_the_holder_with_a_retry_button(
 
 @pytest.mark.parametrize(
     "value",
-    ["abc", "-1", "", "1.5", "99999999999999999999", "987654", "<script>", "{oak}", "{none}"],
+    [
+        "abc",
+        "-1",
+        "",
+        "1.5",
+        "99999999999999999999",
+        "987654",
+        "<script>",
+        "{oak}",
+        "{none}",
+        "{wide}",  # pipe's own id in fullwidth digits: int() would read it as pipe
+        " {pipe} ",
+    ],
 )
 def test_bad_or_foreign_vendor_is_400_and_writes_nothing(
     complaint, oak, pipe, alice, redis_client, dispatch, value
 ):
-    values = {"oak": active_vendor("Oakline", oak).pk, "none": ""}
+    wide = str(pipe.pk).translate({ord(d): 0xFF10 + int(d) for d in "0123456789"})
+    values = {"oak": active_vendor("Oakline", oak).pk, "none": "", "wide": wide, "pipe": pipe.pk}
     posted = {"vendor": value.format(**values)} if value != "{none}" else {}
     before = state_of(complaint, redis_client)
 
@@ -437,8 +450,10 @@ def test_csrf_is_enforced_on_assign(complaint, pipe, alice, redis_client):
     assert state_of(complaint, redis_client) == before
 
 
-def test_assign_accepts_only_post(complaint, alice):
-    assert client_for(alice).get(assign_url(complaint)).status_code == 405
+def test_assign_changes_nothing_but_on_post(complaint, alice):
+    client = client_for(alice)
+    assert client.put(assign_url(complaint)).status_code == 405
+    assert not VendorAssignment.objects.exists()
 
 
 @fenced
@@ -530,3 +545,9 @@ def test_paused_holder_posting_is_answered_409_naming_the_newer_assignment(
     assert "(token 2)" in html and "(token 1)" in html
     assert [(a.vendor, a.fence_token) for a in active_assignments(complaint)] == [(green, 2)]
     assert VendorAssignment.objects.count() == 1
+
+
+def test_get_on_the_assign_url_leads_to_the_complaint(complaint, alice):
+    """Entering a 409 page's address again must not show the browser's bare 405."""
+    response = client_for(alice).get(assign_url(complaint))
+    assert (response.status_code, response["Location"]) == (302, detail_url(complaint))

@@ -2,6 +2,7 @@ from django import forms
 from django.utils.translation import gettext_lazy as _
 
 from hoa.models import Complaint, Organization
+from hoa.web.fields import IdChoiceField
 from vendors.models import Vendor, VendorAssignment
 
 
@@ -14,7 +15,7 @@ class AssignVendorForm(forms.Form):
     goes without it.
     """
 
-    vendor = forms.ModelChoiceField(
+    vendor = IdChoiceField(
         queryset=Vendor.objects.none(),
         label=_("Vendor"),
         empty_label=_("Choose a vendor…"),
@@ -28,7 +29,7 @@ class AssignVendorForm(forms.Form):
         label=_("Replace the current vendor"),
         help_text=_("Without this, a complaint that already has a vendor keeps it."),
     )
-    replacing = forms.ModelChoiceField(
+    replacing = IdChoiceField(
         queryset=VendorAssignment.objects.none(),
         required=False,
         widget=forms.HiddenInput,

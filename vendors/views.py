@@ -10,6 +10,7 @@ that one only, and a 409 page that shows a newer one offers to replace it knowin
 
 from django.contrib import messages
 from django.http import HttpResponseRedirect
+from django.shortcuts import redirect
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.decorators import method_decorator
@@ -76,11 +77,15 @@ class ComplaintDetailView(OrganizationMixin, DetailView):
 @method_decorator(limit_fenced_posts, name="dispatch")
 class AssignVendorView(ComplaintDetailView):
     """``POST …/complaints/<id>/assign/``: 303 to the complaint, 409 for the loser, 429
-    past the rate limit."""
+    past the rate limit. A GET (a 409 page's address entered again) leads to the
+    complaint."""
 
-    http_method_names = ["post"]
+    http_method_names = ["get", "post"]
     permission_required = ASSIGN_PERMISSION
     operation = OPERATION
+
+    def get(self, request, *args, **kwargs):
+        return redirect("vendors:complaint", self.organization.slug, self.get_object().pk)
 
     def post(self, request, *args, **kwargs):
         self.object = complaint = self.get_object()
