@@ -7,6 +7,7 @@ from django import forms
 from django.utils.translation import gettext_lazy as _
 
 from charges.exceptions import InvalidMonth
+from charges.models import MonthlyChargeRun
 
 _MONTH_PATTERN = re.compile(r"([0-9]{4})-([0-9]{2})")  # [0-9]: \d also takes "٢٠٢٦-٠٣"
 
@@ -38,3 +39,14 @@ class MonthForm(forms.Form):
             return parse_month(self.cleaned_data["month"])
         except InvalidMonth as exc:
             raise forms.ValidationError(str(exc), code="invalid_month") from exc
+
+
+class RunFilterForm(forms.Form):
+    """The run list's filter (a GET form); a status that is not one is a 400."""
+
+    status = forms.ChoiceField(
+        required=False,
+        label=_("Status"),
+        choices=[("", _("Any status")), *MonthlyChargeRun.Status.choices],
+        error_messages={"invalid_choice": _("Choose a status from the list.")},
+    )

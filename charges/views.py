@@ -20,7 +20,7 @@ from django.views import View
 from django.views.generic import ListView, TemplateView
 
 from charges.exceptions import ChargesError
-from charges.forms import MonthForm, parse_month
+from charges.forms import MonthForm, RunFilterForm, parse_month
 from charges.models import MonthlyChargeRun
 from charges.resources import GENERATE_PERMISSION, OPERATION
 from charges.selectors import current_month, monthly_totals
@@ -76,17 +76,26 @@ class ChargeRunListView(OrganizationMixin, ListView):
             return redirect(
                 "charges:run", self.organization.slug, f"{form.cleaned_data['month']:%Y-%m}"
             )
+        self.filters = RunFilterForm(request.GET or None)
+        if request.GET and not self.filters.is_valid():
+            return error_page(request, 400, _("Not a filter"), self.filters.errors["status"][0])
         return super().get(request, *args, **kwargs)
 
     def get_queryset(self):
-        return MonthlyChargeRun.objects.for_organization(self.organization)
+        runs = MonthlyChargeRun.objects.for_organization(self.organization)
+        if self.filters.is_bound and (status := self.filters.cleaned_data["status"]):
+            runs = runs.filter(status=status)
+        return runs
 
     def get_context_data(self, **kwargs):
         context = super().get_context_data(**kwargs)
         month = current_month()
         context.update(
             current_month=month,
-            current_run=self.get_queryset().filter(month=month).first(),
+            current_run=MonthlyChargeRun.objects.for_organization(self.organization)
+            .filter(month=month)
+            .first(),
+            filters=self.filters,
             month_form=MonthForm(initial={"month": f"{month:%Y-%m}"}),
             can_generate=_can_generate(self.request.user),
             totals_chart=totals_chart(self.organization, until=month),
