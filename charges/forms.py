@@ -10,6 +10,7 @@ from django.utils.translation import gettext_lazy as _
 
 from charges import answers
 from charges.exceptions import InvalidMonth
+from charges.models import MonthlyChargeRun
 from charges.selectors import add_months, current_month
 
 _MONTH_PATTERN = re.compile(r"([0-9]{4})-([0-9]{2})")  # [0-9]: \d also takes "٢٠٢٦-٠٣"
@@ -83,3 +84,14 @@ class ConfirmedMonthForm(MonthForm):
         if month is not None and needs_confirmation(month) and not cleaned.get("confirm"):
             self.add_error("confirm", answers.confirm_month(month))
         return cleaned
+
+
+class RunFilterForm(forms.Form):
+    """The run list's filter (a GET form); a status that is not one is a 400."""
+
+    status = forms.ChoiceField(
+        required=False,
+        label=_("Status"),
+        choices=[("", _("Any status")), *MonthlyChargeRun.Status.choices],
+        error_messages={"invalid_choice": _("Choose a status from the list.")},
+    )

@@ -21,7 +21,13 @@ from django.views.generic import ListView, TemplateView
 
 from charges import answers
 from charges.exceptions import ChargesError
-from charges.forms import MonthForm, needs_confirmation, parse_billing_month, parse_month
+from charges.forms import (
+    MonthForm,
+    RunFilterForm,
+    needs_confirmation,
+    parse_billing_month,
+    parse_month,
+)
 from charges.models import MonthlyChargeRun, month_label
 from charges.resources import GENERATE_PERMISSION, OPERATION
 from charges.selectors import current_month, monthly_totals
@@ -77,17 +83,26 @@ class ChargeRunListView(OrganizationMixin, ListView):
             return redirect(
                 "charges:run", self.organization.slug, month_label(form.cleaned_data["month"])
             )
+        self.filters = RunFilterForm(request.GET or None)
+        if request.GET and not self.filters.is_valid():
+            return error_page(request, 400, _("Not a filter"), self.filters.errors["status"][0])
         return super().get(request, *args, **kwargs)
 
     def get_queryset(self):
-        return MonthlyChargeRun.objects.for_organization(self.organization)
+        runs = MonthlyChargeRun.objects.for_organization(self.organization)
+        if self.filters.is_bound and (status := self.filters.cleaned_data["status"]):
+            runs = runs.filter(status=status)
+        return runs
 
     def get_context_data(self, **kwargs):
         context = super().get_context_data(**kwargs)
         month = current_month()
         context.update(
             current_month=month,
-            current_run=self.get_queryset().filter(month=month).first(),
+            current_run=MonthlyChargeRun.objects.for_organization(self.organization)
+            .filter(month=month)
+            .first(),
+            filters=self.filters,
             month_form=MonthForm(initial={"month": month_label(month)}),
             can_generate=_can_generate(self.request.user),
             totals_chart=totals_chart(self.organization, until=month),

@@ -54,31 +54,45 @@ class ComplaintEventInline(admin.TabularInline):
     model = ComplaintEvent
     extra = 0
     can_delete = False
-    readonly_fields = ["kind", "detail", "at"]
+    fields = readonly_fields = [
+        "at",
+        "kind",
+        "from_status",
+        "to_status",
+        "old_due_at",
+        "new_due_at",
+        "actor_label",
+        "detail",
+    ]
+    ordering = ["-at", "-id"]
 
     def has_add_permission(self, request, obj=None):
         return False
 
 
 def humanize_due_in(due_at: datetime, now: datetime) -> str:
-    """Return how long until ``due_at``, e.g. "3 hours, 5 minutes"; negative when overdue."""
+    """Return how long until ``due_at``, e.g. "3 hours, 5 minutes", or "overdue by 6 hours"."""
     if due_at >= now:
         return timeuntil(due_at, now, depth=2)
-    return _("-%(overdue_by)s") % {"overdue_by": timesince(due_at, now, depth=2)}
+    return _("overdue by %(overdue_by)s") % {"overdue_by": timesince(due_at, now, depth=2)}
 
 
 class BreachedFilter(admin.SimpleListFilter):
-    title = _("breached")
+    """Past the SLA as of now (``ComplaintQuerySet.past_sla``), whether or not the sweep
+    has recorded it yet."""
+
+    title = _("past SLA")
     parameter_name = "breached"
 
     def lookups(self, request, model_admin):
         return [("yes", _("Yes")), ("no", _("No"))]
 
     def queryset(self, request, queryset):
+        late = Complaint.objects.past_sla().values("pk")
         if self.value() == "yes":
-            return queryset.breached()
+            return queryset.filter(pk__in=late)
         if self.value() == "no":
-            return queryset.filter(sla_breached_at__isnull=True)
+            return queryset.exclude(pk__in=late)
         return queryset
 
 
@@ -97,7 +111,18 @@ class ComplaintAdmin(TenantAdminMixin, admin.ModelAdmin):
     list_filter = ["status", "priority", BreachedFilter, "organization"]
     search_fields = ["title", "description", "unit__label"]
     list_select_related = ["organization", "unit"]
-    readonly_fields = ["last_fence_token", "sla_breached_at"]
+    # The SLA clock is not edited by hand: changing it is a recorded action with a reason
+    # (the complaint page's "Change the SLA", hoa.complaints.change_sla). The status moves
+    # through the workflow's rules (hoa.complaints.change_status) on the same page.
+    readonly_fields = [
+        "status",
+        "opened_at",
+        "sla_due_at",
+        "sla_breached_at",
+        "closed_at",
+        "closed_by",
+        "last_fence_token",
+    ]
     inlines = [ComplaintEventInline]
 
     @admin.display(description=_("due in"), ordering="sla_due_at")
@@ -107,9 +132,10 @@ class ComplaintAdmin(TenantAdminMixin, admin.ModelAdmin):
             return None
         return humanize_due_in(complaint.sla_due_at, timezone.now())
 
-    @admin.display(description=_("breached"), boolean=True, ordering="sla_breached_at")
+    @admin.display(description=_("past SLA"), boolean=True, ordering="sla_due_at")
     def breached(self, complaint: Complaint) -> bool:
-        return complaint.is_breached
+        # As of now, not as of the last sweep: overdue, or a breach was recorded.
+        return complaint.is_past_sla()
 
 
 class PublishStateFilter(admin.SimpleListFilter):

@@ -99,6 +99,12 @@ class ComplaintQuerySet(TenantQuerySet):
     def breached(self):
         return self.filter(sla_breached_at__isnull=False)
 
+    def past_sla(self, now=None):
+        """Open complaints past their SLA as of ``now``: the due time has passed, or the
+        sweep recorded a breach. Computed when asked, whether or not the sweep has run."""
+        late = Q(sla_due_at__lt=now or timezone.now()) | Q(sla_breached_at__isnull=False)
+        return self.open().filter(late)
+
     def overdue(self, now=None):
         """Open complaints past their SLA deadline that are not yet marked breached."""
         return self.open().filter(
@@ -109,6 +115,7 @@ class ComplaintQuerySet(TenantQuerySet):
 class Complaint(FencedModel):
     class Status(models.TextChoices):
         OPEN = "open", _("Open")
+        ASSIGNED = "assigned", _("Assigned")
         IN_PROGRESS = "in_progress", _("In progress")
         RESOLVED = "resolved", _("Resolved")
         CLOSED = "closed", _("Closed")
@@ -118,7 +125,9 @@ class Complaint(FencedModel):
         NORMAL = "normal", _("Normal")
         LOW = "low", _("Low")
 
-    OPEN_STATUSES = (Status.OPEN, Status.IN_PROGRESS)
+    # Open for the SLA (its clock runs) until resolved or closed; the sweep, the dashboard
+    # and the partial index below use this one tuple.
+    OPEN_STATUSES = (Status.OPEN, Status.ASSIGNED, Status.IN_PROGRESS)
 
     organization = models.ForeignKey(
         Organization, on_delete=models.CASCADE, related_name="complaints"
@@ -137,6 +146,16 @@ class Complaint(FencedModel):
     opened_at = models.DateTimeField(_("opened at"), default=timezone.now)
     sla_due_at = models.DateTimeField(_("SLA due at"), null=True, blank=True)
     sla_breached_at = models.DateTimeField(_("SLA breached at"), null=True, blank=True)
+    # Who closed it and when (hoa.complaints.change_status); cleared when it is reopened.
+    closed_at = models.DateTimeField(_("closed at"), null=True, blank=True)
+    closed_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="+",
+        verbose_name=_("closed by"),
+    )
     # last_fence_token (from FencedModel) fences vendor assignment: the assignment row may
     # not exist yet, the complaint does.
 
@@ -148,7 +167,9 @@ class Complaint(FencedModel):
             models.Index(
                 fields=["sla_due_at"],
                 name="complaint_sla_open_idx",
-                condition=Q(status__in=["open", "in_progress"], sla_breached_at__isnull=True),
+                condition=Q(
+                    status__in=["open", "assigned", "in_progress"], sla_breached_at__isnull=True
+                ),
             )
         ]
         constraints = [
@@ -175,34 +196,74 @@ class Complaint(FencedModel):
     def is_breached(self) -> bool:
         return self.sla_breached_at is not None
 
+    def overdue_by(self, now=None) -> timedelta | None:
+        """How long past its SLA due time this open complaint is, at ``now``; ``None`` when
+        it is not (closed or resolved complaints have no clock running)."""
+        if not self.is_open or self.sla_due_at is None:
+            return None
+        late = (now or timezone.now()) - self.sla_due_at
+        return late if late > timedelta(0) else None
+
+    def is_past_sla(self, now=None) -> bool:
+        """Open and overdue now, or with a breach the sweep recorded (``past_sla``)."""
+        return self.is_open and (self.is_breached or self.overdue_by(now) is not None)
+
 
 class ComplaintEventQuerySet(TenantQuerySet):
     tenant_path = "complaint__organization"
 
 
 class ComplaintEvent(models.Model):
-    """Something that happened to a complaint (SLA breach, assignment, status change)."""
+    """Something that happened to a complaint: an SLA breach, a status change, a note, an
+    SLA change. Written by the sweep and by ``hoa.complaints``; never edited.
+
+    ``detail`` is the staff member's note (a status change, a note) or reason (an SLA
+    change), or what the sweep recorded.
+    """
 
     class Kind(models.TextChoices):
         SLA_BREACHED = "sla_breached", _("SLA breached")
         NOTE = "note", _("Note")
+        STATUS_CHANGED = "status_changed", _("Status changed")
+        SLA_CHANGED = "sla_changed", _("SLA changed")
 
     complaint = models.ForeignKey(Complaint, on_delete=models.CASCADE, related_name="events")
     kind = models.CharField(max_length=30, choices=Kind.choices)
     detail = models.TextField(blank=True, default="")
     at = models.DateTimeField(default=timezone.now)
+    actor = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="+",
+    )
+    # Who, as recorded when it happened (the user may be renamed or deleted later).
+    actor_label = models.CharField(max_length=200, blank=True, default="")
+    from_status = models.CharField(max_length=20, choices=Complaint.Status.choices, blank=True)
+    to_status = models.CharField(max_length=20, choices=Complaint.Status.choices, blank=True)
+    old_due_at = models.DateTimeField(null=True, blank=True)
+    new_due_at = models.DateTimeField(null=True, blank=True)
 
     objects = ComplaintEventQuerySet.as_manager()
 
     class Meta:
-        ordering = ["-at"]
+        ordering = ["-at", "-id"]
         constraints = [
             # An SLA breach is recorded once per complaint, whatever the sweeps do.
             models.UniqueConstraint(
                 fields=["complaint"],
                 condition=Q(kind="sla_breached"),
                 name="one_sla_breach_event_per_complaint",
-            )
+            ),
+            models.CheckConstraint(
+                condition=~Q(kind="status_changed") | (~Q(from_status="") & ~Q(to_status="")),
+                name="status_change_has_from_and_to",
+            ),
+            models.CheckConstraint(
+                condition=~Q(kind="sla_changed") | Q(new_due_at__isnull=False),
+                name="sla_change_has_new_due_time",
+            ),
         ]
 
     def __str__(self):

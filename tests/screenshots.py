@@ -7,7 +7,9 @@ Not part of the suite (the file name does not start with ``test_``); run it on p
 
 It seeds the demo data into the test database, produces some history through the real
 services (charge runs of past months, vendor assignments, a refused busy attempt, a stale
-holder rejected by the fence), holds two leases, and photographs the pages as ``alice``.
+holder rejected by the fence, one complaint taken through the workflow), holds two leases,
+and photographs the pages as ``alice`` (the complaint timeline, the filtered complaint list
+and the list on a 390 px phone too).
 """
 
 import contextlib
@@ -23,6 +25,7 @@ from charges.models import MonthlyChargeRun
 from charges.resources import charge_resource
 from charges.selectors import add_months, current_month
 from charges.services import generate_monthly_charges
+from hoa.complaints import add_note, change_sla, change_status
 from hoa.demo import DEMO_PASSWORD, seed_demo
 from hoa.models import Complaint, Organization
 from hoa.scopes import scope_for_organization
@@ -92,7 +95,23 @@ def _history(lock: FenceLock) -> dict:
     assign_vendor(
         complaint=complaints[1], vendor=plumber, actor=alice, reassign=True, replacing=shown
     )
-    Complaint.objects.overdue().update(sla_breached_at=timezone.now())
+    # One complaint through the workflow, for the timeline: a note, work, a resolution,
+    # and an SLA moved with a reason.
+    first = complaints[0]
+    change_sla(
+        complaint=first,
+        due_at=first.sla_due_at + timedelta(hours=12),
+        reason="Parts on order; the tenant agreed to wait.",
+        actor=alice,
+    )
+    add_note(complaint=first, note="Tenant is away until Monday; key at the office.", actor=alice)
+    for seen, to, note in (
+        ("assigned", "in_progress", ""),
+        ("in_progress", "resolved", "Valve replaced and the laundry room floor dried."),
+    ):
+        change_status(complaint=first, seen=seen, to=to, note=note, actor=alice, has_vendor=True)
+    # Only some breaches recorded, as if the sweep had not run for the others.
+    Complaint.objects.overdue().filter(priority="high").update(sla_breached_at=timezone.now())
     return {"maple": maple, "complaints": complaints, "plumber": plumber}
 
 
@@ -136,6 +155,16 @@ def test_take_screenshots(chromium, site, redis_client):  # noqa: F811 - fixture
         resource = charge_resource(maple, add_months(current_month(), -1))
         page.goto(f"{site}/ops/locks/?resource={resource}")
         page.locator("#timeline").screenshot(path=OUT / "lock-timeline.png")
+    page.goto(f"{site}/orgs/{maple.slug}/complaints/{facts['complaints'][0].pk}/")
+    page.locator("#timeline").screenshot(path=OUT / "complaint-timeline.png")
+    page.goto(f"{site}/orgs/{maple.slug}/complaints/?status=unresolved&overdue=yes&sort=due")
+    page.screenshot(path=OUT / "complaints-filtered.png", full_page=True)
+    phone = chromium.new_context(viewport={"width": 390, "height": 844})
+    phone.add_cookies(context.cookies())
+    phone_page = phone.new_page()
+    phone_page.goto(f"{site}/orgs/{maple.slug}/complaints/")
+    phone_page.screenshot(path=OUT / "complaints-390.png", full_page=True)
+    phone.close()
     page.goto(f"{site}/orgs/{maple.slug}/no-such-page/")
     page.screenshot(path=OUT / "not-found.png")
     context.close()

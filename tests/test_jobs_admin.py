@@ -19,10 +19,12 @@ def listed(response) -> set[str]:
     return {str(obj) for obj in response.context["cl"].result_list}
 
 
-def test_due_in_reads_as_time_left_and_negative_when_overdue():
+def test_due_in_reads_as_time_left_or_how_long_overdue():
     now = timezone.now()
     assert humanize_due_in(now + timedelta(hours=3, minutes=5), now) == "3\xa0hours, 5\xa0minutes"
-    assert humanize_due_in(now - timedelta(days=2, hours=1), now) == "-2\xa0days, 1\xa0hour"
+    assert humanize_due_in(now - timedelta(days=2, hours=1), now) == (
+        "overdue by 2\xa0days, 1\xa0hour"
+    )
 
 
 def test_breached_filter_and_due_in_column_on_the_complaint_list(client, alice, maple, oak):
@@ -57,7 +59,7 @@ def test_breached_filter_and_due_in_column_on_the_complaint_list(client, alice, 
     }
     assert set(rows) == {str(breached), str(on_time), str(resolved)}
     page = client.get(COMPLAINTS).content.decode()
-    assert '<td class="field-due_in">-2\xa0days, 1\xa0hour</td>' in page
+    assert '<td class="field-due_in">overdue by 2\xa0days, 1\xa0hour</td>' in page
     assert '<td class="field-due_in">5\xa0hours, 30\xa0minutes</td>' in page
     assert '<td class="field-due_in">-</td>' in page  # resolved: no clock running
 

@@ -95,7 +95,7 @@ def test_organization_list_shows_only_the_staff_members_associations(client, ali
     assert "Oak Ridge" not in html
     assert "<b>10</b> units" in html
     assert "<b>2</b> open complaints" in html
-    assert "<b>1</b> SLA breached" in html
+    assert "<b>1</b> past their SLA" in html
     assert "Charges not generated yet" in html
 
 

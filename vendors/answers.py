@@ -43,6 +43,14 @@ def result_message(
     }
 
 
+def assigned_note(assignment: VendorAssignment) -> str:
+    """The note of the status change an assignment makes (open to assigned)."""
+    return _("%(vendor)s assigned (token %(token)s).") % {
+        "vendor": assignment.vendor.name,
+        "token": assignment.fence_token,
+    }
+
+
 def not_allowed(*, actor: str, organization: Organization) -> str:
     return _("You may not assign vendors for %(organization)s.") % {
         "organization": organization.name

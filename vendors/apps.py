@@ -10,7 +10,14 @@ class VendorsConfig(AppConfig):
         from hoa.operations import Link, Operation, Panel, register
         from vendors import demo, resources, selectors
 
-        complaint_pages = ("vendors:complaints", "vendors:complaint", "vendors:assign")
+        complaint_pages = (
+            "vendors:complaints",
+            "vendors:complaint",
+            "vendors:assign",
+            "vendors:status",
+            "vendors:note",
+            "vendors:sla",
+        )
         links = (
             Link(_("Complaints"), "vendors:complaints", current=complaint_pages, order=20),
             Link(_("Vendors"), "vendors:vendors", current=("vendors:vendors",), order=30),

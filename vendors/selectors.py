@@ -1,14 +1,27 @@
 """Reads for the pages and the admin: who handles which complaint, and the history."""
 
 import re
-from datetime import date
+from dataclasses import dataclass
+from datetime import date, datetime
 
-from django.db.models import OuterRef, QuerySet, Subquery
+from django.db.models import (
+    Case,
+    Exists,
+    IntegerField,
+    OuterRef,
+    Q,
+    QuerySet,
+    Subquery,
+    Value,
+    When,
+)
 from django.urls import reverse
+from django.utils import timezone
 from django.utils.translation import gettext as _
 
-from hoa.models import Complaint, Organization
+from hoa.models import Complaint, ComplaintEvent, Organization
 from hoa.operations import ResourceInfo
+from vendors.forms import COMPLAINT_SORTS, UNASSIGNED, UNRESOLVED
 from vendors.models import VendorAssignment, VendorContract
 
 
@@ -16,6 +29,62 @@ def with_current_vendor(complaints: QuerySet) -> QuerySet:
     """Annotate each complaint with ``current_vendor_name`` (``None`` when unassigned)."""
     active = VendorAssignment.objects.filter(complaint=OuterRef("pk"), active=True)
     return complaints.annotate(current_vendor_name=Subquery(active.values("vendor__name")[:1]))
+
+
+def filter_complaints(complaints: QuerySet, filters: dict, *, now: datetime | None = None):
+    """The complaints that match a valid ``ComplaintFilterForm``'s ``cleaned_data``, sorted."""
+    now = now or timezone.now()
+    if query := filters.get("q"):
+        complaints = complaints.filter(Q(title__icontains=query) | Q(unit__label__icontains=query))
+    if status := filters.get("status"):
+        complaints = complaints.open() if status == UNRESOLVED else complaints.filter(status=status)
+    if priority := filters.get("priority"):
+        complaints = complaints.filter(priority=priority)
+    late = Complaint.objects.past_sla(now).values("pk")
+    if filters.get("overdue") == "yes":
+        complaints = complaints.filter(pk__in=late)
+    elif filters.get("overdue") == "no":
+        complaints = complaints.exclude(pk__in=late)
+    if vendor := filters.get("vendor"):
+        active = VendorAssignment.objects.filter(complaint=OuterRef("pk"), active=True)
+        if vendor == UNASSIGNED:
+            complaints = complaints.filter(~Exists(active))
+        else:
+            complaints = complaints.filter(Exists(active.filter(vendor_id=int(vendor))))
+    ranks = [When(priority=p, then=Value(n)) for n, p in enumerate(Complaint.Priority.values)]
+    complaints = complaints.annotate(
+        priority_rank=Case(*ranks, default=Value(len(ranks)), output_field=IntegerField())
+    )
+    return complaints.order_by(*COMPLAINT_SORTS[filters.get("sort") or "-opened"])
+
+
+@dataclass(frozen=True)
+class TimelineEntry:
+    """One line of a complaint's timeline: a ``ComplaintEvent`` or a vendor assignment."""
+
+    at: datetime
+    event: ComplaintEvent | None = None
+    assignment: VendorAssignment | None = None
+
+    @property
+    def kind(self) -> str:
+        return self.event.kind if self.event is not None else "assignment"
+
+
+def timeline(complaint: Complaint) -> list[TimelineEntry]:
+    """Status changes, notes, SLA changes and breaches, and assignments, newest first.
+
+    At the same instant the status change an assignment made comes before (above) it.
+    """
+    entries = [
+        *(TimelineEntry(at=e.at, event=e) for e in complaint.events.select_related("actor")),
+        *(TimelineEntry(at=a.assigned_at, assignment=a) for a in assignment_history(complaint)),
+    ]
+    return sorted(
+        entries,
+        key=lambda e: (e.at, e.event is not None, e.event.pk if e.event else e.assignment.pk),
+        reverse=True,
+    )
 
 
 def active_assignment(complaint: Complaint) -> VendorAssignment | None:
@@ -60,12 +129,11 @@ def describe_resources(matches: dict[str, re.Match]) -> dict[str, ResourceInfo]:
 
 
 def dashboard_context(request, organization: Organization, month: date) -> dict:
-    """The open complaints on the dashboard: how many, how many late, the most urgent."""
+    """The open complaints on the dashboard: how many, how many past their SLA now (not as
+    of the last sweep), the most urgent (the earliest due first)."""
     complaints = Complaint.objects.for_organization(organization).open()
     return {
         "open_complaints": complaints.count(),
-        "breached_complaints": complaints.breached().count(),
-        "urgent_complaints": complaints.select_related("unit").order_by(
-            "sla_breached_at", "sla_due_at"
-        )[:8],
+        "breached_complaints": complaints.past_sla().count(),
+        "urgent_complaints": complaints.select_related("unit").order_by("sla_due_at", "pk")[:8],
     }

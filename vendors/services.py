@@ -9,7 +9,8 @@ The order of one call (docs/design.md explains every step):
 4. The dispatch call, outside any transaction.
 5. One transaction: the fence on the complaint row first, then the state check on the
    active assignment, then deactivate the previous one (only with ``reassign``) and create
-   the new one with the lease's token.
+   the new one with the lease's token; an ``open`` complaint becomes ``assigned``
+   (``hoa.complaints.record_assignment``) in the same transaction.
 
 Reassignment is a compare-and-swap on what the caller saw: ``replacing`` names the
 assignment the caller looked at, and if another one is active at commit nothing is written
@@ -27,6 +28,7 @@ from django.db import transaction
 from django.db.models import OuterRef, Subquery
 from django.utils import timezone
 
+from hoa.complaints import record_assignment
 from hoa.integrations.webhooks import ExternalCallFailed
 from hoa.models import Complaint, Organization
 from locking import Lease, Outcome, StaleFencingToken, advance_fence, span
@@ -202,6 +204,14 @@ def assign_vendor(
                     assigned_at=now,
                     assigned_by=actor,
                     actor_label=attempt.label,
+                )
+                # Same transaction, after the fence: an open complaint becomes assigned.
+                record_assignment(
+                    complaint=complaint,
+                    actor=actor,
+                    actor_label=attempt.label,
+                    note=answers.assigned_note(assignment),
+                    at=now,
                 )
         except RefusedAtCommit as refusal:
             if dispatched:

@@ -64,14 +64,14 @@ class OrganizationListView(LoginRequiredMixin, ListView):
     def get_queryset(self):
         month = _first_of_this_month()
         open_ = Q(complaints__status__in=Complaint.OPEN_STATUSES)
+        # Past the SLA as of this request, not as of the last sweep (``past_sla``).
+        late = Q(complaints__sla_due_at__lt=timezone.now()) | Q(
+            complaints__sla_breached_at__isnull=False
+        )
         return Organization.objects.for_user(self.request.user).annotate(
             unit_count=Count("units", distinct=True),
             open_count=Count("complaints", filter=open_, distinct=True),
-            breached_count=Count(
-                "complaints",
-                filter=open_ & Q(complaints__sla_breached_at__isnull=False),
-                distinct=True,
-            ),
+            breached_count=Count("complaints", filter=open_ & late, distinct=True),
             **{
                 name: expression
                 for panel in _panels()

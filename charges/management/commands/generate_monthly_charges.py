@@ -24,6 +24,7 @@ from django.utils.translation import gettext_lazy
 
 from charges.exceptions import ChargesError
 from charges.forms import parse_billing_month
+from charges.models import month_label
 from charges.selectors import current_month
 from charges.services import generate_monthly_charges
 from hoa.management.base import (
@@ -163,7 +164,7 @@ class Command(ServiceCommand):
         self.stdout.write(
             _("%(month)s: %(total)d organizations: %(counts)s.")
             % {
-                "month": f"{month:%Y-%m}",
+                "month": month_label(month),
                 "total": len(organizations),
                 "counts": ", ".join(f"{counts[kind]} {label}" for kind, label in SUMMARY.items()),
             }

@@ -1,0 +1,323 @@
+"""The complaint workflow: statuses, the rules between them, notes and SLA changes.
+
+``Complaint`` is a core model, so its workflow lives in the frame; its pages live with
+the complaint pages, in the app above that assigns a vendor to a complaint. The frame
+does not know who is assigned: a caller says whether the complaint has a vendor
+(``has_vendor``), and the fenced assignment calls ``record_assignment`` inside its
+transaction.
+
+The statuses, in order (docs/staff-guide.md has the same table for people)::
+
+    open ──(a vendor is assigned)──► assigned ──► in progress ──► resolved ──► closed
+      │                                 │              │             │  ▲         │
+      └──────────► resolved / closed ◄──┴──────────────┘             │  └─reopen──┘
+                                                                      └─► reopen, back to work
+
+==============  ==============================================  ========================
+from            may go to                                        a note is required for
+==============  ==============================================  ========================
+open            resolved, closed                                  both
+assigned        in progress, resolved, closed                     resolved, closed
+in progress     resolved, closed                                  resolved, closed
+resolved        closed, in progress (needs a vendor), reopen      in progress, reopen
+closed          reopen only (closed is final otherwise)           reopen
+==============  ==============================================  ========================
+
+- ``assigned`` is never chosen by hand: assigning a vendor moves an ``open`` complaint to
+  it (``record_assignment``); a complaint in a later status keeps its status.
+- ``in progress`` needs a vendor: from ``open`` it is refused ("assign a vendor first").
+- Resolving needs a note (what was done); closing a complaint that was not resolved needs
+  a note (why it is closed without a fix: a duplicate, withdrawn…), which covers closing an
+  unassigned high-priority complaint.
+- Reopening (to ``open``) lands on ``assigned`` when the complaint has a vendor.
+- Closing records who and when (``closed_by``, ``closed_at``); reopening clears them.
+- A complaint is open for its SLA (``Complaint.OPEN_STATUSES``) until resolved or closed.
+
+A status change is a compare-and-swap on the status the staff member saw
+(``from_status``): one conditional ``UPDATE … WHERE status = <seen>``. Two people changing
+the same complaint at once cannot both win; the loser gets ``StatusChanged`` (409) with the
+status now, and nothing of theirs is written. Every change, note and SLA change is a
+``ComplaintEvent`` written in the same transaction as the change.
+"""
+
+import logging
+from dataclasses import dataclass
+from datetime import datetime
+
+from django.db import transaction
+from django.utils import formats, timezone
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
+
+from hoa.models import Complaint, ComplaintEvent
+from hoa.web.answer_table import Answer, Refusal
+
+__all__ = [
+    "NOTE_MAX_LENGTH",
+    "ComplaintsError",
+    "StatusChanged",
+    "TransitionRefused",
+    "add_note",
+    "change_sla",
+    "change_status",
+    "check_transition",
+    "choices_from",
+    "record_assignment",
+]
+
+logger = logging.getLogger(__name__)
+
+Status = Complaint.Status
+NOTE_MAX_LENGTH = 2000
+
+# Where each status may go by hand (``assigned`` is reached by assigning a vendor only).
+ALLOWED = {
+    Status.OPEN: (Status.RESOLVED, Status.CLOSED),
+    Status.ASSIGNED: (Status.IN_PROGRESS, Status.RESOLVED, Status.CLOSED),
+    Status.IN_PROGRESS: (Status.RESOLVED, Status.CLOSED),
+    Status.RESOLVED: (Status.CLOSED, Status.IN_PROGRESS, Status.OPEN),
+    Status.CLOSED: (Status.OPEN,),
+}
+REOPENED_FROM = (Status.RESOLVED, Status.CLOSED)
+
+
+# -- refusals -----------------------------------------------------------------------------
+
+
+class ComplaintsError(Refusal):
+    """Base of what the workflow refuses on purpose; nothing was written."""
+
+
+class TransitionRefused(ComplaintsError):
+    """The change breaks a rule (the sentence says which); 400."""
+
+    answer = Answer.BAD_REQUEST
+    title = gettext_lazy("This change is not allowed")
+
+
+class StatusChanged(ComplaintsError):
+    """Someone changed the status since the page was shown; 409 with the status now."""
+
+    answer = Answer.RETRY
+    title = gettext_lazy("The status changed meanwhile")
+
+    def __init__(self, *, complaint: Complaint, seen: str, current: str | None, wanted: str):
+        self.complaint, self.seen, self.current, self.wanted = complaint, seen, current, wanted
+        super().__init__(
+            _(
+                "Complaint #%(complaint)s changed since you looked: it is %(current)s now, "
+                "not %(seen)s; nothing was saved. Reload it, or try again to apply your "
+                "change to the status it has now."
+            )
+            % {
+                "complaint": complaint.pk,
+                "current": _label(current) if current else _("gone"),
+                "seen": _label(seen),
+            }
+        )
+
+
+def _label(status: str) -> str:
+    return str(Status(status).label).lower()
+
+
+# -- the rules ----------------------------------------------------------------------------
+
+
+def choices_from(status: str, *, has_vendor: bool) -> list[tuple[str, str]]:
+    """The statuses the page offers from ``status``, labelled as actions."""
+    offered = []
+    for target in ALLOWED.get(status, ()):
+        if target == Status.IN_PROGRESS and not has_vendor:
+            continue
+        label = _("Reopen") if target == Status.OPEN else Status(target).label
+        offered.append((target.value, str(label)))
+    return offered
+
+
+def check_transition(
+    *, complaint: Complaint, seen: str, to: str, note: str, has_vendor: bool
+) -> str:
+    """Return the status ``to`` lands on (reopening may land on ``assigned``), or raise
+    ``TransitionRefused`` with the rule it breaks."""
+    values = {"from": _label(seen), "to": _label(to)}
+    if to == seen:
+        raise TransitionRefused(_("The complaint is already %(to)s.") % values)
+    if to == Status.ASSIGNED:
+        raise TransitionRefused(
+            _("A complaint becomes assigned when a vendor is assigned to it, not by hand.")
+        )
+    if seen == Status.CLOSED and to != Status.OPEN:
+        raise TransitionRefused(
+            _("A closed complaint is final: it can only be reopened, with a note.")
+        )
+    if to == Status.IN_PROGRESS and not has_vendor:
+        raise TransitionRefused(_("Assign a vendor before marking the complaint in progress."))
+    if to not in ALLOWED[seen]:
+        raise TransitionRefused(_("A complaint that is %(from)s cannot become %(to)s.") % values)
+    if len(note) > NOTE_MAX_LENGTH:
+        raise TransitionRefused(
+            _("Keep the note under %(max)s characters.") % {"max": NOTE_MAX_LENGTH}
+        )
+    if not note:
+        if to == Status.RESOLVED:
+            raise TransitionRefused(_("Say in a note what was done to resolve the complaint."))
+        if to == Status.CLOSED and seen != Status.RESOLVED:
+            raise TransitionRefused(
+                _("Say in a note why the complaint is closed without being resolved.")
+            )
+        if to == Status.OPEN:
+            raise TransitionRefused(_("Say in a note why the complaint is reopened."))
+        if to == Status.IN_PROGRESS and seen == Status.RESOLVED:
+            raise TransitionRefused(_("Say in a note why work on the complaint starts again."))
+    if to == Status.OPEN and has_vendor:
+        return Status.ASSIGNED
+    return to
+
+
+# -- the operations -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StatusChange:
+    complaint: Complaint
+    seen: str
+    to: str
+    event: ComplaintEvent
+
+    @property
+    def message(self) -> str:
+        return _("Complaint #%(complaint)s is %(to)s now.") % {
+            "complaint": self.complaint.pk,
+            "to": _label(self.to),
+        }
+
+
+def change_status(
+    *, complaint: Complaint, seen: str, to: str, note: str, actor, has_vendor: bool
+) -> StatusChange:
+    """Move ``complaint`` from the status the actor saw to ``to``, with a note, once."""
+    note = note.strip()
+    if seen not in Status.values or to not in Status.values:
+        raise TransitionRefused(_("Choose a status from the list."))
+    lands_on = check_transition(
+        complaint=complaint, seen=seen, to=to, note=note, has_vendor=has_vendor
+    )
+    now = timezone.now()
+    closing = lands_on == Status.CLOSED
+    with transaction.atomic():
+        # The compare-and-swap: the database settles who changed it first.
+        changed = Complaint.objects.filter(pk=complaint.pk, status=seen).update(
+            status=lands_on,
+            closed_at=now if closing else None,
+            closed_by=actor if closing else None,
+        )
+        if changed != 1:
+            current = Complaint.objects.filter(pk=complaint.pk).values_list("status", flat=True)
+            raise StatusChanged(complaint=complaint, seen=seen, current=current.first(), wanted=to)
+        event = ComplaintEvent.objects.create(
+            complaint=complaint,
+            kind=ComplaintEvent.Kind.STATUS_CHANGED,
+            from_status=seen,
+            to_status=lands_on,
+            detail=note,
+            actor=actor,
+            actor_label=actor.get_username(),
+            at=now,
+        )
+    complaint.status = lands_on
+    complaint.closed_at, complaint.closed_by = (now, actor) if closing else (None, None)
+    logger.info(
+        "complaint status changed",
+        extra={"complaint": complaint.pk, "from": seen, "to": lands_on, "actor": actor.pk},
+    )
+    return StatusChange(complaint=complaint, seen=seen, to=lands_on, event=event)
+
+
+def add_note(*, complaint: Complaint, note: str, actor) -> ComplaintEvent:
+    """Add a note to the complaint's timeline (any status, closed ones too)."""
+    note = note.strip()
+    if not note:
+        raise TransitionRefused(_("Write the note first."))
+    if len(note) > NOTE_MAX_LENGTH:
+        raise TransitionRefused(
+            _("Keep the note under %(max)s characters.") % {"max": NOTE_MAX_LENGTH}
+        )
+    return ComplaintEvent.objects.create(
+        complaint=complaint,
+        kind=ComplaintEvent.Kind.NOTE,
+        detail=note,
+        actor=actor,
+        actor_label=actor.get_username(),
+    )
+
+
+def change_sla(*, complaint: Complaint, due_at: datetime, reason: str, actor) -> ComplaintEvent:
+    """Move the complaint's SLA due time to ``due_at``, recording the old one and why.
+
+    A breach the sweep recorded stays recorded (it happened, and the sweep records one per
+    complaint); the pages compute "overdue" from the due time.
+    """
+    reason = reason.strip()
+    if not reason:
+        raise TransitionRefused(_("Say why the SLA due time changes."))
+    if len(reason) > NOTE_MAX_LENGTH:
+        raise TransitionRefused(
+            _("Keep the reason under %(max)s characters.") % {"max": NOTE_MAX_LENGTH}
+        )
+    with transaction.atomic():
+        # The row lock orders this change after any status change or sweep batch in flight.
+        locked = Complaint.objects.select_for_update().get(pk=complaint.pk)
+        if not locked.is_open:
+            raise TransitionRefused(
+                _("A %(status)s complaint has no SLA running; reopen it first.")
+                % {"status": _label(locked.status)}
+            )
+        if due_at <= locked.opened_at:
+            raise TransitionRefused(
+                _("The SLA due time must be after the complaint was opened (%(opened)s).")
+                % {"opened": formats.date_format(locked.opened_at, "Y-m-d H:i")}
+            )
+        if due_at == locked.sla_due_at:
+            raise TransitionRefused(_("The SLA is already due then."))
+        Complaint.objects.filter(pk=complaint.pk).update(sla_due_at=due_at)
+        event = ComplaintEvent.objects.create(
+            complaint=complaint,
+            kind=ComplaintEvent.Kind.SLA_CHANGED,
+            old_due_at=locked.sla_due_at,
+            new_due_at=due_at,
+            detail=reason,
+            actor=actor,
+            actor_label=actor.get_username(),
+        )
+    complaint.sla_due_at = due_at
+    logger.info(
+        "complaint SLA changed",
+        extra={"complaint": complaint.pk, "due_at": due_at.isoformat(), "actor": actor.pk},
+    )
+    return event
+
+
+def record_assignment(
+    *, complaint: Complaint, actor, actor_label: str, note: str, at: datetime
+) -> bool:
+    """Move an ``open`` complaint to ``assigned``, inside the caller's transaction (the
+    fenced assignment's); return whether it moved. A later status is kept."""
+    if not transaction.get_connection().in_atomic_block:
+        raise RuntimeError("record_assignment runs inside the assignment's transaction")
+    moved = Complaint.objects.filter(pk=complaint.pk, status=Status.OPEN).update(
+        status=Status.ASSIGNED
+    )
+    if moved:
+        ComplaintEvent.objects.create(
+            complaint=complaint,
+            kind=ComplaintEvent.Kind.STATUS_CHANGED,
+            from_status=Status.OPEN,
+            to_status=Status.ASSIGNED,
+            detail=note,
+            actor=actor,
+            actor_label=actor_label,
+            at=at,
+        )
+        complaint.status = Status.ASSIGNED
+    return bool(moved)
