@@ -10,6 +10,7 @@ from django.utils.translation import gettext_lazy, ngettext
 from charges.models import MonthlyChargeRun, month_label
 from hoa.models import Organization
 from hoa.security.audit import shown
+from hoa.web.money import format_money
 
 # The headings of the 409 pages of locking's refusals (hoa.fenced.lock_refusals).
 BUSY_TITLE = gettext_lazy("Charges are being generated")
@@ -97,7 +98,7 @@ def result_message(run: MonthlyChargeRun, *, generated: bool) -> str:
         "organization": run.organization.name,
         "month": run.month_label,
         "count": run.charge_count,
-        "total": run.total,
+        "total": format_money(run.total),
     }
     if generated:
         return (

@@ -9,4 +9,5 @@ urlpatterns = [
     path("", views.ChargeRunListView.as_view(), name="runs"),
     path("<str:month>/", views.ChargeRunDetailView.as_view(), name="run"),
     path("<str:month>/generate/", views.GenerateChargesView.as_view(), name="generate"),
+    path("<str:month>/charges.csv", views.ChargeRunCsvView.as_view(), name="csv"),
 ]

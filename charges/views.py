@@ -7,10 +7,13 @@ one answer (``hoa.web.answer_table``): 303 to the run page, 409 busy or supersed
 month, 503 Redis down, 502 billing failed.
 """
 
+import csv
+import itertools
 from datetime import date
 
+from django.conf import settings
 from django.contrib import messages
-from django.http import HttpResponseRedirect
+from django.http import HttpResponseRedirect, StreamingHttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils.decorators import method_decorator
@@ -137,6 +140,65 @@ class ChargeRunDetailView(OrganizationMixin, TemplateView):
             can_generate=_can_generate(self.request.user) and not (run and run.is_completed),
         )
         return context
+
+
+class ChargeRunCsvView(OrganizationMixin, View):
+    """``GET …/charges/<YYYY-MM>/charges.csv``: a completed run's charges, one row per unit.
+
+    Columns, in this order: ``unit`` (the unit's label), ``amount`` (a plain decimal, as
+    billed), ``currency``; rows by unit label. Streamed, so a large run is never held in
+    memory. A month whose charges are not generated is a 404 that says so.
+    """
+
+    http_method_names = ["get"]
+    COLUMNS = ("unit", "amount", "currency")
+
+    def get(self, request, *args, **kwargs):
+        try:
+            month = parse_month(kwargs["month"])
+        except ChargesError as exc:
+            return answer_table.page(request, exc)
+        run = (
+            MonthlyChargeRun.objects.for_organization(self.organization)
+            .completed()
+            .filter(month=month)
+            .first()
+        )
+        if run is None:
+            return error_page(
+                request,
+                404,
+                _("No charges to download"),
+                _("The charges of %(organization)s for %(month)s have not been generated.")
+                % {"organization": self.organization.name, "month": month_label(month)},
+            )
+        rows = (
+            run.charges.order_by("unit__label", "unit_id")
+            .values_list("unit__label", "amount")
+            .iterator(chunk_size=2000)
+        )
+        writer = csv.writer(_Echo())
+        lines = itertools.chain(
+            [writer.writerow(self.COLUMNS)],
+            (writer.writerow((_cell(label), amount, settings.CURRENCY)) for label, amount in rows),
+        )
+        response = StreamingHttpResponse(lines, content_type="text/csv; charset=utf-8")
+        filename = f"charges-{self.organization.slug}-{month_label(month)}.csv"
+        response["Content-Disposition"] = f'attachment; filename="{filename}"'
+        return response
+
+
+class _Echo:
+    """A file-like object whose ``write`` returns the line: what ``csv.writer`` needs to
+    stream (Django's documented pattern)."""
+
+    def write(self, value):
+        return value
+
+
+def _cell(text: str) -> str:
+    """A label a spreadsheet must not run as a formula (``=HYPERLINK(…)``, ``+1``, ``@x``)."""
+    return f"'{text}" if text[:1] in ("=", "+", "-", "@", "\t", "\r") else text
 
 
 @method_decorator(limit_fenced_posts, name="dispatch")

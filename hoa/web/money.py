@@ -1,0 +1,19 @@
+"""Amounts of money as people read them: the deployment's ``CURRENCY`` in the locale's format.
+
+Babel knows each currency's symbol, its number of decimals and where the symbol goes in
+each locale (``$1,234.50`` in en-US, ``1.234,50 €`` in de-DE); the active language picks
+the locale.
+"""
+
+from decimal import Decimal
+
+from babel.numbers import format_currency
+from django.conf import settings
+from django.utils.translation import get_language, to_locale
+
+
+def format_money(amount: Decimal | int | None, currency: str | None = None) -> str:
+    if amount is None:
+        return "—"
+    locale = to_locale(get_language() or settings.LANGUAGE_CODE)
+    return format_currency(amount, currency or settings.CURRENCY, locale=locale)
