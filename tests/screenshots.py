@@ -136,6 +136,12 @@ def test_take_screenshots(chromium, site, redis_client):  # noqa: F811 - fixture
     page.screenshot(path=OUT / "dashboard.png", full_page=True)
     page.goto(f"{site}/orgs/{maple.slug}/charges/")
     page.screenshot(path=OUT / "charges.png", full_page=True)
+    # The confirmation step of a month other than this one or the next.
+    unusual = f"{add_months(current_month(), -4):%Y-%m}"
+    page.goto(f"{site}/orgs/{maple.slug}/charges/{unusual}/")
+    page.click(f"form[action='/orgs/{maple.slug}/charges/{unusual}/generate/'] button")
+    page.wait_for_selector("[data-testid=confirm-month]")
+    page.screenshot(path=OUT / "month-confirmation.png", full_page=True)
 
     # Two leases held while the pages are photographed: another worker generating next
     # month's charges, and Bob assigning a vendor to the complaint Alice opens.

@@ -128,7 +128,7 @@ def test_staff_member_generates_this_months_charges_and_sees_the_result(
     assert page.locator(".msg.success").count() == 1
     assert page.locator("table.charges tbody tr").count() == 10
     expected_total = sum(Decimal("200.00") + n for n in range(1, 11))
-    assert str(expected_total) in page.locator(".facts").inner_text()
+    assert f"${expected_total:,.2f}" in page.locator(".facts").inner_text()
     run = MonthlyChargeRun.objects.get(organization=maple)
     assert run.is_completed and run.total == expected_total
     assert MonthlyCharge.objects.filter(run=run).count() == 10
@@ -230,3 +230,36 @@ def test_an_operator_breaks_a_stuck_lease_and_staff_never_see_the_button(
         assert fence_lock.holder(resource) is None
     finally:
         lease.release()
+
+
+def test_an_unusual_month_is_confirmed_then_its_csv_matches_the_database(
+    open_as, site, alice, maple
+):
+    import csv
+    import io
+
+    from charges.selectors import add_months, current_month
+
+    month = add_months(current_month(), -2)
+    label = f"{month:%Y-%m}"
+    page = open_as("alice")
+    page.goto(f"{site}/orgs/{maple.slug}/charges/{label}/")
+    page.click(f"form[action='/orgs/{maple.slug}/charges/{label}/generate/'] button")
+
+    page.wait_for_selector("[data-testid=confirm-month]")
+    assert "is neither this month nor the next" in page.inner_text("main")
+    assert not MonthlyChargeRun.objects.exists()  # asked, nothing written yet
+    page.click("[data-testid=confirm-month] button.primary")
+    page.wait_for_url(f"{site}/orgs/{maple.slug}/charges/{label}/")
+
+    with page.expect_download() as download:
+        page.click("[data-testid=csv]")
+    path = download.value.path()
+    with open(path, encoding="utf-8", newline="") as handle:
+        header, *rows = list(csv.reader(io.StringIO(handle.read())))
+    run = MonthlyChargeRun.objects.get(organization=maple, month=month)
+    assert header == ["unit", "amount", "currency"]
+    assert rows == [
+        [unit, str(amount), "USD"]
+        for unit, amount in run.charges.order_by("unit__label").values_list("unit__label", "amount")
+    ]
