@@ -192,6 +192,9 @@ class Stack:
                 "RATELIMIT_ENABLE": "1",
                 "FENCED_POST_RATE": "100000/m",
                 "FENCED_POST_IP_RATE": "100000/m",
+                # Each scenario bills months nobody has used (from FIRST_MONTH on): any month.
+                "CHARGE_MONTHS_BACK": "100000",
+                "CHARGE_MONTHS_AHEAD": "100000",
             }
         )
         env.update(overrides)
