@@ -63,7 +63,9 @@ def test_command_generates_charges_then_reports_them_already_generated(
     second = run_manage(COMMAND, "--org", "maple-court", "--month", MONTH_ARG, env=command_env)
 
     assert (first.returncode, first.stderr) == (0, "")
-    assert first.stdout == f"Generated 10 charges for Maple Court, 2026-03 (total {MAPLE_TOTAL}).\n"
+    assert first.stdout == (
+        f"Generated 10 charges for Maple Court, 2026-03 (total ${MAPLE_TOTAL:,.2f}).\n"
+    )
     assert (second.returncode, second.stderr) == (0, "")
     assert second.stdout == (
         f"Charges for Maple Court, 2026-03 were already generated "
@@ -305,7 +307,7 @@ def test_all_orgs_skips_a_busy_organization_and_exits_75_until_it_is_done(maple,
     assert second.stdout.splitlines()[:2] == [
         f"maple-court: Charges for Maple Court, 2026-03 were already generated "
         f"(10 charges, total {MAPLE_TOTAL}).",
-        "oak-ridge: Generated 5 charges for Oak Ridge, 2026-03 (total 1500.00).",
+        "oak-ridge: Generated 5 charges for Oak Ridge, 2026-03 (total $1,500.00).",
     ]
     assert MonthlyCharge.objects.count() == 15
 

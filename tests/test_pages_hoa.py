@@ -143,7 +143,7 @@ def test_dashboard_shows_this_months_completed_run_without_a_button(client, alic
     )
     client.force_login(alice)
     html = client.get(f"/orgs/{maple.slug}/").content.decode()
-    assert "2055.00" in html
+    assert "$2,055.00" in html
     assert "10 units" in html
     assert "Generated" in html
     assert "/generate/" not in html
