@@ -307,17 +307,35 @@ LOG_LEVEL = os.environ.get("LOG_LEVEL", "INFO").upper()
 LOG_FORMAT = os.environ.get("LOG_FORMAT", "").strip().lower() or "plain"
 if LOG_FORMAT not in {"plain", "json"}:
     raise ImproperlyConfigured(f"LOG_FORMAT must be 'plain' or 'json', got {LOG_FORMAT!r}")
+# Django's own defaults (django.utils.log.DEFAULT_LOGGING) give the "django" logger a
+# console handler of its own that also propagates to ours, and "django.server" (runserver's
+# request lines) another format: both are replaced, so each event is one line in one format.
+DJANGO_LOG_LEVEL = os.environ.get("DJANGO_LOG_LEVEL", "INFO").upper()
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
+    "filters": {
+        # A 4xx is one line; only server errors (5xx) are written with their traceback.
+        "tracebacks_only_for_5xx": {"()": "hoa.ops.logging.TracebacksOnlyForServerErrors"},
+    },
     "formatters": {
         "plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"},
         "json": {"()": "hoa.ops.logging.JsonFormatter"},
     },
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": LOG_FORMAT}},
+    "handlers": {
+        "console": {
+            "class": "logging.StreamHandler",
+            "formatter": LOG_FORMAT,
+            "filters": ["tracebacks_only_for_5xx"],
+        }
+    },
     "root": {"handlers": ["console"], "level": "WARNING"},
     "loggers": {
-        name: {"handlers": ["console"], "level": LOG_LEVEL, "propagate": False}
-        for name in ("locking", "hoa", "charges", "vendors")
+        "django": {"handlers": ["console"], "level": DJANGO_LOG_LEVEL, "propagate": False},
+        "django.server": {"handlers": ["console"], "level": DJANGO_LOG_LEVEL, "propagate": False},
+        **{
+            name: {"handlers": ["console"], "level": LOG_LEVEL, "propagate": False}
+            for name in ("locking", "hoa", "charges", "vendors")
+        },
     },
 }
