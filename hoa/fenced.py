@@ -23,13 +23,14 @@ from datetime import timedelta
 from typing import TypeVar
 
 from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.utils.translation import gettext_lazy as _
 
 from hoa.integrations.webhooks import ExternalCallFailed
 from hoa.models import Organization
 from hoa.scopes import scope_for_organization
 from hoa.security.audit import Reason, record_denial
-from hoa.web.answer_table import Answer, Refusal
+from hoa.web.answer_table import Answer, Audience, Refusal
 from locking import (
     Attempt,
     Lease,
@@ -51,19 +52,39 @@ def actor_label(actor, via: str = "") -> str:
     return " via ".join(part for part in (name, via) if part) or "system"
 
 
+def person_holding(holder: str) -> str | None:
+    """The user a lease's holder label names, for staff to read: ``alice`` of ``alice on
+    web-1 pid 42`` or of ``alice via cli:ops on cron-1 pid 7``; ``None`` when it names no
+    user (a cron job, the operator at the shell, an unlabelled process)."""
+    who = holder.partition(" on ")[0].partition(" via ")[0].strip()
+    if not who or " " in who or ":" in who:
+        return None
+    users = get_user_model()._default_manager
+    return who if users.filter(**{get_user_model().USERNAME_FIELD: who}).exists() else None
+
+
 # -- the refusals every operation has, in its own words -----------------------------------
 
 
 class _FactRefusal(Refusal):
     """Base of these refusals: its ``facts`` (the operation's, e.g. ``organization``, ``month``)
-    become attributes and go to ``sentence``, the app's ``answers`` function."""
+    become attributes and go to ``sentence``, the app's ``answers`` function; called once
+    per ``Audience`` when operators are told more than staff (``tells_operators_more``)."""
 
     sentence: Callable[..., str]
     sentence_name: str  # the name of that function in the app's answers module
+    tells_operators_more = False  # whether ``sentence`` takes ``audience=``
 
     def __init__(self, facts: dict, **details):
         vars(self).update(facts)
-        super().__init__(type(self).sentence(**facts, **details))
+        sentence = type(self).sentence
+        if not self.tells_operators_more:
+            super().__init__(sentence(**facts, **details))
+            return
+        super().__init__(
+            sentence(**facts, **details, audience=Audience.STAFF),
+            detail=sentence(**facts, **details, audience=Audience.OPERATORS),
+        )
 
 
 class Busy(_FactRefusal):
@@ -72,11 +93,15 @@ class Busy(_FactRefusal):
     answer = Answer.RETRY
     outcome = Outcome.BUSY
     sentence_name = "busy"
+    tells_operators_more = True
 
     def __init__(self, *, lock: LockHeld, **facts):
-        self.busy = lock  # what the 409 page shows: holder, since, until
+        self.busy = lock  # the lease: the operators' facts (holder label, since, until)
         self.holder = lock.holder or str(_("another worker"))
-        super().__init__(facts, holder=self.holder, retry_after=lock.retry_after)
+        self.person = person_holding(lock.holder or "")  # all staff are shown of it
+        super().__init__(
+            facts, holder=self.holder, person=self.person, retry_after=lock.retry_after
+        )
 
 
 class Superseded(_FactRefusal):
@@ -85,6 +110,7 @@ class Superseded(_FactRefusal):
     answer = Answer.RETRY
     outcome = Outcome.STALE
     sentence_name = "superseded"
+    tells_operators_more = True
 
     def __init__(self, *, stale: StaleFencingToken, **facts):
         self.token, self.recorded = stale.token, stale.recorded

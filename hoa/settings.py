@@ -12,6 +12,7 @@ import re
 from pathlib import Path
 
 import dj_database_url
+import dj_email_url
 from django.core.exceptions import ImproperlyConfigured
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -218,6 +219,65 @@ WHITENOISE_USE_FINDERS = not STATIC_MANIFEST
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
+# --- Email (password reset) --------------------------------------------------------------
+
+
+def email_settings(url: str) -> dict:
+    """The ``EMAIL_*`` settings an email URL names (dj-email-url), checked: an unknown
+    scheme or a bad port is an error here, not a silent fallback to localhost:25. The
+    URL carries a password, so no message repeats it."""
+    scheme, separator, _rest = url.partition("://")
+    if not separator or scheme not in dj_email_url.SCHEMES:
+        raise ImproperlyConfigured(
+            "EMAIL_URL must start with one of "
+            + ", ".join(f"{name}://" for name in dj_email_url.SCHEMES)
+            + f" (e.g. smtp://user:password@mail.example.org:587/?tls=True), got {scheme!r}"
+        )
+    try:
+        parsed = dj_email_url.parse(url)
+    except ValueError as exc:  # a port or a timeout that is not a number
+        raise ImproperlyConfigured(f"EMAIL_URL is not a valid email URL: {exc}") from None
+    return {
+        **parsed,
+        "EMAIL_HOST_USER": parsed["EMAIL_HOST_USER"] or "",
+        "EMAIL_HOST_PASSWORD": parsed["EMAIL_HOST_PASSWORD"] or "",
+        # An SMTP server that accepts the connection and then says nothing must not hold
+        # a web worker for ever.
+        "EMAIL_TIMEOUT": parsed["EMAIL_TIMEOUT"] or 10,
+    }
+
+
+# e.g. smtp://user:password@mail.example.org:587/?tls=True, console://. Without it, mail
+# goes to the console in development (DEBUG) and nowhere in production, where the password
+# reset page says that email is not set up instead of pretending to have sent a link.
+EMAIL_URL = os.environ.get("EMAIL_URL", "").strip()
+_email = email_settings(EMAIL_URL) if EMAIL_URL else {}
+EMAIL_CONFIGURED = bool(EMAIL_URL) or DEBUG
+EMAIL_BACKEND = _email.get(
+    "EMAIL_BACKEND",
+    "django.core.mail.backends.console.EmailBackend"
+    if DEBUG
+    else "django.core.mail.backends.smtp.EmailBackend",
+)
+EMAIL_HOST = _email.get("EMAIL_HOST") or "localhost"
+EMAIL_PORT = _email.get("EMAIL_PORT") or 25
+EMAIL_HOST_USER = _email.get("EMAIL_HOST_USER", "")
+EMAIL_HOST_PASSWORD = _email.get("EMAIL_HOST_PASSWORD", "")
+EMAIL_USE_TLS = _email.get("EMAIL_USE_TLS", False)
+EMAIL_USE_SSL = _email.get("EMAIL_USE_SSL", False)
+EMAIL_TIMEOUT = _email.get("EMAIL_TIMEOUT", 10)
+if _email.get("EMAIL_FILE_PATH"):
+    EMAIL_FILE_PATH = _email["EMAIL_FILE_PATH"]
+# The sender of every mail (password resets); the URL's ?_default_from_email= also works.
+_sender = os.environ.get("DEFAULT_FROM_EMAIL", "").strip() or _email.get("DEFAULT_FROM_EMAIL")
+if not _sender and not DEBUG and EMAIL_BACKEND.endswith("smtp.EmailBackend") and EMAIL_URL:
+    raise ImproperlyConfigured(
+        "EMAIL_URL is set but DEFAULT_FROM_EMAIL is not: set the address mail is sent from "
+        "(e.g. DEFAULT_FROM_EMAIL='Maple Court HOA <hoa@example.org>')."
+    )
+DEFAULT_FROM_EMAIL = _sender or "HOA staff <noreply@localhost>"
+SERVER_EMAIL = os.environ.get("SERVER_EMAIL", "").strip() or DEFAULT_FROM_EMAIL
+
 # --- Production hardening (active when DEBUG is off) ------------------------------------
 
 if not DEBUG:
@@ -286,6 +346,8 @@ FENCED_POST_IP_RATE = env_rate("FENCED_POST_IP_RATE", "120/m")  # per client add
 # pair is locked out for the rest of the window.
 LOGIN_RATE = env_rate("LOGIN_RATE", "10/m")
 LOGIN_LOCKOUT_RATE = env_rate("LOGIN_LOCKOUT_RATE", "5/15m")
+# Password reset requests (each may send a mail) per client address.
+PASSWORD_RESET_RATE = env_rate("PASSWORD_RESET_RATE", "5/15m")
 # Refusals written to the audit table per client address; more are only logged.
 AUDIT_DENIAL_RATE = env_rate("AUDIT_DENIAL_RATE", "60/m")
 
@@ -315,17 +377,35 @@ LOG_LEVEL = os.environ.get("LOG_LEVEL", "INFO").upper()
 LOG_FORMAT = os.environ.get("LOG_FORMAT", "").strip().lower() or "plain"
 if LOG_FORMAT not in {"plain", "json"}:
     raise ImproperlyConfigured(f"LOG_FORMAT must be 'plain' or 'json', got {LOG_FORMAT!r}")
+# Django's own defaults (django.utils.log.DEFAULT_LOGGING) give the "django" logger a
+# console handler of its own that also propagates to ours, and "django.server" (runserver's
+# request lines) another format: both are replaced, so each event is one line in one format.
+DJANGO_LOG_LEVEL = os.environ.get("DJANGO_LOG_LEVEL", "INFO").upper()
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
+    "filters": {
+        # A 4xx is one line; only server errors (5xx) are written with their traceback.
+        "tracebacks_only_for_5xx": {"()": "hoa.ops.logging.TracebacksOnlyForServerErrors"},
+    },
     "formatters": {
         "plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"},
         "json": {"()": "hoa.ops.logging.JsonFormatter"},
     },
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": LOG_FORMAT}},
+    "handlers": {
+        "console": {
+            "class": "logging.StreamHandler",
+            "formatter": LOG_FORMAT,
+            "filters": ["tracebacks_only_for_5xx"],
+        }
+    },
     "root": {"handlers": ["console"], "level": "WARNING"},
     "loggers": {
-        name: {"handlers": ["console"], "level": LOG_LEVEL, "propagate": False}
-        for name in ("locking", "hoa", "charges", "vendors")
+        "django": {"handlers": ["console"], "level": DJANGO_LOG_LEVEL, "propagate": False},
+        "django.server": {"handlers": ["console"], "level": DJANGO_LOG_LEVEL, "propagate": False},
+        **{
+            name: {"handlers": ["console"], "level": LOG_LEVEL, "propagate": False}
+            for name in ("locking", "hoa", "charges", "vendors")
+        },
     },
 }

@@ -17,6 +17,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from django.contrib.auth import get_user_model
 from django.db import transaction
 from django.utils import timezone
 
@@ -144,7 +145,9 @@ def test_take_screenshots(chromium, site, redis_client):  # noqa: F811 - fixture
     page.screenshot(path=OUT / "month-confirmation.png", full_page=True)
 
     # Two leases held while the pages are photographed: another worker generating next
-    # month's charges, and Bob assigning a vendor to the complaint Alice opens.
+    # month's charges, and Bob (a colleague: the 409 page names him) assigning a vendor to
+    # the complaint Alice opens.
+    get_user_model().objects.get_or_create(username="bob")
     next_month = add_months(current_month(), 1)
     with (
         lock.acquire(charge_resource(maple, next_month), ttl=timedelta(seconds=60), holder="cron"),

@@ -147,8 +147,8 @@ def test_reassign_overtaken_after_the_action_looked_is_a_warning_naming_the_new_
     assert texts(answered) == [
         (
             "warning",
-            f"Complaint #{complaint.pk} changed since you looked: Evergreen is now assigned "
-            "(token 2); nothing was saved. Run again to replace it knowingly.",
+            f"Complaint #{complaint.pk} changed since you looked: Evergreen is now assigned; "
+            "nothing was saved. Run again to replace it knowingly.",
         )
     ]
     assert [(a.vendor, a.fence_token) for a in active_assignments(complaint)] == [(green, 2)]

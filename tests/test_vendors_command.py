@@ -128,9 +128,11 @@ def test_reassign_overtaken_after_it_looked_exits_75_with_one_line_and_writes_no
 
     assert (won.outcome, won.token) == ("committed", 2)
     assert command.returncode == 75
+    # Operators' words: the token, and what became of the vendor told in vain.
     assert one_line(stderr) == (
         f"CommandError: Complaint #{complaint.pk} changed since you looked: Evergreen is now "
-        "assigned (token 2); nothing was saved. Run again to replace it knowingly."
+        "assigned (token 2); nothing was saved. Run again to replace it knowingly; "
+        "Bright Spark was told in vain; cancellation sent (HTTP 200)"
     )
     assert stdout == ""
     assert [(a.vendor, a.fence_token) for a in active_assignments(complaint)] == [(green, 2)]

@@ -1,5 +1,11 @@
 """How each answer of vendor assignment reads to a person: one place for the staff page,
-the admin action and the command. Translated, with named placeholders."""
+the admin action and the command. Translated, with named placeholders.
+
+The refusals of a busy or overtaken attempt, and those decided at commit, speak to two
+audiences (``hoa.web.answer_table.Audience``): staff on pages and admin messages, without
+fencing tokens, hosts or lease lifetimes; operators in the command's output and the audit,
+with them.
+"""
 
 from datetime import date, timedelta
 
@@ -8,6 +14,7 @@ from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
 from hoa.models import Complaint, Organization
+from hoa.web.answer_table import Audience
 from vendors.models import Vendor, VendorAssignment, VendorContract
 
 # The headings of the 409 pages of locking's refusals (hoa.fenced.lock_refusals).
@@ -16,13 +23,26 @@ SUPERSEDED_TITLE = gettext_lazy("A newer assignment took over")
 LEASE_LOST_TITLE = gettext_lazy("Stopped before calling the vendor")
 
 
-def describe_assignment(assignment: VendorAssignment) -> str:
-    """``Pipe Pros, assigned by alice on 2026-03-01 10:00 (token 7)``."""
-    return _("%(vendor)s, assigned by %(actor)s on %(at)s (token %(token)s)") % {
+def describe_assignment(
+    assignment: VendorAssignment, *, audience: Audience = Audience.STAFF
+) -> str:
+    """``Pipe Pros, assigned by alice on 2026-03-01 10:00``; for operators, with the audit's
+    actor label and ``(token 7)``."""
+    values = {
         "vendor": assignment.vendor.name,
-        "actor": assignment.actor_label or _("unknown"),
         "at": formats.date_format(assignment.assigned_at, "Y-m-d H:i"),
-        "token": assignment.fence_token,
+    }
+    if audience is Audience.OPERATORS:
+        return _("%(vendor)s, assigned by %(actor)s on %(at)s (token %(token)s)") % {
+            **values,
+            "actor": assignment.actor_label or _("unknown"),
+            "token": assignment.fence_token,
+        }
+    if assignment.assigned_by_id is None:  # a command run without --actor
+        return _("%(vendor)s, assigned by an operator on %(at)s") % values
+    return _("%(vendor)s, assigned by %(actor)s on %(at)s") % {
+        **values,
+        "actor": assignment.assigned_by.get_username(),
     }
 
 
@@ -74,22 +94,48 @@ def contract_not_active(
     }
 
 
-def busy(*, complaint: Complaint, holder: str, retry_after: timedelta) -> str:
+def busy(
+    *,
+    complaint: Complaint,
+    holder: str,
+    person: str | None,
+    retry_after: timedelta,
+    audience: Audience = Audience.STAFF,
+) -> str:
+    """Staff read who (``person``, or another worker) and that it is short; operators read
+    the holder's label (host and pid) and the seconds its lease has left."""
+    if audience is Audience.OPERATORS:
+        return _(
+            "Complaint #%(complaint)s is being assigned by %(holder)s right now; "
+            "try again in %(seconds)s seconds."
+        ) % {
+            "complaint": complaint.pk,
+            "holder": holder,
+            "seconds": max(1, round(retry_after.total_seconds())),
+        }
+    if person:
+        return _(
+            "Another staff member (%(person)s) is assigning a vendor to complaint "
+            "#%(complaint)s; this usually takes a few seconds."
+        ) % {"complaint": complaint.pk, "person": person}
     return _(
-        "Complaint #%(complaint)s is being assigned by %(holder)s right now; "
-        "try again in %(seconds)s seconds."
-    ) % {
-        "complaint": complaint.pk,
-        "holder": holder,
-        "seconds": max(1, round(retry_after.total_seconds())),
-    }
+        "Another worker is assigning a vendor to complaint #%(complaint)s; this usually "
+        "takes a few seconds."
+    ) % {"complaint": complaint.pk}
 
 
-def superseded(*, complaint: Complaint, token: int, recorded: int) -> str:
+def superseded(
+    *, complaint: Complaint, token: int, recorded: int, audience: Audience = Audience.STAFF
+) -> str:
+    if audience is Audience.OPERATORS:
+        return _(
+            "A newer assignment of complaint #%(complaint)s (token %(recorded)s) took over "
+            "while this one (token %(token)s) was waiting; nothing of this one was saved."
+        ) % {"complaint": complaint.pk, "recorded": recorded, "token": token}
     return _(
-        "A newer assignment of complaint #%(complaint)s (token %(recorded)s) took over "
-        "while this one (token %(token)s) was waiting; nothing of this one was saved."
-    ) % {"complaint": complaint.pk, "recorded": recorded, "token": token}
+        "Someone else assigned complaint #%(complaint)s while this attempt was waiting; "
+        "nothing of this attempt was saved."
+    ) % {"complaint": complaint.pk}
 
 
 def lease_lost(*, complaint: Complaint) -> str:
@@ -112,26 +158,47 @@ def dispatch_failed(*, complaint: Complaint, vendor: Vendor, reason: str) -> str
     ) % {"reason": reason}
 
 
-def already_assigned(complaint: Complaint, winner: VendorAssignment) -> str:
+def already_assigned(
+    complaint: Complaint, winner: VendorAssignment, *, audience: Audience = Audience.STAFF
+) -> str:
     return _(
         "Complaint #%(complaint)s already has a vendor: %(winner)s. Reassign to replace them."
-    ) % {"complaint": complaint.pk, "winner": describe_assignment(winner)}
+    ) % {"complaint": complaint.pk, "winner": describe_assignment(winner, audience=audience)}
 
 
-def changed_since_viewed(complaint: Complaint, current: VendorAssignment | None) -> str:
+def changed_since_viewed(
+    complaint: Complaint,
+    current: VendorAssignment | None,
+    *,
+    audience: Audience = Audience.STAFF,
+) -> str:
     if current is None:
         return _(
             "Complaint #%(complaint)s changed since you looked: it has no vendor now; "
             "nothing was saved. Run again to assign one knowingly."
         ) % {"complaint": complaint.pk}
+    if audience is Audience.OPERATORS:
+        return _(
+            "Complaint #%(complaint)s changed since you looked: %(vendor)s is now assigned "
+            "(token %(token)s); nothing was saved. Run again to replace it knowingly."
+        ) % {
+            "complaint": complaint.pk,
+            "vendor": current.vendor.name,
+            "token": current.fence_token,
+        }
     return _(
-        "Complaint #%(complaint)s changed since you looked: %(vendor)s is now assigned "
-        "(token %(token)s); nothing was saved. Run again to replace it knowingly."
-    ) % {"complaint": complaint.pk, "vendor": current.vendor.name, "token": current.fence_token}
+        "Complaint #%(complaint)s changed since you looked: %(vendor)s is now assigned; "
+        "nothing was saved. Run again to replace it knowingly."
+    ) % {"complaint": complaint.pk, "vendor": current.vendor.name}
 
 
-def assignment_changed(complaint: Complaint, current: VendorAssignment | None) -> str:
-    now = describe_assignment(current) if current else _("no vendor")
+def assignment_changed(
+    complaint: Complaint,
+    current: VendorAssignment | None,
+    *,
+    audience: Audience = Audience.STAFF,
+) -> str:
+    now = describe_assignment(current, audience=audience) if current else _("no vendor")
     return _(
         "The vendor of complaint #%(complaint)s changed while you were assigning "
         "(now: %(now)s); nothing was saved. Try again."

@@ -1,18 +1,19 @@
 """What vendor assignment raises on purpose. Nothing was written in any of these cases.
 
 Each says which kind of answer it is (``hoa.web.answer_table``) and, when it answers a fenced
-attempt, the ``outcome`` ``run_fenced`` records. ``exc.message`` is the sentence a person
-reads (``vendors.answers``); ``str(exc)``, the audit's detail, may add what happened to a
-vendor told in vain.
+attempt, the ``outcome`` ``run_fenced`` records. ``exc.message`` is the sentence staff
+read (``vendors.answers``); ``str(exc)``, the operators' (the command's line, the audit's
+detail), names tokens and may add what happened to a vendor told in vain.
 """
 
 from datetime import date
+from functools import partial
 
 from django.utils.translation import gettext_lazy as _
 
 from hoa.fenced import CallFailed, NotPermitted, lock_refusals
 from hoa.models import Complaint, Organization
-from hoa.web.answer_table import Answer, Refusal
+from hoa.web.answer_table import Answer, Audience, Refusal
 from locking import Outcome
 from vendors import answers
 from vendors.models import Vendor, VendorAssignment, VendorContract
@@ -72,16 +73,20 @@ class RefusedAtCommit(VendorsError):
     told_in_vain: Vendor | None = None
     cancellation: str = ""
 
-    def __init__(self, message: str, *, complaint: Complaint, now_assigned):
+    def __init__(self, sentence, *, complaint: Complaint, now_assigned):
+        """``sentence(audience=…)``: the answers function, for staff and for operators."""
         self.complaint = complaint
         self.now_assigned: VendorAssignment | None = now_assigned  # active at the refusal
-        super().__init__(message)
+        super().__init__(
+            sentence(audience=Audience.STAFF), detail=sentence(audience=Audience.OPERATORS)
+        )
 
     def __str__(self) -> str:
+        detail = super().__str__()
         if self.told_in_vain is None:
-            return self.message
+            return detail
         told = answers.told_in_vain(self.told_in_vain, self.cancellation)
-        return f"{self.message.rstrip('.')}; {told}"
+        return f"{detail.rstrip('.')}; {told}"
 
 
 class AlreadyAssigned(RefusedAtCommit):
@@ -96,7 +101,9 @@ class AlreadyAssigned(RefusedAtCommit):
     def __init__(self, *, complaint: Complaint, winner: VendorAssignment):
         self.winner = winner
         super().__init__(
-            answers.already_assigned(complaint, winner), complaint=complaint, now_assigned=winner
+            partial(answers.already_assigned, complaint, winner),
+            complaint=complaint,
+            now_assigned=winner,
         )
 
 
@@ -120,7 +127,7 @@ class ChangedSinceViewed(RefusedAtCommit):
         self.expected = expected
         self.current = current
         super().__init__(
-            answers.changed_since_viewed(complaint, current),
+            partial(answers.changed_since_viewed, complaint, current),
             complaint=complaint,
             now_assigned=current,
         )
@@ -136,7 +143,7 @@ class AssignmentChanged(RefusedAtCommit):
     def __init__(self, *, complaint: Complaint, current: VendorAssignment | None):
         self.current = current
         super().__init__(
-            answers.assignment_changed(complaint, current),
+            partial(answers.assignment_changed, complaint, current),
             complaint=complaint,
             now_assigned=current,
         )

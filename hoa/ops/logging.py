@@ -38,3 +38,19 @@ class JsonFormatter(logging.Formatter):
             entry["stack"] = self.formatStack(record.stack_info)
         # default=str: an extra that JSON cannot hold (a request, a datetime) is still logged.
         return json.dumps(entry, default=str, ensure_ascii=False)
+
+
+class TracebacksOnlyForServerErrors(logging.Filter):
+    """Write a refused request (4xx) as its one line, without the exception's traceback.
+
+    Django logs a 403 or a 400 with the exception that caused it (``exc_info``), so every
+    refusal printed a traceback that says nothing an operator acts on. Records carrying a
+    ``status_code`` below 500 lose their ``exc_info``; 5xx and every other record keep it.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        status = getattr(record, "status_code", None)
+        if isinstance(status, int) and status < 500:
+            record.exc_info = None
+            record.exc_text = None
+        return True

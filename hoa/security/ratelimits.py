@@ -3,7 +3,8 @@ lockout after repeated failed sign-ins for one username from one address.
 
 Sized for people, configurable by environment (docs/security.md): ``FENCED_POST_RATE``
 (30/m per user), ``FENCED_POST_IP_RATE`` (120/m per address), ``LOGIN_RATE`` (10/m per
-address), ``LOGIN_LOCKOUT_RATE`` (5 failures per 15 minutes per username and address).
+address), ``LOGIN_LOCKOUT_RATE`` (5 failures per 15 minutes per username and address),
+``PASSWORD_RESET_RATE`` (5 reset requests per 15 minutes per address).
 ``RATELIMIT_ENABLE=0`` turns every limit off (benchmarks, load tests).
 
 A request over a limit raises ``TooManyRequests`` (django-ratelimit's ``Ratelimited``);
@@ -30,6 +31,7 @@ FENCED_POSTS_PER_USER = Limit("fenced-post:user", "FENCED_POST_RATE", user_key)
 FENCED_POSTS_PER_ADDRESS = Limit("fenced-post:ip", "FENCED_POST_IP_RATE", address_key)
 SIGN_INS_PER_ADDRESS = Limit("login:ip", "LOGIN_RATE", address_key)
 FAILED_SIGN_INS = Limit("login-failures", "LOGIN_LOCKOUT_RATE", _username_and_address)
+PASSWORD_RESETS_PER_ADDRESS = Limit("password-reset:ip", "PASSWORD_RESET_RATE", address_key)
 
 
 class TooManyRequests(Ratelimited):
@@ -82,6 +84,29 @@ def limit_sign_ins(view):
     def wrapped(request, *args, **kwargs):
         if request.method == "POST":
             _check_sign_in(request, request.POST.get(get_user_model().USERNAME_FIELD, ""))
+        return view(request, *args, **kwargs)
+
+    return wrapped
+
+
+def limit_password_resets(view):
+    """Decorate the password reset view: requests per address (each may send a mail)."""
+
+    @wraps(view)
+    def wrapped(request, *args, **kwargs):
+        if request.method == "POST":
+            usage = count(request, PASSWORD_RESETS_PER_ADDRESS)
+            if usage is not None and usage["should_limit"]:
+                seconds = _seconds_left(usage)
+                raise TooManyRequests(
+                    limit=PASSWORD_RESETS_PER_ADDRESS,
+                    retry_after=seconds,
+                    message=_(
+                        "Too many password reset requests from your address. Try again in "
+                        "%(minutes)d minutes."
+                    )
+                    % {"minutes": math.ceil(seconds / 60)},
+                )
         return view(request, *args, **kwargs)
 
     return wrapped

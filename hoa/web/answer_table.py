@@ -1,9 +1,17 @@
 """One answer table: what kind of answer a refusal is, and how each caller gives it.
 
 Every exception a fenced operation raises on purpose is a ``Refusal``: it says which kind
-of answer it is (``answer``), how a page heads it (``title``) and, as ``str(exc)``, the
-sentence a person reads (``message``, translated, from the app's ``answers`` module). The
-staff page, the admin action and the management command then answer with one
+of answer it is (``answer``), how a page heads it (``title``) and what happened, in two
+registers (translated, from the app's ``answers`` module):
+
+- ``exc.message``, for staff (``Audience.STAFF``): the staff page and the admin action. It
+  names people and what to do, never a fencing token, a host, a pid or a lease lifetime;
+- ``str(exc)``, for operators (``Audience.OPERATORS``): the management command's line and
+  the audit's detail. It keeps the technical facts (tokens, the holder's host and pid, the
+  seconds the lease has left), because operators act on them. Most refusals say the same
+  to both; ``busy``, ``superseded`` and the vendor refusals at commit say more here.
+
+The staff page, the admin action and the management command then answer with one
 ``except <App>Error``:
 
 =================  ======  =============  =========
@@ -30,6 +38,13 @@ from django.core.management.base import CommandError
 from hoa.web.responses import conflict, error_page
 
 EXIT_TEMPFAIL = 75
+
+
+class Audience(StrEnum):
+    """Who reads a refusal's sentence (the app's ``answers`` functions take ``audience=``)."""
+
+    STAFF = "staff"  # pages and admin messages: people and what to do
+    OPERATORS = "operators"  # commands and the audit: tokens, hosts, pids, seconds
 
 
 class Answer(StrEnum):
@@ -59,23 +74,32 @@ ANSWERS = {
 class Refusal(Exception):
     """Base of the apps' own errors: nothing was written, and here is why.
 
-    Built with the sentence a person reads (``message``); ``str(exc)`` is what the audit
-    records, the same sentence unless a subclass adds details.
+    Built with the sentence staff read (``message``) and, when operators are told more,
+    theirs (``detail``); ``str(exc)`` is the operators' sentence: what commands print and
+    the audit records.
     """
 
     answer: Answer
     title: str = ""  # the heading of its page
 
+    def __init__(self, message: str = "", *, detail: str = ""):
+        super().__init__(message)
+        self.detail = detail or message
+
     @property
     def message(self) -> str:
         return str(self.args[0]) if self.args else ""
+
+    def __str__(self) -> str:
+        return str(self.detail)
 
 
 def page(request, exc: Refusal, **conflict_options):
     """The page answering ``exc``: 409 with a retry, 403, or an error page.
 
     ``conflict_options`` go to ``conflict()`` (title, template, retry fields…) when the
-    answer is a retry; a lease still held is shown when the refusal carries one (``busy``).
+    answer is a retry; when the refusal carries a lease still held (``busy``), the page
+    links to its details for operators (the sentence names only the person holding it).
     """
     if exc.answer is Answer.FORBIDDEN:
         raise PermissionDenied(exc.message) from exc
@@ -92,10 +116,12 @@ def page(request, exc: Refusal, **conflict_options):
 
 
 def admin_message(modeladmin, request, exc: Refusal) -> None:
-    """Report ``exc`` on the changelist with the level its kind deserves."""
+    """Report ``exc`` on the changelist with the level its kind deserves, in staff's words
+    (the admin is where staff work too; operators read the audit and the lock page)."""
     modeladmin.message_user(request, exc.message, ANSWERS[exc.answer].level)
 
 
 def command_error(exc: Refusal) -> CommandError:
-    """The one line and exit code a management command answers ``exc`` with."""
-    return CommandError(exc.message, returncode=ANSWERS[exc.answer].exit_code)
+    """The one line and exit code a management command answers ``exc`` with: the
+    operators' sentence (``str(exc)``), tokens and holders included."""
+    return CommandError(str(exc), returncode=ANSWERS[exc.answer].exit_code)

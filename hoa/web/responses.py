@@ -17,10 +17,12 @@ def conflict(
     extra_context: dict | None = None,
     retry_fields: Mapping[str, str] | Iterable[tuple[str, str]] | None = None,
 ):
-    """Render the 409 page: who holds the lock or won, since and until when, what to do.
+    """Render the 409 page for staff: who is doing it or did it, and what to do.
 
-    ``lease`` is a ``LockHeld`` (holder, acquired_at, expires_at, retry_after) when the
-    resource is busy; ``winner`` describes the holder whose work already won. A page whose
+    ``message`` names the person (the refusal's staff sentence); ``lease`` is a
+    ``LockHeld`` when the resource is busy, of which the page shows only a link to the lock
+    page's details for operators (holder label, host, pid, token, lifetime stay there);
+    ``winner`` describes the work that already won. A page whose
     retry must resend form fields passes a template extending ``hoa/conflict.html`` that
     fills its ``retry_fields`` block, and the values in ``extra_context``.
 

@@ -1,0 +1,54 @@
+"""The site's look at the request level: page titles that name the association, the favicon
+on the staff pages and in the admin, the stylesheets that keep wide tables in their box."""
+
+import re
+
+import pytest
+
+
+def title_of(response) -> str:
+    return re.search(r"<title>(.*?)</title>", response.content.decode(), re.S).group(1).strip()
+
+
+@pytest.fixture
+def alice_client(client, alice):
+    client.force_login(alice)
+    return client
+
+
+def test_an_associations_pages_are_titled_page_association_hoa(alice_client, maple):
+    assert title_of(alice_client.get(f"/orgs/{maple.slug}/")) == "Overview · Maple Court · HOA"
+    charges = alice_client.get(f"/orgs/{maple.slug}/charges/")
+    assert title_of(charges) == "Charges · Maple Court · HOA"
+    complaints = alice_client.get(f"/orgs/{maple.slug}/complaints/")
+    assert title_of(complaints) == "Complaints · Maple Court · HOA"
+
+
+def test_pages_outside_an_association_are_titled_page_hoa(client, alice_client):
+    assert title_of(alice_client.get("/orgs/")) == "Associations · HOA"
+    assert title_of(alice_client.get("/ops/locks/")) == "Lock status · HOA"
+    client.logout()
+    assert title_of(client.get("/accounts/login/")) == "Log in · HOA"
+
+
+@pytest.mark.parametrize("url", ["/accounts/login/", "/admin/login/"])
+def test_the_favicon_is_linked_on_the_site_and_in_the_admin(client, url, db):
+    page = client.get(url).content.decode()
+
+    assert '<link rel="icon" href="/static/hoa/favicon.svg" type="image/svg+xml">' in page
+
+
+def test_the_favicon_is_served_as_svg(client):
+    response = client.get("/static/hoa/favicon.svg")
+
+    assert response.status_code == 200
+    assert response["Content-Type"].startswith("image/svg+xml")
+    assert b"<svg" in b"".join(response.streaming_content)
+
+
+def test_admin_pages_load_the_stylesheet_that_keeps_changelists_in_their_box(client, root):
+    client.force_login(root)
+
+    page = client.get("/admin/locking/fenceevent/").content.decode()
+
+    assert '<link rel="stylesheet" href="/static/hoa/admin.css">' in page
