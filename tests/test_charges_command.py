@@ -69,7 +69,7 @@ def test_command_generates_charges_then_reports_them_already_generated(
     assert (second.returncode, second.stderr) == (0, "")
     assert second.stdout == (
         f"Charges for Maple Court, 2026-03 were already generated "
-        f"(10 charges, total {MAPLE_TOTAL}).\n"
+        f"(10 charges, total ${MAPLE_TOTAL:,.2f}).\n"
     )
     run = MonthlyChargeRun.objects.get(organization=maple, month=MONTH)
     assert (run.charge_count, run.total, run.last_fence_token) == (10, MAPLE_TOTAL, 2)
@@ -306,7 +306,7 @@ def test_all_orgs_skips_a_busy_organization_and_exits_75_until_it_is_done(maple,
     assert (second.returncode, second.stderr) == (0, "")
     assert second.stdout.splitlines()[:2] == [
         f"maple-court: Charges for Maple Court, 2026-03 were already generated "
-        f"(10 charges, total {MAPLE_TOTAL}).",
+        f"(10 charges, total ${MAPLE_TOTAL:,.2f}).",
         "oak-ridge: Generated 5 charges for Oak Ridge, 2026-03 (total $1,500.00).",
     ]
     assert MonthlyCharge.objects.count() == 15
