@@ -68,8 +68,6 @@ def busy(
     retry_after: timedelta,
     audience: Audience = Audience.STAFF,
 ) -> str:
-    """Staff read who (``person``, or another worker) and that it is short; operators read
-    the holder's label (host and pid) and the seconds its lease has left."""
     facts = _facts(organization, month)
     if audience is Audience.OPERATORS:
         return _(

@@ -88,7 +88,12 @@ class _FactRefusal(Refusal):
 
 
 class Busy(_FactRefusal):
-    """Another holder has the lease right now."""
+    """Another holder has the lease right now.
+
+    The app's ``busy(**facts, holder, person, retry_after, audience)``: staff read who
+    (``person``, a user's name, or another worker) and that it is short; operators read the
+    holder's label (host and pid) and the seconds its lease has left.
+    """
 
     answer = Answer.RETRY
     outcome = Outcome.BUSY
