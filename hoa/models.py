@@ -45,7 +45,22 @@ class Organization(models.Model):
         """Return whether ``user`` may act for this organization."""
         if not user.is_authenticated or not user.is_active:
             return False
-        return user.is_superuser or self.memberships.filter(user=user).exists()
+        if user.is_superuser:
+            return True
+        if self.pk not in _staff_of(user):
+            if not self.memberships.filter(user=user).exists():
+                return False
+            self.remember_staff(user)
+        return True
+
+    def remember_staff(self, user) -> None:
+        """Note on this ``user`` object that it is staff of this organization (a query
+        through ``Organization.objects.for_user`` found it), so ``has_staff`` asks no more.
+
+        Kept on the user object like Django's permission cache: a request's, or a
+        command's run, never across them.
+        """
+        _staff_of(user).add(self.pk)
 
 
 class Unit(models.Model):
@@ -349,3 +364,7 @@ class AccessDenial(models.Model):
 
     def __str__(self):
         return f"{self.get_reason_display()} · {self.actor} · {self.resource}"
+
+
+def _staff_of(user) -> set:
+    return user.__dict__.setdefault("_hoa_staff_of", set())

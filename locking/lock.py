@@ -777,6 +777,8 @@ class Lease:
     lost: LostSignal = field(default_factory=LostSignal)
     # The TTL last granted or extended: what keep_alive() renews to by default.
     _ttl: timedelta | None = field(default=None, repr=False)
+    # Set by run_fenced: writes the attempt's committed audit row in the caller's transaction.
+    _record_committed: Callable[..., None] | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         self.lost._lease = self
@@ -813,6 +815,18 @@ class Lease:
         """
         self.lost._add_callback(callback)
         return callback
+
+    def record_committed(self, outcome: Outcome = Outcome.COMMITTED) -> None:
+        """Write this attempt's audit row now, inside the work's ``transaction.atomic()``.
+
+        Under ``run_fenced``, a work that calls it just before its block commits saves the
+        separate audit write after the transaction: the row commits (or rolls back) with
+        the writes it records. If the block rolls back, ``run_fenced`` records the
+        attempt's final outcome outside, as without this call. Outside ``run_fenced`` it
+        does nothing.
+        """
+        if self._record_committed is not None:
+            self._record_committed(outcome, self)
 
     def check(self) -> None:
         """Raise ``LeaseLost`` if the lease is lost, or past its TTL by this process's clock.

@@ -2,11 +2,13 @@
 
 Services call ``run_fenced`` with a ``work(lease)`` callable that does the external call
 (outside any transaction) and then one ``transaction.atomic()`` block starting with
-``advance_fence``. Everything around it — granting, recording the outcome outside the
-work's transaction, releasing, reseeding a lost counter — is the same for every fenced
-operation, so it lives here once. ``arun_fenced`` is the same flow for a coroutine
-``work(lease)``; its database steps (the audit, a new epoch) run in
-``sync_to_async(thread_sensitive=True)``.
+``advance_fence``. Everything around it — granting, recording the outcome, releasing,
+reseeding a lost counter — is the same for every fenced operation, so it lives here once.
+A refusal is recorded after the work, outside its rolled-back transaction; a committed
+attempt is too, unless the work called ``lease.record_committed()`` inside its block (the
+row then commits with the writes, one write and one commit fewer). ``arun_fenced`` is the
+same flow for a coroutine ``work(lease)``; its database steps (the audit, a new epoch) run
+in ``sync_to_async(thread_sensitive=True)``.
 """
 
 import logging
@@ -188,6 +190,7 @@ class AttemptAudit:
         self.using = using
         self.started = time.monotonic()
         self._span: Span | None = None
+        self._written: int | None = None  # the token whose row committed in the work
 
     @contextmanager
     def span(self) -> Iterator[Span]:
@@ -202,10 +205,32 @@ class AttemptAudit:
         metrics.lease_granted(self.attempt.operation)
         if self._span is not None:
             self._span.set_attribute(tracing.FENCE_TOKEN, lease.token)
+        lease._record_committed = self.in_transaction
+
+    def in_transaction(self, outcome: Outcome, lease: Lease) -> None:
+        """Write the committed attempt's row inside the work's transaction (``Lease.
+        record_committed``): one write and one commit fewer than recording it after.
+
+        Only once the transaction commits does ``finished`` count it as written; a
+        rollback erases the row, and ``finished`` or ``refused`` then records outside.
+        """
+        connection = connections[self.using]
+        if not connection.in_atomic_block:
+            raise TransactionManagementError(
+                "Lease.record_committed() belongs inside the work's transaction.atomic()."
+            )
+        _write_event(
+            resource=self.resource,
+            outcome=outcome,
+            token=lease.token,
+            attempt=self.attempt,
+            using=self.using,
+        )
+        connection.on_commit(lambda: setattr(self, "_written", lease.token))
 
     def finished(self, result: object, lease: Lease) -> None:
         outcome = result.outcome if isinstance(result, HasOutcome) else Outcome.COMMITTED
-        self._record(outcome, lease.token)
+        self._record(outcome, lease.token, written=self._written == lease.token)
 
     def refused(self, exc: HasOutcome, lease: Lease | None) -> None:
         """Record an exception with the outcome it declares, and the facts it carries."""
@@ -236,13 +261,21 @@ class AttemptAudit:
         )
 
     def _record(
-        self, outcome: Outcome, token: int | None, detail: str = "", *, final: bool = True
+        self,
+        outcome: Outcome,
+        token: int | None,
+        detail: str = "",
+        *,
+        final: bool = True,
+        written: bool = False,
     ) -> None:
         if final:
             elapsed = time.monotonic() - self.started
             metrics.attempt_finished(self.attempt.operation, outcome, elapsed)
             if self._span is not None:
                 tracing.set_outcome(self._span, outcome)
+        if written:
+            return
         record_fence_event(
             resource=self.resource,
             outcome=outcome,
@@ -254,6 +287,27 @@ class AttemptAudit:
             ip=self.attempt.ip,
             using=self.using,
         )
+
+
+def _write_event(*, resource: str, outcome: Outcome, token: int, attempt: Attempt, using: str):
+    # Inside the work's transaction: a database error must abort it, not be swallowed
+    # (record_fence_event's choice outside a transaction).
+    from locking.models import FenceEvent  # models load after the app registry
+
+    logger.info(
+        "fenced attempt %s",
+        outcome,
+        extra={"resource": resource, "token": token, "outcome": outcome, "actor": attempt.actor},
+    )
+    FenceEvent.objects.using(using).create(
+        resource=resource,
+        outcome=outcome,
+        token=token,
+        actor=attempt.actor[:200],
+        scope=attempt.scope[:100],
+        operation=attempt.operation[:50],
+        ip=attempt.ip,
+    )
 
 
 def counter_is_behind(current: int, exc: StaleFencingToken) -> bool:

@@ -170,7 +170,7 @@ def test_repeat_is_already_generated_and_writes_and_bills_nothing_more(maple, bi
     run = assert_one_complete_run(maple, completed_by="cron-a")
     assert run.last_fence_token == 2  # the repeat still passed the fence
     assert len(billing.received) == 1  # a completed run is final: nothing to bill again
-    # By token: the two audit rows are written after the commits, in either order.
+    # By token: A's audit row commits with its charges, B's after its transaction.
     assert sorted(events(maple), key=lambda event: event[1]) == [
         ("committed", 1),
         ("already_done", 2),
@@ -331,7 +331,7 @@ def test_stale_holder_committing_first_leaves_newer_holder_nothing_to_write(
     assert (holder_b.result.outcome, holder_b.result.token) == (Outcome.ALREADY_DONE, 2)
     run = assert_one_complete_run(maple, completed_by="holder-a")
     assert run.last_fence_token == 2
-    # By token: the two audit rows are written after the commits, in either order.
+    # By token: A's audit row commits with its charges, B's after its transaction.
     assert sorted(events(maple), key=lambda event: event[1]) == [
         ("committed", 1),
         ("already_done", 2),
@@ -346,19 +346,20 @@ def test_newer_holder_waits_on_the_row_lock_of_a_holder_paused_before_commit(
     db = connection.settings_dict
     blocker = psycopg.connect(host=db["HOST"], port=db["PORT"], user=db["USER"], dbname=db["NAME"])
     try:
-        # Holder A passes its fence UPDATE (taking the run row's lock), then blocks on its
-        # INSERT of the charges: this connection holds a lock that conflicts with it.
+        # Holder A creates the run row and passes its fence UPDATE (taking the row's lock),
+        # then blocks on its COPY of the charges: this connection holds a conflicting lock.
         blocker.execute("LOCK TABLE charges_monthlycharge IN SHARE ROW EXCLUSIVE MODE")
         holder_a = Worker(lambda: generate(maple, actor="holder-a"))
         wait_until(
-            lambda: waiting_statements('INSERT INTO "charges_monthlycharge"') == 1,
-            what="holder A to block on its INSERT",
+            lambda: waiting_statements('COPY "charges_monthlycharge"') == 1,
+            what="holder A to block on its COPY",
         )
         wait_for_lease_expiry(redis_client, maple)
         holder_b = Worker(lambda: generate(maple, actor="holder-b"))
+        # A's run row is not committed yet: B's insert of it waits on the unique index.
         wait_until(
-            lambda: waiting_statements('UPDATE "charges_monthlychargerun"') == 1,
-            what="holder B to wait on the run row's lock",
+            lambda: waiting_statements('INSERT INTO "charges_monthlychargerun"') == 1,
+            what="holder B to wait on the run row",
         )
         assert not holder_b.done.is_set()
     finally:
@@ -371,7 +372,7 @@ def test_newer_holder_waits_on_the_row_lock_of_a_holder_paused_before_commit(
     assert (holder_b.result.outcome, holder_b.result.token) == (Outcome.ALREADY_DONE, 2)
     run = assert_one_complete_run(maple, completed_by="holder-a")
     assert run.last_fence_token == 2
-    # By token: the two audit rows are written after the commits, in either order.
+    # By token: A's audit row commits with its charges, B's after its transaction.
     assert sorted(events(maple), key=lambda event: event[1]) == [
         ("committed", 1),
         ("already_done", 2),

@@ -50,7 +50,8 @@ class AssignVendorForm(forms.Form):
         # unknown ids, and other associations' vendors, are invalid choices.
         field.queryset = Vendor.objects.filter(contracts__organization=organization).distinct()
         active = Vendor.objects.with_active_contract(organization).order_by("name")
-        field.choices = [("", field.empty_label), *((v.pk, _label(v)) for v in active)]
+        # A callable: the menu's query runs when a page renders it, not for every POST.
+        field.choices = lambda: [("", field.empty_label), *((v.pk, _label(v)) for v in active)]
         if complaint is None:
             del self.fields["replacing"]
         else:

@@ -152,7 +152,7 @@ def assign_vendor(
     _check_contract(vendor, organization, timezone.localdate())
 
     def work(lease: Lease) -> AssignmentResult:
-        looked = _look_before_calling(complaint, lease.token)
+        looked = _look_before_calling(complaint, lease.token, seen=replacing)
         needs_call = _next_step(looked, vendor, reassign, replacing) is _Next.ASSIGN
         dispatched = False
         if needs_call:
@@ -176,6 +176,7 @@ def assign_vendor(
                 current = active_assignment(complaint)
                 step = _next_step(current, vendor, reassign, replacing)
                 if step is _Next.ALREADY_DONE:
+                    lease.record_committed(Outcome.ALREADY_DONE)
                     return AssignmentResult(
                         assignment=current, outcome=Outcome.ALREADY_DONE, token=lease.token
                     )
@@ -213,6 +214,7 @@ def assign_vendor(
                     note=answers.assigned_note(assignment),
                     at=now,
                 )
+                lease.record_committed()  # the audit row commits with the assignment
         except RefusedAtCommit as refusal:
             if dispatched:
                 # Rolled back, but the vendor has been told: say so, and take it back.
@@ -283,7 +285,9 @@ def _cancel_dispatch(
     return f"cancellation sent (HTTP {call.status})"
 
 
-def _look_before_calling(complaint: Complaint, token: int) -> VendorAssignment | None:
+def _look_before_calling(
+    complaint: Complaint, token: int, *, seen: VendorAssignment | None = None
+) -> VendorAssignment | None:
     """Return the active assignment, or raise ``StaleFencingToken`` if ``token`` cannot win.
 
     Only spares the vendor a call that cannot lead anywhere: the conditional UPDATE in
@@ -303,6 +307,8 @@ def _look_before_calling(complaint: Complaint, token: int) -> VendorAssignment |
         raise StaleFencingToken(token, recorded)
     if current_id is None:
         return None
+    if seen is not None and seen.pk == current_id:
+        return seen  # the caller's, already read: the one it saw is still the active one
     return VendorAssignment.objects.select_related("vendor").filter(pk=current_id).first()
 
 

@@ -2,6 +2,7 @@
 
 import getpass
 import os
+import sys
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
@@ -15,6 +16,7 @@ from hoa.web.answer_table import EXIT_TEMPFAIL
 
 __all__ = [
     "EXIT_TEMPFAIL",
+    "CronCommand",
     "ServiceCommand",
     "active_user",
     "add_actor_argument",
@@ -86,7 +88,37 @@ def require_services(*, database: bool = True, redis: bool = True) -> None:
             raise CommandError(f"Redis is unreachable ({settings.LOCK_REDIS_URL}): {exc}") from exc
 
 
-class ServiceCommand(BaseCommand):
+class CronCommand(BaseCommand):
+    """A command cron runs: quiet on success, one line on failure, bad arguments included.
+
+    From the command line with no ``-v``, the verbosity is 1 on a terminal and 0 otherwise,
+    so a cron job prints nothing when it succeeds (``-v 1`` asks for its summary line) and
+    only the line saying why when it fails. ``call_command`` keeps Django's default of 1.
+
+    Django parses the arguments outside its ``CommandError`` handling (argparse prints its
+    usage and exits 2); here a bad argument is ``CommandError: <one line>`` and exit 1,
+    like every other bad input.
+    """
+
+    def run_from_argv(self, argv):
+        parser = self.create_parser(argv[0], argv[1])
+        parser.called_from_command_line = False  # its error() raises CommandError
+        try:
+            parser.parse_args(argv[2:])
+        except CommandError as exc:
+            message = str(exc).removeprefix("Error: ")
+            self.stderr.write(f"CommandError: {message}")
+            sys.exit(1)
+        if not sys.stdout.isatty() and not _asks_verbosity(argv[2:]):
+            argv = [*argv, "--verbosity", "0"]
+        super().run_from_argv(argv)
+
+
+def _asks_verbosity(arguments: list[str]) -> bool:
+    return any(arg == "-v" or arg.startswith(("-v", "--verbosity")) for arg in arguments)
+
+
+class ServiceCommand(CronCommand):
     """A command that answers a database lost mid-run with one line and exit 1.
 
     ``require_services`` catches a database that is down when the command starts; this

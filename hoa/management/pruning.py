@@ -8,9 +8,11 @@ cron, e.g. daily; ``--days N`` overrides the setting, ``--dry-run`` only counts.
 from datetime import timedelta
 
 from django.conf import settings
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import CommandError
 from django.db import DatabaseError
 from django.utils import timezone
+
+from hoa.management.base import CronCommand
 
 
 def _retention_days(raw) -> int:
@@ -24,7 +26,7 @@ def _retention_days(raw) -> int:
     return days
 
 
-class PruneCommand(BaseCommand):
+class PruneCommand(CronCommand):
     """Delete rows of ``model`` whose ``at`` is older than ``retention_setting`` days."""
 
     model: type  # a model with an indexed ``at`` timestamp and no rows that point at it
@@ -61,7 +63,8 @@ class PruneCommand(BaseCommand):
         except DatabaseError as exc:
             first_line = (str(exc).strip().splitlines() or [exc.__class__.__name__])[0]
             raise CommandError(f"Could not prune {self.noun}s: {first_line}") from exc
-        self.stdout.write(
-            f"{verb} {count} {self.noun}(s) older than {days} day(s) "
-            f"(before {cutoff:%Y-%m-%d %H:%M} UTC)."
-        )
+        if dry_run or options["verbosity"] >= 1:
+            self.stdout.write(
+                f"{verb} {count} {self.noun}(s) older than {days} day(s) "
+                f"(before {cutoff:%Y-%m-%d %H:%M} UTC)."
+            )

@@ -8,11 +8,11 @@ database exit 1 with one line on stderr.
 import math
 from datetime import timedelta
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import CommandError
 from django.db import DatabaseError, InterfaceError
 from django.utils.translation import gettext as _
 
-from hoa.management.base import first_line, require_services
+from hoa.management.base import CronCommand, first_line, require_services
 
 MAX_WAIT_SECONDS = 3600
 MAX_BATCH_SIZE = 10_000
@@ -48,7 +48,7 @@ def parse_batch_size(raw: str) -> int:
     return size
 
 
-class ScheduledJobCommand(BaseCommand):
+class ScheduledJobCommand(CronCommand):
     """Parse ``--wait``/``--batch-size``, check PostgreSQL, run one pass, print its outcome."""
 
     default_batch_size: int

@@ -16,7 +16,9 @@ def organization_for(user, slug: str) -> Organization:
 
     404 rather than 403: staff of one association must not learn that another exists.
     """
-    return get_object_or_404(Organization.objects.for_user(user), slug=slug)
+    organization = get_object_or_404(Organization.objects.for_user(user), slug=slug)
+    organization.remember_staff(user)  # the operation's own staff check asks no more
+    return organization
 
 
 def require_permission(user, perm: str) -> None:

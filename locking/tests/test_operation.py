@@ -106,6 +106,55 @@ def test_result_outcome_is_recorded_instead_of_committed(resource):
     assert events(resource) == [("already_done", 1, "")]
 
 
+def test_record_committed_writes_the_audit_row_in_the_work_transaction_once(thing, resource):
+    seen_inside: list[int] = []
+
+    def work(lease) -> int:
+        with transaction.atomic():
+            advance_fence(FencedThing.objects.filter(pk=thing.pk), lease)
+            lease.record_committed()
+            # Inside the transaction, before its commit: the row is there, in it.
+            seen_inside.append(FenceEvent.objects.for_resource(resource).count())
+        return lease.token
+
+    assert run_fenced(resource, work, ttl=TTL, attempt=ALICE) == 1
+
+    assert seen_inside == [1]
+    assert events(resource) == [("committed", 1, "")]
+    event = FenceEvent.objects.get()
+    assert (event.actor, event.operation, event.scope, event.ip) == (
+        "alice",
+        "assign_vendor",
+        "org:1",
+        "192.0.2.7",
+    )
+
+
+def test_record_committed_rolled_back_with_the_work_leaves_the_refusal_recorded_outside(
+    thing, resource
+):
+    class Refused(Exception):
+        outcome = Outcome.FAILED
+
+    def work(lease):
+        with transaction.atomic():
+            advance_fence(FencedThing.objects.filter(pk=thing.pk), lease)
+            lease.record_committed()
+            raise Refused("changed its mind")
+
+    with pytest.raises(Refused):
+        run_fenced(resource, work, ttl=TTL, attempt=ALICE)
+
+    assert events(resource) == [("failed", 1, "changed its mind")]
+    assert db_token(thing) == 0
+
+
+def test_record_committed_outside_a_transaction_is_refused(resource):
+    with pytest.raises(TransactionManagementError):
+        run_fenced(resource, lambda lease: lease.record_committed(), ttl=TTL, attempt=ALICE)
+    assert events(resource) == []
+
+
 def test_busy_is_recorded_naming_the_holder_and_the_work_never_runs(thing, resource, fence_lock):
     held = fence_lock.acquire(resource, ttl=TTL, holder="bob")
     calls: list[int] = []

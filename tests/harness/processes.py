@@ -41,7 +41,12 @@ PG_USER = "hoa"
 
 def manage_py(*args: object) -> list[str]:
     """The command line that runs ``manage.py`` with ``args`` under this interpreter."""
-    return [sys.executable, str(BASE_DIR / "manage.py"), *map(str, args)]
+    arguments = [*map(str, args)]
+    # A child's stdout is no terminal, so without -v a command is cron-quiet on success;
+    # tests read its summary (the quiet default has its own tests).
+    if not any(arg.startswith(("-v", "--verbosity")) for arg in arguments):
+        arguments += ["-v", "1"]
+    return [sys.executable, str(BASE_DIR / "manage.py"), *arguments]
 
 
 def django_database_url() -> str:

@@ -2,29 +2,36 @@
 
 Exit codes (ARCHITECTURE.md): 0 generated or already generated; 75 (EX_TEMPFAIL) busy or
 superseded by a newer holder, try again later; 1 bad input, Redis down or billing failure.
-Failures are one line on stderr, never a traceback.
+Failures are one line on stderr, never a traceback. From cron (stdout not a terminal, no
+``-v``) a success prints nothing; ``-v 1`` prints the summary, ``-v 2`` one line per
+organization.
 
-``--all-orgs`` walks every organization and skips busy ones (reporting them), so several
-cron hosts can run it at the same time and share the work; ``--workers N`` spreads the
-walk over N processes on this host.
+``--all-orgs`` walks every organization and skips busy ones, so several cron hosts can run
+it at the same time and share the work; ``--workers N`` spreads the walk over N processes
+on this host (each gets chunks of ids and keeps its connections). After its pass a host
+waits, up to ``--wait`` seconds, for the organizations another host held: it confirms the
+completed ones from the database and retries those whose holder went away. It exits 0 when
+every organization has its completed run, 75 if some are still unfinished at the deadline.
+On a terminal a progress line (done / total, rate, ETA) is rewritten as it goes.
 """
 
 import multiprocessing
-from collections import Counter
+import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from datetime import date
 from itertools import repeat
 from multiprocessing.util import Finalize
 
+from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.core.management.base import CommandError
 from django.db import connections
 from django.utils.translation import gettext as _
-from django.utils.translation import gettext_lazy
 
 from charges.exceptions import ChargesError
 from charges.forms import parse_billing_month
-from charges.models import month_label
+from charges.models import MonthlyChargeRun, month_label
 from charges.selectors import current_month
 from charges.services import generate_monthly_charges
 from hoa.management.base import (
@@ -40,20 +47,12 @@ from hoa.security.audit import shown
 from hoa.web import answer_table
 from locking import Outcome
 
-# The words of the --all-orgs summary line, by outcome (stale: a newer holder took over).
-SUMMARY = {
-    Outcome.COMMITTED: gettext_lazy("generated"),
-    Outcome.ALREADY_DONE: gettext_lazy("already generated"),
-    Outcome.BUSY: gettext_lazy("busy"),
-    Outcome.STALE: gettext_lazy("superseded"),
-    Outcome.FAILED: gettext_lazy("failed"),
-}
-
 
 @dataclass(frozen=True)
 class OrgOutcome:
     """One organization's answer, small enough to come back from a worker process."""
 
+    org_id: int
     slug: str
     kind: Outcome
     message: str
@@ -68,13 +67,35 @@ def generate_for(organization: Organization, month: date, user, via: str) -> Org
     except ChargesError as exc:  # each one raised here declares its outcome
         # Not allowed (the --actor is not permitted staff of it) counts as failed.
         kind = Outcome.FAILED if exc.outcome is Outcome.DENIED else exc.outcome
-        return OrgOutcome(organization.slug, kind, str(exc))
-    return OrgOutcome(organization.slug, result.outcome, result.message)
+        return OrgOutcome(organization.pk, organization.slug, kind, str(exc))
+    return OrgOutcome(organization.pk, organization.slug, result.outcome, result.message)
+
+
+# Organizations per task sent to a worker: ids go out, one query reads them there.
+CHUNK = 50
+# A worker process's actor, read once (its permission cache then lasts the whole run).
+_actors: dict = {}
+
+
+def generate_chunk(org_ids: list[int], month: date, user_id: int | None, via: str) -> list:
+    """Generate the charges of the organizations ``org_ids``: a worker's task."""
+    user = None
+    if user_id is not None:
+        user = _actors.get(user_id) or _actors.setdefault(
+            user_id, get_user_model()._default_manager.get(pk=user_id)
+        )
+    organizations = Organization.objects.filter(pk__in=org_ids).order_by("pk")
+    outcomes = []
+    for organization in organizations:
+        if user is not None:
+            organization.remember_staff(user)  # the ids came from for_user(user)
+        outcomes.append(generate_for(organization, month, user, via))
+    return outcomes
 
 
 def _start_worker() -> None:
-    # Forked from a parent that closed its connections: each worker opens its own and
-    # closes it when the pool shuts the worker down.
+    # Forked from a parent that closed its connections: each worker opens its own, keeps
+    # it for all its tasks and closes it when the pool shuts the worker down.
     Finalize(None, connections.close_all, exitpriority=10)
 
 
@@ -98,6 +119,13 @@ class Command(ServiceCommand):
         )
         add_actor_argument(parser)
         parser.add_argument(
+            "--wait",
+            type=float,
+            metavar="SECONDS",
+            help="with --all-orgs: how long to wait for organizations another host holds "
+            "(default: three times CHARGES_LOCK_TTL_SECONDS)",
+        )
+        parser.add_argument(
             "--workers",
             type=int,
             default=1,
@@ -105,7 +133,7 @@ class Command(ServiceCommand):
             help="with --all-orgs: process organizations in N processes (default 1)",
         )
 
-    def handle(self, *args, org, all_orgs, month, actor, workers, **options):
+    def handle(self, *args, org, all_orgs, month, actor, workers, wait, **options):
         try:
             month = current_month() if month is None else parse_billing_month(month)
         except ChargesError as exc:
@@ -114,13 +142,18 @@ class Command(ServiceCommand):
             raise CommandError(_("--workers must be at least 1."))
         if workers > 1 and not all_orgs:
             raise CommandError(_("--workers only applies to --all-orgs."))
+        if wait is None:
+            wait = 3 * float(settings.CHARGES_LOCK_TTL_SECONDS)
+        elif wait < 0:
+            raise CommandError(_("--wait must not be negative."))
+        self.verbosity = options["verbosity"]
         require_services()
         user = active_user(actor)
         via = f"cli:{os_user()}"
         if org:
             self._one(org, month, user, via)
         else:
-            self._all(month, user, via, workers)
+            self._all(month, user, via, workers, wait)
 
     # -- one organization --------------------------------------------------------------------
 
@@ -134,15 +167,23 @@ class Command(ServiceCommand):
             )
         except ChargesError as exc:
             raise answer_table.command_error(exc) from exc
-        self.stdout.write(result.message)
+        if self.verbosity >= 1:
+            self.stdout.write(result.message)
 
     # -- every organization ------------------------------------------------------------------
 
-    def _all(self, month: date, user, via: str, workers: int) -> None:
+    def _all(self, month: date, user, via: str, workers: int, wait: float) -> None:
         organizations = Organization.objects.for_user(user) if user else Organization.objects
-        organizations = list(organizations.order_by("slug"))
+        # Ids only: a worker reads its chunk's rows itself (memory flat in the count).
+        ids = list(organizations.order_by("pk").values_list("pk", flat=True).distinct())
+        chunks = [ids[n : n + CHUNK] for n in range(0, len(ids), CHUNK)]
+        user_id = user.pk if user else None
+        progress = Progress(self.stdout, total=len(ids))
         if workers == 1:
-            counts = self._report(generate_for(org, month, user, via) for org in organizations)
+            if user is not None:
+                _actors[user.pk] = user
+            results = map(generate_chunk, chunks, repeat(month), repeat(user_id), repeat(via))
+            tally = self._report(results, progress)
         else:
             # Fork, so the workers start with Django already set up; they must not share
             # the parent's database connection.
@@ -152,46 +193,148 @@ class Command(ServiceCommand):
                 mp_context=multiprocessing.get_context("fork"),
                 initializer=_start_worker,
             ) as pool:
+                results = pool.map(
+                    generate_chunk, chunks, repeat(month), repeat(user_id), repeat(via)
+                )
                 try:
-                    counts = self._report(
-                        pool.map(
-                            generate_for, organizations, repeat(month), repeat(user), repeat(via)
-                        )
-                    )
+                    tally = self._report(results, progress)
                 except CommandError:
                     pool.shutdown(cancel_futures=True)
                     raise
-        self.stdout.write(
-            _("%(month)s: %(total)d organizations: %(counts)s.")
-            % {
-                "month": month_label(month),
-                "total": len(organizations),
-                "counts": ", ".join(f"{counts[kind]} {label}" for kind, label in SUMMARY.items()),
-            }
-        )
-        if counts[Outcome.FAILED]:
+        if tally.held:
+            self._wait_for_others(tally, month, user, via, wait, progress)
+        progress.end()
+        if self.verbosity >= 1:
+            self.stdout.write(tally.summary(len(ids), month))
+        if tally.failed:
             raise CommandError(
                 _("%(count)d organizations could not be billed; see the lines above.")
-                % {"count": counts[Outcome.FAILED]}
+                % {"count": tally.failed}
             )
-        if counts[Outcome.BUSY] or counts[Outcome.STALE]:
+        if tally.held:
             raise CommandError(
-                _("%(count)d organizations were busy or superseded; run again later to confirm.")
-                % {"count": counts[Outcome.BUSY] + counts[Outcome.STALE]},
+                _(
+                    "%(count)d organizations were still busy after waiting %(wait)g s; "
+                    "run again later to confirm."
+                )
+                % {"count": len(tally.held), "wait": wait},
                 returncode=EXIT_TEMPFAIL,
             )
 
-    def _report(self, outcomes) -> Counter:
-        """Print each outcome as it arrives; stop at once if Redis is down."""
-        counts: Counter = Counter()
-        for outcome in outcomes:
-            if outcome.kind == Outcome.UNAVAILABLE:
-                raise CommandError(outcome.message)
-            counts[outcome.kind] += 1
-            stream = (
-                self.stdout
-                if outcome.kind in (Outcome.COMMITTED, Outcome.ALREADY_DONE)
-                else self.stderr
+    def _wait_for_others(self, tally, month, user, via, wait: float, progress) -> None:
+        """Wait (until ``wait`` seconds from now) for the organizations another worker
+        held: confirm the ones it completed from the database, retry the ones it left."""
+        deadline = time.monotonic() + wait
+        while tally.held:
+            done = set(
+                MonthlyChargeRun.objects.filter(organization__in=list(tally.held), month=month)
+                .completed()
+                .values_list("organization_id", flat=True)
             )
-            stream.write(f"{outcome.slug}: {outcome.message}")
-        return counts
+            for org_id in done:
+                tally.confirm(org_id)
+                progress.step()
+            left = Organization.objects.filter(pk__in=list(tally.held)).order_by("pk")
+            for organization in left:  # their holder may have gone: try once more each
+                if user is not None:
+                    organization.remember_staff(user)
+                self._count(generate_for(organization, month, user, via), tally, progress)
+            if not tally.held or time.monotonic() >= deadline:
+                return
+            time.sleep(min(1.0, max(deadline - time.monotonic(), 0)))
+
+    def _report(self, chunks, progress) -> "Tally":
+        """Count each outcome as it arrives; stop at once if Redis is down."""
+        tally = Tally()
+        for outcomes in chunks:
+            for outcome in outcomes:
+                self._count(outcome, tally, progress)
+        return tally
+
+    def _count(self, outcome: OrgOutcome, tally: "Tally", progress) -> None:
+        if outcome.kind == Outcome.UNAVAILABLE:
+            raise CommandError(outcome.message)
+        tally.add(outcome)
+        if outcome.kind not in (Outcome.BUSY, Outcome.STALE):
+            progress.step()
+        if outcome.kind == Outcome.FAILED:
+            progress.clear()
+            self.stderr.write(f"{outcome.slug}: {outcome.message}")
+        elif self.verbosity >= 2:
+            progress.clear()
+            self.stdout.write(f"{outcome.slug}: {outcome.message}")
+
+
+class Tally:
+    """What the walk did so far: generated here, done by another worker, failed, held."""
+
+    def __init__(self):
+        self.here = self.elsewhere = self.failed = 0
+        self.held: set[int] = set()  # busy or superseded: another worker has it now
+
+    def add(self, outcome: OrgOutcome) -> None:
+        self.held.discard(outcome.org_id)
+        if outcome.kind == Outcome.COMMITTED:
+            self.here += 1
+        elif outcome.kind == Outcome.ALREADY_DONE:
+            self.elsewhere += 1
+        elif outcome.kind == Outcome.FAILED:
+            self.failed += 1
+        else:
+            self.held.add(outcome.org_id)
+
+    def confirm(self, org_id: int) -> None:
+        """Another worker completed it: the database says so."""
+        self.held.discard(org_id)
+        self.elsewhere += 1
+
+    def summary(self, total: int, month: date) -> str:
+        line = _(
+            "%(month)s: %(total)d associations: %(here)d generated here, %(elsewhere)d by "
+            "another worker, %(failed)d failed"
+        ) % {
+            "month": month_label(month),
+            "total": total,
+            "here": self.here,
+            "elsewhere": self.elsewhere,
+            "failed": self.failed,
+        }
+        if self.held:
+            line += _(", %(count)d unfinished") % {"count": len(self.held)}
+        return line + "."
+
+
+class Progress:
+    """``done / total, rate, ETA`` on one terminal line, rewritten with ``\r``; nothing
+    when stdout is not a terminal (cron)."""
+
+    def __init__(self, stdout, *, total: int):
+        self.stdout, self.total, self.done = stdout, total, 0
+        self.shown = stdout.isatty()
+        self.started = self.last = time.monotonic()
+        self.width = 0
+
+    def step(self) -> None:
+        self.done += 1
+        now = time.monotonic()
+        if self.shown and (now - self.last >= 0.2 or self.done == self.total):
+            self.last = now
+            rate = self.done / max(now - self.started, 1e-9)
+            eta = (self.total - self.done) / rate if rate else 0
+            line = _("%(done)d / %(total)d associations, %(rate).0f/s, ETA %(eta)ds") % {
+                "done": self.done,
+                "total": self.total,
+                "rate": rate,
+                "eta": round(eta),
+            }
+            self.width = max(self.width, len(line))
+            self.stdout.write(f"\r{line:<{self.width}}", ending="")
+            self.stdout.flush()
+
+    def clear(self) -> None:
+        if self.shown and self.width:
+            self.stdout.write(f"\r{'':<{self.width}}\r", ending="")
+
+    def end(self) -> None:
+        if self.shown and self.width:
+            self.stdout.write("")

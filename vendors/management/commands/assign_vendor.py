@@ -77,7 +77,8 @@ class Command(ServiceCommand):
             )
         except VendorsError as exc:
             raise answer_table.command_error(exc) from exc
-        self.stdout.write(result.message)
+        if options["verbosity"] >= 1:
+            self.stdout.write(result.message)
 
 
 def _parse_id(option: str, raw: str | None) -> int:
