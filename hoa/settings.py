@@ -184,9 +184,6 @@ ACCESS_DENIAL_RETENTION_DAYS = int(env_number("ACCESS_DENIAL_RETENTION_DAYS", 90
 
 # --- Auth, i18n, static ------------------------------------------------------------------
 
-# ModelBackend, reading a user's permissions in one query (hoa/security/backends.py).
-AUTHENTICATION_BACKENDS = ["hoa.security.backends.PermissionsInOneQueryBackend"]
-
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},

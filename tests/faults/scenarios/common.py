@@ -5,7 +5,17 @@ from tests.faults.scenario import Scenario
 
 # The tables a worker writes into after its fence UPDATE, and the statements it blocks in.
 INSERT_TARGET = {"charges": "charges_monthlycharge", "assign": "vendors_vendorassignment"}
-FENCE_UPDATE = {"charges": 'UPDATE "charges_monthlychargerun"', "assign": 'UPDATE "hoa_complaint"'}
+# The statement a holder blocks on when the table of its writes is held (charges: COPY).
+INSERT_STATEMENT = {
+    "charges": 'COPY "charges_monthlycharge"',
+    "assign": 'INSERT INTO "vendors_vendorassignment"',
+}
+# What a rival waits on behind a holder paused before its commit: the fence row's lock (a
+# new charge run's row is created in that transaction: the rival's insert of it waits).
+FENCE_UPDATE = {
+    "charges": 'INSERT INTO "charges_monthlychargerun"',
+    "assign": 'UPDATE "hoa_complaint"',
+}
 
 
 def racing_ops(s: Scenario, kind: str):

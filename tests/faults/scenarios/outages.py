@@ -6,6 +6,7 @@ import time
 from tests.faults.clients import Op
 from tests.faults.scenario import Scenario, scenario
 from tests.faults.scenarios.common import (
+    INSERT_STATEMENT,
     INSERT_TARGET,
     external_call_of,
     racing_ops,
@@ -80,7 +81,7 @@ def redis_down_at_release(s: Scenario) -> None:
     with s.table_held(INSERT_TARGET["charges"]) as table:
         cron = s.spawn(op, CHARGES_LOCK_TTL_SECONDS=f"{ttl:g}")
         value = s.wait_lock(op.resource, timeout=30)
-        s.wait_blocked(f'INSERT INTO "{INSERT_TARGET["charges"]}"', timeout=30)
+        s.wait_blocked(INSERT_STATEMENT["charges"], timeout=30)
         s.stack.redis_proxy.set_mode("refuse")  # the app loses Redis mid-operation
         table.release()
         try:

@@ -13,6 +13,7 @@ import signal
 from tests.faults.scenario import Scenario, grant_pid, scenario
 from tests.faults.scenarios.common import (
     FENCE_UPDATE,
+    INSERT_STATEMENT,
     INSERT_TARGET,
     external_call_of,
     racing_ops,
@@ -69,7 +70,7 @@ def pause_before_commit(s: Scenario, kind: str) -> None:
     grant = s.watch_grant(first.resource)
     with s.table_held(INSERT_TARGET[kind]) as table:
         paused = s.send_later(s.client(0), first)
-        s.wait_blocked(f'INSERT INTO "{INSERT_TARGET[kind]}"')
+        s.wait_blocked(INSERT_STATEMENT[kind])
         with frozen(grant_pid(grant)):
             table.release()  # the INSERT completes; COMMIT waits for a frozen process
             s.wait_lock_gone(first.resource)
@@ -208,7 +209,7 @@ def killed_in_transaction(s: Scenario, kind: str) -> None:
     grant = s.watch_grant(first.resource)
     with s.table_held(INSERT_TARGET[kind]) as table:
         doomed = s.send_later(s.client(0), first)
-        s.wait_blocked(f'INSERT INTO "{INSERT_TARGET[kind]}"')
+        s.wait_blocked(INSERT_STATEMENT[kind])
         os.kill(grant_pid(grant), signal.SIGKILL)
         table.release()
     first = doomed.result(60)
