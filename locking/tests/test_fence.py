@@ -171,41 +171,50 @@ def two_grants() -> tuple[int, int]:
     return older.token, newer.token
 
 
+def race_behind(thing, queryset: Callable, *, first: tuple[int, str], then: tuple[int, str]):
+    """``first`` advances the fence and holds its transaction open; ``then`` is started and
+    provably waits on the row lock; ``first`` commits; return both writers, finished."""
+    barrier = threading.Barrier(2)
+    release_first = threading.Event()
+    holder = FencedWriter(
+        pk=thing.pk,
+        token=first[0],
+        name=first[1],
+        queryset=queryset,
+        barrier=barrier,
+        hold=release_first,
+    )
+    waiter = FencedWriter(
+        pk=thing.pk,
+        token=then[0],
+        name=then[1],
+        queryset=queryset,
+        barrier=barrier,
+        after=holder.fenced,
+    )
+    holder.start()
+    waiter.start()
+    try:
+        assert waiter.pid_known.wait(WAIT)
+        assert waiter.backend_pid is not None, waiter.error
+        wait_until_blocked_on_row_lock(waiter.backend_pid)
+        assert not waiter.fenced.is_set()
+    finally:
+        release_first.set()
+        holder.join(WAIT)
+        waiter.join(WAIT)
+    return holder, waiter
+
+
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("queryset", [by_pk, by_pk_and_box])
 def test_older_holder_blocked_behind_newer_commit_gets_stale_and_writes_nothing(
     thing, queryset: Callable
 ):
     older_token, newer_token = two_grants()
-    barrier = threading.Barrier(2)
-    release_newer = threading.Event()
-    newer = FencedWriter(
-        pk=thing.pk,
-        token=newer_token,
-        name="newer",
-        queryset=queryset,
-        barrier=barrier,
-        hold=release_newer,
+    newer, older = race_behind(
+        thing, queryset, first=(newer_token, "newer"), then=(older_token, "older")
     )
-    older = FencedWriter(
-        pk=thing.pk,
-        token=older_token,
-        name="older",
-        queryset=queryset,
-        barrier=barrier,
-        after=newer.fenced,
-    )
-    newer.start()
-    older.start()
-    try:
-        assert older.pid_known.wait(WAIT)
-        assert older.backend_pid is not None, older.error
-        wait_until_blocked_on_row_lock(older.backend_pid)
-        assert not older.fenced.is_set()
-    finally:
-        release_newer.set()
-        newer.join(WAIT)
-        older.join(WAIT)
 
     assert newer.error is None
     assert isinstance(older.error, StaleFencingToken)
@@ -218,35 +227,9 @@ def test_older_holder_blocked_behind_newer_commit_gets_stale_and_writes_nothing(
 @pytest.mark.parametrize("queryset", [by_pk, by_pk_and_box])
 def test_newer_holder_blocked_behind_older_commit_still_succeeds(thing, queryset: Callable):
     older_token, newer_token = two_grants()
-    barrier = threading.Barrier(2)
-    release_older = threading.Event()
-    older = FencedWriter(
-        pk=thing.pk,
-        token=older_token,
-        name="older",
-        queryset=queryset,
-        barrier=barrier,
-        hold=release_older,
+    older, newer = race_behind(
+        thing, queryset, first=(older_token, "older"), then=(newer_token, "newer")
     )
-    newer = FencedWriter(
-        pk=thing.pk,
-        token=newer_token,
-        name="newer",
-        queryset=queryset,
-        barrier=barrier,
-        after=older.fenced,
-    )
-    older.start()
-    newer.start()
-    try:
-        assert newer.pid_known.wait(WAIT)
-        assert newer.backend_pid is not None, newer.error
-        wait_until_blocked_on_row_lock(newer.backend_pid)
-        assert not newer.fenced.is_set()
-    finally:
-        release_older.set()
-        older.join(WAIT)
-        newer.join(WAIT)
 
     assert older.error is None
     assert newer.error is None
