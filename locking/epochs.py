@@ -85,6 +85,37 @@ def _bump(connection, resource: str, floor: int) -> int:
     return epoch
 
 
+# The first epoch of resources that have none, in one statement: the ones returned are new.
+# Sorted, so two callers inserting overlapping sets take the rows' locks in the same order.
+_FIRST_EPOCHS_SQL = """
+INSERT INTO locking_fenceepoch (resource, epoch, started_at)
+SELECT resource, 0, now() FROM unnest(%(resources)s::text[]) AS resource ORDER BY resource
+ON CONFLICT (resource) DO NOTHING
+RETURNING resource
+"""
+
+
+def begin_first_epochs(resources, *, using: str = "default") -> list[str]:
+    """Record epoch 0 for each of ``resources`` that has no epoch yet; return those.
+
+    What the first grant of each would record one at a time (``begin_epoch`` of a resource
+    without a row), in one statement and one commit, durable before this returns. A
+    resource that already has an epoch is left alone: a grant that finds its counter
+    missing still records its next epoch itself.
+    """
+    connection = connections[using]
+    own = connections.create_connection(using) if connection.in_atomic_block else None
+    try:
+        with (own or connection).cursor() as cursor:
+            cursor.execute(_FIRST_EPOCHS_SQL, {"resources": sorted(set(resources))})
+            new = [resource for (resource,) in cursor.fetchall()]
+    finally:
+        if own is not None:
+            own.close()
+    logger.debug("fence epochs started", extra={"count": len(new), "epoch": 0})
+    return new
+
+
 def current_epoch(resource: str, *, using: str = "default") -> int:
     """Return the durable epoch of ``resource`` (0 if it never had one)."""
     with connections[using].cursor() as cursor:

@@ -37,7 +37,7 @@ from locking import tracing
 from locking.audit import record_fence_event
 from locking.conf import setting
 from locking.connection import get_async_lock_redis, get_lock_redis
-from locking.epochs import MAX_EPOCH, begin_epoch, epoch_of, first_token
+from locking.epochs import MAX_EPOCH, begin_epoch, begin_first_epochs, epoch_of, first_token
 from locking.exceptions import LeaseLost, LockHeld, LockUnavailable
 from locking.keys import (
     fence_key,
@@ -581,6 +581,34 @@ class FenceLock:
             raise LockUnavailable(resource, str(exc)) from exc
         self._reseeded(resource, counter)
         return counter
+
+    def prepare(self, resources) -> int:
+        """Record the first epoch of every resource in ``resources`` that never had one, in
+        one database commit, and seed their counters in one pipeline; return how many.
+
+        A batch's answer to a cost of its first grants: a resource's first grant finds no
+        counter, so on its own it records epoch 0 (a commit) before granting. A job about
+        to take thousands of new resources (``generate_monthly_charges --all-orgs`` bills a
+        new month of every association) calls this once per chunk instead. The safety
+        argument is the grant's own: the epoch is durable before any token of it exists,
+        and seeding only raises a counter. Resources that have an epoch are untouched.
+        Raises ``LockUnavailable`` if Redis is down (their grants would answer the same).
+        """
+        resources = list(resources)
+        for resource in resources:
+            validate_resource(resource)
+        new = begin_first_epochs(resources, using=self.using)
+        if not new:
+            return 0
+        try:
+            # Epoch 0 starts at 0: "raise to at least its first token" is "create if missing".
+            pipe = self.client.pipeline(transaction=False)
+            for resource in new:
+                pipe.set(fence_key(resource), first_token(0), nx=True)
+            pipe.execute()
+        except RedisError as exc:
+            raise LockUnavailable(new[0], str(exc)) from exc
+        return len(new)
 
     @staticmethod
     def _reseeded(resource: str, counter: int) -> None:

@@ -19,8 +19,10 @@ from django.db import connection, transaction
 from locking import (
     Attempt,
     FenceLock,
+    LockUnavailable,
     StaleFencingToken,
     advance_fence,
+    fence_key,
     lock_key,
     run_fenced,
 )
@@ -256,3 +258,63 @@ def test_with_an_aof_the_counter_survives_and_an_unwritten_grant_stays_below(
     assert newer == 4  # no new epoch was needed
     assert isinstance(paused.wake(), StaleFencingToken)
     assert name_and_token(thing) == ("newer", 4)
+
+
+# -- FenceLock.prepare: a batch's first epochs in one commit -----------------------------
+
+BATCH = [f"fenced-thing:batch:{n}" for n in range(5)]
+
+
+def test_prepare_records_the_first_epochs_of_a_batch_in_one_statement_and_grants_skip_theirs(
+    fence_lock, django_assert_num_queries
+):
+    with django_assert_num_queries(1):  # one INSERT … ON CONFLICT DO NOTHING, autocommit
+        assert fence_lock.prepare(BATCH) == len(BATCH)
+
+    assert [current_epoch(resource) for resource in BATCH] == [0] * len(BATCH)
+    with django_assert_num_queries(0):  # no grant records an epoch of its own
+        tokens = [fence_lock.acquire(resource, ttl=TTL).token for resource in BATCH]
+    assert tokens == [1] * len(BATCH)
+
+
+def test_prepare_leaves_a_resource_with_history_to_its_grant_after_a_loss(
+    thing, fence_lock, redis_client
+):
+    assert [write(thing, "one"), write(thing, "two")] == [1, 2]
+    paused = PausedHolder(thing, grant_then_expire(fence_lock))  # token 3, never written
+    paused.start()
+    redis_client.flushall()
+
+    # Epoch 0 was handed out already: seeding it again would give token 3 to someone else.
+    assert fence_lock.prepare([RESOURCE, *BATCH]) == len(BATCH)
+    assert not redis_client.exists(fence_key(RESOURCE))  # still missing: its grant decides
+    newer = write(thing, "newer")
+
+    assert newer == first_token(1) + 1
+    assert isinstance(paused.wake(), StaleFencingToken)
+    assert name_and_token(thing) == ("newer", newer)
+
+
+def test_prepare_never_lowers_a_counter_and_never_repeats_itself(fence_lock, redis_client):
+    redis_client.set(fence_key(BATCH[0]), 41)  # a counter from before epochs existed
+    assert fence_lock.prepare(BATCH) == len(BATCH)
+    assert fence_lock.acquire(BATCH[0], ttl=TTL).token == 42
+
+    # Prepared again (a second host, a rerun): nothing new, nothing raised or lowered.
+    assert fence_lock.prepare(BATCH) == 0
+    assert fence_lock.acquire(BATCH[1], ttl=TTL).token == 1
+    assert [current_epoch(resource) for resource in BATCH] == [0] * len(BATCH)
+
+
+def test_prepare_with_redis_down_is_unavailable_and_the_grant_still_starts_a_new_epoch(
+    fence_lock, tmp_path
+):
+    port = free_port()
+    server = PrivateRedis(tmp_path, port=port)
+    lock = FenceLock(client=server.client(timeout=1))
+    server.stop()
+    with pytest.raises(LockUnavailable):
+        lock.prepare(BATCH)
+    # The epochs are recorded but never seeded: the first grant finds no counter and moves
+    # on to epoch 1 rather than reuse 0, whose tokens nobody was given.
+    assert fence_lock.acquire(BATCH[0], ttl=TTL).token == first_token(1) + 1
