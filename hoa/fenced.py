@@ -17,7 +17,8 @@ scope, raising locking's refusals as the operation's own (``Busy``, ``Superseded
     return attempt.run(work, unit=unit)  # work(lease); unit: a fact its sentences name
 """
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import TypeVar
@@ -33,6 +34,7 @@ from hoa.security.audit import Reason, record_denial
 from hoa.web.answer_table import Answer, Audience, Refusal
 from locking import (
     Attempt,
+    FenceLock,
     Lease,
     LeaseLost,
     LockHeld,
@@ -232,6 +234,13 @@ class FencedOperation:
             )
             raise self.not_allowed(actor=actor.get_username(), organization=organization)
         return Call(self, resource=resource, organization=organization, label=label, ip=ip)
+
+    def prepare(self, resources: Iterable[str]) -> None:
+        """Before a batch: record the first fence epoch of its new resources at once
+        (``FenceLock.prepare``), so each first grant skips a commit of its own. Redis down
+        is left for the grants to answer, one by one, in the batch's own words."""
+        with contextlib.suppress(LockUnavailable):
+            FenceLock().prepare(resources)
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ from io import StringIO
 import pytest
 from django.core.management import CommandError, call_command
 from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
 from charges.models import MonthlyCharge, MonthlyChargeRun
 from charges.resources import charge_resource
@@ -21,7 +22,7 @@ from charges.services import generate_monthly_charges
 from hoa.management.base import EXIT_TEMPFAIL
 from hoa.models import Organization, Unit
 from locking import FenceLock
-from locking.models import FenceEvent
+from locking.models import FenceEpoch, FenceEvent
 from tests.charges_support import MONTH, MONTH_ARG, dead_redis_url, wait_for_lease_expiry
 from tests.conftest import direct_postgres_only
 from tests.harness.processes import process_state, run_manage, start_manage
@@ -374,6 +375,25 @@ def test_all_orgs_with_an_actor_walks_only_their_organizations(alice, oak, setti
     ]
     run = MonthlyChargeRun.objects.get()
     assert run.completed_by == f"alice via cli:{OS_USER}"
+
+
+def test_all_orgs_records_the_new_months_fence_epochs_in_one_statement(
+    maple, oak, settings, http_stub
+):
+    settings.BILLING_WEBHOOK_URL = http_stub.url
+    with CaptureQueriesContext(connection) as queries:
+        call_command(COMMAND, "--all-orgs", "--month", MONTH_ARG, stdout=StringIO())
+
+    # Each association's first grant of the month would record its epoch with a commit of
+    # its own; the worker records its chunk's at once (FenceLock.prepare).
+    statements = [query["sql"].strip() for query in queries.captured_queries]
+    epoch_writes = [sql for sql in statements if sql.startswith("INSERT INTO locking_fenceepoch")]
+    assert len(epoch_writes) == 1
+    resources = [charge_resource(org, MONTH) for org in (maple, oak)]
+    assert sorted(FenceEpoch.objects.values_list("resource", "epoch")) == sorted(
+        (resource, 0) for resource in resources
+    )
+    assert MonthlyChargeRun.objects.completed().count() == 2
 
 
 @direct_postgres_only

@@ -32,6 +32,7 @@ from django.utils.translation import gettext as _
 from charges.exceptions import ChargesError
 from charges.forms import parse_billing_month
 from charges.models import MonthlyChargeRun, month_label
+from charges.resources import GENERATION, charge_resource
 from charges.selectors import current_month
 from charges.services import generate_monthly_charges
 from hoa.management.base import (
@@ -84,7 +85,9 @@ def generate_chunk(org_ids: list[int], month: date, user_id: int | None, via: st
         user = _actors.get(user_id) or _actors.setdefault(
             user_id, get_user_model()._default_manager.get(pk=user_id)
         )
-    organizations = Organization.objects.filter(pk__in=org_ids).order_by("pk")
+    organizations = list(Organization.objects.filter(pk__in=org_ids).order_by("pk"))
+    # A new month is a new resource per organization: their first epochs in one commit.
+    GENERATION.prepare(charge_resource(organization, month) for organization in organizations)
     outcomes = []
     for organization in organizations:
         if user is not None:
