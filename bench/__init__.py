@@ -1,5 +1,5 @@
 """Benchmarks for the fence lock and the fenced writes (``make bench``, ``make bench-quick``).
 
-``plan`` says what runs, ``runner`` runs each case in a fresh ``worker`` process, ``cases/``
-measure, ``report`` and ``chart`` show the results; method and caveats: docs/benchmarks.md.
+``plan`` says what runs, ``runner`` runs each case in a fresh process, ``cases/`` measure,
+``report`` shows the results (tables, JSON, chart); method and caveats: docs/benchmarks.md.
 """

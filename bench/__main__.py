@@ -7,6 +7,7 @@ for a full run, ``docs/bench.svg``. Exits 1 on FAIL, 0 otherwise.
 """
 
 import argparse
+import functools
 import os
 import sys
 import time
@@ -16,19 +17,14 @@ from bench import environment, plan, report
 from bench.environment import BASE_DIR
 from bench.runner import run_group
 
-
-def log(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
+log = functools.partial(print, file=sys.stderr, flush=True)
 
 
 def _arguments(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a short run (about 2 minutes)")
-    parser.add_argument(
-        "--only",
-        default="",
-        help=f"comma-separated sections to run (default: all): {', '.join(plan.SECTIONS)}",
-    )
+    sections = ", ".join(plan.SECTIONS)
+    parser.add_argument("--only", default="", help=f"sections to run (default: all): {sections}")
     parser.add_argument("--name", default="", help="results file name (default: full or quick)")
     parser.add_argument("--no-chart", action="store_true", help="do not rewrite docs/bench.svg")
     args = parser.parse_args(argv)
@@ -42,10 +38,8 @@ def main(argv: list[str] | None = None) -> int:
     args = _arguments(argv)
     profile = plan.QUICK if args.quick else plan.FULL
     name = args.name or profile.name
-    started = time.monotonic()
-    started_at = datetime.now(tz=UTC).isoformat(timespec="seconds")
-    database = environment.database_url()
-    redis_server = environment.BenchRedis().start()
+    started, started_at = time.monotonic(), datetime.now(tz=UTC).isoformat(timespec="seconds")
+    database, redis_server = environment.database_url(), environment.BenchRedis().start()
     try:
         env = environment.child_env(database=database, redis_url=redis_server.url)
         os.environ.update(env)  # this process reads the same settings as its children
@@ -62,32 +56,21 @@ def main(argv: list[str] | None = None) -> int:
         redis_server.stop()
 
     facts["machine_at_end"] = environment.machine()
-    evaluated = report.evaluate(plan.targets(profile), groups)
-    failures = report.invariant_failures(groups)
-    elapsed = round(time.monotonic() - started, 1)
+    failures, elapsed = report.invariant_failures(groups), round(time.monotonic() - started, 1)
     results_path = BASE_DIR / "bench" / "results" / f"{name}.json"
     document = {
-        "name": name,
-        "profile": profile.name,
-        "started_at": started_at,
-        "seconds": elapsed,
-        "environment": facts,
-        "groups": groups,
-        "targets": evaluated,
-        "invariant_failures": failures,
-    }
+        "name": name, "profile": profile.name, "started_at": started_at, "seconds": elapsed,
+        "environment": facts, "groups": groups,
+        "targets": report.evaluate(plan.targets(profile), groups), "invariant_failures": failures,
+    }  # fmt: skip
     print(f"\n{report.text(document)}")
     report.write_json(results_path, document)
     print(f"\nWrote {results_path.relative_to(BASE_DIR)} ({elapsed:.0f} s)")
     if profile is plan.FULL and not args.no_chart and not args.only:
-        from bench.chart import write_chart
-
         chart_path = BASE_DIR / "docs" / "bench.svg"
-        cpus = f"{facts['machine']['cpus_usable']} CPUs ({facts['machine']['cpu']})"
-        caption = (
-            f"make bench, {started_at[:10]}: {cpus}, shared and noisy: compare ratios, not times."
-        )
-        if write_chart(chart_path, groups, caption=caption):
+        cpus = f"{facts['machine']['cpus_usable']} CPUs ({facts['machine']['cpu']}), shared"
+        caption = f"make bench, {started_at[:10]}: {cpus} and noisy: compare ratios, not times."
+        if report.write_chart(chart_path, groups, caption=caption):
             print(f"Wrote {chart_path.relative_to(BASE_DIR)}")
     return 1 if failures else 0
 

@@ -1,9 +1,10 @@
 """What the benchmarks run against (docs/benchmarks.md, "Against what"): a private
-``redis-server``, the ``bench_hoa`` database (never one whose name does not start with
-``bench``), and the facts a reader needs to trust the numbers (versions, durability, machine).
-The bench imports nothing from ``tests/``: the few process helpers it needs are here.
+``redis-server``, the ``bench_hoa`` database (never one not named ``bench…``), the facts a
+reader needs to trust the numbers (versions, durability, machine), and the few process
+helpers the bench needs (it imports nothing from ``tests/``).
 """
 
+import contextlib
 import importlib.metadata
 import os
 import platform
@@ -34,11 +35,13 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
-def wait_until(predicate, *, timeout: float, what: str, interval: float = 0.05) -> None:
+def wait_until(predicate, *, timeout: float, what: str, errors=(), interval=0.05) -> None:
+    """Call ``predicate`` until it is true; one of ``errors`` raised by it means not yet."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if predicate():
-            return
+        with contextlib.suppress(*errors):
+            if predicate():
+                return
         time.sleep(interval)
     raise RuntimeError(f"timed out after {timeout:.0f}s waiting for {what}")
 
@@ -80,8 +83,7 @@ class BenchRedis:
     """A private ``redis-server`` (default durability, plus ``args``); ``stop()`` ends it."""
 
     def __init__(self, *args: str):
-        self.args, self.port, self.directory = args, 0, ""
-        self.process: subprocess.Popen | None = None
+        self.args, self.port, self.directory, self.process = args, 0, "", None
 
     @property
     def url(self) -> str:
@@ -89,15 +91,15 @@ class BenchRedis:
 
     def start(self) -> "BenchRedis":
         for _attempt in range(3):
-            self.port = free_port()
-            self.directory = tempfile.mkdtemp(prefix="hoa-bench-redis-")
+            self.port, self.directory = free_port(), tempfile.mkdtemp(prefix="hoa-bench-redis-")
             command = [shutil.which("redis-server") or "redis-server", "--port", str(self.port)]
             command += ["--bind", "127.0.0.1", "--dir", self.directory, "--logfile", "redis.log"]
             self.process = subprocess.Popen(
                 [*command, *self.args], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
             )
             try:
-                wait_until(self._answers, timeout=10, what=f"redis-server on port {self.port}")
+                what, errors = f"redis-server on port {self.port}", (redis.RedisError,)
+                wait_until(self._answers, timeout=10, what=what, errors=errors)
                 return self
             except RuntimeError:
                 self.stop()  # the port was taken between probe and bind; try another
@@ -106,10 +108,7 @@ class BenchRedis:
     def _answers(self) -> bool:
         if self.process is None or self.process.poll() is not None:
             raise RuntimeError(f"redis-server exited (see {self.directory}/redis.log)")
-        try:
-            return bool(redis.Redis(port=self.port, socket_timeout=1).ping())
-        except redis.RedisError:
-            return False
+        return bool(redis.Redis(port=self.port, socket_timeout=1).ping())
 
     def stop(self) -> None:
         stop(self.process)
@@ -155,27 +154,15 @@ def prepare_database(url: str) -> None:
 
 def child_env(*, database: str, redis_url: str) -> dict:
     """Environment for every process the bench starts: bench database, private Redis."""
-    env = dict(os.environ)
+    env = {name: value for name, value in os.environ.items() if name != "TEST_DATABASE_NAME"}
     env.update(
-        {
-            "DJANGO_SETTINGS_MODULE": "hoa.settings",
-            "DATABASE_URL": database,
-            "REDIS_URL": redis_url,
-            "LOCK_REDIS_URL": redis_url,
-            # DEBUG off: Django's debug cursor would record every query and skew timings.
-            "DEBUG": "0",
-            "SECRET_KEY": BENCH_SECRET_KEY,
-            "LOG_LEVEL": "WARNING",
-            "BILLING_WEBHOOK_URL": "",
-            "VENDOR_DISPATCH_URL": "",
-            # Rate limits (if configured) must not shape a throughput benchmark.
-            "RATELIMIT_ENABLE": "0",
-            "CHARGE_MONTHS_BACK": "100000",  # it bills months from 2001 on: let any through
-            "CHARGE_MONTHS_AHEAD": "100000",
-            "PYTHONUNBUFFERED": "1",
-        }
-    )
-    env.pop("TEST_DATABASE_NAME", None)
+        DJANGO_SETTINGS_MODULE="hoa.settings", DATABASE_URL=database, REDIS_URL=redis_url,
+        LOCK_REDIS_URL=redis_url, SECRET_KEY=BENCH_SECRET_KEY, LOG_LEVEL="WARNING",
+        BILLING_WEBHOOK_URL="", VENDOR_DISPATCH_URL="", PYTHONUNBUFFERED="1",
+        DEBUG="0",  # Django's debug cursor would record every query and skew timings
+        RATELIMIT_ENABLE="0",  # rate limits must not shape a throughput benchmark
+        CHARGE_MONTHS_BACK="100000", CHARGE_MONTHS_AHEAD="100000",  # months from 2001 on
+    )  # fmt: skip
     return env
 
 
@@ -202,44 +189,35 @@ def machine() -> dict:
     return {
         "platform": platform.platform(),
         "cpu": _proc_field("cpuinfo", "model name") or platform.processor() or "unknown",
-        "cpus": os.cpu_count(),
-        "cpus_usable": len(os.sched_getaffinity(0)),
+        "cpus": os.cpu_count(), "cpus_usable": len(os.sched_getaffinity(0)),
         "memory_gib": round(int(memory_kib.split()[0]) / 1024 / 1024, 1) if memory_kib else None,
         "loadavg": [round(x, 2) for x in os.getloadavg()],
-    }
+    }  # fmt: skip
 
 
 def describe(*, database: str, redis_url: str) -> dict:
     """Versions, durability settings and the machine, as the JSON report records them."""
-    versions = {"python": platform.python_version()}
-    for dist in _DISTRIBUTIONS.split():
-        try:
-            versions[dist] = importlib.metadata.version(dist)
-        except importlib.metadata.PackageNotFoundError:
-            versions[dist] = None
-    versions["libpq"] = psycopg.pq.version()
+    installed = {d.metadata["Name"].lower(): d.version for d in importlib.metadata.distributions()}
+    versions = {dist: installed.get(dist.lower()) for dist in _DISTRIBUTIONS.split()}
+    versions.update(python=platform.python_version(), libpq=psycopg.pq.version())
     versions["psycopg_impl"] = psycopg.pq.__impl__
     # redis-py picks hiredis whenever it is installed, for every client here.
     versions["redis_parser"] = "hiredis" if redis.utils.HIREDIS_AVAILABLE else "python"
-
     client = redis.Redis.from_url(redis_url)
     versions["redis_server"] = client.info("server")["redis_version"]
     redis_durability = {
         key: client.config_get(key).get(key) for key in ("appendonly", "appendfsync", "save")
     }
     client.close()
-
     with psycopg.connect(_libpq_url(database), connect_timeout=5) as conn:
         versions["postgresql_server"] = conn.execute("SHOW server_version").fetchone()[0]
-        show = sql.SQL("SHOW {}")
         pg_durability = {
-            name: conn.execute(show.format(sql.Identifier(name))).fetchone()[0]
+            name: conn.execute(sql.SQL("SHOW {}").format(sql.Identifier(name))).fetchone()[0]
             for name in _PG_SETTINGS.split()
         }
     return {
-        "machine": machine(),
-        "versions": versions,
+        "machine": machine(), "versions": versions,
         "durability": {"redis": redis_durability, "postgresql": pg_durability},
         "git": {"commit": _git("rev-parse", "HEAD"), "dirty": bool(_git("status", "--porcelain"))},
         "database": urlsplit(database).path.lstrip("/"),
-    }
+    }  # fmt: skip

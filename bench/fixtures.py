@@ -28,14 +28,11 @@ def unique_label(prefix: str) -> str:
 def organization(slug: str, *, units: int = 0) -> Organization:
     """The organization ``slug`` with at least ``units`` units (assessments vary a little)."""
     org, _ = Organization.objects.get_or_create(slug=slug, defaults={"name": slug})
-    have = org.units.count()
-    Unit.objects.bulk_create(
-        [
-            Unit(organization=org, label=f"U{n:05d}", monthly_assessment=Decimal(150 + n % 100))
-            for n in range(have + 1, units + 1)
-        ],
-        batch_size=2000,
-    )
+
+    def unit(n: int) -> Unit:
+        return Unit(organization=org, label=f"U{n:05d}", monthly_assessment=Decimal(150 + n % 100))
+
+    Unit.objects.bulk_create(map(unit, range(org.units.count() + 1, units + 1)), batch_size=2000)
     return org
 
 

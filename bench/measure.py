@@ -10,6 +10,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 
+import psycopg
 import redis
 
 # Commands the measurement itself sends; never part of an operation's count.
@@ -120,13 +121,9 @@ class PgRoundTrips:
     keyword) on one Django connection, in the thread that owns it."""
 
     def __init__(self, connection):
-        self.connection = connection
-        self.round_trips = 0
-        self.statements: Counter = Counter()
+        self.connection, self.round_trips, self.statements = connection, 0, Counter()
 
     def __enter__(self) -> "PgRoundTrips":
-        import psycopg
-
         self.connection.ensure_connection()
         self._pgconn = self.connection.connection.pgconn
         self._file = tempfile.NamedTemporaryFile("w+", prefix="hoa-bench-pgtrace-")
@@ -172,8 +169,7 @@ def time_and_count(operation, items: list, warmup: int, ops: int, redis_url: str
     counts = {
         "db_round_trips": round(trips.round_trips / counted, 3),
         "db_statements": per_op(trips.statements, counted),
-        "redis_sent": sent,
-        "redis_sent_total": round(sum(sent.values()), 3),
+        "redis_sent": sent, "redis_sent_total": round(sum(sent.values()), 3),
         "redis_executed": executed,
-    }
+    }  # fmt: skip
     return samples, counts

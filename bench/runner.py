@@ -1,18 +1,22 @@
-"""Run cases round-robin (A B C, B C A, …), each in a fresh process, and summarise them:
-ratios to the baseline are paired per repeat (docs/benchmarks.md, "How it is measured").
+"""Run cases round-robin (A B C, B C A, …), each in a fresh process (``python -m
+bench.runner``, the block at the end), and summarise them: ratios to the baseline are paired
+per repeat (docs/benchmarks.md, "How it is measured").
 """
 
+import importlib
 import json
 import math
 import subprocess
 import sys
 import time
+import warnings
 from dataclasses import dataclass, field
 from statistics import median as _median
 
 from bench.environment import BASE_DIR
 from bench.measure import median, percentile
-from bench.worker import RESULT_PREFIX
+
+RESULT_PREFIX = "BENCH-RESULT "
 
 
 @dataclass(frozen=True)
@@ -50,7 +54,7 @@ class CaseFailed(Exception):
 def run_case(case: Case, env: dict) -> dict:
     """Run one case in a fresh process and return what it measured."""
     request = json.dumps({"entry": case.entry, "django": case.django, "params": case.params})
-    worker = [sys.executable, "-m", "bench.worker"]
+    worker = [sys.executable, "-m", "bench.runner"]
     try:
         proc = subprocess.run(
             worker, input=request, cwd=BASE_DIR, env=env, capture_output=True, text=True,
@@ -99,10 +103,6 @@ def _value(run: dict, group: Group) -> float:
     return float(run.get("metrics", {}).get(group.primary, math.nan))
 
 
-def _ratio(value: float, base: float) -> float:
-    return value / base if base and not math.isnan(base) else math.nan
-
-
 def _invariants(mine: list[dict]) -> list[dict]:
     """Each invariant once: failed if any run broke it, with the first detail that says why."""
     merged: dict[str, dict] = {}
@@ -130,26 +130,19 @@ def _summarise(case: Case, mine: list, base_runs: list, group: Group, error: str
     ratio = None
     if group.baseline and case.id != group.baseline:
         pairs = zip(mine, base_runs, strict=False)
-        paired = [_ratio(_value(run, group), _value(base, group)) for run, base in pairs]
-        paired = [r for r in paired if not math.isnan(r)]
+        values = [(_value(run, group), _value(base, group)) for run, base in pairs]
+        paired = [value / base for value, base in values if base and not math.isnan(value / base)]
         ratio = round(_median(paired), 3) if paired else None
     return {
-        "case": case.id,
-        "label": case.label,
-        "error": error,
-        "runs": len(mine),
-        "samples": len(samples),
-        "median_us": _round(median(samples)),
+        "case": case.id, "label": case.label, "error": error, "runs": len(mine),
+        "samples": len(samples), "median_us": _round(median(samples)),
         "p99_us": _round(percentile(samples, 99)),
         "per_repeat_median_us": [_round(median(run.get("samples_us", []))) for run in mine],
         "per_repeat_value": [_round(_value(run, group), None) for run in mine],
-        "metrics": metrics,
-        "metrics_per_repeat": metrics_per_repeat,
-        "counts": counts,
+        "metrics": metrics, "metrics_per_repeat": metrics_per_repeat, "counts": counts,
         "counts_consistent": all(run.get("counts", {}) == counts for run in mine),
-        "ratio": ratio,
-        "invariants": _invariants(mine),
-    }
+        "ratio": ratio, "invariants": _invariants(mine),
+    }  # fmt: skip
 
 
 def _round(value: float | None, digits: int | None = 1) -> float | None:
@@ -157,3 +150,16 @@ def _round(value: float | None, digits: int | None = 1) -> float | None:
     if value is None or math.isnan(value):
         return None
     return value if digits is None else round(value, digits)
+
+
+if __name__ == "__main__":  # one case, in the fresh process run_case starts
+    request = json.loads(sys.stdin.read())
+    # pottery warns about its own internals on import; not our concern in a benchmark.
+    warnings.filterwarnings("ignore", category=DeprecationWarning)
+    if request["django"]:
+        import django
+
+        django.setup()
+    module, _, function = request["entry"].partition(":")
+    result = getattr(importlib.import_module(module), function)(**request["params"])
+    print(RESULT_PREFIX + json.dumps(result), flush=True)

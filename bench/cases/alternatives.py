@@ -144,15 +144,13 @@ def run(*, variant: str, redis_url: str, trials: int, call_seconds: float = 0.2)
     """Run ``trials`` holder/loser pairs of ``variant``; report the loser's answer and cost."""
     lock = FenceLock(client=redis.Redis.from_url(redis_url)) if variant == "ours" else None
     operation = {
-        "select_for_update": _select_for_update,
+        "select_for_update": _select_for_update, "advisory": _advisory,
         "select_for_update_nowait": partial(_select_for_update, nowait=True),
-        "advisory": _advisory,
         "ours": partial(_ours, lock=lock),
-    }[variant]
+    }[variant]  # fmt: skip
     org = fixtures.organization(f"bench-alt-{variant.replace('_', '-')}")
     runs = fixtures.fresh_runs(org, trials + 1)
-    warm = runs.pop()
-    operation(warm.pk, lambda: None, "warm-up")  # code paths and connections warm
+    operation(runs.pop().pk, lambda: None, "warm-up")  # code paths and connections warm
     connection.close()
 
     metrics: dict = {}

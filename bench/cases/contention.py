@@ -124,13 +124,12 @@ def run(
     results = context.Queue()
     ttl = timedelta(seconds=ttl_seconds)
     spec = {"mode": mode, "seconds": seconds, "redis_url": redis_url, "ttl": ttl, "label": label}
-    children = []
-    for index in range(processes):
-        complaint_id = rows[0 if shared else index].pk
-        args = (barrier, results, complaint_id)
-        child = context.Process(target=_client, args=args, kwargs=spec, daemon=True)
+    children = [
+        context.Process(target=_client, args=(barrier, results, row.pk), kwargs=spec, daemon=True)
+        for row in (rows * processes if shared else rows)
+    ]
+    for child in children:
         child.start()
-        children.append(child)
     barrier.wait(60)
     cpu_before = _cpu_times()
     reports = [results.get(timeout=seconds + 90)]
@@ -139,13 +138,12 @@ def run(
     for child in children:
         child.join(30)
 
-    def total(key: str):
-        return sum(report[key] for report in reports)
+    def total(key: str, start=0):  # of the clients' reports: counts, or lists joined
+        return sum((report[key] for report in reports), start)
 
     elapsed = max(report["elapsed"] for report in reports)
     successes, busy = total("successes"), total("busy")
-    busy_us = [us for report in reports for us in report["busy_us"]]
-    wait_us = [us for report in reports for us in report["wait_us"]]
+    busy_us, wait_us = total("busy_us", []), total("wait_us", [])
     by_resource: dict[str, list] = {}
     for report in reports:
         by_resource.setdefault(report["resource"], []).extend(report["intervals"])
@@ -154,34 +152,27 @@ def run(
         cursor.execute(TOKEN_ORDER_SQL, [label])
         logged, out_of_order = cursor.fetchone()
     top_client = max(report["successes"] for report in reports)
+    busy_cpu, all_cpu = cpu_after[0] - cpu_before[0], cpu_after[1] - cpu_before[1]
     metrics = {
-        "ops_per_s": round(successes / elapsed, 1),
-        "busy_per_s": round(busy / elapsed, 1),
+        "ops_per_s": round(successes / elapsed, 1), "busy_per_s": round(busy / elapsed, 1),
         "stale": total("stale"),
         "top_client_share": round(top_client / successes, 2) if successes else 0,
         # Is the machine the limit? Share of both CPUs busy (all processes, not only ours),
         # and our clients' own CPU per successful operation.
-        "machine_cpu_busy": round(
-            (cpu_after[0] - cpu_before[0]) / max(cpu_after[1] - cpu_before[1], 1), 2
-        ),
+        "machine_cpu_busy": round(busy_cpu / max(all_cpu, 1), 2),
         "client_cpu_ms_per_op": round(1000 * total("cpu") / max(successes, 1), 2),
-    }
-    if busy_us:
-        metrics["loser_p50_ms"] = round(median(busy_us) / 1000, 3)
-        metrics["loser_p99_ms"] = round(percentile(busy_us, 99) / 1000, 3)
-    if wait_us:
-        metrics["wait_p50_ms"] = round(median(wait_us) / 1000, 2)
-        metrics["wait_p99_ms"] = round(percentile(wait_us, 99) / 1000, 2)
+    }  # fmt: skip
+    for name, samples, digits in (("loser", busy_us, 3), ("wait", wait_us, 2)):
+        if samples:
+            metrics[f"{name}_p50_ms"] = round(median(samples) / 1000, digits)
+            metrics[f"{name}_p99_ms"] = round(percentile(samples, 99) / 1000, digits)
     sections = f"{successes} sections on {len(by_resource)} resource(s), {overlaps} overlaps"
     commits = f"{logged} commits, {out_of_order} resource(s) out of order"
+    once = f"{successes} counted, {logged} logged"
     return result(
         busy_us,
         check("no overlapping critical sections", overlaps == 0, sections),
         check("committed tokens strictly increasing per resource", out_of_order == 0, commits),
-        check(
-            "every counted success committed exactly once",
-            logged == successes,
-            f"{successes} counted, {logged} logged",
-        ),
+        check("every counted success committed exactly once", logged == successes, once),
         metrics=metrics,
     )

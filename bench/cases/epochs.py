@@ -6,6 +6,7 @@ counter present, just lost (the grant starts a new epoch), or with
 ``LOCK_REDIS_MIN_REPLICAS=1`` against a private replica of the bench Redis (``WAIT 1``).
 """
 
+import functools
 import itertools
 import time
 from datetime import timedelta
@@ -29,12 +30,10 @@ def fence(*, variant: str, ops: int, warmup: int = 20) -> dict:
     resource = f"bench-epochs:complaint:{complaint.pk}"
     rows = Complaint.objects.filter(pk=complaint.pk)
 
+    lease = functools.partial(Lease, resource, owner="bench", expires_at=None, _lock=None)
+
     def fenced(token: int) -> None:
-        fence_with = token
-        if variant == "lease":
-            fence_with = Lease(
-                resource, token, "bench", None, _lock=None, _value="", _monotonic_deadline=0
-            )
+        fence_with = lease(token, _value="", _monotonic_deadline=0) if variant == "lease" else token
         with transaction.atomic():
             advance_fence(rows, fence_with)
 
@@ -51,14 +50,10 @@ def _replica_of(master_port: int) -> BenchRedis:
     """A private redis-server replicating the bench Redis, once it is in sync."""
     replica = BenchRedis("--save", "", "--replicaof", "127.0.0.1", str(master_port)).start()
     client = redis.Redis(port=replica.port, socket_timeout=1)
-
-    def up() -> bool:
-        try:
-            return client.info("replication").get("master_link_status") == "up"
-        except redis.RedisError:
-            return False
-
-    wait_until(up, timeout=30, what="the bench replica to sync with its master")
+    wait_until(
+        lambda: client.info("replication").get("master_link_status") == "up",
+        timeout=30, what="the bench replica to sync with its master", errors=(redis.RedisError,),
+    )  # fmt: skip
     return replica
 
 

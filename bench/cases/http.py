@@ -1,10 +1,12 @@
 """Section 5: the staff assign endpoint under gunicorn, many logged-in clients at once.
 
-gunicorn (the project's ``gunicorn.conf.py``, 2 sync workers, ``DEBUG=1``, the bench
-database and Redis) and a stand-in vendor dispatch; ``clients`` logged-in sessions POST
-for ``seconds``: half to a few *hot* complaints (``reassign`` on: holders collide, losers
-get 409), half to a new *cold* complaint each (303). Checked afterwards: no 5xx, at most
-one active assignment per complaint, rising tokens on the hot ones, every cold 303 stored.
+gunicorn (``gunicorn.conf.py``, 2 sync workers, ``DEBUG=1``, ``bench.http_settings``) and
+a stand-in vendor dispatch; ``clients`` logged-in sessions POST for ``seconds``, half to a
+few *hot* complaints (``reassign`` on: holders collide, losers get 409), half to a new
+*cold* one each (303), at the real endpoint (``assign``) or at it without lease, fence and
+audit (``baseline``, ``bench.http_baseline``). Reported: requests/s, server CPU per request.
+Checked: no 5xx, at most one active assignment per complaint, every cold 303 stored; rising
+tokens on the hot ones (``assign``), no token nor audit row (``baseline``).
 """
 
 import itertools
@@ -19,6 +21,8 @@ import threading
 import time
 from collections import Counter
 from importlib import import_module
+from operator import itemgetter
+from pathlib import Path
 
 import requests
 from django.conf import settings
@@ -27,8 +31,12 @@ from django.db import connection
 
 from bench import fixtures
 from bench.environment import BASE_DIR, free_port, start_stand_in, stop, wait_until
+from bench.http_baseline import PREFIX
 from bench.measure import check, median, percentile, result, since_us
+from hoa.models import Complaint
+from locking.models import FenceEvent
 from vendors.models import VendorAssignment
+from vendors.resources import assignment_resource
 
 HOT_COMPLAINTS = 4
 HOT_SHARE = 0.5
@@ -41,6 +49,7 @@ def _start_gunicorn(port: int, run_dir: str, dispatch_url: str) -> subprocess.Po
     env.update(DEBUG="1", VENDOR_DISPATCH_URL=dispatch_url, EXTERNAL_CALL_TIMEOUT_SECONDS="5")
     # The abuse limits (30 fenced POSTs a minute per user) would shape the result.
     env.update(RATELIMIT_ENABLE="0", LOG_LEVEL="WARNING")
+    env["DJANGO_SETTINGS_MODULE"] = "bench.http_settings"  # both variants: the same URLs
     env.pop("PROMETHEUS_MULTIPROC_DIR", None)  # gunicorn.conf.py sets one per run dir
     command = [sys.executable, "-m", "gunicorn", "-c", str(BASE_DIR / "gunicorn.conf.py")]
     process = subprocess.Popen(
@@ -50,13 +59,12 @@ def _start_gunicorn(port: int, run_dir: str, dispatch_url: str) -> subprocess.Po
     def ready() -> bool:
         if process.poll() is not None:
             raise RuntimeError(f"gunicorn exited with {process.returncode}; see {run_dir}")
-        try:
-            return requests.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200
-        except requests.RequestException:
-            return False
+        return requests.get(f"http://{HOST}:{port}/healthz", timeout=1).status_code == 200
 
     try:
-        wait_until(ready, timeout=60, what=f"gunicorn on port {port}")
+        wait_until(
+            ready, timeout=60, what=f"gunicorn on {port}", errors=(requests.RequestException,)
+        )
     except BaseException:
         stop(process, grace=40)
         raise
@@ -64,8 +72,7 @@ def _start_gunicorn(port: int, run_dir: str, dispatch_url: str) -> subprocess.Po
 
 
 def _logged_in_session(user) -> requests.Session:
-    """A ``requests`` session logged in as ``user`` (the session row written as the test
-    client's ``force_login`` writes it: no PBKDF2 per client), with a CSRF cookie."""
+    """A ``requests`` session of ``user`` (as ``force_login`` logs in: no PBKDF2), CSRF set."""
     store = import_module(settings.SESSION_ENGINE).SessionStore()
     store[SESSION_KEY] = str(user.pk)
     store[BACKEND_SESSION_KEY] = settings.AUTHENTICATION_BACKENDS[0]
@@ -80,8 +87,16 @@ def _logged_in_session(user) -> requests.Session:
     return session
 
 
-def run(*, redis_url: str, seconds: float, clients: int) -> dict:
-    """Drive the assign endpoint with ``clients`` threads for ``seconds``; report answers."""
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU time of process ``pid`` and its children (gunicorn's workers)."""
+    pids = [pid, *Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    stats = [Path(f"/proc/{each}/stat").read_text().rpartition(")")[2].split() for each in pids]
+    # utime and stime, fields 14 and 15 of proc(5): the 12th and 13th after the name
+    return sum(int(stat[11]) + int(stat[12]) for stat in stats) / os.sysconf("SC_CLK_TCK")
+
+
+def run(*, variant: str, redis_url: str, seconds: float, clients: int) -> dict:
+    """Drive the ``variant`` endpoint with ``clients`` threads for ``seconds``; report answers."""
     org = fixtures.organization("bench-http")
     users = [fixtures.staff_user(f"bench-http-{n}", org) for n in range(clients)]
     vendor_ids = [v.pk for v in fixtures.vendors_with_contracts(org, 3)]
@@ -93,56 +108,66 @@ def run(*, redis_url: str, seconds: float, clients: int) -> dict:
     answers: list[tuple[str, int, float, int]] = []  # (kind, status, µs, complaint)
     errors: list[str] = []
 
-    def drive(session: requests.Session, chooser: random.Random, deadline: float) -> None:
-        while time.monotonic() < deadline:
-            if chooser.random() < HOT_SHARE:
-                kind, complaint = "hot", chooser.choice(hot)
-                data = {"vendor": chooser.choice(vendor_ids), "reassign": "on"}
-            else:
-                with cold_lock:
-                    complaint = next(cold_ids, None)
-                if complaint is None:
-                    break
-                kind, data = "cold", {"vendor": vendor_ids[0]}
-            cookies = session.cookies
-            data["csrfmiddlewaretoken"] = cookies.get(settings.CSRF_COOKIE_NAME, "", domain=HOST)
-            url = f"{base}/orgs/{org.slug}/complaints/{complaint}/assign/"
-            started = time.perf_counter_ns()
-            try:
-                response = session.post(url, data=data, allow_redirects=False, timeout=30)
-            except requests.RequestException as exc:
-                errors.append(str(exc))
-                continue
+    def post(session: requests.Session, chooser: random.Random, record: bool = True) -> bool:
+        """One POST, to a hot or a new cold complaint; False when the cold ones ran out."""
+        if chooser.random() < HOT_SHARE:
+            kind, complaint = "hot", chooser.choice(hot)
+            data = {"vendor": chooser.choice(vendor_ids), "reassign": "on"}
+        else:
+            with cold_lock:
+                complaint = next(cold_ids, None)
+            if complaint is None:
+                return False
+            kind, data = "cold", {"vendor": vendor_ids[0]}
+        cookies = session.cookies
+        data["csrfmiddlewaretoken"] = cookies.get(settings.CSRF_COOKIE_NAME, "", domain=HOST)
+        url = f"{base}/{prefix}orgs/{org.slug}/complaints/{complaint}/assign/"
+        started = time.perf_counter_ns()
+        try:
+            response = session.post(url, data=data, allow_redirects=False, timeout=30)
+        except requests.RequestException as exc:
+            errors.append(str(exc))
+            return True
+        if record:
             answers.append((kind, response.status_code, since_us(started), complaint))
-            # The 303 leaves a flash message for the next page; a browser shows it and it
-            # is gone. Dropping it here keeps it from piling up in the cookie.
-            cookies.set(MESSAGES_COOKIE, None, domain=HOST, path="/")
+        # The 303 leaves a flash message for the next page; a browser shows it and it
+        # is gone. Dropping it here keeps it from piling up in the cookie.
+        cookies.set(MESSAGES_COOKIE, None, domain=HOST, path="/")
+        return True
 
     def client(session: requests.Session, seed: int) -> None:
+        chooser = random.Random(seed)
         try:
-            barrier.wait(30)
-            drive(session, random.Random(seed), deadline)
+            # Untimed, before the clock starts: the workers import, connect, compile templates.
+            post(session, chooser, record=False)
+            barrier.wait(60)
+            while time.monotonic() < clock["deadline"] and post(session, chooser):
+                pass
         except BaseException:
             errors.append("a client thread crashed (see stderr)")
             raise
 
+    def start_clock() -> None:  # the barrier's action: all warmed up, none released yet
+        clock.update(started=time.monotonic(), cpu=time.process_time())
+        clock.update(deadline=clock["started"] + seconds, server=_cpu_seconds(process.pid))
+
     dispatch, dispatch_url = start_stand_in("dispatch")
     port, run_dir = free_port(), tempfile.mkdtemp(prefix="hoa-bench-gunicorn-")
-    base = f"http://{HOST}:{port}"
+    base, prefix = f"http://{HOST}:{port}", PREFIX if variant == "baseline" else ""
     process = _start_gunicorn(port, run_dir, dispatch_url)
     try:
         sessions = [_logged_in_session(user) for user in users]
         connection.close()
-        barrier = threading.Barrier(clients + 1)
+        clock: dict[str, float] = {}
+        barrier = threading.Barrier(clients + 1, action=start_clock)
         threads = [threading.Thread(target=client, args=(s, n)) for n, s in enumerate(sessions)]
         for thread in threads:
             thread.start()
-        deadline = time.monotonic() + seconds
-        cpu_before, started = time.process_time(), time.monotonic()
-        barrier.wait(30)
+        barrier.wait(60)
         for thread in threads:
             thread.join(seconds + 60)
-        wall, client_cpu = time.monotonic() - started, time.process_time() - cpu_before
+        wall, client_cpu = time.monotonic() - clock["started"], time.process_time() - clock["cpu"]
+        server_cpu = _cpu_seconds(process.pid) - clock["server"]
     finally:
         stop(process, grace=40)
         dispatch.shutdown()
@@ -153,36 +178,39 @@ def run(*, redis_url: str, seconds: float, clients: int) -> dict:
     server_errors = sum(count for status, count in statuses.items() if status >= 500)
     by_kind = {kind: [us for k, _, us, _ in answers if k == kind] for kind in ("hot", "cold")}
     cold_ok = {complaint for kind, code, _, complaint in answers if (kind, code) == ("cold", 303)}
-    assigned = VendorAssignment.objects.filter(complaint__title__startswith=label, active=True)
+    mine = Complaint.objects.filter(title__startswith=label)
+    assigned = VendorAssignment.objects.filter(complaint__in=mine, active=True)
     active = Counter(assigned.values_list("complaint_id", flat=True))
-    hot_tokens: dict[int, list[int]] = {complaint: [] for complaint in hot}
-    assignments = VendorAssignment.objects.filter(complaint_id__in=hot).order_by("pk")
-    for complaint, token in assignments.values_list("complaint_id", "fence_token"):
-        hot_tokens[complaint].append(token)
-    tokens_ok = all(a < b for tokens in hot_tokens.values() for a, b in itertools.pairwise(tokens))
+    assignments = VendorAssignment.objects.filter(complaint_id__in=hot).order_by("complaint", "pk")
+    tokens = itertools.groupby(assignments.values_list("complaint", "fence_token"), itemgetter(0))
+    rising = all(a[1] < b[1] for _, each in tokens for a, b in itertools.pairwise(each))
     metrics = {
-        "requests": total,
-        "requests_per_s": round(total / wall, 1),
+        "requests": total, "requests_per_s": round(total / wall, 1),
+        "server_cpu_ms_per_request": round(1000 * server_cpu / total, 2) if total else None,
+        "server_cpu_share": round(server_cpu / wall, 2),  # of one CPU: gunicorn's processes
         "status_counts": {str(status): count for status, count in sorted(statuses.items())},
         "share_409": round(statuses.get(409, 0) / total, 3) if total else 0,
-        "http_5xx": server_errors,
-        "transport_errors": len(errors),
-        "hot_p50_ms": round(median(by_kind["hot"]) / 1000, 2) if by_kind["hot"] else None,
-        "cold_p50_ms": round(median(by_kind["cold"]) / 1000, 2) if by_kind["cold"] else None,
+        "http_5xx": server_errors, "transport_errors": len(errors),
+        **{f"{kind}_p50_ms": round(median(us) / 1000, 2) for kind, us in by_kind.items() if us},
         "p99_ms": round(percentile(samples, 99) / 1000, 2),
         "load_generator_cpu_share": round(client_cpu / wall, 2),
-    }
+    }  # fmt: skip
     answered = f"{total} requests: {dict(sorted(statuses.items()))}; {len(errors)} transport errors"
     one_active = all(count == 1 for count in active.values())
     active_detail = f"{len(active)} complaints with an active assignment"
+    if variant == "assign":
+        fenced = check("hot tokens increase", rising, f"{assignments.count()} hot assignments")
+    else:  # the baseline: no token recorded on its complaints, no audit row for them
+        stamped = mine.filter(last_fence_token__gt=0).count()
+        resources = [assignment_resource(pk) for pk in mine.values_list("pk", flat=True)]
+        audited = FenceEvent.objects.filter(resource__in=resources).count()
+        detail = f"{stamped} complaints with a token, {audited} audit rows"
+        fenced = check("no fence token and no audit row", not (stamped or audited), detail)
     return result(
         samples,
         check("no 5xx and no transport errors", not (server_errors or errors) and total, answered),
         check("at most one active assignment per complaint", one_active, active_detail),
-        check(
-            "every cold 303 is in the database; hot tokens increase",
-            cold_ok <= set(active) and tokens_ok,
-            f"{len(cold_ok)} cold complaints assigned",
-        ),
+        check("every cold 303 is stored", cold_ok <= set(active), f"{len(cold_ok)} cold 303s"),
+        fenced,
         metrics=metrics,
     )

@@ -85,8 +85,8 @@ class _Ours:
 
 SECONDS = TTL.total_seconds()
 VARIANTS = {
-    "ping": lambda client: client.ping,
-    "seed": _seed,
+    "ping": lambda client: client.ping, "seed": _seed, "scripts_only": _scripts_only,
+    "ours": _Ours, "ours_fsync_always": _Ours,
     "redis_py": _library_lock(lambda c: c.lock("bench-redis-py", timeout=SECONDS)),
     "python_redis_lock": _library_lock(
         lambda c: redis_lock.Lock(c, "bench-python-redis-lock", expire=int(SECONDS))
@@ -94,10 +94,7 @@ VARIANTS = {
     "pottery": _library_lock(
         lambda c: Redlock(key="bench-pottery", masters={c}, auto_release_time=SECONDS)
     ),
-    "scripts_only": _scripts_only,
-    "ours": _Ours,
-    "ours_fsync_always": _Ours,
-}
+}  # fmt: skip
 
 
 @contextmanager
@@ -114,15 +111,14 @@ def _fsync_always(client: redis.Redis):
     try:
         yield
     finally:
-        client.config_set("appendonly", saved["appendonly"])
-        client.config_set("appendfsync", saved["appendfsync"])
+        for key, value in saved.items():
+            client.config_set(key, value)
 
 
 def run(*, variant: str, redis_url: str, iterations: int, warmup: int, counted: int = 20) -> dict:
     """Time ``iterations`` cycles of ``variant``; count the Redis commands of a cycle."""
     client = redis.Redis.from_url(redis_url)
-    durability = _fsync_always(client) if variant == "ours_fsync_always" else nullcontext()
-    with durability:
+    with _fsync_always(client) if variant == "ours_fsync_always" else nullcontext():
         cycle = VARIANTS[variant](client)
         for _ in range(warmup):  # connections made, scripts loaded, code paths warm
             cycle()
@@ -131,12 +127,10 @@ def run(*, variant: str, redis_url: str, iterations: int, warmup: int, counted: 
         executed = per_op(commandstats(client) - before, iterations)
         sent = sent_per_op(redis_url, cycle, counted)
     counts = {
-        "redis_sent": sent,
-        "redis_sent_total": round(sum(sent.values()), 3),
-        "redis_executed": executed,
-        "redis_executed_total": round(sum(executed.values()), 3),
+        "redis_sent": sent, "redis_sent_total": round(sum(sent.values()), 3),
+        "redis_executed": executed, "redis_executed_total": round(sum(executed.values()), 3),
         "db_round_trips": 0,
-    }
+    }  # fmt: skip
     if not isinstance(cycle, _Ours):
         return result(samples, counts=counts)
     detail = f"last token {cycle.last_token}, regressions {cycle.token_regressions}"

@@ -1,0 +1,54 @@
+"""The HTTP case's baseline (URL conf of ``bench.http_settings``): under ``PREFIX``, the
+real assign view and ``assign_vendor`` with three names bound to stand-ins, so it takes
+every check, query and step of theirs, as they change. ``ASSIGNMENT`` checks the actor and
+runs the work at once under a lease that never was (no Redis; ``record_committed`` writes
+no audit row); ``advance_fence`` takes the fence UPDATE's row lock and records no token.
+"""
+
+import types
+
+from django.urls import path
+
+from hoa.fenced import Call
+from hoa.urls import handler400, handler403, handler404, handler500, urlpatterns  # noqa: F401
+from vendors import services, views
+from vendors.resources import ASSIGNMENT
+
+PREFIX = "bench/unfenced/"
+TOKEN = 1  # every assignment's fence_token (the column is positive); no row records it
+
+
+class _UnfencedCall(Call):
+    def run(self, work, **facts):
+        no_lease = {"check": lambda: None, "record_committed": lambda *outcome: None}
+        return work(types.SimpleNamespace(resource=self.resource, token=TOKEN, **no_lease))
+
+
+def _begin(actor, **given) -> Call:
+    return _UnfencedCall(**vars(ASSIGNMENT.begin(actor, **given)))
+
+
+def _row_lock(rows, lease) -> None:
+    rows.select_for_update().values_list("pk").get()
+
+
+def _rebound(function, **names):
+    """``function`` (its code, defaults and closure) reading ``names`` as its globals."""
+    rebound = types.FunctionType(
+        function.__code__, {**function.__globals__, **names}, function.__name__,
+        function.__defaults__, function.__closure__,
+    )  # fmt: skip
+    rebound.__kwdefaults__ = function.__kwdefaults__
+    return rebound
+
+
+unfenced = {"ASSIGNMENT": types.SimpleNamespace(begin=_begin), "advance_fence": _row_lock}
+assign_unfenced = _rebound(services.assign_vendor, **unfenced)
+
+
+class UnfencedAssignView(views.AssignVendorView):
+    post = _rebound(views.AssignVendorView.post, assign_vendor=assign_unfenced)
+
+
+ASSIGN = "orgs/<slug:org_slug>/complaints/<int:pk>/assign/"  # the real one's, under PREFIX
+urlpatterns = [*urlpatterns, path(PREFIX + ASSIGN, UnfencedAssignView.as_view())]
