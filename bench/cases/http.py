@@ -1,6 +1,6 @@
 """Section 5: the staff assign endpoint under gunicorn, many logged-in clients at once.
 
-gunicorn (``gunicorn.conf.py``, 2 sync workers, ``DEBUG=1``, ``bench.http_settings``) and
+gunicorn (``gunicorn.conf.py``, 2 sync workers, ``DEBUG=0``, ``bench.http_settings``) and
 a stand-in vendor dispatch; ``clients`` logged-in sessions POST for ``seconds``, half to a
 few *hot* complaints (``reassign`` on: holders collide, losers get 409), half to a new
 *cold* one each (303), at the real endpoint (``assign``) or at it without lease, fence and
@@ -46,9 +46,12 @@ HOST = "127.0.0.1"
 
 def _start_gunicorn(port: int, run_dir: str, dispatch_url: str) -> subprocess.Popen:
     env = {**os.environ, "PORT": str(port), "GUNICORN_RUN_DIR": run_dir, "WEB_CONCURRENCY": "2"}
-    env.update(DEBUG="1", VENDOR_DISPATCH_URL=dispatch_url, EXTERNAL_CALL_TIMEOUT_SECONDS="5")
-    # The abuse limits (30 fenced POSTs a minute per user) would shape the result.
-    env.update(RATELIMIT_ENABLE="0", LOG_LEVEL="WARNING")
+    # Production settings over plain HTTP on loopback (sessions signed with this process's
+    # key); no abuse limits (30 fenced POSTs a minute per user would shape the result).
+    env.update(DEBUG="0", SECRET_KEY=settings.SECRET_KEY, ALLOWED_HOSTS=HOST, STATIC_MANIFEST="0",
+               SECURE_SSL_REDIRECT="0", SESSION_COOKIE_SECURE="0", CSRF_COOKIE_SECURE="0",
+               VENDOR_DISPATCH_URL=dispatch_url, EXTERNAL_CALL_TIMEOUT_SECONDS="5",
+               RATELIMIT_ENABLE="0", LOG_LEVEL="WARNING")  # fmt: skip
     env["DJANGO_SETTINGS_MODULE"] = "bench.http_settings"  # both variants: the same URLs
     env.pop("PROMETHEUS_MULTIPROC_DIR", None)  # gunicorn.conf.py sets one per run dir
     command = [sys.executable, "-m", "gunicorn", "-c", str(BASE_DIR / "gunicorn.conf.py")]
