@@ -39,8 +39,12 @@ class SessionStore(CachedDBStore):
     def load(self):
         try:
             data = self._cache.get(self.cache_key)
-        except CACHE_ERRORS:
-            data = None
+        except CACHE_ERRORS as exc:
+            # Read through to the database, and do not wait on the cache a second time to
+            # copy the session back: a stalled Redis costs a request one socket timeout.
+            logger.warning("session read from the database: cache down", extra={"reason": str(exc)})
+            row = self._get_session_from_db()
+            return self.decode(row.session_data) if row is not None else {}
         if data is not None:
             return data
         row = self._get_session_from_db()
