@@ -299,12 +299,26 @@ def change_sla(*, complaint: Complaint, due_at: datetime, reason: str, actor) ->
 
 
 def record_assignment(
-    *, complaint: Complaint, actor, actor_label: str, note: str, at: datetime
+    *,
+    complaint: Complaint,
+    actor,
+    actor_label: str,
+    note: str,
+    at: datetime,
+    status: str | None = None,
 ) -> bool:
     """Move an ``open`` complaint to ``assigned``, inside the caller's transaction (the
-    fenced assignment's); return whether it moved. A later status is kept."""
+    fenced assignment's); return whether it moved. A later status is kept.
+
+    ``status`` is the complaint's status if the caller read it in this transaction while
+    holding the complaint's row lock (the fence UPDATE takes it): then nobody can change
+    it before the commit, and a complaint that is not open costs no statement. Without
+    it, the conditional UPDATE finds out.
+    """
     if not transaction.get_connection().in_atomic_block:
         raise RuntimeError("record_assignment runs inside the assignment's transaction")
+    if status is not None and status != Status.OPEN:
+        return False
     moved = Complaint.objects.filter(pk=complaint.pk, status=Status.OPEN).update(
         status=Status.ASSIGNED
     )

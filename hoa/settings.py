@@ -159,7 +159,12 @@ CACHES = {
     }
 }
 
-SESSION_ENGINE = "django.contrib.sessions.backends.db"
+# Sessions in the cache with the database behind them (hoa/sessions.py): a request reads
+# its session from Redis, not PostgreSQL. A cached copy lives at most this long, which
+# bounds how long a session deleted while Redis was unreachable can outlive its sign-out.
+SESSION_ENGINE = "hoa.sessions"
+SESSION_CACHE_ALIAS = "default"
+SESSION_CACHE_SECONDS = env_number("SESSION_CACHE_SECONDS", 300, minimum=1, cast=int)
 
 # --- Fenced operations ------------------------------------------------------------------
 

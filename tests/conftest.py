@@ -16,6 +16,7 @@ from django.contrib.auth.models import Group
 from hoa.demo import staff_group
 from hoa.models import Organization, StaffMembership, Unit
 from locking.tests.fixtures import fence_lock, redis_client  # noqa: F401 (fixtures)
+from tests.charges_support import dead_redis_url
 from tests.harness.http import HttpStub
 from tests.harness.processes import django_database_url
 from tests.vendors_support import active_vendor
@@ -118,6 +119,24 @@ def dispatch(http_stub, settings):
     """The vendor dispatch endpoint, pointed at the stand-in."""
     settings.VENDOR_DISPATCH_URL = http_stub.url
     return http_stub
+
+
+@pytest.fixture
+def dead_cache(settings):
+    """The cache (the rate counters, the sessions' cached copies) on a Redis that refuses
+    connections; the lock keeps its own Redis (LOCK_REDIS_URL), which is up."""
+    settings.REDIS_URL = dead_redis_url()
+    settings.CACHES = {
+        "default": {
+            **settings.CACHES["default"],
+            "LOCATION": settings.REDIS_URL,
+            "OPTIONS": {
+                **settings.CACHES["default"]["OPTIONS"],
+                "SOCKET_CONNECT_TIMEOUT": 0.5,
+                "SOCKET_TIMEOUT": 0.5,
+            },
+        }
+    }
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ from django.utils import timezone
 
 from hoa.models import AccessDenial, Complaint, ComplaintEvent, StaffMembership
 from tests.harness.waiting import wait_until
-from tests.vendors_support import WAIT, Worker
+from tests.vendors_support import WAIT, Worker, active_vendor
 from vendors.models import VendorAssignment
 from vendors.services import assign_vendor
 
@@ -188,6 +188,32 @@ def test_assigning_a_vendor_moves_an_open_complaint_to_assigned_in_the_fenced_tr
     complaint.refresh_from_db()
     assert complaint.status == S.IN_PROGRESS
     assert ComplaintEvent.objects.filter(complaint=complaint).count() == 1
+
+
+@fenced
+def test_the_status_a_reassignment_reads_under_the_row_lock_decides_not_the_callers_copy(
+    complaint, maple, pipe, green, alice
+):
+    tap = active_vendor("Tap Masters", maple)
+    first = assign_vendor(complaint=complaint, vendor=pipe, actor=alice).assignment
+    # A reopen that raced an assignment can leave a complaint open with a vendor; the
+    # caller's copy still says assigned.
+    Complaint.objects.filter(pk=complaint.pk).update(status=S.OPEN)
+    second = assign_vendor(
+        complaint=complaint, vendor=green, actor=alice, reassign=True, replacing=first
+    ).assignment
+    assert Complaint.objects.get(pk=complaint.pk).status == S.ASSIGNED
+    # And the other way round: the caller's copy says open, the row says in progress.
+    Complaint.objects.filter(pk=complaint.pk).update(status=S.IN_PROGRESS)
+    complaint.status = S.OPEN
+    assign_vendor(complaint=complaint, vendor=tap, actor=alice, reassign=True, replacing=second)
+
+    assert Complaint.objects.get(pk=complaint.pk).status == S.IN_PROGRESS
+    events = ComplaintEvent.objects.filter(complaint=complaint).order_by("pk")
+    assert list(events.values_list("from_status", "to_status", "detail")) == [
+        (S.OPEN, S.ASSIGNED, "Pipe Pros assigned (token 1)."),
+        (S.OPEN, S.ASSIGNED, "Evergreen assigned (token 2)."),
+    ]
 
 
 @fenced

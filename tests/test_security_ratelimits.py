@@ -15,7 +15,6 @@ from django.test import Client
 from charges.models import MonthlyChargeRun
 from hoa.models import AccessDenial
 from locking.models import FenceEvent
-from tests.charges_support import dead_redis_url
 
 GENERATE_URL = "/orgs/maple-court/charges/{month}/generate/"
 LOGIN_URL = "/accounts/login/"
@@ -205,24 +204,6 @@ def test_a_flood_of_refusals_is_written_only_up_to_the_audit_budget(settings, ma
 
 
 # -- a cache outage --------------------------------------------------------------------------
-
-
-@pytest.fixture
-def dead_cache(settings):
-    """The cache (and so the rate counters) on a Redis that refuses connections; the lock
-    keeps its own Redis (LOCK_REDIS_URL), which is up."""
-    settings.REDIS_URL = dead_redis_url()
-    settings.CACHES = {
-        "default": {
-            **settings.CACHES["default"],
-            "LOCATION": settings.REDIS_URL,
-            "OPTIONS": {
-                **settings.CACHES["default"]["OPTIONS"],
-                "SOCKET_CONNECT_TIMEOUT": 0.5,
-                "SOCKET_TIMEOUT": 0.5,
-            },
-        }
-    }
 
 
 @pytest.mark.django_db

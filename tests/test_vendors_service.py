@@ -149,6 +149,26 @@ def test_reassign_deactivates_the_previous_assignment_and_dispatches_the_replace
     assert [c.token for c in dispatch.received] == [1, 2]
 
 
+def test_a_reassignment_makes_at_most_nine_database_round_trips(
+    complaint, pipe, green, alice, django_assert_max_num_queries
+):
+    # The actor's membership and permissions are known by now (as after a view's checks):
+    # contract, look, BEGIN, fence, active assignment with the complaint's status,
+    # deactivate, insert, audit, COMMIT. The issue asks 6: docs/benchmarks.md says why not.
+    first = assign_vendor(complaint=complaint, vendor=pipe, actor=alice)
+
+    with django_assert_max_num_queries(9):
+        result = assign_vendor(
+            complaint=complaint,
+            vendor=green,
+            actor=alice,
+            reassign=True,
+            replacing=first.assignment,
+        )
+
+    assert (result.outcome, result.replaced.pk) == ("committed", first.assignment.pk)
+
+
 def test_reassigning_an_assignment_already_replaced_is_refused_without_calling_the_vendor(
     complaint, maple, pipe, green, alice, dispatch, redis_client
 ):

@@ -7,6 +7,7 @@ from datetime import date, datetime
 from django.db.models import (
     Case,
     Exists,
+    F,
     IntegerField,
     OuterRef,
     Q,
@@ -87,8 +88,15 @@ def timeline(complaint: Complaint) -> list[TimelineEntry]:
     )
 
 
-def active_assignment(complaint: Complaint) -> VendorAssignment | None:
-    return complaint.assignments.filter(active=True).select_related("vendor").first()
+def active_assignment(
+    complaint: Complaint, *, with_complaint_status: bool = False
+) -> VendorAssignment | None:
+    """The complaint's active assignment, with its vendor; ``with_complaint_status`` also
+    reads the complaint's status in the same statement (``complaint_status``)."""
+    active = complaint.assignments.filter(active=True).select_related("vendor")
+    if with_complaint_status:
+        active = active.annotate(complaint_status=F("complaint__status"))
+    return active.first()
 
 
 def assignment_history(complaint: Complaint) -> QuerySet:

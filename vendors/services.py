@@ -172,8 +172,9 @@ def assign_vendor(
                 # when the work it came for has been done meanwhile.
                 advance_fence(Complaint.objects.filter(pk=complaint.pk), lease)
                 # The fence UPDATE holds the complaint's row lock until commit, so every
-                # fenced writer of this complaint reads the assignment state in turn.
-                current = active_assignment(complaint)
+                # fenced writer of this complaint reads the assignment state in turn, and
+                # the complaint's status read with it cannot change before we commit.
+                current = active_assignment(complaint, with_complaint_status=True)
                 step = _next_step(current, vendor, reassign, replacing)
                 if step is _Next.ALREADY_DONE:
                     lease.record_committed(Outcome.ALREADY_DONE)
@@ -213,6 +214,7 @@ def assign_vendor(
                     actor_label=attempt.label,
                     note=answers.assigned_note(assignment),
                     at=now,
+                    status=current.complaint_status if current is not None else None,
                 )
                 lease.record_committed()  # the audit row commits with the assignment
         except RefusedAtCommit as refusal:
