@@ -21,7 +21,8 @@ def validate_resource(resource: str) -> str:
         raise ValueError("resource name must not be empty")
     if len(resource) > MAX_RESOURCE_LENGTH:
         raise ValueError(f"resource name is longer than {MAX_RESOURCE_LENGTH} characters")
-    if not resource.isprintable() or any(ch.isspace() for ch in resource):
+    # isprintable() is False for every whitespace character but the ASCII space.
+    if not resource.isprintable() or " " in resource:
         raise ValueError("resource name must be printable and contain no whitespace")
     if "{" in resource or "}" in resource:
         raise ValueError("resource name must not contain '{' or '}'")

@@ -17,6 +17,7 @@ to delete a lease that is not theirs; the fence makes it as safe as an expiry.
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import random
@@ -159,10 +160,16 @@ def _from_ms(epoch_ms: int) -> datetime:
 
 def holder_label(holder: str = "") -> str:
     """Describe this process as a lock holder: ``<who> on <host> pid <pid>``."""
-    where = f"{socket.gethostname()} pid {os.getpid()}"
+    where = _process_label(os.getpid())
     label = f"{holder} on {where}" if holder else where
     # The label is metadata inside the lock value; keep it short and on one line.
     return " ".join(label.split())[:200]
+
+
+@functools.cache
+def _process_label(pid: int) -> str:
+    """``<host> pid <pid>``: formatted once per process (a forked child has its own pid)."""
+    return f"{socket.gethostname()} pid {pid}"
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,7 @@ Attributes (``locking.*``):
 """
 
 from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 
 from opentelemetry import trace
 from opentelemetry.trace import (
@@ -66,7 +66,6 @@ def _no_provider() -> bool:
     return isinstance(trace.get_tracer_provider(), ProxyTracerProvider | NoOpTracerProvider)
 
 
-@contextmanager
 def operation_span(
     name: str,
     resource: str | None,
@@ -74,11 +73,25 @@ def operation_span(
     token: int | None = None,
     operation: str = "",
     attributes: Mapping[str, object] | None = None,
-) -> Iterator[Span]:
+) -> AbstractContextManager[Span]:
     """A span of one step; an exception that declares its ``outcome`` sets the outcome."""
     if _no_provider():
-        yield INVALID_SPAN
-        return
+        return _NO_SPAN
+    return _recording_span(name, resource, token, operation, attributes)
+
+
+# Reusable and reentrant: what every step gets while no provider is set.
+_NO_SPAN = nullcontext(INVALID_SPAN)
+
+
+@contextmanager
+def _recording_span(
+    name: str,
+    resource: str | None,
+    token: int | None,
+    operation: str,
+    attributes: Mapping[str, object] | None,
+) -> Iterator[Span]:
     initial = dict(attributes or {})
     if resource:
         initial[RESOURCE_KIND] = resource_kind(resource)
