@@ -27,7 +27,7 @@ from locking import (
     run_fenced,
 )
 from locking.epochs import current_epoch, epoch_of, first_token
-from locking.models import FenceEvent
+from locking.models import FenceEpoch, FenceEvent
 from locking.tests.support import PrivateRedis, free_port
 from locking.tests.testapp.models import FencedThing
 
@@ -304,6 +304,17 @@ def test_prepare_never_lowers_a_counter_and_never_repeats_itself(fence_lock, red
     assert fence_lock.prepare(BATCH) == 0
     assert fence_lock.acquire(BATCH[1], ttl=TTL).token == 1
     assert [current_epoch(resource) for resource in BATCH] == [0] * len(BATCH)
+
+
+def test_prepare_inside_a_transaction_that_rolls_back_keeps_its_epochs(fence_lock):
+    # The counters are seeded as soon as prepare returns, so the epochs they start must
+    # not go with the caller's rollback: they are written on a connection of their own.
+    with pytest.raises(RuntimeError), transaction.atomic():
+        assert fence_lock.prepare(BATCH) == len(BATCH)
+        raise RuntimeError("the caller's work failed")
+
+    assert FenceEpoch.objects.filter(resource__in=BATCH, epoch=0).count() == len(BATCH)
+    assert fence_lock.prepare(BATCH) == 0
 
 
 def test_prepare_with_redis_down_is_unavailable_and_the_grant_still_starts_a_new_epoch(
