@@ -24,6 +24,8 @@ exact below 2**53; past it grants are refused with ``LockUnavailable``).
 """
 
 import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from django.db import connections
 
@@ -62,18 +64,7 @@ def begin_epoch(resource: str, *, floor: int = 0, using: str = "default") -> int
     would undo the bump after Redis had already handed out tokens of the epoch, so there
     it uses a connection of its own.
     """
-    connection = connections[using]
-    if not connection.in_atomic_block:
-        return _bump(connection, resource, floor)
-    own = connections.create_connection(using)
-    try:
-        return _bump(own, resource, floor)
-    finally:
-        own.close()
-
-
-def _bump(connection, resource: str, floor: int) -> int:
-    with connection.cursor() as cursor:
+    with _autocommit_connection(using) as connection, connection.cursor() as cursor:
         cursor.execute(_BEGIN_EPOCH_SQL, {"resource": resource, "floor": int(floor)})
         epoch = int(cursor.fetchone()[0])
     # Epoch 0 is a resource's first grant ever; a later one means Redis lost the counter.
@@ -103,17 +94,27 @@ def begin_first_epochs(resources, *, using: str = "default") -> list[str]:
     resource that already has an epoch is left alone: a grant that finds its counter
     missing still records its next epoch itself.
     """
-    connection = connections[using]
-    own = connections.create_connection(using) if connection.in_atomic_block else None
-    try:
-        with (own or connection).cursor() as cursor:
-            cursor.execute(_FIRST_EPOCHS_SQL, {"resources": sorted(set(resources))})
-            new = [resource for (resource,) in cursor.fetchall()]
-    finally:
-        if own is not None:
-            own.close()
+    with _autocommit_connection(using) as connection, connection.cursor() as cursor:
+        cursor.execute(_FIRST_EPOCHS_SQL, {"resources": sorted(set(resources))})
+        new = [resource for (resource,) in cursor.fetchall()]
     logger.debug("fence epochs started", extra={"count": len(new), "epoch": 0})
     return new
+
+
+@contextmanager
+def _autocommit_connection(using: str) -> Iterator:
+    """Django's connection, whose statement commits on its own; inside a caller's
+    ``transaction.atomic()``, where a rollback would undo an epoch Redis may already be
+    handing out, a connection of its own, closed afterwards."""
+    connection = connections[using]
+    if not connection.in_atomic_block:
+        yield connection
+        return
+    own = connections.create_connection(using)
+    try:
+        yield own
+    finally:
+        own.close()
 
 
 def current_epoch(resource: str, *, using: str = "default") -> int:

@@ -598,7 +598,7 @@ class FenceLock:
         to take thousands of new resources (``generate_monthly_charges --all-orgs`` bills a
         new month of every association) calls this once per chunk instead. The safety
         argument is the grant's own: the epoch is durable before any token of it exists,
-        and seeding only raises a counter. Resources that have an epoch are untouched.
+        and seeding only creates a missing counter. Resources that have an epoch are untouched.
         Raises ``LockUnavailable`` if Redis is down (their grants would answer the same).
         """
         resources = list(resources)
