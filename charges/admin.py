@@ -21,9 +21,9 @@ from charges.selectors import current_month
 from charges.services import generate_monthly_charges
 from hoa.admin import OrganizationAdmin as BaseOrganizationAdmin
 from hoa.admin_mixins import TenantAdminMixin
+from hoa.answers import table as answer_table
 from hoa.models import Organization
 from hoa.security.ratelimits import check_fenced_post
-from hoa.web import answer_table
 from hoa.web.access import client_ip
 
 APPLY_FIELD = "apply"

@@ -1,7 +1,7 @@
 """How each answer of charge generation reads to a person: one place for the staff page,
 the admin action and the command. Translated, with named placeholders.
 
-``busy`` and ``superseded`` speak to two audiences (``hoa.web.answer_table.Audience``):
+``busy`` and ``superseded`` speak to two audiences (``hoa.answers.table.Audience``):
 staff on pages and admin messages, without tokens, hosts or lease lifetimes; operators in
 the command's output and the audit, with them.
 """
@@ -13,9 +13,9 @@ from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy, ngettext
 
 from charges.models import MonthlyChargeRun, month_label
+from hoa.answers.table import Audience
 from hoa.models import Organization
 from hoa.security.audit import shown
-from hoa.web.answer_table import Audience
 from hoa.web.money import format_money
 
 # The headings of the 409 pages of locking's refusals (hoa.fenced.lock_refusals).

@@ -1,6 +1,6 @@
 """What charge generation raises on purpose. Nothing was written in any of these cases.
 
-Each says which kind of answer it is (``hoa.web.answer_table``) and, when it answers a fenced
+Each says which kind of answer it is (``hoa.answers.table``) and, when it answers a fenced
 attempt, the ``outcome`` ``run_fenced`` records. ``str(exc)`` is the sentence a person
 reads (``charges.answers``).
 """
@@ -8,8 +8,8 @@ reads (``charges.answers``).
 from django.utils.translation import gettext_lazy as _
 
 from charges import answers
+from hoa.answers.table import Answer, Refusal
 from hoa.fenced import CallFailed, NotPermitted, lock_refusals
-from hoa.web.answer_table import Answer, Refusal
 
 
 class ChargesError(Refusal):

@@ -49,8 +49,8 @@ from django.utils import formats, timezone
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
+from hoa.answers.table import Answer, Refusal
 from hoa.models import Complaint, ComplaintEvent
-from hoa.web.answer_table import Answer, Refusal
 
 __all__ = [
     "NOTE_MAX_LENGTH",

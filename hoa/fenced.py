@@ -27,11 +27,11 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.utils.translation import gettext_lazy as _
 
+from hoa.answers.table import Answer, Audience, Refusal
 from hoa.integrations.webhooks import ExternalCallFailed
 from hoa.models import Organization
 from hoa.scopes import scope_for_organization
 from hoa.security.audit import Reason, record_denial
-from hoa.web.answer_table import Answer, Audience, Refusal
 from locking import (
     Attempt,
     FenceLock,

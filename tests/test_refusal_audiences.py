@@ -1,7 +1,7 @@
 """A refusal speaks to two audiences: staff (pages, admin messages) read people and what to
 do; operators (commands, the audit) read tokens, the holder's host and pid, and seconds.
 
-The choice is ``hoa.web.answer_table.Audience``: ``exc.message`` is staff's sentence,
+The choice is ``hoa.answers.table.Audience``: ``exc.message`` is staff's sentence,
 ``str(exc)`` the operators'.
 """
 

@@ -6,9 +6,9 @@ from django.utils.translation import gettext_lazy
 
 from hoa.admin import ComplaintAdmin as BaseComplaintAdmin
 from hoa.admin_mixins import TenantAdminMixin, TenantInlineMixin
+from hoa.answers import table as answer_table
 from hoa.models import Complaint, Organization
 from hoa.security.ratelimits import check_fenced_post
-from hoa.web import answer_table
 from hoa.web.access import client_ip
 from vendors import selectors
 from vendors.exceptions import VendorsError

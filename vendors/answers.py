@@ -2,7 +2,7 @@
 the admin action and the command. Translated, with named placeholders.
 
 The refusals of a busy or overtaken attempt, and those decided at commit, speak to two
-audiences (``hoa.web.answer_table.Audience``): staff on pages and admin messages, without
+audiences (``hoa.answers.table.Audience``): staff on pages and admin messages, without
 fencing tokens, hosts or lease lifetimes; operators in the command's output and the audit,
 with them.
 """
@@ -13,8 +13,8 @@ from django.utils import formats
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
+from hoa.answers.table import Audience
 from hoa.models import Complaint, Organization
-from hoa.web.answer_table import Audience
 from vendors.models import Vendor, VendorAssignment, VendorContract
 
 # The headings of the 409 pages of locking's refusals (hoa.fenced.lock_refusals).

@@ -1,6 +1,6 @@
 """What vendor assignment raises on purpose. Nothing was written in any of these cases.
 
-Each says which kind of answer it is (``hoa.web.answer_table``) and, when it answers a fenced
+Each says which kind of answer it is (``hoa.answers.table``) and, when it answers a fenced
 attempt, the ``outcome`` ``run_fenced`` records. ``exc.message`` is the sentence staff
 read (``vendors.answers``); ``str(exc)``, the operators' (the command's line, the audit's
 detail), names tokens and may add what happened to a vendor told in vain.
@@ -11,9 +11,9 @@ from functools import partial
 
 from django.utils.translation import gettext_lazy as _
 
+from hoa.answers.table import Answer, Audience, Refusal
 from hoa.fenced import CallFailed, NotPermitted, lock_refusals
 from hoa.models import Complaint, Organization
-from hoa.web.answer_table import Answer, Audience, Refusal
 from locking import Outcome
 from vendors import answers
 from vendors.models import Vendor, VendorAssignment, VendorContract

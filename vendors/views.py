@@ -26,12 +26,12 @@ from django.utils.translation import gettext as _
 from django.views.generic import DetailView, ListView
 
 from hoa import complaints as workflow
+from hoa.answers import table as answer_table
+from hoa.answers.pages import error_page
+from hoa.answers.table import Answer
 from hoa.models import Complaint
 from hoa.security.ratelimits import limit_fenced_posts
-from hoa.web import answer_table
 from hoa.web.access import OrganizationMixin, client_ip
-from hoa.web.answer_table import Answer
-from hoa.web.responses import error_page
 from vendors import answers, selectors
 from vendors.exceptions import (
     AlreadyAssigned,

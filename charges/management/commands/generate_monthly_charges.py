@@ -35,6 +35,7 @@ from charges.models import MonthlyChargeRun, month_label
 from charges.resources import GENERATION, charge_resource
 from charges.selectors import current_month
 from charges.services import generate_monthly_charges
+from hoa.answers import table as answer_table
 from hoa.management.base import (
     EXIT_TEMPFAIL,
     ServiceCommand,
@@ -45,7 +46,6 @@ from hoa.management.base import (
 )
 from hoa.models import Organization
 from hoa.security.audit import shown
-from hoa.web import answer_table
 from locking import Outcome
 
 

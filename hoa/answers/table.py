@@ -35,7 +35,7 @@ from django.contrib import messages
 from django.core.exceptions import PermissionDenied
 from django.core.management.base import CommandError
 
-from hoa.web.responses import conflict, error_page
+from hoa.answers.pages import conflict, error_page
 
 EXIT_TEMPFAIL = 75
 
