@@ -12,8 +12,7 @@ import itertools
 from datetime import date
 
 from django.conf import settings
-from django.contrib import messages
-from django.http import HttpResponseRedirect, StreamingHttpResponse
+from django.http import StreamingHttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils.decorators import method_decorator
@@ -32,7 +31,7 @@ from charges.forms import (
     parse_month,
 )
 from charges.models import MonthlyChargeRun, month_label
-from charges.resources import GENERATE_PERMISSION, OPERATION
+from charges.operations import GENERATE_PERMISSION, OPERATION
 from charges.selectors import current_month, monthly_totals
 from charges.services import generate_monthly_charges
 from hoa.answers import table as answer_table
@@ -239,9 +238,5 @@ class GenerateChargesView(OrganizationMixin, View):
             )
         except ChargesError as exc:
             return answer_table.page(request, exc)
-        if result.generated:
-            messages.success(request, result.message)
-        else:
-            messages.info(request, result.message)
         run_url = reverse("charges:run", args=[self.organization.slug, month_label(month)])
-        return HttpResponseRedirect(run_url, status=303)
+        return answer_table.done(request, result, run_url)

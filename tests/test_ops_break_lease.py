@@ -9,7 +9,7 @@ from django.db import transaction
 from hoa.models import AccessDenial, Complaint
 from locking import FenceLock, StaleFencingToken, advance_fence, lock_key
 from locking.models import FenceEvent
-from vendors.resources import assignment_resource
+from vendors.operations import assignment_resource
 from vendors.services import assign_vendor
 
 pytestmark = pytest.mark.django_db(transaction=True)
