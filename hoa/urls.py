@@ -20,6 +20,7 @@ urlpatterns = [
     path("metrics", metrics_view.metrics, name="metrics"),
     path("", include(("hoa.web.staff_urls", "hoa"), namespace="hoa")),
     path("orgs/<slug:org_slug>/charges/", include("charges.urls")),
+    path("orgs/<slug:org_slug>/", include("hoa.complaints.urls")),
     path("orgs/<slug:org_slug>/", include("vendors.urls")),
 ]
 

@@ -15,6 +15,7 @@ from django.views.decorators.csrf import requires_csrf_token
 from django.views.generic import ListView, TemplateView
 
 from hoa.answers.pages import error_page
+from hoa.complaints import selectors as complaints
 from hoa.models import Complaint, Organization
 from hoa.operations import Panel, describe_resources, operations
 from hoa.scopes import scope_for_organization
@@ -98,6 +99,7 @@ class DashboardView(OrganizationMixin, TemplateView):
             if panel.context is not None:
                 context.update(panel.context(self.request, org))
         context.update(
+            complaints.dashboard_context(org),
             month=month,
             panels=panels,
             unit_count=org.units.count(),
