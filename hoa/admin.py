@@ -40,7 +40,7 @@ class UnitAdmin(TenantAdminMixin, admin.ModelAdmin):
     list_select_related = ["organization"]
 
     def get_readonly_fields(self, request, obj=None):
-        # A unit never moves to another association (hoa 0005): its complaints and charges
+        # A unit never moves to another association (hoa 0005): the rows that name it
         # stay that association's.
         readonly = super().get_readonly_fields(request, obj)
         return [*readonly, "organization"] if obj is not None else readonly

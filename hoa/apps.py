@@ -14,3 +14,4 @@ class HoaConfig(AppConfig):
         user_login_failed.connect(count_failed_sign_in, dispatch_uid="hoa-count-failed-sign-in")
 
         from hoa import checks  # noqa: F401  (registers hoa.W001)
+        from hoa.complaints import answers  # noqa: F401  (renders the workflow's refusals)

@@ -16,6 +16,7 @@ from hoa.models import Complaint, Notice, Organization, StaffMembership, Unit
 from tests.harness.net import closed_port
 from tests.harness.processes import run_child, run_manage
 from tests.harness.waiting import wait_until
+from tests.vendors_support import active_vendor
 from vendors.models import Vendor, VendorAssignment, VendorContract
 
 
@@ -176,9 +177,9 @@ def test_one_charge_per_run_and_unit(maple):
 @pytest.mark.django_db
 def test_at_most_one_active_assignment_per_complaint(maple):
     complaint = Complaint.objects.create(organization=maple, title="Leak")
-    first, second = Vendor.objects.create(name="A"), Vendor.objects.create(name="B")
+    first, second = active_vendor("A", maple), active_vendor("B", maple)  # under contract
     VendorAssignment.objects.create(complaint=complaint, vendor=first, fence_token=1)
-    with pytest.raises(IntegrityError), transaction.atomic():
+    with pytest.raises(IntegrityError, match="one_active_assignment"), transaction.atomic():
         VendorAssignment.objects.create(complaint=complaint, vendor=second, fence_token=2)
     # Inactive history rows are unlimited.
     VendorAssignment.objects.create(complaint=complaint, vendor=second, fence_token=3, active=False)
