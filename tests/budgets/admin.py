@@ -57,6 +57,10 @@ class AnnualBudgetAdmin(TenantAdminMixin, admin.ModelAdmin):
     list_select_related = ["organization"]
     readonly_fields = ["status", "approved_at", "approved_by", "last_fence_token"]
 
+    def get_readonly_fields(self, request, obj=None):
+        # A budget's association and year name its lease: fixed once it is drafted.
+        return [*self.readonly_fields, *(["organization", "year"] if obj else [])]
+
     # Staff draft budgets here; only the fenced service approves one, and an approved
     # budget is final: no change, and no delete (it is the record of what was approved).
     def has_change_permission(self, request, obj=None):
