@@ -5,8 +5,9 @@
   frame's registry (docs/architecture.md, "Adding an operation"), with its URLs in the
   test run's root URLconf (``tests/urls.py``).
 
-pytest uses them (pyproject.toml); ``manage.py`` and the servers never do, so the test apps
-need no migration in the project's own settings.
+pytest uses them (pyproject.toml), and so do the ``manage.py`` children it starts (they
+inherit ``DJANGO_SETTINGS_MODULE``); ``manage.py`` run by hand and the servers never do, so
+the test apps need no migration in the project's own settings.
 """
 
 from hoa.settings import *  # noqa: F403
