@@ -135,9 +135,11 @@ def test_organization_admin_offers_both_operations_actions(client, alice, django
     assert "approve_budget_for_year" not in html
 
 
-def test_the_budget_action_approves_each_selected_organization(client, alice, maple, budget):
-    client.force_login(alice)
-    selected = {"action": "approve_budget_for_year", ACTION_CHECKBOX_NAME: [maple.pk]}
+def test_the_budget_action_approves_each_selected_organization_at_its_level(
+    client, root, maple, oak, budget
+):
+    client.force_login(root)
+    selected = {"action": "approve_budget_for_year", ACTION_CHECKBOX_NAME: [maple.pk, oak.pk]}
     asked = client.post(CHANGELIST, {**selected, "index": "0"})
     assert asked.templates[0].name == "budgets/admin/approve_budget.html"
     assert state_of(budget)[0] == "draft"  # nothing happens before the year is chosen
@@ -145,9 +147,10 @@ def test_the_budget_action_approves_each_selected_organization(client, alice, ma
     done = client.post(CHANGELIST, {**selected, "year": "2027", "apply": "Approve"}, follow=True)
 
     assert [(m.level_tag, m.message) for m in done.context["messages"]] == [
-        ("success", "Approved the 2027 budget of Maple Court ($120,000.00).")
+        ("success", "Approved the 2027 budget of Maple Court ($120,000.00)."),
+        ("error", "Oak Ridge has no budget for 2027 to approve."),
     ]
-    assert state_of(budget)[:3] == ("approved", "alice", 1)
+    assert state_of(budget)[:3] == ("approved", "root", 1)
 
 
 # -- metrics, breaking a lease, checks, demo data ----------------------------------------------
