@@ -16,6 +16,7 @@ from django.contrib.auth.models import Group
 from hoa.demo import staff_group
 from hoa.models import Organization, StaffMembership, Unit
 from locking.tests.fixtures import fence_lock, redis_client  # noqa: F401 (fixtures)
+from tests.budgets_support import board, budget  # noqa: F401 (fixtures)
 from tests.charges_support import dead_redis_url
 from tests.harness.http import HttpStub
 from tests.harness.processes import django_database_url

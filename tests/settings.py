@@ -1,10 +1,17 @@
-"""The settings of the test run: the project's, plus the models of locking's own tests.
+"""The settings of the test run: the project's, plus apps that exist only for tests.
 
-pytest uses them (pyproject.toml); ``manage.py`` and the servers never do, so the test app
-needs no migration in the project's own settings.
+- ``locking.tests.testapp``: the models of locking's own tests;
+- ``tests.budgets``: annual budget approval, a third fenced operation that proves the
+  frame's registry (docs/architecture.md, "Adding an operation"), with its URLs in the
+  test run's root URLconf (``tests/urls.py``).
+
+pytest uses them (pyproject.toml), and so do the ``manage.py`` children it starts (they
+inherit ``DJANGO_SETTINGS_MODULE``); ``manage.py`` run by hand and the servers never do, so
+the test apps need no migration in the project's own settings.
 """
 
 from hoa.settings import *  # noqa: F403
 from hoa.settings import INSTALLED_APPS
 
-INSTALLED_APPS = [*INSTALLED_APPS, "locking.tests.testapp"]
+INSTALLED_APPS = [*INSTALLED_APPS, "locking.tests.testapp", "tests.budgets"]
+ROOT_URLCONF = "tests.urls"

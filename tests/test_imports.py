@@ -1,10 +1,39 @@
-"""Which way imports run (ARCHITECTURE.md): the apps use ``locking``'s public names only."""
+"""Which way imports run (ARCHITECTURE.md): the apps use ``locking``'s public names only,
+and the frame (``hoa``) names none of the apps built on it.
+
+The apps are not listed here: they are found the way the frame finds them, through the
+registry. Each registered fenced operation's permission names its app (``django.apps``), so
+an operation added tomorrow is scanned without a change to this file.
+"""
 
 import re
 from pathlib import Path
 
+from django.apps import AppConfig, apps
+
+from hoa.operations import FencedOperation, operations
+
 BASE_DIR = Path(__file__).resolve().parent.parent
-CALLERS = ("hoa", "charges", "vendors")
+FRAME = apps.get_containing_app_config(FencedOperation.__module__)
+
+
+def apps_on_the_frame() -> list[AppConfig]:
+    """The apps that declare a fenced operation, each found by its permission's app label."""
+    labels = {operation.permission.partition(".")[0] for operation in operations()}
+    return sorted((apps.get_app_config(label) for label in labels), key=lambda app: app.label)
+
+
+def test_the_discovery_finds_every_app_built_on_the_frame():
+    """Control: the scans below cover the three operations' apps, wherever they live."""
+    found = {app.label: Path(app.path).relative_to(BASE_DIR) for app in apps_on_the_frame()}
+    assert found == {
+        "budgets": Path("tests/budgets"),
+        "charges": Path("charges"),
+        "vendors": Path("vendors"),
+    }
+    assert FRAME.label == "hoa"
+
+
 # ``locking.models`` is the one module callers import directly: Django loads models after
 # the app registry, so ``locking/__init__.py`` cannot import them.
 INTERNAL_IMPORT = re.compile(
@@ -15,8 +44,8 @@ INTERNAL_IMPORT = re.compile(
 def test_the_apps_import_locking_through_its_public_names_only():
     offenders = [
         f"{path.relative_to(BASE_DIR)}: {match.group().strip()}"
-        for app in CALLERS
-        for path in sorted((BASE_DIR / app).rglob("*.py"))
+        for app in [FRAME, *apps_on_the_frame()]
+        for path in sorted(Path(app.path).rglob("*.py"))
         for match in INTERNAL_IMPORT.finditer(path.read_text())
     ]
     assert offenders == []
@@ -34,27 +63,45 @@ def test_the_scan_finds_an_internal_import():
     assert found == ["from locking.management", "import locking.admin"]
 
 
-# hoa is the frame: it names no app built on it, not even in a string or a template. The
-# settings list the apps and the root URLconf includes them; nothing else may.
-APP_NAMES = re.compile(r"\b(?:charges|vendors)\b")
+# hoa is the frame: it names no app built on it, not even in a string or a template: not
+# its label, module, URL namespace or permission, nor its operation's name. The settings
+# list the apps and the root URLconf includes them; nothing else may.
+def names_of_the_apps() -> re.Pattern:
+    names = {app.label for app in apps_on_the_frame()}
+    names |= {app.name.rpartition(".")[2] for app in apps_on_the_frame()}
+    names |= {operation.name for operation in operations()}
+    return re.compile(rf"\b(?:{'|'.join(sorted(map(re.escape, names)))})\b")
+
+
 FRAME_EXCEPTIONS = {"hoa/settings.py", "hoa/urls.py"}
 
 
 def test_hoa_names_nothing_of_the_apps_above_it():
+    app_names = names_of_the_apps()
     offenders = [
         f"{relative}:{number}: {line.strip()}"
-        for path in sorted((BASE_DIR / "hoa").rglob("*"))
+        for path in sorted(Path(FRAME.path).rglob("*"))
         if path.suffix in {".py", ".html", ".txt"}
         and "migrations" not in path.parts
         and (relative := str(path.relative_to(BASE_DIR))) not in FRAME_EXCEPTIONS
         for number, line in enumerate(path.read_text().splitlines(), start=1)
-        if APP_NAMES.search(line)
+        if app_names.search(line)
     ]
     assert offenders == []
 
 
 def test_the_app_name_scan_finds_a_name():
-    """Control: a URL namespace, an import and a permission string are all caught."""
-    lines = ["{% url 'vendors:complaint' 1 %}", "from charges.models import X", "'charges.x'"]
-    assert all(APP_NAMES.search(line) for line in lines)
-    assert not APP_NAMES.search("monthly charge totals")
+    """Control: a URL namespace, an import, a permission string and an operation's name
+    are all caught, for each app the registry found."""
+    app_names = names_of_the_apps()
+    lines = [
+        "{% url 'vendors:complaint' 1 %}",
+        "from charges.models import X",
+        "'budgets.approve_budget'",
+        "from tests.budgets import services",
+        'resource = "budget-approval:org:1:2027"',
+        "f'monthly-charges:{org}'",
+    ]
+    assert [line for line in lines if not app_names.search(line)] == []
+    assert not app_names.search("monthly charge totals")
+    assert not app_names.search("past its audit budget")  # hoa's own word, not the app

@@ -12,8 +12,17 @@ import locking
 from locking.tests.support import SOURCE_ROOT
 
 PACKAGE = Path(locking.__file__).resolve().parent
-# The project's apps and its test harness: none of them may be named by locking.
-PROJECT_PACKAGES = ("hoa", "charges", "vendors", "tests")
+
+
+def project_packages(source_root: Path) -> tuple[str, ...]:
+    """The project's packages: the top-level ones beside locking in the checkout, found
+    rather than named (a new app is covered the day it is added), and its tests."""
+    found = {init.parent.name for init in source_root.glob("*/__init__.py")}
+    return tuple(sorted((found - {PACKAGE.name}) | {"tests"}))
+
+
+# None of them may be named by locking.
+PROJECT_PACKAGES = project_packages(SOURCE_ROOT)
 IMPORT_OF_THE_PROJECT = re.compile(
     rf"^\s*(?:from|import)\s+(?:{'|'.join(PROJECT_PACKAGES)})(?=[.\s]|$)", re.MULTILINE
 )
@@ -35,6 +44,18 @@ def test_the_scan_finds_an_import_of_the_project():
     found = [m.group().strip() for m in IMPORT_OF_THE_PROJECT.finditer(text)]
     assert found == ["from hoa", "import charges"]
     assert IMPORT_OF_THE_PROJECT.search("from hoarding import x") is None
+
+
+def test_the_project_packages_are_found_beside_locking(tmp_path):
+    """Control: every top-level package of a checkout but locking, and the tests; a folder
+    without ``__init__.py`` is no package. This checkout has packages beside locking."""
+    for name in ("locking", "frame", "billing"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "__init__.py").touch()
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "manage.py").touch()
+    assert project_packages(tmp_path) == ("billing", "frame", "tests")
+    assert "locking" not in PROJECT_PACKAGES and len(PROJECT_PACKAGES) > 1
 
 
 # Import every module of locking, its tests included, with settings that install nothing of

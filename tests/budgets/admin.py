@@ -1,0 +1,78 @@
+"""The budgets admin: the budgets (drafts editable, approved ones final), and "Approve the
+budget of a year…" on the Organization changelist.
+
+``hoa`` does not know about budgets: ``APPROVAL`` declares the action for the Organization
+admin (``AdminExtension``), and the frame's admin offers it, next to any other operation's,
+to users with the operation's permission. It has the shape of Django's ``delete_selected``
+(``hoa.admin_actions``): its first POST asks for the year; its submit runs the service once
+per selected organization and reports each with the level its answer deserves.
+"""
+
+from django.contrib import admin
+from django.core.exceptions import PermissionDenied
+from django.utils import timezone
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
+
+from hoa.admin_actions import answer_each, applying, ask
+from hoa.admin_mixins import TenantAdminMixin
+from hoa.web.access import client_ip
+from tests.budgets.forms import YearForm
+from tests.budgets.models import AnnualBudget
+from tests.budgets.services import approve_budget
+
+
+@admin.action(description=gettext_lazy("Approve the budget of a year…"))
+def approve_budget_for_year(modeladmin, request, queryset):
+    """Ask for a year, then approve each selected organization's budget for it."""
+    if applying(request):
+        form = YearForm(request.POST)
+    else:
+        form = YearForm(initial={"year": timezone.localdate().year})
+    if form.is_bound and form.is_valid():
+        year, ip = form.cleaned_data["year"], client_ip(request)
+        answer_each(
+            modeladmin,
+            request,
+            queryset,
+            lambda organization: approve_budget(
+                organization=organization, year=year, actor=request.user, ip=ip
+            ),
+        )
+        return None  # back to the changelist, which shows the messages
+    return ask(
+        modeladmin,
+        request,
+        queryset,
+        form,
+        "budgets/admin/approve_budget.html",
+        title=_("Approve the budget of a year"),
+    )
+
+
+@admin.register(AnnualBudget)
+class AnnualBudgetAdmin(TenantAdminMixin, admin.ModelAdmin):
+    list_display = ["organization", "year", "amount", "status", "last_fence_token", "approved_by"]
+    list_filter = ["status", "organization"]
+    list_select_related = ["organization"]
+    readonly_fields = ["status", "approved_at", "approved_by", "last_fence_token"]
+
+    def get_readonly_fields(self, request, obj=None):
+        # A budget's association and year name its lease: fixed once it is drafted.
+        return [*self.readonly_fields, *(["organization", "year"] if obj else [])]
+
+    # Staff draft budgets here; only the fenced service approves one, and an approved
+    # budget is final: no change, and no delete (it is the record of what was approved).
+    def has_change_permission(self, request, obj=None):
+        return super().has_change_permission(request, obj) and not (obj and obj.is_approved)
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+    def save_model(self, request, obj, form, change):
+        # The form may have been opened on a draft approved since. The approval's fence
+        # UPDATE takes this row lock too, so whichever comes second sees the other.
+        drafts = AnnualBudget.objects.select_for_update().filter(status=AnnualBudget.Status.DRAFT)
+        if change and not drafts.filter(pk=obj.pk).exists():
+            raise PermissionDenied
+        super().save_model(request, obj, form, change)

@@ -1,0 +1,67 @@
+"""Budget approval, declared once: what the frame and the runner know of it.
+
+The lock resource is ``budget-approval:org:<org_id>:<YYYY>``: one lease per budget. The
+organization is in the name, so the lock status page finds an organization's leases with
+one bounded SCAN of its prefix. ``BudgetsConfig.ready()`` registers ``APPROVAL``.
+"""
+
+import re
+from collections.abc import Iterable
+from datetime import timedelta
+
+from django.utils.translation import gettext_lazy as _
+
+from hoa.operations import AdminExtension, FencedOperation, Link, Panel, Refusals
+from tests.budgets import demo, selectors
+from tests.budgets.exceptions import (
+    ApprovalBusy,
+    ApprovalLeaseLost,
+    ApprovalSuperseded,
+    LockServiceUnavailable,
+    NotAllowed,
+    NotificationFailed,
+)
+
+OPERATION = "budget-approval"
+APPROVE_PERMISSION = "budgets.approve_budget"
+PREFIX = f"{OPERATION}:org:"
+
+
+def budget_resource(organization, year: int) -> str:
+    """The resource of ``organization``'s budget for ``year``."""
+    return f"{PREFIX}{int(organization.pk)}:{int(year):04d}"
+
+
+def scan_prefixes(organization_ids: Iterable[int]) -> list[str]:
+    return [f"{PREFIX}{int(pk)}:" for pk in organization_ids]
+
+
+APPROVAL = FencedOperation(
+    name=OPERATION,
+    permission=APPROVE_PERMISSION,
+    # Ids of at most 18 digits fit a bigint; [0-9], not \d (other scripts' digits).
+    resource=re.compile(r"budget-approval:org:(?P<org>[0-9]{1,18}):(?P<year>[0-9]{4})"),
+    example=f"{PREFIX}1:2027",
+    refusals=Refusals(
+        not_permitted=NotAllowed,
+        busy=ApprovalBusy,
+        superseded=ApprovalSuperseded,
+        lease_ran_out=ApprovalLeaseLost,
+        lock_service_down=LockServiceUnavailable,
+        call_failed=NotificationFailed,
+    ),
+    ttl=timedelta(seconds=30),
+    ttl_setting="BUDGETS_LOCK_TTL_SECONDS",
+    describe=selectors.describe_resources,
+    scan_prefixes=scan_prefixes,
+    order=30,
+    links=(Link(_("Budgets"), "budgets:budgets", order=40),),
+    dashboard=Panel(context=selectors.dashboard_context, stats="budgets/_dashboard_stats.html"),
+    admin=(
+        AdminExtension(
+            "hoa.Organization", actions=("tests.budgets.admin.approve_budget_for_year",)
+        ),
+    ),
+    staff_permissions=("budgets.view_annualbudget",),
+    seed_demo=demo.seed_demo,
+)
