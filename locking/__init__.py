@@ -50,7 +50,8 @@ from locking.exceptions import (
 )
 from locking.fence import aadvance_fence, advance_fence
 from locking.keys import fence_key, lock_key, validate_resource
-from locking.lock import FenceLock, HolderInfo, Lease
+from locking.lease import Lease
+from locking.lock import FenceLock, HolderInfo
 from locking.operation import Attempt, arun_fenced, run_fenced
 from locking.outcomes import Outcome
 from locking.tracing import span

@@ -6,27 +6,19 @@ in grant order (no other grant can slip between the SET and the INCR) and a cras
 leave a lease without a token. The lease itself is only an efficiency measure; safety comes
 from the token checked by ``advance_fence`` in the database transaction.
 
-The lock value is ``<owner id>|<acquired ms>|<holder label>``: a random owner id, so that
-release and extend (compare-and-delete, compare-and-pexpire) can never touch another
-holder's lease, plus what an operator needs to see who holds it and since when.
-
-Every operation has an async twin (``aacquire``, ``Lease.arelease``…) that runs the same
-script constants on a ``redis.asyncio`` client. ``break_lease`` is the operators' one way
-to delete a lease that is not theirs; the fence makes it as safe as an expiry.
+The scripts are in locking/scripts.py, the lock value and what a grant's reply means in
+locking/grant.py, the granted ``Lease`` in locking/lease.py. Every operation has an async
+twin (``aacquire``, ``Lease.arelease``…) that runs the same script constants on a
+``redis.asyncio`` client. ``break_lease`` is the operators' one way to delete a lease that
+is not theirs; the fence makes it as safe as an expiry.
 """
 
 import asyncio
 import contextlib
-import functools
 import logging
-import os
-import random
 import secrets
-import socket
-import threading
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from asgiref.sync import sync_to_async
@@ -37,14 +29,23 @@ from locking.audit import record_fence_event
 from locking.conf import setting
 from locking.connection import get_async_lock_redis, get_lock_redis
 from locking.epochs import MAX_EPOCH, begin_epoch, begin_first_epochs, epoch_of, first_token
-from locking.exceptions import LeaseLost, LockHeld, LockUnavailable
-from locking.keys import (
-    fence_key,
-    lock_key,
-    resource_from_lock_key,
-    seed_key,
-    validate_resource,
+from locking.exceptions import LockHeld, LockUnavailable
+from locking.grant import (
+    UNSEEDABLE,
+    backoff_seconds,
+    busy,
+    from_ms,
+    grant_keys_args,
+    holder_label,
+    parse_lock_value,
+    positive_ms,
+    seed_poll_seconds,
+    text,
+    unavailable,
+    unconfirmed,
 )
+from locking.keys import fence_key, lock_key, resource_from_lock_key, validate_resource
+from locking.lease import Lease
 from locking.outcomes import Outcome
 from locking.scripts import ACQUIRE_LUA, Scripts, scripts_for
 
@@ -52,33 +53,6 @@ logger = logging.getLogger(__name__)
 
 # The audit's operation name of a broken lease.
 BREAK_OPERATION = "break-lease"
-
-# Recording a new epoch is one database round trip; a claim outlives it comfortably. A
-# caller that finds another's claim polls at most this often.
-_SEEDING_CLAIM_MS = 2000
-_SEEDING_POLL_MS = 5
-
-# Backoff for acquire(wait=...): full jitter between 0 and an exponentially growing cap.
-_BACKOFF_BASE_SECONDS = 0.01
-_BACKOFF_CAP_SECONDS = 0.25
-
-
-def _from_ms(epoch_ms: int) -> datetime:
-    return datetime.fromtimestamp(epoch_ms / 1000, tz=UTC)
-
-
-def holder_label(holder: str = "") -> str:
-    """Describe this process as a lock holder: ``<who> on <host> pid <pid>``."""
-    where = _process_label(os.getpid())
-    label = f"{holder} on {where}" if holder else where
-    # The label is metadata inside the lock value; keep it short and on one line.
-    return " ".join(label.split())[:200]
-
-
-@functools.cache
-def _process_label(pid: int) -> str:
-    """``<host> pid <pid>``: formatted once per process (a forked child has its own pid)."""
-    return f"{socket.gethostname()} pid {pid}"
 
 
 @dataclass(frozen=True)
@@ -95,41 +69,6 @@ class HolderInfo:
     @property
     def expires_at(self) -> datetime:
         return datetime.now(tz=UTC) + self.ttl_left
-
-
-def parse_lock_value(value: str) -> tuple[str, datetime | None, str]:
-    """Split a stored lock value into (owner id, acquired at, holder label)."""
-    owner, _, rest = value.partition("|")
-    acquired, _, label = rest.partition("|")
-    acquired_at = _from_ms(int(acquired)) if acquired.isdigit() else None
-    return owner, acquired_at, label
-
-
-def _text(raw) -> str:
-    return raw.decode() if isinstance(raw, bytes) else str(raw)
-
-
-def _positive_ms(ttl: timedelta) -> int:
-    ttl_ms = int(ttl.total_seconds() * 1000)
-    if ttl_ms <= 0:
-        raise ValueError("ttl must be positive")
-    return ttl_ms
-
-
-def _backoff_seconds(attempt: int, remaining: float) -> float:
-    """Full jitter between 0 and an exponentially growing cap, never past the deadline."""
-    cap = min(_BACKOFF_CAP_SECONDS, _BACKOFF_BASE_SECONDS * 2**attempt)
-    return min(remaining, random.uniform(0, cap))
-
-
-def _seed_poll_seconds(reply: list) -> float:
-    # Another caller is recording the new epoch: a few milliseconds, normally. If it died,
-    # its claim expires and the next attempt here records the epoch instead.
-    return min(max(int(reply[1]), 1), _SEEDING_POLL_MS) / 1000
-
-
-# What the grant script's reply (and the replicas' confirmation) leaves unavailable.
-_UNSEEDABLE = "the fence counter could not be reseeded"
 
 
 class FenceLock:
@@ -208,7 +147,7 @@ class FenceLock:
         jittered exponential backoff until a ``time.monotonic()`` deadline.
         """
         validate_resource(resource)
-        ttl_ms = _positive_ms(ttl)
+        ttl_ms = positive_ms(ttl)
         label = holder_label(holder)
         deadline = time.monotonic() + wait.total_seconds() if wait else None
         with tracing.operation_span("locking.acquire", resource) as span:
@@ -220,7 +159,7 @@ class FenceLock:
                     remaining = deadline - time.monotonic() if deadline is not None else 0
                     if remaining <= 0:
                         raise
-                    time.sleep(_backoff_seconds(attempt, remaining))
+                    time.sleep(backoff_seconds(attempt, remaining))
                     attempt += 1
                 else:
                     span.set_attribute(tracing.FENCE_TOKEN, lease.token)
@@ -240,7 +179,7 @@ class FenceLock:
         database write: it runs in ``sync_to_async(thread_sensitive=True)``.
         """
         validate_resource(resource)
-        ttl_ms = _positive_ms(ttl)
+        ttl_ms = positive_ms(ttl)
         label = holder_label(holder)
         deadline = time.monotonic() + wait.total_seconds() if wait else None
         with tracing.operation_span("locking.acquire", resource) as span:
@@ -252,7 +191,7 @@ class FenceLock:
                     remaining = deadline - time.monotonic() if deadline is not None else 0
                     if remaining <= 0:
                         raise
-                    await asyncio.sleep(_backoff_seconds(attempt, remaining))
+                    await asyncio.sleep(backoff_seconds(attempt, remaining))
                     attempt += 1
                 else:
                     span.set_attribute(tracing.FENCE_TOKEN, lease.token)
@@ -263,7 +202,7 @@ class FenceLock:
         started = time.monotonic()
         reply = self._grant(resource, owner, ttl_ms, label, floor="")
         while reply[0] == 3:
-            time.sleep(_seed_poll_seconds(reply))
+            time.sleep(seed_poll_seconds(reply))
             started = time.monotonic()
             reply = self._grant(resource, owner, ttl_ms, label, floor="")
         if reply[0] == 2:
@@ -272,7 +211,7 @@ class FenceLock:
             floor = self.start_epoch(resource, above=int(reply[2] or 0))
             reply = self._grant(resource, owner, ttl_ms, label, floor=str(floor))
             if reply[0] == 2:
-                raise LockUnavailable(resource, _UNSEEDABLE)
+                raise LockUnavailable(resource, UNSEEDABLE)
         return self._lease_or_busy(resource, reply, owner, ttl_ms, started)
 
     async def _atry_acquire(self, resource: str, ttl_ms: int, label: str) -> "Lease":
@@ -281,14 +220,14 @@ class FenceLock:
         started = time.monotonic()
         reply = await self._agrant(resource, owner, ttl_ms, label, floor="")
         while reply[0] == 3:
-            await asyncio.sleep(_seed_poll_seconds(reply))
+            await asyncio.sleep(seed_poll_seconds(reply))
             started = time.monotonic()
             reply = await self._agrant(resource, owner, ttl_ms, label, floor="")
         if reply[0] == 2:
             floor = await self.astart_epoch(resource, above=int(reply[2] or 0))
             reply = await self._agrant(resource, owner, ttl_ms, label, floor=str(floor))
             if reply[0] == 2:
-                raise LockUnavailable(resource, _UNSEEDABLE)
+                raise LockUnavailable(resource, UNSEEDABLE)
         return self._lease_or_busy(resource, reply, owner, ttl_ms, started)
 
     def _lease_or_busy(
@@ -296,12 +235,12 @@ class FenceLock:
     ) -> "Lease":
         """Turn a grant reply (1: granted, 0: held) into a ``Lease`` or ``LockHeld``."""
         if reply[0] == 1:
-            token, value, acquired_ms = int(reply[1]), _text(reply[2]), int(reply[3])
+            token, value, acquired_ms = int(reply[1]), text(reply[2]), int(reply[3])
             lease = Lease(
                 resource=resource,
                 token=token,
                 owner=owner,
-                expires_at=_from_ms(acquired_ms + ttl_ms),
+                expires_at=from_ms(acquired_ms + ttl_ms),
                 _lock=self,
                 _value=value,
                 _ttl=timedelta(milliseconds=ttl_ms),
@@ -311,17 +250,7 @@ class FenceLock:
             )
             logger.debug("lease granted", extra={"resource": resource, "token": token})
             return lease
-        holder_owner, acquired_at, holder = parse_lock_value(_text(reply[1]))
-        remaining_ms = max(int(reply[2]), 0)
-        retry_after = timedelta(milliseconds=remaining_ms)
-        raise LockHeld(
-            resource,
-            holder=holder or holder_owner,
-            retry_after=retry_after,
-            acquired_at=acquired_at,
-            expires_at=datetime.now(tz=UTC) + retry_after,
-            token=int(reply[3]) if reply[3] is not None else None,
-        )
+        raise busy(resource, reply)
 
     def _grant(self, resource: str, owner: str, ttl_ms: int, label: str, *, floor: str) -> list:
         """Run the grant script; with ``min_replicas``, count a grant only once replicated.
@@ -331,58 +260,49 @@ class FenceLock:
         confirm in time is released and answered as ``LockUnavailable``: a failover to a
         replica that lacks it could hand its token out again, so it must never be used.
         """
-        keys, args = self._grant_keys_args(resource, owner, ttl_ms, label, floor)
+        keys, args = grant_keys_args(resource, owner, ttl_ms, label, floor)
         try:
             if not self.min_replicas:
                 return self._acquire(keys=keys, args=args)
             reply, confirmed = self._grant_and_wait(keys, args)
         except RedisError as exc:
-            raise self._unavailable(resource, exc) from exc
+            raise unavailable(resource, exc) from exc
         if reply[0] == 1 and confirmed < self.min_replicas:
             # If the release fails the lease expires on its own; its token is never used.
             with contextlib.suppress(RedisError):
-                self._release(keys=[keys[0]], args=[_text(reply[2])])
-            raise self._unconfirmed(resource, reply, confirmed)
+                self._release(keys=[keys[0]], args=[text(reply[2])])
+            raise unconfirmed(
+                resource,
+                reply,
+                confirmed,
+                min_replicas=self.min_replicas,
+                timeout_ms=self.replica_timeout_ms,
+            )
         return reply
 
     async def _agrant(
         self, resource: str, owner: str, ttl_ms: int, label: str, *, floor: str
     ) -> list:
         """``_grant`` on the async client: the same script, the same replica rule."""
-        keys, args = self._grant_keys_args(resource, owner, ttl_ms, label, floor)
+        keys, args = grant_keys_args(resource, owner, ttl_ms, label, floor)
         scripts = self._async_scripts()
         try:
             if not self.min_replicas:
                 return await scripts.acquire(keys=keys, args=args)
             reply, confirmed = await self._agrant_and_wait(keys, args)
         except (RedisError, RedisClusterException) as exc:
-            raise self._unavailable(resource, exc) from exc
+            raise unavailable(resource, exc) from exc
         if reply[0] == 1 and confirmed < self.min_replicas:
             with contextlib.suppress(RedisError, RedisClusterException):
-                await scripts.release(keys=[keys[0]], args=[_text(reply[2])])
-            raise self._unconfirmed(resource, reply, confirmed)
+                await scripts.release(keys=[keys[0]], args=[text(reply[2])])
+            raise unconfirmed(
+                resource,
+                reply,
+                confirmed,
+                min_replicas=self.min_replicas,
+                timeout_ms=self.replica_timeout_ms,
+            )
         return reply
-
-    @staticmethod
-    def _grant_keys_args(resource, owner, ttl_ms, label, floor) -> tuple[list, list]:
-        keys = [lock_key(resource), fence_key(resource), seed_key(resource)]
-        return keys, [owner, ttl_ms, label, floor, _SEEDING_CLAIM_MS]
-
-    @staticmethod
-    def _unavailable(resource: str, exc: Exception) -> LockUnavailable:
-        logger.warning("lock service unavailable", extra={"resource": resource, "error": str(exc)})
-        return LockUnavailable(resource, str(exc) or exc.__class__.__name__)
-
-    def _unconfirmed(self, resource: str, reply: list, confirmed: int) -> LockUnavailable:
-        logger.warning(
-            "grant not confirmed by replicas; released",
-            extra={"resource": resource, "token": int(reply[1]), "replicas": confirmed},
-        )
-        return LockUnavailable(
-            resource,
-            f"{confirmed} of {self.min_replicas} replicas confirmed the grant "
-            f"within {self.replica_timeout_ms} ms",
-        )
 
     def _grant_and_wait(self, keys: list, args: list) -> tuple[list, int]:
         for _ in range(2):
@@ -536,7 +456,7 @@ class FenceLock:
         found = []
         try:
             for key in self.client.scan_iter(match=pattern, count=500):
-                found.append(_text(key))
+                found.append(text(key))
                 if len(found) >= limit:
                     break
             infos = []
@@ -599,7 +519,7 @@ class FenceLock:
 
 
 def _holder_info(resource: str, value, pttl, counter) -> HolderInfo:
-    owner, acquired_at, label = parse_lock_value(_text(value))
+    owner, acquired_at, label = parse_lock_value(text(value))
     return HolderInfo(
         resource=resource,
         owner=owner,
@@ -608,367 +528,3 @@ def _holder_info(resource: str, value, pttl, counter) -> HolderInfo:
         ttl_left=timedelta(milliseconds=max(int(pttl), 0)),
         token=int(counter) if counter is not None else None,
     )
-
-
-class LostSignal(threading.Event):
-    """Set once a lease is no longer its holder's: ``lease.lost.is_set()``, ``.wait()``.
-
-    A ``threading.Event`` that is set at most once and never cleared, with the ``reason``
-    it was set. ``bool(lease.lost)`` is ``is_set()``, as the boolean ``lost`` it replaces
-    was, so ``if lease.lost:`` keeps its meaning. Callbacks registered with
-    ``Lease.on_lost`` run once when the lease is lost; never when its holder released it
-    first (that is the end of the work, not a loss).
-    """
-
-    def __init__(self):
-        super().__init__()
-        self.reason = ""
-        self._guard = threading.Lock()
-        self._callbacks: list[Callable[[Lease], object]] = []
-        self._lease: Lease | None = None
-        self._fired = False  # the callbacks ran
-        self._quiet = False  # released by its holder: there is no loss to report
-
-    def __bool__(self) -> bool:
-        return self.is_set()
-
-    def __repr__(self) -> str:
-        return f"<LostSignal {'set: ' + self.reason if self.is_set() else 'not set'}>"
-
-    def set(self) -> None:
-        """Mark the lease lost by hand (e.g. the work learned it elsewhere)."""
-        self._mark("marked lost by its holder", notify=True)
-
-    def clear(self) -> None:
-        raise RuntimeError("a lost lease stays lost: acquire a new one")
-
-    def _mark(self, reason: str, *, notify: bool) -> None:
-        """Set the signal once; with ``notify``, run the callbacks, each once."""
-        with self._guard:
-            if not super().is_set():
-                self.reason = reason
-                super().set()
-            if not notify:
-                self._quiet = True
-                return
-            if self._quiet or self._fired:
-                return
-            self._fired = True
-            callbacks = list(self._callbacks)
-        for callback in callbacks:
-            _run_callback(callback, self._lease)
-
-    def _add_callback(self, callback: Callable[["Lease"], object]) -> None:
-        with self._guard:
-            self._callbacks.append(callback)
-            run_now = self._fired
-        if run_now:
-            _run_callback(callback, self._lease)
-
-
-def _run_callback(callback: Callable[["Lease"], object], lease: "Lease") -> None:
-    try:
-        callback(lease)
-    except Exception:  # a callback's bug must not stop the keep-alive that called it
-        logger.exception(
-            "on_lost callback failed", extra={"resource": lease.resource, "token": lease.token}
-        )
-
-
-@dataclass
-class Lease:
-    """A granted lease. Use it as a context manager to release it on exit.
-
-    ``lost`` is a ``LostSignal`` (a ``threading.Event``): set the moment this process
-    learns the lease is no longer its own (an extend refused or failed, its TTL passed at
-    ``check()``) and when it is released. ``check()`` raises ``LeaseLost`` then: call it
-    before an expensive step. ``on_lost(callback)`` is told once of a loss (not of a
-    release). None of this is the safety; the fence is.
-    """
-
-    resource: str
-    token: int
-    owner: str
-    expires_at: datetime
-    _lock: FenceLock = field(repr=False)
-    _value: str = field(repr=False)
-    _monotonic_deadline: float = field(repr=False)
-    lost: LostSignal = field(default_factory=LostSignal)
-    # The TTL last granted or extended: what keep_alive() renews to by default.
-    _ttl: timedelta | None = field(default=None, repr=False)
-    # Set by run_fenced: writes the attempt's committed audit row in the caller's transaction.
-    _record_committed: Callable[..., None] | None = field(default=None, repr=False)
-
-    def __post_init__(self) -> None:
-        self.lost._lease = self
-
-    def __enter__(self) -> "Lease":
-        return self
-
-    def __exit__(self, *exc_info) -> None:
-        self.release()
-
-    async def __aenter__(self) -> "Lease":
-        return self
-
-    async def __aexit__(self, *exc_info) -> None:
-        await self.arelease()
-
-    @property
-    def probably_valid(self) -> bool:
-        """Whether the lease can still be ours by this process's monotonic clock.
-
-        A hint for skipping doomed work, never a safety check: the fence is that.
-        """
-        return not self.lost.is_set() and time.monotonic() < self._monotonic_deadline
-
-    # -- the lease-lost signal -----------------------------------------------------------
-
-    def on_lost(self, callback: Callable[["Lease"], object]) -> Callable[["Lease"], object]:
-        """Call ``callback(lease)`` once when the lease is lost; at once if it already is.
-
-        The callback runs in the thread (or event loop) that noticed the loss — a
-        keep-alive's, or the caller of ``extend``/``check`` — so it must be quick: set a
-        flag, cancel a request, signal a worker. A release by the holder is not a loss
-        and calls nothing. Returns ``callback``, so it can decorate a function.
-        """
-        self.lost._add_callback(callback)
-        return callback
-
-    def record_committed(self, outcome: Outcome = Outcome.COMMITTED) -> None:
-        """Write this attempt's audit row now, inside the work's ``transaction.atomic()``.
-
-        Under ``run_fenced``, a work that calls it just before its block commits saves the
-        separate audit write after the transaction: the row commits (or rolls back) with
-        the writes it records. If the block rolls back, ``run_fenced`` records the
-        attempt's final outcome outside, as without this call. Outside ``run_fenced`` it
-        does nothing.
-        """
-        if self._record_committed is not None:
-            self._record_committed(outcome, self)
-
-    def check(self) -> None:
-        """Raise ``LeaseLost`` if the lease is lost, or past its TTL by this process's clock.
-
-        Call it before a step that costs something (an external call, a long
-        computation): a lost lease's write would be refused by the fence anyway.
-        """
-        if not self.lost.is_set() and time.monotonic() >= self._monotonic_deadline:
-            self._mark_lost("its TTL passed by this process's clock")
-        if self.lost.is_set():
-            raise LeaseLost(self.resource, self.token, self.lost.reason)
-
-    def _mark_lost(self, reason: str, *, notify: bool = True) -> None:
-        if notify and not self.lost.is_set():
-            logger.warning(
-                "lease lost: %s",
-                reason,
-                extra={"resource": self.resource, "token": self.token, "outcome": Outcome.LOST},
-            )
-        self.lost._mark(reason, notify=notify)
-
-    # -- release and extend --------------------------------------------------------------
-
-    def release(self) -> bool:
-        """Delete the lock if it is still ours. False if it expired or was taken over.
-
-        If Redis cannot be reached the lease is left to expire on its own (False). Sets
-        ``lost`` (the lease is no longer usable) without calling ``on_lost`` callbacks.
-        """
-        with tracing.operation_span("locking.release", self.resource, token=self.token) as span:
-            try:
-                released = bool(
-                    self._lock._release(keys=[lock_key(self.resource)], args=[self._value])
-                )
-            except RedisError as exc:
-                self._release_failed(exc)
-                released = False
-            span.set_attribute(tracing.RELEASED, released)
-        self._mark_lost("released", notify=False)
-        return released
-
-    async def arelease(self) -> bool:
-        """``release()`` for async code, on the lock's ``redis.asyncio`` client."""
-        with tracing.operation_span("locking.release", self.resource, token=self.token) as span:
-            try:
-                script = self._lock._async_scripts().release
-                released = bool(await script(keys=[lock_key(self.resource)], args=[self._value]))
-            except (RedisError, RedisClusterException) as exc:
-                self._release_failed(exc)
-                released = False
-            span.set_attribute(tracing.RELEASED, released)
-        self._mark_lost("released", notify=False)
-        return released
-
-    def _release_failed(self, exc: Exception) -> None:
-        logger.warning(
-            "could not release lease; it will expire",
-            extra={"resource": self.resource, "token": self.token, "error": str(exc)},
-        )
-
-    def extend(self, ttl: timedelta) -> bool:
-        """Reset the lease's expiry to ``ttl`` from now if it is still ours.
-
-        False (and ``lost`` set, ``on_lost`` called) if it is not, or Redis did not answer.
-        """
-        ttl_ms = _positive_ms(ttl)
-        started = time.monotonic()
-        try:
-            extended = bool(
-                self._lock._extend(keys=[lock_key(self.resource)], args=[self._value, ttl_ms])
-            )
-        except RedisError as exc:
-            return self._extended(False, ttl, started, error=exc)
-        return self._extended(extended, ttl, started)
-
-    async def aextend(self, ttl: timedelta) -> bool:
-        """``extend()`` for async code, on the lock's ``redis.asyncio`` client."""
-        ttl_ms = _positive_ms(ttl)
-        started = time.monotonic()
-        try:
-            script = self._lock._async_scripts().extend
-            extended = bool(
-                await script(keys=[lock_key(self.resource)], args=[self._value, ttl_ms])
-            )
-        except (RedisError, RedisClusterException) as exc:
-            return self._extended(False, ttl, started, error=exc)
-        return self._extended(extended, ttl, started)
-
-    def _extended(
-        self, extended: bool, ttl: timedelta, started: float, *, error: Exception | None = None
-    ) -> bool:
-        if extended:
-            self._ttl = ttl
-            self._monotonic_deadline = started + ttl.total_seconds()
-            self.expires_at = datetime.now(tz=UTC) + ttl
-        elif error is not None:
-            logger.warning(
-                "could not extend lease",
-                extra={"resource": self.resource, "token": self.token, "error": str(error)},
-            )
-            self._mark_lost(f"extend failed: {error}")
-        else:
-            self._mark_lost("extend refused: the lease expired or has another holder")
-        return extended
-
-    def keep_alive(self, ttl: timedelta | None = None) -> "KeepAlive":
-        """Extend the lease every ttl/3 in a background thread while the block runs.
-
-        Use it for work whose length you cannot bound (a slow but healthy call); it keeps
-        other workers from starting duplicate work. It does not make the holder safe: a
-        paused process stops renewing, loses the lease, and only the fence check then
-        keeps its late write out.
-
-        ``ttl`` defaults to the TTL the lease was granted (or last extended) with. Not the
-        time left: that would shrink with every late call, and ``expires_at`` comes from
-        Redis's clock, which this host's clock may not agree with.
-        """
-        return KeepAlive(self, self._renewal_ttl(ttl))
-
-    def akeep_alive(
-        self, ttl: timedelta | None = None, *, cancel: bool = False
-    ) -> "AsyncKeepAlive":
-        """``keep_alive()`` for async code: an asyncio task extends the lease every ttl/3.
-
-        ``async with lease.akeep_alive(cancel=True):`` also cancels the task running the
-        block the moment an extend fails, and the block then ends with ``LeaseLost`` (as
-        ``asyncio.timeout()`` ends one with ``TimeoutError``). Cancellation stops the
-        awaiting, not work already handed to a thread: a fenced commit running in
-        ``sync_to_async`` finishes or is refused by the fence, as without cancellation.
-        """
-        return AsyncKeepAlive(self, self._renewal_ttl(ttl), cancel=cancel)
-
-    def _renewal_ttl(self, ttl: timedelta | None) -> timedelta:
-        ttl = ttl or self._ttl
-        if ttl is None:
-            ttl = timedelta(seconds=max(self._monotonic_deadline - time.monotonic(), 0))
-        if ttl.total_seconds() <= 0:
-            raise ValueError("keep_alive needs a positive ttl")
-        return ttl
-
-
-class KeepAlive:
-    """Background renewal of a lease; stops and marks the lease lost when an extend fails."""
-
-    def __init__(self, lease: Lease, ttl: timedelta):
-        self.lease = lease
-        self.ttl = ttl
-        self._stop = threading.Event()
-        self._thread = threading.Thread(
-            target=self._run, name=f"keep-alive {lease.resource}", daemon=True
-        )
-
-    def __enter__(self) -> Lease:
-        self._thread.start()
-        return self.lease
-
-    def __exit__(self, *exc_info) -> None:
-        self._stop.set()
-        self._thread.join()
-
-    def _run(self) -> None:
-        interval = self.ttl.total_seconds() / 3
-        while not self._stop.wait(interval):
-            if not self.lease.extend(self.ttl):
-                logger.warning(
-                    "lease lost during keep-alive",
-                    extra={"resource": self.lease.resource, "token": self.lease.token},
-                )
-                return
-
-
-class AsyncKeepAlive:
-    """Renewal of a lease by an asyncio task; with ``cancel``, a loss cancels the block.
-
-    The renewal is stopped with an event and awaited, never cancelled: a cancellation that
-    lands inside a ``redis.asyncio`` command can be swallowed by the client (redis-py 8.1
-    turns some into a retry of the loop or a ``ConnectionError``), which would leave the
-    renewal running after the block.
-    """
-
-    def __init__(self, lease: Lease, ttl: timedelta, *, cancel: bool):
-        self.lease = lease
-        self.ttl = ttl
-        self.cancel = cancel
-        self._task: asyncio.Task | None = None  # the task running the block
-        self._cancelling = 0
-        self._renewal: asyncio.Task | None = None
-        self._stop = asyncio.Event()
-        self._cancelled_by_us = False
-
-    async def __aenter__(self) -> Lease:
-        self._task = asyncio.current_task()
-        self._cancelling = self._task.cancelling() if self._task else 0
-        self._renewal = asyncio.create_task(self._run(), name=f"keep-alive {self.lease.resource}")
-        return self.lease
-
-    async def __aexit__(self, exc_type, exc, traceback) -> None:
-        self._stop.set()
-        await self._renewal  # at most one extend in flight, bounded by the socket timeout
-        if not self._cancelled_by_us:
-            return
-        # Our cancellation, and no one else's: answer it as the loss it stands for. (A
-        # block that finished anyway, its cancellation swallowed on the way, stands.)
-        if self._task.uncancel() <= self._cancelling and exc_type is asyncio.CancelledError:
-            lease = self.lease
-            raise LeaseLost(lease.resource, lease.token, lease.lost.reason) from exc
-
-    async def _run(self) -> None:
-        interval = self.ttl.total_seconds() / 3
-        while True:
-            try:
-                await asyncio.wait_for(self._stop.wait(), interval)
-                return  # the block ended
-            except TimeoutError:
-                pass
-            if await self.lease.aextend(self.ttl):
-                continue
-            logger.warning(
-                "lease lost during keep-alive",
-                extra={"resource": self.lease.resource, "token": self.lease.token},
-            )
-            # While the block is exiting there is nothing left to stop.
-            if self.cancel and not self._stop.is_set() and self._task is not None:
-                self._cancelled_by_us = True
-                self._task.cancel(f"lease on {self.lease.resource} lost")
-            return

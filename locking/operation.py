@@ -28,7 +28,8 @@ from locking import metrics, tracing
 from locking.audit import record_fence_event
 from locking.epochs import epoch_of
 from locking.exceptions import LockHeld, LockUnavailable, StaleFencingToken
-from locking.lock import FenceLock, Lease
+from locking.lease import Lease
+from locking.lock import FenceLock
 from locking.outcomes import Outcome
 
 logger = logging.getLogger(__name__)

@@ -26,8 +26,8 @@ from locking import (
 )
 from locking.connection import get_async_lock_redis
 from locking.epochs import current_epoch, first_token
+from locking.grant import holder_label
 from locking.keys import seed_key
-from locking.lock import holder_label
 from locking.models import FenceEvent
 from locking.tests.support import async_wait_until, closed_port, run_async
 from locking.tests.testapp.models import FencedThing

@@ -22,7 +22,7 @@ from locking import (
     lock_key,
     run_fenced,
 )
-from locking.lock import holder_label
+from locking.grant import holder_label
 from locking.models import FenceEvent
 from locking.tests.testapp.models import FencedThing
 

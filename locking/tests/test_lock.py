@@ -24,7 +24,7 @@ from locking import (
     lock_key,
     validate_resource,
 )
-from locking.lock import holder_label
+from locking.grant import holder_label
 from locking.models import FenceEpoch
 from locking.tests.support import PrivateRedis, free_port, wait_until
 
