@@ -7,7 +7,6 @@ moment this process learns the lease is no longer its own; none of it is the saf
 is the fencing token checked by ``advance_fence``.
 """
 
-import asyncio
 import logging
 import threading
 import time
@@ -16,9 +15,10 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
-from redis.exceptions import RedisClusterException, RedisError
+from redis.exceptions import RedisError
 
 from locking import tracing
+from locking.aio import AsyncLeaseMixin
 from locking.exceptions import LeaseLost
 from locking.grant import positive_ms
 from locking.keys import lock_key
@@ -96,7 +96,7 @@ def _run_callback(callback: Callable[["Lease"], object], lease: "Lease") -> None
 
 
 @dataclass
-class Lease:
+class Lease(AsyncLeaseMixin):
     """A granted lease. Use it as a context manager to release it on exit.
 
     ``lost`` is a ``LostSignal`` (a ``threading.Event``): set the moment this process
@@ -127,12 +127,6 @@ class Lease:
 
     def __exit__(self, *exc_info) -> None:
         self.release()
-
-    async def __aenter__(self) -> "Lease":
-        return self
-
-    async def __aexit__(self, *exc_info) -> None:
-        await self.arelease()
 
     @property
     def probably_valid(self) -> bool:
@@ -207,19 +201,6 @@ class Lease:
         self._mark_lost("released", notify=False)
         return released
 
-    async def arelease(self) -> bool:
-        """``release()`` for async code, on the lock's ``redis.asyncio`` client."""
-        with tracing.operation_span("locking.release", self.resource, token=self.token) as span:
-            try:
-                script = self._lock._async_scripts().release
-                released = bool(await script(keys=[lock_key(self.resource)], args=[self._value]))
-            except (RedisError, RedisClusterException) as exc:
-                self._release_failed(exc)
-                released = False
-            span.set_attribute(tracing.RELEASED, released)
-        self._mark_lost("released", notify=False)
-        return released
-
     def _release_failed(self, exc: Exception) -> None:
         logger.warning(
             "could not release lease; it will expire",
@@ -238,19 +219,6 @@ class Lease:
                 self._lock._extend(keys=[lock_key(self.resource)], args=[self._value, ttl_ms])
             )
         except RedisError as exc:
-            return self._extended(False, ttl, started, error=exc)
-        return self._extended(extended, ttl, started)
-
-    async def aextend(self, ttl: timedelta) -> bool:
-        """``extend()`` for async code, on the lock's ``redis.asyncio`` client."""
-        ttl_ms = positive_ms(ttl)
-        started = time.monotonic()
-        try:
-            script = self._lock._async_scripts().extend
-            extended = bool(
-                await script(keys=[lock_key(self.resource)], args=[self._value, ttl_ms])
-            )
-        except (RedisError, RedisClusterException) as exc:
             return self._extended(False, ttl, started, error=exc)
         return self._extended(extended, ttl, started)
 
@@ -284,19 +252,6 @@ class Lease:
         Redis's clock, which this host's clock may not agree with.
         """
         return KeepAlive(self, self._renewal_ttl(ttl))
-
-    def akeep_alive(
-        self, ttl: timedelta | None = None, *, cancel: bool = False
-    ) -> "AsyncKeepAlive":
-        """``keep_alive()`` for async code: an asyncio task extends the lease every ttl/3.
-
-        ``async with lease.akeep_alive(cancel=True):`` also cancels the task running the
-        block the moment an extend fails, and the block then ends with ``LeaseLost`` (as
-        ``asyncio.timeout()`` ends one with ``TimeoutError``). Cancellation stops the
-        awaiting, not work already handed to a thread: a fenced commit running in
-        ``sync_to_async`` finishes or is refused by the fence, as without cancellation.
-        """
-        return AsyncKeepAlive(self, self._renewal_ttl(ttl), cancel=cancel)
 
     def _renewal_ttl(self, ttl: timedelta | None) -> timedelta:
         ttl = ttl or self._ttl
@@ -335,60 +290,3 @@ class KeepAlive:
                     extra={"resource": self.lease.resource, "token": self.lease.token},
                 )
                 return
-
-
-class AsyncKeepAlive:
-    """Renewal of a lease by an asyncio task; with ``cancel``, a loss cancels the block.
-
-    The renewal is stopped with an event and awaited, never cancelled: a cancellation that
-    lands inside a ``redis.asyncio`` command can be swallowed by the client (redis-py 8.1
-    turns some into a retry of the loop or a ``ConnectionError``), which would leave the
-    renewal running after the block.
-    """
-
-    def __init__(self, lease: Lease, ttl: timedelta, *, cancel: bool):
-        self.lease = lease
-        self.ttl = ttl
-        self.cancel = cancel
-        self._task: asyncio.Task | None = None  # the task running the block
-        self._cancelling = 0
-        self._renewal: asyncio.Task | None = None
-        self._stop = asyncio.Event()
-        self._cancelled_by_us = False
-
-    async def __aenter__(self) -> Lease:
-        self._task = asyncio.current_task()
-        self._cancelling = self._task.cancelling() if self._task else 0
-        self._renewal = asyncio.create_task(self._run(), name=f"keep-alive {self.lease.resource}")
-        return self.lease
-
-    async def __aexit__(self, exc_type, exc, traceback) -> None:
-        self._stop.set()
-        await self._renewal  # at most one extend in flight, bounded by the socket timeout
-        if not self._cancelled_by_us:
-            return
-        # Our cancellation, and no one else's: answer it as the loss it stands for. (A
-        # block that finished anyway, its cancellation swallowed on the way, stands.)
-        if self._task.uncancel() <= self._cancelling and exc_type is asyncio.CancelledError:
-            lease = self.lease
-            raise LeaseLost(lease.resource, lease.token, lease.lost.reason) from exc
-
-    async def _run(self) -> None:
-        interval = self.ttl.total_seconds() / 3
-        while True:
-            try:
-                await asyncio.wait_for(self._stop.wait(), interval)
-                return  # the block ended
-            except TimeoutError:
-                pass
-            if await self.lease.aextend(self.ttl):
-                continue
-            logger.warning(
-                "lease lost during keep-alive",
-                extra={"resource": self.lease.resource, "token": self.lease.token},
-            )
-            # While the block is exiting there is nothing left to stop.
-            if self.cancel and not self._stop.is_set() and self._task is not None:
-                self._cancelled_by_us = True
-                self._task.cancel(f"lease on {self.lease.resource} lost")
-            return

@@ -8,12 +8,11 @@ from the token checked by ``advance_fence`` in the database transaction.
 
 The scripts are in locking/scripts.py, the lock value and what a grant's reply means in
 locking/grant.py, the granted ``Lease`` in locking/lease.py. Every operation has an async
-twin (``aacquire``, ``Lease.arelease``…) that runs the same script constants on a
-``redis.asyncio`` client. ``break_lease`` is the operators' one way to delete a lease that
-is not theirs; the fence makes it as safe as an expiry.
+twin (``aacquire``, ``Lease.arelease``…) in locking/aio.py that runs the same script
+constants on a ``redis.asyncio`` client. ``break_lease`` is the operators' one way to
+delete a lease that is not theirs; the fence makes it as safe as an expiry.
 """
 
-import asyncio
 import contextlib
 import logging
 import secrets
@@ -21,13 +20,13 @@ import time
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from asgiref.sync import sync_to_async
-from redis.exceptions import NoScriptError, RedisClusterException, RedisError
+from redis.exceptions import NoScriptError, RedisError
 
 from locking import tracing
+from locking.aio import AsyncFenceLockMixin
 from locking.audit import record_fence_event
 from locking.conf import setting
-from locking.connection import get_async_lock_redis, get_lock_redis
+from locking.connection import get_lock_redis
 from locking.epochs import MAX_EPOCH, begin_epoch, begin_first_epochs, epoch_of, first_token
 from locking.exceptions import LockHeld, LockUnavailable
 from locking.grant import (
@@ -47,7 +46,7 @@ from locking.grant import (
 from locking.keys import fence_key, lock_key, resource_from_lock_key, validate_resource
 from locking.lease import Lease
 from locking.outcomes import Outcome
-from locking.scripts import ACQUIRE_LUA, Scripts, scripts_for
+from locking.scripts import ACQUIRE_LUA, scripts_for
 
 logger = logging.getLogger(__name__)
 
@@ -71,7 +70,7 @@ class HolderInfo:
         return datetime.now(tz=UTC) + self.ttl_left
 
 
-class FenceLock:
+class FenceLock(AsyncFenceLockMixin):
     """Grants leases with fencing tokens on the configured Redis.
 
     ``FenceLock()`` uses the client that ``LOCK_REDIS_URL`` configures; pass ``client`` to
@@ -81,10 +80,11 @@ class FenceLock:
     database first (locking/epochs.py), and with ``min_replicas`` the grant and a ``WAIT``
     for that many replicas go in one pipeline on one connection.
 
-    The async methods (``aacquire``, ``Lease.arelease``/``aextend``…) run the same scripts
-    on a ``redis.asyncio`` client: ``async_client`` if given, else one built from the same
-    settings for the running event loop (locking/connection.py). A ``redis.asyncio``
-    connection belongs to the loop that opened it, so one ``FenceLock`` serves any loop.
+    The async methods (``aacquire``, ``Lease.arelease``/``aextend``…; locking/aio.py) run
+    the same scripts on a ``redis.asyncio`` client: ``async_client`` if given, else one
+    built from the same settings for the running event loop (locking/connection.py). A
+    ``redis.asyncio`` connection belongs to the loop that opened it, so one ``FenceLock``
+    serves any loop.
     Both clients must reach the same Redis: given ``client``, the async methods need
     ``async_client`` too (they refuse to fall back on the settings' Redis).
     """
@@ -115,21 +115,6 @@ class FenceLock:
         self.replica_timeout_ms = (
             max(int(replica_timeout.total_seconds() * 1000), 1) if replica_timeout else 0
         )
-
-    @property
-    def async_client(self):
-        """The ``redis.asyncio`` client: the one given, else the running loop's own."""
-        if self._async_client is not None:
-            return self._async_client
-        if self._client_given:
-            raise TypeError(
-                "FenceLock(client=...) uses its own Redis: pass async_client= too for the "
-                "async methods, or they would lock on another server."
-            )
-        return get_async_lock_redis()
-
-    def _async_scripts(self) -> Scripts:
-        return scripts_for(self.async_client)
 
     # -- grants --------------------------------------------------------------------------
 
@@ -165,38 +150,6 @@ class FenceLock:
                     span.set_attribute(tracing.FENCE_TOKEN, lease.token)
                     return lease
 
-    async def aacquire(
-        self,
-        resource: str,
-        *,
-        ttl: timedelta,
-        wait: timedelta | None = None,
-        holder: str = "",
-    ) -> "Lease":
-        """``acquire()`` for async code: the same scripts and answers, on ``redis.asyncio``.
-
-        Recording a new epoch (a resource's first grant, a counter Redis lost) is a
-        database write: it runs in ``sync_to_async(thread_sensitive=True)``.
-        """
-        validate_resource(resource)
-        ttl_ms = positive_ms(ttl)
-        label = holder_label(holder)
-        deadline = time.monotonic() + wait.total_seconds() if wait else None
-        with tracing.operation_span("locking.acquire", resource) as span:
-            attempt = 0
-            while True:
-                try:
-                    lease = await self._atry_acquire(resource, ttl_ms, label)
-                except LockHeld:
-                    remaining = deadline - time.monotonic() if deadline is not None else 0
-                    if remaining <= 0:
-                        raise
-                    await asyncio.sleep(backoff_seconds(attempt, remaining))
-                    attempt += 1
-                else:
-                    span.set_attribute(tracing.FENCE_TOKEN, lease.token)
-                    return lease
-
     def _try_acquire(self, resource: str, ttl_ms: int, label: str) -> "Lease":
         owner = secrets.token_hex(16)
         started = time.monotonic()
@@ -210,22 +163,6 @@ class FenceLock:
             # database, then grant from its first token. Nothing was written before.
             floor = self.start_epoch(resource, above=int(reply[2] or 0))
             reply = self._grant(resource, owner, ttl_ms, label, floor=str(floor))
-            if reply[0] == 2:
-                raise LockUnavailable(resource, UNSEEDABLE)
-        return self._lease_or_busy(resource, reply, owner, ttl_ms, started)
-
-    async def _atry_acquire(self, resource: str, ttl_ms: int, label: str) -> "Lease":
-        # The same steps as _try_acquire, awaiting Redis and the database.
-        owner = secrets.token_hex(16)
-        started = time.monotonic()
-        reply = await self._agrant(resource, owner, ttl_ms, label, floor="")
-        while reply[0] == 3:
-            await asyncio.sleep(seed_poll_seconds(reply))
-            started = time.monotonic()
-            reply = await self._agrant(resource, owner, ttl_ms, label, floor="")
-        if reply[0] == 2:
-            floor = await self.astart_epoch(resource, above=int(reply[2] or 0))
-            reply = await self._agrant(resource, owner, ttl_ms, label, floor=str(floor))
             if reply[0] == 2:
                 raise LockUnavailable(resource, UNSEEDABLE)
         return self._lease_or_busy(resource, reply, owner, ttl_ms, started)
@@ -280,30 +217,6 @@ class FenceLock:
             )
         return reply
 
-    async def _agrant(
-        self, resource: str, owner: str, ttl_ms: int, label: str, *, floor: str
-    ) -> list:
-        """``_grant`` on the async client: the same script, the same replica rule."""
-        keys, args = grant_keys_args(resource, owner, ttl_ms, label, floor)
-        scripts = self._async_scripts()
-        try:
-            if not self.min_replicas:
-                return await scripts.acquire(keys=keys, args=args)
-            reply, confirmed = await self._agrant_and_wait(keys, args)
-        except (RedisError, RedisClusterException) as exc:
-            raise unavailable(resource, exc) from exc
-        if reply[0] == 1 and confirmed < self.min_replicas:
-            with contextlib.suppress(RedisError, RedisClusterException):
-                await scripts.release(keys=[keys[0]], args=[text(reply[2])])
-            raise unconfirmed(
-                resource,
-                reply,
-                confirmed,
-                min_replicas=self.min_replicas,
-                timeout_ms=self.replica_timeout_ms,
-            )
-        return reply
-
     def _grant_and_wait(self, keys: list, args: list) -> tuple[list, int]:
         for _ in range(2):
             pipe = self.client.pipeline(transaction=False)
@@ -312,22 +225,6 @@ class FenceLock:
             reply, confirmed = pipe.execute(raise_on_error=False)
             if isinstance(reply, NoScriptError):
                 self.client.script_load(ACQUIRE_LUA)  # a restarted Redis forgot it
-                continue
-            for result in (reply, confirmed):
-                if isinstance(result, Exception):
-                    raise result
-            return reply, int(confirmed)
-        raise LockUnavailable(keys[0], "the grant script could not be loaded")
-
-    async def _agrant_and_wait(self, keys: list, args: list) -> tuple[list, int]:
-        client = self.async_client
-        for _ in range(2):
-            pipe = client.pipeline(transaction=False)
-            pipe.evalsha(self._acquire.sha, len(keys), *keys, *args)
-            pipe.wait(self.min_replicas, self.replica_timeout_ms)
-            reply, confirmed = await pipe.execute(raise_on_error=False)
-            if isinstance(reply, NoScriptError):
-                await client.script_load(ACQUIRE_LUA)  # a restarted Redis forgot it
                 continue
             for result in (reply, confirmed):
                 if isinstance(result, Exception):
@@ -346,15 +243,6 @@ class FenceLock:
             raise LockUnavailable(resource, str(exc)) from exc
         return int(raw) if raw is not None else 0
 
-    async def acurrent_token(self, resource: str) -> int:
-        """``current_token()`` on the async client."""
-        validate_resource(resource)
-        try:
-            raw = await self.async_client.get(fence_key(resource))
-        except (RedisError, RedisClusterException) as exc:
-            raise LockUnavailable(resource, str(exc)) from exc
-        return int(raw) if raw is not None else 0
-
     def start_epoch(self, resource: str, *, above: int = 0) -> int:
         """Record a new epoch of ``resource`` in the database; return its first token.
 
@@ -367,28 +255,12 @@ class FenceLock:
             raise LockUnavailable(resource, f"fence epochs exhausted (epoch {epoch})")
         return first_token(epoch)
 
-    async def astart_epoch(self, resource: str, *, above: int = 0) -> int:
-        """``start_epoch()`` from async code: the same committed write, in the thread
-        Django's async ORM uses (``sync_to_async(thread_sensitive=True)``)."""
-        return await sync_to_async(self.start_epoch, thread_sensitive=True)(resource, above=above)
-
     def reseed(self, resource: str, at_least: int) -> int:
         """Raise the fence counter of ``resource`` to at least ``at_least``; never lower it."""
         validate_resource(resource)
         try:
             counter = int(self._reseed(keys=[fence_key(resource)], args=[int(at_least)]))
         except RedisError as exc:
-            raise LockUnavailable(resource, str(exc)) from exc
-        self._reseeded(resource, counter)
-        return counter
-
-    async def areseed(self, resource: str, at_least: int) -> int:
-        """``reseed()`` on the async client."""
-        validate_resource(resource)
-        try:
-            script = self._async_scripts().reseed
-            counter = int(await script(keys=[fence_key(resource)], args=[int(at_least)]))
-        except (RedisError, RedisClusterException) as exc:
             raise LockUnavailable(resource, str(exc)) from exc
         self._reseeded(resource, counter)
         return counter
