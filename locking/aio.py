@@ -44,7 +44,7 @@ from locking.keys import fence_key, lock_key, validate_resource
 from locking.scripts import ACQUIRE_LUA, Scripts, scripts_for
 
 if TYPE_CHECKING:
-    from locking.lease import Lease
+    from locking.lease import AuditHook, Lease
 
 logger = logging.getLogger(__name__)
 
@@ -64,7 +64,8 @@ class AsyncFenceLockMixin:
             )
         return get_async_lock_redis()
 
-    def _async_scripts(self) -> Scripts:
+    def async_scripts(self) -> Scripts:
+        """The lock's scripts on its async client (the running loop's, unless given)."""
         return scripts_for(self.async_client)
 
     async def aacquire(
@@ -74,6 +75,7 @@ class AsyncFenceLockMixin:
         ttl: timedelta,
         wait: timedelta | None = None,
         holder: str = "",
+        audit: "AuditHook | None" = None,
     ) -> "Lease":
         """``acquire()`` for async code: the same scripts and answers, on ``redis.asyncio``.
 
@@ -88,7 +90,7 @@ class AsyncFenceLockMixin:
             attempt = 0
             while True:
                 try:
-                    lease = await self._atry_acquire(resource, ttl_ms, label)
+                    lease = await self._atry_acquire(resource, ttl_ms, label, audit)
                 except LockHeld:
                     remaining = deadline - time.monotonic() if deadline is not None else 0
                     if remaining <= 0:
@@ -99,7 +101,7 @@ class AsyncFenceLockMixin:
                     span.set_attribute(tracing.FENCE_TOKEN, lease.token)
                     return lease
 
-    async def _atry_acquire(self, resource: str, ttl_ms: int, label: str) -> "Lease":
+    async def _atry_acquire(self, resource: str, ttl_ms: int, label: str, audit) -> "Lease":
         # The same steps as _try_acquire, awaiting Redis and the database.
         owner = secrets.token_hex(16)
         started = time.monotonic()
@@ -113,14 +115,14 @@ class AsyncFenceLockMixin:
             reply = await self._agrant(resource, owner, ttl_ms, label, floor=str(floor))
             if reply[0] == 2:
                 raise LockUnavailable(resource, UNSEEDABLE)
-        return self._lease_or_busy(resource, reply, owner, ttl_ms, started)
+        return self._lease_or_busy(resource, reply, owner, ttl_ms, started, audit)
 
     async def _agrant(
         self, resource: str, owner: str, ttl_ms: int, label: str, *, floor: str
     ) -> list:
         """``_grant`` on the async client: the same script, the same replica rule."""
         keys, args = grant_keys_args(resource, owner, ttl_ms, label, floor)
-        scripts = self._async_scripts()
+        scripts = self.async_scripts()
         try:
             if not self.min_replicas:
                 return await scripts.acquire(keys=keys, args=args)
@@ -143,7 +145,7 @@ class AsyncFenceLockMixin:
         client = self.async_client
         for _ in range(2):
             pipe = client.pipeline(transaction=False)
-            pipe.evalsha(self._acquire.sha, len(keys), *keys, *args)
+            pipe.evalsha(self.scripts.acquire.sha, len(keys), *keys, *args)
             pipe.wait(self.min_replicas, self.replica_timeout_ms)
             reply, confirmed = await pipe.execute(raise_on_error=False)
             if isinstance(reply, NoScriptError):
@@ -173,7 +175,7 @@ class AsyncFenceLockMixin:
         """``reseed()`` on the async client."""
         validate_resource(resource)
         try:
-            script = self._async_scripts().reseed
+            script = self.async_scripts().reseed
             counter = int(await script(keys=[fence_key(resource)], args=[int(at_least)]))
         except (RedisError, RedisClusterException) as exc:
             raise LockUnavailable(resource, str(exc)) from exc
@@ -194,7 +196,7 @@ class AsyncLeaseMixin:
         """``release()`` for async code, on the lock's ``redis.asyncio`` client."""
         with tracing.operation_span("locking.release", self.resource, token=self.token) as span:
             try:
-                script = self._lock._async_scripts().release
+                script = self._lock.async_scripts().release
                 released = bool(await script(keys=[lock_key(self.resource)], args=[self._value]))
             except (RedisError, RedisClusterException) as exc:
                 self._release_failed(exc)
@@ -208,7 +210,7 @@ class AsyncLeaseMixin:
         ttl_ms = positive_ms(ttl)
         started = time.monotonic()
         try:
-            script = self._lock._async_scripts().extend
+            script = self._lock.async_scripts().extend
             extended = bool(
                 await script(keys=[lock_key(self.resource)], args=[self._value, ttl_ms])
             )

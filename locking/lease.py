@@ -29,6 +29,10 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
+# A lease's audit hook: ``hook(outcome, lease)`` writes the attempt's row (``run_fenced``'s
+# ``AttemptAudit.in_transaction``); ``Lease.record_committed`` calls it.
+AuditHook = Callable[[Outcome, "Lease"], object]
+
 
 class LostSignal(threading.Event):
     """Set once a lease is no longer its holder's: ``lease.lost.is_set()``, ``.wait()``.
@@ -116,8 +120,8 @@ class Lease(AsyncLeaseMixin):
     lost: LostSignal = field(default_factory=LostSignal)
     # The TTL last granted or extended: what keep_alive() renews to by default.
     _ttl: timedelta | None = field(default=None, repr=False)
-    # Set by run_fenced: writes the attempt's committed audit row in the caller's transaction.
-    _record_committed: Callable[..., None] | None = field(default=None, repr=False)
+    # What record_committed() calls: given by the grant (FenceLock.acquire(audit=...)).
+    audit: "AuditHook | None" = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         self.lost._lease = self
@@ -158,8 +162,8 @@ class Lease(AsyncLeaseMixin):
         attempt's final outcome outside, as without this call. Outside ``run_fenced`` it
         does nothing.
         """
-        if self._record_committed is not None:
-            self._record_committed(outcome, self)
+        if self.audit is not None:
+            self.audit(outcome, self)
 
     def check(self) -> None:
         """Raise ``LeaseLost`` if the lease is lost, or past its TTL by this process's clock.
@@ -192,7 +196,7 @@ class Lease(AsyncLeaseMixin):
         with tracing.operation_span("locking.release", self.resource, token=self.token) as span:
             try:
                 released = bool(
-                    self._lock._release(keys=[lock_key(self.resource)], args=[self._value])
+                    self._lock.scripts.release(keys=[lock_key(self.resource)], args=[self._value])
                 )
             except RedisError as exc:
                 self._release_failed(exc)
@@ -216,7 +220,9 @@ class Lease(AsyncLeaseMixin):
         started = time.monotonic()
         try:
             extended = bool(
-                self._lock._extend(keys=[lock_key(self.resource)], args=[self._value, ttl_ms])
+                self._lock.scripts.extend(
+                    keys=[lock_key(self.resource)], args=[self._value, ttl_ms]
+                )
             )
         except RedisError as exc:
             return self._extended(False, ttl, started, error=exc)

@@ -44,7 +44,7 @@ from locking.grant import (
     unconfirmed,
 )
 from locking.keys import fence_key, lock_key, resource_from_lock_key, validate_resource
-from locking.lease import Lease
+from locking.lease import AuditHook, Lease
 from locking.outcomes import Outcome
 from locking.scripts import ACQUIRE_LUA, scripts_for
 
@@ -99,9 +99,8 @@ class FenceLock(AsyncFenceLockMixin):
         replica_timeout: timedelta | None = None,
     ):
         self.client = client if client is not None else get_lock_redis()
-        self._acquire, self._release, self._extend, self._reseed, self._break = scripts_for(
-            self.client
-        )
+        # The lock's scripts on its client; its leases release and extend with them too.
+        self.scripts = scripts_for(self.client)
         self._async_client = async_client
         self._client_given = client is not None
         # Settings are read only for what is not passed: a FenceLock with every argument
@@ -125,11 +124,15 @@ class FenceLock(AsyncFenceLockMixin):
         ttl: timedelta,
         wait: timedelta | None = None,
         holder: str = "",
+        audit: "AuditHook | None" = None,
     ) -> "Lease":
         """Grant a lease on ``resource`` with a new fencing token, or raise ``LockHeld``.
 
         By default a busy resource is answered at once. With ``wait`` the call retries with
-        jittered exponential backoff until a ``time.monotonic()`` deadline.
+        jittered exponential backoff until a ``time.monotonic()`` deadline. ``audit`` is the
+        lease's audit hook: ``lease.record_committed(outcome)`` calls ``audit(outcome,
+        lease)`` (``run_fenced`` passes the one that writes its attempt's row in the work's
+        transaction).
         """
         validate_resource(resource)
         ttl_ms = positive_ms(ttl)
@@ -139,7 +142,7 @@ class FenceLock(AsyncFenceLockMixin):
             attempt = 0
             while True:
                 try:
-                    lease = self._try_acquire(resource, ttl_ms, label)
+                    lease = self._try_acquire(resource, ttl_ms, label, audit)
                 except LockHeld:
                     remaining = deadline - time.monotonic() if deadline is not None else 0
                     if remaining <= 0:
@@ -150,7 +153,7 @@ class FenceLock(AsyncFenceLockMixin):
                     span.set_attribute(tracing.FENCE_TOKEN, lease.token)
                     return lease
 
-    def _try_acquire(self, resource: str, ttl_ms: int, label: str) -> "Lease":
+    def _try_acquire(self, resource: str, ttl_ms: int, label: str, audit) -> "Lease":
         owner = secrets.token_hex(16)
         started = time.monotonic()
         reply = self._grant(resource, owner, ttl_ms, label, floor="")
@@ -165,10 +168,10 @@ class FenceLock(AsyncFenceLockMixin):
             reply = self._grant(resource, owner, ttl_ms, label, floor=str(floor))
             if reply[0] == 2:
                 raise LockUnavailable(resource, UNSEEDABLE)
-        return self._lease_or_busy(resource, reply, owner, ttl_ms, started)
+        return self._lease_or_busy(resource, reply, owner, ttl_ms, started, audit)
 
     def _lease_or_busy(
-        self, resource: str, reply: list, owner: str, ttl_ms: int, started: float
+        self, resource: str, reply: list, owner: str, ttl_ms: int, started: float, audit
     ) -> "Lease":
         """Turn a grant reply (1: granted, 0: held) into a ``Lease`` or ``LockHeld``."""
         if reply[0] == 1:
@@ -184,6 +187,7 @@ class FenceLock(AsyncFenceLockMixin):
                 # The local deadline starts before the request was sent: never later
                 # than Redis's own expiry.
                 _monotonic_deadline=started + ttl_ms / 1000,
+                audit=audit,
             )
             logger.debug("lease granted", extra={"resource": resource, "token": token})
             return lease
@@ -200,14 +204,14 @@ class FenceLock(AsyncFenceLockMixin):
         keys, args = grant_keys_args(resource, owner, ttl_ms, label, floor)
         try:
             if not self.min_replicas:
-                return self._acquire(keys=keys, args=args)
+                return self.scripts.acquire(keys=keys, args=args)
             reply, confirmed = self._grant_and_wait(keys, args)
         except RedisError as exc:
             raise unavailable(resource, exc) from exc
         if reply[0] == 1 and confirmed < self.min_replicas:
             # If the release fails the lease expires on its own; its token is never used.
             with contextlib.suppress(RedisError):
-                self._release(keys=[keys[0]], args=[text(reply[2])])
+                self.scripts.release(keys=[keys[0]], args=[text(reply[2])])
             raise unconfirmed(
                 resource,
                 reply,
@@ -220,7 +224,7 @@ class FenceLock(AsyncFenceLockMixin):
     def _grant_and_wait(self, keys: list, args: list) -> tuple[list, int]:
         for _ in range(2):
             pipe = self.client.pipeline(transaction=False)
-            pipe.evalsha(self._acquire.sha, len(keys), *keys, *args)
+            pipe.evalsha(self.scripts.acquire.sha, len(keys), *keys, *args)
             pipe.wait(self.min_replicas, self.replica_timeout_ms)
             reply, confirmed = pipe.execute(raise_on_error=False)
             if isinstance(reply, NoScriptError):
@@ -259,7 +263,7 @@ class FenceLock(AsyncFenceLockMixin):
         """Raise the fence counter of ``resource`` to at least ``at_least``; never lower it."""
         validate_resource(resource)
         try:
-            counter = int(self._reseed(keys=[fence_key(resource)], args=[int(at_least)]))
+            counter = int(self.scripts.reseed(keys=[fence_key(resource)], args=[int(at_least)]))
         except RedisError as exc:
             raise LockUnavailable(resource, str(exc)) from exc
         self._reseeded(resource, counter)
@@ -365,7 +369,7 @@ class FenceLock(AsyncFenceLockMixin):
             raise ValueError("break_lease() needs a reason")
         with tracing.operation_span("locking.break_lease", resource) as span:
             try:
-                reply = self._break(keys=[lock_key(resource), fence_key(resource)])
+                reply = self.scripts.break_lease(keys=[lock_key(resource), fence_key(resource)])
             except RedisError as exc:
                 raise LockUnavailable(resource, str(exc)) from exc
             if not reply:

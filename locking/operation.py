@@ -91,7 +91,9 @@ def run_fenced(
     lease: Lease | None = None
     with audit.span():
         try:
-            lease = lock.acquire(resource, ttl=ttl, holder=attempt.actor)
+            lease = lock.acquire(
+                resource, ttl=ttl, holder=attempt.actor, audit=audit.in_transaction
+            )
             audit.granted(lease)
             try:
                 result = work(lease)
@@ -104,7 +106,9 @@ def run_fenced(
                 lease.release()
                 lease = None
                 lock.reseed(resource, lock.start_epoch(resource, above=stale.recorded))
-                lease = lock.acquire(resource, ttl=ttl, holder=attempt.actor)
+                lease = lock.acquire(
+                    resource, ttl=ttl, holder=attempt.actor, audit=audit.in_transaction
+                )
                 audit.granted(lease)
                 result = work(lease)
         except Exception as exc:  # always re-raised; recorded when it declares its outcome
@@ -147,7 +151,9 @@ async def arun_fenced(
     lease: Lease | None = None
     with audit.span():
         try:
-            lease = await lock.aacquire(resource, ttl=ttl, holder=attempt.actor)
+            lease = await lock.aacquire(
+                resource, ttl=ttl, holder=attempt.actor, audit=audit.in_transaction
+            )
             audit.granted(lease)
             try:
                 result = await work(lease)
@@ -159,7 +165,9 @@ async def arun_fenced(
                 lease = None
                 floor = await lock.astart_epoch(resource, above=stale.recorded)
                 await lock.areseed(resource, floor)
-                lease = await lock.aacquire(resource, ttl=ttl, holder=attempt.actor)
+                lease = await lock.aacquire(
+                    resource, ttl=ttl, holder=attempt.actor, audit=audit.in_transaction
+                )
                 audit.granted(lease)
                 result = await work(lease)
         except Exception as exc:  # always re-raised; recorded when it declares its outcome
@@ -206,7 +214,6 @@ class AttemptAudit:
         metrics.lease_granted(self.attempt.operation)
         if self._span is not None:
             self._span.set_attribute(tracing.FENCE_TOKEN, lease.token)
-        lease._record_committed = self.in_transaction
 
     def in_transaction(self, outcome: Outcome, lease: Lease) -> None:
         """Write the committed attempt's row inside the work's transaction (``Lease.
