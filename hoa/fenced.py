@@ -34,13 +34,13 @@ from hoa.security.audit import Reason, record_denial
 from hoa.web.answer_table import Answer, Audience, Refusal
 from locking import (
     Attempt,
-    FenceLock,
     Lease,
     LeaseLost,
     LockHeld,
     LockUnavailable,
     Outcome,
     StaleFencingToken,
+    prepare_fences,
     run_fenced,
 )
 
@@ -237,10 +237,10 @@ class FencedOperation:
 
     def prepare(self, resources: Iterable[str]) -> None:
         """Before a batch: record the first fence epoch of its new resources at once
-        (``FenceLock.prepare``), so each first grant skips a commit of its own. Redis down
+        (``prepare_fences``), so each first grant skips a commit of its own. Redis down
         is left for the grants to answer, one by one, in the batch's own words."""
         with contextlib.suppress(LockUnavailable):
-            FenceLock().prepare(resources)
+            prepare_fences(resources)
 
 
 @dataclass(frozen=True)

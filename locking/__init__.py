@@ -41,6 +41,7 @@ of the work (OpenTelemetry API).
 
 from locking.advisory import advisory_key, advisory_lock
 from locking.audit import record_fence_event
+from locking.epochs import prepare_fences
 from locking.exceptions import (
     LeaseLost,
     LockError,
@@ -74,6 +75,7 @@ __all__ = [
     "arun_fenced",
     "fence_key",
     "lock_key",
+    "prepare_fences",
     "record_fence_event",
     "run_fenced",
     "span",

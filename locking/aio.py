@@ -23,11 +23,11 @@ import time
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
-from asgiref.sync import sync_to_async
 from redis.exceptions import NoScriptError, RedisClusterException, RedisError
 
 from locking import tracing
 from locking.connection import get_async_lock_redis
+from locking.epochs import astart_epoch
 from locking.exceptions import LeaseLost, LockHeld, LockUnavailable
 from locking.grant import (
     UNSEEDABLE,
@@ -111,7 +111,7 @@ class AsyncFenceLockMixin:
             started = time.monotonic()
             reply = await self._agrant(resource, owner, ttl_ms, label, floor="")
         if reply[0] == 2:
-            floor = await self.astart_epoch(resource, above=int(reply[2] or 0))
+            floor = await astart_epoch(resource, above=int(reply[2] or 0), using=self.using)
             reply = await self._agrant(resource, owner, ttl_ms, label, floor=str(floor))
             if reply[0] == 2:
                 raise LockUnavailable(resource, UNSEEDABLE)
@@ -165,11 +165,6 @@ class AsyncFenceLockMixin:
         except (RedisError, RedisClusterException) as exc:
             raise LockUnavailable(resource, str(exc)) from exc
         return int(raw) if raw is not None else 0
-
-    async def astart_epoch(self, resource: str, *, above: int = 0) -> int:
-        """``start_epoch()`` from async code: the same committed write, in the thread
-        Django's async ORM uses (``sync_to_async(thread_sensitive=True)``)."""
-        return await sync_to_async(self.start_epoch, thread_sensitive=True)(resource, above=above)
 
     async def areseed(self, resource: str, at_least: int) -> int:
         """``reseed()`` on the async client."""

@@ -24,10 +24,21 @@ exact below 2**53; past it grants are refused with ``LockUnavailable``).
 """
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
+from asgiref.sync import sync_to_async
 from django.db import connections
+from redis.exceptions import RedisError
+
+from locking.conf import setting
+from locking.connection import get_lock_redis
+from locking.exceptions import LockUnavailable
+from locking.keys import fence_key, validate_resource
+
+if TYPE_CHECKING:
+    from locking.lock import FenceLock
 
 logger = logging.getLogger(__name__)
 
@@ -99,6 +110,62 @@ def begin_first_epochs(resources, *, using: str = "default") -> list[str]:
         new = [resource for (resource,) in cursor.fetchall()]
     logger.debug("fence epochs started", extra={"count": len(new), "epoch": 0})
     return new
+
+
+def start_epoch(resource: str, *, above: int = 0, using: str | None = None) -> int:
+    """Record a new epoch of ``resource`` in the database; return its first token.
+
+    What a grant does when Redis has no counter for the resource (step 1 above), and
+    ``run_fenced`` when the counter is behind. The epoch is the one after the recorded
+    epoch (a resource with none starts at 0), and, when ``above`` is a token known to be
+    granted, above that token's epoch. Raises ``LockUnavailable`` when the resource has
+    used up its epochs.
+    """
+    floor_epoch = epoch_of(above) + 1 if above else 0
+    epoch = begin_epoch(resource, floor=floor_epoch, using=using or setting("LOCK_DATABASE"))
+    if epoch > MAX_EPOCH:
+        raise LockUnavailable(resource, f"fence epochs exhausted (epoch {epoch})")
+    return first_token(epoch)
+
+
+async def astart_epoch(resource: str, *, above: int = 0, using: str | None = None) -> int:
+    """``start_epoch()`` from async code: the same committed write, in the thread Django's
+    async ORM uses (``sync_to_async(thread_sensitive=True)``)."""
+    return await sync_to_async(start_epoch, thread_sensitive=True)(
+        resource, above=above, using=using
+    )
+
+
+def prepare_fences(resources: Iterable[str], *, lock: "FenceLock | None" = None) -> int:
+    """Record the first epoch of every resource in ``resources`` that never had one, in
+    one database commit, and seed their counters in one pipeline; return how many.
+
+    A batch's answer to a cost of its first grants: a resource's first grant finds no
+    counter, so on its own it records epoch 0 (a commit) before granting. A job about to
+    take thousands of new resources (a month of charges for every association) calls this
+    once per chunk instead. The safety argument is the grant's own: the epoch is durable
+    before any token of it exists, and seeding only creates a missing counter. Resources
+    that have an epoch are untouched. ``lock`` gives the Redis and the database (default:
+    the configured ones). Raises ``LockUnavailable`` if Redis is down (their grants would
+    answer the same).
+    """
+    client = lock.client if lock is not None else get_lock_redis()
+    using = lock.using if lock is not None else setting("LOCK_DATABASE")
+    resources = list(resources)
+    for resource in resources:
+        validate_resource(resource)
+    new = begin_first_epochs(resources, using=using)
+    if not new:
+        return 0
+    try:
+        # Epoch 0 starts at 0: "raise to at least its first token" is "create if missing".
+        pipe = client.pipeline(transaction=False)
+        for resource in new:
+            pipe.set(fence_key(resource), first_token(0), nx=True)
+        pipe.execute()
+    except RedisError as exc:
+        raise LockUnavailable(new[0], str(exc)) from exc
+    return len(new)
 
 
 @contextmanager

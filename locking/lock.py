@@ -27,7 +27,7 @@ from locking.aio import AsyncFenceLockMixin
 from locking.audit import record_fence_event
 from locking.conf import setting
 from locking.connection import get_lock_redis
-from locking.epochs import MAX_EPOCH, begin_epoch, begin_first_epochs, epoch_of, first_token
+from locking.epochs import start_epoch
 from locking.exceptions import LockHeld, LockUnavailable
 from locking.grant import (
     UNSEEDABLE,
@@ -164,7 +164,7 @@ class FenceLock(AsyncFenceLockMixin):
         if reply[0] == 2:
             # The counter is gone (or its epoch is used up): record a new epoch in the
             # database, then grant from its first token. Nothing was written before.
-            floor = self.start_epoch(resource, above=int(reply[2] or 0))
+            floor = start_epoch(resource, above=int(reply[2] or 0), using=self.using)
             reply = self._grant(resource, owner, ttl_ms, label, floor=str(floor))
             if reply[0] == 2:
                 raise LockUnavailable(resource, UNSEEDABLE)
@@ -247,18 +247,6 @@ class FenceLock(AsyncFenceLockMixin):
             raise LockUnavailable(resource, str(exc)) from exc
         return int(raw) if raw is not None else 0
 
-    def start_epoch(self, resource: str, *, above: int = 0) -> int:
-        """Record a new epoch of ``resource`` in the database; return its first token.
-
-        The epoch is the one after the recorded epoch (a resource with none starts at 0),
-        and, when ``above`` is a token known to be granted, above that token's epoch.
-        """
-        floor_epoch = epoch_of(above) + 1 if above else 0
-        epoch = begin_epoch(resource, floor=floor_epoch, using=self.using)
-        if epoch > MAX_EPOCH:
-            raise LockUnavailable(resource, f"fence epochs exhausted (epoch {epoch})")
-        return first_token(epoch)
-
     def reseed(self, resource: str, at_least: int) -> int:
         """Raise the fence counter of ``resource`` to at least ``at_least``; never lower it."""
         validate_resource(resource)
@@ -268,34 +256,6 @@ class FenceLock(AsyncFenceLockMixin):
             raise LockUnavailable(resource, str(exc)) from exc
         self._reseeded(resource, counter)
         return counter
-
-    def prepare(self, resources) -> int:
-        """Record the first epoch of every resource in ``resources`` that never had one, in
-        one database commit, and seed their counters in one pipeline; return how many.
-
-        A batch's answer to a cost of its first grants: a resource's first grant finds no
-        counter, so on its own it records epoch 0 (a commit) before granting. A job about
-        to take thousands of new resources (``generate_monthly_charges --all-orgs`` bills a
-        new month of every association) calls this once per chunk instead. The safety
-        argument is the grant's own: the epoch is durable before any token of it exists,
-        and seeding only creates a missing counter. Resources that have an epoch are untouched.
-        Raises ``LockUnavailable`` if Redis is down (their grants would answer the same).
-        """
-        resources = list(resources)
-        for resource in resources:
-            validate_resource(resource)
-        new = begin_first_epochs(resources, using=self.using)
-        if not new:
-            return 0
-        try:
-            # Epoch 0 starts at 0: "raise to at least its first token" is "create if missing".
-            pipe = self.client.pipeline(transaction=False)
-            for resource in new:
-                pipe.set(fence_key(resource), first_token(0), nx=True)
-            pipe.execute()
-        except RedisError as exc:
-            raise LockUnavailable(new[0], str(exc)) from exc
-        return len(new)
 
     @staticmethod
     def _reseeded(resource: str, counter: int) -> None:

@@ -26,7 +26,7 @@ from opentelemetry.trace import Span
 
 from locking import metrics, tracing
 from locking.audit import record_fence_event
-from locking.epochs import epoch_of
+from locking.epochs import astart_epoch, epoch_of, start_epoch
 from locking.exceptions import LockHeld, LockUnavailable, StaleFencingToken
 from locking.lease import Lease
 from locking.lock import FenceLock
@@ -105,7 +105,7 @@ def run_fenced(
                 audit.counter_behind(stale)
                 lease.release()
                 lease = None
-                lock.reseed(resource, lock.start_epoch(resource, above=stale.recorded))
+                lock.reseed(resource, start_epoch(resource, above=stale.recorded, using=lock.using))
                 lease = lock.acquire(
                     resource, ttl=ttl, holder=attempt.actor, audit=audit.in_transaction
                 )
@@ -163,7 +163,7 @@ async def arun_fenced(
                 await record(audit.counter_behind, stale)
                 await lease.arelease()
                 lease = None
-                floor = await lock.astart_epoch(resource, above=stale.recorded)
+                floor = await astart_epoch(resource, above=stale.recorded, using=lock.using)
                 await lock.areseed(resource, floor)
                 lease = await lock.aacquire(
                     resource, ttl=ttl, holder=attempt.actor, audit=audit.in_transaction

@@ -86,6 +86,7 @@ def test_all_is_the_documented_interface_and_every_name_resolves():
         "arun_fenced",
         "fence_key",
         "lock_key",
+        "prepare_fences",
         "record_fence_event",
         "run_fenced",
         "span",
