@@ -52,8 +52,9 @@ from locking.exceptions import (
 from locking.fence import aadvance_fence, advance_fence
 from locking.keys import fence_key, lock_key, validate_resource
 from locking.lease import Lease
-from locking.lock import FenceLock, HolderInfo
+from locking.lock import FenceLock
 from locking.operation import Attempt, arun_fenced, run_fenced
+from locking.operators import HolderInfo, break_lease, holder_of, holders
 from locking.outcomes import Outcome
 from locking.tracing import span
 
@@ -73,7 +74,10 @@ __all__ = [
     "advisory_key",
     "advisory_lock",
     "arun_fenced",
+    "break_lease",
     "fence_key",
+    "holder_of",
+    "holders",
     "lock_key",
     "prepare_fences",
     "record_fence_event",

@@ -10,6 +10,7 @@ from django.utils.translation import gettext_lazy
 from locking.exceptions import LockUnavailable
 from locking.lock import FenceLock
 from locking.models import FenceEvent
+from locking.operators import break_lease, holder_of
 
 BREAK_PERMISSION = "locking.break_lease"
 APPLY_FIELD = "apply"
@@ -80,7 +81,7 @@ class FenceEventAdmin(admin.ModelAdmin):
                 self._break_one(request, lock, resource, scopes[resource], form)
             return None  # back to the changelist, which shows the messages
         try:
-            holders = [(resource, lock.holder(resource)) for resource in sorted(scopes)]
+            holders = [(resource, holder_of(resource, lock=lock)) for resource in sorted(scopes)]
         except LockUnavailable as exc:
             self.message_user(request, str(exc), messages.ERROR)
             return None
@@ -105,8 +106,9 @@ class FenceEventAdmin(admin.ModelAdmin):
 
     def _break_one(self, request, lock: FenceLock, resource: str, scope: str, form) -> None:
         try:
-            broken = lock.break_lease(
+            broken = break_lease(
                 resource,
+                lock=lock,
                 by=request.user.get_username(),
                 reason=form.cleaned_data["reason"],
                 scope=scope,

@@ -9,22 +9,21 @@ from the token checked by ``advance_fence`` in the database transaction.
 The scripts are in locking/scripts.py, the lock value and what a grant's reply means in
 locking/grant.py, the granted ``Lease`` in locking/lease.py. Every operation has an async
 twin (``aacquire``, ``Lease.arelease``…) in locking/aio.py that runs the same script
-constants on a ``redis.asyncio`` client. ``break_lease`` is the operators' one way to
-delete a lease that is not theirs; the fence makes it as safe as an expiry.
+constants on a ``redis.asyncio`` client. The durable epochs a grant may record first are in
+locking/epochs.py; the operators' view and hand (``holders``, ``break_lease``) in
+locking/operators.py.
 """
 
 import contextlib
 import logging
 import secrets
 import time
-from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 
 from redis.exceptions import NoScriptError, RedisError
 
 from locking import tracing
 from locking.aio import AsyncFenceLockMixin
-from locking.audit import record_fence_event
 from locking.conf import setting
 from locking.connection import get_lock_redis
 from locking.epochs import start_epoch
@@ -36,38 +35,17 @@ from locking.grant import (
     from_ms,
     grant_keys_args,
     holder_label,
-    parse_lock_value,
     positive_ms,
     seed_poll_seconds,
     text,
     unavailable,
     unconfirmed,
 )
-from locking.keys import fence_key, lock_key, resource_from_lock_key, validate_resource
+from locking.keys import fence_key, validate_resource
 from locking.lease import AuditHook, Lease
-from locking.outcomes import Outcome
 from locking.scripts import ACQUIRE_LUA, scripts_for
 
 logger = logging.getLogger(__name__)
-
-# The audit's operation name of a broken lease.
-BREAK_OPERATION = "break-lease"
-
-
-@dataclass(frozen=True)
-class HolderInfo:
-    """What an operator sees of a held lease."""
-
-    resource: str
-    owner: str
-    label: str
-    acquired_at: datetime | None
-    ttl_left: timedelta
-    token: int | None
-
-    @property
-    def expires_at(self) -> datetime:
-        return datetime.now(tz=UTC) + self.ttl_left
 
 
 class FenceLock(AsyncFenceLockMixin):
@@ -263,104 +241,3 @@ class FenceLock(AsyncFenceLockMixin):
             "fence counter raised to a new epoch",
             extra={"resource": resource, "token": counter},
         )
-
-    # -- operators' view and hand --------------------------------------------------------
-
-    def holder(self, resource: str) -> HolderInfo | None:
-        """Return who holds ``resource`` now, or None."""
-        validate_resource(resource)
-        try:
-            return self._holder_info(resource)
-        except RedisError as exc:
-            raise LockUnavailable(resource, str(exc)) from exc
-
-    def _holder_info(self, resource: str) -> HolderInfo | None:
-        pipe = self.client.pipeline(transaction=False)
-        pipe.get(lock_key(resource))
-        pipe.pttl(lock_key(resource))
-        pipe.get(fence_key(resource))
-        value, pttl, counter = pipe.execute()
-        if value is None:
-            return None  # released or expired
-        return _holder_info(resource, value, pttl, counter)
-
-    def holders(self, *, prefix: str = "", limit: int = 200) -> list[HolderInfo]:
-        """Return up to ``limit`` current holders, found with SCAN (never KEYS)."""
-        # Escape the glob characters SCAN's MATCH knows, so a prefix matches literally.
-        literal = "".join("\\" + ch if ch in "*?[]\\" else ch for ch in prefix)
-        pattern = "lock:{" + literal + "*}"
-        found = []
-        try:
-            for key in self.client.scan_iter(match=pattern, count=500):
-                found.append(text(key))
-                if len(found) >= limit:
-                    break
-            infos = []
-            for key in found:
-                info = self._holder_info(resource_from_lock_key(key))
-                if info is not None:  # None: released or expired since SCAN saw it
-                    infos.append(info)
-        except RedisError as exc:
-            raise LockUnavailable(prefix or "*", str(exc)) from exc
-        return sorted(infos, key=lambda info: info.resource)
-
-    def break_lease(
-        self,
-        resource: str,
-        *,
-        by: str,
-        reason: str,
-        scope: str = "",
-        ip: str | None = None,
-    ) -> HolderInfo | None:
-        """Delete the lease on ``resource``, whoever holds it; return who held it, or None.
-
-        For a holder that is stuck (hung, partitioned, holding a long TTL): the next
-        grant gets a larger token, so once that holder commits, the fence refuses the
-        broken holder's late write — breaking a lease is as safe as letting it expire.
-        ``by`` (who) and ``reason`` are required, and recorded in the audit as outcome
-        ``broken`` with the broken holder's token; nothing is recorded when nothing was
-        held. The holder learns of it at its next extend (``lease.lost``, ``on_lost``).
-        """
-        validate_resource(resource)
-        if not by.strip():
-            raise ValueError("break_lease() needs who breaks the lease (by=…)")
-        if not reason.strip():
-            raise ValueError("break_lease() needs a reason")
-        with tracing.operation_span("locking.break_lease", resource) as span:
-            try:
-                reply = self.scripts.break_lease(keys=[lock_key(resource), fence_key(resource)])
-            except RedisError as exc:
-                raise LockUnavailable(resource, str(exc)) from exc
-            if not reply:
-                logger.info("nothing to break: no lease held", extra={"resource": resource})
-                return None
-            broken = _holder_info(resource, *reply)
-            tracing.set_outcome(span, Outcome.BROKEN)
-            if broken.token is not None:
-                span.set_attribute(tracing.FENCE_TOKEN, broken.token)
-        since = f" since {broken.acquired_at:%Y-%m-%d %H:%M:%S} UTC" if broken.acquired_at else ""
-        record_fence_event(
-            resource=resource,
-            outcome=Outcome.BROKEN,
-            token=broken.token,
-            actor=by,
-            detail=f"lease of {broken.label or broken.owner}{since} broken: {reason.strip()}",
-            scope=scope,
-            operation=BREAK_OPERATION,
-            ip=ip,
-            using=self.using,
-        )
-        return broken
-
-
-def _holder_info(resource: str, value, pttl, counter) -> HolderInfo:
-    owner, acquired_at, label = parse_lock_value(text(value))
-    return HolderInfo(
-        resource=resource,
-        owner=owner,
-        label=label,
-        acquired_at=acquired_at,
-        ttl_left=timedelta(milliseconds=max(int(pttl), 0)),
-        token=int(counter) if counter is not None else None,
-    )

@@ -7,7 +7,7 @@ from django.contrib.auth.models import Permission
 from django.db import transaction
 
 from hoa.models import AccessDenial, Complaint
-from locking import FenceLock, StaleFencingToken, advance_fence, lock_key
+from locking import StaleFencingToken, advance_fence, holder_of, lock_key
 from locking.models import FenceEvent
 from vendors.resources import assignment_resource
 from vendors.services import assign_vendor
@@ -90,7 +90,7 @@ def test_another_associations_lease_is_not_found(client, operator, oak, fence_lo
         assert client.get(BREAK_URL, {"resource": lease.resource}).status_code == 404
         post = client.post(BREAK_URL, {"resource": lease.resource, "reason": "x"})
         assert post.status_code == 404
-        assert FenceLock().holder(lease.resource) is not None
+        assert holder_of(lease.resource) is not None
     finally:
         lease.release()
 

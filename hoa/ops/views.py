@@ -34,7 +34,7 @@ from hoa.ops.readiness import pending_migrations
 from hoa.scopes import scope_for_organization
 from hoa.security.audit import Reason, client_ip, deny_request
 from hoa.web.responses import error_page
-from locking import FenceLock, LockUnavailable, validate_resource
+from locking import FenceLock, LockUnavailable, break_lease, holder_of, validate_resource
 
 
 class LockStatusView(LoginRequiredMixin, TemplateView):
@@ -194,7 +194,7 @@ class BreakLeaseView(LoginRequiredMixin, TemplateView):
             return self.answer(form, resource, status=400)
         info = self.visible(form.cleaned_data["resource"])
         try:
-            broken = FenceLock().break_lease(
+            broken = break_lease(
                 info.resource,
                 by=request.user.get_username(),
                 reason=form.cleaned_data["reason"],
@@ -232,7 +232,7 @@ class BreakLeaseView(LoginRequiredMixin, TemplateView):
         else:
             info = self.visible(resource)
             try:
-                holder = FenceLock().holder(resource)
+                holder = holder_of(resource)
             except LockUnavailable as exc:
                 error = exc.reason
         context = self.get_context_data(form=form, info=info, holder=holder, error=error)

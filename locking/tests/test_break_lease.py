@@ -19,6 +19,7 @@ from locking import (
     Outcome,
     StaleFencingToken,
     advance_fence,
+    break_lease,
     lock_key,
     run_fenced,
 )
@@ -48,7 +49,7 @@ def test_break_lease_deletes_whichever_lease_is_held_and_audits_who_and_why(
 ):
     held = fence_lock.acquire(RESOURCE, ttl=TTL, holder="worker-7")
 
-    broken = fence_lock.break_lease(
+    broken = break_lease(
         RESOURCE, by="oona", reason="worker-7 hangs on the billing call", scope="org:1"
     )
 
@@ -77,7 +78,7 @@ def test_break_lease_deletes_whichever_lease_is_held_and_audits_who_and_why(
 
 @pytest.mark.django_db
 def test_breaking_a_resource_nobody_holds_returns_none_and_records_nothing(fence_lock):
-    assert fence_lock.break_lease(RESOURCE, by="oona", reason="looked stuck") is None
+    assert break_lease(RESOURCE, by="oona", reason="looked stuck") is None
     assert not FenceEvent.objects.exists()
 
 
@@ -89,7 +90,7 @@ def test_break_lease_refuses_an_empty_reason_or_operator_and_keeps_the_lease(
     held = fence_lock.acquire(RESOURCE, ttl=TTL)
 
     with pytest.raises(ValueError, match="needs"):
-        fence_lock.break_lease(RESOURCE, by=by, reason=reason)
+        break_lease(RESOURCE, by=by, reason=reason)
 
     assert redis_client.get(lock_key(RESOURCE)).decode().startswith(held.owner)
     assert not FenceEvent.objects.exists()
@@ -102,7 +103,7 @@ def test_the_broken_holders_keep_alive_reports_the_loss(fence_lock):
     held.on_lost(told.append)
 
     with held.keep_alive():
-        fence_lock.break_lease(RESOURCE, by="oona", reason="stuck")
+        break_lease(RESOURCE, by="oona", reason="stuck")
         assert held.lost.wait(WAIT)
 
     assert told == [held]
@@ -137,7 +138,7 @@ def test_a_broken_holder_that_wakes_is_refused_after_the_next_holder_committed(f
     thread.start()
     try:
         assert stuck.wait(WAIT)
-        broken = fence_lock.break_lease(resource, by="oona", reason="a hangs")
+        broken = break_lease(resource, by="oona", reason="a hangs")
         with FenceLock().acquire(resource, ttl=TTL, holder="b") as lease_b, transaction.atomic():
             advance_fence(rows, lease_b)
             rows.update(name="written by b")
