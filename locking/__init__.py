@@ -40,7 +40,7 @@ of the work (OpenTelemetry API).
 """
 
 from locking.advisory import advisory_key, advisory_lock
-from locking.audit import record_fence_event
+from locking.audit import Attempt, record_fence_event
 from locking.epochs import prepare_fences
 from locking.exceptions import (
     LeaseLost,
@@ -53,7 +53,7 @@ from locking.fence import aadvance_fence, advance_fence
 from locking.keys import fence_key, lock_key, validate_resource
 from locking.lease import Lease
 from locking.lock import FenceLock
-from locking.operation import Attempt, arun_fenced, run_fenced
+from locking.operation import arun_fenced, run_fenced
 from locking.operators import HolderInfo, break_lease, holder_of, holders
 from locking.outcomes import Outcome
 from locking.tracing import span
