@@ -141,6 +141,8 @@ REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:56379/0")
 # The fence lock may live on another Redis (Sentinel, Cluster, one with appendfsync always).
 LOCK_REDIS_URL = os.environ.get("LOCK_REDIS_URL", REDIS_URL)
 REDIS_SOCKET_TIMEOUT_SECONDS = env_number("REDIS_SOCKET_TIMEOUT_SECONDS", 2.0)
+# The lock's Redis client has the same short timeouts as the cache's (locking/conf.py).
+LOCK_REDIS_SOCKET_TIMEOUT_SECONDS = REDIS_SOCKET_TIMEOUT_SECONDS
 # Replicas that must confirm a grant (WAIT) before it counts; docs/locking.md has the table
 # of what each Redis deployment guarantees with and without it.
 LOCK_REDIS_MIN_REPLICAS = env_number("LOCK_REDIS_MIN_REPLICAS", 0, cast=int)
@@ -183,8 +185,9 @@ CHARGE_MONTHS_AHEAD = env_number("CHARGE_MONTHS_AHEAD", 3, cast=int)
 CURRENCY = os.environ.get("CURRENCY", "USD").strip().upper() or "USD"
 VENDOR_LOCK_TTL_SECONDS = env_number("VENDOR_LOCK_TTL_SECONDS", 30.0, minimum=0.01)
 # The lease TTLs that check locking.W001 compares with EXTERNAL_CALL_TIMEOUT_SECONDS.
+# Deprecated in locking (it warns): goes away once hoa checks its registry's TTLs itself.
 LOCK_TTL_SETTINGS = ["CHARGES_LOCK_TTL_SECONDS", "VENDOR_LOCK_TTL_SECONDS"]
-FENCE_EVENT_RETENTION_DAYS = int(env_number("FENCE_EVENT_RETENTION_DAYS", 90, cast=int))
+LOCK_FENCE_EVENT_RETENTION_DAYS = int(env_number("FENCE_EVENT_RETENTION_DAYS", 90, cast=int))
 ACCESS_DENIAL_RETENTION_DAYS = int(env_number("ACCESS_DENIAL_RETENTION_DAYS", 90, cast=int))
 
 # --- Auth, i18n, static ------------------------------------------------------------------
