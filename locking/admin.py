@@ -7,6 +7,7 @@ from django.template.response import TemplateResponse
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
+from locking.conf import setting
 from locking.exceptions import LockUnavailable
 from locking.lock import FenceLock
 from locking.models import FenceEvent
@@ -37,6 +38,10 @@ class FenceEventAdmin(admin.ModelAdmin):
     search_fields = ["resource", "actor", "detail"]
     date_hierarchy = "at"
     actions = ["break_leases"]
+
+    def get_queryset(self, request):
+        # The audit is written to the lock's database (Django's multi-database admin recipe).
+        return super().get_queryset(request).using(setting("LOCK_DATABASE"))
 
     def has_module_permission(self, request):
         return self._may_view(request.user)

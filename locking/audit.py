@@ -14,6 +14,7 @@ from django.db.transaction import TransactionManagementError
 from opentelemetry.trace import Span
 
 from locking import metrics, tracing
+from locking.conf import setting
 from locking.exceptions import LockHeld, LockUnavailable, StaleFencingToken
 from locking.outcomes import HasOutcome, Outcome
 
@@ -43,7 +44,7 @@ def record_fence_event(
     scope: str = "",
     operation: str = "",
     ip: str | None = None,
-    using: str = "default",
+    using: str | None = None,
 ):
     """Write one ``FenceEvent`` and log it. Call it after the operation's transaction ended.
 
@@ -53,6 +54,7 @@ def record_fence_event(
     """
     from locking.models import FenceEvent
 
+    using = using or setting("LOCK_DATABASE")
     log_extra = {"resource": resource, "token": token, "outcome": outcome, "actor": actor}
     logger.info("fenced attempt %s", outcome, extra=log_extra)
     if connections[using].in_atomic_block:

@@ -68,7 +68,7 @@ RETURNING epoch
 """
 
 
-def begin_epoch(resource: str, *, floor: int = 0, using: str = "default") -> int:
+def begin_epoch(resource: str, *, floor: int = 0, using: str | None = None) -> int:
     """Record and return the next epoch of ``resource``: durable before this returns.
 
     Runs in its own transaction. Inside a caller's ``transaction.atomic()`` a rollback
@@ -97,7 +97,7 @@ RETURNING resource
 """
 
 
-def begin_first_epochs(resources, *, using: str = "default") -> list[str]:
+def begin_first_epochs(resources, *, using: str | None = None) -> list[str]:
     """Record epoch 0 for each of ``resources`` that has no epoch yet; return those.
 
     What the first grant of each would record one at a time (``begin_epoch`` of a resource
@@ -122,7 +122,7 @@ def start_epoch(resource: str, *, above: int = 0, using: str | None = None) -> i
     used up its epochs.
     """
     floor_epoch = epoch_of(above) + 1 if above else 0
-    epoch = begin_epoch(resource, floor=floor_epoch, using=using or setting("LOCK_DATABASE"))
+    epoch = begin_epoch(resource, floor=floor_epoch, using=using)
     if epoch > MAX_EPOCH:
         raise LockUnavailable(resource, f"fence epochs exhausted (epoch {epoch})")
     return first_token(epoch)
@@ -169,10 +169,12 @@ def prepare_fences(resources: Iterable[str], *, lock: "FenceLock | None" = None)
 
 
 @contextmanager
-def _autocommit_connection(using: str) -> Iterator:
-    """Django's connection, whose statement commits on its own; inside a caller's
-    ``transaction.atomic()``, where a rollback would undo an epoch Redis may already be
-    handing out, a connection of its own, closed afterwards."""
+def _autocommit_connection(using: str | None) -> Iterator:
+    """Django's connection to ``using`` (default ``LOCK_DATABASE``), whose statement
+    commits on its own; inside a caller's ``transaction.atomic()``, where a rollback would
+    undo an epoch Redis may already be handing out, a connection of its own, closed
+    afterwards."""
+    using = using or setting("LOCK_DATABASE")
     connection = connections[using]
     if not connection.in_atomic_block:
         yield connection
@@ -184,9 +186,9 @@ def _autocommit_connection(using: str) -> Iterator:
         own.close()
 
 
-def current_epoch(resource: str, *, using: str = "default") -> int:
+def current_epoch(resource: str, *, using: str | None = None) -> int:
     """Return the durable epoch of ``resource`` (0 if it never had one)."""
-    with connections[using].cursor() as cursor:
+    with connections[using or setting("LOCK_DATABASE")].cursor() as cursor:
         cursor.execute("SELECT epoch FROM locking_fenceepoch WHERE resource = %s", [resource])
         row = cursor.fetchone()
     return int(row[0]) if row else 0

@@ -20,6 +20,7 @@ from django.db import connections
 from django.db.transaction import TransactionManagementError
 
 from locking.audit import Attempt, AttemptAudit
+from locking.conf import setting
 from locking.epochs import astart_epoch, epoch_of, start_epoch
 from locking.exceptions import StaleFencingToken
 from locking.lease import Lease
@@ -36,7 +37,7 @@ def run_fenced(
     ttl: timedelta,
     attempt: Attempt,
     lock: FenceLock | None = None,
-    using: str = "default",
+    using: str | None = None,
 ) -> T:
     """Run ``work(lease)`` under a fresh lease on ``resource`` and record the outcome.
 
@@ -54,8 +55,11 @@ def run_fenced(
     more.
 
     Must not run inside ``transaction.atomic()``: the external call must not hold a
-    transaction open, and the audit record must survive the work's rollback.
+    transaction open, and the audit record must survive the work's rollback. ``using`` is
+    the database of the audit, the epochs and that check: the lock's (``LOCK_DATABASE``,
+    unless the ``lock`` given says otherwise), which must be the fenced rows' own.
     """
+    using = using or (lock.using if lock is not None else setting("LOCK_DATABASE"))
     if connections[using].in_atomic_block:
         raise TransactionManagementError(
             "run_fenced() opens its own transaction; do not call it inside transaction.atomic()."
@@ -104,7 +108,7 @@ async def arun_fenced(
     ttl: timedelta,
     attempt: Attempt,
     lock: FenceLock | None = None,
-    using: str = "default",
+    using: str | None = None,
 ) -> T:
     """``run_fenced`` for async code: ``await work(lease)`` under a fresh lease.
 
@@ -115,6 +119,7 @@ async def arun_fenced(
     ``sync_to_async(thread_sensitive=True)``; Django's transactions are synchronous). The
     audit records are written the same way, after the work's transaction ended.
     """
+    using = using or (lock.using if lock is not None else setting("LOCK_DATABASE"))
     if await sync_to_async(_in_atomic_block, thread_sensitive=True)(using):
         raise TransactionManagementError(
             "arun_fenced() opens its own transaction; do not call it inside transaction.atomic()."

@@ -45,7 +45,7 @@ class Command(BaseCommand):
             days = setting("LOCK_FENCE_EVENT_RETENTION_DAYS")
         days = retention_days(days)
         cutoff = timezone.now() - timedelta(days=days)
-        old_events = FenceEvent.objects.filter(at__lt=cutoff)
+        old_events = FenceEvent.objects.using(setting("LOCK_DATABASE")).filter(at__lt=cutoff)
         try:
             if dry_run:
                 count = old_events.count()
