@@ -314,6 +314,8 @@ SECURE_REDIRECT_EXEMPT = [r"^metrics$", r"^healthz$", r"^readyz$"]
 # The address rate limits and the audit use: REMOTE_ADDR, or (opt-in, only behind a proxy
 # that always overwrites it) this header, e.g. "X-Real-IP" (docs/security.md).
 CLIENT_IP_HEADER = os.environ.get("CLIENT_IP_HEADER", "").strip()
+# A broken lease (the ops page and locking's admin action) records the same address.
+LOCK_CLIENT_IP_CALLABLE = "hoa.security.audit.client_ip"
 
 # Content-Security-Policy (django-csp): our pages use no inline script or style, so
 # nothing inline runs even if some text escaped its escaping. docs/security.md.

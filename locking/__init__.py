@@ -54,12 +54,13 @@ from locking.keys import fence_key, lock_key, validate_resource
 from locking.lease import Lease
 from locking.lock import FenceLock
 from locking.operation import arun_fenced, run_fenced
-from locking.operators import HolderInfo, break_lease, holder_of, holders
+from locking.operators import BreakLeaseForm, HolderInfo, break_lease, holder_of, holders
 from locking.outcomes import Outcome
 from locking.tracing import span
 
 __all__ = [
     "Attempt",
+    "BreakLeaseForm",
     "FenceLock",
     "HolderInfo",
     "Lease",

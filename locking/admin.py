@@ -1,6 +1,5 @@
 """The audit trail's admin, and the operators' action that breaks a stuck lease."""
 
-from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
 from django.template.response import TemplateResponse
@@ -11,19 +10,10 @@ from locking.conf import setting
 from locking.exceptions import LockUnavailable
 from locking.lock import FenceLock
 from locking.models import FenceEvent
-from locking.operators import break_lease, holder_of
+from locking.operators import BreakLeaseForm, holder_of
 
 BREAK_PERMISSION = "locking.break_lease"
 APPLY_FIELD = "apply"
-
-
-class BreakLeaseForm(forms.Form):
-    reason = forms.CharField(
-        label=gettext_lazy("Reason"),
-        max_length=500,
-        widget=forms.Textarea(attrs={"rows": 3, "cols": 60}),
-        help_text=gettext_lazy("Recorded in the audit trail with your name."),
-    )
 
 
 @admin.register(FenceEvent)
@@ -80,7 +70,8 @@ class FenceEventAdmin(admin.ModelAdmin):
         for resource, scope in queryset.order_by().values_list("resource", "scope").distinct():
             scopes[resource] = scopes.get(resource) or scope
         lock = FenceLock()
-        form = BreakLeaseForm(request.POST if APPLY_FIELD in request.POST else None)
+        data = request.POST if APPLY_FIELD in request.POST else None
+        form = BreakLeaseForm(data, resource_field=False)  # the selection names the resources
         if form.is_valid():
             for resource in sorted(scopes):
                 self._break_one(request, lock, resource, scopes[resource], form)
@@ -111,14 +102,7 @@ class FenceEventAdmin(admin.ModelAdmin):
 
     def _break_one(self, request, lock: FenceLock, resource: str, scope: str, form) -> None:
         try:
-            broken = break_lease(
-                resource,
-                lock=lock,
-                by=request.user.get_username(),
-                reason=form.cleaned_data["reason"],
-                scope=scope,
-                ip=request.META.get("REMOTE_ADDR"),
-            )
+            broken = form.break_lease(request, resource, scope=scope, lock=lock)
         except LockUnavailable as exc:
             self.message_user(request, str(exc), messages.ERROR)
             return

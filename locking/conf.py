@@ -23,6 +23,9 @@ only what it needs; with none of them set, locks use the Redis on 127.0.0.1:6379
                                        fenced rows.
 ``LOCK_FENCE_EVENT_RETENTION_DAYS``    days of audit that ``prune_fence_events`` keeps
                                        (default 90).
+``LOCK_CLIENT_IP_CALLABLE``            dotted path of ``f(request) -> str | None``: the
+                                       address a broken lease is recorded with (default:
+                                       the request's ``REMOTE_ADDR``).
 =====================================  ========================================================
 
 Deprecated, read for one release with a ``DeprecationWarning``:
@@ -48,6 +51,7 @@ DEFAULTS = {
     "LOCK_REDIS_WAIT_TIMEOUT_MS": 100,
     "LOCK_DATABASE": "default",
     "LOCK_FENCE_EVENT_RETENTION_DAYS": 90,
+    "LOCK_CLIENT_IP_CALLABLE": None,
     "LOCK_TTL_SETTINGS": (),  # deprecated: see above
 }
 

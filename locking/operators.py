@@ -7,16 +7,25 @@ grant gets a larger token and the fence refuses the broken holder's late write o
 grant has committed. None of this grants anything, so it is not part of ``FenceLock``;
 each function takes the ``lock`` whose Redis (and audit database) it works on, by default
 the configured one.
+
+Every page that breaks a lease (the admin's action, a project's own status page) uses
+``BreakLeaseForm``: one validation, one call, one audit row, the operator's address taken
+one way (``client_ip``: ``LOCK_CLIENT_IP_CALLABLE``, else ``REMOTE_ADDR``).
 """
 
+import ipaddress
 import logging
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
+from django import forms
+from django.utils.module_loading import import_string
+from django.utils.translation import gettext_lazy as _
 from redis.exceptions import RedisError
 
 from locking import tracing
 from locking.audit import record_fence_event
+from locking.conf import setting
 from locking.exceptions import LockUnavailable
 from locking.grant import parse_lock_value, text
 from locking.keys import fence_key, lock_key, resource_from_lock_key, validate_resource
@@ -151,3 +160,65 @@ def _parse_holder(resource: str, value, pttl, counter) -> HolderInfo:
         ttl_left=timedelta(milliseconds=max(int(pttl), 0)),
         token=int(counter) if counter is not None else None,
     )
+
+
+class BreakLeaseForm(forms.Form):
+    """Why an operator breaks a lease, and which: the one form of every page that does.
+
+    A page that breaks the lease it was asked about posts ``resource`` with the reason (a
+    hidden field, checked like any resource name); a page that chose the resources itself
+    (the admin's selection) passes ``resource_field=False`` and names each one to
+    ``break_lease``.
+    """
+
+    resource = forms.CharField(max_length=200, widget=forms.HiddenInput)
+    reason = forms.CharField(
+        label=_("Reason"),
+        max_length=500,
+        widget=forms.Textarea(attrs={"rows": 3, "cols": 60}),
+        help_text=_("Recorded in the audit with your name, e.g. “worker hung”."),
+        error_messages={"required": _("Say why the lease is broken.")},
+    )
+
+    def __init__(self, *args, resource_field: bool = True, **kwargs):
+        super().__init__(*args, **kwargs)
+        if not resource_field:
+            del self.fields["resource"]
+
+    def clean_resource(self) -> str:
+        try:
+            return validate_resource(self.cleaned_data["resource"])
+        except ValueError as exc:
+            raise forms.ValidationError(str(exc)) from None
+
+    def break_lease(
+        self,
+        request,
+        resource: str | None = None,
+        *,
+        scope: str = "",
+        lock: FenceLock | None = None,
+    ) -> HolderInfo | None:
+        """Break the lease of ``resource`` (default: the form's) as the request's user:
+        ``break_lease`` with this form's reason and the request's address."""
+        return break_lease(
+            resource or self.cleaned_data["resource"],
+            by=request.user.get_username(),
+            reason=self.cleaned_data["reason"],
+            scope=scope,
+            ip=client_ip(request),
+            lock=lock,
+        )
+
+
+def client_ip(request) -> str | None:
+    """The address an operator's request is recorded with: what ``LOCK_CLIENT_IP_CALLABLE``
+    (a dotted path to ``f(request)``, e.g. the project's own proxy-aware one) answers, else
+    ``REMOTE_ADDR``; ``None`` when that is not an IP address."""
+    path = setting("LOCK_CLIENT_IP_CALLABLE")
+    if path:
+        return import_string(path)(request)
+    try:
+        return str(ipaddress.ip_address(request.META.get("REMOTE_ADDR", "").strip()))
+    except ValueError:
+        return None

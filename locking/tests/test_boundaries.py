@@ -70,6 +70,7 @@ def test_importing_all_of_locking_imports_nothing_of_the_project():
 def test_all_is_the_documented_interface_and_every_name_resolves():
     assert sorted(locking.__all__) == [
         "Attempt",
+        "BreakLeaseForm",
         "FenceLock",
         "HolderInfo",
         "Lease",

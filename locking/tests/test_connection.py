@@ -98,6 +98,7 @@ def test_every_setting_has_a_default(settings):
         "LOCK_REDIS_WAIT_TIMEOUT_MS": 100,
         "LOCK_DATABASE": "default",
         "LOCK_FENCE_EVENT_RETENTION_DAYS": 90,
+        "LOCK_CLIENT_IP_CALLABLE": None,
         "LOCK_TTL_SETTINGS": (),
     }
     assert all(name.startswith("LOCK_") for name in DEFAULTS)
