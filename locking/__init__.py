@@ -36,7 +36,9 @@ The same from async code: ``lease = await FenceLock().aacquire(...)``, ``await
 aadvance_fence(queryset, lease, write)`` (the fence and the writes in one transaction,
 in ``sync_to_async``), ``await lease.arelease()``; or ``arun_fenced`` for the whole flow.
 ``lease.check()`` raises ``LeaseLost`` once the lease is lost; ``span(...)`` traces a step
-of the work (OpenTelemetry API).
+of the work (OpenTelemetry API). Operators read and break leases with ``holders``,
+``holder_of`` and ``break_lease`` (every page that breaks one uses ``BreakLeaseForm``); a
+batch of new resources records its first epochs at once with ``prepare_fences``.
 """
 
 from locking.advisory import advisory_key, advisory_lock

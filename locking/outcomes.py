@@ -28,7 +28,7 @@ class Outcome(TextChoices):
     # The work stopped itself because its lease was lost (``lease.check()`` raised
     # ``LeaseLost``) before it reached the fence; nothing was written.
     LOST = "lost", _("Lease lost")
-    # An operator deleted a stuck lease (``FenceLock.break_lease``); the holder's late write
+    # An operator deleted a stuck lease (``break_lease``); the holder's late write
     # is refused by the fence once a newer holder has committed.
     BROKEN = "broken", _("Lease broken by an operator")
 
