@@ -1,35 +1,36 @@
 """The HTTP case's baseline (URL conf of ``bench.http_settings``): under ``PREFIX``, the
-real assign view and ``assign_vendor`` with three names bound to stand-ins, so it takes
-every check, query and step of theirs, as they change. ``ASSIGNMENT`` checks the actor and
-runs the work at once under a lease that never was (no Redis; ``record_committed`` writes
-no audit row); ``advance_fence`` takes the fence UPDATE's row lock and records no token.
+real assign view and ``assign_vendor`` with one name bound to a stand-in, so it takes every
+check, query and step of theirs, as they change. ``ASSIGNMENT`` checks the actor and runs
+the operation's own steps in the runner's order under a lease that never was (no Redis, no
+audit row), with the fence row's row lock in place of the fence UPDATE (no token recorded).
 """
 
 import types
 
+from django.db import transaction
 from django.urls import path
 
 from hoa.fenced import Call
 from hoa.urls import handler400, handler403, handler404, handler500, urlpatterns  # noqa: F401
 from vendors import services, views
-from vendors.resources import ASSIGNMENT
+from vendors.operations import ASSIGNMENT
 
 PREFIX = "bench/unfenced/"
 TOKEN = 1  # every assignment's fence_token (the column is positive); no row records it
 
 
 class _UnfencedCall(Call):
-    def run(self, work, **facts):
-        no_lease = {"check": lambda: None, "record_committed": lambda *outcome: None}
-        return work(types.SimpleNamespace(resource=self.resource, token=TOKEN, **no_lease))
+    def run(self, steps):
+        lease = types.SimpleNamespace(resource=self.resource, token=TOKEN, check=lambda: None)
+        looked = steps.look(lease)
+        told = steps.call_outside(lease, looked) if looked.needs_call else None
+        with transaction.atomic():
+            steps.fence_row(looked).select_for_update().values_list("pk").get()
+            return steps.commit(lease, looked, told)
 
 
 def _begin(actor, **given) -> Call:
     return _UnfencedCall(**vars(ASSIGNMENT.begin(actor, **given)))
-
-
-def _row_lock(rows, lease) -> None:
-    rows.select_for_update().values_list("pk").get()
 
 
 def _rebound(function, **names):
@@ -42,7 +43,7 @@ def _rebound(function, **names):
     return rebound
 
 
-unfenced = {"ASSIGNMENT": types.SimpleNamespace(begin=_begin), "advance_fence": _row_lock}
+unfenced = {"ASSIGNMENT": types.SimpleNamespace(begin=_begin)}
 assign_unfenced = _rebound(services.assign_vendor, **unfenced)
 
 

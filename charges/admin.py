@@ -1,10 +1,11 @@
 """The charges admin: runs and charges (read-only), and "Generate charges for a month…" on
 the Organization changelist.
 
-``hoa`` must not know about charges, so the Organization admin gains its action here by
-replacing the registration with a subclass (as the vendors app does for complaints). The
-action's first POST shows an intermediate page to choose the month; its submit runs the
-service once per selected organization and reports each with the level its answer deserves.
+``hoa`` does not know about charges: ``GENERATION`` declares the action for the Organization
+admin (``AdminExtension``), and the frame's admin offers it to users with the operation's
+permission. The action's first POST shows an intermediate page to choose the month; its
+submit runs the service once per selected organization and reports each with the level its
+answer deserves.
 """
 
 from django.contrib import admin, messages
@@ -16,23 +17,17 @@ from django.utils.translation import gettext_lazy
 from charges.exceptions import ChargesError
 from charges.forms import ConfirmedMonthForm
 from charges.models import MonthlyCharge, MonthlyChargeRun, month_label
-from charges.resources import GENERATE_PERMISSION
 from charges.selectors import current_month
 from charges.services import generate_monthly_charges
-from hoa.admin import OrganizationAdmin as BaseOrganizationAdmin
 from hoa.admin_mixins import TenantAdminMixin
-from hoa.models import Organization
+from hoa.answers import table as answer_table
 from hoa.security.ratelimits import check_fenced_post
-from hoa.web import answer_table
 from hoa.web.access import client_ip
 
 APPLY_FIELD = "apply"
 
 
-@admin.action(
-    description=gettext_lazy("Generate charges for a month…"),
-    permissions=["generate_charges"],
-)
+@admin.action(description=gettext_lazy("Generate charges for a month…"))
 def generate_charges_for_month(modeladmin, request, queryset):
     """Ask for a month, then generate each selected organization's charges for it."""
     if APPLY_FIELD in request.POST:
@@ -74,19 +69,7 @@ def _generate_one(modeladmin, request, organization, month) -> None:
     except ChargesError as exc:
         answer_table.admin_message(modeladmin, request, exc)
     else:
-        modeladmin.message_user(request, result.message, messages.SUCCESS)
-
-
-admin.site.unregister(Organization)
-
-
-@admin.register(Organization)
-class OrganizationAdmin(BaseOrganizationAdmin):
-    actions = [*(BaseOrganizationAdmin.actions or []), generate_charges_for_month]
-
-    def has_generate_charges_permission(self, request) -> bool:
-        """Whether the action is offered: the ``permissions=["generate_charges"]`` hook."""
-        return request.user.has_perm(GENERATE_PERMISSION)
+        answer_table.admin_done(modeladmin, request, result)
 
 
 @admin.register(MonthlyChargeRun)

@@ -11,10 +11,14 @@ from decimal import Decimal
 from typing import NamedTuple
 
 from django.conf import settings
+from django.utils.translation import gettext_lazy
 
 from charges.models import month_label
 from hoa.integrations.webhooks import CallResult, post_fenced
 from hoa.models import Organization
+
+# Whom a billing call tells, as an audit line names it.
+BILLING_SYSTEM = gettext_lazy("the billing system")
 
 
 class ChargeLine(NamedTuple):

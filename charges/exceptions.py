@@ -1,50 +1,68 @@
-"""What charge generation raises on purpose. Nothing was written in any of these cases.
+"""What charge generation refuses on purpose. Nothing was written in any of these cases.
 
-Each says which kind of answer it is (``hoa.web.answer_table``) and, when it answers a fenced
-attempt, the ``outcome`` ``run_fenced`` records. ``str(exc)`` is the sentence a person
-reads (``charges.answers``).
+Each class says which kind of answer it is and carries facts; ``charges.answers`` renders
+its sentences when a page, the admin or the command asks (``hoa.answers.refusals``). The
+lock refusals carry the attempt's subject: ``organization`` and ``month``.
 """
 
-from django.utils.translation import gettext_lazy as _
+from django.utils.translation import gettext_lazy
 
-from charges import answers
-from hoa.fenced import CallFailed, NotPermitted, lock_refusals
-from hoa.web.answer_table import Answer, Refusal
+from hoa.answers.refusals import (
+    Busy,
+    CallFailed,
+    LeaseRanOut,
+    LockServiceDown,
+    NotPermitted,
+    Refusal,
+    Superseded,
+)
+from hoa.answers.table import Answer
 
 
 class ChargesError(Refusal):
-    """Base class of everything charge generation raises on purpose."""
+    """Base class of everything charge generation refuses on purpose."""
 
 
 class InvalidMonth(ChargesError, ValueError):
-    """The month is not a ``YYYY-MM`` month (or not the first day of one), or is outside
-    the months that can be billed (``window``: the first and the last)."""
+    """``value`` is not a ``YYYY-MM`` month (``why``: its ``format``, its ``month`` or
+    ``year`` number, or a ``day`` that is not the first), or is a month outside the ones
+    that can be billed (``window``: the first and the last)."""
 
     answer = Answer.BAD_REQUEST
-    title = _("Not a month")
+    title = gettext_lazy("Not a month")
 
     def __init__(self, value: object, why: str = "format", *, window=None):
-        self.value = value
-        if window is not None:  # a month, but outside the months that can be billed
-            super().__init__(answers.outside_window(value, *window))
-        else:
-            super().__init__(answers.not_a_month(value, why))
+        super().__init__()
+        self.value, self.why, self.window = value, why, window
 
 
-class NotAllowed(NotPermitted, ChargesError):
-    sentence = staticmethod(answers.not_allowed)
+class NotAllowed(ChargesError, NotPermitted):
+    """The actor may not generate this organization's charges."""
 
 
-class BillingFailed(CallFailed, ChargesError):
-    title = _("The billing system failed")
-    sentence = staticmethod(answers.billing_failed)
+class GenerationBusy(ChargesError, Busy):
+    """Another holder is generating these charges right now."""
+
+    title = gettext_lazy("Charges are being generated")
 
 
-# Locking's four refusals in this app's words; FencedOperation raises them.
-LOCK_REFUSALS = lock_refusals(ChargesError, answers, prefix="Generation")
-(
-    GenerationBusy,
-    GenerationSuperseded,
-    GenerationLeaseLost,
-    LockServiceUnavailable,
-) = LOCK_REFUSALS
+class GenerationSuperseded(ChargesError, Superseded):
+    """A newer holder took over while this attempt was paused past its lease."""
+
+    title = gettext_lazy("A newer holder took over")
+
+
+class GenerationLeaseLost(ChargesError, LeaseRanOut):
+    """The lease was lost (or could not be confirmed) before the billing call."""
+
+    title = gettext_lazy("Stopped before billing")
+
+
+class LockServiceUnavailable(ChargesError, LockServiceDown):
+    """Redis could not be reached: no lease, nothing generated."""
+
+
+class BillingFailed(ChargesError, CallFailed):
+    """The billing system refused the run, failed or timed out."""
+
+    title = gettext_lazy("The billing system failed")

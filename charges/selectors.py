@@ -11,7 +11,6 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 
 from charges.models import MonthlyChargeRun, month_label
-from charges.resources import GENERATE_PERMISSION
 from hoa.models import Organization
 from hoa.operations import ResourceInfo
 
@@ -84,18 +83,20 @@ def describe_resources(matches: dict[str, re.Match]) -> dict[str, ResourceInfo]:
     return described
 
 
-def dashboard_context(request, organization: Organization, month: date) -> dict:
-    """This month's run on the dashboard, and whether the viewer may generate it."""
+def dashboard_context(request, organization: Organization) -> dict:
+    """This month's run on the dashboard."""
+    month = current_month()
     return {
+        "charges_month": month,
         "current_run": MonthlyChargeRun.objects.for_organization(organization)
         .filter(month=month)
         .first(),
-        "can_generate": request.user.has_perm(GENERATE_PERMISSION),
     }
 
 
-def organization_annotations(month: date) -> dict:
+def organization_annotations() -> dict:
     """On the organization list: 0 or 1, there is one run per organization and month."""
+    month = current_month()
     return {
         "completed_run_count": Count(
             "charge_runs",

@@ -1,56 +1,39 @@
 """Monthly charge generation: exactly one run per organization and month, one charge per unit.
 
 ``generate_monthly_charges`` is the one operation; views, the admin action and the command
-parse input, check permission, call it and turn its result or exception into an answer.
-The order inside (ARCHITECTURE.md, "A fenced operation, end to end"):
+parse input, check permission, call it and turn its result or refusal into an answer. It
+reads top to bottom: check the actor, then run one attempt's steps under a fenced lease
+(``hoa.fenced``, the runner every operation shares), in this order:
 
-1. ``run_fenced`` grants a lease on ``monthly-charges:org:<id>:<YYYY-MM>`` with a fencing
-   token (busy → ``GenerationBusy``; Redis down → ``LockServiceUnavailable``).
-2. Outside any transaction: one billing call carrying the token and the idempotency key
-   (failure → ``BillingFailed``, nothing written).
-3. One ``transaction.atomic()``: the run row that carries the fence if there is none yet
-   (``INSERT … ON CONFLICT DO NOTHING``), ``advance_fence`` on it (a holder whose lease
-   was re-granted → ``GenerationSuperseded``), then the state check (a completed run →
-   "already generated"), then the charges (COPY), the run's totals and the attempt's
-   audit row (``lease.record_committed()``).
+1. ``look``: this month's run, and the units to bill unless it is completed.
+2. ``call_outside``: one billing call carrying the token and the idempotency key (failure:
+   ``BillingFailed``, nothing written). A completed run is final: nothing to bill.
+3. ``fence_row`` and ``commit``, in one transaction: the run row that carries the fence if
+   there is none yet (``INSERT … ON CONFLICT DO NOTHING``), ``advance_fence`` on it (a
+   holder whose lease was re-granted: ``GenerationSuperseded``), then the state check (a
+   completed run: already generated), then the charges (COPY) and the run's totals.
 
-``run_fenced`` records each attempt's outcome as a ``FenceEvent``; a Redis counter that was
-lost or fell behind starts a new fence epoch (docs/locking.md). Actors: a user must be
-staff of the organization and hold ``charges.generate_charges`` (``NotAllowed``, recorded
-as an ``AccessDenial``, otherwise); ``None`` is the deployment's operator at the shell.
+Actors: a user must be staff of the organization and hold ``charges.generate_charges``
+(``NotAllowed``, recorded as an ``AccessDenial``, otherwise); ``None`` is the deployment's
+operator at the shell.
 """
 
-import logging
 from dataclasses import dataclass
 from datetime import date, datetime
 
 from django.db import transaction
+from django.db.models import QuerySet
 from django.utils import timezone
 
 from charges import answers, billing
 from charges.billing import ChargeLine
-from charges.exceptions import (
-    BillingFailed,
-    InvalidMonth,
-)
+from charges.exceptions import InvalidMonth
 from charges.models import MonthlyCharge, MonthlyChargeRun
-from charges.resources import GENERATION, charge_resource
-from hoa.integrations.webhooks import ExternalCallFailed
+from charges.operations import GENERATION, charge_resource
+from hoa.answers.table import Answer
+from hoa.fenced import FencedSteps
 from hoa.models import Organization, Unit
-from locking import Lease, Outcome, advance_fence, span
-
-logger = logging.getLogger(__name__)
-
-# -- input ----------------------------------------------------------------------------------
-
-
-def _require_first_of_month(month: object) -> date:
-    if isinstance(month, datetime) or not isinstance(month, date) or month.day != 1:
-        raise InvalidMonth(month, "day")
-    return month
-
-
-# -- results ---------------------------------------------------------------------------------
+from locking import Lease, Outcome
 
 
 @dataclass(frozen=True)
@@ -58,7 +41,7 @@ class ChargeRunResult:
     """What a successful call did: generated the run now, or found it already generated."""
 
     run: MonthlyChargeRun
-    outcome: Outcome  # COMMITTED or ALREADY_DONE; run_fenced records it as the event outcome
+    outcome: Outcome  # COMMITTED or ALREADY_DONE: what the audit records
     token: int
 
     @property
@@ -66,17 +49,12 @@ class ChargeRunResult:
         return self.outcome == Outcome.COMMITTED
 
     @property
+    def answer(self) -> Answer:
+        return Answer.DONE if self.generated else Answer.ALREADY_DONE
+
+    @property
     def message(self) -> str:
         return answers.result_message(self.run, generated=self.generated)
-
-
-# -- the operation ---------------------------------------------------------------------------
-
-
-def charge_lines(organization: Organization) -> list[ChargeLine]:
-    """Return one line per unit of ``organization``: its label and monthly assessment."""
-    units = Unit.objects.for_organization(organization).order_by("label")
-    return list(map(ChargeLine._make, units.values_list("pk", "label", "monthly_assessment")))
 
 
 def generate_monthly_charges(
@@ -88,78 +66,83 @@ def generate_monthly_charges(
     or a superuser), or ``None`` for the deployment's operator at the shell; ``via`` says
     where the request came from (e.g. ``cli:ops``) for the audit trail.
     """
-    _require_first_of_month(month)
+    if isinstance(month, datetime) or not isinstance(month, date) or month.day != 1:
+        raise InvalidMonth(month, "day")
     resource = charge_resource(organization, month)
-    attempt = GENERATION.begin(actor, via=via, organization=organization, resource=resource, ip=ip)
+    call = GENERATION.begin(actor, organization=organization, resource=resource, via=via, ip=ip)
+    return call.run(ChargeRun(organization=organization, month=month, by=call.label))
 
-    def work(lease: Lease) -> ChargeRunResult:
-        return _generate_under_lease(
-            organization=organization, month=month, label=attempt.label, lease=lease
+
+def charge_lines(organization: Organization) -> list[ChargeLine]:
+    """Return one line per unit of ``organization``: its label and monthly assessment."""
+    units = Unit.objects.for_organization(organization).order_by("label")
+    return list(map(ChargeLine._make, units.values_list("pk", "label", "monthly_assessment")))
+
+
+@dataclass(frozen=True)
+class Looked:
+    run: MonthlyChargeRun | None  # the month's run, if one exists yet
+    lines: list[ChargeLine]  # what to bill; empty for a completed run
+    needs_call: bool
+
+
+@dataclass(frozen=True)
+class ChargeRun(FencedSteps):
+    """One attempt at a month's charges, as the runner's steps (``hoa.fenced``)."""
+
+    organization: Organization
+    month: date
+    by: str  # who asked, as the run records it
+
+    endpoint = "billing"
+
+    @property
+    def subject(self) -> dict:
+        return {"organization": self.organization, "month": self.month}
+
+    def runs(self) -> QuerySet:
+        return MonthlyChargeRun.objects.for_organization(self.organization).filter(month=self.month)
+
+    def look(self, lease: Lease) -> Looked:
+        run = self.runs().first()
+        if run is not None and run.is_completed:
+            # Final: nothing to bill. The commit still checks the fence first, so a holder
+            # that lost its lease learns it.
+            return Looked(run=run, lines=[], needs_call=False)
+        return Looked(run=run, lines=charge_lines(self.organization), needs_call=True)
+
+    def call_outside(self, lease: Lease, looked: Looked) -> str | None:
+        call = billing.send_charge_run(
+            organization=self.organization, month=self.month, lines=looked.lines, token=lease.token
         )
+        return None if call.skipped else billing.BILLING_SYSTEM
 
-    return attempt.run(work, organization=organization, month=month)
-
-
-def _generate_under_lease(
-    *, organization: Organization, month: date, label: str, lease: Lease
-) -> ChargeRunResult:
-    runs = MonthlyChargeRun.objects.for_organization(organization).filter(month=month)
-    run = runs.first()
-    lines: list[ChargeLine] = []
-    if run is None or not run.is_completed:
-        lines = charge_lines(organization)
-        # Not worth a billing call if the lease is already gone (the fence would refuse
-        # the write anyway): LeaseLost, answered "stopped before billing".
-        lease.check()
-        try:
-            with span("external-call", lease=lease, attributes={"endpoint": "billing"}):
-                billing.send_charge_run(
-                    organization=organization, month=month, lines=lines, token=lease.token
-                )
-        except ExternalCallFailed as exc:
-            raise BillingFailed(call=exc, organization=organization, month=month) from exc
-    # else: a completed run is final, so there is nothing to bill. The transaction below
-    # still runs the fence check first, so a holder that lost its lease learns it.
-
-    with transaction.atomic():
-        if run is None:
-            # The row that carries the fence, created in this transaction: one round trip,
-            # no transaction of its own. Two creators meet on the unique (organization,
-            # month) constraint; the second one's insert does nothing.
+    def fence_row(self, looked: Looked) -> QuerySet:
+        if looked.run is None:
+            # The row that carries the fence, created in the commit's transaction: one round
+            # trip. Two creators meet on the unique (organization, month) constraint; the
+            # second one's insert does nothing.
             MonthlyChargeRun.objects.bulk_create(
-                [MonthlyChargeRun(organization=organization, month=month)],
+                [MonthlyChargeRun(organization=self.organization, month=self.month)],
                 ignore_conflicts=True,
             )
-        advance_fence(runs, lease)
-        # Our UPDATE holds the row lock; this read sees the latest committed state.
-        run = runs.get()
-        run.organization = organization
+        return self.runs()
+
+    def commit(self, lease: Lease, looked: Looked, told) -> ChargeRunResult:
+        # The fence UPDATE holds the row lock: this read sees the latest committed state.
+        run = self.runs().get()
+        run.organization = self.organization
         if run.is_completed:
-            outcome = Outcome.ALREADY_DONE
-        else:
-            now = timezone.now()
-            _copy_charges(run, lines, now)
-            run.status = MonthlyChargeRun.Status.COMPLETED
-            run.total = billing.lines_total(lines)
-            run.charge_count = len(lines)
-            run.completed_at = now
-            run.completed_by = label[:200]
-            run.save(
-                update_fields=["status", "total", "charge_count", "completed_at", "completed_by"]
-            )
-            outcome = Outcome.COMMITTED
-            lease.record_committed(outcome)  # the audit row commits with the charges
-    logger.info(
-        "monthly charges %s",
-        "generated" if outcome == Outcome.COMMITTED else "already generated",
-        extra={
-            "resource": lease.resource,
-            "token": lease.token,
-            "outcome": outcome,
-            "charge_count": run.charge_count,
-        },
-    )
-    return ChargeRunResult(run=run, outcome=outcome, token=lease.token)
+            return ChargeRunResult(run=run, outcome=Outcome.ALREADY_DONE, token=lease.token)
+        now = timezone.now()
+        _copy_charges(run, looked.lines, now)
+        run.status = MonthlyChargeRun.Status.COMPLETED
+        run.total = billing.lines_total(looked.lines)
+        run.charge_count = len(looked.lines)
+        run.completed_at = now
+        run.completed_by = self.by[:200]
+        run.save(update_fields=["status", "total", "charge_count", "completed_at", "completed_by"])
+        return ChargeRunResult(run=run, outcome=Outcome.COMMITTED, token=lease.token)
 
 
 _COPY_CHARGES = "COPY {table} (run_id, unit_id, amount, created_at) FROM STDIN"

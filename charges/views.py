@@ -3,7 +3,7 @@
 The generate view is thin: the organization and permission checks come from
 ``OrganizationMixin`` (404 for an organization the user is not staff of, 403 without the
 permission), the month is parsed, one service call does the work, and each outcome maps to
-one answer (``hoa.web.answer_table``): 303 to the run page, 409 busy or superseded, 400 bad
+one answer (``hoa.answers.table``): 303 to the run page, 409 busy or superseded, 400 bad
 month, 503 Redis down, 502 billing failed.
 """
 
@@ -12,8 +12,7 @@ import itertools
 from datetime import date
 
 from django.conf import settings
-from django.contrib import messages
-from django.http import HttpResponseRedirect, StreamingHttpResponse
+from django.http import StreamingHttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils.decorators import method_decorator
@@ -32,14 +31,14 @@ from charges.forms import (
     parse_month,
 )
 from charges.models import MonthlyChargeRun, month_label
-from charges.resources import GENERATE_PERMISSION, OPERATION
+from charges.operations import GENERATE_PERMISSION, OPERATION
 from charges.selectors import current_month, monthly_totals
 from charges.services import generate_monthly_charges
+from hoa.answers import table as answer_table
+from hoa.answers.pages import error_page
 from hoa.security.ratelimits import limit_fenced_posts
-from hoa.web import answer_table
 from hoa.web.access import OrganizationMixin, client_ip
 from hoa.web.charts import Bar, bar_chart
-from hoa.web.responses import error_page
 
 CHART_MONTHS = 12
 
@@ -239,9 +238,5 @@ class GenerateChargesView(OrganizationMixin, View):
             )
         except ChargesError as exc:
             return answer_table.page(request, exc)
-        if result.generated:
-            messages.success(request, result.message)
-        else:
-            messages.info(request, result.message)
         run_url = reverse("charges:run", args=[self.organization.slug, month_label(month)])
-        return HttpResponseRedirect(run_url, status=303)
+        return answer_table.done(request, result, run_url)

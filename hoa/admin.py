@@ -6,7 +6,7 @@ from django.utils import timezone
 from django.utils.timesince import timesince, timeuntil
 from django.utils.translation import gettext_lazy as _
 
-from hoa.admin_mixins import AuditTrailAdmin, TenantAdminMixin
+from hoa.admin_mixins import AuditTrailAdmin, ExtensibleAdmin, TenantAdminMixin
 from hoa.models import (
     AccessDenial,
     Complaint,
@@ -25,13 +25,10 @@ class UnitInline(admin.TabularInline):
 
 
 @admin.register(Organization)
-class OrganizationAdmin(TenantAdminMixin, admin.ModelAdmin):
+class OrganizationAdmin(ExtensibleAdmin, TenantAdminMixin, admin.ModelAdmin):
     list_display = ["name", "slug", "sla_hours_high", "sla_hours_normal", "sla_hours_low"]
     search_fields = ["name", "slug"]
     prepopulated_fields = {"slug": ["name"]}
-
-    def get_queryset(self, request):
-        return Organization.objects.for_user(request.user)
 
 
 @admin.register(Unit)
@@ -97,7 +94,7 @@ class BreachedFilter(admin.SimpleListFilter):
 
 
 @admin.register(Complaint)
-class ComplaintAdmin(TenantAdminMixin, admin.ModelAdmin):
+class ComplaintAdmin(ExtensibleAdmin, TenantAdminMixin, admin.ModelAdmin):
     list_display = [
         "id",
         "title",

@@ -1,13 +1,17 @@
 """Admin plumbing of the project: tenant scoping (staff see and edit only their
-organizations' rows) and the read-only audit table."""
+organizations' rows), the frame's admins that fenced operations extend, and the read-only
+audit table."""
 
 from django.contrib import admin, messages
 from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
+from django.contrib.admin.options import IS_POPUP_VAR
 from django.contrib.admin.utils import NotRelationField, get_fields_from_path
 from django.core.exceptions import FieldDoesNotExist, ValidationError
+from django.utils.module_loading import import_string
 from django.utils.translation import gettext as _
 
 from hoa.models import Organization
+from hoa.operations import admin_extensions
 from hoa.security.audit import Reason, deny_request
 
 
@@ -83,6 +87,11 @@ class TenantAdminMixin:
     def _audit_refused_action(self, request) -> None:
         declared = {"delete_selected"}
         declared |= {a if isinstance(a, str) else a.__name__ for a in self.actions or []}
+        declared |= {
+            path.rpartition(".")[2]
+            for extension, _permission in admin_extensions(self.model)
+            for path in extension.actions
+        }
         refused = (set(request.POST.getlist("action")) & declared) - set(self.get_actions(request))
         if refused:
             deny_request(
@@ -124,6 +133,47 @@ class TenantAdminMixin:
     def formfield_for_foreignkey(self, db_field, request, **kwargs):
         kwargs = _scoped_foreignkey(db_field, request, kwargs)
         return super().formfield_for_foreignkey(db_field, request, **kwargs)
+
+
+class ExtensibleAdmin:
+    """The admin of a frame model, with what the fenced operations add to it.
+
+    An operation declares an ``AdminExtension`` for a model of the frame (the Organization
+    admin gains an action per organization, the Complaint admin a column, an inline and an
+    action per complaint); this mixin installs each on the admin it
+    extends: its actions for users with the operation's permission, its columns after the
+    admin's own, its inlines, and the annotations its columns read. No app unregisters
+    another's admin to subclass it, so two operations extending one admin both show.
+    """
+
+    def _extensions(self):
+        return admin_extensions(self.model)
+
+    def get_actions(self, request):
+        actions = super().get_actions(request)
+        if self.actions is None or IS_POPUP_VAR in request.GET:
+            return actions
+        for extension, permission in self._extensions():
+            if request.user.has_perm(permission):
+                for path in extension.actions:
+                    function, name, description = self.get_action(import_string(path))
+                    actions[name] = (function, name, description)
+        return actions
+
+    def get_list_display(self, request):
+        columns = [import_string(path) for ext, _perm in self._extensions() for path in ext.columns]
+        return [*super().get_list_display(request), *columns]
+
+    def get_inlines(self, request, obj):
+        inlines = [import_string(path) for ext, _perm in self._extensions() for path in ext.inlines]
+        return [*super().get_inlines(request, obj), *inlines]
+
+    def get_queryset(self, request):
+        queryset = super().get_queryset(request)
+        for extension, _permission in self._extensions():
+            if extension.queryset:
+                queryset = import_string(extension.queryset)(queryset)
+        return queryset
 
 
 class TenantInlineMixin:

@@ -12,3 +12,5 @@ class HoaConfig(AppConfig):
 
         # Failed sign-ins (site and admin login alike) count towards the lockout.
         user_login_failed.connect(count_failed_sign_in, dispatch_uid="hoa-count-failed-sign-in")
+
+        from hoa import checks  # noqa: F401  (registers hoa.W001)

@@ -43,14 +43,16 @@ status now, and nothing of theirs is written. Every change, note and SLA change 
 import logging
 from dataclasses import dataclass
 from datetime import datetime
+from enum import StrEnum
 
 from django.db import transaction
 from django.utils import formats, timezone
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
+from hoa.answers.refusals import Refusal, sentence
+from hoa.answers.table import Answer, Audience
 from hoa.models import Complaint, ComplaintEvent
-from hoa.web.answer_table import Answer, Refusal
 
 __all__ = [
     "NOTE_MAX_LENGTH",
@@ -84,41 +86,115 @@ REOPENED_FROM = (Status.RESOLVED, Status.CLOSED)
 # -- refusals -----------------------------------------------------------------------------
 
 
+class Rule(StrEnum):
+    """The rule a refused change breaks; its sentence is ``RULES[rule]``."""
+
+    UNCHANGED = "unchanged"
+    ASSIGNED_BY_HAND = "assigned-by-hand"
+    CLOSED_IS_FINAL = "closed-is-final"
+    NEEDS_VENDOR = "needs-vendor"
+    NOT_FROM_HERE = "not-from-here"
+    NOTE_TOO_LONG = "note-too-long"
+    SAY_WHAT_WAS_DONE = "say-what-was-done"
+    SAY_WHY_CLOSED = "say-why-closed"
+    SAY_WHY_REOPENED = "say-why-reopened"
+    SAY_WHY_RESTARTED = "say-why-restarted"
+    UNKNOWN_STATUS = "unknown-status"
+    EMPTY_NOTE = "empty-note"
+    SAY_WHY_SLA_CHANGES = "say-why-sla-changes"
+    REASON_TOO_LONG = "reason-too-long"
+    NO_SLA_RUNNING = "no-sla-running"
+    SLA_BEFORE_OPENING = "sla-before-opening"
+    SLA_UNCHANGED = "sla-unchanged"
+
+
+RULES = {
+    Rule.UNCHANGED: gettext_lazy("The complaint is already %(to)s."),
+    Rule.ASSIGNED_BY_HAND: gettext_lazy(
+        "A complaint becomes assigned when a vendor is assigned to it, not by hand."
+    ),
+    Rule.CLOSED_IS_FINAL: gettext_lazy(
+        "A closed complaint is final: it can only be reopened, with a note."
+    ),
+    Rule.NEEDS_VENDOR: gettext_lazy("Assign a vendor before marking the complaint in progress."),
+    Rule.NOT_FROM_HERE: gettext_lazy("A complaint that is %(from)s cannot become %(to)s."),
+    Rule.NOTE_TOO_LONG: gettext_lazy("Keep the note under %(max)s characters."),
+    Rule.SAY_WHAT_WAS_DONE: gettext_lazy("Say in a note what was done to resolve the complaint."),
+    Rule.SAY_WHY_CLOSED: gettext_lazy(
+        "Say in a note why the complaint is closed without being resolved."
+    ),
+    Rule.SAY_WHY_REOPENED: gettext_lazy("Say in a note why the complaint is reopened."),
+    Rule.SAY_WHY_RESTARTED: gettext_lazy("Say in a note why work on the complaint starts again."),
+    Rule.UNKNOWN_STATUS: gettext_lazy("Choose a status from the list."),
+    Rule.EMPTY_NOTE: gettext_lazy("Write the note first."),
+    Rule.SAY_WHY_SLA_CHANGES: gettext_lazy("Say why the SLA due time changes."),
+    Rule.REASON_TOO_LONG: gettext_lazy("Keep the reason under %(max)s characters."),
+    Rule.NO_SLA_RUNNING: gettext_lazy(
+        "A %(status)s complaint has no SLA running; reopen it first."
+    ),
+    Rule.SLA_BEFORE_OPENING: gettext_lazy(
+        "The SLA due time must be after the complaint was opened (%(opened)s)."
+    ),
+    Rule.SLA_UNCHANGED: gettext_lazy("The SLA is already due then."),
+}
+
+
 class ComplaintsError(Refusal):
     """Base of what the workflow refuses on purpose; nothing was written."""
 
 
 class TransitionRefused(ComplaintsError):
-    """The change breaks a rule (the sentence says which); 400."""
+    """The change breaks ``rule``; ``facts`` fill its sentence (``RULES``). 400."""
 
     answer = Answer.BAD_REQUEST
     title = gettext_lazy("This change is not allowed")
 
+    def __init__(self, rule: Rule, **facts):
+        super().__init__(rule=rule, facts=facts)
+
 
 class StatusChanged(ComplaintsError):
-    """Someone changed the status since the page was shown; 409 with the status now."""
+    """Someone changed the status since the page was shown (``seen``): it is ``current``
+    now (``None``: the complaint is gone); 409."""
 
     answer = Answer.RETRY
     title = gettext_lazy("The status changed meanwhile")
 
     def __init__(self, *, complaint: Complaint, seen: str, current: str | None, wanted: str):
-        self.complaint, self.seen, self.current, self.wanted = complaint, seen, current, wanted
-        super().__init__(
-            _(
+        super().__init__(complaint=complaint, seen=seen, current=current, wanted=wanted)
+
+
+@sentence.register
+def _sentence(refusal: ComplaintsError, audience: Audience) -> str:
+    """What staff and operators read for a refusal of the workflow (the same)."""
+    match refusal:
+        case TransitionRefused():
+            return RULES[refusal.rule] % {
+                name: _shown(name, value) for name, value in refusal.facts.items()
+            }
+        case StatusChanged():
+            return _(
                 "Complaint #%(complaint)s changed since you looked: it is %(current)s now, "
                 "not %(seen)s; nothing was saved. Reload it, or try again to apply your "
                 "change to the status it has now."
-            )
-            % {
-                "complaint": complaint.pk,
-                "current": _label(current) if current else _("gone"),
-                "seen": _label(seen),
+            ) % {
+                "complaint": refusal.complaint.pk,
+                "current": _label(refusal.current) if refusal.current else _("gone"),
+                "seen": _label(refusal.seen),
             }
-        )
+    raise TypeError(f"no sentence for {type(refusal).__name__}")
 
 
 def _label(status: str) -> str:
     return str(Status(status).label).lower()
+
+
+def _shown(name: str, value):
+    if name in ("from", "to", "status"):
+        return _label(value)
+    if name == "opened":
+        return formats.date_format(value, "Y-m-d H:i")
+    return value
 
 
 # -- the rules ----------------------------------------------------------------------------
@@ -140,36 +216,28 @@ def check_transition(
 ) -> str:
     """Return the status ``to`` lands on (reopening may land on ``assigned``), or raise
     ``TransitionRefused`` with the rule it breaks."""
-    values = {"from": _label(seen), "to": _label(to)}
+    values = {"from": seen, "to": to}
     if to == seen:
-        raise TransitionRefused(_("The complaint is already %(to)s.") % values)
+        raise TransitionRefused(Rule.UNCHANGED, **values)
     if to == Status.ASSIGNED:
-        raise TransitionRefused(
-            _("A complaint becomes assigned when a vendor is assigned to it, not by hand.")
-        )
+        raise TransitionRefused(Rule.ASSIGNED_BY_HAND)
     if seen == Status.CLOSED and to != Status.OPEN:
-        raise TransitionRefused(
-            _("A closed complaint is final: it can only be reopened, with a note.")
-        )
+        raise TransitionRefused(Rule.CLOSED_IS_FINAL)
     if to == Status.IN_PROGRESS and not has_vendor:
-        raise TransitionRefused(_("Assign a vendor before marking the complaint in progress."))
+        raise TransitionRefused(Rule.NEEDS_VENDOR)
     if to not in ALLOWED[seen]:
-        raise TransitionRefused(_("A complaint that is %(from)s cannot become %(to)s.") % values)
+        raise TransitionRefused(Rule.NOT_FROM_HERE, **values)
     if len(note) > NOTE_MAX_LENGTH:
-        raise TransitionRefused(
-            _("Keep the note under %(max)s characters.") % {"max": NOTE_MAX_LENGTH}
-        )
+        raise TransitionRefused(Rule.NOTE_TOO_LONG, max=NOTE_MAX_LENGTH)
     if not note:
         if to == Status.RESOLVED:
-            raise TransitionRefused(_("Say in a note what was done to resolve the complaint."))
+            raise TransitionRefused(Rule.SAY_WHAT_WAS_DONE)
         if to == Status.CLOSED and seen != Status.RESOLVED:
-            raise TransitionRefused(
-                _("Say in a note why the complaint is closed without being resolved.")
-            )
+            raise TransitionRefused(Rule.SAY_WHY_CLOSED)
         if to == Status.OPEN:
-            raise TransitionRefused(_("Say in a note why the complaint is reopened."))
+            raise TransitionRefused(Rule.SAY_WHY_REOPENED)
         if to == Status.IN_PROGRESS and seen == Status.RESOLVED:
-            raise TransitionRefused(_("Say in a note why work on the complaint starts again."))
+            raise TransitionRefused(Rule.SAY_WHY_RESTARTED)
     if to == Status.OPEN and has_vendor:
         return Status.ASSIGNED
     return to
@@ -199,7 +267,7 @@ def change_status(
     """Move ``complaint`` from the status the actor saw to ``to``, with a note, once."""
     note = note.strip()
     if seen not in Status.values or to not in Status.values:
-        raise TransitionRefused(_("Choose a status from the list."))
+        raise TransitionRefused(Rule.UNKNOWN_STATUS)
     lands_on = check_transition(
         complaint=complaint, seen=seen, to=to, note=note, has_vendor=has_vendor
     )
@@ -238,11 +306,9 @@ def add_note(*, complaint: Complaint, note: str, actor) -> ComplaintEvent:
     """Add a note to the complaint's timeline (any status, closed ones too)."""
     note = note.strip()
     if not note:
-        raise TransitionRefused(_("Write the note first."))
+        raise TransitionRefused(Rule.EMPTY_NOTE)
     if len(note) > NOTE_MAX_LENGTH:
-        raise TransitionRefused(
-            _("Keep the note under %(max)s characters.") % {"max": NOTE_MAX_LENGTH}
-        )
+        raise TransitionRefused(Rule.NOTE_TOO_LONG, max=NOTE_MAX_LENGTH)
     return ComplaintEvent.objects.create(
         complaint=complaint,
         kind=ComplaintEvent.Kind.NOTE,
@@ -260,26 +326,18 @@ def change_sla(*, complaint: Complaint, due_at: datetime, reason: str, actor) ->
     """
     reason = reason.strip()
     if not reason:
-        raise TransitionRefused(_("Say why the SLA due time changes."))
+        raise TransitionRefused(Rule.SAY_WHY_SLA_CHANGES)
     if len(reason) > NOTE_MAX_LENGTH:
-        raise TransitionRefused(
-            _("Keep the reason under %(max)s characters.") % {"max": NOTE_MAX_LENGTH}
-        )
+        raise TransitionRefused(Rule.REASON_TOO_LONG, max=NOTE_MAX_LENGTH)
     with transaction.atomic():
         # The row lock orders this change after any status change or sweep batch in flight.
         locked = Complaint.objects.select_for_update().get(pk=complaint.pk)
         if not locked.is_open:
-            raise TransitionRefused(
-                _("A %(status)s complaint has no SLA running; reopen it first.")
-                % {"status": _label(locked.status)}
-            )
+            raise TransitionRefused(Rule.NO_SLA_RUNNING, status=locked.status)
         if due_at <= locked.opened_at:
-            raise TransitionRefused(
-                _("The SLA due time must be after the complaint was opened (%(opened)s).")
-                % {"opened": formats.date_format(locked.opened_at, "Y-m-d H:i")}
-            )
+            raise TransitionRefused(Rule.SLA_BEFORE_OPENING, opened=locked.opened_at)
         if due_at == locked.sla_due_at:
-            raise TransitionRefused(_("The SLA is already due then."))
+            raise TransitionRefused(Rule.SLA_UNCHANGED)
         Complaint.objects.filter(pk=complaint.pk).update(sla_due_at=due_at)
         event = ComplaintEvent.objects.create(
             complaint=complaint,

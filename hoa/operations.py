@@ -1,32 +1,60 @@
-"""The registry of fenced operations: the one seam between ``hoa`` and the apps above it.
+"""Fenced operations, each declared once where it lives and found by the frame here.
 
-``hoa`` is the frame (organizations, staff, the pages every operation shares: dashboard,
-lock status, demo data). It names no app built on it. Each fenced operation registers
-itself from its ``AppConfig.ready()`` with what the frame needs to know::
+``hoa`` is the frame: organizations, staff, complaints and the pages every operation shares.
+It names no app built on it. An app declares its operation once, in its ``operations``
+module, and registers it from ``AppConfig.ready()`` (as Django's apps register admin classes
+and checks)::
 
-    register(Operation(                        # e.g. a "keys" app handing out unit keys
-        name="key-handover",                   # the audit's operation name
+    HANDOVER = FencedOperation(                      # e.g. a "keys" app handing out unit keys
+        name="key-handover",                         # the audit's operation name
+        permission="keys.hand_over",                 # what staff need to run it
         resource=re.compile(r"key-handover:unit:(?P<unit>[0-9]{1,18})"),
-        describe=selectors.describe_resources,  # resource names -> ResourceInfo
+        example="key-handover:unit:1",
+        refusals=Refusals(not_permitted=NotAllowed, busy=HandoverBusy, …),
+        ttl=timedelta(seconds=30), ttl_setting="KEYS_LOCK_TTL_SECONDS",
+        describe=selectors.describe_resources,      # resource names -> ResourceInfo
         scan_prefixes=lambda organization_ids: ["key-handover:unit:"],
         links=(Link(_("Keys"), "keys:handovers", current=("keys:handovers",)),),
         dashboard=Panel(stats="keys/_dashboard_stats.html", context=selectors.panel),
-    ))
+        admin=(AdminExtension("hoa.Unit", actions=("keys.admin.hand_over",)),),
+        seed_demo=demo.seed_demo,
+    )
 
-The lock status page turns resource names into what they mean and who may see them
-(``describe_resources``, ``scan_prefixes``); the dashboard and the organization list show
-each operation's panel; the navigation shows its links; ``seed_demo`` calls its demo
-data. Adding a third operation touches no file in ``hoa``.
+    class KeysConfig(AppConfig):
+        def ready(self):
+            register(HANDOVER)
+
+The frame finds it here: the lock status page describes its resource names
+(``describe_resources``, ``scan_prefixes``), the dashboard and the organization list show its
+panel, the navigation its links, the admin of the models it acts on its actions, columns and
+inlines (``hoa.admin_mixins.ExtensibleAdmin``), ``seed_demo`` its demo data and the staff
+group's permissions, and the check ``hoa.W001`` its lease TTL. Its services run it:
+``begin`` checks the actor, and the ``Call`` it returns runs the operation's steps under a
+lease (``hoa.fenced``). Adding an operation touches ``INSTALLED_APPS``, the root URLconf and
+the new app.
 """
 
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from datetime import date
+from datetime import timedelta
 
+from django.conf import settings
 from django.http import HttpRequest
 
+from hoa.answers.refusals import (
+    Busy,
+    CallFailed,
+    LeaseRanOut,
+    LockServiceDown,
+    NotPermitted,
+    Superseded,
+)
+from hoa.fenced import Call, actor_label
 from hoa.models import Organization
+from hoa.security.audit import Reason, record_denial
+
+# -- what the frame's pages need to know --------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -56,55 +84,119 @@ class Link:
 class Panel:
     """What an operation adds to the dashboard and to the organization list.
 
-    ``stats`` and ``cards`` are templates included in the dashboard's row of numbers and
-    in its grid of cards, with ``context(request, organization, month)`` added to the
-    page's context. ``organization_annotations(month)`` are annotations on the
-    organization list's queryset, shown by the ``summary`` template (``org`` in context).
+    ``stats`` and ``cards`` are templates included in the dashboard's row of numbers and in
+    its grid of cards, with ``context(request, organization)`` added to the page's context.
+    ``organization_annotations()`` are annotations on the organization list's queryset,
+    shown by the ``summary`` template (``org`` in context).
     """
 
-    context: Callable[[HttpRequest, Organization, date], dict] | None = None
+    context: Callable[[HttpRequest, Organization], dict] | None = None
     stats: str = ""
     cards: str = ""
     summary: str = ""
-    organization_annotations: Callable[[date], dict] | None = None
+    organization_annotations: Callable[[], dict] | None = None
 
 
 @dataclass(frozen=True)
-class Operation:
-    name: str
-    # Full match of the operation's resource names; its named groups are what
-    # ``describe`` reads.
+class AdminExtension:
+    """What an operation adds to the admin of a model of another app (``"hoa.Complaint"``):
+    actions (Django's ``(modeladmin, request, queryset)``, offered to users with the
+    operation's permission), list columns, inlines, and the ``queryset`` annotation its
+    columns show.
+
+    Each is the dotted path of a name in the app's ``admin`` module: an action calls the
+    app's service, which uses the declaration, so the declaration cannot import it.
+    """
+
+    model: str
+    actions: tuple[str, ...] = ()
+    columns: tuple[str, ...] = ()
+    inlines: tuple[str, ...] = ()
+    queryset: str = ""
+
+
+@dataclass(frozen=True)
+class Refusals:
+    """The operation's refusals of the kinds every operation shares, written as its app's
+    classes (``class GenerationBusy(ChargesError, Busy)``), so its callers' one ``except``
+    catches them."""
+
+    not_permitted: type[NotPermitted]
+    busy: type[Busy]
+    superseded: type[Superseded]
+    lease_ran_out: type[LeaseRanOut]
+    lock_service_down: type[LockServiceDown]
+    call_failed: type[CallFailed]
+
+
+# -- the declaration ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FencedOperation:
+    """One fenced operation, declared once by its app (see the module docstring)."""
+
+    name: str  # the audit's operation name, e.g. "key-handover"
+    permission: str  # what a user needs to run it, e.g. "keys.hand_over"
+    # Full match of its resource names; its named groups are what ``describe`` reads.
     resource: re.Pattern
+    example: str  # a resource name, for a form's placeholder
+    refusals: Refusals
+    ttl: timedelta  # the lease's lifetime, unless ``ttl_setting`` is set
+    # The Django setting (seconds) that overrides ``ttl``; hoa/settings.py reads any
+    # <NAME>_LOCK_TTL_SECONDS from the environment.
+    ttl_setting: str = ""
     # Resource names (each with its match) -> what they mean, in as few queries as it can.
-    describe: Callable[[dict[str, re.Match]], dict[str, ResourceInfo]]
+    describe: Callable[[dict[str, re.Match]], dict[str, ResourceInfo]] | None = None
     # The SCAN prefixes under which the leases of these organizations are found.
-    scan_prefixes: Callable[[Iterable[int]], list[str]]
-    example: str = ""  # a resource name, for a form's placeholder
+    scan_prefixes: Callable[[Iterable[int]], list[str]] = lambda organization_ids: []
     order: int = 100  # place on the dashboard and in the navigation
     links: tuple[Link, ...] = ()
     dashboard: Panel = field(default_factory=Panel)
-    # Permissions the demo's staff group gets ("app_label.codename").
+    admin: tuple[AdminExtension, ...] = ()
+    # Permissions the demo's staff group gets besides ``permission``.
     staff_permissions: tuple[str, ...] = ()
     # Creates the operation's demo data for the demo organizations ({slug: organization}).
     seed_demo: Callable[[dict[str, Organization]], None] | None = None
 
-    @classmethod
-    def named_by(cls, names, **rest) -> "Operation":
-        """An operation whose names come from its app's ``resources`` module: ``OPERATION``,
-        ``RESOURCE``, ``scan_prefixes()`` and ``EXAMPLE``."""
-        return cls(
-            name=names.OPERATION,
-            resource=names.RESOURCE,
-            scan_prefixes=names.scan_prefixes,
-            example=names.EXAMPLE,
-            **rest,
-        )
+    @property
+    def lease_ttl(self) -> timedelta:
+        """The lease's lifetime: the setting if the project set it, else the declared one."""
+        seconds = getattr(settings, self.ttl_setting, None) if self.ttl_setting else None
+        return self.ttl if seconds is None else timedelta(seconds=float(seconds))
+
+    def begin(
+        self, actor, *, organization: Organization, resource: str, via: str = "", ip=None
+    ) -> Call:
+        """Check ``actor`` (a user, or ``None`` for the operator at the shell; ``via`` says
+        where the request came from) and return the call that runs the operation.
+
+        A user must be staff of ``organization`` with the operation's permission; a refusal
+        is recorded as an ``AccessDenial`` and raised as the operation's ``not_permitted``.
+        """
+        label = actor_label(actor, via)
+        if actor is not None and not (
+            organization.has_staff(actor) and actor.has_perm(self.permission)
+        ):
+            record_denial(
+                reason=Reason.PERMISSION,
+                note=f"not staff of {organization.slug} with {self.permission}",
+                resource=resource,
+                actor=label,
+                ip=ip,
+                organization=organization,
+                operation=self.name,
+            )
+            raise self.refusals.not_permitted(actor=actor.get_username(), organization=organization)
+        return Call(self, resource=resource, organization=organization, label=label, ip=ip)
 
 
-_registry: dict[str, Operation] = {}
+# -- the registry ---------------------------------------------------------------------------
+
+_registry: dict[str, FencedOperation] = {}
 
 
-def register(operation: Operation) -> Operation:
+def register(operation: FencedOperation) -> FencedOperation:
     """Add ``operation`` (from its app's ``AppConfig.ready()``); a name is registered once."""
     existing = _registry.get(operation.name)
     if existing is not None and existing != operation:
@@ -113,7 +205,12 @@ def register(operation: Operation) -> Operation:
     return operation
 
 
-def operations() -> list[Operation]:
+def unregister(name: str) -> None:
+    """Remove the operation ``name`` (tests that register one of their own)."""
+    _registry.pop(name, None)
+
+
+def operations() -> list[FencedOperation]:
     """The registered operations in their dashboard order."""
     return sorted(_registry.values(), key=lambda operation: (operation.order, operation.name))
 
@@ -130,7 +227,7 @@ def describe_resources(resources: Iterable[str]) -> dict[str, ResourceInfo]:
             for resource in described
             if (match := operation.resource.fullmatch(resource)) is not None
         }
-        if matches:
+        if matches and operation.describe is not None:
             described.update(operation.describe(matches))
     return described
 
@@ -144,4 +241,21 @@ def scan_prefixes(organization_ids: Iterable[int]) -> list[str]:
 
 
 def staff_permissions() -> list[str]:
-    return [name for operation in operations() for name in operation.staff_permissions]
+    """Every permission the operations give an association's staff."""
+    return [
+        name
+        for operation in operations()
+        for name in (*operation.staff_permissions, operation.permission)
+    ]
+
+
+def admin_extensions(model) -> list[tuple[AdminExtension, str]]:
+    """What the operations add to the admin of ``model``, each with the permission that
+    offers its actions (its operation's)."""
+    label = model._meta.label
+    return [
+        (extension, operation.permission)
+        for operation in operations()
+        for extension in operation.admin
+        if extension.model == label
+    ]

@@ -174,7 +174,16 @@ BILLING_WEBHOOK_URL = os.environ.get("BILLING_WEBHOOK_URL", "")
 VENDOR_DISPATCH_URL = os.environ.get("VENDOR_DISPATCH_URL", "")
 WEBHOOK_SIGNING_SECRET = os.environ.get("WEBHOOK_SIGNING_SECRET", "")
 EXTERNAL_CALL_TIMEOUT_SECONDS = env_number("EXTERNAL_CALL_TIMEOUT_SECONDS", 10.0)
-CHARGES_LOCK_TTL_SECONDS = env_number("CHARGES_LOCK_TTL_SECONDS", 60.0, minimum=0.01)
+# Each fenced operation declares its lease TTL and the setting that overrides it
+# (CHARGES_LOCK_TTL_SECONDS: 60 s, VENDOR_LOCK_TTL_SECONDS: 30 s); any <NAME>_LOCK_TTL_SECONDS
+# in the environment becomes that setting, so a new operation needs no line here.
+globals().update(
+    {
+        name: env_number(name, 0.0, minimum=0.01)
+        for name in os.environ
+        if re.fullmatch(r"[A-Z][A-Z0-9_]*_LOCK_TTL_SECONDS", name)
+    }
+)
 # The months staff and cron may bill: this many back from the current month and this many
 # ahead. A month outside is refused (400, exit 1) with a sentence naming the range; a month
 # other than this one or the next needs an explicit confirmation on the page and in the
@@ -183,10 +192,6 @@ CHARGE_MONTHS_BACK = env_number("CHARGE_MONTHS_BACK", 24, cast=int)
 CHARGE_MONTHS_AHEAD = env_number("CHARGE_MONTHS_AHEAD", 3, cast=int)
 # The currency of the assessments (ISO 4217), shown with the locale's format.
 CURRENCY = os.environ.get("CURRENCY", "USD").strip().upper() or "USD"
-VENDOR_LOCK_TTL_SECONDS = env_number("VENDOR_LOCK_TTL_SECONDS", 30.0, minimum=0.01)
-# The lease TTLs that check locking.W001 compares with EXTERNAL_CALL_TIMEOUT_SECONDS.
-# Deprecated in locking (it warns): goes away once hoa checks its registry's TTLs itself.
-LOCK_TTL_SETTINGS = ["CHARGES_LOCK_TTL_SECONDS", "VENDOR_LOCK_TTL_SECONDS"]
 LOCK_FENCE_EVENT_RETENTION_DAYS = int(env_number("FENCE_EVENT_RETENTION_DAYS", 90, cast=int))
 ACCESS_DENIAL_RETENTION_DAYS = int(env_number("ACCESS_DENIAL_RETENTION_DAYS", 90, cast=int))
 
@@ -409,13 +414,13 @@ LOGGING = {
             "filters": ["tracebacks_only_for_5xx"],
         }
     },
-    "root": {"handlers": ["console"], "level": "WARNING"},
+    # The project's own loggers (the frame, locking, every app built on it) log at LOG_LEVEL
+    # through the root logger: LOGGING is read before the apps load, so it names none.
+    "root": {"handlers": ["console"], "level": LOG_LEVEL},
     "loggers": {
         "django": {"handlers": ["console"], "level": DJANGO_LOG_LEVEL, "propagate": False},
         "django.server": {"handlers": ["console"], "level": DJANGO_LOG_LEVEL, "propagate": False},
-        **{
-            name: {"handlers": ["console"], "level": LOG_LEVEL, "propagate": False}
-            for name in ("locking", "hoa", "charges", "vendors")
-        },
+        # Libraries say what they do at INFO; only their warnings are ours to read.
+        **{name: {"level": "WARNING"} for name in ("urllib3", "asyncio", "opentelemetry")},
     },
 }

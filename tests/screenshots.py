@@ -23,7 +23,7 @@ from django.utils import timezone
 
 from charges.exceptions import GenerationBusy
 from charges.models import MonthlyChargeRun
-from charges.resources import charge_resource
+from charges.operations import charge_resource
 from charges.selectors import add_months, current_month
 from charges.services import generate_monthly_charges
 from hoa.complaints import add_note, change_sla, change_status
@@ -33,7 +33,7 @@ from hoa.scopes import scope_for_organization
 from locking import FenceLock, StaleFencingToken, advance_fence, record_fence_event
 from tests.test_browser_staff import chromium, site  # noqa: F401 - fixtures
 from vendors.models import Vendor
-from vendors.resources import assignment_resource
+from vendors.operations import assignment_resource
 from vendors.services import assign_vendor
 
 OUT = Path(__file__).resolve().parent.parent / "docs" / "screenshots"

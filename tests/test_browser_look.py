@@ -10,7 +10,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from charges.resources import charge_resource
+from charges.operations import charge_resource
 from hoa.models import Complaint
 from hoa.scopes import scope_for_organization
 from locking import record_fence_event

@@ -17,7 +17,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from charges.models import MonthlyCharge, MonthlyChargeRun
-from charges.resources import charge_resource
+from charges.operations import charge_resource
 from charges.services import generate_monthly_charges
 from hoa.management.base import EXIT_TEMPFAIL
 from hoa.models import Organization, Unit

@@ -25,7 +25,7 @@ from charges.exceptions import (
 )
 from charges.forms import parse_month
 from charges.models import MonthlyCharge, MonthlyChargeRun
-from charges.resources import charge_resource
+from charges.operations import charge_resource
 from charges.selectors import monthly_totals
 from charges.services import generate_monthly_charges
 from hoa.models import Organization

@@ -9,7 +9,7 @@ from django.test import Client
 from django.urls import reverse
 
 from charges.models import MonthlyCharge, MonthlyChargeRun
-from charges.resources import charge_resource
+from charges.operations import charge_resource
 from charges.selectors import add_months, current_month
 from charges.services import generate_monthly_charges
 from locking import FenceLock

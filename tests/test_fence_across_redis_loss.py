@@ -17,7 +17,7 @@ from datetime import timedelta
 import pytest
 
 from charges.models import MonthlyCharge, MonthlyChargeRun
-from charges.resources import charge_resource
+from charges.operations import charge_resource
 from hoa.management.base import EXIT_TEMPFAIL
 from hoa.models import Complaint
 from locking import FenceLock, lock_key
@@ -26,7 +26,7 @@ from tests.charges_support import MONTH, MONTH_ARG
 from tests.harness.processes import start_manage
 from tests.vendors_support import active_assignments, active_vendor
 from vendors.models import VendorAssignment
-from vendors.resources import assignment_resource
+from vendors.operations import assignment_resource
 from vendors.services import assign_vendor
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]

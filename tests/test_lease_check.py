@@ -14,7 +14,7 @@ from django.db import connection
 
 from charges.exceptions import ChargesError, GenerationLeaseLost
 from charges.models import MonthlyChargeRun
-from charges.resources import charge_resource
+from charges.operations import charge_resource
 from charges.services import generate_monthly_charges
 from hoa.models import Complaint
 from locking import lock_key
@@ -23,7 +23,7 @@ from tests.charges_support import MONTH, Worker, waiting_statements
 from tests.harness.waiting import wait_until
 from vendors.exceptions import AssignmentLeaseLost, VendorsError
 from vendors.models import VendorAssignment
-from vendors.resources import assignment_resource
+from vendors.operations import assignment_resource
 from vendors.services import assign_vendor
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -1,12 +1,21 @@
 """The registry of fenced operations: a third operation needs no change in ``hoa``."""
 
 import re
+from datetime import timedelta
 
 import pytest
 
 from hoa import operations
+from hoa.answers.refusals import (
+    Busy,
+    CallFailed,
+    LeaseRanOut,
+    LockServiceDown,
+    NotPermitted,
+    Superseded,
+)
 from hoa.models import Organization
-from hoa.operations import Link, Operation, Panel, ResourceInfo
+from hoa.operations import FencedOperation, Link, Panel, Refusals, ResourceInfo
 
 pytestmark = pytest.mark.django_db
 
@@ -25,19 +34,32 @@ def _describe(matches):
     }
 
 
+REFUSALS = Refusals(NotPermitted, Busy, Superseded, LeaseRanOut, LockServiceDown, CallFailed)
+
+
+def _operation(**declared) -> FencedOperation:
+    return FencedOperation(
+        permission="hoa.change_unit",
+        example="key-handover:org:1:unit:1",
+        refusals=REFUSALS,
+        ttl=timedelta(seconds=5),
+        **declared,
+    )
+
+
 @pytest.fixture
 def keys_operation():
-    operation = Operation(
+    operation = _operation(
         name="key-handover",
         resource=KEYS,
         describe=_describe,
         scan_prefixes=lambda ids: [f"key-handover:org:{pk}:" for pk in ids],
         links=(Link("Keys", "hoa:dashboard", current=(), order=99),),
-        dashboard=Panel(context=lambda request, organization, month: {"keys_waiting": 3}),
+        dashboard=Panel(context=lambda request, organization: {"keys_waiting": 3}),
     )
     operations.register(operation)
     yield operation
-    operations._registry.pop(operation.name)
+    operations.unregister(operation.name)
 
 
 def test_both_apps_register_their_operation():
@@ -60,8 +82,4 @@ def test_a_third_operation_is_described_scanned_and_linked(keys_operation, maple
 
 def test_a_name_is_registered_once(keys_operation):
     with pytest.raises(ValueError, match="already registered"):
-        operations.register(
-            Operation(
-                name="key-handover", resource=KEYS, describe=_describe, scan_prefixes=lambda ids: []
-            )
-        )
+        operations.register(_operation(name="key-handover", resource=KEYS, describe=_describe))

@@ -10,7 +10,7 @@ from django.urls import reverse
 from hoa.models import AccessDenial, Complaint
 from locking import StaleFencingToken, advance_fence, holder_of, lock_key
 from locking.models import FenceEvent
-from vendors.resources import assignment_resource
+from vendors.operations import assignment_resource
 from vendors.services import assign_vendor
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -11,8 +11,8 @@ from django.urls import reverse
 from django.utils import timezone
 
 from charges.models import MonthlyChargeRun
+from hoa.answers.pages import conflict
 from hoa.models import Complaint, Organization
-from hoa.web.responses import conflict
 from hoa.web.views import server_error
 from locking import LockHeld, Outcome
 from locking.connection import client_for_url

@@ -1,7 +1,7 @@
 """A refusal speaks to two audiences: staff (pages, admin messages) read people and what to
 do; operators (commands, the audit) read tokens, the holder's host and pid, and seconds.
 
-The choice is ``hoa.web.answer_table.Audience``: ``exc.message`` is staff's sentence,
+The choice is ``hoa.answers.table.Audience``: ``exc.message`` is staff's sentence,
 ``str(exc)`` the operators'.
 """
 
@@ -11,7 +11,7 @@ from datetime import date, timedelta
 import pytest
 
 from charges.exceptions import GenerationBusy, GenerationSuperseded
-from hoa.fenced import person_holding
+from hoa.answers.refusals import Refusal, person_holding, sentence
 from hoa.models import Complaint
 from locking import LockHeld, StaleFencingToken
 from vendors import answers as vendor_answers
@@ -51,7 +51,7 @@ def test_person_holding_names_only_a_user(alice, label, person):
 def test_busy_tells_staff_the_persons_name_and_operators_the_holder_label(alice, maple, fence_lock):
     lock = held_by(fence_lock, "alice")
 
-    exc = GenerationBusy(lock=lock, organization=maple, month=MONTH)
+    exc = GenerationBusy.held(lock, organization=maple, month=MONTH)
 
     assert exc.message == (
         "Another staff member (alice) is generating the charges for Maple Court, 2026-03; "
@@ -70,8 +70,8 @@ def test_busy_by_a_process_that_is_no_person_tells_staff_another_worker(
 ):
     lock = held_by(fence_lock, "nightly-cron")
 
-    charges = GenerationBusy(lock=lock, organization=maple, month=MONTH)
-    vendors = AssignmentBusy(lock=lock, complaint=complaint)
+    charges = GenerationBusy.held(lock, organization=maple, month=MONTH)
+    vendors = AssignmentBusy.held(lock, complaint=complaint)
 
     assert charges.message.startswith("Another worker is generating the charges for Maple")
     assert vendors.message == (
@@ -84,7 +84,7 @@ def test_busy_by_a_process_that_is_no_person_tells_staff_another_worker(
 def test_superseded_keeps_the_tokens_for_operators_only(maple):
     stale = StaleFencingToken(token=4, recorded=5)
 
-    exc = GenerationSuperseded(stale=stale, organization=maple, month=MONTH)
+    exc = GenerationSuperseded.refused("r", stale, organization=maple, month=MONTH)
 
     assert "token" not in exc.message
     assert exc.message.startswith("Someone else took over generating the charges for Maple")
@@ -115,3 +115,33 @@ def test_an_assignment_is_described_to_staff_by_person_and_to_operators_by_token
     )
     by_shell.assigned_at = by_alice.assigned_at
     assert ", assigned by an operator on " in vendor_answers.describe_assignment(by_shell)
+
+
+def test_a_refusal_is_made_without_a_query_and_rendered_when_asked(
+    alice, maple, fence_lock, django_assert_num_queries
+):
+    """Facts go in, sentences come out at the edge: making the refusal queries nothing;
+    staff's sentence asks once who the holder is."""
+    lock = held_by(fence_lock, "alice")
+
+    with django_assert_num_queries(0):
+        exc = GenerationBusy.held(lock, organization=maple, month=MONTH)
+    assert (exc.holder, exc.token, exc.resource) == (lock.holder, lock.token, lock.resource)
+    with django_assert_num_queries(1):
+        assert "(alice)" in exc.message
+
+
+def _refusal_classes(base):
+    for cls in base.__subclasses__():
+        yield cls
+        yield from _refusal_classes(cls)
+
+
+def test_every_refusal_of_the_apps_has_a_voice():
+    """Each app's answers module registers the sentences of its base error, so no refusal
+    falls back to the frame's sentence of last resort."""
+    apps = ("charges.", "vendors.", "hoa.complaints")
+    concrete = {cls for cls in _refusal_classes(Refusal) if cls.__module__.startswith(apps)}
+    assert len(concrete) > 15
+    for cls in concrete:
+        assert sentence.dispatch(cls) is not sentence.dispatch(Refusal), cls

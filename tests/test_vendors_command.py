@@ -21,7 +21,7 @@ from tests.vendors_support import (
     vendor_with_contract,
 )
 from vendors.models import VendorAssignment
-from vendors.resources import assignment_resource
+from vendors.operations import assignment_resource
 from vendors.services import assign_vendor
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -33,7 +33,7 @@ from vendors.exceptions import (
     ChangedSinceViewed,
 )
 from vendors.models import VendorAssignment
-from vendors.resources import assignment_resource
+from vendors.operations import assignment_resource
 from vendors.selectors import active_assignment
 from vendors.services import AssignmentResult, assign_vendor
 

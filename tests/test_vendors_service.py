@@ -25,7 +25,7 @@ from vendors.exceptions import (
     NotAllowed,
 )
 from vendors.models import VendorAssignment
-from vendors.resources import assignment_resource
+from vendors.operations import assignment_resource
 from vendors.services import assign_vendor
 
 # run_fenced opens its own transactions: tests that reach it cannot run inside one. Refusals

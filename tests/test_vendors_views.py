@@ -20,7 +20,7 @@ from tests.vendors_support import (
     vendor_with_contract,
 )
 from vendors.models import VendorAssignment
-from vendors.resources import assignment_resource
+from vendors.operations import assignment_resource
 from vendors.services import assign_vendor
 
 # Pages and refusals run inside the test's transaction; tests that reach run_fenced (which

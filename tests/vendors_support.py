@@ -12,7 +12,7 @@ from locking import lock_key
 from locking.models import FenceEvent
 from tests.harness.waiting import wait_until
 from vendors.models import Vendor, VendorAssignment, VendorContract
-from vendors.resources import assignment_resource
+from vendors.operations import assignment_resource
 from vendors.services import assign_vendor
 
 # Personas are created for every test; the production hasher's deliberate slowness is not

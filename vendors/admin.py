@@ -4,18 +4,15 @@ from django.template.response import TemplateResponse
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
-from hoa.admin import ComplaintAdmin as BaseComplaintAdmin
 from hoa.admin_mixins import TenantAdminMixin, TenantInlineMixin
-from hoa.models import Complaint, Organization
+from hoa.answers import table as answer_table
+from hoa.models import Organization
 from hoa.security.ratelimits import check_fenced_post
-from hoa.web import answer_table
 from hoa.web.access import client_ip
-from vendors import selectors
+from vendors import selectors, services
 from vendors.exceptions import VendorsError
 from vendors.forms import AssignVendorForm
 from vendors.models import Vendor, VendorAssignment, VendorContract
-from vendors.resources import ASSIGN_PERMISSION
-from vendors.services import assign_vendor
 
 
 class VendorContractInline(TenantInlineMixin, admin.TabularInline):
@@ -81,79 +78,68 @@ class VendorAssignmentInline(admin.TabularInline):
         return False
 
 
-# The hoa app must not know about vendors, so the Complaint admin gains its vendor action
-# and history here, by replacing the registration with a subclass.
-admin.site.unregister(Complaint)
+# hoa does not know about vendors: ASSIGNMENT declares these for the Complaint admin
+# (``AdminExtension``), and the frame's admin installs them.
 
 
-@admin.register(Complaint)
-class ComplaintAdmin(BaseComplaintAdmin):
-    list_display = [*BaseComplaintAdmin.list_display, "current_vendor"]
-    inlines = [*BaseComplaintAdmin.inlines, VendorAssignmentInline]
-    actions = ["assign_vendor"]
+@admin.display(description=gettext_lazy("vendor"), ordering="current_vendor_name")
+def current_vendor(complaint):
+    """The column of the complaint's active vendor (``selectors.with_current_vendor``)."""
+    return complaint.current_vendor_name or "—"
 
-    def get_queryset(self, request):
-        return selectors.with_current_vendor(super().get_queryset(request))
 
-    @admin.display(description=gettext_lazy("vendor"), ordering="current_vendor_name")
-    def current_vendor(self, obj):
-        return obj.current_vendor_name or "—"
+@admin.action(description=gettext_lazy("Assign vendor…"))
+def assign_vendor(modeladmin, request, queryset):
+    """Ask for a vendor (only those under contract today), then assign each complaint."""
+    organization_ids = set(queryset.values_list("organization_id", flat=True))
+    if not organization_ids:  # the selected ids are not in this user's queryset
+        modeladmin.message_user(
+            request, _("None of the selected complaints could be found."), messages.ERROR
+        )
+        return None
+    if len(organization_ids) > 1:
+        modeladmin.message_user(
+            request, _("Choose complaints of one association at a time."), messages.ERROR
+        )
+        return None
+    organization = Organization.objects.get(pk=organization_ids.pop())
+    applying = "apply" in request.POST
+    if applying:
+        check_fenced_post(request)  # 429 past the user's or the address's limit
+    form = AssignVendorForm(request.POST if applying else None, organization=organization)
+    if applying and form.is_valid():
+        for complaint in queryset:
+            _assign_one(modeladmin, request, complaint, form.cleaned_data)
+        return None
+    context = {
+        **modeladmin.admin_site.each_context(request),
+        "title": _("Assign a vendor"),
+        "opts": modeladmin.model._meta,
+        "organization": organization,
+        "selected": queryset,
+        "form": form,
+        "action_checkbox_name": ACTION_CHECKBOX_NAME,
+        "action_name": "assign_vendor",
+        "apply_field": "apply",
+        "media": modeladmin.media,
+    }
+    return TemplateResponse(request, "vendors/admin/assign_vendor.html", context)
 
-    def has_assign_vendor_permission(self, request) -> bool:
-        return request.user.has_perm(ASSIGN_PERMISSION)
 
-    @admin.action(description=gettext_lazy("Assign vendor…"), permissions=["assign_vendor"])
-    def assign_vendor(self, request, queryset):
-        """Ask for a vendor (only those under contract today), then assign each complaint."""
-        organization_ids = set(queryset.values_list("organization_id", flat=True))
-        if not organization_ids:  # the selected ids are not in this user's queryset
-            self.message_user(
-                request, _("None of the selected complaints could be found."), messages.ERROR
-            )
-            return None
-        if len(organization_ids) > 1:
-            self.message_user(
-                request, _("Choose complaints of one association at a time."), messages.ERROR
-            )
-            return None
-        organization = Organization.objects.get(pk=organization_ids.pop())
-        applying = "apply" in request.POST
-        if applying:
-            check_fenced_post(request)  # 429 past the user's or the address's limit
-        form = AssignVendorForm(request.POST if applying else None, organization=organization)
-        if applying and form.is_valid():
-            for complaint in queryset:
-                self._assign_one(request, complaint, form.cleaned_data)
-            return None
-        context = {
-            **self.admin_site.each_context(request),
-            "title": _("Assign a vendor"),
-            "opts": self.model._meta,
-            "organization": organization,
-            "selected": queryset,
-            "form": form,
-            "action_checkbox_name": ACTION_CHECKBOX_NAME,
-            "action_name": "assign_vendor",
-            "apply_field": "apply",
-            "media": self.media,
-        }
-        return TemplateResponse(request, "vendors/admin/assign_vendor.html", context)
-
-    def _assign_one(self, request, complaint, data) -> None:
-        # What "replace the current vendor" means for this complaint, fixed before the
-        # lease: an assignment that becomes active meanwhile is refused, not replaced.
-        replacing = selectors.active_assignment(complaint)
-        try:
-            result = assign_vendor(
-                complaint=complaint,
-                vendor=data["vendor"],
-                actor=request.user,
-                reassign=data["reassign"],
-                replacing=replacing,
-                ip=client_ip(request),
-            )
-        except VendorsError as exc:
-            answer_table.admin_message(self, request, exc)
-        else:
-            level = messages.INFO if result.already_done else messages.SUCCESS
-            self.message_user(request, result.message, level)
+def _assign_one(modeladmin, request, complaint, data) -> None:
+    # What "replace the current vendor" means for this complaint, fixed before the lease:
+    # an assignment that becomes active meanwhile is refused, not replaced.
+    replacing = selectors.active_assignment(complaint)
+    try:
+        result = services.assign_vendor(
+            complaint=complaint,
+            vendor=data["vendor"],
+            actor=request.user,
+            reassign=data["reassign"],
+            replacing=replacing,
+            ip=client_ip(request),
+        )
+    except VendorsError as exc:
+        answer_table.admin_message(modeladmin, request, exc)
+    else:
+        answer_table.admin_done(modeladmin, request, result)

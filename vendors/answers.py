@@ -1,26 +1,74 @@
 """How each answer of vendor assignment reads to a person: one place for the staff page,
 the admin action and the command. Translated, with named placeholders.
 
-The refusals of a busy or overtaken attempt, and those decided at commit, speak to two
-audiences (``hoa.web.answer_table.Audience``): staff on pages and admin messages, without
-fencing tokens, hosts or lease lifetimes; operators in the command's output and the audit,
-with them.
+``sentence`` renders every refusal of vendor assignment (``vendors.exceptions``) from its
+facts, when an edge asks. A busy or overtaken attempt, and the refusals decided at commit,
+speak to two audiences (``hoa.answers.table.Audience``): staff on pages and admin messages,
+without fencing tokens, hosts or lease lifetimes; operators in the command's output and the
+audit, with them.
 """
 
-from datetime import date, timedelta
+from datetime import date
 
 from django.utils import formats
 from django.utils.translation import gettext as _
-from django.utils.translation import gettext_lazy
 
+from hoa.answers.refusals import person_holding, sentence
+from hoa.answers.table import Audience
 from hoa.models import Complaint, Organization
-from hoa.web.answer_table import Audience
+from vendors.exceptions import (
+    AlreadyAssigned,
+    AssignmentBusy,
+    AssignmentChanged,
+    AssignmentLeaseLost,
+    AssignmentSuperseded,
+    ChangedSinceViewed,
+    ContractNotActive,
+    DispatchFailed,
+    LockServiceUnavailable,
+    NotAllowed,
+    VendorsError,
+)
 from vendors.models import Vendor, VendorAssignment, VendorContract
 
-# The headings of the 409 pages of locking's refusals (hoa.fenced.lock_refusals).
-BUSY_TITLE = gettext_lazy("Assignment in progress")
-SUPERSEDED_TITLE = gettext_lazy("A newer assignment took over")
-LEASE_LOST_TITLE = gettext_lazy("Stopped before calling the vendor")
+
+@sentence.register
+def _sentence(refusal: VendorsError, audience: Audience) -> str:
+    """What ``audience`` reads for a refusal of vendor assignment."""
+    match refusal:
+        case NotAllowed():
+            return _("You may not assign vendors for %(organization)s.") % {
+                "organization": refusal.organization.name
+            }
+        case ContractNotActive():
+            return contract_not_active(
+                refusal.vendor, refusal.organization, refusal.day, refusal.contract
+            )
+        case AssignmentBusy():
+            return busy(refusal, audience)
+        case AssignmentSuperseded():
+            return superseded(refusal, audience)
+        case AssignmentLeaseLost():
+            return _(
+                "Assigning a vendor to complaint #%(complaint)s took too long and was stopped "
+                "before the vendor was called; nothing was saved. Try again."
+            ) % {"complaint": refusal.complaint.pk}
+        case LockServiceUnavailable():
+            return _("The lock service is unavailable (%(reason)s); nothing was saved.") % {
+                "reason": refusal.reason
+            }
+        case DispatchFailed():
+            return _(
+                "The vendor dispatch service did not accept the assignment (%(reason)s); "
+                "nothing was saved. Try again later."
+            ) % {"reason": refusal.reason}
+        case AlreadyAssigned():
+            return already_assigned(refusal.complaint, refusal.winner, audience=audience)
+        case ChangedSinceViewed():
+            return changed_since_viewed(refusal.complaint, refusal.current, audience=audience)
+        case AssignmentChanged():
+            return assignment_changed(refusal.complaint, refusal.current, audience=audience)
+    raise TypeError(f"no sentence for {type(refusal).__name__}")
 
 
 def describe_assignment(
@@ -71,12 +119,6 @@ def assigned_note(assignment: VendorAssignment) -> str:
     }
 
 
-def not_allowed(*, actor: str, organization: Organization) -> str:
-    return _("You may not assign vendors for %(organization)s.") % {
-        "organization": organization.name
-    }
-
-
 def contract_not_active(
     vendor: Vendor, organization: Organization, day: date, contract: VendorContract | None
 ) -> str:
@@ -94,24 +136,18 @@ def contract_not_active(
     }
 
 
-def busy(
-    *,
-    complaint: Complaint,
-    holder: str,
-    person: str | None,
-    retry_after: timedelta,
-    audience: Audience = Audience.STAFF,
-) -> str:
+def busy(refusal: AssignmentBusy, audience: Audience = Audience.STAFF) -> str:
+    complaint = refusal.complaint
     if audience is Audience.OPERATORS:
         return _(
             "Complaint #%(complaint)s is being assigned by %(holder)s right now; "
             "try again in %(seconds)s seconds."
         ) % {
             "complaint": complaint.pk,
-            "holder": holder,
-            "seconds": max(1, round(retry_after.total_seconds())),
+            "holder": refusal.holder or _("another worker"),
+            "seconds": max(1, round(refusal.retry_after.total_seconds())),
         }
-    if person:
+    if person := person_holding(refusal.holder):
         return _(
             "Another staff member (%(person)s) is assigning a vendor to complaint "
             "#%(complaint)s; this usually takes a few seconds."
@@ -122,38 +158,17 @@ def busy(
     ) % {"complaint": complaint.pk}
 
 
-def superseded(
-    *, complaint: Complaint, token: int, recorded: int, audience: Audience = Audience.STAFF
-) -> str:
+def superseded(refusal: AssignmentSuperseded, audience: Audience = Audience.STAFF) -> str:
+    complaint = refusal.complaint
     if audience is Audience.OPERATORS:
         return _(
             "A newer assignment of complaint #%(complaint)s (token %(recorded)s) took over "
             "while this one (token %(token)s) was waiting; nothing of this one was saved."
-        ) % {"complaint": complaint.pk, "recorded": recorded, "token": token}
+        ) % {"complaint": complaint.pk, "recorded": refusal.recorded, "token": refusal.token}
     return _(
         "Someone else assigned complaint #%(complaint)s while this attempt was waiting; "
         "nothing of this attempt was saved."
     ) % {"complaint": complaint.pk}
-
-
-def lease_lost(*, complaint: Complaint) -> str:
-    return _(
-        "Assigning a vendor to complaint #%(complaint)s took too long and was stopped "
-        "before the vendor was called; nothing was saved. Try again."
-    ) % {"complaint": complaint.pk}
-
-
-def lock_service_down(*, complaint: Complaint, reason: str) -> str:
-    return _("The lock service is unavailable (%(reason)s); nothing was saved.") % {
-        "reason": reason
-    }
-
-
-def dispatch_failed(*, complaint: Complaint, vendor: Vendor, reason: str) -> str:
-    return _(
-        "The vendor dispatch service did not accept the assignment (%(reason)s); "
-        "nothing was saved. Try again later."
-    ) % {"reason": reason}
 
 
 def already_assigned(
@@ -203,15 +218,21 @@ def assignment_changed(
     ) % {"complaint": complaint.pk, "now": now}
 
 
-def told_in_vain(vendor: Vendor, cancellation: str) -> str:
-    """What the audit adds to a refusal at commit after the vendor had been told."""
-    return _("%(vendor)s was told in vain; %(cancellation)s") % {
-        "vendor": vendor,
-        "cancellation": cancellation,
-    }
-
-
 # -- the staff page's 409, which offers to retry knowingly --------------------------------
+
+
+def conflict_message(refusal: VendorsError, vendor: Vendor) -> str:
+    """What the staff page's 409 says above its retry button."""
+    match refusal:
+        case AlreadyAssigned():
+            return retry_already_assigned(vendor)
+        case ChangedSinceViewed():
+            return retry_changed_since_viewed(vendor, refusal.current)
+    return refusal.message
+
+
+def current_vendor(assignment: VendorAssignment) -> str:
+    return _("Current vendor: %(assignment)s.") % {"assignment": describe_assignment(assignment)}
 
 
 def retry_already_assigned(vendor: Vendor) -> str:

@@ -1,5 +1,4 @@
 from django.apps import AppConfig
-from django.utils.translation import gettext_lazy as _
 
 
 class VendorsConfig(AppConfig):
@@ -7,37 +6,8 @@ class VendorsConfig(AppConfig):
     verbose_name = "Vendors"
 
     def ready(self):
-        from hoa.operations import Link, Operation, Panel, register
-        from vendors import demo, resources, selectors
+        from hoa.operations import register
+        from vendors import answers  # noqa: F401  (renders the refusals' sentences)
+        from vendors.operations import ASSIGNMENT
 
-        complaint_pages = (
-            "vendors:complaints",
-            "vendors:complaint",
-            "vendors:assign",
-            "vendors:status",
-            "vendors:note",
-            "vendors:sla",
-        )
-        links = (
-            Link(_("Complaints"), "vendors:complaints", current=complaint_pages, order=20),
-            Link(_("Vendors"), "vendors:vendors", current=("vendors:vendors",), order=30),
-        )
-        views = ("vendor", "vendorcontract", "vendorassignment")
-        register(
-            Operation.named_by(
-                resources,
-                describe=selectors.describe_resources,
-                order=10,
-                links=links,
-                dashboard=Panel(
-                    context=selectors.dashboard_context,
-                    stats="vendors/_dashboard_stats.html",
-                    cards="vendors/_dashboard_cards.html",
-                ),
-                staff_permissions=(
-                    *(f"vendors.view_{model}" for model in views),
-                    resources.ASSIGN_PERMISSION,
-                ),
-                seed_demo=demo.seed_demo,
-            )
-        )
+        register(ASSIGNMENT)

@@ -1,41 +1,46 @@
-"""What vendor assignment raises on purpose. Nothing was written in any of these cases.
+"""What vendor assignment refuses on purpose. Nothing was written in any of these cases.
 
-Each says which kind of answer it is (``hoa.web.answer_table``) and, when it answers a fenced
-attempt, the ``outcome`` ``run_fenced`` records. ``exc.message`` is the sentence staff
-read (``vendors.answers``); ``str(exc)``, the operators' (the command's line, the audit's
-detail), names tokens and may add what happened to a vendor told in vain.
+Each class says which kind of answer it is and carries facts; ``vendors.answers`` renders its
+sentences when a page, the admin or the command asks (``hoa.answers.refusals``). The lock
+refusals carry the attempt's subject: the ``complaint``.
 """
 
 from datetime import date
-from functools import partial
 
-from django.utils.translation import gettext_lazy as _
+from django.utils.translation import gettext_lazy
 
-from hoa.fenced import CallFailed, NotPermitted, lock_refusals
+from hoa.answers.refusals import (
+    Busy,
+    CallFailed,
+    LeaseRanOut,
+    LockServiceDown,
+    NotPermitted,
+    Refusal,
+    Superseded,
+)
+from hoa.answers.table import Answer
 from hoa.models import Complaint, Organization
-from hoa.web.answer_table import Answer, Audience, Refusal
 from locking import Outcome
-from vendors import answers
 from vendors.models import Vendor, VendorAssignment, VendorContract
 
 
 class VendorsError(Refusal):
-    """Base class of everything vendor assignment raises on purpose."""
+    """Base class of everything vendor assignment refuses on purpose."""
 
 
-class NotAllowed(NotPermitted, VendorsError):
-    sentence = staticmethod(answers.not_allowed)
+class NotAllowed(VendorsError, NotPermitted):
+    """The actor may not assign vendors for this organization."""
 
 
 class ContractNotActive(VendorsError):
-    """No contract between the vendor and the organization covers the day; nothing locked.
+    """No contract between ``vendor`` and ``organization`` covers ``day``; nothing locked.
 
     ``contract`` is the nearest one (the next to start, else the last to end), or ``None``
     when the vendor never had a contract with the organization.
     """
 
     answer = Answer.BAD_REQUEST
-    title = _("No contract")
+    title = gettext_lazy("No contract")
 
     def __init__(
         self,
@@ -45,66 +50,67 @@ class ContractNotActive(VendorsError):
         day: date,
         contract: VendorContract | None,
     ):
-        self.vendor = vendor
-        self.organization = organization
-        self.day = day
-        self.contract = contract
-        super().__init__(answers.contract_not_active(vendor, organization, day, contract))
+        super().__init__(vendor=vendor, organization=organization, day=day, contract=contract)
 
     @property
     def starts_later(self) -> bool:
         return self.contract is not None and self.contract.starts_on > self.day
 
 
-class DispatchFailed(CallFailed, VendorsError):
-    title = _("Vendor dispatch failed")
-    sentence = staticmethod(answers.dispatch_failed)
+class AssignmentBusy(VendorsError, Busy):
+    """Another attempt holds the complaint's lease right now."""
+
+    title = gettext_lazy("Assignment in progress")
+
+
+class AssignmentSuperseded(VendorsError, Superseded):
+    """A newer attempt took over while this one was paused past its lease."""
+
+    title = gettext_lazy("A newer assignment took over")
+
+
+class AssignmentLeaseLost(VendorsError, LeaseRanOut):
+    """The lease was lost (or could not be confirmed) before the vendor was called."""
+
+    title = gettext_lazy("Stopped before calling the vendor")
+
+
+class LockServiceUnavailable(VendorsError, LockServiceDown):
+    """Redis could not be reached: no lease, nothing assigned."""
+
+
+class DispatchFailed(VendorsError, CallFailed):
+    """The vendor dispatch service refused the assignment, failed or timed out."""
+
+    title = gettext_lazy("Vendor dispatch failed")
 
 
 class RefusedAtCommit(VendorsError):
-    """A refusal decided by the state check inside the transaction.
+    """A refusal decided by the state check inside the transaction, with the assignment
+    active then (``now_assigned``, or ``None``).
 
     The attempt may have told its vendor before (the dispatch call precedes the
-    transaction): then ``told_in_vain`` is that vendor and ``cancellation`` what the
-    best-effort cancellation got, and ``str(exc)`` (the audit detail) says both.
+    transaction): then the runner records whom it told in vain and what the best-effort
+    cancellation got (``told_in_vain``, ``cancellation``).
     """
 
     answer = Answer.RETRY
-    told_in_vain: Vendor | None = None
-    cancellation: str = ""
 
-    def __init__(self, sentence, *, complaint: Complaint, now_assigned):
-        """``sentence(audience=…)``: the answers function, for staff and for operators."""
-        self.complaint = complaint
-        self.now_assigned: VendorAssignment | None = now_assigned  # active at the refusal
-        super().__init__(
-            sentence(audience=Audience.STAFF), detail=sentence(audience=Audience.OPERATORS)
-        )
-
-    def __str__(self) -> str:
-        detail = super().__str__()
-        if self.told_in_vain is None:
-            return detail
-        told = answers.told_in_vain(self.told_in_vain, self.cancellation)
-        return f"{detail.rstrip('.')}; {told}"
+    def __init__(self, *, complaint: Complaint, now_assigned: VendorAssignment | None, **facts):
+        super().__init__(complaint=complaint, now_assigned=now_assigned, **facts)
 
 
 class AlreadyAssigned(RefusedAtCommit):
-    """Another vendor is actively assigned and ``reassign`` was not asked.
+    """Another vendor (``winner``) is actively assigned and ``reassign`` was not asked.
 
     Recorded as already done: another attempt settled the complaint.
     """
 
     outcome = Outcome.ALREADY_DONE
-    title = _("This complaint already has a vendor")
+    title = gettext_lazy("This complaint already has a vendor")
 
     def __init__(self, *, complaint: Complaint, winner: VendorAssignment):
-        self.winner = winner
-        super().__init__(
-            partial(answers.already_assigned, complaint, winner),
-            complaint=complaint,
-            now_assigned=winner,
-        )
+        super().__init__(complaint=complaint, now_assigned=winner, winner=winner)
 
 
 class ChangedSinceViewed(RefusedAtCommit):
@@ -115,7 +121,7 @@ class ChangedSinceViewed(RefusedAtCommit):
     """
 
     outcome = Outcome.CONFLICT
-    title = _("Changed since you looked")
+    title = gettext_lazy("Changed since you looked")
 
     def __init__(
         self,
@@ -124,36 +130,17 @@ class ChangedSinceViewed(RefusedAtCommit):
         expected: VendorAssignment | None,
         current: VendorAssignment | None,
     ):
-        self.expected = expected
-        self.current = current
         super().__init__(
-            partial(answers.changed_since_viewed, complaint, current),
-            complaint=complaint,
-            now_assigned=current,
+            complaint=complaint, now_assigned=current, expected=expected, current=current
         )
 
 
 class AssignmentChanged(RefusedAtCommit):
-    """Another attempt changed the assignment after this one decided not to call the
-    vendor, and a write would now be needed. Trying again is safe."""
+    """Another attempt changed the assignment (now ``current``) after this one decided not
+    to call the vendor, and a write would now be needed. Trying again is safe."""
 
     outcome = Outcome.CONFLICT
-    title = _("The vendor changed meanwhile")
+    title = gettext_lazy("The vendor changed meanwhile")
 
     def __init__(self, *, complaint: Complaint, current: VendorAssignment | None):
-        self.current = current
-        super().__init__(
-            partial(answers.assignment_changed, complaint, current),
-            complaint=complaint,
-            now_assigned=current,
-        )
-
-
-# Locking's four refusals in this app's words; FencedOperation raises them.
-LOCK_REFUSALS = lock_refusals(VendorsError, answers, prefix="Assignment")
-(
-    AssignmentBusy,
-    AssignmentSuperseded,
-    AssignmentLeaseLost,
-    LockServiceUnavailable,
-) = LOCK_REFUSALS
+        super().__init__(complaint=complaint, now_assigned=current, current=current)

@@ -2,7 +2,7 @@
 
 import re
 from dataclasses import dataclass
-from datetime import date, datetime
+from datetime import datetime
 
 from django.db.models import (
     Case,
@@ -136,7 +136,7 @@ def describe_resources(matches: dict[str, re.Match]) -> dict[str, ResourceInfo]:
     return described
 
 
-def dashboard_context(request, organization: Organization, month: date) -> dict:
+def dashboard_context(request, organization: Organization) -> dict:
     """The open complaints on the dashboard: how many, how many past their SLA now (not as
     of the last sweep), the most urgent (the earliest due first)."""
     complaints = Complaint.objects.for_organization(organization).open()

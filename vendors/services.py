@@ -1,22 +1,23 @@
 """Vendor assignment: send one vendor to one complaint, exactly once, under a fenced lease.
 
-The order of one call (docs/design.md explains every step):
+``assign_vendor`` reads top to bottom: what the caller saw, the actor's permission and the
+vendor's contract (before anything is locked), then one attempt's steps under the
+complaint's lease (``hoa.fenced``, the runner every operation shares), in this order:
 
-1. Validate before anything is locked: the vendor's contract with the complaint's
-   organization covers today, and the actor is staff of that organization.
-2. ``run_fenced`` grants a lease on ``vendor-assignment:complaint:<id>`` with a token.
-3. Look at the complaint: whether the vendor must be called at all.
-4. The dispatch call, outside any transaction.
-5. One transaction: the fence on the complaint row first, then the state check on the
-   active assignment, then deactivate the previous one (only with ``reassign``) and create
-   the new one with the lease's token; an ``open`` complaint becomes ``assigned``
-   (``hoa.complaints.record_assignment``) in the same transaction.
+1. ``look``: the recorded fence token and the active assignment, to spare the vendor a call
+   that cannot lead anywhere (a token that cannot win, or nothing to write).
+2. ``call_outside``: the dispatch call, outside any transaction.
+3. ``fence_row`` and ``commit``, in one transaction: the fence on the complaint row first,
+   then the state check on the active assignment, then deactivate the previous one (only
+   with ``reassign``) and create the new one with the lease's token; an ``open`` complaint
+   becomes ``assigned`` (``hoa.complaints.record_assignment``) in the same transaction.
+4. ``take_back``: an attempt refused at commit after it told its vendor sends that vendor's
+   dispatch a best-effort cancellation.
 
 Reassignment is a compare-and-swap on what the caller saw: ``replacing`` names the
 assignment the caller looked at, and if another one is active at commit nothing is written
 (``ChangedSinceViewed``, outcome ``conflict``). Two people replacing the same vendor at once
-cannot both win, and nobody replaces a vendor they never saw. An attempt refused at commit
-after it told its vendor sends that vendor's dispatch a best-effort cancellation.
+cannot both win, and nobody replaces a vendor they never saw.
 """
 
 import logging
@@ -24,14 +25,15 @@ from dataclasses import dataclass
 from datetime import date
 from enum import Enum, auto
 
-from django.db import transaction
-from django.db.models import OuterRef, Subquery
+from django.db.models import OuterRef, QuerySet, Subquery
 from django.utils import timezone
 
+from hoa.answers.table import Answer
 from hoa.complaints import record_assignment
+from hoa.fenced import FencedSteps
 from hoa.integrations.webhooks import ExternalCallFailed
 from hoa.models import Complaint, Organization
-from locking import Lease, Outcome, StaleFencingToken, advance_fence, span
+from locking import Lease, Outcome, StaleFencingToken
 from vendors import answers
 from vendors.dispatch import cancel_dispatch, dispatch_assignment
 from vendors.exceptions import (
@@ -39,16 +41,13 @@ from vendors.exceptions import (
     AssignmentChanged,
     ChangedSinceViewed,
     ContractNotActive,
-    DispatchFailed,
     RefusedAtCommit,
 )
 from vendors.models import Vendor, VendorAssignment, VendorContract
-from vendors.resources import ASSIGNMENT, assignment_resource
+from vendors.operations import ASSIGNMENT, assignment_resource
 from vendors.selectors import active_assignment
 
 logger = logging.getLogger(__name__)
-
-# --- Result ------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -66,47 +65,20 @@ class AssignmentResult:
         return self.outcome == Outcome.ALREADY_DONE
 
     @property
+    def answer(self) -> Answer:
+        return Answer.ALREADY_DONE if self.already_done else Answer.DONE
+
+    @property
     def message(self) -> str:
         return answers.result_message(
             self.assignment, already_done=self.already_done, replaced=self.replaced
         )
 
 
-# --- The operation -----------------------------------------------------------------------
-
-
-class _Next(Enum):
-    """What the state of the complaint asks of an attempt."""
-
-    ALREADY_DONE = auto()  # the vendor asked for is the active one
-    REFUSE = auto()  # another vendor is active and reassign was not asked
-    CHANGED = auto()  # reassign, but the active assignment is not the one the caller saw
-    ASSIGN = auto()  # write a new active assignment
-
-
 class Unstated(Enum):
     """The default of ``replacing``: the caller did not say what it saw."""
 
     UNSTATED = "unstated"
-
-
-def _next_step(
-    current: VendorAssignment | None,
-    vendor: Vendor,
-    reassign: bool,
-    replacing: VendorAssignment | None,
-) -> _Next:
-    if current is not None and current.vendor_id == vendor.pk:
-        return _Next.ALREADY_DONE
-    if not reassign:
-        return _Next.REFUSE if current is not None else _Next.ASSIGN
-    if _pk(current) != _pk(replacing):
-        return _Next.CHANGED
-    return _Next.ASSIGN
-
-
-def _pk(assignment: VendorAssignment | None) -> int | None:
-    return assignment.pk if assignment is not None else None
 
 
 def assign_vendor(
@@ -132,159 +104,160 @@ def assign_vendor(
     ``reassign`` it is not consulted (any active vendor refuses the assignment).
 
     Raises ``NotAllowed`` and ``ContractNotActive`` before anything is locked;
-    ``AssignmentBusy`` (another attempt holds the lease), ``LockServiceUnavailable``
-    (Redis down), ``DispatchFailed``, ``AssignmentSuperseded`` (a newer attempt took over),
-    ``AlreadyAssigned``, ``ChangedSinceViewed`` and ``AssignmentChanged`` with nothing
-    written: all ``VendorsError`` (``vendors.exceptions``).
+    ``AssignmentBusy``, ``LockServiceUnavailable``, ``DispatchFailed``,
+    ``AssignmentSuperseded``, ``AssignmentLeaseLost``, ``AlreadyAssigned``,
+    ``ChangedSinceViewed`` and ``AssignmentChanged`` with nothing written: all
+    ``VendorsError`` (``vendors.exceptions``).
     """
+    replacing = _what_the_caller_saw(complaint, reassign, replacing)
+    organization = complaint.organization
+    resource = assignment_resource(complaint.pk)
+    call = ASSIGNMENT.begin(actor, organization=organization, resource=resource, via=via, ip=ip)
+    _check_contract(vendor, organization, timezone.localdate())
+    steps = Assignment(complaint, vendor, reassign, replacing, actor=actor, by=call.label)
+    return call.run(steps)
+
+
+class _Next(Enum):
+    """What the state of the complaint asks of an attempt."""
+
+    ALREADY_DONE = auto()  # the vendor asked for is the active one
+    REFUSE = auto()  # another vendor is active and reassign was not asked
+    CHANGED = auto()  # reassign, but the active assignment is not the one the caller saw
+    ASSIGN = auto()  # write a new active assignment
+
+
+@dataclass(frozen=True)
+class Looked:
+    current: VendorAssignment | None  # the active assignment before the call
+    needs_call: bool
+
+
+@dataclass(frozen=True)
+class Assignment(FencedSteps):
+    """One attempt to send ``vendor`` to ``complaint``, as the runner's steps."""
+
+    complaint: Complaint
+    vendor: Vendor
+    reassign: bool
+    replacing: VendorAssignment | None  # what the caller saw (consulted with reassign)
+    actor: object  # the user, or None for the operator at the shell
+    by: str  # who asked, as the audit records it
+
+    endpoint = "dispatch"
+
+    @property
+    def subject(self) -> dict:
+        return {"complaint": self.complaint}
+
+    def next_step(self, current: VendorAssignment | None) -> _Next:
+        if current is not None and current.vendor_id == self.vendor.pk:
+            return _Next.ALREADY_DONE
+        if not self.reassign:
+            return _Next.REFUSE if current is not None else _Next.ASSIGN
+        if _pk(current) != _pk(self.replacing):
+            return _Next.CHANGED
+        return _Next.ASSIGN
+
+    def look(self, lease: Lease) -> Looked:
+        current = _look_before_calling(self.complaint, lease.token, seen=self.replacing)
+        return Looked(current=current, needs_call=self.next_step(current) is _Next.ASSIGN)
+
+    def call_outside(self, lease: Lease, looked: Looked) -> Vendor | None:
+        call = dispatch_assignment(
+            complaint=self.complaint,
+            vendor=self.vendor,
+            replacing=looked.current,
+            token=lease.token,
+        )
+        return None if call.skipped else self.vendor
+
+    def fence_row(self, looked: Looked) -> QuerySet:
+        return Complaint.objects.filter(pk=self.complaint.pk)
+
+    def commit(self, lease: Lease, looked: Looked, told: Vendor | None) -> AssignmentResult:
+        # The fence UPDATE holds the complaint's row lock until commit, so every fenced
+        # writer of this complaint reads the assignment state in turn, and the complaint's
+        # status read with it cannot change before we commit.
+        current = active_assignment(self.complaint, with_complaint_status=True)
+        match self.next_step(current):
+            case _Next.ALREADY_DONE:
+                return AssignmentResult(current, Outcome.ALREADY_DONE, lease.token)
+            case _Next.REFUSE:
+                raise AlreadyAssigned(complaint=self.complaint, winner=current)
+            case _Next.CHANGED:
+                raise ChangedSinceViewed(
+                    complaint=self.complaint, expected=self.replacing, current=current
+                )
+        if not looked.needs_call:
+            # An older holder committed between our look and our fence; we did not call
+            # the vendor, so we must not record them as sent.
+            raise AssignmentChanged(complaint=self.complaint, current=current)
+        assignment = self._replace(current, lease.token)
+        return AssignmentResult(
+            assignment, Outcome.COMMITTED, lease.token, current, dispatched=told is not None
+        )
+
+    def _replace(self, current: VendorAssignment | None, token: int) -> VendorAssignment:
+        now = timezone.now()
+        if current is not None:
+            # Before the insert: the one-active-per-complaint index is not deferrable.
+            VendorAssignment.objects.filter(pk=current.pk).update(active=False, deactivated_at=now)
+            current.active, current.deactivated_at = False, now
+        assignment = VendorAssignment.objects.create(
+            complaint=self.complaint,
+            vendor=self.vendor,
+            fence_token=token,
+            assigned_at=now,
+            assigned_by=self.actor,
+            actor_label=self.by,
+        )
+        # Same transaction, after the fence: an open complaint becomes assigned.
+        record_assignment(
+            complaint=self.complaint,
+            actor=self.actor,
+            actor_label=self.by,
+            note=answers.assigned_note(assignment),
+            at=now,
+            status=current.complaint_status if current is not None else None,
+        )
+        return assignment
+
+    def take_back(self, lease: Lease, looked: Looked, refusal: RefusedAtCommit) -> str:
+        try:
+            call = cancel_dispatch(
+                complaint=self.complaint,
+                vendor=self.vendor,
+                replacing=looked.current,
+                now_assigned=refusal.now_assigned,
+                token=lease.token,
+            )
+        except ExternalCallFailed as exc:
+            logger.warning(
+                "dispatch cancellation failed",
+                extra={"resource": lease.resource, "token": lease.token, "reason": exc.reason},
+            )
+            return f"cancellation failed: {exc.reason}"
+        if call.skipped:
+            return "cancellation skipped: no dispatch URL configured"
+        return f"cancellation sent (HTTP {call.status})"
+
+
+def _what_the_caller_saw(complaint, reassign: bool, replacing) -> VendorAssignment | None:
     if replacing is Unstated.UNSTATED:
         if reassign:
             raise TypeError(
                 "assign_vendor(reassign=True) needs replacing=: the assignment the caller "
                 "saw (or None)"
             )
-        replacing = None
-    elif replacing is not None and replacing.complaint_id != complaint.pk:
+        return None
+    if replacing is not None and replacing.complaint_id != complaint.pk:
         raise ValueError(f"assignment {replacing.pk} is not one of complaint {complaint.pk}'s")
-    organization = complaint.organization
-    resource = assignment_resource(complaint.pk)
-    attempt = ASSIGNMENT.begin(actor, via=via, organization=organization, resource=resource, ip=ip)
-    _check_contract(vendor, organization, timezone.localdate())
-
-    def work(lease: Lease) -> AssignmentResult:
-        looked = _look_before_calling(complaint, lease.token, seen=replacing)
-        needs_call = _next_step(looked, vendor, reassign, replacing) is _Next.ASSIGN
-        dispatched = False
-        if needs_call:
-            # Not worth telling a vendor if the lease is already gone: LeaseLost.
-            lease.check()
-            try:
-                with span("external-call", lease=lease, attributes={"endpoint": "dispatch"}):
-                    call = dispatch_assignment(
-                        complaint=complaint, vendor=vendor, replacing=looked, token=lease.token
-                    )
-            except ExternalCallFailed as exc:
-                raise DispatchFailed(call=exc, complaint=complaint, vendor=vendor) from exc
-            dispatched = not call.skipped
-        try:
-            with transaction.atomic():
-                # Fence first: a holder whose lease was taken over learns it here, even
-                # when the work it came for has been done meanwhile.
-                advance_fence(Complaint.objects.filter(pk=complaint.pk), lease)
-                # The fence UPDATE holds the complaint's row lock until commit, so every
-                # fenced writer of this complaint reads the assignment state in turn, and
-                # the complaint's status read with it cannot change before we commit.
-                current = active_assignment(complaint, with_complaint_status=True)
-                step = _next_step(current, vendor, reassign, replacing)
-                if step is _Next.ALREADY_DONE:
-                    lease.record_committed(Outcome.ALREADY_DONE)
-                    return AssignmentResult(
-                        assignment=current, outcome=Outcome.ALREADY_DONE, token=lease.token
-                    )
-                if step is _Next.REFUSE:
-                    raise AlreadyAssigned(complaint=complaint, winner=current)
-                if step is _Next.CHANGED:
-                    raise ChangedSinceViewed(
-                        complaint=complaint, expected=replacing, current=current
-                    )
-                if not needs_call:
-                    # An older holder committed between our look and our fence; we did
-                    # not call the vendor, so we must not record them as sent.
-                    raise AssignmentChanged(complaint=complaint, current=current)
-                now = timezone.now()
-                if current is not None:
-                    # Before the insert: the one-active-per-complaint index is not
-                    # deferrable.
-                    VendorAssignment.objects.filter(pk=current.pk).update(
-                        active=False, deactivated_at=now
-                    )
-                    current.active, current.deactivated_at = False, now
-                assignment = VendorAssignment.objects.create(
-                    complaint=complaint,
-                    vendor=vendor,
-                    fence_token=lease.token,
-                    assigned_at=now,
-                    assigned_by=actor,
-                    actor_label=attempt.label,
-                )
-                # Same transaction, after the fence: an open complaint becomes assigned.
-                record_assignment(
-                    complaint=complaint,
-                    actor=actor,
-                    actor_label=attempt.label,
-                    note=answers.assigned_note(assignment),
-                    at=now,
-                    status=current.complaint_status if current is not None else None,
-                )
-                lease.record_committed()  # the audit row commits with the assignment
-        except RefusedAtCommit as refusal:
-            if dispatched:
-                # Rolled back, but the vendor has been told: say so, and take it back.
-                refusal.told_in_vain = vendor
-                refusal.cancellation = _cancel_dispatch(
-                    complaint=complaint,
-                    vendor=vendor,
-                    replacing=looked,
-                    now_assigned=refusal.now_assigned,
-                    token=lease.token,
-                )
-            raise
-        logger.info(
-            "vendor assigned",
-            extra={
-                "resource": resource,
-                "token": lease.token,
-                "outcome": Outcome.COMMITTED,
-                "complaint": complaint.pk,
-                "vendor": vendor.pk,
-                "replaced": current.pk if current else None,
-            },
-        )
-        return AssignmentResult(
-            assignment=assignment,
-            outcome=Outcome.COMMITTED,
-            token=lease.token,
-            replaced=current,
-            dispatched=dispatched,
-        )
-
-    # Refusals are recorded with the outcome their exception declares; the detail (the
-    # exception's text) names the vendor that holds the complaint, and the vendor told in vain.
-    return attempt.run(work, complaint=complaint)
+    return replacing
 
 
-def _cancel_dispatch(
-    *,
-    complaint: Complaint,
-    vendor: Vendor,
-    replacing: VendorAssignment | None,
-    now_assigned: VendorAssignment | None,
-    token: int,
-) -> str:
-    """Send the best-effort cancellation; return what happened, for the audit. Never raises:
-    the caller is owed its refusal, not an error about the cleanup."""
-    try:
-        call = cancel_dispatch(
-            complaint=complaint,
-            vendor=vendor,
-            replacing=replacing,
-            now_assigned=now_assigned,
-            token=token,
-        )
-    except ExternalCallFailed as exc:
-        logger.warning(
-            "dispatch cancellation failed",
-            extra={
-                "resource": assignment_resource(complaint.pk),
-                "token": token,
-                "vendor": vendor.pk,
-                "reason": exc.reason,
-            },
-        )
-        return f"cancellation failed: {exc.reason}"
-    if call.skipped:
-        return "cancellation skipped: no dispatch URL configured"
-    return f"cancellation sent (HTTP {call.status})"
+def _pk(assignment: VendorAssignment | None) -> int | None:
+    return assignment.pk if assignment is not None else None
 
 
 def _look_before_calling(

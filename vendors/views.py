@@ -17,7 +17,6 @@ complaint page.
 
 from django.contrib import messages
 from django.db.models import Q
-from django.http import HttpResponseRedirect
 from django.shortcuts import redirect
 from django.urls import reverse
 from django.utils import timezone
@@ -26,15 +25,14 @@ from django.utils.translation import gettext as _
 from django.views.generic import DetailView, ListView
 
 from hoa import complaints as workflow
+from hoa.answers import table as answer_table
+from hoa.answers.pages import error_page, see_other
+from hoa.answers.table import Answer
 from hoa.models import Complaint
 from hoa.security.ratelimits import limit_fenced_posts
-from hoa.web import answer_table
 from hoa.web.access import OrganizationMixin, client_ip
-from hoa.web.answer_table import Answer
-from hoa.web.responses import error_page
 from vendors import answers, selectors
 from vendors.exceptions import (
-    AlreadyAssigned,
     AssignmentSuperseded,
     ChangedSinceViewed,
     VendorsError,
@@ -48,7 +46,7 @@ from vendors.forms import (
     VendorFilterForm,
     first_error,
 )
-from vendors.resources import ASSIGN_PERMISSION, OPERATION
+from vendors.operations import ASSIGN_PERMISSION, OPERATION
 from vendors.services import assign_vendor
 
 CHANGE_PERMISSION = "hoa.change_complaint"
@@ -179,47 +177,35 @@ class AssignVendorView(ComplaintDetailView):
                 form.add_error("vendor", exc.message)
                 return self.render_to_response(self.get_context_data(form=form), status=400)
             if exc.answer is Answer.RETRY:
-                return self.conflict(complaint, vendor, reassign, exc, form)
+                return self.conflict(exc, form)
             return answer_table.page(request, exc)
-        level = messages.INFO if result.already_done else messages.SUCCESS
-        messages.add_message(request, level, result.message)
-        return _see_other(self.complaint_url(complaint))
+        return answer_table.done(request, result, self.complaint_url(complaint))
 
-    def conflict(self, complaint, vendor, reassign, exc: VendorsError, form):
-        """The loser's 409: who holds the lease or which assignment won, and a retry.
-
-        The retry replaces the assignment this page names (the person has now seen it),
-        else the one the refused form had shown.
-        """
-        message, winner = exc.message, getattr(exc, "now_assigned", None)
-        if isinstance(exc, AlreadyAssigned):
-            message = answers.retry_already_assigned(vendor)
-        elif isinstance(exc, ChangedSinceViewed):
-            message = answers.retry_changed_since_viewed(vendor, exc.current)
-        elif isinstance(exc, AssignmentSuperseded):  # name the assignment that won
+    def conflict(self, exc: VendorsError, form):
+        """The loser's 409: who holds the lease or which assignment won, and a retry that
+        replaces the assignment this page names (the person has now seen it), else the one
+        the refused form had shown (or, like this request, none)."""
+        complaint, vendor = self.object, form.cleaned_data["vendor"]
+        winner = getattr(exc, "now_assigned", None)
+        if isinstance(exc, AssignmentSuperseded):  # name the assignment that won
             winner = selectors.active_assignment(complaint)
         if winner is not None or isinstance(exc, ChangedSinceViewed):
             retry_replacing = _field_value(winner)
         elif form.carries_shown_assignment:
             retry_replacing = _field_value(form.cleaned_data["replacing"])
         else:
-            retry_replacing = None  # the retry, like this request, names nothing
+            retry_replacing = None
         return answer_table.page(
             self.request,
             exc,
-            message=message,
-            winner=(
-                _("Current vendor: %(assignment)s.")
-                % {"assignment": answers.describe_assignment(winner)}
-                if winner
-                else None
-            ),
+            message=answers.conflict_message(exc, vendor),
+            winner=answers.current_vendor(winner) if winner else None,
             template_name="vendors/assign_conflict.html",
             extra_context={
                 "organization": self.organization,
                 "complaint": complaint,
                 "vendor": vendor,
-                "reassign": reassign,
+                "reassign": form.cleaned_data["reassign"],
                 "retry_replacing": retry_replacing,
                 "back_url": self.complaint_url(complaint),
             },
@@ -235,7 +221,7 @@ class ComplaintActionView(ComplaintDetailView):
     form_context_name: str
 
     def get(self, request, *args, **kwargs):
-        return _see_other(self.complaint_url(self.get_object()))
+        return see_other(self.complaint_url(self.get_object()))
 
     def post(self, request, *args, **kwargs):
         self.object = complaint = self.get_object()
@@ -258,7 +244,7 @@ class ComplaintActionView(ComplaintDetailView):
                 retry_fields=self.retry_fields(exc, form),
             )
         messages.success(request, message)
-        return _see_other(self.complaint_url(complaint))
+        return see_other(self.complaint_url(complaint))
 
     def make_form(self, data):
         return self.form_class(data)
@@ -362,10 +348,3 @@ class VendorListView(FilteredListView):
 def _field_value(assignment) -> str:
     """The ``replacing`` field's value for an assignment, empty for none."""
     return str(assignment.pk) if assignment is not None else ""
-
-
-def _see_other(url: str) -> HttpResponseRedirect:
-    """A 303: the browser follows it with a GET, so a reload does not resend the POST."""
-    response = HttpResponseRedirect(url)
-    response.status_code = 303
-    return response

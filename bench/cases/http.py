@@ -36,7 +36,7 @@ from bench.measure import check, median, percentile, result, since_us
 from hoa.models import Complaint
 from locking.models import FenceEvent
 from vendors.models import VendorAssignment
-from vendors.resources import assignment_resource
+from vendors.operations import assignment_resource
 
 HOT_COMPLAINTS = 4
 HOT_SHARE = 0.5

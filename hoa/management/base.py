@@ -10,9 +10,9 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import DatabaseError, InterfaceError, connection
 from redis.exceptions import RedisError
 
+from hoa.answers.table import EXIT_TEMPFAIL
 from hoa.ops.readiness import pending_migrations
 from hoa.security.audit import shown
-from hoa.web.answer_table import EXIT_TEMPFAIL
 
 __all__ = [
     "EXIT_TEMPFAIL",

@@ -18,6 +18,7 @@ from django.views.generic import TemplateView
 from django_htmx.http import HttpResponseClientRedirect
 from redis.exceptions import RedisError
 
+from hoa.answers.pages import error_page
 from hoa.operations import ResourceInfo, describe_resources, operations
 from hoa.ops.lockstatus import EVENTS_PER_PAGE as LOCK_EVENTS_PER_PAGE
 from hoa.ops.lockstatus import (
@@ -31,7 +32,6 @@ from hoa.ops.lockstatus import (
 from hoa.ops.readiness import pending_migrations
 from hoa.scopes import scope_for_organization
 from hoa.security.audit import Reason, deny_request
-from hoa.web.responses import error_page
 from locking import BreakLeaseForm, FenceLock, LockUnavailable, holder_of, validate_resource
 
 

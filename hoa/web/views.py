@@ -14,13 +14,13 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.csrf import requires_csrf_token
 from django.views.generic import ListView, TemplateView
 
+from hoa.answers.pages import error_page
 from hoa.models import Complaint, Organization
 from hoa.operations import Panel, describe_resources, operations
 from hoa.scopes import scope_for_organization
 from hoa.security.audit import Reason, deny_request
 from hoa.web.access import OrganizationMixin
 from hoa.web.charts import Bar, bar_chart
-from hoa.web.responses import error_page
 from locking import Outcome
 from locking.models import FenceEvent
 
@@ -62,7 +62,6 @@ class OrganizationListView(LoginRequiredMixin, ListView):
     context_object_name = "organizations"
 
     def get_queryset(self):
-        month = _first_of_this_month()
         open_ = Q(complaints__status__in=Complaint.OPEN_STATUSES)
         # Past the SLA as of this request, not as of the last sweep (``past_sla``).
         late = Q(complaints__sla_due_at__lt=timezone.now()) | Q(
@@ -76,7 +75,7 @@ class OrganizationListView(LoginRequiredMixin, ListView):
                 name: expression
                 for panel in _panels()
                 if panel.organization_annotations
-                for name, expression in panel.organization_annotations(month).items()
+                for name, expression in panel.organization_annotations().items()
             },
         )
 
@@ -97,7 +96,7 @@ class DashboardView(OrganizationMixin, TemplateView):
         panels = _panels()
         for panel in panels:
             if panel.context is not None:
-                context.update(panel.context(self.request, org, month))
+                context.update(panel.context(self.request, org))
         context.update(
             month=month,
             panels=panels,

@@ -15,6 +15,7 @@ every organization has its completed run, 75 if some are still unfinished at the
 On a terminal a progress line (done / total, rate, ETA) is rewritten as it goes.
 """
 
+import contextlib
 import multiprocessing
 import time
 from concurrent.futures import ProcessPoolExecutor
@@ -23,7 +24,6 @@ from datetime import date
 from itertools import repeat
 from multiprocessing.util import Finalize
 
-from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management.base import CommandError
 from django.db import connections
@@ -32,9 +32,10 @@ from django.utils.translation import gettext as _
 from charges.exceptions import ChargesError
 from charges.forms import parse_billing_month
 from charges.models import MonthlyChargeRun, month_label
-from charges.resources import GENERATION, charge_resource
+from charges.operations import GENERATION, charge_resource
 from charges.selectors import current_month
 from charges.services import generate_monthly_charges
+from hoa.answers import table as answer_table
 from hoa.management.base import (
     EXIT_TEMPFAIL,
     ServiceCommand,
@@ -45,8 +46,7 @@ from hoa.management.base import (
 )
 from hoa.models import Organization
 from hoa.security.audit import shown
-from hoa.web import answer_table
-from locking import Outcome
+from locking import LockUnavailable, Outcome, prepare_fences
 
 
 @dataclass(frozen=True)
@@ -87,7 +87,9 @@ def generate_chunk(org_ids: list[int], month: date, user_id: int | None, via: st
         )
     organizations = list(Organization.objects.filter(pk__in=org_ids).order_by("pk"))
     # A new month is a new resource per organization: their first epochs in one commit.
-    GENERATION.prepare(charge_resource(organization, month) for organization in organizations)
+    # Redis down is left to the grants to answer, one by one, in the batch's own words.
+    with contextlib.suppress(LockUnavailable):
+        prepare_fences(charge_resource(organization, month) for organization in organizations)
     outcomes = []
     for organization in organizations:
         if user is not None:
@@ -126,7 +128,7 @@ class Command(ServiceCommand):
             type=float,
             metavar="SECONDS",
             help="with --all-orgs: how long to wait for organizations another host holds "
-            "(default: three times CHARGES_LOCK_TTL_SECONDS)",
+            "(default: three times the lease TTL, CHARGES_LOCK_TTL_SECONDS)",
         )
         parser.add_argument(
             "--workers",
@@ -146,7 +148,7 @@ class Command(ServiceCommand):
         if workers > 1 and not all_orgs:
             raise CommandError(_("--workers only applies to --all-orgs."))
         if wait is None:
-            wait = 3 * float(settings.CHARGES_LOCK_TTL_SECONDS)
+            wait = 3 * GENERATION.lease_ttl.total_seconds()
         elif wait < 0:
             raise CommandError(_("--wait must not be negative."))
         self.verbosity = options["verbosity"]

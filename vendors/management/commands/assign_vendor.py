@@ -14,6 +14,7 @@ import re
 
 from django.core.management.base import CommandError
 
+from hoa.answers import table as answer_table
 from hoa.management.base import (
     ServiceCommand,
     active_user,
@@ -22,7 +23,6 @@ from hoa.management.base import (
     require_services,
 )
 from hoa.models import Complaint
-from hoa.web import answer_table
 from vendors import selectors
 from vendors.exceptions import VendorsError
 from vendors.models import Vendor

@@ -1,7 +1,8 @@
-"""Answers shared by the staff pages of both apps (the 409 page, error pages)."""
+"""The pages every answer shares: the 303 after a POST, the 409 page, the error pages."""
 
 from collections.abc import Iterable, Mapping
 
+from django.http import HttpResponseRedirect
 from django.shortcuts import render
 
 
@@ -72,3 +73,10 @@ def error_page(request, status: int, title: str, message: str):
         {"title": title, "message": message, "status": status},
         status=status,
     )
+
+
+def see_other(url: str) -> HttpResponseRedirect:
+    """A 303: the browser follows it with a GET, so a reload does not resend the POST."""
+    response = HttpResponseRedirect(url)
+    response.status_code = 303
+    return response

@@ -1,0 +1,79 @@
+"""Monthly charge generation, declared once: what the frame and the runner know of it.
+
+The lock resource is ``monthly-charges:org:<org_id>:<YYYY-MM>``: one lease per organization
+and month. The organization is in the name, so the lock status page finds an organization's
+leases with one bounded SCAN of its prefix. ``ChargesConfig.ready()`` registers
+``GENERATION``.
+"""
+
+import re
+from collections.abc import Iterable
+from datetime import date, timedelta
+
+from django.utils.translation import gettext_lazy as _
+
+from charges import selectors
+from charges.exceptions import (
+    BillingFailed,
+    GenerationBusy,
+    GenerationLeaseLost,
+    GenerationSuperseded,
+    LockServiceUnavailable,
+    NotAllowed,
+)
+from charges.models import month_label
+from hoa.operations import AdminExtension, FencedOperation, Link, Panel, Refusals
+
+OPERATION = "monthly-charges"
+GENERATE_PERMISSION = "charges.generate_charges"
+PREFIX = f"{OPERATION}:org:"
+
+
+def charge_resource(organization, month: date) -> str:
+    """The resource of ``organization``'s charges for ``month``."""
+    return f"{PREFIX}{int(organization.pk)}:{month_label(month)}"
+
+
+def scan_prefixes(organization_ids: Iterable[int]) -> list[str]:
+    return [f"{PREFIX}{int(pk)}:" for pk in organization_ids]
+
+
+GENERATION = FencedOperation(
+    name=OPERATION,
+    permission=GENERATE_PERMISSION,
+    # Ids of at most 18 digits fit a bigint: a stray key with a longer number is no row of
+    # ours. [0-9], not \d, which also matches other scripts' digits.
+    resource=re.compile(r"monthly-charges:org:(?P<org>[0-9]{1,18}):(?P<month>[0-9]{4}-[0-9]{2})"),
+    example=f"{PREFIX}1:2026-01",
+    refusals=Refusals(
+        not_permitted=NotAllowed,
+        busy=GenerationBusy,
+        superseded=GenerationSuperseded,
+        lease_ran_out=GenerationLeaseLost,
+        lock_service_down=LockServiceUnavailable,
+        call_failed=BillingFailed,
+    ),
+    ttl=timedelta(seconds=60),
+    ttl_setting="CHARGES_LOCK_TTL_SECONDS",
+    describe=selectors.describe_resources,
+    scan_prefixes=scan_prefixes,
+    order=20,
+    links=(
+        Link(
+            _("Charges"),
+            "charges:runs",
+            current=("charges:runs", "charges:run", "charges:generate"),
+            order=10,
+        ),
+    ),
+    dashboard=Panel(
+        context=selectors.dashboard_context,
+        stats="charges/_dashboard_stats.html",
+        summary="charges/_organization_summary.html",
+        organization_annotations=selectors.organization_annotations,
+    ),
+    admin=(
+        AdminExtension("hoa.Organization", actions=("charges.admin.generate_charges_for_month",)),
+    ),
+    staff_permissions=("charges.view_monthlychargerun", "charges.view_monthlycharge"),
+)

@@ -1,0 +1,206 @@
+"""Refusals: what a caller asked was not done, and nothing was written.
+
+One hierarchy, rooted at ``Refusal``. The kinds every fenced operation shares are written
+here once (``NotPermitted``, ``Busy``, ``Superseded``, ``LeaseRanOut``, ``LockServiceDown``,
+``CallFailed``); each app subclasses them under its own base error, so its callers keep one
+``except``::
+
+    class ChargesError(Refusal): ...
+    class GenerationBusy(ChargesError, Busy):
+        title = gettext_lazy("Charges are being generated")
+
+A refusal carries facts, never sentences: the kind's own (the holder, the tokens, the
+reason) and its subject, the facts of the operation it refused (``organization`` and
+``month``, ``complaint``), as attributes. Nothing is queried or translated when one is
+made. The sentence is rendered when an edge asks for it, by the app's ``answers`` module,
+which implements ``sentence`` for its base error (``functools.singledispatch``)::
+
+    @sentence.register
+    def _(refusal: ChargesError, audience: Audience) -> str: ...
+
+``refusal.message`` is staff's sentence (pages, admin messages); ``str(refusal)`` is the
+operators' (the command's line, the audit's detail), as Django's ``ValidationError`` renders
+its message when printed.
+"""
+
+from datetime import datetime, timedelta
+from functools import singledispatch
+from typing import ClassVar
+
+from django.contrib.auth import get_user_model
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
+
+from hoa.answers.table import Answer, Audience
+from locking import LeaseLost, LockHeld, Outcome, StaleFencingToken
+
+
+class Refusal(Exception):
+    """Base of every refusal: nothing was written, and here are the facts of why.
+
+    ``answer`` says which kind of answer it is (``hoa.answers.table``); ``outcome`` what the
+    audit records when it ends a fenced attempt; ``title`` heads its page. The keyword
+    arguments are its subject, kept as attributes.
+    """
+
+    answer: ClassVar[Answer]
+    outcome: ClassVar[Outcome | None] = None
+    title: ClassVar[str] = ""
+
+    # Set by the runner when the refusal came after the outside had been told (the vendor
+    # was dispatched, then the commit refused): whom it told, and what taking it back got.
+    told_in_vain: object = None
+    cancellation: str = ""
+
+    def __init__(self, **subject):
+        super().__init__()
+        vars(self).update(subject)
+
+    @property
+    def message(self) -> str:
+        """Staff's sentence: people and what to do, no tokens, hosts or lease lifetimes."""
+        return sentence(self, Audience.STAFF)
+
+    def __str__(self) -> str:
+        """The operators' sentence, with the technical facts; what commands print and the
+        audit records, naming whom the outside call told in vain."""
+        said = sentence(self, Audience.OPERATORS)
+        if self.told_in_vain is None:
+            return said
+        told = _("%(party)s was told in vain; %(cancellation)s") % {
+            "party": self.told_in_vain,
+            "cancellation": self.cancellation,
+        }
+        return f"{said.rstrip('.')}; {told}"
+
+
+@singledispatch
+def sentence(refusal: Refusal, audience: Audience) -> str:
+    """The sentence ``audience`` reads for ``refusal``: each app's ``answers`` registers its
+    base error. A refusal nobody speaks for still says what it is (a test checks there is
+    none)."""
+    return f"{type(refusal).__name__}: nothing was done."
+
+
+# -- the kinds every fenced operation shares ----------------------------------------------
+
+
+class NotPermitted(Refusal):
+    """The actor is not staff of the organization, or lacks the operation's permission.
+
+    Refused before any lease and recorded as an ``AccessDenial``. Facts: ``actor`` (the
+    username), ``organization``.
+    """
+
+    answer = Answer.FORBIDDEN
+    outcome = Outcome.DENIED
+    title = gettext_lazy("Not allowed")
+
+
+class Busy(Refusal):
+    """Another holder has the lease right now.
+
+    Facts: ``resource``; ``holder``, the holder's label (``alice on web-1 pid 42``);
+    ``since``, when it was granted (Redis's clock); ``retry_after``, the time its lease has
+    left; ``token``, the fence counter then. ``busy`` keeps locking's ``LockHeld`` for the
+    page's link to the lease's details.
+    """
+
+    answer = Answer.RETRY
+    outcome = Outcome.BUSY
+
+    def __init__(
+        self,
+        *,
+        resource: str,
+        holder: str,
+        since: datetime | None,
+        retry_after: timedelta,
+        token: int | None,
+        busy: LockHeld | None = None,
+        **subject,
+    ):
+        super().__init__(**subject)
+        self.resource, self.holder, self.since = resource, holder, since
+        self.retry_after, self.token, self.busy = retry_after, token, busy
+
+    @classmethod
+    def held(cls, lock: LockHeld, **subject) -> "Busy":
+        """The refusal of a grant that found ``lock``'s holder."""
+        return cls(
+            resource=lock.resource,
+            holder=lock.holder,
+            since=lock.acquired_at,
+            retry_after=lock.retry_after,
+            token=lock.token,
+            busy=lock,
+            **subject,
+        )
+
+
+class Superseded(Refusal):
+    """This attempt's lease ran out and a newer holder took over: the fence refused
+    ``token`` because ``recorded`` (a newer grant's) was already written."""
+
+    answer = Answer.RETRY
+    outcome = Outcome.STALE
+
+    def __init__(self, *, resource: str, token: int, recorded: int, **subject):
+        super().__init__(**subject)
+        self.resource, self.token, self.recorded = resource, token, recorded
+
+    @classmethod
+    def refused(cls, resource: str, stale: StaleFencingToken, **subject) -> "Superseded":
+        return cls(resource=resource, token=stale.token, recorded=stale.recorded, **subject)
+
+
+class LeaseRanOut(Refusal):
+    """The lease was lost, or could not be confirmed, before the external call
+    (``lease.check()``): the attempt stopped before telling anyone."""
+
+    answer = Answer.RETRY
+    outcome = Outcome.LOST
+
+    def __init__(self, *, resource: str, token: int, reason: str, **subject):
+        super().__init__(**subject)
+        self.resource, self.token, self.reason = resource, token, reason
+
+    @classmethod
+    def lost(cls, lost: LeaseLost, **subject) -> "LeaseRanOut":
+        return cls(resource=lost.resource, token=lost.token, reason=lost.reason, **subject)
+
+
+class LockServiceDown(Refusal):
+    """The lock service (Redis) could not be reached; ``reason`` says how it failed."""
+
+    answer = Answer.UNAVAILABLE
+    outcome = Outcome.UNAVAILABLE
+    title = gettext_lazy("Lock service unavailable")
+
+    def __init__(self, *, resource: str, reason: str, **subject):
+        super().__init__(**subject)
+        self.resource, self.reason = resource, reason
+
+
+class CallFailed(Refusal):
+    """The operation's external call (billing, dispatch) refused, failed or timed out:
+    ``reason``, and the HTTP ``status`` when there was one."""
+
+    answer = Answer.UPSTREAM_FAILED
+    outcome = Outcome.FAILED
+
+    def __init__(self, *, reason: str, status: int | None = None, **subject):
+        super().__init__(**subject)
+        self.reason, self.status = reason, status
+
+
+def person_holding(holder: str) -> str | None:
+    """The user a lease's holder label names, for staff to read: ``alice`` of ``alice on
+    web-1 pid 42`` or of ``alice via cli:ops on cron-1 pid 7``; ``None`` when it names no
+    user (a cron job, the operator at the shell, an unlabelled process). Asked by the
+    answers that render a ``Busy`` for staff (one query), never when the refusal is made."""
+    who = (holder or "").partition(" on ")[0].partition(" via ")[0].strip()
+    if not who or " " in who or ":" in who:
+        return None
+    users = get_user_model()._default_manager
+    return who if users.filter(**{get_user_model().USERNAME_FIELD: who}).exists() else None

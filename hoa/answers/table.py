@@ -1,0 +1,125 @@
+"""One answer table: what kind of answer a result or a refusal is, and how each edge gives it.
+
+A service's result says whether it did the work now or found it done (``result.answer``:
+``DONE``, ``ALREADY_DONE``); a refusal (``hoa.answers.refusals``) says which kind of answer
+it is. The staff page, the admin action and the management command each turn that kind into
+their answer through the one table below, with one ``except`` for the refusals:
+
+==================  ======  =============  =========
+kind                HTTP    admin message  exit code
+==================  ======  =============  =========
+done                303     success        0
+already done        303     info           0
+retry               409     warning        75
+bad request         400     error          1
+forbidden           403     error          1
+upstream failed     502     error          1
+unavailable         503     error          1
+partly failed       502     error          1
+==================  ======  =============  =========
+
+75 is ``EX_TEMPFAIL`` from sysexits.h ("try again later"): cron wrappers treat it as not an
+error. Nothing was written for any refusal; "partly failed" is a batch's answer (the month
+start) when some of its items were refused, each reported on its own line.
+
+What the edges say comes from the refusal, rendered when asked: ``exc.message`` for staff
+(pages, admin messages: people and what to do, never a fencing token, a host, a pid or a
+lease lifetime), ``str(exc)`` for operators (the command's line and the audit: tokens, the
+holder's host and pid, the seconds the lease has left).
+"""
+
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import TYPE_CHECKING
+
+from django.contrib import messages
+from django.core.exceptions import PermissionDenied
+from django.core.management.base import CommandError
+
+from hoa.answers.pages import conflict, error_page, see_other
+
+if TYPE_CHECKING:
+    from hoa.answers.refusals import Refusal
+
+EXIT_TEMPFAIL = 75
+
+
+class Audience(StrEnum):
+    """Who reads a refusal's sentence (the app's ``answers`` functions take ``audience=``)."""
+
+    STAFF = "staff"  # pages and admin messages: people and what to do
+    OPERATORS = "operators"  # commands and the audit: tokens, hosts, pids, seconds
+
+
+class Answer(StrEnum):
+    DONE = "done"  # done now
+    ALREADY_DONE = "already-done"  # done before, by this or another attempt: nothing to do
+    PARTLY_FAILED = "partly-failed"  # a batch: some of it could not be done (see its lines)
+    RETRY = "retry"  # someone else holds it or won: try again later (nothing is wrong)
+    BAD_REQUEST = "bad-request"  # the request itself is wrong
+    FORBIDDEN = "forbidden"  # the person may not do this
+    UPSTREAM_FAILED = "upstream-failed"  # an external system refused or failed
+    UNAVAILABLE = "unavailable"  # the lock service (Redis) cannot be reached
+
+
+@dataclass(frozen=True)
+class Channels:
+    status: int
+    level: int
+    exit_code: int
+
+
+ANSWERS = {
+    Answer.DONE: Channels(303, messages.SUCCESS, 0),
+    Answer.ALREADY_DONE: Channels(303, messages.INFO, 0),
+    Answer.PARTLY_FAILED: Channels(502, messages.ERROR, 1),
+    Answer.RETRY: Channels(409, messages.WARNING, EXIT_TEMPFAIL),
+    Answer.BAD_REQUEST: Channels(400, messages.ERROR, 1),
+    Answer.FORBIDDEN: Channels(403, messages.ERROR, 1),
+    Answer.UPSTREAM_FAILED: Channels(502, messages.ERROR, 1),
+    Answer.UNAVAILABLE: Channels(503, messages.ERROR, 1),
+}
+
+
+def page(request, exc: "Refusal", **conflict_options):
+    """The page answering ``exc``: 409 with a retry, 403, or an error page.
+
+    ``conflict_options`` go to ``conflict()`` (title, template, retry fields…) when the
+    answer is a retry; when the refusal carries a lease still held (``busy``), the page
+    links to its details for operators (the sentence names only the person holding it).
+    """
+    if exc.answer is Answer.FORBIDDEN:
+        raise PermissionDenied(exc.message) from exc
+    if exc.answer is Answer.RETRY:
+        options = {
+            "title": exc.title,
+            "message": exc.message,
+            "lease": getattr(exc, "busy", None),
+            "retry_url": request.path,
+            **conflict_options,
+        }
+        return conflict(request, **options)
+    return error_page(request, ANSWERS[exc.answer].status, exc.title, exc.message)
+
+
+def admin_message(modeladmin, request, exc: "Refusal") -> None:
+    """Report ``exc`` on the changelist with the level its kind deserves, in staff's words
+    (the admin is where staff work too; operators read the audit and the lock page)."""
+    modeladmin.message_user(request, exc.message, ANSWERS[exc.answer].level)
+
+
+def command_error(exc: "Refusal") -> CommandError:
+    """The one line and exit code a management command answers ``exc`` with: the
+    operators' sentence (``str(exc)``), tokens and holders included."""
+    return CommandError(str(exc), returncode=ANSWERS[exc.answer].exit_code)
+
+
+def done(request, result, url: str):
+    """The 303 of a service's result: its message at its kind's level, then ``url``."""
+    messages.add_message(request, ANSWERS[result.answer].level, result.message)
+    return see_other(url)
+
+
+def admin_done(modeladmin, request, result) -> None:
+    """Report a service's result on the changelist at its kind's level."""
+    modeladmin.message_user(request, result.message, ANSWERS[result.answer].level)
