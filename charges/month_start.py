@@ -33,7 +33,7 @@ from charges.operations import charge_resource
 from charges.services import generate_monthly_charges
 from hoa.answers.table import Answer
 from hoa.models import Organization
-from locking import FenceLock, LockUnavailable, Outcome
+from locking import LockUnavailable, Outcome, prepare_fences
 
 # Organizations per task sent to a worker: ids go out, one query reads them there.
 CHUNK = 50
@@ -212,7 +212,7 @@ def generate_chunk(org_ids: list[int], month: date, user_id: int | None, via: st
     # A new month is a new resource per organization: their first epochs in one commit.
     # Redis down is left to the grants to answer, one by one, in the walk's own words.
     with contextlib.suppress(LockUnavailable):
-        FenceLock().prepare(charge_resource(organization, month) for organization in organizations)
+        prepare_fences(charge_resource(organization, month) for organization in organizations)
     outcomes = []
     for organization in organizations:
         if user is not None:

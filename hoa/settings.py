@@ -141,6 +141,8 @@ REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:56379/0")
 # The fence lock may live on another Redis (Sentinel, Cluster, one with appendfsync always).
 LOCK_REDIS_URL = os.environ.get("LOCK_REDIS_URL", REDIS_URL)
 REDIS_SOCKET_TIMEOUT_SECONDS = env_number("REDIS_SOCKET_TIMEOUT_SECONDS", 2.0)
+# The lock's Redis client has the same short timeouts as the cache's (locking/conf.py).
+LOCK_REDIS_SOCKET_TIMEOUT_SECONDS = REDIS_SOCKET_TIMEOUT_SECONDS
 # Replicas that must confirm a grant (WAIT) before it counts; docs/locking.md has the table
 # of what each Redis deployment guarantees with and without it.
 LOCK_REDIS_MIN_REPLICAS = env_number("LOCK_REDIS_MIN_REPLICAS", 0, cast=int)
@@ -190,7 +192,7 @@ CHARGE_MONTHS_BACK = env_number("CHARGE_MONTHS_BACK", 24, cast=int)
 CHARGE_MONTHS_AHEAD = env_number("CHARGE_MONTHS_AHEAD", 3, cast=int)
 # The currency of the assessments (ISO 4217), shown with the locale's format.
 CURRENCY = os.environ.get("CURRENCY", "USD").strip().upper() or "USD"
-FENCE_EVENT_RETENTION_DAYS = int(env_number("FENCE_EVENT_RETENTION_DAYS", 90, cast=int))
+LOCK_FENCE_EVENT_RETENTION_DAYS = int(env_number("FENCE_EVENT_RETENTION_DAYS", 90, cast=int))
 ACCESS_DENIAL_RETENTION_DAYS = int(env_number("ACCESS_DENIAL_RETENTION_DAYS", 90, cast=int))
 
 # --- Auth, i18n, static ------------------------------------------------------------------
@@ -317,6 +319,8 @@ SECURE_REDIRECT_EXEMPT = [r"^metrics$", r"^healthz$", r"^readyz$"]
 # The address rate limits and the audit use: REMOTE_ADDR, or (opt-in, only behind a proxy
 # that always overwrites it) this header, e.g. "X-Real-IP" (docs/security.md).
 CLIENT_IP_HEADER = os.environ.get("CLIENT_IP_HEADER", "").strip()
+# A broken lease (the ops page and locking's admin action) records the same address.
+LOCK_CLIENT_IP_CALLABLE = "hoa.security.audit.client_ip"
 
 # Content-Security-Policy (django-csp): our pages use no inline script or style, so
 # nothing inline runs even if some text escaped its escaping. docs/security.md.

@@ -36,11 +36,14 @@ The same from async code: ``lease = await FenceLock().aacquire(...)``, ``await
 aadvance_fence(queryset, lease, write)`` (the fence and the writes in one transaction,
 in ``sync_to_async``), ``await lease.arelease()``; or ``arun_fenced`` for the whole flow.
 ``lease.check()`` raises ``LeaseLost`` once the lease is lost; ``span(...)`` traces a step
-of the work (OpenTelemetry API).
+of the work (OpenTelemetry API). Operators read and break leases with ``holders``,
+``holder_of`` and ``break_lease`` (every page that breaks one uses ``BreakLeaseForm``); a
+batch of new resources records its first epochs at once with ``prepare_fences``.
 """
 
 from locking.advisory import advisory_key, advisory_lock
-from locking.audit import record_fence_event
+from locking.audit import Attempt, record_fence_event
+from locking.epochs import prepare_fences
 from locking.exceptions import (
     LeaseLost,
     LockError,
@@ -50,13 +53,16 @@ from locking.exceptions import (
 )
 from locking.fence import aadvance_fence, advance_fence
 from locking.keys import fence_key, lock_key, validate_resource
-from locking.lock import FenceLock, HolderInfo, Lease
-from locking.operation import Attempt, arun_fenced, run_fenced
+from locking.lease import Lease
+from locking.lock import FenceLock
+from locking.operation import arun_fenced, run_fenced
+from locking.operators import BreakLeaseForm, HolderInfo, break_lease, holder_of, holders
 from locking.outcomes import Outcome
 from locking.tracing import span
 
 __all__ = [
     "Attempt",
+    "BreakLeaseForm",
     "FenceLock",
     "HolderInfo",
     "Lease",
@@ -71,8 +77,12 @@ __all__ = [
     "advisory_key",
     "advisory_lock",
     "arun_fenced",
+    "break_lease",
     "fence_key",
+    "holder_of",
+    "holders",
     "lock_key",
+    "prepare_fences",
     "record_fence_event",
     "run_fenced",
     "span",

@@ -1,27 +1,19 @@
 """The audit trail's admin, and the operators' action that breaks a stuck lease."""
 
-from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
 from django.template.response import TemplateResponse
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
+from locking.conf import setting
 from locking.exceptions import LockUnavailable
 from locking.lock import FenceLock
 from locking.models import FenceEvent
+from locking.operators import BreakLeaseForm, holder_of
 
 BREAK_PERMISSION = "locking.break_lease"
 APPLY_FIELD = "apply"
-
-
-class BreakLeaseForm(forms.Form):
-    reason = forms.CharField(
-        label=gettext_lazy("Reason"),
-        max_length=500,
-        widget=forms.Textarea(attrs={"rows": 3, "cols": 60}),
-        help_text=gettext_lazy("Recorded in the audit trail with your name."),
-    )
 
 
 @admin.register(FenceEvent)
@@ -36,6 +28,10 @@ class FenceEventAdmin(admin.ModelAdmin):
     search_fields = ["resource", "actor", "detail"]
     date_hierarchy = "at"
     actions = ["break_leases"]
+
+    def get_queryset(self, request):
+        # The audit is written to the lock's database (Django's multi-database admin recipe).
+        return super().get_queryset(request).using(setting("LOCK_DATABASE"))
 
     def has_module_permission(self, request):
         return self._may_view(request.user)
@@ -76,13 +72,14 @@ class FenceEventAdmin(admin.ModelAdmin):
         for resource, scope in queryset.order_by().values_list("resource", "scope").distinct():
             scopes[resource] = scopes.get(resource) or scope
         lock = FenceLock()
-        form = BreakLeaseForm(request.POST if APPLY_FIELD in request.POST else None)
+        data = request.POST if APPLY_FIELD in request.POST else None
+        form = BreakLeaseForm(data, resource_field=False)  # the selection names the resources
         if form.is_valid():
             for resource in sorted(scopes):
                 self._break_one(request, lock, resource, scopes[resource], form)
             return None  # back to the changelist, which shows the messages
         try:
-            holders = [(resource, lock.holder(resource)) for resource in sorted(scopes)]
+            holders = [(resource, holder_of(resource, lock=lock)) for resource in sorted(scopes)]
         except LockUnavailable as exc:
             self.message_user(request, str(exc), messages.ERROR)
             return None
@@ -107,13 +104,7 @@ class FenceEventAdmin(admin.ModelAdmin):
 
     def _break_one(self, request, lock: FenceLock, resource: str, scope: str, form) -> None:
         try:
-            broken = lock.break_lease(
-                resource,
-                by=request.user.get_username(),
-                reason=form.cleaned_data["reason"],
-                scope=scope,
-                ip=request.META.get("REMOTE_ADDR"),
-            )
+            broken = form.break_lease(request, resource, scope=scope, lock=lock)
         except LockUnavailable as exc:
             self.message_user(request, str(exc), messages.ERROR)
             return

@@ -1,5 +1,7 @@
 """System checks for lock settings."""
 
+import warnings
+
 from django.conf import settings
 from django.core.checks import Error, Warning, register
 
@@ -12,14 +14,28 @@ COMFORTABLE_SHARE_OF_TTL = 0.5
 
 @register()
 def external_timeout_below_lock_ttl(app_configs=None, **kwargs):
-    """Warn when EXTERNAL_CALL_TIMEOUT_SECONDS is not comfortably below a lease TTL setting
-    that LOCK_TTL_SETTINGS names."""
-    timeout = setting("EXTERNAL_CALL_TIMEOUT_SECONDS")
+    """Deprecated: warn when the project's EXTERNAL_CALL_TIMEOUT_SECONDS is not comfortably
+    below a lease TTL setting that LOCK_TTL_SETTINGS names.
+
+    Both are the project's settings, so the check is the project's too (this project's is
+    in ``hoa``, driven by its operation registry). Kept for one release: it runs only while
+    LOCK_TTL_SETTINGS is set, and says so with a ``DeprecationWarning``.
+    """
+    names = setting("LOCK_TTL_SETTINGS")
+    if not names:
+        return []
+    warnings.warn(
+        "LOCK_TTL_SETTINGS and check locking.W001 are deprecated: compare your operations' "
+        "lease TTLs with your external-call timeout in your own project's checks.",
+        DeprecationWarning,
+        stacklevel=2,
+    )
+    # The project's own settings, named by LOCK_TTL_SETTINGS: read by name.
+    timeout = getattr(settings, "EXTERNAL_CALL_TIMEOUT_SECONDS", None)
     if timeout is None:
         return []
     messages = []
-    for name in setting("LOCK_TTL_SETTINGS"):
-        # The project's own settings, named by LOCK_TTL_SETTINGS: read by name.
+    for name in names:
         ttl = getattr(settings, name, None)
         if ttl is None:
             messages.append(

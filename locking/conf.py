@@ -1,42 +1,68 @@
-"""The locking app's settings, each with a default, read from ``django.conf.settings``.
+"""The locking app's settings, each ``LOCK_``-prefixed with a default, read from
+``django.conf.settings``.
 
 Every module of the app reads its settings here, through ``setting(name)``. A project sets
 only what it needs; with none of them set, locks use the Redis on 127.0.0.1:6379 and the
 ``default`` database.
 
-==================================  ===========================================================
-``LOCK_REDIS_URL``                  Redis for leases and counters; ``redis://``, ``rediss://``,
-                                    ``redis+sentinel://``, ``redis+cluster://`` (default:
-                                    ``REDIS_URL``, else ``redis://127.0.0.1:6379/0``).
-``REDIS_SOCKET_TIMEOUT_SECONDS``    connect and read timeout of the lock's Redis client; past
-                                    it a grant is ``LockUnavailable`` (default 2.0).
-``LOCK_REDIS_MIN_REPLICAS``         replicas that must confirm a grant (``WAIT``) before it
-                                    counts; 0 does not wait (default 0). See docs/locking.md.
-``LOCK_REDIS_WAIT_TIMEOUT_MS``      how long a grant waits for those replicas (default 100).
-``LOCK_DATABASE``                   database alias of the durable fence epochs (default
-                                    ``"default"``); it must be the database of the fenced rows.
-``LOCK_TTL_SETTINGS``               names of the project's lease TTL settings (seconds) that
-                                    check ``locking.W001`` compares with
-                                    ``EXTERNAL_CALL_TIMEOUT_SECONDS`` (default: none).
-``EXTERNAL_CALL_TIMEOUT_SECONDS``   the project's timeout of external calls made under a lease
-                                    (default ``None``: check ``locking.W001`` is off).
-``FENCE_EVENT_RETENTION_DAYS``      days of audit that ``prune_fence_events`` keeps (default 90).
-==================================  ===========================================================
+=====================================  ========================================================
+``LOCK_REDIS_URL``                     Redis for leases and counters; ``redis://``,
+                                       ``rediss://``, ``redis+sentinel://``,
+                                       ``redis+cluster://`` (default: ``REDIS_URL``, else
+                                       ``redis://127.0.0.1:6379/0``).
+``LOCK_REDIS_SOCKET_TIMEOUT_SECONDS``  connect and read timeout of the lock's Redis client;
+                                       past it a grant is ``LockUnavailable`` (default 2.0).
+``LOCK_REDIS_MIN_REPLICAS``            replicas that must confirm a grant (``WAIT``) before
+                                       it counts; 0 does not wait (default 0). See
+                                       docs/locking.md.
+``LOCK_REDIS_WAIT_TIMEOUT_MS``         how long a grant waits for those replicas (default
+                                       100).
+``LOCK_DATABASE``                      database alias of the durable fence epochs, the audit
+                                       and ``run_fenced``'s transaction checks (default
+                                       ``"default"``); it must be the database of the
+                                       fenced rows.
+``LOCK_FENCE_EVENT_RETENTION_DAYS``    days of audit that ``prune_fence_events`` keeps
+                                       (default 90).
+``LOCK_CLIENT_IP_CALLABLE``            dotted path of ``f(request) -> str | None``: the
+                                       address a broken lease is recorded with (default:
+                                       the request's ``REMOTE_ADDR``).
+=====================================  ========================================================
+
+Deprecated, read for one release with a ``DeprecationWarning``:
+
+- ``REDIS_SOCKET_TIMEOUT_SECONDS`` and ``FENCE_EVENT_RETENTION_DAYS``, when their ``LOCK_``
+  names are not set (the project's own settings of those names, e.g. its cache's
+  timeout, are no longer locking's).
+- ``LOCK_TTL_SETTINGS``: the names of the project's lease-TTL settings that check
+  ``locking.W001`` compares with the project's ``EXTERNAL_CALL_TIMEOUT_SECONDS``. A lease
+  TTL is the project's, and so is that check (this project's lives in ``hoa``, driven by
+  its operation registry); set, it still runs, and warns.
 """
+
+import warnings
 
 from django.conf import settings
 
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 
 DEFAULTS = {
-    "REDIS_SOCKET_TIMEOUT_SECONDS": 2.0,
+    "LOCK_REDIS_SOCKET_TIMEOUT_SECONDS": 2.0,
     "LOCK_REDIS_MIN_REPLICAS": 0,
     "LOCK_REDIS_WAIT_TIMEOUT_MS": 100,
     "LOCK_DATABASE": "default",
-    "LOCK_TTL_SETTINGS": (),
-    "EXTERNAL_CALL_TIMEOUT_SECONDS": None,
-    "FENCE_EVENT_RETENTION_DAYS": 90,
+    "LOCK_FENCE_EVENT_RETENTION_DAYS": 90,
+    "LOCK_CLIENT_IP_CALLABLE": None,
+    "LOCK_TTL_SETTINGS": (),  # deprecated: see above
 }
+
+# The names these settings had before they took locking's prefix: still read, for one
+# release, when only the old one is set.
+RENAMED = {
+    "LOCK_REDIS_SOCKET_TIMEOUT_SECONDS": "REDIS_SOCKET_TIMEOUT_SECONDS",
+    "LOCK_FENCE_EVENT_RETENTION_DAYS": "FENCE_EVENT_RETENTION_DAYS",
+}
+
+_UNSET = object()
 
 
 def setting(name: str):
@@ -47,4 +73,15 @@ def setting(name: str):
             or getattr(settings, "REDIS_URL", None)
             or DEFAULT_REDIS_URL
         )
-    return getattr(settings, name, DEFAULTS[name])
+    value = getattr(settings, name, _UNSET)
+    if value is not _UNSET:
+        return value
+    old_name = RENAMED.get(name)
+    if old_name is not None and (value := getattr(settings, old_name, _UNSET)) is not _UNSET:
+        warnings.warn(
+            f"locking reads {old_name} for this release only: set {name} instead.",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return value
+    return DEFAULTS[name]

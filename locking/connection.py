@@ -10,8 +10,8 @@
 - ``redis+cluster://host:port[,host:port…]``: Redis Cluster. Our keys carry a
   ``{resource}`` hash tag, so each script touches a single slot.
 
-Every client gets the short socket timeouts from ``REDIS_SOCKET_TIMEOUT_SECONDS``, so a
-dead or partitioned Redis becomes ``LockUnavailable`` quickly instead of a hung worker.
+Every client gets the short socket timeouts from ``LOCK_REDIS_SOCKET_TIMEOUT_SECONDS``, so
+a dead or partitioned Redis becomes ``LockUnavailable`` quickly instead of a hung worker.
 
 The async API uses a ``redis.asyncio`` client built from the same settings and URL schemes
 (``get_async_lock_redis``). django-redis has no async pool to share, so it is always the
@@ -145,7 +145,7 @@ _ASYNC_CLIENTS: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict]" = (
 def get_async_lock_redis():
     """Return the ``redis.asyncio`` client for locks of the running event loop."""
     loop = asyncio.get_running_loop()  # RuntimeError outside a coroutine: there is no loop
-    key = (setting("LOCK_REDIS_URL"), float(setting("REDIS_SOCKET_TIMEOUT_SECONDS")))
+    key = (setting("LOCK_REDIS_URL"), float(setting("LOCK_REDIS_SOCKET_TIMEOUT_SECONDS")))
     clients = _ASYNC_CLIENTS.setdefault(loop, {})
     client = clients.get(key)
     if client is None:
@@ -168,7 +168,7 @@ def get_lock_redis():
 
         return get_redis_connection("default")
     try:
-        return client_for_url(url, float(setting("REDIS_SOCKET_TIMEOUT_SECONDS")))
+        return client_for_url(url, float(setting("LOCK_REDIS_SOCKET_TIMEOUT_SECONDS")))
     except (RedisError, RedisClusterException) as exc:
         # A Cluster client connects while it is built: an unreachable cluster is an
         # unavailable lock service like any other.

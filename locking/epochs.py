@@ -24,10 +24,21 @@ exact below 2**53; past it grants are refused with ``LockUnavailable``).
 """
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
+from asgiref.sync import sync_to_async
 from django.db import connections
+from redis.exceptions import RedisError
+
+from locking.conf import setting
+from locking.connection import get_lock_redis
+from locking.exceptions import LockUnavailable
+from locking.keys import fence_key, validate_resource
+
+if TYPE_CHECKING:
+    from locking.lock import FenceLock
 
 logger = logging.getLogger(__name__)
 
@@ -57,7 +68,7 @@ RETURNING epoch
 """
 
 
-def begin_epoch(resource: str, *, floor: int = 0, using: str = "default") -> int:
+def begin_epoch(resource: str, *, floor: int = 0, using: str | None = None) -> int:
     """Record and return the next epoch of ``resource``: durable before this returns.
 
     Runs in its own transaction. Inside a caller's ``transaction.atomic()`` a rollback
@@ -86,7 +97,7 @@ RETURNING resource
 """
 
 
-def begin_first_epochs(resources, *, using: str = "default") -> list[str]:
+def begin_first_epochs(resources, *, using: str | None = None) -> list[str]:
     """Record epoch 0 for each of ``resources`` that has no epoch yet; return those.
 
     What the first grant of each would record one at a time (``begin_epoch`` of a resource
@@ -101,11 +112,69 @@ def begin_first_epochs(resources, *, using: str = "default") -> list[str]:
     return new
 
 
+def start_epoch(resource: str, *, above: int = 0, using: str | None = None) -> int:
+    """Record a new epoch of ``resource`` in the database; return its first token.
+
+    What a grant does when Redis has no counter for the resource (step 1 above), and
+    ``run_fenced`` when the counter is behind. The epoch is the one after the recorded
+    epoch (a resource with none starts at 0), and, when ``above`` is a token known to be
+    granted, above that token's epoch. Raises ``LockUnavailable`` when the resource has
+    used up its epochs.
+    """
+    floor_epoch = epoch_of(above) + 1 if above else 0
+    epoch = begin_epoch(resource, floor=floor_epoch, using=using)
+    if epoch > MAX_EPOCH:
+        raise LockUnavailable(resource, f"fence epochs exhausted (epoch {epoch})")
+    return first_token(epoch)
+
+
+async def astart_epoch(resource: str, *, above: int = 0, using: str | None = None) -> int:
+    """``start_epoch()`` from async code: the same committed write, in the thread Django's
+    async ORM uses (``sync_to_async(thread_sensitive=True)``)."""
+    return await sync_to_async(start_epoch, thread_sensitive=True)(
+        resource, above=above, using=using
+    )
+
+
+def prepare_fences(resources: Iterable[str], *, lock: "FenceLock | None" = None) -> int:
+    """Record the first epoch of every resource in ``resources`` that never had one, in
+    one database commit, and seed their counters in one pipeline; return how many.
+
+    A batch's answer to a cost of its first grants: a resource's first grant finds no
+    counter, so on its own it records epoch 0 (a commit) before granting. A job about to
+    take thousands of new resources (a month of charges for every association) calls this
+    once per chunk instead. The safety argument is the grant's own: the epoch is durable
+    before any token of it exists, and seeding only creates a missing counter. Resources
+    that have an epoch are untouched. ``lock`` gives the Redis and the database (default:
+    the configured ones). Raises ``LockUnavailable`` if Redis is down (their grants would
+    answer the same).
+    """
+    client = lock.client if lock is not None else get_lock_redis()
+    using = lock.using if lock is not None else setting("LOCK_DATABASE")
+    resources = list(resources)
+    for resource in resources:
+        validate_resource(resource)
+    new = begin_first_epochs(resources, using=using)
+    if not new:
+        return 0
+    try:
+        # Epoch 0 starts at 0: "raise to at least its first token" is "create if missing".
+        pipe = client.pipeline(transaction=False)
+        for resource in new:
+            pipe.set(fence_key(resource), first_token(0), nx=True)
+        pipe.execute()
+    except RedisError as exc:
+        raise LockUnavailable(new[0], str(exc)) from exc
+    return len(new)
+
+
 @contextmanager
-def _autocommit_connection(using: str) -> Iterator:
-    """Django's connection, whose statement commits on its own; inside a caller's
-    ``transaction.atomic()``, where a rollback would undo an epoch Redis may already be
-    handing out, a connection of its own, closed afterwards."""
+def _autocommit_connection(using: str | None) -> Iterator:
+    """Django's connection to ``using`` (default ``LOCK_DATABASE``), whose statement
+    commits on its own; inside a caller's ``transaction.atomic()``, where a rollback would
+    undo an epoch Redis may already be handing out, a connection of its own, closed
+    afterwards."""
+    using = using or setting("LOCK_DATABASE")
     connection = connections[using]
     if not connection.in_atomic_block:
         yield connection
@@ -117,9 +186,9 @@ def _autocommit_connection(using: str) -> Iterator:
         own.close()
 
 
-def current_epoch(resource: str, *, using: str = "default") -> int:
+def current_epoch(resource: str, *, using: str | None = None) -> int:
     """Return the durable epoch of ``resource`` (0 if it never had one)."""
-    with connections[using].cursor() as cursor:
+    with connections[using or setting("LOCK_DATABASE")].cursor() as cursor:
         cursor.execute("SELECT epoch FROM locking_fenceepoch WHERE resource = %s", [resource])
         row = cursor.fetchone()
     return int(row[0]) if row else 0

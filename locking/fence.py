@@ -22,7 +22,7 @@ from django.db.transaction import TransactionManagementError
 from locking import tracing
 from locking.epochs import current_epoch, epoch_of
 from locking.exceptions import StaleFencingToken
-from locking.lock import Lease
+from locking.lease import Lease
 
 logger = logging.getLogger(__name__)
 

@@ -61,7 +61,7 @@ class FenceEvent(models.Model):
 
     class Meta:
         ordering = ["-at", "-id"]
-        # Deleting whichever lease a resource has is an operator's act (FenceLock.break_lease).
+        # Deleting whichever lease a resource has is an operator's act (locking.break_lease).
         permissions = [("break_lease", _("Can break a stuck lease"))]
         indexes = [
             models.Index(fields=["resource", "-at"], name="fenceevent_resource_at"),

@@ -6,6 +6,8 @@ label as is, and ``Outcome.choices`` feeds a model field or a form. It imports n
 any module (exceptions, metrics, services) can use it before the app registry is ready.
 """
 
+from typing import Protocol, runtime_checkable
+
 from django.db.models.enums import TextChoices
 from django.utils.translation import gettext_lazy as _
 
@@ -26,6 +28,14 @@ class Outcome(TextChoices):
     # The work stopped itself because its lease was lost (``lease.check()`` raised
     # ``LeaseLost``) before it reached the fence; nothing was written.
     LOST = "lost", _("Lease lost")
-    # An operator deleted a stuck lease (``FenceLock.break_lease``); the holder's late write
+    # An operator deleted a stuck lease (``break_lease``); the holder's late write
     # is refused by the fence once a newer holder has committed.
     BROKEN = "broken", _("Lease broken by an operator")
+
+
+@runtime_checkable
+class HasOutcome(Protocol):
+    """A result or an exception that says which outcome it is, e.g. ``Outcome.ALREADY_DONE``
+    for a result, ``outcome = Outcome.FAILED`` as the class attribute of an exception."""
+
+    outcome: Outcome

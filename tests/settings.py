@@ -11,7 +11,15 @@ the test apps need no migration in the project's own settings.
 """
 
 from hoa.settings import *  # noqa: F403
-from hoa.settings import INSTALLED_APPS
+from hoa.settings import DATABASES, INSTALLED_APPS
 
 INSTALLED_APPS = [*INSTALLED_APPS, "locking.tests.testapp", "tests.budgets"]
 ROOT_URLCONF = "tests.urls"
+# locking's tests also move the fence to a second alias on the same server (LOCK_DATABASE).
+_test_name = (
+    DATABASES["default"].get("TEST", {}).get("NAME") or f"test_{DATABASES['default']['NAME']}"
+)
+DATABASES = {
+    **DATABASES,
+    "second": {**DATABASES["default"], "TEST": {"NAME": f"{_test_name}_second"}},
+}

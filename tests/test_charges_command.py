@@ -385,7 +385,7 @@ def test_all_orgs_records_the_new_months_fence_epochs_in_one_statement(
         call_command(COMMAND, "--all-orgs", "--month", MONTH_ARG, stdout=StringIO())
 
     # Each association's first grant of the month would record its epoch with a commit of
-    # its own; the worker records its chunk's at once (FenceLock.prepare).
+    # its own; the worker records its chunk's at once (prepare_fences).
     statements = [query["sql"].strip() for query in queries.captured_queries]
     epoch_writes = [sql for sql in statements if sql.startswith("INSERT INTO locking_fenceepoch")]
     assert len(epoch_writes) == 1

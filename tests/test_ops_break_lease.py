@@ -5,9 +5,10 @@ from datetime import timedelta
 import pytest
 from django.contrib.auth.models import Permission
 from django.db import transaction
+from django.urls import reverse
 
 from hoa.models import AccessDenial, Complaint
-from locking import FenceLock, StaleFencingToken, advance_fence, lock_key
+from locking import StaleFencingToken, advance_fence, holder_of, lock_key
 from locking.models import FenceEvent
 from vendors.operations import assignment_resource
 from vendors.services import assign_vendor
@@ -90,7 +91,7 @@ def test_another_associations_lease_is_not_found(client, operator, oak, fence_lo
         assert client.get(BREAK_URL, {"resource": lease.resource}).status_code == 404
         post = client.post(BREAK_URL, {"resource": lease.resource, "reason": "x"})
         assert post.status_code == 404
-        assert FenceLock().holder(lease.resource) is not None
+        assert holder_of(lease.resource) is not None
     finally:
         lease.release()
 
@@ -109,3 +110,42 @@ def test_the_broken_holder_that_wakes_up_is_fenced_out(
     with pytest.raises(StaleFencingToken), transaction.atomic():  # the stuck holder wakes
         advance_fence(Complaint.objects.filter(pk=complaint.pk), held)
     assert Complaint.objects.get(pk=complaint.pk).last_fence_token == newer.token
+
+
+def test_the_ops_page_and_the_admin_action_record_the_operators_address_one_way(
+    client, operator, complaint, fence_lock, settings, django_user_model
+):
+    """Both break a lease with locking's one form, so both record the address the project
+    trusts (CLIENT_IP_HEADER behind a proxy), not each its own."""
+    settings.CLIENT_IP_HEADER = "X-Real-IP"
+    behind_the_proxy = {"X-Real-IP": "203.0.113.7"}
+    resource = assignment_resource(complaint.pk)
+    fence_lock.acquire(resource, ttl=LONG, holder="stuck-1")
+    client.force_login(operator)
+    page = client.post(
+        BREAK_URL, {"resource": resource, "reason": "hung"}, headers=behind_the_proxy
+    )
+    assert page.status_code == 303
+
+    fence_lock.acquire(resource, ttl=LONG, holder="stuck-2")
+    olga = django_user_model.objects.create_user("olga", is_staff=True)
+    olga.user_permissions.add(Permission.objects.get(codename="break_lease"))
+    client.force_login(olga)
+    selected = FenceEvent.objects.get(outcome="broken")
+    action = client.post(
+        reverse("admin:locking_fenceevent_changelist"),
+        {
+            "action": "break_leases",
+            "_selected_action": [selected.pk],
+            "apply": "1",
+            "reason": "hung",
+        },
+        headers=behind_the_proxy,
+    )
+    assert action.status_code == 302
+
+    broken = FenceEvent.objects.filter(outcome="broken").order_by("id")
+    assert list(broken.values_list("actor", "ip")) == [
+        ("alice", "203.0.113.7"),
+        ("olga", "203.0.113.7"),
+    ]

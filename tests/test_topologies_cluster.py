@@ -22,6 +22,7 @@ from locking import (
     LockHeld,
     advance_fence,
     fence_key,
+    holders,
     lock_key,
     run_fenced,
     validate_resource,
@@ -101,9 +102,9 @@ def test_leases_spread_over_every_master_and_holders_finds_them_all(cluster, clu
     per_master = [node.client().dbsize() for node in cluster.nodes]
     assert all(count > 0 for count in per_master), per_master  # every master ran the script
     assert sum(per_master) >= 120  # a lock and a counter per resource
-    holders = cluster_lock.holders(prefix=prefix, limit=1000)
-    assert sorted(h.resource for h in holders) == sorted(resources)
-    assert {h.token for h in holders} == {1}
+    found = holders(prefix=prefix, limit=1000, lock=cluster_lock)
+    assert sorted(h.resource for h in found) == sorted(resources)
+    assert {h.token for h in found} == {1}
     for lease in leases:
         lease.release()
 

@@ -49,7 +49,7 @@ def _seed(client: redis.Redis):
 def _scripts_only(client: redis.Redis):
     # Our two Lua scripts called bare (arguments prepared once, no Lease, no checks): the
     # floor under FenceLock with this client library. Internals on purpose: a harness.
-    from locking.lock import ACQUIRE_LUA, RELEASE_LUA
+    from locking.scripts import ACQUIRE_LUA, RELEASE_LUA
 
     acquire, release = client.register_script(ACQUIRE_LUA), client.register_script(RELEASE_LUA)
     keys = ["lock:{bench-floor}", "fence:{bench-floor}", "seed:{bench-floor}"]

@@ -30,7 +30,14 @@ from hoa.charts import LeaseSpan, Mark, lock_timeline
 from hoa.models import Organization
 from hoa.operations import ResourceInfo, describe_resources, scan_prefixes
 from hoa.scopes import scope_for_organization
-from locking import FenceLock, HolderInfo, LockUnavailable, Outcome, validate_resource
+from locking import (
+    FenceLock,
+    HolderInfo,
+    LockUnavailable,
+    Outcome,
+    holders,
+    validate_resource,
+)
 from locking.models import FenceEvent
 
 # Bounds: SCAN stops after this many leases per prefix (leases live seconds, so far fewer
@@ -93,7 +100,7 @@ def visible_holders(viewer: Viewer, *, lock: FenceLock, limit: int = HOLDER_SCAN
     truncated = False
     try:
         for prefix in prefixes:
-            batch = lock.holders(prefix=prefix, limit=limit)
+            batch = holders(prefix=prefix, limit=limit, lock=lock)
             truncated = truncated or len(batch) >= limit
             found.update((holder.resource, holder) for holder in batch)
     except LockUnavailable as exc:

@@ -2,7 +2,6 @@
 
 from urllib.parse import urlencode
 
-from django import forms
 from django.contrib import messages
 from django.contrib.auth.mixins import LoginRequiredMixin
 from django.core.exceptions import PermissionDenied
@@ -14,7 +13,6 @@ from django.urls import reverse
 from django.utils import timezone
 from django.utils.cache import patch_vary_headers
 from django.utils.translation import gettext as _
-from django.utils.translation import gettext_lazy
 from django.views.decorators.cache import never_cache
 from django.views.generic import TemplateView
 from django_htmx.http import HttpResponseClientRedirect
@@ -33,8 +31,8 @@ from hoa.ops.lockstatus import (
 )
 from hoa.ops.readiness import pending_migrations
 from hoa.scopes import scope_for_organization
-from hoa.security.audit import Reason, client_ip, deny_request
-from locking import FenceLock, LockUnavailable, validate_resource
+from hoa.security.audit import Reason, deny_request
+from locking import BreakLeaseForm, FenceLock, LockUnavailable, holder_of, validate_resource
 
 
 class LockStatusView(LoginRequiredMixin, TemplateView):
@@ -149,23 +147,6 @@ def readyz(request):
 BREAK_PERMISSION = "locking.break_lease"
 
 
-class BreakLeaseForm(forms.Form):
-    resource = forms.CharField(max_length=200, widget=forms.HiddenInput)
-    reason = forms.CharField(
-        label=gettext_lazy("Reason"),
-        max_length=500,
-        widget=forms.Textarea(attrs={"rows": 2}),
-        help_text=gettext_lazy("Recorded in the audit with your name, e.g. “worker hung”."),
-        error_messages={"required": gettext_lazy("Say why the lease is broken.")},
-    )
-
-    def clean_resource(self):
-        try:
-            return validate_resource(self.cleaned_data["resource"])
-        except ValueError as exc:
-            raise forms.ValidationError(str(exc)) from None
-
-
 class BreakLeaseView(LoginRequiredMixin, TemplateView):
     """Break a stuck lease: GET asks for a reason naming the holder, POST breaks it.
 
@@ -194,12 +175,10 @@ class BreakLeaseView(LoginRequiredMixin, TemplateView):
             return self.answer(form, resource, status=400)
         info = self.visible(form.cleaned_data["resource"])
         try:
-            broken = FenceLock().break_lease(
+            broken = form.break_lease(
+                request,
                 info.resource,
-                by=request.user.get_username(),
-                reason=form.cleaned_data["reason"],
                 scope=scope_for_organization(info.organization) if info.organization else "",
-                ip=client_ip(request),
             )
         except LockUnavailable as exc:
             return error_page(
@@ -232,7 +211,7 @@ class BreakLeaseView(LoginRequiredMixin, TemplateView):
         else:
             info = self.visible(resource)
             try:
-                holder = FenceLock().holder(resource)
+                holder = holder_of(resource)
             except LockUnavailable as exc:
                 error = exc.reason
         context = self.get_context_data(form=form, info=info, holder=holder, error=error)

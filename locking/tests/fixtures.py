@@ -10,11 +10,12 @@ import pytest
 from django.db import connections
 
 from locking import FenceLock
+from locking.conf import setting
 
 
-def forget_fence_epochs(using: str = "default") -> None:
+def forget_fence_epochs(using: str | None = None) -> None:
     """Delete every recorded fence epoch, on a connection outside any test transaction."""
-    connection = connections.create_connection(using)
+    connection = connections.create_connection(using or setting("LOCK_DATABASE"))
     try:
         with connection.cursor() as cursor:
             cursor.execute("DELETE FROM locking_fenceepoch")

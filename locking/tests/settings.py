@@ -60,6 +60,15 @@ DATABASES = {
         "TEST": {"NAME": os.environ.get("TEST_DATABASE_NAME") or None},
     }
 }
+# A second alias on the same server, for the tests that move the fence there
+# (LOCK_DATABASE); created only for a run that collects them.
+DATABASES["second"] = {
+    **DATABASES["default"],
+    "TEST": {
+        "NAME": (DATABASES["default"]["TEST"]["NAME"] or f"test_{DATABASES['default']['NAME']}")
+        + "_second"
+    },
+}
 LOCK_REDIS_URL = os.environ.get("LOCK_REDIS_URL") or os.environ.get(
     "REDIS_URL", "redis://127.0.0.1:6379/1"
 )

@@ -1,5 +1,6 @@
 """The locking app's system check, audit admin, and the prune_fence_events command."""
 
+import warnings
 from datetime import timedelta
 from io import StringIO
 
@@ -14,13 +15,16 @@ from locking.models import FenceEvent
 from locking.tests.support import run_django
 
 # --- system check -----------------------------------------------------------------------
+# locking.W001 / E002 belong to the project (its TTLs, its timeout): deprecated, they run
+# only while LOCK_TTL_SETTINGS is set, and say so with a DeprecationWarning.
 
 
 TTL_SETTINGS = ["CHARGES_LOCK_TTL_SECONDS", "VENDOR_LOCK_TTL_SECONDS"]
 
 
 def w001(settings) -> list[str]:
-    return [m.msg for m in external_timeout_below_lock_ttl() if m.id == "locking.W001"]
+    with pytest.warns(DeprecationWarning, match="LOCK_TTL_SETTINGS and check locking.W001"):
+        return [m.msg for m in external_timeout_below_lock_ttl() if m.id == "locking.W001"]
 
 
 def test_check_warns_when_external_timeout_exceeds_half_a_lock_ttl(settings):
@@ -33,7 +37,8 @@ def test_check_warns_when_external_timeout_exceeds_half_a_lock_ttl(settings):
         "EXTERNAL_CALL_TIMEOUT_SECONDS (16s) is not comfortably below VENDOR_LOCK_TTL_SECONDS "
         "(30s)."
     ]
-    registered = [m for m in checks.run_checks() if m.id == "locking.W001"]
+    with pytest.warns(DeprecationWarning, match="LOCK_TTL_SETTINGS"):
+        registered = [m for m in checks.run_checks() if m.id == "locking.W001"]
     assert len(registered) == 1
     assert registered[0].level == checks.WARNING
 
@@ -62,13 +67,25 @@ def test_check_is_off_without_an_external_call_timeout(settings):
     del settings.EXTERNAL_CALL_TIMEOUT_SECONDS
     settings.LOCK_TTL_SETTINGS = TTL_SETTINGS
     settings.VENDOR_LOCK_TTL_SECONDS = 0.1
-    assert external_timeout_below_lock_ttl() == []
+    with pytest.warns(DeprecationWarning, match="LOCK_TTL_SETTINGS"):
+        assert external_timeout_below_lock_ttl() == []
+
+
+def test_check_is_off_and_quiet_without_lock_ttl_settings(settings):
+    if hasattr(settings, "LOCK_TTL_SETTINGS"):
+        del settings.LOCK_TTL_SETTINGS
+    settings.EXTERNAL_CALL_TIMEOUT_SECONDS = 16
+    settings.VENDOR_LOCK_TTL_SECONDS = 1  # would warn, were it named
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no DeprecationWarning either
+        assert external_timeout_below_lock_ttl() == []
 
 
 def test_a_lock_ttl_setting_that_is_not_set_is_an_error(settings):
     settings.EXTERNAL_CALL_TIMEOUT_SECONDS = 1
     settings.LOCK_TTL_SETTINGS = ["MISSING_LOCK_TTL_SECONDS"]
-    [error] = external_timeout_below_lock_ttl()
+    with pytest.warns(DeprecationWarning, match="LOCK_TTL_SETTINGS"):
+        [error] = external_timeout_below_lock_ttl()
     assert (error.id, error.level) == ("locking.E002", checks.ERROR)
     assert error.msg == "LOCK_TTL_SETTINGS names MISSING_LOCK_TTL_SECONDS, which is not set."
 
@@ -124,7 +141,7 @@ def prune(*args) -> str:
 
 
 def test_prune_keeps_the_configured_retention_by_default(aged_events, settings):
-    settings.FENCE_EVENT_RETENTION_DAYS = 30
+    settings.LOCK_FENCE_EVENT_RETENTION_DAYS = 30
 
     output = prune()
 
@@ -133,7 +150,9 @@ def test_prune_keeps_the_configured_retention_by_default(aged_events, settings):
 
 
 def test_prune_keeps_90_days_when_the_retention_is_not_set(aged_events, settings):
-    del settings.FENCE_EVENT_RETENTION_DAYS
+    for name in ("LOCK_FENCE_EVENT_RETENTION_DAYS", "FENCE_EVENT_RETENTION_DAYS"):
+        if hasattr(settings, name):
+            delattr(settings, name)
 
     output = prune()
 
@@ -141,8 +160,23 @@ def test_prune_keeps_90_days_when_the_retention_is_not_set(aged_events, settings
     assert remaining() == {"old", "recent", "today"}
 
 
+def test_prune_still_reads_the_old_retention_name_and_says_it_is_deprecated(aged_events, settings):
+    if hasattr(settings, "LOCK_FENCE_EVENT_RETENTION_DAYS"):
+        del settings.LOCK_FENCE_EVENT_RETENTION_DAYS
+    settings.FENCE_EVENT_RETENTION_DAYS = 30
+
+    with pytest.warns(DeprecationWarning) as caught:
+        output = prune()
+
+    assert output.startswith("Deleted 2 fence event(s) older than 30 day(s) (before ")
+    assert [str(w.message) for w in caught] == [
+        "locking reads FENCE_EVENT_RETENTION_DAYS for this release only: "
+        "set LOCK_FENCE_EVENT_RETENTION_DAYS instead."
+    ]
+
+
 def test_prune_days_overrides_the_retention(aged_events, settings):
-    settings.FENCE_EVENT_RETENTION_DAYS = 1000
+    settings.LOCK_FENCE_EVENT_RETENTION_DAYS = 1000
 
     output = prune("--days", "5")
 
@@ -174,7 +208,7 @@ def test_prune_bad_days_is_refused_and_deletes_nothing(aged_events, days, messag
 
 
 def test_prune_bad_retention_setting_is_refused(aged_events, settings):
-    settings.FENCE_EVENT_RETENTION_DAYS = 0
+    settings.LOCK_FENCE_EVENT_RETENTION_DAYS = 0
     with pytest.raises(CommandError, match="at least 1"):
         prune()
     assert len(remaining()) == 4

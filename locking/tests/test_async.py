@@ -25,9 +25,9 @@ from locking import (
     lock_key,
 )
 from locking.connection import get_async_lock_redis
-from locking.epochs import current_epoch, first_token
+from locking.epochs import astart_epoch, current_epoch, first_token
+from locking.grant import holder_label
 from locking.keys import seed_key
-from locking.lock import holder_label
 from locking.models import FenceEvent
 from locking.tests.support import async_wait_until, closed_port, run_async
 from locking.tests.testapp.models import FencedThing
@@ -239,7 +239,7 @@ def test_an_async_grant_waits_for_another_callers_epoch_instead_of_recording_its
         )
         assert not grant.done()
         # The other caller records epoch 1 and seeds the counter with it.
-        floor = await fence_lock.astart_epoch("r:1")
+        floor = await astart_epoch("r:1")
         await fence_lock.areseed("r:1", floor)
         redis_client.delete(seed_key("r:1"))
         return await grant

@@ -91,6 +91,7 @@ def test_importing_all_of_locking_imports_nothing_of_the_project():
 def test_all_is_the_documented_interface_and_every_name_resolves():
     assert sorted(locking.__all__) == [
         "Attempt",
+        "BreakLeaseForm",
         "FenceLock",
         "HolderInfo",
         "Lease",
@@ -105,8 +106,12 @@ def test_all_is_the_documented_interface_and_every_name_resolves():
         "advisory_key",
         "advisory_lock",
         "arun_fenced",
+        "break_lease",
         "fence_key",
+        "holder_of",
+        "holders",
         "lock_key",
+        "prepare_fences",
         "record_fence_event",
         "run_fenced",
         "span",

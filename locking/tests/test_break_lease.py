@@ -14,16 +14,19 @@ from django.urls import reverse
 
 from locking import (
     Attempt,
+    BreakLeaseForm,
     FenceLock,
     HolderInfo,
     Outcome,
     StaleFencingToken,
     advance_fence,
+    break_lease,
     lock_key,
     run_fenced,
 )
-from locking.lock import holder_label
+from locking.grant import holder_label
 from locking.models import FenceEvent
+from locking.operators import client_ip
 from locking.tests.testapp.models import FencedThing
 
 TTL = timedelta(seconds=30)
@@ -48,7 +51,7 @@ def test_break_lease_deletes_whichever_lease_is_held_and_audits_who_and_why(
 ):
     held = fence_lock.acquire(RESOURCE, ttl=TTL, holder="worker-7")
 
-    broken = fence_lock.break_lease(
+    broken = break_lease(
         RESOURCE, by="oona", reason="worker-7 hangs on the billing call", scope="org:1"
     )
 
@@ -77,7 +80,7 @@ def test_break_lease_deletes_whichever_lease_is_held_and_audits_who_and_why(
 
 @pytest.mark.django_db
 def test_breaking_a_resource_nobody_holds_returns_none_and_records_nothing(fence_lock):
-    assert fence_lock.break_lease(RESOURCE, by="oona", reason="looked stuck") is None
+    assert break_lease(RESOURCE, by="oona", reason="looked stuck") is None
     assert not FenceEvent.objects.exists()
 
 
@@ -89,7 +92,7 @@ def test_break_lease_refuses_an_empty_reason_or_operator_and_keeps_the_lease(
     held = fence_lock.acquire(RESOURCE, ttl=TTL)
 
     with pytest.raises(ValueError, match="needs"):
-        fence_lock.break_lease(RESOURCE, by=by, reason=reason)
+        break_lease(RESOURCE, by=by, reason=reason)
 
     assert redis_client.get(lock_key(RESOURCE)).decode().startswith(held.owner)
     assert not FenceEvent.objects.exists()
@@ -102,7 +105,7 @@ def test_the_broken_holders_keep_alive_reports_the_loss(fence_lock):
     held.on_lost(told.append)
 
     with held.keep_alive():
-        fence_lock.break_lease(RESOURCE, by="oona", reason="stuck")
+        break_lease(RESOURCE, by="oona", reason="stuck")
         assert held.lost.wait(WAIT)
 
     assert told == [held]
@@ -137,7 +140,7 @@ def test_a_broken_holder_that_wakes_is_refused_after_the_next_holder_committed(f
     thread.start()
     try:
         assert stuck.wait(WAIT)
-        broken = fence_lock.break_lease(resource, by="oona", reason="a hangs")
+        broken = break_lease(resource, by="oona", reason="a hangs")
         with FenceLock().acquire(resource, ttl=TTL, holder="b") as lease_b, transaction.atomic():
             advance_fence(rows, lease_b)
             rows.update(name="written by b")
@@ -226,7 +229,7 @@ def test_the_break_action_names_the_holder_asks_why_and_breaks_on_confirmation(
 
     refused = break_action(client, busy_event, apply="1", reason="  ")
     assert refused.status_code == 200
-    assert "This field is required." in refused.content.decode()
+    assert "Say why the lease is broken." in refused.content.decode()
     assert redis_client.exists(lock_key(RESOURCE)) == 1
 
     done = break_action(client, busy_event, apply="1", reason="worker-7 hangs")
@@ -244,3 +247,88 @@ def test_the_break_action_names_the_holder_asks_why_and_breaks_on_confirmation(
     assert messages == [
         f"Broke the lease of {holder_label('worker-7')} on {RESOURCE} (token {held.token})."
     ]
+    assert broken.ip == "127.0.0.1"  # the test client's REMOTE_ADDR
+
+
+def test_the_admin_action_records_the_address_the_project_says(
+    client, staff, busy_event, fence_lock, settings
+):
+    settings.LOCK_CLIENT_IP_CALLABLE = "locking.tests.test_break_lease.address_from_a_proxy"
+    fence_lock.acquire(RESOURCE, ttl=TTL, holder="worker-7")
+    client.force_login(staff("oona", "break_lease"))
+
+    done = client.post(
+        reverse(CHANGELIST),
+        {
+            "action": "break_leases",
+            "_selected_action": [busy_event.pk],
+            "apply": "1",
+            "reason": "stuck",
+        },
+        headers={"X-Real-IP": "192.0.2.9"},
+    )
+
+    assert done.status_code == 302
+    assert FenceEvent.objects.get(outcome=Outcome.BROKEN).ip == "192.0.2.9"
+
+
+# --- the one form every break-a-lease page uses -------------------------------------------
+
+
+def address_from_a_proxy(request) -> str | None:
+    """A project's own address rule (``LOCK_CLIENT_IP_CALLABLE``): a proxy's header."""
+    return request.META.get("HTTP_X_REAL_IP")
+
+
+@pytest.mark.parametrize(
+    ("data", "errors"),
+    [
+        ({"resource": RESOURCE, "reason": " \n "}, {"reason": ["Say why the lease is broken."]}),
+        (
+            {"resource": "has space", "reason": "stuck"},
+            {"resource": ["resource name must be printable and contain no whitespace"]},
+        ),
+        ({"resource": "", "reason": "stuck"}, {"resource": ["This field is required."]}),
+    ],
+)
+def test_the_form_wants_a_reason_and_a_resource_name_it_can_lock(data, errors):
+    form = BreakLeaseForm(data)
+    assert not form.is_valid()
+    assert form.errors == errors
+
+
+def test_a_page_that_chose_its_resources_posts_only_the_reason():
+    form = BreakLeaseForm({"reason": "worker-7 hangs"}, resource_field=False)
+    assert form.is_valid(), form.errors
+    assert list(form.fields) == ["reason"]
+
+
+@pytest.mark.django_db
+def test_the_forms_break_records_who_why_and_the_requests_address(
+    fence_lock, settings, rf, django_user_model
+):
+    settings.LOCK_CLIENT_IP_CALLABLE = None  # the default: REMOTE_ADDR
+    held = fence_lock.acquire(RESOURCE, ttl=TTL, holder="worker-7")
+    form = BreakLeaseForm({"resource": RESOURCE, "reason": " worker-7 hangs "})
+    assert form.is_valid(), form.errors
+    request = rf.post("/", REMOTE_ADDR="198.51.100.4", HTTP_X_REAL_IP="192.0.2.9")
+    request.user = django_user_model.objects.create_user("oona")
+
+    broken = form.break_lease(request, scope="org:1")
+
+    assert broken.token == held.token
+    event = FenceEvent.objects.get(outcome=Outcome.BROKEN)
+    assert (event.actor, event.ip, event.scope) == ("oona", "198.51.100.4", "org:1")
+    assert event.detail.endswith("broken: worker-7 hangs")
+
+    settings.LOCK_CLIENT_IP_CALLABLE = "locking.tests.test_break_lease.address_from_a_proxy"
+    fence_lock.acquire(RESOURCE, ttl=TTL)
+    form.break_lease(request)
+    assert FenceEvent.objects.filter(outcome=Outcome.BROKEN).latest("id").ip == "192.0.2.9"
+
+
+@pytest.mark.parametrize("address", ["", "unknown", "10.0.0.1, 10.0.0.2"])
+def test_an_address_that_is_not_an_ip_is_recorded_as_none(address, rf, settings):
+    settings.LOCK_CLIENT_IP_CALLABLE = None
+    assert client_ip(rf.get("/", REMOTE_ADDR=address)) is None
+    assert client_ip(rf.get("/", REMOTE_ADDR=" 2001:db8::1 ")) == "2001:db8::1"

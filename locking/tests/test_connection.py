@@ -1,5 +1,6 @@
-"""Which Redis the fence lock talks to, and with which timeouts."""
+"""Which Redis the fence lock talks to, with which timeouts; the settings and their defaults."""
 
+import warnings
 from datetime import timedelta
 
 import pytest
@@ -27,7 +28,7 @@ def test_separate_lock_url_gets_its_own_client_with_the_short_socket_timeouts(
     settings, redis_client
 ):
     settings.LOCK_REDIS_URL = setting("LOCK_REDIS_URL") + "?client_name=locks"
-    settings.REDIS_SOCKET_TIMEOUT_SECONDS = 0.75
+    settings.LOCK_REDIS_SOCKET_TIMEOUT_SECONDS = 0.75
     client = get_lock_redis()
 
     kwargs = client.connection_pool.connection_kwargs
@@ -76,31 +77,84 @@ def test_unreachable_cluster_is_lock_unavailable_not_a_library_error(settings):
         FenceLock()
 
 
-def test_every_setting_has_a_default(settings):
-    for name in (
-        "LOCK_REDIS_URL",
-        "REDIS_URL",
-        "REDIS_SOCKET_TIMEOUT_SECONDS",
-        "LOCK_REDIS_MIN_REPLICAS",
-        "LOCK_REDIS_WAIT_TIMEOUT_MS",
-        "LOCK_DATABASE",
-        "LOCK_TTL_SETTINGS",
-        "EXTERNAL_CALL_TIMEOUT_SECONDS",
-        "FENCE_EVENT_RETENTION_DAYS",
-    ):
+OLD_NAMES = ("REDIS_SOCKET_TIMEOUT_SECONDS", "FENCE_EVENT_RETENTION_DAYS")
+
+
+def forget(settings, *names: str) -> None:
+    for name in names:
         if hasattr(settings, name):
             delattr(settings, name)
 
-    assert [setting(name) for name in DEFAULTS] == [2.0, 0, 100, "default", (), None, 90]
+
+def test_every_setting_has_a_default(settings):
+    forget(settings, "LOCK_REDIS_URL", "REDIS_URL", *DEFAULTS, *OLD_NAMES)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # nothing deprecated is read
+        values = {name: setting(name) for name in DEFAULTS}
+    assert values == {
+        "LOCK_REDIS_SOCKET_TIMEOUT_SECONDS": 2.0,
+        "LOCK_REDIS_MIN_REPLICAS": 0,
+        "LOCK_REDIS_WAIT_TIMEOUT_MS": 100,
+        "LOCK_DATABASE": "default",
+        "LOCK_FENCE_EVENT_RETENTION_DAYS": 90,
+        "LOCK_CLIENT_IP_CALLABLE": None,
+        "LOCK_TTL_SETTINGS": (),
+    }
+    assert all(name.startswith("LOCK_") for name in DEFAULTS)
     assert setting("LOCK_REDIS_URL") == "redis://127.0.0.1:6379/0"
     settings.REDIS_URL = "redis://cache.internal:6380/2"
     assert setting("LOCK_REDIS_URL") == "redis://cache.internal:6380/2"
 
 
+@pytest.mark.parametrize(
+    ("name", "old_name", "value"),
+    [
+        ("LOCK_REDIS_SOCKET_TIMEOUT_SECONDS", "REDIS_SOCKET_TIMEOUT_SECONDS", 0.25),
+        ("LOCK_FENCE_EVENT_RETENTION_DAYS", "FENCE_EVENT_RETENTION_DAYS", 30),
+    ],
+)
+def test_an_old_setting_name_is_read_for_one_release_with_a_deprecation_warning(
+    settings, name, old_name, value
+):
+    forget(settings, name)
+    setattr(settings, old_name, value)
+
+    with pytest.warns(DeprecationWarning) as caught:
+        assert setting(name) == value
+
+    assert [str(w.message) for w in caught] == [
+        f"locking reads {old_name} for this release only: set {name} instead."
+    ]
+    assert caught[0].filename == __file__  # it points at the caller of setting()
+
+
+def test_the_new_name_wins_over_the_old_one_silently(settings):
+    settings.REDIS_SOCKET_TIMEOUT_SECONDS = 9.0  # e.g. the project's cache timeout
+    settings.LOCK_REDIS_SOCKET_TIMEOUT_SECONDS = 0.5
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert setting("LOCK_REDIS_SOCKET_TIMEOUT_SECONDS") == 0.5
+
+
+def test_the_lock_client_takes_its_timeout_from_the_old_name_while_only_that_is_set(
+    settings, redis_client
+):
+    forget(settings, "LOCK_REDIS_SOCKET_TIMEOUT_SECONDS")
+    settings.REDIS_SOCKET_TIMEOUT_SECONDS = 0.625
+    settings.LOCK_REDIS_URL = setting("LOCK_REDIS_URL") + "?client_name=old-name"
+
+    with pytest.warns(DeprecationWarning, match="REDIS_SOCKET_TIMEOUT_SECONDS"):
+        client = get_lock_redis()
+
+    assert client.connection_pool.connection_kwargs["socket_timeout"] == 0.625
+
+
 def test_lock_url_equal_to_a_cache_that_is_not_django_redis_gets_its_own_client(settings):
     url = setting("LOCK_REDIS_URL")
     settings.LOCK_REDIS_URL = url
-    settings.REDIS_SOCKET_TIMEOUT_SECONDS = 0.5
+    settings.LOCK_REDIS_SOCKET_TIMEOUT_SECONDS = 0.5
     settings.CACHES = {
         "default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": url}
     }

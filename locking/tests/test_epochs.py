@@ -24,6 +24,7 @@ from locking import (
     advance_fence,
     fence_key,
     lock_key,
+    prepare_fences,
     run_fenced,
 )
 from locking.epochs import current_epoch, epoch_of, first_token
@@ -260,7 +261,7 @@ def test_with_an_aof_the_counter_survives_and_an_unwritten_grant_stays_below(
     assert name_and_token(thing) == ("newer", 4)
 
 
-# -- FenceLock.prepare: a batch's first epochs in one commit -----------------------------
+# -- prepare_fences: a batch's first epochs in one commit -----------------------------
 
 BATCH = [f"fenced-thing:batch:{n}" for n in range(5)]
 
@@ -269,7 +270,7 @@ def test_prepare_records_the_first_epochs_of_a_batch_in_one_statement_and_grants
     fence_lock, django_assert_num_queries
 ):
     with django_assert_num_queries(1):  # one INSERT … ON CONFLICT DO NOTHING, autocommit
-        assert fence_lock.prepare(BATCH) == len(BATCH)
+        assert prepare_fences(BATCH) == len(BATCH)
 
     assert [current_epoch(resource) for resource in BATCH] == [0] * len(BATCH)
     with django_assert_num_queries(0):  # no grant records an epoch of its own
@@ -286,7 +287,7 @@ def test_prepare_leaves_a_resource_with_history_to_its_grant_after_a_loss(
     redis_client.flushall()
 
     # Epoch 0 was handed out already: seeding it again would give token 3 to someone else.
-    assert fence_lock.prepare([RESOURCE, *BATCH]) == len(BATCH)
+    assert prepare_fences([RESOURCE, *BATCH]) == len(BATCH)
     assert not redis_client.exists(fence_key(RESOURCE))  # still missing: its grant decides
     newer = write(thing, "newer")
 
@@ -297,11 +298,11 @@ def test_prepare_leaves_a_resource_with_history_to_its_grant_after_a_loss(
 
 def test_prepare_never_lowers_a_counter_and_never_repeats_itself(fence_lock, redis_client):
     redis_client.set(fence_key(BATCH[0]), 41)  # a counter from before epochs existed
-    assert fence_lock.prepare(BATCH) == len(BATCH)
+    assert prepare_fences(BATCH) == len(BATCH)
     assert fence_lock.acquire(BATCH[0], ttl=TTL).token == 42
 
     # Prepared again (a second host, a rerun): nothing new, nothing raised or lowered.
-    assert fence_lock.prepare(BATCH) == 0
+    assert prepare_fences(BATCH) == 0
     assert fence_lock.acquire(BATCH[1], ttl=TTL).token == 1
     assert [current_epoch(resource) for resource in BATCH] == [0] * len(BATCH)
 
@@ -310,11 +311,11 @@ def test_prepare_inside_a_transaction_that_rolls_back_keeps_its_epochs(fence_loc
     # The counters are seeded as soon as prepare returns, so the epochs they start must
     # not go with the caller's rollback: they are written on a connection of their own.
     with pytest.raises(RuntimeError), transaction.atomic():
-        assert fence_lock.prepare(BATCH) == len(BATCH)
+        assert prepare_fences(BATCH) == len(BATCH)
         raise RuntimeError("the caller's work failed")
 
     assert FenceEpoch.objects.filter(resource__in=BATCH, epoch=0).count() == len(BATCH)
-    assert fence_lock.prepare(BATCH) == 0
+    assert prepare_fences(BATCH) == 0
 
 
 def test_prepare_with_redis_down_is_unavailable_and_the_grant_still_starts_a_new_epoch(
@@ -325,7 +326,7 @@ def test_prepare_with_redis_down_is_unavailable_and_the_grant_still_starts_a_new
     lock = FenceLock(client=server.client(timeout=1))
     server.stop()
     with pytest.raises(LockUnavailable):
-        lock.prepare(BATCH)
+        prepare_fences(BATCH, lock=lock)
     # The epochs are recorded but never seeded: the first grant finds no counter and moves
     # on to epoch 1 rather than reuse 0, whose tokens nobody was given.
     assert fence_lock.acquire(BATCH[0], ttl=TTL).token == first_token(1) + 1

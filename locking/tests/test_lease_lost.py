@@ -167,7 +167,7 @@ def test_a_failing_callback_is_logged_and_the_others_still_run(fence_lock, redis
     lease.on_lost(calls.append)
     redis_client.delete(lock_key(RESOURCE))
 
-    with caplog.at_level(logging.ERROR, logger="locking.lock"):
+    with caplog.at_level(logging.ERROR, logger="locking.lease"):
         assert lease.extend(LONG) is False
 
     assert calls == [lease]

@@ -21,10 +21,11 @@ from locking import (
     LockHeld,
     LockUnavailable,
     fence_key,
+    holders,
     lock_key,
     validate_resource,
 )
-from locking.lock import holder_label
+from locking.grant import holder_label
 from locking.models import FenceEpoch
 from locking.tests.support import PrivateRedis, free_port, wait_until
 
@@ -425,7 +426,7 @@ def test_holders_lists_current_leases_with_label_and_token(fence_lock):
     released = fence_lock.acquire("monthly-charges:org:4:2025-02", ttl=LONG)
     released.release()
 
-    infos = fence_lock.holders()
+    infos = holders()
 
     assert [info.resource for info in infos] == [
         "monthly-charges:org:3:2025-02",
@@ -434,7 +435,7 @@ def test_holders_lists_current_leases_with_label_and_token(fence_lock):
     assert infos[1].label == holder_label("alice")
     assert infos[1].token == 1
     assert timedelta(seconds=25) < infos[1].ttl_left <= LONG
-    only_vendors = fence_lock.holders(prefix="vendor-assignment:")
+    only_vendors = holders(prefix="vendor-assignment:")
     assert [info.resource for info in only_vendors] == ["vendor-assignment:complaint:7"]
 
 
@@ -443,5 +444,5 @@ def test_holders_prefix_matches_literally_not_as_a_glob(fence_lock):
     fence_lock.acquire("job1", ttl=LONG)
     fence_lock.acquire("job?x", ttl=LONG)
 
-    assert [info.resource for info in fence_lock.holders(prefix="job[")] == ["job[1]"]
-    assert [info.resource for info in fence_lock.holders(prefix="job?")] == ["job?x"]
+    assert [info.resource for info in holders(prefix="job[")] == ["job[1]"]
+    assert [info.resource for info in holders(prefix="job?")] == ["job?x"]

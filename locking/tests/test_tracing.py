@@ -25,6 +25,7 @@ from locking import (
     aadvance_fence,
     advance_fence,
     arun_fenced,
+    break_lease,
     lock_key,
     run_fenced,
     span,
@@ -213,7 +214,7 @@ def test_breaking_a_lease_is_a_span_with_the_broken_token(resource, fence_lock, 
     held = fence_lock.acquire(resource, ttl=TTL)
     spans.clear()
 
-    fence_lock.break_lease(resource, by="oona", reason="stuck")
+    break_lease(resource, by="oona", reason="stuck")
 
     broken = by_name(spans)["locking.break_lease"]
     assert dict(broken.attributes) == {

@@ -1,4 +1,4 @@
-"""Delete audit records (``FenceEvent``) older than ``FENCE_EVENT_RETENTION_DAYS`` days.
+"""Delete audit records (``FenceEvent``) older than ``LOCK_FENCE_EVENT_RETENTION_DAYS`` days.
 
 Run it from cron, e.g. daily; ``--days N`` overrides the setting, ``--dry-run`` only counts.
 """
@@ -32,7 +32,7 @@ class Command(BaseCommand):
         parser.add_argument(
             "--days",
             default=None,
-            help="Keep this many days (default: FENCE_EVENT_RETENTION_DAYS, 90).",
+            help="Keep this many days (default: LOCK_FENCE_EVENT_RETENTION_DAYS, 90).",
         )
         parser.add_argument(
             "--dry-run",
@@ -42,10 +42,10 @@ class Command(BaseCommand):
 
     def handle(self, *args, days=None, dry_run=False, **options):
         if days is None:
-            days = setting("FENCE_EVENT_RETENTION_DAYS")
+            days = setting("LOCK_FENCE_EVENT_RETENTION_DAYS")
         days = retention_days(days)
         cutoff = timezone.now() - timedelta(days=days)
-        old_events = FenceEvent.objects.filter(at__lt=cutoff)
+        old_events = FenceEvent.objects.using(setting("LOCK_DATABASE")).filter(at__lt=cutoff)
         try:
             if dry_run:
                 count = old_events.count()

@@ -1,0 +1,119 @@
+"""What the sync and the async lock share of a grant: the lock value, the script's arguments
+and answers, and the waits between tries.
+
+The lock value is ``<owner id>|<acquired ms>|<holder label>``: a random owner id, so that
+release and extend (compare-and-delete, compare-and-pexpire) can never touch another
+holder's lease, plus what an operator needs to see who holds it and since when. Nothing
+here talks to Redis: ``locking/lock.py`` and ``locking/aio.py`` do, each its own way.
+"""
+
+import functools
+import logging
+import os
+import random
+import socket
+from datetime import UTC, datetime, timedelta
+
+from locking.exceptions import LockHeld, LockUnavailable
+from locking.keys import fence_key, lock_key, seed_key
+
+logger = logging.getLogger(__name__)
+
+# Recording a new epoch is one database round trip; a claim outlives it comfortably. A
+# caller that finds another's claim polls at most this often.
+SEEDING_CLAIM_MS = 2000
+SEEDING_POLL_MS = 5
+
+# Backoff for acquire(wait=...): full jitter between 0 and an exponentially growing cap.
+BACKOFF_BASE_SECONDS = 0.01
+BACKOFF_CAP_SECONDS = 0.25
+
+# What the grant script's reply (and the replicas' confirmation) leaves unavailable.
+UNSEEDABLE = "the fence counter could not be reseeded"
+
+
+def from_ms(epoch_ms: int) -> datetime:
+    return datetime.fromtimestamp(epoch_ms / 1000, tz=UTC)
+
+
+def holder_label(holder: str = "") -> str:
+    """Describe this process as a lock holder: ``<who> on <host> pid <pid>``."""
+    where = _process_label(os.getpid())
+    label = f"{holder} on {where}" if holder else where
+    # The label is metadata inside the lock value; keep it short and on one line.
+    return " ".join(label.split())[:200]
+
+
+@functools.cache
+def _process_label(pid: int) -> str:
+    """``<host> pid <pid>``: formatted once per process (a forked child has its own pid)."""
+    return f"{socket.gethostname()} pid {pid}"
+
+
+def parse_lock_value(value: str) -> tuple[str, datetime | None, str]:
+    """Split a stored lock value into (owner id, acquired at, holder label)."""
+    owner, _, rest = value.partition("|")
+    acquired, _, label = rest.partition("|")
+    acquired_at = from_ms(int(acquired)) if acquired.isdigit() else None
+    return owner, acquired_at, label
+
+
+def text(raw) -> str:
+    return raw.decode() if isinstance(raw, bytes) else str(raw)
+
+
+def positive_ms(ttl: timedelta) -> int:
+    ttl_ms = int(ttl.total_seconds() * 1000)
+    if ttl_ms <= 0:
+        raise ValueError("ttl must be positive")
+    return ttl_ms
+
+
+def backoff_seconds(attempt: int, remaining: float) -> float:
+    """Full jitter between 0 and an exponentially growing cap, never past the deadline."""
+    cap = min(BACKOFF_CAP_SECONDS, BACKOFF_BASE_SECONDS * 2**attempt)
+    return min(remaining, random.uniform(0, cap))
+
+
+def seed_poll_seconds(reply: list) -> float:
+    # Another caller is recording the new epoch: a few milliseconds, normally. If it died,
+    # its claim expires and the next attempt here records the epoch instead.
+    return min(max(int(reply[1]), 1), SEEDING_POLL_MS) / 1000
+
+
+def grant_keys_args(resource, owner, ttl_ms, label, floor) -> tuple[list, list]:
+    """The keys and arguments of the grant script (locking/scripts.py, ``ACQUIRE_LUA``)."""
+    keys = [lock_key(resource), fence_key(resource), seed_key(resource)]
+    return keys, [owner, ttl_ms, label, floor, SEEDING_CLAIM_MS]
+
+
+def busy(resource: str, reply: list) -> LockHeld:
+    """The answer to a grant script's "held" reply (``{0, value, PTTL, counter}``)."""
+    holder_owner, acquired_at, holder = parse_lock_value(text(reply[1]))
+    retry_after = timedelta(milliseconds=max(int(reply[2]), 0))
+    return LockHeld(
+        resource,
+        holder=holder or holder_owner,
+        retry_after=retry_after,
+        acquired_at=acquired_at,
+        expires_at=datetime.now(tz=UTC) + retry_after,
+        token=int(reply[3]) if reply[3] is not None else None,
+    )
+
+
+def unavailable(resource: str, exc: Exception) -> LockUnavailable:
+    logger.warning("lock service unavailable", extra={"resource": resource, "error": str(exc)})
+    return LockUnavailable(resource, str(exc) or exc.__class__.__name__)
+
+
+def unconfirmed(
+    resource: str, reply: list, confirmed: int, *, min_replicas: int, timeout_ms: int
+) -> LockUnavailable:
+    logger.warning(
+        "grant not confirmed by replicas; released",
+        extra={"resource": resource, "token": int(reply[1]), "replicas": confirmed},
+    )
+    return LockUnavailable(
+        resource,
+        f"{confirmed} of {min_replicas} replicas confirmed the grant within {timeout_ms} ms",
+    )

@@ -1,0 +1,298 @@
+"""A granted lease: release, extend, keep alive, and the signal that it was lost.
+
+``FenceLock.acquire`` (locking/lock.py) grants a ``Lease``; the lease releases and extends
+itself with the same registered scripts (compare-and-delete, compare-and-pexpire on its own
+lock value), so it can never touch another holder's lease. ``lost`` tells the holder the
+moment this process learns the lease is no longer its own; none of it is the safety, which
+is the fencing token checked by ``advance_fence``.
+"""
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING
+
+from redis.exceptions import RedisError
+
+from locking import tracing
+from locking.aio import AsyncLeaseMixin
+from locking.exceptions import LeaseLost
+from locking.grant import positive_ms
+from locking.keys import lock_key
+from locking.outcomes import Outcome
+
+if TYPE_CHECKING:
+    from locking.lock import FenceLock
+
+logger = logging.getLogger(__name__)
+
+# A lease's audit hook: ``hook(outcome, lease)`` writes the attempt's row (``run_fenced``'s
+# ``AttemptAudit.in_transaction``); ``Lease.record_committed`` calls it.
+AuditHook = Callable[[Outcome, "Lease"], object]
+
+
+class LostSignal(threading.Event):
+    """Set once a lease is no longer its holder's: ``lease.lost.is_set()``, ``.wait()``.
+
+    A ``threading.Event`` that is set at most once and never cleared, with the ``reason``
+    it was set. ``bool(lease.lost)`` is ``is_set()``, as the boolean ``lost`` it replaces
+    was, so ``if lease.lost:`` keeps its meaning. Callbacks registered with
+    ``Lease.on_lost`` run once when the lease is lost; never when its holder released it
+    first (that is the end of the work, not a loss).
+    """
+
+    def __init__(self):
+        super().__init__()
+        self.reason = ""
+        self._guard = threading.Lock()
+        self._callbacks: list[Callable[[Lease], object]] = []
+        self._lease: Lease | None = None
+        self._fired = False  # the callbacks ran
+        self._quiet = False  # released by its holder: there is no loss to report
+
+    def __bool__(self) -> bool:
+        return self.is_set()
+
+    def __repr__(self) -> str:
+        return f"<LostSignal {'set: ' + self.reason if self.is_set() else 'not set'}>"
+
+    def set(self) -> None:
+        """Mark the lease lost by hand (e.g. the work learned it elsewhere)."""
+        self._mark("marked lost by its holder", notify=True)
+
+    def clear(self) -> None:
+        raise RuntimeError("a lost lease stays lost: acquire a new one")
+
+    def _mark(self, reason: str, *, notify: bool) -> None:
+        """Set the signal once; with ``notify``, run the callbacks, each once."""
+        with self._guard:
+            if not super().is_set():
+                self.reason = reason
+                super().set()
+            if not notify:
+                self._quiet = True
+                return
+            if self._quiet or self._fired:
+                return
+            self._fired = True
+            callbacks = list(self._callbacks)
+        for callback in callbacks:
+            _run_callback(callback, self._lease)
+
+    def _add_callback(self, callback: Callable[["Lease"], object]) -> None:
+        with self._guard:
+            self._callbacks.append(callback)
+            run_now = self._fired
+        if run_now:
+            _run_callback(callback, self._lease)
+
+
+def _run_callback(callback: Callable[["Lease"], object], lease: "Lease") -> None:
+    try:
+        callback(lease)
+    except Exception:  # a callback's bug must not stop the keep-alive that called it
+        logger.exception(
+            "on_lost callback failed", extra={"resource": lease.resource, "token": lease.token}
+        )
+
+
+@dataclass
+class Lease(AsyncLeaseMixin):
+    """A granted lease. Use it as a context manager to release it on exit.
+
+    ``lost`` is a ``LostSignal`` (a ``threading.Event``): set the moment this process
+    learns the lease is no longer its own (an extend refused or failed, its TTL passed at
+    ``check()``) and when it is released. ``check()`` raises ``LeaseLost`` then: call it
+    before an expensive step. ``on_lost(callback)`` is told once of a loss (not of a
+    release). None of this is the safety; the fence is.
+    """
+
+    resource: str
+    token: int
+    owner: str
+    expires_at: datetime
+    _lock: "FenceLock" = field(repr=False)
+    _value: str = field(repr=False)
+    _monotonic_deadline: float = field(repr=False)
+    lost: LostSignal = field(default_factory=LostSignal)
+    # The TTL last granted or extended: what keep_alive() renews to by default.
+    _ttl: timedelta | None = field(default=None, repr=False)
+    # What record_committed() calls: given by the grant (FenceLock.acquire(audit=...)).
+    audit: "AuditHook | None" = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        self.lost._lease = self
+
+    def __enter__(self) -> "Lease":
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.release()
+
+    @property
+    def probably_valid(self) -> bool:
+        """Whether the lease can still be ours by this process's monotonic clock.
+
+        A hint for skipping doomed work, never a safety check: the fence is that.
+        """
+        return not self.lost.is_set() and time.monotonic() < self._monotonic_deadline
+
+    # -- the lease-lost signal -----------------------------------------------------------
+
+    def on_lost(self, callback: Callable[["Lease"], object]) -> Callable[["Lease"], object]:
+        """Call ``callback(lease)`` once when the lease is lost; at once if it already is.
+
+        The callback runs in the thread (or event loop) that noticed the loss — a
+        keep-alive's, or the caller of ``extend``/``check`` — so it must be quick: set a
+        flag, cancel a request, signal a worker. A release by the holder is not a loss
+        and calls nothing. Returns ``callback``, so it can decorate a function.
+        """
+        self.lost._add_callback(callback)
+        return callback
+
+    def record_committed(self, outcome: Outcome = Outcome.COMMITTED) -> None:
+        """Write this attempt's audit row now, inside the work's ``transaction.atomic()``.
+
+        Under ``run_fenced``, a work that calls it just before its block commits saves the
+        separate audit write after the transaction: the row commits (or rolls back) with
+        the writes it records. If the block rolls back, ``run_fenced`` records the
+        attempt's final outcome outside, as without this call. Outside ``run_fenced`` it
+        does nothing.
+        """
+        if self.audit is not None:
+            self.audit(outcome, self)
+
+    def check(self) -> None:
+        """Raise ``LeaseLost`` if the lease is lost, or past its TTL by this process's clock.
+
+        Call it before a step that costs something (an external call, a long
+        computation): a lost lease's write would be refused by the fence anyway.
+        """
+        if not self.lost.is_set() and time.monotonic() >= self._monotonic_deadline:
+            self._mark_lost("its TTL passed by this process's clock")
+        if self.lost.is_set():
+            raise LeaseLost(self.resource, self.token, self.lost.reason)
+
+    def _mark_lost(self, reason: str, *, notify: bool = True) -> None:
+        if notify and not self.lost.is_set():
+            logger.warning(
+                "lease lost: %s",
+                reason,
+                extra={"resource": self.resource, "token": self.token, "outcome": Outcome.LOST},
+            )
+        self.lost._mark(reason, notify=notify)
+
+    # -- release and extend --------------------------------------------------------------
+
+    def release(self) -> bool:
+        """Delete the lock if it is still ours. False if it expired or was taken over.
+
+        If Redis cannot be reached the lease is left to expire on its own (False). Sets
+        ``lost`` (the lease is no longer usable) without calling ``on_lost`` callbacks.
+        """
+        with tracing.operation_span("locking.release", self.resource, token=self.token) as span:
+            try:
+                released = bool(
+                    self._lock.scripts.release(keys=[lock_key(self.resource)], args=[self._value])
+                )
+            except RedisError as exc:
+                self._release_failed(exc)
+                released = False
+            span.set_attribute(tracing.RELEASED, released)
+        self._mark_lost("released", notify=False)
+        return released
+
+    def _release_failed(self, exc: Exception) -> None:
+        logger.warning(
+            "could not release lease; it will expire",
+            extra={"resource": self.resource, "token": self.token, "error": str(exc)},
+        )
+
+    def extend(self, ttl: timedelta) -> bool:
+        """Reset the lease's expiry to ``ttl`` from now if it is still ours.
+
+        False (and ``lost`` set, ``on_lost`` called) if it is not, or Redis did not answer.
+        """
+        ttl_ms = positive_ms(ttl)
+        started = time.monotonic()
+        try:
+            extended = bool(
+                self._lock.scripts.extend(
+                    keys=[lock_key(self.resource)], args=[self._value, ttl_ms]
+                )
+            )
+        except RedisError as exc:
+            return self._extended(False, ttl, started, error=exc)
+        return self._extended(extended, ttl, started)
+
+    def _extended(
+        self, extended: bool, ttl: timedelta, started: float, *, error: Exception | None = None
+    ) -> bool:
+        if extended:
+            self._ttl = ttl
+            self._monotonic_deadline = started + ttl.total_seconds()
+            self.expires_at = datetime.now(tz=UTC) + ttl
+        elif error is not None:
+            logger.warning(
+                "could not extend lease",
+                extra={"resource": self.resource, "token": self.token, "error": str(error)},
+            )
+            self._mark_lost(f"extend failed: {error}")
+        else:
+            self._mark_lost("extend refused: the lease expired or has another holder")
+        return extended
+
+    def keep_alive(self, ttl: timedelta | None = None) -> "KeepAlive":
+        """Extend the lease every ttl/3 in a background thread while the block runs.
+
+        Use it for work whose length you cannot bound (a slow but healthy call); it keeps
+        other workers from starting duplicate work. It does not make the holder safe: a
+        paused process stops renewing, loses the lease, and only the fence check then
+        keeps its late write out.
+
+        ``ttl`` defaults to the TTL the lease was granted (or last extended) with. Not the
+        time left: that would shrink with every late call, and ``expires_at`` comes from
+        Redis's clock, which this host's clock may not agree with.
+        """
+        return KeepAlive(self, self._renewal_ttl(ttl))
+
+    def _renewal_ttl(self, ttl: timedelta | None) -> timedelta:
+        ttl = ttl or self._ttl
+        if ttl is None:
+            ttl = timedelta(seconds=max(self._monotonic_deadline - time.monotonic(), 0))
+        if ttl.total_seconds() <= 0:
+            raise ValueError("keep_alive needs a positive ttl")
+        return ttl
+
+
+class KeepAlive:
+    """Background renewal of a lease; stops and marks the lease lost when an extend fails."""
+
+    def __init__(self, lease: Lease, ttl: timedelta):
+        self.lease = lease
+        self.ttl = ttl
+        self._stop = threading.Event()
+        self._thread = threading.Thread(
+            target=self._run, name=f"keep-alive {lease.resource}", daemon=True
+        )
+
+    def __enter__(self) -> Lease:
+        self._thread.start()
+        return self.lease
+
+    def __exit__(self, *exc_info) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        interval = self.ttl.total_seconds() / 3
+        while not self._stop.wait(interval):
+            if not self.lease.extend(self.ttl):
+                logger.warning(
+                    "lease lost during keep-alive",
+                    extra={"resource": self.lease.resource, "token": self.lease.token},
+                )
+                return

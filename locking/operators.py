@@ -1,0 +1,224 @@
+"""The operators' view and hand: who holds which lease, and breaking a stuck one.
+
+Status pages and the admin read the current holders (``holders``, ``holder_of``: SCAN and
+one pipeline per lease, never ``KEYS``). ``break_lease`` deletes a lease whoever holds it
+and records who did it and why: as safe as letting the lease expire, because the next
+grant gets a larger token and the fence refuses the broken holder's late write once that
+grant has committed. None of this grants anything, so it is not part of ``FenceLock``;
+each function takes the ``lock`` whose Redis (and audit database) it works on, by default
+the configured one.
+
+Every page that breaks a lease (the admin's action, a project's own status page) uses
+``BreakLeaseForm``: one validation, one call, one audit row, the operator's address taken
+one way (``client_ip``: ``LOCK_CLIENT_IP_CALLABLE``, else ``REMOTE_ADDR``).
+"""
+
+import ipaddress
+import logging
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+from django import forms
+from django.utils.module_loading import import_string
+from django.utils.translation import gettext_lazy as _
+from redis.exceptions import RedisError
+
+from locking import tracing
+from locking.audit import record_fence_event
+from locking.conf import setting
+from locking.exceptions import LockUnavailable
+from locking.grant import parse_lock_value, text
+from locking.keys import fence_key, lock_key, resource_from_lock_key, validate_resource
+from locking.lock import FenceLock
+from locking.outcomes import Outcome
+
+logger = logging.getLogger(__name__)
+
+# The audit's operation name of a broken lease.
+BREAK_OPERATION = "break-lease"
+
+
+@dataclass(frozen=True)
+class HolderInfo:
+    """What an operator sees of a held lease."""
+
+    resource: str
+    owner: str
+    label: str
+    acquired_at: datetime | None
+    ttl_left: timedelta
+    token: int | None
+
+    @property
+    def expires_at(self) -> datetime:
+        return datetime.now(tz=UTC) + self.ttl_left
+
+
+def holder_of(resource: str, *, lock: FenceLock | None = None) -> HolderInfo | None:
+    """Return who holds ``resource`` now, or None."""
+    validate_resource(resource)
+    lock = lock or FenceLock()
+    try:
+        return _holder_info(lock, resource)
+    except RedisError as exc:
+        raise LockUnavailable(resource, str(exc)) from exc
+
+
+def holders(
+    *, prefix: str = "", limit: int = 200, lock: FenceLock | None = None
+) -> list[HolderInfo]:
+    """Return up to ``limit`` current holders, found with SCAN (never KEYS)."""
+    lock = lock or FenceLock()
+    # Escape the glob characters SCAN's MATCH knows, so a prefix matches literally.
+    literal = "".join("\\" + ch if ch in "*?[]\\" else ch for ch in prefix)
+    pattern = "lock:{" + literal + "*}"
+    found = []
+    try:
+        for key in lock.client.scan_iter(match=pattern, count=500):
+            found.append(text(key))
+            if len(found) >= limit:
+                break
+        infos = []
+        for key in found:
+            info = _holder_info(lock, resource_from_lock_key(key))
+            if info is not None:  # None: released or expired since SCAN saw it
+                infos.append(info)
+    except RedisError as exc:
+        raise LockUnavailable(prefix or "*", str(exc)) from exc
+    return sorted(infos, key=lambda info: info.resource)
+
+
+def break_lease(
+    resource: str,
+    *,
+    by: str,
+    reason: str,
+    scope: str = "",
+    ip: str | None = None,
+    lock: FenceLock | None = None,
+) -> HolderInfo | None:
+    """Delete the lease on ``resource``, whoever holds it; return who held it, or None.
+
+    For a holder that is stuck (hung, partitioned, holding a long TTL): the next grant
+    gets a larger token, so once that holder commits, the fence refuses the broken
+    holder's late write — breaking a lease is as safe as letting it expire. ``by`` (who)
+    and ``reason`` are required, and recorded in the audit as outcome ``broken`` with the
+    broken holder's token; nothing is recorded when nothing was held. The holder learns of
+    it at its next extend (``lease.lost``, ``on_lost``).
+    """
+    validate_resource(resource)
+    if not by.strip():
+        raise ValueError("break_lease() needs who breaks the lease (by=…)")
+    if not reason.strip():
+        raise ValueError("break_lease() needs a reason")
+    lock = lock or FenceLock()
+    with tracing.operation_span("locking.break_lease", resource) as span:
+        try:
+            reply = lock.scripts.break_lease(keys=[lock_key(resource), fence_key(resource)])
+        except RedisError as exc:
+            raise LockUnavailable(resource, str(exc)) from exc
+        if not reply:
+            logger.info("nothing to break: no lease held", extra={"resource": resource})
+            return None
+        broken = _parse_holder(resource, *reply)
+        tracing.set_outcome(span, Outcome.BROKEN)
+        if broken.token is not None:
+            span.set_attribute(tracing.FENCE_TOKEN, broken.token)
+    since = f" since {broken.acquired_at:%Y-%m-%d %H:%M:%S} UTC" if broken.acquired_at else ""
+    record_fence_event(
+        resource=resource,
+        outcome=Outcome.BROKEN,
+        token=broken.token,
+        actor=by,
+        detail=f"lease of {broken.label or broken.owner}{since} broken: {reason.strip()}",
+        scope=scope,
+        operation=BREAK_OPERATION,
+        ip=ip,
+        using=lock.using,
+    )
+    return broken
+
+
+def _holder_info(lock: FenceLock, resource: str) -> HolderInfo | None:
+    pipe = lock.client.pipeline(transaction=False)
+    pipe.get(lock_key(resource))
+    pipe.pttl(lock_key(resource))
+    pipe.get(fence_key(resource))
+    value, pttl, counter = pipe.execute()
+    if value is None:
+        return None  # released or expired
+    return _parse_holder(resource, value, pttl, counter)
+
+
+def _parse_holder(resource: str, value, pttl, counter) -> HolderInfo:
+    owner, acquired_at, label = parse_lock_value(text(value))
+    return HolderInfo(
+        resource=resource,
+        owner=owner,
+        label=label,
+        acquired_at=acquired_at,
+        ttl_left=timedelta(milliseconds=max(int(pttl), 0)),
+        token=int(counter) if counter is not None else None,
+    )
+
+
+class BreakLeaseForm(forms.Form):
+    """Why an operator breaks a lease, and which: the one form of every page that does.
+
+    A page that breaks the lease it was asked about posts ``resource`` with the reason (a
+    hidden field, checked like any resource name); a page that chose the resources itself
+    (the admin's selection) passes ``resource_field=False`` and names each one to
+    ``break_lease``.
+    """
+
+    resource = forms.CharField(max_length=200, widget=forms.HiddenInput)
+    reason = forms.CharField(
+        label=_("Reason"),
+        max_length=500,
+        widget=forms.Textarea(attrs={"rows": 3, "cols": 60}),
+        help_text=_("Recorded in the audit with your name, e.g. “worker hung”."),
+        error_messages={"required": _("Say why the lease is broken.")},
+    )
+
+    def __init__(self, *args, resource_field: bool = True, **kwargs):
+        super().__init__(*args, **kwargs)
+        if not resource_field:
+            del self.fields["resource"]
+
+    def clean_resource(self) -> str:
+        try:
+            return validate_resource(self.cleaned_data["resource"])
+        except ValueError as exc:
+            raise forms.ValidationError(str(exc)) from None
+
+    def break_lease(
+        self,
+        request,
+        resource: str | None = None,
+        *,
+        scope: str = "",
+        lock: FenceLock | None = None,
+    ) -> HolderInfo | None:
+        """Break the lease of ``resource`` (default: the form's) as the request's user:
+        ``break_lease`` with this form's reason and the request's address."""
+        return break_lease(
+            resource or self.cleaned_data["resource"],
+            by=request.user.get_username(),
+            reason=self.cleaned_data["reason"],
+            scope=scope,
+            ip=client_ip(request),
+            lock=lock,
+        )
+
+
+def client_ip(request) -> str | None:
+    """The address an operator's request is recorded with: what ``LOCK_CLIENT_IP_CALLABLE``
+    (a dotted path to ``f(request)``, e.g. the project's own proxy-aware one) answers, else
+    ``REMOTE_ADDR``; ``None`` when that is not an IP address."""
+    path = setting("LOCK_CLIENT_IP_CALLABLE")
+    if path:
+        return import_string(path)(request)
+    try:
+        return str(ipaddress.ip_address(request.META.get("REMOTE_ADDR", "").strip()))
+    except ValueError:
+        return None

@@ -1,0 +1,129 @@
+"""The lock's Lua scripts, one module constant each, and their registration per client.
+
+Each script runs atomically in Redis and touches only the keys of one resource, which
+share a hash slot (``lock:{r}``, ``fence:{r}``, ``seed:{r}``; see locking/keys.py), so each
+is one round trip on a single server, Sentinel or Cluster. The header comment of each
+constant says what ``KEYS`` and ``ARGV`` it takes and what it returns. They are registered
+once per client (``register_script``: EVALSHA, with a reload when a restarted Redis forgot
+them) and shared by the sync and the async lock: one text, one SHA, both APIs.
+"""
+
+import weakref
+from typing import NamedTuple
+
+# KEYS[1] = lock:{resource}, KEYS[2] = fence:{resource}, KEYS[3] = seed:{resource}
+# ARGV[1] = owner id (random), ARGV[2] = ttl in ms, ARGV[3] = holder label,
+# ARGV[4] = '' normally; after this owner recorded a new epoch, its first token: the counter
+#           is raised to it (never lowered) and our seeding claim is dropped,
+# ARGV[5] = how long a seeding claim lasts, in ms.
+# Returns {1, token, value, acquired_ms} when granted,
+#         {0, holder's value, holder's remaining ms, counter} when held,
+#         {2, 'lost' | 'full', counter} when this caller must record a new epoch first: the
+#           counter is missing (Redis lost it; the caller now holds the seeding claim) or
+#           its epoch has no sequence number left,
+#         {3, claim's remaining ms} when another caller is recording the new epoch.
+#         Nothing but the claim was written in cases 2 and 3.
+# The claim keeps a crowd that finds the counter gone from each recording an epoch of its
+# own (every epoch but the last would be refused by advance_fence). TIME is Redis's clock,
+# so every client agrees on when a lease was granted. Counters stay below 2**53, so Lua's
+# double arithmetic on them is exact.
+ACQUIRE_LUA = """
+local counter = redis.call('GET', KEYS[2])
+counter = counter and tonumber(counter)
+if ARGV[4] ~= '' then
+    local floor = tonumber(ARGV[4])
+    if not counter or counter < floor then
+        redis.call('SET', KEYS[2], ARGV[4])
+        counter = floor
+    end
+    if redis.call('GET', KEYS[3]) == ARGV[1] then
+        redis.call('DEL', KEYS[3])
+    end
+elseif not counter then
+    if redis.call('SET', KEYS[3], ARGV[1], 'NX', 'PX', ARGV[5]) then
+        return {2, 'lost', false}
+    end
+    return {3, redis.call('PTTL', KEYS[3])}
+end
+if counter % 4294967296 == 4294967295 then
+    return {2, 'full', counter}
+end
+local now = redis.call('TIME')
+local acquired_ms = now[1] * 1000 + math.floor(now[2] / 1000)
+local value = ARGV[1] .. '|' .. acquired_ms .. '|' .. ARGV[3]
+if redis.call('SET', KEYS[1], value, 'NX', 'PX', ARGV[2]) then
+    return {1, redis.call('INCR', KEYS[2]), value, acquired_ms}
+end
+return {0, redis.call('GET', KEYS[1]), redis.call('PTTL', KEYS[1]), counter}
+"""
+
+# KEYS[1] = lock:{resource}; ARGV[1] = the value our grant stored.
+# Deletes the key only if it is still ours. Returns 1 if deleted, 0 otherwise.
+RELEASE_LUA = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+    return redis.call('DEL', KEYS[1])
+end
+return 0
+"""
+
+# KEYS[1] = lock:{resource}; ARGV[1] = the value our grant stored, ARGV[2] = new ttl in ms.
+# Resets the expiry only if the lease is still ours. Returns 1 if extended, 0 otherwise.
+EXTEND_LUA = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+    return redis.call('PEXPIRE', KEYS[1], ARGV[2])
+end
+return 0
+"""
+
+# KEYS[1] = fence:{resource}; ARGV[1] = the lowest value the counter may have.
+# Raises the counter to ARGV[1] if it is below; never lowers it. Returns the counter.
+RESEED_LUA = """
+local current = tonumber(redis.call('GET', KEYS[1]) or '0')
+local floor = tonumber(ARGV[1])
+if current < floor then
+    redis.call('SET', KEYS[1], ARGV[1])
+    return floor
+end
+return current
+"""
+
+# KEYS[1] = lock:{resource}, KEYS[2] = fence:{resource}.
+# Deletes the lease whoever holds it: an operator's hand on a stuck holder.
+# Returns {value, remaining ms, counter} of the lease it deleted, or an empty list when
+# nothing was held. The counter is untouched: the next grant still gets a larger token.
+BREAK_LUA = """
+local value = redis.call('GET', KEYS[1])
+if not value then
+    return {}
+end
+local pttl = redis.call('PTTL', KEYS[1])
+redis.call('DEL', KEYS[1])
+return {value, pttl, redis.call('GET', KEYS[2])}
+"""
+
+
+class Scripts(NamedTuple):
+    """The scripts registered on one client: ``scripts.acquire(keys=…, args=…)``."""
+
+    acquire: object
+    release: object
+    extend: object
+    reseed: object
+    break_lease: object
+
+
+# Registering a script hashes its text (SHA1), and run_fenced builds a FenceLock per
+# operation: keep the registered scripts per client, not per FenceLock (a lock cycle is
+# two round trips of ~30 µs each; four hashings per cycle cost ~6 µs of it). A
+# ``redis.asyncio`` client registers the same sources: one text, one SHA, both APIs.
+_SCRIPTS: "weakref.WeakKeyDictionary[object, Scripts]" = weakref.WeakKeyDictionary()
+
+
+def scripts_for(client) -> Scripts:
+    """Return the lock's scripts registered on ``client`` (sync or ``redis.asyncio``)."""
+    scripts = _SCRIPTS.get(client)
+    if scripts is None:
+        sources = (ACQUIRE_LUA, RELEASE_LUA, EXTEND_LUA, RESEED_LUA, BREAK_LUA)
+        scripts = Scripts(*(client.register_script(lua) for lua in sources))
+        _SCRIPTS[client] = scripts
+    return scripts
