@@ -3,73 +3,50 @@ the Organization changelist.
 
 ``hoa`` does not know about charges: ``GENERATION`` declares the action for the Organization
 admin (``AdminExtension``), and the frame's admin offers it to users with the operation's
-permission. The action's first POST shows an intermediate page to choose the month; its
-submit runs the service once per selected organization and reports each with the level its
-answer deserves.
+permission. It has the shape of Django's ``delete_selected`` (``hoa.admin_actions``): its
+first POST shows an intermediate page to choose the month; its submit runs the service once
+per selected organization and reports each with the level its answer deserves.
 """
 
-from django.contrib import admin, messages
-from django.contrib.admin import helpers
-from django.template.response import TemplateResponse
+from django.contrib import admin
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
-from charges.exceptions import ChargesError
 from charges.forms import ConfirmedMonthForm
 from charges.models import MonthlyCharge, MonthlyChargeRun, month_label
 from charges.selectors import current_month
 from charges.services import generate_monthly_charges
+from hoa.admin_actions import answer_each, applying, ask
 from hoa.admin_mixins import TenantAdminMixin
-from hoa.answers import table as answer_table
-from hoa.security.ratelimits import check_fenced_post
 from hoa.web.access import client_ip
-
-APPLY_FIELD = "apply"
 
 
 @admin.action(description=gettext_lazy("Generate charges for a month…"))
 def generate_charges_for_month(modeladmin, request, queryset):
     """Ask for a month, then generate each selected organization's charges for it."""
-    if APPLY_FIELD in request.POST:
-        check_fenced_post(request)  # 429 past the user's or the address's limit
+    if applying(request):
         form = ConfirmedMonthForm(request.POST)
-        if form.is_valid():
-            month = form.cleaned_data["month"]
-            for organization in queryset:
-                _generate_one(modeladmin, request, organization, month)
-            return None  # back to the changelist, which shows the messages
-        first_error = next(iter(form.errors.values()))[0]
-        modeladmin.message_user(request, first_error, messages.ERROR)
     else:
         form = ConfirmedMonthForm(initial={"month": month_label(current_month())})
-    request.current_app = modeladmin.admin_site.name
-    return TemplateResponse(
-        request,
-        "charges/admin/generate_charges.html",
-        {
-            **modeladmin.admin_site.each_context(request),
-            "title": _("Generate charges for a month"),
-            "subtitle": None,
-            "opts": modeladmin.model._meta,
-            "selected": queryset,
-            "form": form,
-            "action_name": generate_charges_for_month.__name__,
-            "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
-            "apply_field": APPLY_FIELD,
-            "media": modeladmin.media,
-        },
-    )
-
-
-def _generate_one(modeladmin, request, organization, month) -> None:
-    try:
-        result = generate_monthly_charges(
-            organization=organization, month=month, actor=request.user, ip=client_ip(request)
+    if form.is_bound and form.is_valid():
+        month, ip = form.cleaned_data["month"], client_ip(request)
+        answer_each(
+            modeladmin,
+            request,
+            queryset,
+            lambda organization: generate_monthly_charges(
+                organization=organization, month=month, actor=request.user, ip=ip
+            ),
         )
-    except ChargesError as exc:
-        answer_table.admin_message(modeladmin, request, exc)
-    else:
-        answer_table.admin_done(modeladmin, request, result)
+        return None  # back to the changelist, which shows the messages
+    return ask(
+        modeladmin,
+        request,
+        queryset,
+        form,
+        "charges/admin/generate_charges.html",
+        title=_("Generate charges for a month"),
+    )
 
 
 @admin.register(MonthlyChargeRun)

@@ -58,14 +58,7 @@ GENERATION = FencedOperation(
     describe=selectors.describe_resources,
     scan_prefixes=scan_prefixes,
     order=20,
-    links=(
-        Link(
-            _("Charges"),
-            "charges:runs",
-            current=("charges:runs", "charges:run", "charges:generate"),
-            order=10,
-        ),
-    ),
+    links=(Link(_("Charges"), "charges:runs", order=10),),
     dashboard=Panel(
         context=selectors.dashboard_context,
         stats="charges/_dashboard_stats.html",

@@ -36,9 +36,9 @@ from charges.selectors import current_month, monthly_totals
 from charges.services import generate_monthly_charges
 from hoa.answers import table as answer_table
 from hoa.answers.pages import error_page
+from hoa.charts import Bar, bar_chart
 from hoa.security.ratelimits import limit_fenced_posts
 from hoa.web.access import OrganizationMixin, client_ip
-from hoa.web.charts import Bar, bar_chart
 
 CHART_MONTHS = 12
 

@@ -1,6 +1,7 @@
 from datetime import datetime
 
 from django.contrib import admin
+from django.contrib.admin.widgets import AutocompleteSelect
 from django.db.models import Q
 from django.utils import timezone
 from django.utils.timesince import timesince, timeuntil
@@ -37,6 +38,32 @@ class UnitAdmin(TenantAdminMixin, admin.ModelAdmin):
     list_filter = ["organization"]
     search_fields = ["label", "organization__name"]
     list_select_related = ["organization"]
+
+    def get_readonly_fields(self, request, obj=None):
+        # A unit never moves to another association (hoa 0005): its complaints and charges
+        # stay that association's.
+        readonly = super().get_readonly_fields(request, obj)
+        return [*readonly, "organization"] if obj is not None else readonly
+
+    def get_search_results(self, request, queryset, search_term):
+        """The complaint's unit autocomplete asks for one association's units only
+        (``UnitOfOrganizationSelect``)."""
+        queryset, distinct = super().get_search_results(request, queryset, search_term)
+        organization = request.GET.get("organization", "")
+        if organization.isascii() and organization.isdigit():
+            queryset = queryset.filter(organization_id=int(organization))
+        return queryset, distinct
+
+
+class UnitOfOrganizationSelect(AutocompleteSelect):
+    """The unit autocomplete of a complaint that has its association: that one's units."""
+
+    def __init__(self, field, admin_site, *, organization_id: int):
+        super().__init__(field, admin_site)
+        self.organization_id = organization_id
+
+    def get_url(self):
+        return f"{super().get_url()}?organization={int(self.organization_id)}"
 
 
 @admin.register(StaffMembership)
@@ -121,6 +148,31 @@ class ComplaintAdmin(ExtensibleAdmin, TenantAdminMixin, admin.ModelAdmin):
         "last_fence_token",
     ]
     inlines = [ComplaintEventInline]
+    autocomplete_fields = ["unit"]
+
+    def has_delete_permission(self, request, obj=None):
+        # A complaint is closed, never deleted (superusers included): its timeline is the
+        # record of what happened, and it lives as long as the complaint.
+        return False
+
+    def get_form(self, request, obj=None, change=False, **kwargs):
+        request.complaint_organization_id = obj.organization_id if obj is not None else None
+        return super().get_form(request, obj, change, **kwargs)
+
+    def get_readonly_fields(self, request, obj=None):
+        # A complaint stays with its association (hoa 0005); closing it is the way out.
+        readonly = super().get_readonly_fields(request, obj)
+        return [*readonly, "organization"] if obj is not None else readonly
+
+    def formfield_for_foreignkey(self, db_field, request, **kwargs):
+        organization_id = getattr(request, "complaint_organization_id", None)
+        if db_field.name == "unit" and organization_id is not None:
+            # A complaint's unit is one of its association's: the menu offers no other.
+            kwargs["queryset"] = Unit.objects.filter(organization_id=organization_id)
+            kwargs["widget"] = UnitOfOrganizationSelect(
+                db_field, self.admin_site, organization_id=organization_id
+            )
+        return super().formfield_for_foreignkey(db_field, request, **kwargs)
 
     @admin.display(description=_("due in"), ordering="sla_due_at")
     def due_in(self, complaint: Complaint) -> str | None:

@@ -16,12 +16,12 @@ from hoa.security.audit import Reason, deny_request
 
 
 def _scoped_foreignkey(db_field, request, kwargs: dict) -> dict:
-    """Offer only the user's organizations' rows in a foreign-key menu."""
+    """Offer only the user's organizations' rows in a foreign-key menu (of the rows the
+    admin already narrowed it to, if it did)."""
     related = db_field.related_model
-    if related is Organization:
-        kwargs["queryset"] = Organization.objects.for_user(request.user)
-    elif hasattr(related.objects, "for_user") and related._meta.app_label != "auth":
-        kwargs["queryset"] = related.objects.for_user(request.user)
+    rows = kwargs.get("queryset", related.objects.all())
+    if related is Organization or (hasattr(rows, "for_user") and related._meta.app_label != "auth"):
+        kwargs["queryset"] = rows.for_user(request.user)
     return kwargs
 
 
@@ -193,7 +193,9 @@ class TenantInlineMixin:
 
 
 class AuditTrailAdmin(admin.ModelAdmin):
-    """An audit table spans tenants: superusers read it (and prune it); nobody edits it."""
+    """An audit table spans tenants: superusers read it; nobody edits or deletes it, not
+    even a superuser (no delete action, 403 on the delete page). Only the pruning
+    commands remove rows, past their retention."""
 
     def has_module_permission(self, request):
         return request.user.is_active and request.user.is_superuser
@@ -208,4 +210,4 @@ class AuditTrailAdmin(admin.ModelAdmin):
         return False
 
     def has_delete_permission(self, request, obj=None):
-        return request.user.is_active and request.user.is_superuser
+        return False

@@ -3,6 +3,7 @@
 from datetime import timedelta
 
 from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.db import models
 from django.db.models import Q
 from django.utils import timezone
@@ -78,6 +79,9 @@ class Unit(models.Model):
             models.UniqueConstraint(
                 fields=["organization", "label"], name="unit_label_unique_per_org"
             ),
+            # What the composite foreign keys of rows that name a unit and its association
+            # point at (a complaint's unit is one of its association's: hoa 0005).
+            models.UniqueConstraint(fields=["id", "organization"], name="unit_of_organization"),
             models.CheckConstraint(
                 condition=Q(monthly_assessment__gte=0), name="unit_assessment_not_negative"
             ),
@@ -144,11 +148,14 @@ class Complaint(FencedModel):
     # and the partial index below use this one tuple.
     OPEN_STATUSES = (Status.OPEN, Status.ASSIGNED, Status.IN_PROGRESS)
 
+    # Deleting a unit or an association never takes complaints (and their timelines) with
+    # it; a complaint's unit is one of its association's (a composite foreign key), and
+    # neither moves to another association (hoa 0005).
     organization = models.ForeignKey(
-        Organization, on_delete=models.CASCADE, related_name="complaints"
+        Organization, on_delete=models.PROTECT, related_name="complaints"
     )
     unit = models.ForeignKey(
-        Unit, on_delete=models.CASCADE, related_name="complaints", null=True, blank=True
+        Unit, on_delete=models.PROTECT, related_name="complaints", null=True, blank=True
     )
     title = models.CharField(_("title"), max_length=200)
     description = models.TextField(_("description"), blank=True, default="")
@@ -195,6 +202,21 @@ class Complaint(FencedModel):
 
     def __str__(self):
         return f"#{self.pk} {self.title}"
+
+    def clean(self):
+        """A complaint's unit is one of its association's (the database holds it too)."""
+        super().clean()
+        if (
+            self.unit_id
+            and self.organization_id
+            and self.unit.organization_id != self.organization_id
+        ):
+            raise ValidationError(
+                {
+                    "unit": _("Choose a unit of %(organization)s.")
+                    % {"organization": self.organization}
+                }
+            )
 
     def save(self, *args, **kwargs):
         if self.sla_due_at is None and self.organization_id:

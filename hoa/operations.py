@@ -14,7 +14,7 @@ and checks)::
         ttl=timedelta(seconds=30), ttl_setting="KEYS_LOCK_TTL_SECONDS",
         describe=selectors.describe_resources,      # resource names -> ResourceInfo
         scan_prefixes=lambda organization_ids: ["key-handover:unit:"],
-        links=(Link(_("Keys"), "keys:handovers", current=("keys:handovers",)),),
+        links=(Link(_("Keys"), "keys:handovers"),),
         dashboard=Panel(stats="keys/_dashboard_stats.html", context=selectors.panel),
         admin=(AdminExtension("hoa.Unit", actions=("keys.admin.hand_over",)),),
         seed_demo=demo.seed_demo,
@@ -27,7 +27,8 @@ and checks)::
 The frame finds it here: the lock status page describes its resource names
 (``describe_resources``, ``scan_prefixes``), the dashboard and the organization list show its
 panel, the navigation its links, the admin of the models it acts on its actions, columns and
-inlines (``hoa.admin_mixins.ExtensibleAdmin``), ``seed_demo`` its demo data and the staff
+inlines (``hoa.admin_mixins.ExtensibleAdmin``), the complaint pages what it adds to them
+(``hoa.complaints.extensions``), ``seed_demo`` its demo data and the staff
 group's permissions, and the check ``hoa.W001`` its lease TTL. Its services run it:
 ``begin`` checks the actor, and the ``Call`` it returns runs the operation's steps under a
 lease (``hoa.fenced``). Adding an operation touches ``INSTALLED_APPS``, the root URLconf and
@@ -38,6 +39,7 @@ import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import timedelta
+from typing import TYPE_CHECKING
 
 from django.conf import settings
 from django.http import HttpRequest
@@ -53,6 +55,9 @@ from hoa.answers.refusals import (
 from hoa.fenced import Call, actor_label
 from hoa.models import Organization
 from hoa.security.audit import Reason, record_denial
+
+if TYPE_CHECKING:
+    from hoa.complaints.extensions import ComplaintExtension
 
 # -- what the frame's pages need to know --------------------------------------------------
 
@@ -71,12 +76,11 @@ class ResourceInfo:
 
 @dataclass(frozen=True)
 class Link:
-    """An entry of an organization's navigation: ``url_name`` is reversed with its slug."""
+    """An entry of an organization's navigation: ``url_name`` is reversed with its slug;
+    the entry is current on that page and on every page under its address."""
 
     label: str
     url_name: str
-    # The view names (``namespace:name``) under which this link is the current page.
-    current: tuple[str, ...] = ()
     order: int = 100  # place in the navigation
 
 
@@ -154,6 +158,8 @@ class FencedOperation:
     links: tuple[Link, ...] = ()
     dashboard: Panel = field(default_factory=Panel)
     admin: tuple[AdminExtension, ...] = ()
+    # What it adds to the complaint pages and workflow (hoa.complaints.extensions).
+    complaints: "ComplaintExtension | None" = None
     # Permissions the demo's staff group gets besides ``permission``.
     staff_permissions: tuple[str, ...] = ()
     # Creates the operation's demo data for the demo organizations ({slug: organization}).

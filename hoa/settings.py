@@ -110,7 +110,7 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
-                "hoa.web.context_processors.operation_links",
+                "hoa.web.context_processors.organization_links",
             ],
         },
     },

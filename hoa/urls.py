@@ -18,8 +18,9 @@ urlpatterns = [
     path("healthz", ops_views.healthz, name="healthz"),
     path("readyz", ops_views.readyz, name="readyz"),
     path("metrics", metrics_view.metrics, name="metrics"),
-    path("", include(("hoa.web.staff_urls", "hoa"), namespace="hoa")),
+    path("", include(("hoa.staff_urls", "hoa"), namespace="hoa")),
     path("orgs/<slug:org_slug>/charges/", include("charges.urls")),
+    path("orgs/<slug:org_slug>/", include("hoa.complaints.urls")),
     path("orgs/<slug:org_slug>/", include("vendors.urls")),
 ]
 

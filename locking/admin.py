@@ -20,8 +20,8 @@ APPLY_FIELD = "apply"
 class FenceEventAdmin(admin.ModelAdmin):
     """The audit trail is read-only. It spans tenants, so it is shown to superusers and
     to users given ``locking.view_fenceevent`` or ``locking.break_lease`` (operators, who
-    need it to decide which lease to break); superusers may delete old events
-    (``prune_fence_events`` is the usual way)."""
+    need it to decide which lease to break). Nobody deletes events here, superusers
+    included: ``prune_fence_events`` removes them after their retention."""
 
     list_display = ["at", "resource", "token", "outcome", "operation", "actor", "ip"]
     list_filter = ["outcome", "operation"]
@@ -54,7 +54,9 @@ class FenceEventAdmin(admin.ModelAdmin):
         return False
 
     def has_delete_permission(self, request, obj=None):
-        return request.user.is_active and request.user.is_superuser
+        # The audit is not edited or deleted by hand, by superusers either:
+        # prune_fence_events removes events past LOCK_FENCE_EVENT_RETENTION_DAYS.
+        return False
 
     def has_break_lease_permission(self, request) -> bool:
         """Whether the action is offered: the ``permissions=["break_lease"]`` hook."""

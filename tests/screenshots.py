@@ -26,7 +26,7 @@ from charges.models import MonthlyChargeRun
 from charges.operations import charge_resource
 from charges.selectors import add_months, current_month
 from charges.services import generate_monthly_charges
-from hoa.complaints import add_note, change_sla, change_status
+from hoa.complaints.workflow import add_note, change_sla, change_status
 from hoa.demo import DEMO_PASSWORD, seed_demo
 from hoa.models import Complaint, Organization
 from hoa.scopes import scope_for_organization
@@ -110,7 +110,7 @@ def _history(lock: FenceLock) -> dict:
         ("assigned", "in_progress", ""),
         ("in_progress", "resolved", "Valve replaced and the laundry room floor dried."),
     ):
-        change_status(complaint=first, seen=seen, to=to, note=note, actor=alice, has_vendor=True)
+        change_status(complaint=first, seen=seen, to=to, note=note, actor=alice, assigned=True)
     # Only some breaches recorded, as if the sweep had not run for the others.
     Complaint.objects.overdue().filter(priority="high").update(sla_breached_at=timezone.now())
     return {"maple": maple, "complaints": complaints, "plumber": plumber}

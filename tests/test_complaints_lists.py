@@ -26,7 +26,7 @@ def client_for(user) -> Client:
 
 
 def complaints_url(slug="maple-court") -> str:
-    return reverse("vendors:complaints", args=[slug])
+    return reverse("complaints:complaints", args=[slug])
 
 
 def listed(response) -> list[str]:
@@ -209,7 +209,7 @@ def test_an_overdue_complaint_reads_overdue_everywhere_before_any_sweep(client, 
     client.force_login(alice)
     pages = {
         "list": client.get(complaints_url()),
-        "complaint": client.get(reverse("vendors:complaint", args=[maple.slug, late.pk])),
+        "complaint": client.get(reverse("complaints:complaint", args=[maple.slug, late.pk])),
         "dashboard": client.get(reverse("hoa:dashboard", args=[maple.slug])),
     }
 

@@ -1,6 +1,6 @@
 """The complaint workflow through its pages: every rule, the compare-and-swap, the refusals.
 
-``hoa.complaints`` holds the rules; the endpoints are on the complaint page (``vendors``):
+``hoa.complaints`` holds the rules and the complaint page with their endpoints:
 ``…/status/`` (from_status, to_status, note), ``…/notes/`` and ``…/sla/``.
 """
 
@@ -48,7 +48,8 @@ def client_for(user) -> Client:
 
 
 def url(name: str, complaint, slug=None) -> str:
-    return reverse(f"vendors:{name}", args=[slug or complaint.organization.slug, complaint.pk])
+    namespace = "vendors" if name == "assign" else "complaints"
+    return reverse(f"{namespace}:{name}", args=[slug or complaint.organization.slug, complaint.pk])
 
 
 def given(complaint, status: str, *, vendor=None) -> Complaint:
@@ -485,7 +486,10 @@ def test_the_timeline_merges_assignments_status_changes_and_notes_newest_first(
 
     page = client.get(url("complaint", complaint))
 
-    kinds = [(e.kind, e.event.to_status if e.event else "") for e in page.context["timeline"]]
+    kinds = [
+        (e.kind, e.item.to_status if e.kind == "status_changed" else "")
+        for e in page.context["timeline"]
+    ]
     assert kinds == [
         ("status_changed", S.RESOLVED),
         ("status_changed", S.IN_PROGRESS),

@@ -54,7 +54,7 @@ def keys_operation():
         resource=KEYS,
         describe=_describe,
         scan_prefixes=lambda ids: [f"key-handover:org:{pk}:" for pk in ids],
-        links=(Link("Keys", "hoa:dashboard", current=(), order=99),),
+        links=(Link("Keys", "hoa:dashboard", order=99),),
         dashboard=Panel(context=lambda request, organization: {"keys_waiting": 3}),
     )
     operations.register(operation)

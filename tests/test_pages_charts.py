@@ -1,4 +1,4 @@
-"""Server-side SVG charts: the bar chart and the lock timeline (hoa.web.charts), and the pages
+"""Server-side SVG charts: the bar chart and the lock timeline (hoa.charts), and the pages
 that draw them."""
 
 import re
@@ -9,7 +9,7 @@ import pytest
 from django.utils import timezone
 
 from charges.models import MonthlyChargeRun
-from hoa.web.charts import Bar, LeaseSpan, Mark, bar_chart, lock_timeline
+from hoa.charts import Bar, LeaseSpan, Mark, bar_chart, lock_timeline
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 LANES = [("committed", "Committed"), ("busy", "Busy"), ("stale", "Stale")]

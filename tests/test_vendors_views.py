@@ -52,7 +52,7 @@ def assign_url(complaint, slug=None) -> str:
 
 
 def detail_url(complaint, slug=None) -> str:
-    return reverse("vendors:complaint", args=[slug or complaint.organization.slug, complaint.pk])
+    return reverse("complaints:complaint", args=[slug or complaint.organization.slug, complaint.pk])
 
 
 # --- Pages -------------------------------------------------------------------------------
@@ -66,7 +66,7 @@ def test_complaint_list_shows_status_sla_and_current_vendor(
     quiet = Complaint.objects.create(organization=maple, title="Flickering light")
     assign_vendor(complaint=complaint, vendor=pipe, actor=alice)
 
-    page = client_for(alice).get(reverse("vendors:complaints", args=["maple-court"]))
+    page = client_for(alice).get(reverse("complaints:complaints", args=["maple-court"]))
 
     assert page.status_code == 200
     rows = {c.pk: c for c in page.context["complaints"]}
@@ -80,13 +80,13 @@ def test_complaint_list_shows_status_sla_and_current_vendor(
 
 
 def test_pages_need_a_login_and_membership(maple, complaint, mallory):
-    anonymous = Client().get(reverse("vendors:complaints", args=["maple-court"]))
+    anonymous = Client().get(reverse("complaints:complaints", args=["maple-court"]))
     assert anonymous.status_code == 302
     assert anonymous["Location"].startswith(reverse("login"))
 
     other = client_for(mallory)
     for url in (
-        reverse("vendors:complaints", args=["maple-court"]),
+        reverse("complaints:complaints", args=["maple-court"]),
         reverse("vendors:vendors", args=["maple-court"]),
         detail_url(complaint),
     ):

@@ -1,16 +1,12 @@
 from django.contrib import admin, messages
-from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
-from django.template.response import TemplateResponse
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
+from hoa.admin_actions import answer_each, applying, ask
 from hoa.admin_mixins import TenantAdminMixin, TenantInlineMixin
-from hoa.answers import table as answer_table
 from hoa.models import Organization
-from hoa.security.ratelimits import check_fenced_post
 from hoa.web.access import client_ip
 from vendors import selectors, services
-from vendors.exceptions import VendorsError
 from vendors.forms import AssignVendorForm
 from vendors.models import Vendor, VendorAssignment, VendorContract
 
@@ -103,43 +99,31 @@ def assign_vendor(modeladmin, request, queryset):
         )
         return None
     organization = Organization.objects.get(pk=organization_ids.pop())
-    applying = "apply" in request.POST
-    if applying:
-        check_fenced_post(request)  # 429 past the user's or the address's limit
-    form = AssignVendorForm(request.POST if applying else None, organization=organization)
-    if applying and form.is_valid():
-        for complaint in queryset:
-            _assign_one(modeladmin, request, complaint, form.cleaned_data)
-        return None
-    context = {
-        **modeladmin.admin_site.each_context(request),
-        "title": _("Assign a vendor"),
-        "opts": modeladmin.model._meta,
-        "organization": organization,
-        "selected": queryset,
-        "form": form,
-        "action_checkbox_name": ACTION_CHECKBOX_NAME,
-        "action_name": "assign_vendor",
-        "apply_field": "apply",
-        "media": modeladmin.media,
-    }
-    return TemplateResponse(request, "vendors/admin/assign_vendor.html", context)
-
-
-def _assign_one(modeladmin, request, complaint, data) -> None:
-    # What "replace the current vendor" means for this complaint, fixed before the lease:
-    # an assignment that becomes active meanwhile is refused, not replaced.
-    replacing = selectors.active_assignment(complaint)
-    try:
-        result = services.assign_vendor(
-            complaint=complaint,
-            vendor=data["vendor"],
-            actor=request.user,
-            reassign=data["reassign"],
-            replacing=replacing,
-            ip=client_ip(request),
+    form = AssignVendorForm(request.POST if applying(request) else None, organization=organization)
+    if form.is_bound and form.is_valid():
+        chosen, ip = form.cleaned_data, client_ip(request)
+        answer_each(
+            modeladmin,
+            request,
+            queryset,
+            lambda complaint: services.assign_vendor(
+                complaint=complaint,
+                vendor=chosen["vendor"],
+                actor=request.user,
+                reassign=chosen["reassign"],
+                # What "replace the current vendor" means for this complaint, fixed before
+                # the lease: an assignment that becomes active meanwhile is refused.
+                replacing=selectors.active_assignment(complaint),
+                ip=ip,
+            ),
         )
-    except VendorsError as exc:
-        answer_table.admin_message(modeladmin, request, exc)
-    else:
-        answer_table.admin_done(modeladmin, request, result)
+        return None
+    return ask(
+        modeladmin,
+        request,
+        queryset,
+        form,
+        "vendors/admin/assign_vendor.html",
+        title=_("Assign a vendor"),
+        organization=organization,
+    )

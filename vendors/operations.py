@@ -12,8 +12,8 @@ from datetime import timedelta
 
 from django.utils.translation import gettext_lazy as _
 
-from hoa.operations import AdminExtension, FencedOperation, Link, Panel, Refusals
-from vendors import demo, selectors
+from hoa.operations import AdminExtension, FencedOperation, Link, Refusals
+from vendors import complaint_pages, demo, selectors
 from vendors.exceptions import (
     AssignmentBusy,
     AssignmentLeaseLost,
@@ -24,7 +24,7 @@ from vendors.exceptions import (
 )
 
 OPERATION = "vendor-assignment"
-ASSIGN_PERMISSION = "vendors.assign_vendor"
+ASSIGN_PERMISSION = complaint_pages.ASSIGN_PERMISSION
 PREFIX = f"{OPERATION}:complaint:"
 
 
@@ -35,15 +35,6 @@ def assignment_resource(complaint_id: int) -> str:
 def scan_prefixes(organization_ids: Iterable[int]) -> list[str]:
     return [PREFIX]
 
-
-COMPLAINT_PAGES = (
-    "vendors:complaints",
-    "vendors:complaint",
-    "vendors:assign",
-    "vendors:status",
-    "vendors:note",
-    "vendors:sla",
-)
 
 ASSIGNMENT = FencedOperation(
     name=OPERATION,
@@ -64,15 +55,8 @@ ASSIGNMENT = FencedOperation(
     describe=selectors.describe_resources,
     scan_prefixes=scan_prefixes,
     order=10,
-    links=(
-        Link(_("Complaints"), "vendors:complaints", current=COMPLAINT_PAGES, order=20),
-        Link(_("Vendors"), "vendors:vendors", current=("vendors:vendors",), order=30),
-    ),
-    dashboard=Panel(
-        context=selectors.dashboard_context,
-        stats="vendors/_dashboard_stats.html",
-        cards="vendors/_dashboard_cards.html",
-    ),
+    links=(Link(_("Vendors"), "vendors:vendors", order=30),),
+    complaints=complaint_pages.COMPLAINTS,
     admin=(
         AdminExtension(
             "hoa.Complaint",

@@ -1,29 +1,16 @@
 """Reads for the pages and the admin: who handles which complaint, and the history."""
 
 import re
-from dataclasses import dataclass
-from datetime import datetime
 
-from django.db.models import (
-    Case,
-    Exists,
-    F,
-    IntegerField,
-    OuterRef,
-    Q,
-    QuerySet,
-    Subquery,
-    Value,
-    When,
-)
+from django.db.models import Exists, F, OuterRef, QuerySet, Subquery
 from django.urls import reverse
-from django.utils import timezone
 from django.utils.translation import gettext as _
 
-from hoa.models import Complaint, ComplaintEvent, Organization
+from hoa.models import Complaint, Organization
 from hoa.operations import ResourceInfo
-from vendors.forms import COMPLAINT_SORTS, UNASSIGNED, UNRESOLVED
 from vendors.models import VendorAssignment, VendorContract
+
+UNASSIGNED = "none"  # the vendor filter's "unassigned"
 
 
 def with_current_vendor(complaints: QuerySet) -> QuerySet:
@@ -32,60 +19,17 @@ def with_current_vendor(complaints: QuerySet) -> QuerySet:
     return complaints.annotate(current_vendor_name=Subquery(active.values("vendor__name")[:1]))
 
 
-def filter_complaints(complaints: QuerySet, filters: dict, *, now: datetime | None = None):
-    """The complaints that match a valid ``ComplaintFilterForm``'s ``cleaned_data``, sorted."""
-    now = now or timezone.now()
-    if query := filters.get("q"):
-        complaints = complaints.filter(Q(title__icontains=query) | Q(unit__label__icontains=query))
-    if status := filters.get("status"):
-        complaints = complaints.open() if status == UNRESOLVED else complaints.filter(status=status)
-    if priority := filters.get("priority"):
-        complaints = complaints.filter(priority=priority)
-    late = Complaint.objects.past_sla(now).values("pk")
-    if filters.get("overdue") == "yes":
-        complaints = complaints.filter(pk__in=late)
-    elif filters.get("overdue") == "no":
-        complaints = complaints.exclude(pk__in=late)
-    if vendor := filters.get("vendor"):
-        active = VendorAssignment.objects.filter(complaint=OuterRef("pk"), active=True)
-        if vendor == UNASSIGNED:
-            complaints = complaints.filter(~Exists(active))
-        else:
-            complaints = complaints.filter(Exists(active.filter(vendor_id=int(vendor))))
-    ranks = [When(priority=p, then=Value(n)) for n, p in enumerate(Complaint.Priority.values)]
-    complaints = complaints.annotate(
-        priority_rank=Case(*ranks, default=Value(len(ranks)), output_field=IntegerField())
-    )
-    return complaints.order_by(*COMPLAINT_SORTS[filters.get("sort") or "-opened"])
+def handled_by(complaints: QuerySet, vendor: str) -> QuerySet:
+    """The complaints the vendor with id ``vendor`` handles now (``UNASSIGNED``: nobody)."""
+    active = VendorAssignment.objects.filter(complaint=OuterRef("pk"), active=True)
+    if vendor == UNASSIGNED:
+        return complaints.filter(~Exists(active))
+    return complaints.filter(Exists(active.filter(vendor_id=int(vendor))))
 
 
-@dataclass(frozen=True)
-class TimelineEntry:
-    """One line of a complaint's timeline: a ``ComplaintEvent`` or a vendor assignment."""
-
-    at: datetime
-    event: ComplaintEvent | None = None
-    assignment: VendorAssignment | None = None
-
-    @property
-    def kind(self) -> str:
-        return self.event.kind if self.event is not None else "assignment"
-
-
-def timeline(complaint: Complaint) -> list[TimelineEntry]:
-    """Status changes, notes, SLA changes and breaches, and assignments, newest first.
-
-    At the same instant the status change an assignment made comes before (above) it.
-    """
-    entries = [
-        *(TimelineEntry(at=e.at, event=e) for e in complaint.events.select_related("actor")),
-        *(TimelineEntry(at=a.assigned_at, assignment=a) for a in assignment_history(complaint)),
-    ]
-    return sorted(
-        entries,
-        key=lambda e: (e.at, e.event is not None, e.event.pk if e.event else e.assignment.pk),
-        reverse=True,
-    )
+def has_vendor(complaint: Complaint) -> bool:
+    """Whether a vendor is actively assigned to ``complaint``."""
+    return complaint.assignments.filter(active=True).exists()
 
 
 def active_assignment(
@@ -129,19 +73,8 @@ def describe_resources(matches: dict[str, re.Match]) -> dict[str, ResourceInfo]:
             description=_("Vendor for complaint #%(id)s %(title)s")
             % {"id": complaint_id, "title": complaint.title if complaint else ""},
             recorded_token=complaint.last_fence_token if complaint else None,
-            url=reverse("vendors:complaint", args=[organization.slug, complaint_id])
+            url=reverse("complaints:complaint", args=[organization.slug, complaint_id])
             if organization
             else "",
         )
     return described
-
-
-def dashboard_context(request, organization: Organization) -> dict:
-    """The open complaints on the dashboard: how many, how many past their SLA now (not as
-    of the last sweep), the most urgent (the earliest due first)."""
-    complaints = Complaint.objects.for_organization(organization).open()
-    return {
-        "open_complaints": complaints.count(),
-        "breached_complaints": complaints.past_sla().count(),
-        "urgent_complaints": complaints.select_related("unit").order_by("sla_due_at", "pk")[:8],
-    }

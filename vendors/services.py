@@ -29,7 +29,7 @@ from django.db.models import OuterRef, QuerySet, Subquery
 from django.utils import timezone
 
 from hoa.answers.table import Answer
-from hoa.complaints import record_assignment
+from hoa.complaints.workflow import record_assignment
 from hoa.fenced import FencedSteps
 from hoa.integrations.webhooks import ExternalCallFailed
 from hoa.models import Complaint, Organization

@@ -26,10 +26,10 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
+from hoa.charts import LeaseSpan, Mark, lock_timeline
 from hoa.models import Organization
 from hoa.operations import ResourceInfo, describe_resources, scan_prefixes
 from hoa.scopes import scope_for_organization
-from hoa.web.charts import LeaseSpan, Mark, lock_timeline
 from locking import (
     FenceLock,
     HolderInfo,

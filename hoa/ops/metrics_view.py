@@ -18,7 +18,7 @@ from django.views.decorators.http import require_GET
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, generate_latest
 from prometheus_client.multiprocess import MultiProcessCollector
 
-from hoa.web.access import client_ip
+from hoa.security.audit import client_ip
 
 
 @lru_cache(maxsize=4)

@@ -1,9 +1,34 @@
 """Template context every page gets."""
 
-from hoa.operations import operations
+from dataclasses import dataclass
+
+from django.urls import reverse
+from django.utils.translation import gettext_lazy as _
+
+from hoa.operations import Link, operations
+
+# The frame's own entries of an organization's navigation, among the operations' links.
+FRAME_LINKS = (Link(_("Complaints"), "complaints:complaints", order=20),)
 
 
-def operation_links(request) -> dict:
-    """The fenced operations' entries of an organization's navigation (``base.html``)."""
-    links = [link for operation in operations() for link in operation.links]
-    return {"operation_links": sorted(links, key=lambda link: link.order)}
+@dataclass(frozen=True)
+class NavLink:
+    label: str
+    url: str
+    current: bool  # the page shown is this entry's or one below it
+
+
+def organization_links(request) -> dict:
+    """An organization's navigation (``base.html``): the frame's entries and the fenced
+    operations' links, in their order; an entry is current on its page and every page
+    under its address (a month's page under its list, an action's POST under its complaint)."""
+    match = getattr(request, "resolver_match", None)
+    slug = match.kwargs.get("org_slug") if match else None
+    if slug is None:
+        return {"organization_links": []}
+    links = [*FRAME_LINKS, *(link for operation in operations() for link in operation.links)]
+    shown = []
+    for link in sorted(links, key=lambda link: link.order):
+        url = reverse(link.url_name, args=[slug])
+        shown.append(NavLink(link.label, url, request.path.startswith(url)))
+    return {"organization_links": shown}

@@ -15,12 +15,13 @@ from django.views.decorators.csrf import requires_csrf_token
 from django.views.generic import ListView, TemplateView
 
 from hoa.answers.pages import error_page
+from hoa.charts import Bar, bar_chart
+from hoa.complaints import selectors as complaints
 from hoa.models import Complaint, Organization
 from hoa.operations import Panel, describe_resources, operations
 from hoa.scopes import scope_for_organization
 from hoa.security.audit import Reason, deny_request
 from hoa.web.access import OrganizationMixin
-from hoa.web.charts import Bar, bar_chart
 from locking import Outcome
 from locking.models import FenceEvent
 
@@ -98,6 +99,7 @@ class DashboardView(OrganizationMixin, TemplateView):
             if panel.context is not None:
                 context.update(panel.context(self.request, org))
         context.update(
+            complaints.dashboard_context(org),
             month=month,
             panels=panels,
             unit_count=org.units.count(),

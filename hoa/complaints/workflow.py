@@ -1,10 +1,10 @@
 """The complaint workflow: statuses, the rules between them, notes and SLA changes.
 
-``Complaint`` is a core model, so its workflow lives in the frame; its pages live with
-the complaint pages, in the app above that assigns a vendor to a complaint. The frame
-does not know who is assigned: a caller says whether the complaint has a vendor
-(``has_vendor``), and the fenced assignment calls ``record_assignment`` inside its
-transaction.
+``Complaint`` is a core model, so its workflow and pages live in the frame, with it. The
+workflow does not know who can be assigned to a complaint: an operation that assigns
+(vendor assignment) declares an ``Assignee`` guard (``hoa.complaints.extensions``), which
+says whether someone is assigned, and calls ``record_assignment`` inside its fenced
+transaction. Without such an operation, no status waits for an assignee.
 
 The statuses, in order (docs/staff-guide.md has the same table for people)::
 
@@ -25,7 +25,8 @@ closed          reopen only (closed is final otherwise)           reopen
 
 - ``assigned`` is never chosen by hand: assigning a vendor moves an ``open`` complaint to
   it (``record_assignment``); a complaint in a later status keeps its status.
-- ``in progress`` needs a vendor: from ``open`` it is refused ("assign a vendor first").
+- ``in progress`` needs someone assigned: from ``open`` it is refused with the guard's
+  sentence ("assign a vendor first").
 - Resolving needs a note (what was done); closing a complaint that was not resolved needs
   a note (why it is closed without a fix: a duplicate, withdrawn…), which covers closing an
   unassigned high-priority complaint.
@@ -43,22 +44,16 @@ status now, and nothing of theirs is written. Every change, note and SLA change 
 import logging
 from dataclasses import dataclass
 from datetime import datetime
-from enum import StrEnum
 
 from django.db import transaction
-from django.utils import formats, timezone
+from django.utils import timezone
 from django.utils.translation import gettext as _
-from django.utils.translation import gettext_lazy
 
-from hoa.answers.refusals import Refusal, sentence
-from hoa.answers.table import Answer, Audience
+from hoa.complaints.exceptions import Rule, StatusChanged, TransitionRefused
 from hoa.models import Complaint, ComplaintEvent
 
 __all__ = [
     "NOTE_MAX_LENGTH",
-    "ComplaintsError",
-    "StatusChanged",
-    "TransitionRefused",
     "add_note",
     "change_sla",
     "change_status",
@@ -83,128 +78,15 @@ ALLOWED = {
 REOPENED_FROM = (Status.RESOLVED, Status.CLOSED)
 
 
-# -- refusals -----------------------------------------------------------------------------
-
-
-class Rule(StrEnum):
-    """The rule a refused change breaks; its sentence is ``RULES[rule]``."""
-
-    UNCHANGED = "unchanged"
-    ASSIGNED_BY_HAND = "assigned-by-hand"
-    CLOSED_IS_FINAL = "closed-is-final"
-    NEEDS_VENDOR = "needs-vendor"
-    NOT_FROM_HERE = "not-from-here"
-    NOTE_TOO_LONG = "note-too-long"
-    SAY_WHAT_WAS_DONE = "say-what-was-done"
-    SAY_WHY_CLOSED = "say-why-closed"
-    SAY_WHY_REOPENED = "say-why-reopened"
-    SAY_WHY_RESTARTED = "say-why-restarted"
-    UNKNOWN_STATUS = "unknown-status"
-    EMPTY_NOTE = "empty-note"
-    SAY_WHY_SLA_CHANGES = "say-why-sla-changes"
-    REASON_TOO_LONG = "reason-too-long"
-    NO_SLA_RUNNING = "no-sla-running"
-    SLA_BEFORE_OPENING = "sla-before-opening"
-    SLA_UNCHANGED = "sla-unchanged"
-
-
-RULES = {
-    Rule.UNCHANGED: gettext_lazy("The complaint is already %(to)s."),
-    Rule.ASSIGNED_BY_HAND: gettext_lazy(
-        "A complaint becomes assigned when a vendor is assigned to it, not by hand."
-    ),
-    Rule.CLOSED_IS_FINAL: gettext_lazy(
-        "A closed complaint is final: it can only be reopened, with a note."
-    ),
-    Rule.NEEDS_VENDOR: gettext_lazy("Assign a vendor before marking the complaint in progress."),
-    Rule.NOT_FROM_HERE: gettext_lazy("A complaint that is %(from)s cannot become %(to)s."),
-    Rule.NOTE_TOO_LONG: gettext_lazy("Keep the note under %(max)s characters."),
-    Rule.SAY_WHAT_WAS_DONE: gettext_lazy("Say in a note what was done to resolve the complaint."),
-    Rule.SAY_WHY_CLOSED: gettext_lazy(
-        "Say in a note why the complaint is closed without being resolved."
-    ),
-    Rule.SAY_WHY_REOPENED: gettext_lazy("Say in a note why the complaint is reopened."),
-    Rule.SAY_WHY_RESTARTED: gettext_lazy("Say in a note why work on the complaint starts again."),
-    Rule.UNKNOWN_STATUS: gettext_lazy("Choose a status from the list."),
-    Rule.EMPTY_NOTE: gettext_lazy("Write the note first."),
-    Rule.SAY_WHY_SLA_CHANGES: gettext_lazy("Say why the SLA due time changes."),
-    Rule.REASON_TOO_LONG: gettext_lazy("Keep the reason under %(max)s characters."),
-    Rule.NO_SLA_RUNNING: gettext_lazy(
-        "A %(status)s complaint has no SLA running; reopen it first."
-    ),
-    Rule.SLA_BEFORE_OPENING: gettext_lazy(
-        "The SLA due time must be after the complaint was opened (%(opened)s)."
-    ),
-    Rule.SLA_UNCHANGED: gettext_lazy("The SLA is already due then."),
-}
-
-
-class ComplaintsError(Refusal):
-    """Base of what the workflow refuses on purpose; nothing was written."""
-
-
-class TransitionRefused(ComplaintsError):
-    """The change breaks ``rule``; ``facts`` fill its sentence (``RULES``). 400."""
-
-    answer = Answer.BAD_REQUEST
-    title = gettext_lazy("This change is not allowed")
-
-    def __init__(self, rule: Rule, **facts):
-        super().__init__(rule=rule, facts=facts)
-
-
-class StatusChanged(ComplaintsError):
-    """Someone changed the status since the page was shown (``seen``): it is ``current``
-    now (``None``: the complaint is gone); 409."""
-
-    answer = Answer.RETRY
-    title = gettext_lazy("The status changed meanwhile")
-
-    def __init__(self, *, complaint: Complaint, seen: str, current: str | None, wanted: str):
-        super().__init__(complaint=complaint, seen=seen, current=current, wanted=wanted)
-
-
-@sentence.register
-def _sentence(refusal: ComplaintsError, audience: Audience) -> str:
-    """What staff and operators read for a refusal of the workflow (the same)."""
-    match refusal:
-        case TransitionRefused():
-            return RULES[refusal.rule] % {
-                name: _shown(name, value) for name, value in refusal.facts.items()
-            }
-        case StatusChanged():
-            return _(
-                "Complaint #%(complaint)s changed since you looked: it is %(current)s now, "
-                "not %(seen)s; nothing was saved. Reload it, or try again to apply your "
-                "change to the status it has now."
-            ) % {
-                "complaint": refusal.complaint.pk,
-                "current": _label(refusal.current) if refusal.current else _("gone"),
-                "seen": _label(refusal.seen),
-            }
-    raise TypeError(f"no sentence for {type(refusal).__name__}")
-
-
-def _label(status: str) -> str:
-    return str(Status(status).label).lower()
-
-
-def _shown(name: str, value):
-    if name in ("from", "to", "status"):
-        return _label(value)
-    if name == "opened":
-        return formats.date_format(value, "Y-m-d H:i")
-    return value
-
-
 # -- the rules ----------------------------------------------------------------------------
 
 
-def choices_from(status: str, *, has_vendor: bool) -> list[tuple[str, str]]:
-    """The statuses the page offers from ``status``, labelled as actions."""
+def choices_from(status: str, *, assigned: bool | None) -> list[tuple[str, str]]:
+    """The statuses the page offers from ``status``, labelled as actions (``assigned``:
+    ``extensions.assigned(complaint)``)."""
     offered = []
     for target in ALLOWED.get(status, ()):
-        if target == Status.IN_PROGRESS and not has_vendor:
+        if target == Status.IN_PROGRESS and assigned is False:
             continue
         label = _("Reopen") if target == Status.OPEN else Status(target).label
         offered.append((target.value, str(label)))
@@ -212,7 +94,7 @@ def choices_from(status: str, *, has_vendor: bool) -> list[tuple[str, str]]:
 
 
 def check_transition(
-    *, complaint: Complaint, seen: str, to: str, note: str, has_vendor: bool
+    *, complaint: Complaint, seen: str, to: str, note: str, assigned: bool | None
 ) -> str:
     """Return the status ``to`` lands on (reopening may land on ``assigned``), or raise
     ``TransitionRefused`` with the rule it breaks."""
@@ -223,8 +105,8 @@ def check_transition(
         raise TransitionRefused(Rule.ASSIGNED_BY_HAND)
     if seen == Status.CLOSED and to != Status.OPEN:
         raise TransitionRefused(Rule.CLOSED_IS_FINAL)
-    if to == Status.IN_PROGRESS and not has_vendor:
-        raise TransitionRefused(Rule.NEEDS_VENDOR)
+    if to == Status.IN_PROGRESS and assigned is False:
+        raise TransitionRefused(Rule.NEEDS_ASSIGNEE)
     if to not in ALLOWED[seen]:
         raise TransitionRefused(Rule.NOT_FROM_HERE, **values)
     if len(note) > NOTE_MAX_LENGTH:
@@ -238,7 +120,7 @@ def check_transition(
             raise TransitionRefused(Rule.SAY_WHY_REOPENED)
         if to == Status.IN_PROGRESS and seen == Status.RESOLVED:
             raise TransitionRefused(Rule.SAY_WHY_RESTARTED)
-    if to == Status.OPEN and has_vendor:
+    if to == Status.OPEN and assigned:
         return Status.ASSIGNED
     return to
 
@@ -253,24 +135,17 @@ class StatusChange:
     to: str
     event: ComplaintEvent
 
-    @property
-    def message(self) -> str:
-        return _("Complaint #%(complaint)s is %(to)s now.") % {
-            "complaint": self.complaint.pk,
-            "to": _label(self.to),
-        }
-
 
 def change_status(
-    *, complaint: Complaint, seen: str, to: str, note: str, actor, has_vendor: bool
+    *, complaint: Complaint, seen: str, to: str, note: str, actor, assigned: bool | None
 ) -> StatusChange:
-    """Move ``complaint`` from the status the actor saw to ``to``, with a note, once."""
+    """Move ``complaint`` from the status the actor saw to ``to``, with a note, once.
+
+    ``assigned`` is ``extensions.assigned(complaint)``, read by the caller with the page."""
     note = note.strip()
     if seen not in Status.values or to not in Status.values:
         raise TransitionRefused(Rule.UNKNOWN_STATUS)
-    lands_on = check_transition(
-        complaint=complaint, seen=seen, to=to, note=note, has_vendor=has_vendor
-    )
+    lands_on = check_transition(complaint=complaint, seen=seen, to=to, note=note, assigned=assigned)
     now = timezone.now()
     closing = lands_on == Status.CLOSED
     with transaction.atomic():

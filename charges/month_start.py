@@ -1,0 +1,227 @@
+"""The month start: every organization's charges for a month, each exactly once.
+
+``start_month`` is the service behind ``generate_monthly_charges --all-orgs``: it walks every
+organization (those of ``actor`` if one is given), runs ``generate_monthly_charges`` for
+each and returns what the walk came to; the command only parses, shows progress and turns
+the result into an exit code through the answer table.
+
+Several cron hosts may run it at once and share the work: an organization another host
+holds (busy, or superseded by it) is skipped, and after its pass a host waits, up to
+``wait``, for those: it confirms the completed ones from the database and retries those
+whose holder went away. ``workers`` spreads the walk over that many processes on this host;
+each gets chunks of ids, keeps its connections, and records the new month's first fence
+epochs of a chunk at once. Redis down stops the walk at once.
+"""
+
+import contextlib
+import multiprocessing
+import time
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from datetime import date, timedelta
+from itertools import repeat
+from multiprocessing.util import Finalize
+
+from django.contrib.auth import get_user_model
+from django.db import connections
+
+from charges import answers
+from charges.exceptions import ChargesError
+from charges.models import MonthlyChargeRun
+from charges.operations import charge_resource
+from charges.services import generate_monthly_charges
+from hoa.answers.table import Answer
+from hoa.models import Organization
+from locking import LockUnavailable, Outcome, prepare_fences
+
+# Organizations per task sent to a worker: ids go out, one query reads them there.
+CHUNK = 50
+
+
+@dataclass(frozen=True)
+class OrgOutcome:
+    """One organization's answer, small enough to come back from a worker process."""
+
+    org_id: int
+    slug: str
+    kind: Outcome
+    message: str
+
+    @property
+    def held_elsewhere(self) -> bool:
+        """Another worker has it now (busy, or took over from this attempt)."""
+        return self.kind in (Outcome.BUSY, Outcome.STALE)
+
+    @property
+    def failed(self) -> bool:
+        """Refused for good in this run (the billing call failed, the actor may not)."""
+        done = (Outcome.COMMITTED, Outcome.ALREADY_DONE, Outcome.UNAVAILABLE)
+        return not self.held_elsewhere and self.kind not in done
+
+
+@dataclass
+class MonthStart:
+    """What the walk came to: generated here, done by another worker or before, failed,
+    still held elsewhere at the deadline, or stopped because Redis is down."""
+
+    month: date
+    total: int
+    wait: timedelta
+    here: int = 0
+    elsewhere: int = 0
+    failed: int = 0
+    held: set[int] = field(default_factory=set)
+    unavailable: str = ""  # why the walk stopped: the lock service is down
+
+    @property
+    def answer(self) -> Answer:
+        if self.unavailable:
+            return Answer.UNAVAILABLE
+        if self.failed:
+            return Answer.PARTLY_FAILED
+        return Answer.RETRY if self.held else Answer.DONE
+
+    @property
+    def summary(self) -> str:
+        return answers.month_start_summary(self)
+
+    @property
+    def message(self) -> str:
+        """Why the walk did not finish (``answer`` is not ``DONE``); else its summary."""
+        if self.answer is Answer.DONE:
+            return self.summary
+        return answers.month_start_unfinished(self)
+
+    def count(self, outcome: OrgOutcome) -> None:
+        self.held.discard(outcome.org_id)
+        if outcome.kind == Outcome.COMMITTED:
+            self.here += 1
+        elif outcome.kind == Outcome.ALREADY_DONE:
+            self.elsewhere += 1
+        elif outcome.held_elsewhere:
+            self.held.add(outcome.org_id)
+        else:
+            self.failed += 1
+
+
+def start_month(
+    *,
+    month: date,
+    actor,
+    via: str,
+    wait: timedelta,
+    workers: int = 1,
+    on_outcome: Callable[[OrgOutcome, MonthStart], None] = lambda outcome, walk: None,
+) -> MonthStart:
+    """Generate every organization's charges for ``month`` (those ``actor`` is staff of,
+    if given), ``workers`` processes at a time; wait up to ``wait`` for the ones another
+    host holds. ``on_outcome(outcome, walk)`` hears each organization's answer as it
+    comes, with the walk so far."""
+    organizations = Organization.objects.for_user(actor) if actor else Organization.objects
+    # Ids only: a worker reads its chunk's rows itself (memory flat in the count).
+    ids = list(organizations.order_by("pk").values_list("pk", flat=True).distinct())
+    chunks = [ids[n : n + CHUNK] for n in range(0, len(ids), CHUNK)]
+    result = MonthStart(month=month, total=len(ids), wait=wait)
+    deadline = time.monotonic() + wait.total_seconds()
+    with _walk(chunks, month, actor, via, workers) as outcomes:
+        _count(result, outcomes, on_outcome)
+    if result.held and not result.unavailable:
+        _wait_for_others(result, actor, via, deadline, on_outcome)
+    return result
+
+
+@contextlib.contextmanager
+def _walk(chunks: list, month: date, actor, via: str, workers: int) -> Iterator[Iterable]:
+    """Every organization's outcome, chunk by chunk, here or in ``workers`` processes."""
+    user_id = actor.pk if actor else None
+    tasks = (chunks, repeat(month), repeat(user_id), repeat(via))
+    if workers == 1:
+        if actor is not None:
+            _actors[actor.pk] = actor
+        yield (outcome for chunk in map(generate_chunk, *tasks) for outcome in chunk)
+        return
+    # Fork, so the workers start with Django set up; they must not share the parent's
+    # database connection.
+    connections.close_all()
+    context = multiprocessing.get_context("fork")
+    with ProcessPoolExecutor(workers, mp_context=context, initializer=_start_worker) as pool:
+        try:
+            yield (outcome for chunk in pool.map(generate_chunk, *tasks) for outcome in chunk)
+        finally:  # a walk stopped early (Redis down) leaves nothing queued behind it
+            pool.shutdown(cancel_futures=True)
+
+
+def _count(result: MonthStart, outcomes: Iterable[OrgOutcome], on_outcome) -> None:
+    for outcome in outcomes:
+        if outcome.kind == Outcome.UNAVAILABLE:
+            result.unavailable = outcome.message
+            return
+        result.count(outcome)
+        on_outcome(outcome, result)
+
+
+def _wait_for_others(result: MonthStart, actor, via: str, deadline: float, on_outcome) -> None:
+    """Until ``deadline``: confirm from the database the organizations another worker
+    completed, and retry those it left."""
+    while result.held:
+        done = (
+            MonthlyChargeRun.objects.filter(organization__in=list(result.held), month=result.month)
+            .completed()
+            .values_list("organization_id", "organization__slug")
+        )
+        confirmed = answers.done_by_another_worker(result.month)
+        _count(
+            result, [OrgOutcome(*org, Outcome.ALREADY_DONE, confirmed) for org in done], on_outcome
+        )
+        left = Organization.objects.filter(pk__in=list(result.held)).order_by("pk")
+        for organization in left:  # their holder may have gone: try once more each
+            if actor is not None:
+                organization.remember_staff(actor)
+            _count(result, [generate_for(organization, result.month, actor, via)], on_outcome)
+            if result.unavailable:
+                return
+        if not result.held or time.monotonic() >= deadline:
+            return
+        time.sleep(min(1.0, max(deadline - time.monotonic(), 0)))
+
+
+def generate_for(organization: Organization, month: date, user, via: str) -> OrgOutcome:
+    """Run the service for one organization and classify its answer."""
+    try:
+        result = generate_monthly_charges(
+            organization=organization, month=month, actor=user, via=via
+        )
+    except ChargesError as exc:  # each one raised here declares its outcome
+        return OrgOutcome(organization.pk, organization.slug, exc.outcome, str(exc))
+    return OrgOutcome(organization.pk, organization.slug, result.outcome, result.message)
+
+
+# A worker process's actor, read once (its permission cache then lasts the whole run).
+_actors: dict = {}
+
+
+def generate_chunk(org_ids: list[int], month: date, user_id: int | None, via: str) -> list:
+    """Generate the charges of the organizations ``org_ids``: a worker's task."""
+    user = None
+    if user_id is not None:
+        user = _actors.get(user_id) or _actors.setdefault(
+            user_id, get_user_model()._default_manager.get(pk=user_id)
+        )
+    organizations = list(Organization.objects.filter(pk__in=org_ids).order_by("pk"))
+    # A new month is a new resource per organization: their first epochs in one commit.
+    # Redis down is left to the grants to answer, one by one, in the walk's own words.
+    with contextlib.suppress(LockUnavailable):
+        prepare_fences(charge_resource(organization, month) for organization in organizations)
+    outcomes = []
+    for organization in organizations:
+        if user is not None:
+            organization.remember_staff(user)  # the ids came from for_user(user)
+        outcomes.append(generate_for(organization, month, user, via))
+    return outcomes
+
+
+def _start_worker() -> None:
+    # Forked from a parent that closed its connections: each worker opens its own, keeps
+    # it for all its tasks and closes it when the pool shuts the worker down.
+    Finalize(None, connections.close_all, exitpriority=10)

@@ -1,0 +1,77 @@
+"""Admin actions that run a fenced operation, in the shape of Django's ``delete_selected``.
+
+An action is a function ``(modeladmin, request, queryset)``. Its first POST answers an
+intermediate page (the selection, the action's form, a submit button); the submit, counted
+against the fenced-POST rate limit, validates the form and runs the operation's service
+once per selected object, each reported on the changelist at the level its kind of answer
+deserves (``hoa.answers.table``: success, info for already done, warning for busy or taken
+over, error for a refusal). A form that does not validate is the page again, its first
+error on top::
+
+    @admin.action(description=gettext_lazy("Do the thing…"))
+    def do_the_thing(modeladmin, request, queryset):
+        form = ThingForm(request.POST if applying(request) else None)
+        if form.is_bound and form.is_valid():
+            answer_each(modeladmin, request, queryset, lambda obj: do_thing(obj=obj, ...))
+            return None  # back to the changelist, which shows the messages
+        return ask(modeladmin, request, queryset, form, "app/admin/do_the_thing.html",
+                   title=_("Do the thing"))
+"""
+
+from collections.abc import Callable, Iterable
+
+from django.contrib import messages
+from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
+from django.template.response import TemplateResponse
+
+from hoa.answers import table as answer_table
+from hoa.answers.refusals import Refusal
+from hoa.security.ratelimits import check_fenced_post
+from hoa.web.lists import first_error
+
+APPLY_FIELD = "apply"
+
+
+def applying(request) -> bool:
+    """Whether this POST submits the intermediate page; it counts as one fenced POST of
+    the user and of the address (429 past either limit)."""
+    if APPLY_FIELD not in request.POST:
+        return False
+    check_fenced_post(request)
+    return True
+
+
+def ask(modeladmin, request, queryset, form, template: str, *, title: str, **context):
+    """The intermediate page (``admin/hoa/action_form.html`` extended by ``template``)."""
+    if form.is_bound and form.errors:
+        modeladmin.message_user(request, first_error(form), messages.ERROR)
+    request.current_app = modeladmin.admin_site.name
+    return TemplateResponse(
+        request,
+        template,
+        {
+            **modeladmin.admin_site.each_context(request),
+            "title": title,
+            "subtitle": None,
+            "opts": modeladmin.model._meta,
+            "selected": queryset,
+            "form": form,
+            "action_name": request.POST.get("action", ""),
+            "action_checkbox_name": ACTION_CHECKBOX_NAME,
+            "apply_field": APPLY_FIELD,
+            "media": modeladmin.media,
+            **context,
+        },
+    )
+
+
+def answer_each(modeladmin, request, objects: Iterable, run: Callable) -> None:
+    """``run(obj)``, one service call, for each object; report each result or refusal on
+    the changelist at the level of its kind of answer."""
+    for obj in objects:
+        try:
+            result = run(obj)
+        except Refusal as refusal:
+            answer_table.admin_message(modeladmin, request, refusal)
+        else:
+            answer_table.admin_done(modeladmin, request, result)

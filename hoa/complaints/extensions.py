@@ -1,0 +1,108 @@
+"""What a fenced operation adds to the complaint pages and workflow, without the workflow
+naming it.
+
+An operation that works on complaints (vendor assignment) declares a ``ComplaintExtension``
+in its ``FencedOperation``: the guard of the statuses that need someone assigned, a column
+and a filter of the complaint list, a section of the complaint page, and entries of its
+timeline. The complaint pages ask ``extensions()`` for them.
+"""
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from django import forms
+from django.db.models import QuerySet
+from django.http import HttpRequest
+
+from hoa.models import Complaint, Organization
+from hoa.operations import operations
+
+
+@dataclass(frozen=True)
+class Assignee:
+    """The workflow's guard: whether someone is assigned to a complaint (a vendor).
+
+    Only assigning makes a complaint ``assigned``; ``in progress`` needs someone assigned
+    (refused with ``needed``, the sentence that says what to do first); reopening lands on
+    ``assigned`` while someone is.
+    """
+
+    is_assigned: Callable[[Complaint], bool]
+    needed: str
+
+
+@dataclass(frozen=True)
+class ListColumn:
+    """A column of the complaint list: its header and the template of a cell
+    (``complaint`` in its context), reading what the extension's ``annotate`` added."""
+
+    header: str
+    cell: str
+
+
+@dataclass(frozen=True)
+class ListFilter:
+    """A filter of the complaint list: the GET parameter ``name``, its form field for an
+    organization (a choice that does not validate is a 400), and how a value filters."""
+
+    name: str
+    field: Callable[[Organization], forms.Field]
+    apply: Callable[[QuerySet, str], QuerySet]
+
+
+@dataclass(frozen=True)
+class Section:
+    """What the complaint page shows of the extension: rows of the complaint's facts
+    (``facts``, a template of ``<dt>``/``<dd>`` pairs) and a card (``card``), with
+    ``context(request, complaint)``; a view that re-renders the page passes its own values
+    (a form with errors), which win."""
+
+    context: Callable[[HttpRequest, Complaint], dict]
+    facts: str = ""
+    card: str = ""
+
+
+@dataclass(frozen=True)
+class TimelineEntry:
+    """One line of a complaint's timeline: when, what (``item``, rendered by ``template``
+    with ``entry`` in its context) and, at the same instant, which comes first (the higher
+    ``rank`` above)."""
+
+    at: datetime
+    kind: str
+    template: str
+    item: Any
+    rank: int = 0
+
+    @property
+    def key(self) -> tuple:
+        return (self.at, self.rank, getattr(self.item, "pk", 0))
+
+
+@dataclass(frozen=True)
+class ComplaintExtension:
+    assignee: Assignee | None = None
+    annotate: Callable[[QuerySet], QuerySet] | None = None
+    column: ListColumn | None = None
+    filter: ListFilter | None = None
+    section: Section | None = None
+    timeline: Callable[[Complaint], Iterable[TimelineEntry]] | None = None
+
+
+def extensions() -> list[ComplaintExtension]:
+    """What the registered operations add to the complaint pages, in their order."""
+    return [operation.complaints for operation in operations() if operation.complaints]
+
+
+def assignee() -> Assignee | None:
+    """The guard of the statuses that need someone assigned, if an operation declares one."""
+    return next((e.assignee for e in extensions() if e.assignee is not None), None)
+
+
+def assigned(complaint: Complaint) -> bool | None:
+    """Whether someone is assigned to ``complaint``; ``None`` when nothing is ever assigned
+    (no operation declares an ``Assignee``), so no status waits for it."""
+    guard = assignee()
+    return None if guard is None else guard.is_assigned(complaint)

@@ -1,0 +1,84 @@
+"""What vendor assignment adds to the complaint pages and workflow (``hoa.complaints``).
+
+Declared in ``ASSIGNMENT`` (``vendors.operations``) as its ``ComplaintExtension``: the
+guard that makes "in progress" wait for a vendor, the list's vendor column and filter, the
+complaint page's vendor facts and assign form, and the assignments on the timeline.
+"""
+
+from django import forms
+from django.utils.translation import gettext_lazy as _
+
+from hoa.complaints.extensions import (
+    Assignee,
+    ComplaintExtension,
+    ListColumn,
+    ListFilter,
+    Section,
+    TimelineEntry,
+)
+from hoa.models import Complaint, Organization
+from vendors import selectors
+from vendors.forms import AssignVendorForm
+from vendors.models import Vendor
+
+ASSIGN_PERMISSION = "vendors.assign_vendor"
+
+
+def vendor_filter(organization: Organization) -> forms.ChoiceField:
+    """The list's vendor filter: any, unassigned, or one of the association's vendors."""
+    vendors = Vendor.objects.filter(contracts__organization=organization).distinct()
+    return forms.ChoiceField(
+        required=False,
+        label=_("Vendor"),
+        choices=[
+            ("", _("Any vendor")),
+            (selectors.UNASSIGNED, _("Unassigned")),
+            *((str(pk), name) for pk, name in vendors.order_by("name").values_list("pk", "name")),
+        ],
+        error_messages={"invalid_choice": _("Choose a vendor of this association.")},
+    )
+
+
+def section(request, complaint: Complaint) -> dict:
+    """The complaint page's vendor: the active one, the assign form carrying it (the
+    assignment a reassignment replaces), the history."""
+    current = selectors.active_assignment(complaint)
+    form = AssignVendorForm(
+        organization=complaint.organization, complaint=complaint, initial={"replacing": current}
+    )
+    return {
+        "current": current,
+        "form": form,
+        "history": selectors.assignment_history(complaint),
+        "can_assign": request.user.has_perm(ASSIGN_PERMISSION),
+    }
+
+
+def timeline(complaint: Complaint) -> list[TimelineEntry]:
+    """Every assignment of the complaint, as a line of its timeline."""
+    return [
+        TimelineEntry(
+            at=assignment.assigned_at,
+            kind="assignment",
+            template="vendors/_timeline_assignment.html",
+            item=assignment,
+        )
+        for assignment in selectors.assignment_history(complaint)
+    ]
+
+
+COMPLAINTS = ComplaintExtension(
+    assignee=Assignee(
+        is_assigned=selectors.has_vendor,
+        needed=_("Assign a vendor before marking the complaint in progress."),
+    ),
+    annotate=selectors.with_current_vendor,
+    column=ListColumn(header=_("Vendor"), cell="vendors/_complaint_cell.html"),
+    filter=ListFilter(name="vendor", field=vendor_filter, apply=selectors.handled_by),
+    section=Section(
+        context=section,
+        facts="vendors/_complaint_facts.html",
+        card="vendors/_complaint_card.html",
+    ),
+    timeline=timeline,
+)
