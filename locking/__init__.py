@@ -35,7 +35,9 @@ documented interface (docs/locking.md)::
 The same from async code: ``lease = await FenceLock().aacquire(...)``, ``await
 aadvance_fence(queryset, lease, write)`` (the fence and the writes in one transaction,
 in ``sync_to_async``), ``await lease.arelease()``; or ``arun_fenced`` for the whole flow.
-``lease.check()`` raises ``LeaseLost`` once the lease is lost; ``span(...)`` traces a step
+``lease.state`` is ``LeaseState.HELD``, ``UNCERTAIN`` or ``LOST``; ``lease.check()`` raises
+``LeaseLost`` once the lease is lost (``LeaseUncertain``, a ``LeaseLost``, while the holder
+cannot know whether it still runs); ``span(...)`` traces a step
 of the work (OpenTelemetry API). Operators read and break leases with ``holders``,
 ``holder_of`` and ``break_lease`` (every page that breaks one uses ``BreakLeaseForm``); a
 batch of new resources records its first epochs at once with ``prepare_fences``.
@@ -46,6 +48,7 @@ from locking.audit import Attempt, record_fence_event
 from locking.epochs import prepare_fences
 from locking.exceptions import (
     LeaseLost,
+    LeaseUncertain,
     LockError,
     LockHeld,
     LockUnavailable,
@@ -57,7 +60,7 @@ from locking.lease import Lease
 from locking.lock import FenceLock
 from locking.operation import arun_fenced, run_fenced
 from locking.operators import BreakLeaseForm, HolderInfo, break_lease, holder_of, holders
-from locking.outcomes import Outcome
+from locking.outcomes import LeaseState, Outcome
 from locking.tracing import span
 
 __all__ = [
@@ -67,6 +70,8 @@ __all__ = [
     "HolderInfo",
     "Lease",
     "LeaseLost",
+    "LeaseState",
+    "LeaseUncertain",
     "LockError",
     "LockHeld",
     "LockUnavailable",

@@ -41,6 +41,7 @@ from locking.grant import (
     unconfirmed,
 )
 from locking.keys import fence_key, lock_key, validate_resource
+from locking.outcomes import LeaseState
 from locking.scripts import ACQUIRE_LUA, Scripts, scripts_for
 
 if TYPE_CHECKING:
@@ -203,6 +204,8 @@ class AsyncLeaseMixin:
     async def aextend(self, ttl: timedelta) -> bool:
         """``extend()`` for async code, on the lock's ``redis.asyncio`` client."""
         ttl_ms = positive_ms(ttl)
+        if self.state is LeaseState.LOST:
+            return False
         started = time.monotonic()
         try:
             script = self._lock.async_scripts().extend
@@ -219,8 +222,9 @@ class AsyncLeaseMixin:
         """``keep_alive()`` for async code: an asyncio task extends the lease every ttl/3.
 
         ``async with lease.akeep_alive(cancel=True):`` also cancels the task running the
-        block the moment an extend fails, and the block then ends with ``LeaseLost`` (as
-        ``asyncio.timeout()`` ends one with ``TimeoutError``). Cancellation stops the
+        block the moment the lease is ``LOST`` (not while it is only ``UNCERTAIN``), and
+        the block then ends with ``LeaseLost`` (as ``asyncio.timeout()`` ends one with
+        ``TimeoutError``). Cancellation stops the
         awaiting, not work already handed to a thread: a fenced commit running in
         ``sync_to_async`` finishes or is refused by the fence, as without cancellation.
         """
@@ -229,6 +233,10 @@ class AsyncLeaseMixin:
 
 class AsyncKeepAlive:
     """Renewal of a lease by an asyncio task; with ``cancel``, a loss cancels the block.
+
+    As ``KeepAlive``: a renewal that fails leaves the lease ``UNCERTAIN`` and the task
+    trying again (the block goes on: ``lease.check()`` is what stops an external call); a
+    refusal, or the TTL surely passing, makes it ``LOST``, and only that cancels.
 
     The renewal is stopped with an event and awaited, never cancelled: a cancellation that
     lands inside a ``redis.asyncio`` command can be swallowed by the client (redis-py 8.1
@@ -264,18 +272,20 @@ class AsyncKeepAlive:
             raise LeaseLost(lease.resource, lease.token, lease.lost.reason) from exc
 
     async def _run(self) -> None:
-        interval = self.ttl.total_seconds() / 3
+        lease = self.lease
         while True:
             try:
-                await asyncio.wait_for(self._stop.wait(), interval)
+                await asyncio.wait_for(self._stop.wait(), lease._renewal_pause(self.ttl))
                 return  # the block ended
             except TimeoutError:
                 pass
-            if await self.lease.aextend(self.ttl):
+            if lease.state is not LeaseState.LOST and await lease.aextend(self.ttl):
                 continue
+            if lease.state is not LeaseState.LOST:
+                continue  # uncertain: try again soon, the block goes on
             logger.warning(
                 "lease lost during keep-alive",
-                extra={"resource": self.lease.resource, "token": self.lease.token},
+                extra={"resource": lease.resource, "token": lease.token},
             )
             # While the block is exiting there is nothing left to stop.
             if self.cancel and not self._stop.is_set() and self._task is not None:

@@ -93,3 +93,20 @@ class LeaseLost(LockError):
         self.token = token
         self.reason = reason
         super().__init__(f"lease on {resource} (token {token}) is lost: {reason}")
+
+
+class LeaseUncertain(LeaseLost):
+    """This holder cannot know whether its lease still runs: a renewal failed or Redis did
+    not answer, and its TTL has not surely passed yet (``lease.state`` is ``UNCERTAIN``).
+
+    Raised by ``Lease.check()`` so that nothing is sent out while the holder cannot know.
+    A ``LeaseLost``: callers that stop on a lost lease stop on this one too, and
+    ``run_fenced`` records it as ``lost``. Unlike a loss it may pass: a renewal that
+    reaches Redis before the TTL runs out makes the lease ``HELD`` again.
+    """
+
+    def __init__(self, resource: str, token: int, reason: str):
+        self.resource = resource
+        self.token = token
+        self.reason = reason
+        Exception.__init__(self, f"lease on {resource} (token {token}) is uncertain: {reason}")

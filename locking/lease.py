@@ -1,10 +1,26 @@
-"""A granted lease: release, extend, keep alive, and the signal that it was lost.
+"""A granted lease: release, extend, keep alive, its state and the signal that it was lost.
 
 ``FenceLock.acquire`` (locking/lock.py) grants a ``Lease``; the lease releases and extends
 itself with the same registered scripts (compare-and-delete, compare-and-pexpire on its own
-lock value), so it can never touch another holder's lease. ``lost`` tells the holder the
-moment this process learns the lease is no longer its own; none of it is the safety, which
-is the fencing token checked by ``advance_fence``.
+lock value), so it can never touch another holder's lease. None of this is the safety,
+which is the fencing token checked by ``advance_fence``; it is what the holder can know.
+
+``lease.state`` says it honestly (ZooKeeper's clients call the middle one SUSPENDED)::
+
+    HELD ──renewal fails, Redis unreachable──▶ UNCERTAIN ──renewal reaches Redis──▶ HELD
+      │                                            │
+      └──Redis: another owner / TTL surely passed──┴──▶ LOST   (final; on_lost runs once)
+
+- ``HELD``: the last grant or extend was confirmed, and its TTL, counted from before the
+  request was sent, has not run out by this process's monotonic clock.
+- ``UNCERTAIN``: a renewal failed or Redis did not answer, or the TTL may just have run
+  out (counted from the request, not yet from the reply): the lease may still run.
+- ``LOST``: Redis says the lease is not ours (another owner, or none), the holder released
+  it, or the TTL has surely passed (counted from the reply of the last confirmed grant or
+  extend). Never left.
+
+``check()`` raises ``LeaseLost`` on ``LOST`` and ``LeaseUncertain`` (a ``LeaseLost``) on
+``UNCERTAIN``, so nothing goes out while the holder cannot know.
 """
 
 import logging
@@ -19,10 +35,10 @@ from redis.exceptions import RedisError
 
 from locking import tracing
 from locking.aio import AsyncLeaseMixin
-from locking.exceptions import LeaseLost
+from locking.exceptions import LeaseLost, LeaseUncertain
 from locking.grant import positive_ms
 from locking.keys import lock_key
-from locking.outcomes import Outcome
+from locking.outcomes import LeaseState, Outcome
 
 if TYPE_CHECKING:
     from locking.lock import FenceLock
@@ -32,6 +48,8 @@ logger = logging.getLogger(__name__)
 # A lease's audit hook: ``hook(outcome, lease)`` writes the attempt's row (``run_fenced``'s
 # ``AttemptAudit.in_transaction``); ``Lease.record_committed`` calls it.
 AuditHook = Callable[[Outcome, "Lease"], object]
+
+TTL_PASSED = "its TTL passed by this process's clock"
 
 
 class LostSignal(threading.Event):
@@ -103,11 +121,11 @@ def _run_callback(callback: Callable[["Lease"], object], lease: "Lease") -> None
 class Lease(AsyncLeaseMixin):
     """A granted lease. Use it as a context manager to release it on exit.
 
-    ``lost`` is a ``LostSignal`` (a ``threading.Event``): set the moment this process
-    learns the lease is no longer its own (an extend refused or failed, its TTL passed at
-    ``check()``) and when it is released. ``check()`` raises ``LeaseLost`` then: call it
-    before an expensive step. ``on_lost(callback)`` is told once of a loss (not of a
-    release). None of this is the safety; the fence is.
+    ``state`` is ``HELD``, ``UNCERTAIN`` or ``LOST`` (see the module docstring). ``lost``
+    is a ``LostSignal`` (a ``threading.Event``): set the moment the lease is ``LOST`` and
+    when it is released. ``check()`` raises ``LeaseLost`` (``LeaseUncertain`` while
+    uncertain): call it before an expensive step. ``on_lost(callback)`` is told once of a
+    loss (not of a release, nor of a doubt). None of this is the safety; the fence is.
     """
 
     resource: str
@@ -116,15 +134,23 @@ class Lease(AsyncLeaseMixin):
     expires_at: datetime
     _lock: "FenceLock" = field(repr=False)
     _value: str = field(repr=False)
+    # Until then the lease is surely still ours (unless broken): the last confirmed grant or
+    # extend's TTL, counted from before its request was sent.
     _monotonic_deadline: float = field(repr=False)
     lost: LostSignal = field(default_factory=LostSignal)
     # The TTL last granted or extended: what keep_alive() renews to by default.
     _ttl: timedelta | None = field(default=None, repr=False)
     # What record_committed() calls: given by the grant (FenceLock.acquire(audit=...)).
     audit: "AuditHook | None" = field(default=None, repr=False)
+    # From then on it is surely gone: the same TTL counted from the reply (default: as above).
+    _expired_by: float | None = field(default=None, repr=False)
+    # Why the holder cannot know (the last renewal's error); None while the renewals answer.
+    _doubt: str | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         self.lost._lease = self
+        if self._expired_by is None:
+            self._expired_by = self._monotonic_deadline
 
     def __enter__(self) -> "Lease":
         return self
@@ -133,12 +159,25 @@ class Lease(AsyncLeaseMixin):
         self.release()
 
     @property
-    def probably_valid(self) -> bool:
-        """Whether the lease can still be ours by this process's monotonic clock.
+    def state(self) -> LeaseState:
+        """``HELD``, ``UNCERTAIN`` or ``LOST``, by what Redis last said and this process's
+        monotonic clock. Reading it past the TTL makes the lease ``LOST`` (and runs the
+        ``on_lost`` callbacks, once) — as ``check()`` and the keep-alives do."""
+        if self.lost.is_set():
+            return LeaseState.LOST
+        now = time.monotonic()
+        if now < self._monotonic_deadline and self._doubt is None:
+            return LeaseState.HELD
+        if now >= self._expired_by:
+            self._mark_lost(f"{TTL_PASSED} ({self._doubt})" if self._doubt else TTL_PASSED)
+            return LeaseState.LOST
+        return LeaseState.UNCERTAIN
 
-        A hint for skipping doomed work, never a safety check: the fence is that.
-        """
-        return not self.lost.is_set() and time.monotonic() < self._monotonic_deadline
+    @property
+    def probably_valid(self) -> bool:
+        """Whether the lease is ``HELD``: a hint for skipping doomed work, never a safety
+        check (the fence is that)."""
+        return self.state is LeaseState.HELD
 
     # -- the lease-lost signal -----------------------------------------------------------
 
@@ -166,15 +205,20 @@ class Lease(AsyncLeaseMixin):
             self.audit(outcome, self)
 
     def check(self) -> None:
-        """Raise ``LeaseLost`` if the lease is lost, or past its TTL by this process's clock.
+        """Raise ``LeaseLost`` unless the lease is ``HELD``: ``LeaseUncertain`` (a
+        ``LeaseLost``) while the holder cannot know, ``LeaseLost`` once it is lost.
 
         Call it before a step that costs something (an external call, a long
-        computation): a lost lease's write would be refused by the fence anyway.
+        computation): a lost lease's write would be refused by the fence anyway, and an
+        uncertain one's might be.
         """
-        if not self.lost.is_set() and time.monotonic() >= self._monotonic_deadline:
-            self._mark_lost("its TTL passed by this process's clock")
-        if self.lost.is_set():
+        state = self.state
+        if state is LeaseState.HELD:
+            return
+        if state is LeaseState.LOST:
             raise LeaseLost(self.resource, self.token, self.lost.reason)
+        reason = self._doubt or "its TTL may have passed by this process's clock"
+        raise LeaseUncertain(self.resource, self.token, reason)
 
     def _mark_lost(self, reason: str, *, notify: bool = True) -> None:
         if notify and not self.lost.is_set():
@@ -214,9 +258,14 @@ class Lease(AsyncLeaseMixin):
     def extend(self, ttl: timedelta) -> bool:
         """Reset the lease's expiry to ``ttl`` from now if it is still ours.
 
-        False (and ``lost`` set, ``on_lost`` called) if it is not, or Redis did not answer.
+        True: Redis extended it, and an ``UNCERTAIN`` lease is ``HELD`` again. False when
+        it is not ours (``LOST``: ``lost`` set, ``on_lost`` called; a lease already lost
+        sends nothing) or Redis did not answer (``UNCERTAIN`` until a renewal answers or
+        the TTL surely passed).
         """
         ttl_ms = positive_ms(ttl)
+        if self.state is LeaseState.LOST:
+            return False
         started = time.monotonic()
         try:
             extended = bool(
@@ -233,20 +282,32 @@ class Lease(AsyncLeaseMixin):
     ) -> bool:
         if extended:
             self._ttl = ttl
+            # Counted from the request (surely still ours) and from the reply (surely gone).
             self._monotonic_deadline = started + ttl.total_seconds()
+            self._expired_by = time.monotonic() + ttl.total_seconds()
             self.expires_at = datetime.now(tz=UTC) + ttl
+            if self._doubt is not None:
+                self._doubt = None
+                logger.info(
+                    "lease held again", extra={"resource": self.resource, "token": self.token}
+                )
         elif error is not None:
+            self._doubt = f"extend failed: {error}"
             logger.warning(
-                "could not extend lease",
+                "lease uncertain: could not extend it",
                 extra={"resource": self.resource, "token": self.token, "error": str(error)},
             )
-            self._mark_lost(f"extend failed: {error}")
         else:
             self._mark_lost("extend refused: the lease expired or has another holder")
         return extended
 
     def keep_alive(self, ttl: timedelta | None = None) -> "KeepAlive":
         """Extend the lease every ttl/3 in a background thread while the block runs.
+
+        A renewal that fails makes the lease ``UNCERTAIN`` within one interval plus the
+        Redis socket timeout of a partition; the thread then tries every ttl/9, and the
+        lease is ``HELD`` again at the first renewal Redis confirms, or ``LOST`` when the
+        TTL surely passed (reported at that moment) or Redis says it is not ours.
 
         Use it for work whose length you cannot bound (a slow but healthy call); it keeps
         other workers from starting duplicate work. It does not make the holder safe: a
@@ -259,6 +320,13 @@ class Lease(AsyncLeaseMixin):
         """
         return KeepAlive(self, self._renewal_ttl(ttl))
 
+    def _renewal_pause(self, ttl: timedelta) -> float:
+        """Seconds until a keep-alive renews: a third of the TTL while ``HELD``, a ninth
+        while ``UNCERTAIN`` (to be ``HELD`` again soon after Redis answers), and never past
+        the moment the TTL surely passes, so that a loss is reported then."""
+        pause = ttl.total_seconds() / (3 if self._doubt is None else 9)
+        return max(min(pause, self._expired_by - time.monotonic()), 0.0)
+
     def _renewal_ttl(self, ttl: timedelta | None) -> timedelta:
         ttl = ttl or self._ttl
         if ttl is None:
@@ -269,7 +337,11 @@ class Lease(AsyncLeaseMixin):
 
 
 class KeepAlive:
-    """Background renewal of a lease; stops and marks the lease lost when an extend fails."""
+    """Background renewal of a lease, in a thread, until the block ends or the lease is lost.
+
+    A renewal that fails leaves the lease ``UNCERTAIN`` and the thread trying again; one
+    that Redis refuses, or the TTL surely passing, makes it ``LOST`` and stops the thread.
+    """
 
     def __init__(self, lease: Lease, ttl: timedelta):
         self.lease = lease
@@ -288,11 +360,13 @@ class KeepAlive:
         self._thread.join()
 
     def _run(self) -> None:
-        interval = self.ttl.total_seconds() / 3
-        while not self._stop.wait(interval):
-            if not self.lease.extend(self.ttl):
+        lease = self.lease
+        while not self._stop.wait(lease._renewal_pause(self.ttl)):
+            if lease.state is not LeaseState.LOST and lease.extend(self.ttl):
+                continue
+            if lease.state is LeaseState.LOST:
                 logger.warning(
                     "lease lost during keep-alive",
-                    extra={"resource": self.lease.resource, "token": self.lease.token},
+                    extra={"resource": lease.resource, "token": lease.token},
                 )
                 return

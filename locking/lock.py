@@ -162,9 +162,11 @@ class FenceLock(AsyncFenceLockMixin):
                 _lock=self,
                 _value=value,
                 _ttl=timedelta(milliseconds=ttl_ms),
-                # The local deadline starts before the request was sent: never later
-                # than Redis's own expiry.
+                # Counted from before the request was sent, the lease is surely still ours
+                # until then (never later than Redis's own expiry); counted from the
+                # reply, it is surely gone after _expired_by.
                 _monotonic_deadline=started + ttl_ms / 1000,
+                _expired_by=time.monotonic() + ttl_ms / 1000,
                 audit=audit,
             )
             logger.debug("lease granted", extra={"resource": resource, "token": token})

@@ -4,8 +4,12 @@
 string (``Outcome.BUSY == "busy"``), so it goes into the database, a log record or a metrics
 label as is, and ``Outcome.choices`` feeds a model field or a form. It imports no model, so
 any module (exceptions, metrics, services) can use it before the app registry is ready.
+
+``LeaseState`` is the other word a holder reads: what it can know of its lease right now
+(``lease.state``: held, uncertain, lost; locking/lease.py has the transitions).
 """
 
+import enum
 from typing import Protocol, runtime_checkable
 
 from django.db.models.enums import TextChoices
@@ -39,3 +43,11 @@ class HasOutcome(Protocol):
     for a result, ``outcome = Outcome.FAILED`` as the class attribute of an exception."""
 
     outcome: Outcome
+
+
+class LeaseState(enum.StrEnum):
+    """What the holder can know of its lease (``lease.state``)."""
+
+    HELD = "held"  # confirmed by Redis, and its TTL not run out by this process's clock
+    UNCERTAIN = "uncertain"  # a renewal failed or Redis did not answer: it may still run
+    LOST = "lost"  # Redis says it is not ours, it was released, or its TTL surely passed

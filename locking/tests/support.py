@@ -1,14 +1,19 @@
-"""Helpers of locking's own tests: ports, waiting, child processes and private Redis servers.
+"""Helpers of locking's own tests: ports, waiting, child processes, private Redis servers
+and a proxy that partitions a client from its Redis.
 
 Nothing here knows a project: children run ``python -m django`` with the settings module
 of the test run, and servers are started by us, on 127.0.0.1, and stopped by their pid.
+(The project's harness has a richer proxy, ``tests/harness/net.py``; locking's tests may
+not import the project, so they keep the little they need here.)
 """
 
 import asyncio
+import contextlib
 import shutil
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -153,3 +158,79 @@ class PrivateRedis:
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait(timeout)
+
+
+class PartitionProxy:
+    """A TCP proxy on 127.0.0.1 in front of a server, that can cut the two apart.
+
+    Point a client at ``port``. ``partition()`` keeps every connection open and accepts
+    new ones, but delivers nothing either way: the client learns of it only through its
+    own socket timeout, as behind a real partition (no reset, no refusal). ``heal()``
+    forwards again and closes the connections that lost bytes in the partition, as their
+    TCP sessions would have died; idle ones go on. Threads, one per direction.
+    """
+
+    def __init__(self, target_port: int, *, target_host: str = LOOPBACK):
+        self.target = (target_host, target_port)
+        self._listener = socket.create_server((LOOPBACK, 0))
+        self.port = self._listener.getsockname()[1]
+        self._partitioned = threading.Event()
+        self._guard = threading.Lock()
+        self._open: set[tuple[socket.socket, socket.socket]] = set()
+        self._cut: set[tuple[socket.socket, socket.socket]] = set()
+        threading.Thread(target=self._accept, name="partition-proxy", daemon=True).start()
+
+    def partition(self) -> None:
+        self._partitioned.set()
+
+    def heal(self) -> None:
+        with self._guard:
+            self._partitioned.clear()
+            cut, self._cut = self._cut, set()
+        for pair in cut:
+            self._close(pair)
+
+    def stop(self) -> None:
+        self._listener.close()
+        with self._guard:
+            pairs, self._open = list(self._open), set()
+        for pair in pairs:
+            self._close(pair)
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return  # stopped
+            try:
+                server = socket.create_connection(self.target, timeout=5)
+            except OSError:
+                client.close()
+                continue
+            server.settimeout(None)
+            pair = (client, server)
+            with self._guard:
+                self._open.add(pair)
+            for source, sink in ((client, server), (server, client)):
+                threading.Thread(target=self._pump, args=(source, sink, pair), daemon=True).start()
+
+    def _pump(self, source: socket.socket, sink: socket.socket, pair) -> None:
+        try:
+            while data := source.recv(65536):
+                with self._guard:
+                    if self._partitioned.is_set():
+                        self._cut.add(pair)
+                        continue  # swallowed: the other side hears nothing
+                sink.sendall(data)
+        except OSError:
+            pass
+        self._close(pair)
+
+    def _close(self, pair) -> None:
+        with self._guard:
+            self._open.discard(pair)
+        for end in pair:
+            with contextlib.suppress(OSError):
+                end.shutdown(socket.SHUT_RDWR)
+            end.close()

@@ -96,6 +96,8 @@ def test_all_is_the_documented_interface_and_every_name_resolves():
         "HolderInfo",
         "Lease",
         "LeaseLost",
+        "LeaseState",
+        "LeaseUncertain",
         "LockError",
         "LockHeld",
         "LockUnavailable",

@@ -15,6 +15,7 @@ from locking import (
     Attempt,
     FenceLock,
     LeaseLost,
+    LeaseState,
     LockError,
     Outcome,
     advance_fence,
@@ -134,7 +135,7 @@ def test_check_raises_once_the_ttl_passed_by_this_process_clock(fence_lock, redi
     lease = fence_lock.acquire(RESOURCE, ttl=timedelta(milliseconds=100))
     calls, _ = recorder()
     lease.on_lost(calls.append)
-    wait_until(lambda: not lease.probably_valid, what="the local deadline", timeout=WAIT)
+    wait_until(lambda: lease.state is LeaseState.LOST, what="the local deadline", timeout=WAIT)
 
     with pytest.raises(LeaseLost) as caught:
         lease.check()
