@@ -41,6 +41,12 @@ cannot know whether it still runs); ``span(...)`` traces a step
 of the work (OpenTelemetry API). Operators read and break leases with ``holders``,
 ``holder_of`` and ``break_lease`` (every page that breaks one uses ``BreakLeaseForm``); a
 batch of new resources records its first epochs at once with ``prepare_fences``.
+
+The service that *receives* a fenced call can refuse a stale one too: ``seal_call`` signs
+what a sender posts, and ``fenced_receiver`` (a view decorator) or ``receive_call`` verify
+it and keep, per ``Idempotency-Key``, the highest token accepted (a higher one replaces the
+earlier call, a lower one is answered 409, which the sender raises as
+``StaleAtReceiver``).
 """
 
 from locking.advisory import advisory_key, advisory_lock
@@ -52,6 +58,7 @@ from locking.exceptions import (
     LockError,
     LockHeld,
     LockUnavailable,
+    StaleAtReceiver,
     StaleFencingToken,
 )
 from locking.fence import aadvance_fence, advance_fence
@@ -61,12 +68,16 @@ from locking.lock import FenceLock
 from locking.operation import arun_fenced, run_fenced
 from locking.operators import BreakLeaseForm, HolderInfo, break_lease, holder_of, holders
 from locking.outcomes import LeaseState, Outcome
+from locking.receiver import CallVerdict, Receipt, fenced_receiver, receive_call
+from locking.signing import FencedCall, SealedCall, seal_call, verify_signature
 from locking.tracing import span
 
 __all__ = [
     "Attempt",
     "BreakLeaseForm",
+    "CallVerdict",
     "FenceLock",
+    "FencedCall",
     "HolderInfo",
     "Lease",
     "LeaseLost",
@@ -76,6 +87,9 @@ __all__ = [
     "LockHeld",
     "LockUnavailable",
     "Outcome",
+    "Receipt",
+    "SealedCall",
+    "StaleAtReceiver",
     "StaleFencingToken",
     "aadvance_fence",
     "advance_fence",
@@ -84,12 +98,16 @@ __all__ = [
     "arun_fenced",
     "break_lease",
     "fence_key",
+    "fenced_receiver",
     "holder_of",
     "holders",
     "lock_key",
     "prepare_fences",
+    "receive_call",
     "record_fence_event",
     "run_fenced",
+    "seal_call",
     "span",
     "validate_resource",
+    "verify_signature",
 ]

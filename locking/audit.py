@@ -15,7 +15,7 @@ from opentelemetry.trace import Span
 
 from locking import metrics, tracing
 from locking.conf import setting
-from locking.exceptions import LockHeld, LockUnavailable, StaleFencingToken
+from locking.exceptions import LockHeld, LockUnavailable, StaleAtReceiver, StaleFencingToken
 from locking.outcomes import HasOutcome, Outcome
 
 if TYPE_CHECKING:
@@ -135,6 +135,8 @@ class AttemptAudit:
                 self._record(exc.outcome, exc.token, f"held by {exc.holder}")
             case LockUnavailable():
                 self._record(exc.outcome, None, exc.reason)
+            case StaleAtReceiver():
+                self._record(exc.outcome, exc.token, f"{exc.url or 'the receiver'}: {exc}")
             case StaleFencingToken():
                 detail = f"a newer holder recorded token {exc.recorded}"
                 self._record(exc.outcome, exc.token, detail)

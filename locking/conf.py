@@ -26,6 +26,10 @@ only what it needs; with none of them set, locks use the Redis on 127.0.0.1:6379
 ``LOCK_CLIENT_IP_CALLABLE``            dotted path of ``f(request) -> str | None``: the
                                        address a broken lease is recorded with (default:
                                        the request's ``REMOTE_ADDR``).
+``LOCK_RECEIVER_SECRET``               the HMAC secret a receiver of fenced calls
+                                       (``fenced_receiver``, ``receive_call``) verifies
+                                       signatures with, unless given one (default ``""``:
+                                       receiving without one is ``ImproperlyConfigured``).
 =====================================  ========================================================
 
 Deprecated, read for one release with a ``DeprecationWarning``:
@@ -52,6 +56,7 @@ DEFAULTS = {
     "LOCK_DATABASE": "default",
     "LOCK_FENCE_EVENT_RETENTION_DAYS": 90,
     "LOCK_CLIENT_IP_CALLABLE": None,
+    "LOCK_RECEIVER_SECRET": "",
     "LOCK_TTL_SETTINGS": (),  # deprecated: see above
 }
 

@@ -4,6 +4,7 @@ Each one that ends a fenced attempt declares its ``outcome``: what ``run_fenced`
 in the audit when it passes through.
 """
 
+import json
 from datetime import datetime, timedelta
 
 from locking.outcomes import Outcome
@@ -75,6 +76,40 @@ class StaleFencingToken(LockError):
                 "(Redis lost the counter after this grant)"
             )
         super().__init__(message)
+
+
+class StaleAtReceiver(StaleFencingToken):
+    """The service a fenced call went to refused its token (HTTP 409): it had already
+    accepted a call with a higher one, ``accepted``, for the same key (``None`` when its
+    answer did not say which). A newer holder got there first; nothing was written here.
+
+    A ``StaleFencingToken``: ``run_fenced`` records it as ``stale``, and when the Redis
+    counter is below ``accepted`` it starts a new epoch above it and tries once more, as
+    for a refusal by the fence. Raised by the sender's client (``from_answer``), for the
+    answer of locking's receiver (locking/receiver.py) or any that answers 409 so.
+    """
+
+    def __init__(self, token: int, accepted: int | None, *, url: str = ""):
+        self.url = url
+        self.accepted = accepted
+        newer = f"token {accepted}" if accepted is not None else "a higher token"
+        LockError.__init__(
+            self, f"fencing token {token} is stale: the receiver had already accepted {newer}"
+        )
+        self.token = token
+        self.recorded = accepted
+        self.epoch = None
+
+    @classmethod
+    def from_answer(cls, token: int, content: bytes, *, url: str = "") -> "StaleAtReceiver":
+        """The refusal a receiver's 409 answer ``content`` states (``{"accepted": n}``)."""
+        try:
+            accepted = json.loads(content).get("accepted")
+        except (ValueError, AttributeError, UnicodeDecodeError):
+            accepted = None
+        if type(accepted) is not int:
+            accepted = None
+        return cls(token, accepted, url=url)
 
 
 class LeaseLost(LockError):

@@ -61,6 +61,13 @@ DURATION = Histogram(
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60),
 )
 
+RECEIVER_CALLS = Counter(
+    "fence_receiver_calls",
+    "Fenced calls a receiver (locking's receive_call) decided, by receiver and verdict: "
+    "accepted, replaced, replayed, stale (409), conflict (422), unverified (401), declined.",
+    ["receiver", "verdict"],
+)
+
 # The final outcomes that have a counter of their own (committed and already_done are
 # read from the histogram's _count series).
 _OUTCOME_COUNTERS = {
@@ -92,3 +99,8 @@ def attempt_finished(operation: str, outcome: Outcome, seconds: float) -> None:
     if counter is not None:
         counter.labels(_label(operation)).inc()
     DURATION.labels(_label(operation), outcome).observe(seconds)
+
+
+def receiver_call(receiver: str, verdict: str) -> None:
+    """Count one call a receiver decided."""
+    RECEIVER_CALLS.labels(receiver, verdict).inc()

@@ -1,6 +1,8 @@
 """Audit of fenced attempts: every grant, refusal and rejection, kept outside the work's
 transaction so that a rolled-back write still leaves its record."""
 
+import json
+
 from django.db import models
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
@@ -88,3 +90,68 @@ class FenceEpoch(models.Model):
 
     def __str__(self):
         return f"{self.resource} epoch {self.epoch}"
+
+
+class ReceivedCall(models.Model):
+    """The receiving side's record of one ``Idempotency-Key`` (locking/receiver.py): the
+    highest fencing token accepted for it, what that call carried and what it was answered.
+
+    Written only by ``receive_call``'s conditional statement: a call with a higher token
+    replaces the record (``replaced_token`` is the one it superseded, ``replacements``
+    counts them); a lower one changes nothing and is refused.
+    """
+
+    scope = models.CharField(_("receiver"), max_length=100)
+    idempotency_key = models.CharField(_("idempotency key"), max_length=255)
+    token = models.BigIntegerField(_("fencing token"))
+    content_digest = models.CharField(_("content digest"), max_length=64)
+    body = models.BinaryField(_("body"))
+    replaced_token = models.BigIntegerField(_("replaced token"), null=True, blank=True)
+    replacements = models.PositiveIntegerField(_("replacements"), default=0)
+    answer_status = models.PositiveSmallIntegerField(_("answer status"), default=0)
+    answer_content_type = models.CharField(_("answer content type"), max_length=200, blank=True)
+    answer_body = models.BinaryField(_("answer body"), blank=True)
+    first_received_at = models.DateTimeField(_("first received at"))
+    received_at = models.DateTimeField(_("received at"))
+
+    class Meta:
+        verbose_name = _("received fenced call")
+        constraints = [
+            models.UniqueConstraint(
+                fields=["scope", "idempotency_key"], name="receivedcall_one_per_key"
+            )
+        ]
+
+    def __str__(self):
+        return f"{self.scope} {self.idempotency_key} #{self.token}"
+
+    @property
+    def payload(self) -> dict:
+        """What the accepted call carried, its signed fields included."""
+        return json.loads(bytes(self.body))
+
+
+class ReceivedFence(models.Model):
+    """A receiver's highest token per fenced resource, across the keys of that resource
+    (``fenced_receiver(resource=…)``): a call of any key with a lower token is refused.
+
+    A lease is per resource and its tokens count per resource, so one resource's keys can
+    be compared (the dispatch of another vendor for the same complaint, sent under an
+    older lease, is refused too); different resources' tokens never are.
+    """
+
+    scope = models.CharField(_("receiver"), max_length=100)
+    resource = models.CharField(_("resource"), max_length=255)
+    token = models.BigIntegerField(_("fencing token"))
+    received_at = models.DateTimeField(_("received at"))
+
+    class Meta:
+        verbose_name = _("received fence")
+        constraints = [
+            models.UniqueConstraint(
+                fields=["scope", "resource"], name="receivedfence_one_per_resource"
+            )
+        ]
+
+    def __str__(self):
+        return f"{self.scope} {self.resource} #{self.token}"

@@ -175,8 +175,11 @@ def counter_is_behind(current: int, exc: StaleFencingToken) -> bool:
     ``current`` is the Redis counter now. The counter is behind when it is below the
     recorded token, or in an epoch older than the one that refused the token. A rejected
     token *equal* to the recorded one was issued twice, which also means the counter went
-    back.
+    back. A receiver's refusal (``StaleAtReceiver``) counts the same way: the token it had
+    accepted was granted, so a counter below it is behind.
     """
     if exc.epoch is not None:
         return epoch_of(current) < exc.epoch
+    if exc.recorded is None:  # a receiver refused it without saying what it had accepted
+        return False
     return current < exc.recorded or exc.token == exc.recorded

@@ -1,4 +1,5 @@
-"""The lock state a test starts from: an empty lock Redis and no recorded fence epochs.
+"""The lock state a test starts from: an empty lock Redis, no recorded fence epochs and no
+receiver's record of an accepted token.
 
 locking's own tests get these fixtures from their conftest; a project's test suite may
 import them into its own ``conftest.py``::
@@ -14,11 +15,14 @@ from locking.conf import setting
 
 
 def forget_fence_epochs(using: str | None = None) -> None:
-    """Delete every recorded fence epoch, on a connection outside any test transaction."""
+    """Delete every recorded fence epoch, and every receiver's record of the tokens it
+    accepted (tokens start again at 1 with them), on a connection outside any test
+    transaction."""
     connection = connections.create_connection(using or setting("LOCK_DATABASE"))
     try:
         with connection.cursor() as cursor:
             cursor.execute("DELETE FROM locking_fenceepoch")
+            cursor.execute("DELETE FROM locking_receivedcall")
     finally:
         connection.close()
 

@@ -92,7 +92,9 @@ def test_all_is_the_documented_interface_and_every_name_resolves():
     assert sorted(locking.__all__) == [
         "Attempt",
         "BreakLeaseForm",
+        "CallVerdict",
         "FenceLock",
+        "FencedCall",
         "HolderInfo",
         "Lease",
         "LeaseLost",
@@ -102,6 +104,9 @@ def test_all_is_the_documented_interface_and_every_name_resolves():
         "LockHeld",
         "LockUnavailable",
         "Outcome",
+        "Receipt",
+        "SealedCall",
+        "StaleAtReceiver",
         "StaleFencingToken",
         "aadvance_fence",
         "advance_fence",
@@ -110,14 +115,18 @@ def test_all_is_the_documented_interface_and_every_name_resolves():
         "arun_fenced",
         "break_lease",
         "fence_key",
+        "fenced_receiver",
         "holder_of",
         "holders",
         "lock_key",
         "prepare_fences",
+        "receive_call",
         "record_fence_event",
         "run_fenced",
+        "seal_call",
         "span",
         "validate_resource",
+        "verify_signature",
     ]
     assert all(getattr(locking, name, None) is not None for name in locking.__all__)
 

@@ -1,0 +1,202 @@
+"""The signed envelope of a fenced call: what a sender puts on the wire, what a receiver checks.
+
+A holder that must tell another service something under its lease makes one POST with:
+
+- ``Idempotency-Key``: the business key, the same for every try of the same change;
+- ``X-Fencing-Token``: the lease's token, so the receiver can refuse a holder older than
+  one it has already accepted (locking/receiver.py);
+- ``X-Timestamp``: when it was sent (seconds since the epoch);
+- ``X-Signature: sha256=<hex HMAC-SHA256 of the body>``, keyed with the secret both sides
+  share (omitted when the sender has none: a receiver then refuses the call).
+
+The body is a JSON object: the payload, plus signed copies of the three values the receiver
+acts on (``idempotency_key``, ``fencing_token``, ``sent_at``). The signature is over the
+body alone, as most webhook libraries expect, and still covers them: ``verify_signature``
+checks the HMAC, the timestamp's age, and that the headers agree with the signed body, so a
+captured call cannot be replayed late or with another key or token.
+
+Both sides use this module: the sender seals (``seal_call``), the receiver verifies
+(``verify_signature``, or ``open_call``, which also returns what the call carries).
+"""
+
+import hashlib
+import hmac
+import json
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from django.core.serializers.json import DjangoJSONEncoder
+
+KEY_HEADER = "Idempotency-Key"
+TOKEN_HEADER = "X-Fencing-Token"  # noqa: S105 - a header name, not a secret
+TIMESTAMP_HEADER = "X-Timestamp"
+SIGNATURE_HEADER = "X-Signature"
+
+# Fields the body carries besides the payload: the signed copies of the headers.
+SIGNED_FIELDS = ("idempotency_key", "fencing_token", "sent_at")
+# How far a call's timestamp may be from the receiver's clock, either way.
+DEFAULT_TOLERANCE_SECONDS = 300
+
+
+@dataclass(frozen=True)
+class SealedCall:
+    """A call ready to send: its body and its headers."""
+
+    body: bytes
+    headers: dict[str, str]
+
+
+@dataclass(frozen=True)
+class FencedCall:
+    """A call whose signature verified: what it carries, as the receiver acts on it.
+
+    ``payload`` is the body without its signed fields; ``replaces`` is the token of the
+    earlier call of the same key this one supersedes (set by the receiver; ``None`` for the
+    key's first call).
+    """
+
+    idempotency_key: str
+    token: int
+    sent_at: int
+    payload: dict
+    body: bytes = field(repr=False)
+    replaces: int | None = None
+
+    @property
+    def content_digest(self) -> str:
+        """SHA-256 of what the call says, its signing time left out: two sends of the same
+        change under the same token have the same digest, whenever they were signed."""
+        content = {key: value for key, value in json.loads(self.body).items() if key != "sent_at"}
+        canonical = json.dumps(content, sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def sign(body: bytes, secret: str) -> str:
+    """Return the ``X-Signature`` value for ``body``: ``sha256=`` + hex HMAC-SHA256."""
+    return "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+
+
+def seal_call(
+    payload: dict,
+    *,
+    idempotency_key: str,
+    token: int,
+    secret: str,
+    sent_at: int | None = None,
+    encoder: type[json.JSONEncoder] = DjangoJSONEncoder,
+) -> SealedCall:
+    """Return the body and headers of one fenced call carrying ``payload``.
+
+    ``payload`` may not use the signed field names (``ValueError``). Without a ``secret``
+    the call goes unsigned (no ``X-Signature``), and a receiver refuses it.
+    """
+    clash = set(SIGNED_FIELDS) & payload.keys()
+    if clash:
+        raise ValueError(f"payload may not use the signed field names {sorted(clash)}")
+    sent_at = int(time.time()) if sent_at is None else int(sent_at)
+    envelope = {
+        **payload,
+        "idempotency_key": idempotency_key,
+        "fencing_token": token,
+        "sent_at": sent_at,
+    }
+    body = json.dumps(envelope, cls=encoder, sort_keys=True).encode()
+    headers = {
+        "Content-Type": "application/json",
+        KEY_HEADER: idempotency_key,
+        TOKEN_HEADER: str(token),
+        TIMESTAMP_HEADER: str(sent_at),
+    }
+    if secret:
+        headers[SIGNATURE_HEADER] = sign(body, secret)
+    return SealedCall(body, headers)
+
+
+def verify_signature(
+    body: bytes,
+    timestamp: str,
+    signature: str,
+    secret: str,
+    *,
+    idempotency_key: str,
+    token: str | int,
+    tolerance: int = DEFAULT_TOLERANCE_SECONDS,
+) -> bool:
+    """Check a received call.
+
+    The signature is the body's; the timestamp is recent; and the headers the receiver acts
+    on (timestamp, idempotency key, fencing token) are the ones the signed body carries.
+    """
+    return (
+        _signed_envelope(
+            body,
+            timestamp,
+            signature,
+            secret,
+            idempotency_key=idempotency_key,
+            token=token,
+            tolerance=tolerance,
+        )
+        is not None
+    )
+
+
+def open_call(
+    headers: Mapping[str, str],
+    body: bytes,
+    *,
+    secret: str,
+    tolerance: int = DEFAULT_TOLERANCE_SECONDS,
+) -> FencedCall | None:
+    """Return what a received call carries if it verifies (``verify_signature``), else
+    ``None``. ``headers`` may be any mapping; names are matched without regard to case."""
+    named = {name.lower(): value for name, value in headers.items()}
+    key = named.get(KEY_HEADER.lower(), "")
+    envelope = _signed_envelope(
+        body,
+        named.get(TIMESTAMP_HEADER.lower(), ""),
+        named.get(SIGNATURE_HEADER.lower(), ""),
+        secret,
+        idempotency_key=key,
+        token=named.get(TOKEN_HEADER.lower(), ""),
+        tolerance=tolerance,
+    )
+    if envelope is None:
+        return None
+    payload = {name: value for name, value in envelope.items() if name not in SIGNED_FIELDS}
+    return FencedCall(
+        idempotency_key=key,
+        token=envelope["fencing_token"],
+        sent_at=envelope["sent_at"],
+        payload=payload,
+        body=bytes(body),
+    )
+
+
+def _signed_envelope(
+    body, timestamp, signature, secret, *, idempotency_key, token, tolerance
+) -> dict | None:
+    """The signed body as a dict when every check passes, else ``None``."""
+    try:
+        age = abs(time.time() - int(timestamp))
+        token = int(token)
+    except (TypeError, ValueError):
+        return None
+    if age > tolerance or not secret or not idempotency_key:
+        return None
+    if not hmac.compare_digest(sign(body, secret).encode(), (signature or "").encode()):
+        return None
+    try:
+        signed = json.loads(body)
+    except ValueError:
+        return None
+    if not isinstance(signed, dict):
+        return None
+    agrees = (
+        signed.get("idempotency_key") == idempotency_key
+        and signed.get("fencing_token") == token
+        and type(signed.get("fencing_token")) is int
+        and signed.get("sent_at") == int(timestamp)
+    )
+    return signed if agrees else None
