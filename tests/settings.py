@@ -3,7 +3,8 @@
 - ``locking.tests.testapp``: the models of locking's own tests;
 - ``tests.budgets``: annual budget approval, a third fenced operation that proves the
   frame's registry (docs/architecture.md, "Adding an operation"), with its URLs in the
-  test run's root URLconf (``tests/urls.py``).
+  test run's root URLconf (``tests/urls.py``);
+- a webhook signing secret, which the stand-ins of the external services verify.
 
 pytest uses them (pyproject.toml), and so do the ``manage.py`` children it starts (they
 inherit ``DJANGO_SETTINGS_MODULE``); ``manage.py`` run by hand and the servers never do, so
@@ -11,7 +12,7 @@ the test apps need no migration in the project's own settings.
 """
 
 from hoa.settings import *  # noqa: F403
-from hoa.settings import DATABASES, INSTALLED_APPS
+from hoa.settings import DATABASES, INSTALLED_APPS, WEBHOOK_SIGNING_SECRET
 
 INSTALLED_APPS = [*INSTALLED_APPS, "locking.tests.testapp", "tests.budgets"]
 ROOT_URLCONF = "tests.urls"
@@ -23,3 +24,8 @@ DATABASES = {
     **DATABASES,
     "second": {**DATABASES["default"], "TEST": {"NAME": f"{_test_name}_second"}},
 }
+
+# The platform signs its calls, and the stand-ins of the billing and dispatch services
+# (tests/harness/http.py) verify them with locking's receiver, as real receivers would.
+WEBHOOK_SIGNING_SECRET = WEBHOOK_SIGNING_SECRET or "tests-only-webhook-signing-secret"
+LOCK_RECEIVER_SECRET = WEBHOOK_SIGNING_SECRET

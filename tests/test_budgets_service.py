@@ -195,7 +195,8 @@ def test_eight_concurrent_approvals_approve_once_and_every_loser_is_busy(maple, 
 def test_a_paused_holder_is_refused_by_the_fence_after_a_newer_holder_approves(
     maple, budget, board, short_ttl, redis_client
 ):
-    gate = board.hold(lambda request: request.token == 1)  # holder A hangs in its call
+    # The board accepts A's call (token 1); the answer hangs, so the fence must refuse A.
+    gate = board.hold(lambda request: request.token == 1, answered=True)
     holder_a = Worker(lambda: approve(maple, actor="holder-a"))
     gate.wait_arrived(1)
     wait_for_lease_expiry(redis_client, maple)

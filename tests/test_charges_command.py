@@ -215,6 +215,42 @@ def test_command_frozen_by_sigstop_is_rejected_after_a_newer_holder_commits(
     assert sorted(request.token for request in http_stub.received) == [1, 2]
 
 
+def test_command_whose_billing_call_arrives_after_a_newer_holders_exits_75(
+    maple, command_env, http_stub, settings, redis_client
+):
+    """Billing's receiver refuses the late call (409): the command answers stale, exit 75,
+    like a refusal by the fence, not 1 like a failed call."""
+    settings.BILLING_WEBHOOK_URL = http_stub.url
+    gate = http_stub.hold(lambda request: request.token == 1)  # A's call is on its way
+    env = {**command_env, "CHARGES_LOCK_TTL_SECONDS": "0.5"}
+    holder_a = start_command("--org", "maple-court", "--month", MONTH_ARG, "--skip-checks", env=env)
+    try:
+        gate.wait_arrived(1, timeout=60)
+        wait_for_lease_expiry(redis_client, maple)
+        result_b = generate_monthly_charges(
+            organization=maple, month=MONTH, actor=None, via="holder-b"
+        )
+        gate.release()
+        stdout, stderr = holder_a.communicate(timeout=60)
+    finally:
+        gate.release()
+        if holder_a.poll() is None:
+            holder_a.kill()
+            holder_a.wait()
+
+    assert (result_b.outcome, result_b.token) == ("committed", 2)
+    assert (holder_a.returncode, stdout) == (EXIT_TEMPFAIL, "")
+    assert stderr == (
+        "CommandError: A newer holder (token 2) took over the charges for Maple Court, "
+        "2026-03 while this attempt (token 1) was paused past its lease; nothing was written.\n"
+    )
+    assert list(FenceEvent.objects.order_by("id").values_list("outcome", "token")) == [
+        ("committed", 2),
+        ("stale", 1),
+    ]
+    assert [(r.token, r.status) for r in http_stub.received] == [(2, 200), (1, 409)]
+
+
 @pytest.mark.slow
 def test_eight_command_processes_racing_make_one_run(maple, command_env, http_stub):
     gate = http_stub.hold()  # the winner waits in billing until every loser has exited

@@ -31,7 +31,7 @@ from charges.services import generate_monthly_charges
 from hoa.models import Organization
 from locking import FenceLock, Outcome, fence_key
 from locking.epochs import first_token
-from locking.models import FenceEvent
+from locking.models import FenceEvent, ReceivedCall
 from tests.charges_support import (
     MONTH,
     Worker,
@@ -287,7 +287,8 @@ def test_eight_concurrent_generations_make_one_run_and_every_loser_is_busy(maple
 def test_paused_holder_is_rejected_by_the_fence_after_a_newer_holder_commits(
     maple, billing, short_ttl, redis_client
 ):
-    gate = billing.hold(lambda request: request.token == 1)  # holder A hangs in billing
+    # Billing accepts A's call (token 1); its answer hangs, so the fence must refuse A.
+    gate = billing.hold(lambda request: request.token == 1, answered=True)
     holder_a = Worker(lambda: generate(maple, actor="holder-a"))
     gate.wait_arrived(1)
     wait_for_lease_expiry(redis_client, maple)
@@ -307,6 +308,43 @@ def test_paused_holder_is_rejected_by_the_fence_after_a_newer_holder_commits(
     seen = sorted(billing.received, key=lambda request: request.at)
     assert [request.token for request in seen] == [1, 2]
     assert {request.idempotency_key for request in seen} == {f"monthly-charges:{maple.pk}:2026-03"}
+
+
+@fenced
+def test_paused_holders_late_billing_call_is_refused_by_the_receiver_and_answered_stale(
+    maple, billing, short_ttl, redis_client
+):
+    """A's call is still on its way when B's reaches billing: the receiver keeps B's token
+    and answers A 409, which A raises as superseded, recorded stale, before any write."""
+    gate = billing.hold(lambda request: request.token == 1)  # A's call arrives late
+    holder_a = Worker(lambda: generate(maple, actor="holder-a"))
+    gate.wait_arrived(1)
+    wait_for_lease_expiry(redis_client, maple)
+
+    result_b = generate(maple, actor="holder-b")
+    gate.release()
+    holder_a.join()
+
+    assert (result_b.outcome, result_b.token) == (Outcome.COMMITTED, 2)
+    assert isinstance(holder_a.error, GenerationSuperseded)
+    assert (holder_a.error.token, holder_a.error.recorded) == (1, 2)
+    assert "A newer holder (token 2) took over" in str(holder_a.error)
+    run = assert_one_complete_run(maple, completed_by="holder-b")
+    assert run.last_fence_token == 2
+    key = f"monthly-charges:{maple.pk}:2026-03"
+    [stale] = FenceEvent.objects.filter(outcome="stale")
+    assert (stale.token, stale.detail) == (
+        1,
+        f"{billing.url}: fencing token 1 is stale: the receiver had already accepted token 2",
+    )
+    assert events(maple) == [("committed", 2), ("stale", 1)]
+    # What billing saw, in the order it answered: B accepted, A refused. One record, B's.
+    assert [(r.token, r.status, r.verdict) for r in billing.received] == [
+        (2, 200, "accepted"),
+        (1, 409, "stale"),
+    ]
+    [record] = ReceivedCall.objects.filter(idempotency_key=key)
+    assert (record.token, record.payload["charge_count"]) == (2, 10)
 
 
 @fenced

@@ -305,11 +305,16 @@ def test_billing_failure_answers_502_and_writes_nothing(alice_client, billing):
     assert_nothing_written()
 
 
+# Refused by the fence (billing accepted the paused call, its answer came back late) or by
+# the billing service's receiver (the paused call itself arrived after the newer one's).
+@pytest.mark.parametrize(
+    ("answered", "refused_by"), [(True, "fence"), (False, "receiver")], ids=["fence", "receiver"]
+)
 def test_request_paused_past_its_lease_answers_409_stale(
-    alice, billing, maple, settings, redis_client
+    alice, billing, maple, settings, redis_client, answered, refused_by
 ):
     settings.CHARGES_LOCK_TTL_SECONDS = 0.3
-    gate = billing.hold(lambda request: request.token == 1)
+    gate = billing.hold(lambda request: request.token == 1, answered=answered)
     client = Client()
     client.force_login(alice)
     paused = Worker(lambda: client.post(GENERATE_URL, CONFIRMED))
@@ -330,3 +335,7 @@ def test_request_paused_past_its_lease_answers_409_stale(
     run = MonthlyChargeRun.objects.get()
     assert (run.completed_by, run.last_fence_token) == ("cron", 2)
     assert MonthlyCharge.objects.count() == 10
+    [stale] = FenceEvent.objects.filter(outcome="stale")
+    assert ("receiver" in stale.detail) == (refused_by == "receiver"), stale.detail
+    paused_call = next(r for r in billing.received if r.token == 1)
+    assert paused_call.status == (200 if refused_by == "fence" else 409)

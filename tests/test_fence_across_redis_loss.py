@@ -81,7 +81,7 @@ def test_reassignment_paused_in_its_dispatch_across_a_redis_loss_exits_75(
     )
     assert unwritten_grant(resource) == 3
 
-    gate = http_stub.hold(lambda request: request.token == 4)
+    gate = http_stub.hold(lambda request: request.token == 4, answered=True)
     paused = start_manage(
         "assign_vendor",
         *("--complaint", str(complaint.pk), "--vendor", str(paused_vendor.pk), "--reassign"),
@@ -118,7 +118,7 @@ def test_charge_run_paused_in_its_billing_call_across_a_redis_loss_exits_75(
 ):
     resource = charge_resource(maple, MONTH)
     assert [unwritten_grant(resource), unwritten_grant(resource)] == [1, 2]
-    gate = http_stub.hold(lambda request: request.token == 3)
+    gate = http_stub.hold(lambda request: request.token == 3, answered=True)
     args = ("--org", "maple-court", "--month", MONTH_ARG)
     paused = start_manage("generate_monthly_charges", *args, env=env)
     try:

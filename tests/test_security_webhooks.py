@@ -1,6 +1,6 @@
 """Signed webhooks: what the platform sends verifies; anything changed, replayed late or
-unsigned does not; and the receiver example of docs/security.md, run against real calls,
-refuses a stale fencing token and does each idempotency key's work once."""
+unsigned does not; and the receiver example of docs/security.md (locking's receiver), run
+against real calls, refuses a stale fencing token and does each idempotency key's work once."""
 
 import hashlib
 import hmac
@@ -9,50 +9,49 @@ import re
 import time
 
 import pytest
+from django.test import RequestFactory
 
 from charges.services import generate_monthly_charges
-from hoa.integrations.webhooks import post_fenced, sign, verify
+from hoa.integrations.webhooks import ExternalCallFailed, post_fenced
+from locking import seal_call, verify_signature
+from locking.models import ReceivedCall
 from tests.charges_support import MONTH
+from tests.harness.http import HttpStub
 from tests.harness.processes import BASE_DIR
 
 SECRET = "webhook-secret-for-tests"
 KEY = "monthly-charges:7:2026-03"
+EXAMPLE_SECRET = '"the same value as the platform\'s WEBHOOK_SIGNING_SECRET"'
 
 
 def receiver_example() -> dict:
-    """Run the receiver code block of docs/security.md; return its namespace."""
+    """Run the receiver code block of docs/security.md with our secret; return its names."""
     docs = (BASE_DIR / "docs" / "security.md").read_text()
     [code] = re.findall(r"```python\n(# Receiver example.*?)```", docs, re.DOTALL)
+    assert EXAMPLE_SECRET in code
+    code = code.replace(EXAMPLE_SECRET, repr(SECRET))
     namespace: dict = {}
     exec(compile(code, "docs/security.md", "exec"), namespace)  # noqa: S102 - our own docs
-    namespace["SECRET"] = SECRET
     return namespace
 
 
 @pytest.fixture
-def signed_calls(settings, http_stub):
+def signed_calls(settings):
+    """A stand-in that only records what the platform sends (the wire format's tests)."""
     settings.WEBHOOK_SIGNING_SECRET = SECRET
-    return http_stub
+    stub = HttpStub(receiver=False).start()
+    yield stub
+    stub.stop()
 
 
 def signed(payload: dict, *, key=KEY, token=5, at=None, secret=SECRET):
     """A call as the platform makes it: the body and its headers."""
-    sent_at = int(time.time() if at is None else at)
-    body = json.dumps(
-        {**payload, "idempotency_key": key, "fencing_token": token, "sent_at": sent_at},
-        sort_keys=True,
-    ).encode()
-    headers = {
-        "Idempotency-Key": key,
-        "X-Fencing-Token": str(token),
-        "X-Timestamp": str(sent_at),
-        "X-Signature": sign(body, secret),
-    }
-    return body, headers
+    call = seal_call(payload, idempotency_key=key, token=token, secret=secret, sent_at=at)
+    return call.body, call.headers
 
 
 def check(body: bytes, headers: dict[str, str], secret=SECRET) -> bool:
-    return verify(
+    return verify_signature(
         body,
         headers.get("X-Timestamp", ""),
         headers.get("X-Signature", ""),
@@ -134,68 +133,94 @@ def test_headers_that_disagree_with_the_signed_body_fail():
     assert not check(body, {**headers, "X-Timestamp": str(int(headers["X-Timestamp"]) - 1)})
     # A correctly signed body that is not a JSON object carrying them fails too.
     bare = b'{"total": "10.00"}'
-    assert not check(bare, {**headers, "X-Signature": sign(bare, SECRET)})
+    signature = "sha256=" + hmac.new(SECRET.encode(), bare, hashlib.sha256).hexdigest()
+    assert not check(bare, {**headers, "X-Signature": signature})
 
 
 def test_without_a_secret_calls_are_unsigned_and_a_receiver_refuses_them(settings, http_stub):
     settings.WEBHOOK_SIGNING_SECRET = ""
-    post_fenced(http_stub.url, {"total": "10.00"}, idempotency_key=KEY, token=5)
+    with pytest.raises(ExternalCallFailed, match="HTTP 401"):
+        post_fenced(http_stub.url, {"total": "10.00"}, idempotency_key=KEY, token=5)
 
     [call] = http_stub.received
     assert "X-Signature" not in call.headers
-    assert receiver_example()["receive"](call.headers, call.body)[0] == 401
-    assert not verify(call.body, call.headers["X-Timestamp"], "", "", idempotency_key=KEY, token=5)
+    assert (call.status, call.verdict) == (401, "unverified")
+    assert not verify_signature(
+        call.body, call.headers["X-Timestamp"], "", "", idempotency_key=KEY, token=5
+    )
 
 
-def test_receiver_example_refuses_a_stale_token_and_does_each_key_once(signed_calls):
-    receiver = receiver_example()
-    receive = receiver["receive"]
-    payload = {"total": "10.00"}
+def send(view, body: bytes, headers: dict[str, str]):
+    """POST a call to a receiving view; return (status, JSON answer, the receiver's verdict)."""
+    request = RequestFactory().post(
+        "/billing", data=body, content_type="application/json", headers=headers
+    )
+    response = view(request)
+    return response.status_code, json.loads(response.content), request.fenced_receipt.verdict
 
-    def call(**kwargs):
-        body, headers = signed(payload, **kwargs)
-        return receive(headers, body)
 
-    first = call(token=5)
-    retry = call(token=5)  # the same holder retrying
-    newer = call(token=7)  # a newer holder, same run: already done
-    stale = call(token=6)  # the holder that lost its lease
+@pytest.mark.django_db
+def test_receiver_example_refuses_a_stale_token_and_does_each_key_once():
+    view = receiver_example()["billing_webhook"]
+    payload = {"total": "10.00", "charge_count": 10}
+
+    def call(token, *, content=payload, at=None):
+        return send(view, *signed(content, token=token, at=at))
+
+    first = call(5)
+    replay = call(5, at=time.time() + 2)  # the same call, signed again: answered as before
+    newer = call(7)  # a newer holder of the same run: replaces the first
+    stale = call(6)  # the holder that lost its lease, arriving late
+    reused = call(7, content={**payload, "total": "99.00"})  # token 7 with other content
     body, headers = signed(payload, token=9)
-    forged = receive({**headers, "X-Fencing-Token": "10"}, body)
+    forged = send(view, body, {**headers, "X-Fencing-Token": "10"})
 
-    assert first[0] == retry[0] == newer[0] == 200
-    assert first == retry == newer  # the first answer, given again
-    assert first[1]["accepted"]["total"] == "10.00"
-    assert stale == (409, {"error": "stale fencing token", "highest": 7})
-    assert forged[0] == 401
-    assert receiver["highest_token"] == {KEY: 7}
+    assert first == (200, {"accepted": 5, "charges": 10}, "accepted")
+    assert replay == (200, {"accepted": 5, "charges": 10}, "replayed")
+    assert newer == (200, {"accepted": 7, "charges": 10}, "replaced")
+    assert stale == (409, {"refused": "stale", "token": 6, "accepted": 7}, "stale")
+    assert reused == (422, {"refused": "conflict", "token": 7, "accepted": 7}, "conflict")
+    assert forged == (401, {"refused": "unverified"}, "unverified")
+    [record] = ReceivedCall.objects.filter(scope="billing")
+    assert (record.idempotency_key, record.token, record.replaced_token) == (KEY, 7, 5)
+    assert (record.replacements, record.payload["total"]) == (1, "10.00")
 
 
+@pytest.mark.django_db
 def test_receiver_example_fences_dispatch_calls_per_complaint():
-    receiver = receiver_example()
+    example = receiver_example()
+    view = example["billing_webhook"]
     by_first = "vendor-assignment:42:3:replacing:none"
     by_second = "vendor-assignment:42:4:replacing:17"
+    payload = {"charge_count": 0}
 
-    body, headers = signed({}, key=by_second, token=8)
-    assert receiver["receive"](headers, body)[0] == 200
+    newer = send(view, *signed(payload, key=by_second, token=8))
     # Another vendor for the same complaint, under an older lease: refused.
-    body, headers = signed({}, key=by_first, token=7)
-    assert receiver["receive"](headers, body)[0] == 409
-    assert receiver["fenced_resource"](by_first) == "vendor-assignment:42"
+    older = send(view, *signed(payload, key=by_first, token=7))
+
+    assert newer[0] == 200
+    assert older == (409, {"refused": "stale", "token": 7, "accepted": 8}, "stale")
+    assert example["fenced_resource"](by_first) == "vendor-assignment:42"
+    assert example["fenced_resource"](KEY) is None
+    assert list(ReceivedCall.objects.values_list("idempotency_key", "token")) == [(by_second, 8)]
 
 
 @pytest.mark.django_db(transaction=True)
 def test_a_real_charge_run_call_is_accepted_by_the_receiver_example(
-    settings, signed_calls, maple, alice
+    settings, http_stub, maple, alice
 ):
-    settings.BILLING_WEBHOOK_URL = signed_calls.url
-    receiver = receiver_example()
+    settings.WEBHOOK_SIGNING_SECRET = settings.LOCK_RECEIVER_SECRET = SECRET
+    settings.BILLING_WEBHOOK_URL = http_stub.url
+    view = receiver_example()["billing_webhook"]
 
     result = generate_monthly_charges(organization=maple, month=MONTH, actor=alice)
 
-    [call] = signed_calls.received
-    status, answer = receiver["receive"](call.headers, call.body)
-    assert status == 200
-    assert answer["accepted"]["charge_count"] == 10
-    assert call.headers["X-Fencing-Token"] == str(result.token)
-    assert receiver["highest_token"] == {f"monthly-charges:{maple.pk}:2026-03": result.token}
+    [call] = http_stub.received
+    assert (call.status, call.verdict) == (200, "accepted")  # the stand-in's own receiver
+    status, answer, verdict = send(view, call.body, call.headers)
+    assert (status, answer, verdict) == (200, {"accepted": result.token, "charges": 10}, "accepted")
+    key = f"monthly-charges:{maple.pk}:2026-03"
+    assert sorted(ReceivedCall.objects.values_list("scope", "idempotency_key", "token")) == [
+        ("/hook", key, result.token),
+        ("billing", key, result.token),
+    ]

@@ -90,7 +90,8 @@ def test_paused_holder_resuming_after_a_takeover_is_rejected_and_the_newer_assig
     complaint, pipe, green, alice, dispatch, redis_client, settings
 ):
     settings.VENDOR_LOCK_TTL_SECONDS = SHORT_TTL
-    gate = dispatch.hold(dispatch_of(pipe))
+    # The dispatch service accepts A's call (token 1); its answer is what hangs.
+    gate = dispatch.hold(dispatch_of(pipe), answered=True)
     paused = Worker(lambda: assign_vendor(complaint=complaint, vendor=pipe, actor=alice))
     paused.start()
     gate.wait_arrived(1)  # A is inside its dispatch call with token 1...

@@ -523,12 +523,16 @@ def test_two_staff_posting_at_once_one_gets_303_the_other_409_naming_the_holder(
     assert VendorAssignment.objects.count() == 1
 
 
+# Refused by the fence (the dispatch service accepted the paused call, its answer came back
+# late) or by its receiver (the paused call arrived after the newer assignment's, which the
+# dispatch service fences per complaint).
 @fenced
+@pytest.mark.parametrize("answered", [True, False], ids=["fence", "receiver"])
 def test_paused_holder_posting_is_answered_409_naming_the_newer_assignment(
-    complaint, pipe, green, alice, dispatch, redis_client, settings
+    complaint, pipe, green, alice, dispatch, redis_client, settings, answered
 ):
     settings.VENDOR_LOCK_TTL_SECONDS = 0.3
-    gate = dispatch.hold(lambda request: request.json["vendor"]["id"] == pipe.pk)
+    gate = dispatch.hold(lambda request: request.json["vendor"]["id"] == pipe.pk, answered=answered)
     paused = Worker(lambda: client_for(alice).post(assign_url(complaint), {"vendor": pipe.pk}))
     paused.start()
     gate.wait_arrived(1)
@@ -555,6 +559,10 @@ def test_paused_holder_posting_is_answered_409_naming_the_newer_assignment(
     assert "token" not in html.replace("csrfmiddlewaretoken", "")
     assert [(a.vendor, a.fence_token) for a in active_assignments(complaint)] == [(green, 2)]
     assert VendorAssignment.objects.count() == 1
+    paused_call = next(r for r in dispatch.received if r.token == 1)
+    assert (paused_call.status, paused_call.verdict) == (
+        (200, "accepted") if answered else (409, "stale")
+    )
 
 
 def test_get_on_the_assign_url_leads_to_the_complaint(complaint, alice):

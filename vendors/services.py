@@ -33,7 +33,7 @@ from hoa.complaints.workflow import record_assignment
 from hoa.fenced import FencedSteps
 from hoa.integrations.webhooks import ExternalCallFailed
 from hoa.models import Complaint, Organization
-from locking import Lease, Outcome, StaleFencingToken
+from locking import Lease, Outcome, StaleAtReceiver, StaleFencingToken
 from vendors import answers
 from vendors.dispatch import cancel_dispatch, dispatch_assignment
 from vendors.exceptions import (
@@ -238,6 +238,8 @@ class Assignment(FencedSteps):
                 extra={"resource": lease.resource, "token": lease.token, "reason": exc.reason},
             )
             return f"cancellation failed: {exc.reason}"
+        except StaleAtReceiver as exc:  # the dispatch service has a newer call for the key
+            return f"cancellation refused as stale ({exc})"
         if call.skipped:
             return "cancellation skipped: no dispatch URL configured"
         return f"cancellation sent (HTTP {call.status})"

@@ -3,6 +3,16 @@
 Mocking is limited to what is outside the system; even that runs over real HTTP, so
 timeouts, headers and slow answers behave as they do in production. Tests can hold
 chosen requests at a gate (the external call "hangs") and release them when they like.
+
+The stand-in receives as a real service would, with locking's receiver
+(``locking.receive_call``): it verifies the signature (``LOCK_RECEIVER_SECRET`` unless
+given ``secret``) and keeps, per endpoint path and ``Idempotency-Key``, the highest token
+accepted in ``locking.models.ReceivedCall`` (the Django database of the process it runs
+in): a higher token replaces the record, a lower one is answered 409, a replay gets the
+first answer. Dispatch calls are also fenced per complaint (``fenced_resource``). That
+record is the billing (or dispatch) record the tests count. A test can still force an
+answer (``status``, or ``status_for`` returning a status; ``None`` lets the receiver
+answer), or make a stand-in that only records (``HttpStub(receiver=False)``).
 """
 
 import json
@@ -10,6 +20,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import urlsplit
 
 
 @dataclass
@@ -18,6 +29,13 @@ class Received:
     headers: dict
     body: bytes
     at: float = field(default_factory=time.monotonic)
+    # What the stand-in answered, and the receiver's verdict ("" when it did not decide).
+    status: int = 0
+    verdict: str = ""
+
+    @property
+    def accepted(self) -> bool:
+        return 200 <= self.status < 300
 
     @property
     def json(self):
@@ -33,10 +51,16 @@ class Received:
 
 
 class Gate:
-    """Holds matching requests until ``release()``; ``wait_arrived`` waits for them."""
+    """Holds matching requests until ``release()``; ``wait_arrived`` waits for them.
 
-    def __init__(self, predicate):
+    By default a request is held before the service decides it (the call is still on its
+    way: it arrives when released); with ``answered`` after (the service accepted it, and
+    its answer is on its way back).
+    """
+
+    def __init__(self, predicate, *, answered: bool = False):
         self.predicate = predicate
+        self.answered = answered
         self._open = threading.Event()
         self._cond = threading.Condition()
         self.arrived = 0
@@ -61,13 +85,16 @@ class Gate:
 
 
 class HttpStub:
-    def __init__(self):
+    def __init__(self, *, receiver: bool = True, secret: str | None = None):
         self.received: list[Received] = []
-        self.status = 200
-        # Optional: the status for one request (e.g. refuse only cancellations); else status.
+        # A forced answer for every request (None: the receiver answers).
+        self.status: int | None = None
+        # Optional: a forced answer for one request (None: as ``status``).
         self.status_for = None
         self.delay = 0.0
         self.gates: list[Gate] = []
+        self.receiver = receiver
+        self.secret = secret
         self._lock = threading.Lock()
         stub = self
 
@@ -75,18 +102,19 @@ class HttpStub:
             def do_POST(self):
                 length = int(self.headers.get("Content-Length") or 0)
                 request = Received(self.path, dict(self.headers.items()), self.rfile.read(length))
-                for gate in list(stub.gates):
-                    if gate.predicate(request):
-                        gate._enter()
+                stub._hold(request, answered=False)
                 if stub.delay:
                     time.sleep(stub.delay)
+                status, content_type, content, verdict = stub._answer(request)
+                request.status, request.verdict = status, verdict
                 with stub._lock:
                     stub.received.append(request)
-                status = stub.status_for(request) if stub.status_for else stub.status
+                stub._hold(request, answered=True)
                 self.send_response(status)
-                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Type", content_type)
+                self.send_header("Content-Length", str(len(content)))
                 self.end_headers()
-                self.wfile.write(b'{"ok": true}')
+                self.wfile.write(content)
 
             def log_message(self, *args):
                 pass
@@ -100,10 +128,22 @@ class HttpStub:
         host, port = self.server.server_address
         return f"http://{host}:{port}/hook"
 
-    def hold(self, predicate=lambda request: True) -> Gate:
-        gate = Gate(predicate)
+    def accepted(self) -> list[Received]:
+        """The requests the stand-in answered with 2xx, in the order it answered them."""
+        with self._lock:
+            return [request for request in self.received if request.accepted]
+
+    def hold(self, predicate=lambda request: True, *, answered: bool = False) -> Gate:
+        """Hold the requests ``predicate`` picks: before the service decides them, or with
+        ``answered`` after it did (their answers wait)."""
+        gate = Gate(predicate, answered=answered)
         self.gates.append(gate)
         return gate
+
+    def _hold(self, request: Received, *, answered: bool) -> None:
+        for gate in list(self.gates):
+            if gate.answered == answered and gate.predicate(request):
+                gate._enter()
 
     def start(self):
         self.thread.start()
@@ -114,3 +154,56 @@ class HttpStub:
             gate.release()
         self.server.shutdown()
         self.server.server_close()
+
+    def _answer(self, request: Received) -> tuple[int, str, bytes, str]:
+        forced = self.status_for(request) if self.status_for else None
+        if forced is None:
+            forced = self.status
+        if forced is not None or not self.receiver:
+            return forced or 200, "application/json", OK, ""
+        from django.db import connections
+
+        from locking import receive_call
+
+        try:
+            receipt = receive_call(
+                request.headers,
+                request.body,
+                _kept,
+                scope=urlsplit(request.path).path,
+                resource=fenced_resource,
+                secret=self.secret,
+            )
+        except Exception as exc:  # the stand-in's own failure: say so, as a 500
+            return 500, "text/plain", f"stand-in failed: {exc!r}".encode(), "error"
+        finally:
+            connections.close_all()  # this request's thread ends here
+        response = receipt.response
+        return (
+            response.status_code,
+            response.get("Content-Type", "application/json"),
+            response.content,
+            receipt.verdict,
+        )
+
+
+OK = b'{"ok": true}'
+
+
+def fenced_resource(idempotency_key: str) -> str | None:
+    """The lease a call was made under, as the dispatch service knows its keys: one per
+    complaint (``vendor-assignment:<complaint>:<vendor>:replacing:<id>`` names one change
+    of it), so another vendor's dispatch under an older lease is refused too. Billing's
+    key is its lease's own (one per organization and month): ``None``, the key alone."""
+    kind, _, rest = idempotency_key.partition(":")
+    if kind == "vendor-assignment":
+        return f"{kind}:{rest.partition(':')[0]}"
+    return None
+
+
+def _kept(call):
+    """What the stand-in service does with an accepted call: the receiver's record of it
+    (locking's ``ReceivedCall``) is the billing or dispatch record; it answers ok."""
+    from django.http import HttpResponse
+
+    return HttpResponse(OK, content_type="application/json")
