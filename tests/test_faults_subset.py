@@ -11,6 +11,7 @@ The second half proves the checker can fail: it is fed histories that contradict
 database and must name the contradiction.
 """
 
+import json
 import time
 from datetime import timedelta
 from decimal import Decimal
@@ -20,11 +21,13 @@ from django.conf import settings
 from django.utils import timezone
 
 from charges.models import MonthlyCharge, MonthlyChargeRun
+from locking.models import ReceivedCall
 from tests.faults.checker import check_history
 from tests.faults.clients import Op
 from tests.faults.scenario import find, run_scenario, warm_up
 from tests.faults.seed import World, seed_world
 from tests.faults.stack import Stack, StackOptions
+from tests.harness.http import Received
 from tests.harness.processes import django_database_url
 from vendors.models import VendorAssignment
 
@@ -179,6 +182,68 @@ def test_checker_flags_a_half_written_run_and_a_success_that_is_not_in_the_datab
     assert any(expected in p for p in problems)
     assert any("faults-03 was told done but the run is not completed" in p for p in problems)
     assert run_row.charges.count() == 2
+
+
+def _billing_call(key: str, token: int, status: int, verdict: str) -> Received:
+    headers = {"Idempotency-Key": key, "X-Fencing-Token": str(token)}
+    return Received("/billing", headers, b"", status=status, verdict=verdict)
+
+
+def _billing_record(key: str, token: int, *, charges: int, total: str) -> ReceivedCall:
+    body = json.dumps({"charge_count": charges, "total": total, "fencing_token": token})
+    now = timezone.now()
+    return ReceivedCall.objects.create(
+        scope="/billing",
+        idempotency_key=key,
+        token=token,
+        content_digest="0" * 64,
+        body=body.encode(),
+        first_received_at=now,
+        received_at=now,
+    )
+
+
+def test_checker_flags_a_billing_record_that_lost_the_higher_token_or_bills_another_run(world):
+    month = world.take_month("faults-maple")
+    _complete_run(world, month, by="faults-01")
+    key = f"monthly-charges:{world.org_id('faults-maple')}:{month}"
+    # The receiver accepted 1, then 2, but its record kept 1 (a lower token won), and it
+    # refused 3 as stale though it never accepted anything higher.
+    _billing_record(key, 1, charges=world.units("faults-maple") - 1, total="0.00")
+    calls = [
+        _billing_call(key, 1, 200, "accepted"),
+        _billing_call(key, 2, 200, "replaced"),
+        _billing_call(key, 3, 409, "stale"),
+    ]
+    told = [_op(world, kind="charges", month=month, user="faults-01", verdict="done")]
+
+    problems = check_history(told, received=calls, units=_units(world))
+
+    units = world.units("faults-maple")
+    assert problems == [
+        f"{key}: the stand-in accepted tokens [1, 2] at /billing but its record holds 1: a "
+        "lower token replaced a higher one",
+        f"{key}: the stand-in refused tokens [3] as stale at /billing, though nothing higher "
+        "was accepted (highest 1)",
+        f"monthly-charges:org:{world.org_id('faults-maple')}:{month}: the billing record "
+        f"(token 1) bills {units - 1} charges, 0.00; the run has {units}, 0.00",
+    ]
+
+
+def test_checker_flags_a_completed_run_without_its_billing_record(world):
+    month = world.take_month("faults-maple")
+    _complete_run(world, month, by="faults-01")
+    key = f"monthly-charges:{world.org_id('faults-maple')}:{month}"
+    told = [_op(world, kind="charges", month=month, user="faults-01", verdict="done")]
+
+    problems = check_history(
+        told, received=[_billing_call(key, 1, 200, "accepted")], units=_units(world)
+    )
+
+    assert (
+        f"monthly-charges:org:{world.org_id('faults-maple')}:{month}: 0 billing records for "
+        "a completed run (expected one)"
+    ) in problems
 
 
 def test_checker_flags_assignments_out_of_token_order_and_a_lost_success(world, django_user_model):

@@ -12,7 +12,10 @@ Charges (one run per organization and month)
   - every refusal left nothing: the run's writer is a client that was told "generated"
     or got no answer, never one told busy, stale, unavailable or failed;
   - tokens never go backwards: ``last_fence_token`` is at least every token the audit
-    recorded as committed, and the billing call of the winning token was made.
+    recorded as committed, and the billing service accepted a call with each of them;
+  - one billing record per run, whatever order the calls arrived in: the billing
+    stand-in (locking's receiver) holds exactly one record for a completed run's key,
+    billing the run's charge count and total.
 
 Vendor assignment (one complaint)
   - committed writes are totally ordered by token: assignment rows in insertion order
@@ -24,7 +27,12 @@ Vendor assignment (one complaint)
     vendor that was active during its request;
   - every refusal left nothing: every row belongs to a client told "assigned" (or one
     that got no answer); a row that replaced another came from a reassign request;
-  - every row's token reached the dispatch service before the row was written.
+  - every row's token reached the dispatch service, and was accepted, before the row was
+    written.
+
+The stand-in (locking's receiver)
+  - kept, per key, the highest token it accepted: its record holds the largest token
+    answered 2xx, and every call it refused as stale (409) carried a lower one.
 
 Timestamps the app writes (``timezone.now()`` in the worker) are compared with the
 client's wall clock on the same machine; ``SLACK`` absorbs rounding only.
@@ -39,6 +47,8 @@ from tests.faults.clients import Op
 
 SLACK = 0.2  # seconds
 UNKNOWN = ("no_answer", "error")
+# The stand-in's endpoint of billing calls (tests/faults/stack.py): its receiver's scope.
+BILLING_SCOPE = "/billing"
 
 
 def check_history(ops: list[Op], *, received: list, units: dict[int, int]) -> list[str]:
@@ -52,7 +62,7 @@ def check_history(ops: list[Op], *, received: list, units: dict[int, int]) -> li
         if op.kind in ("charges", "assign"):
             by_resource[op.resource].append(op)
     calls = _calls_by_key(received)
-    violations: list[str] = []
+    violations: list[str] = _check_receiver(received)
     for resource, resource_ops in sorted(by_resource.items()):
         first = resource_ops[0]
         if first.kind == "charges":
@@ -64,13 +74,52 @@ def check_history(ops: list[Op], *, received: list, units: dict[int, int]) -> li
 
 
 def _calls_by_key(received: list) -> dict[str, set[int]]:
+    """The tokens the stand-in accepted (answered 2xx), per idempotency key."""
     calls: dict[str, set[int]] = defaultdict(set)
     for request in received:
         try:
-            calls[request.idempotency_key].add(request.token)
+            if request.accepted:
+                calls[request.idempotency_key].add(request.token)
         except (KeyError, ValueError):
             continue
     return calls
+
+
+def _check_receiver(received: list) -> list[str]:
+    """Per endpoint and key: the record holds the highest token accepted; refusals as stale
+    carried tokens below what the key (or, for dispatch, its complaint) had accepted. Read
+    from the records, not from the order the answers were listed in (two answers may be
+    listed in another order than they were decided)."""
+    from locking.models import ReceivedCall, ReceivedFence
+    from tests.harness.http import fenced_resource
+
+    accepted: dict[tuple[str, str], list[int]] = defaultdict(list)
+    stale: dict[tuple[str, str], list[int]] = defaultdict(list)
+    for request in received:
+        if request.verdict in ("accepted", "replaced", "replayed"):
+            accepted[request.path, request.idempotency_key].append(request.token)
+        elif request.verdict == "stale":
+            stale[request.path, request.idempotency_key].append(request.token)
+    problems = []
+    for scope, key in sorted(accepted.keys() | stale.keys()):
+        record = ReceivedCall.objects.filter(scope=scope, idempotency_key=key).first()
+        kept = record.token if record else None
+        tokens = accepted.get((scope, key))
+        if tokens and kept != max(tokens):
+            problems.append(
+                f"{key}: the stand-in accepted tokens {sorted(tokens)} at {scope} but its "
+                f"record holds {kept}: a lower token replaced a higher one"
+            )
+        resource = fenced_resource(key)
+        fence = ReceivedFence.objects.filter(scope=scope, resource=resource).first()
+        limit = max(kept or 0, fence.token if resource and fence else 0)
+        higher = sorted(token for token in stale.get((scope, key), []) if token >= limit)
+        if higher:
+            problems.append(
+                f"{key}: the stand-in refused tokens {higher} as stale at {scope}, "
+                f"though nothing higher was accepted (highest {limit})"
+            )
+    return problems
 
 
 def _in_window(moment: float, op: Op) -> bool:
@@ -150,7 +199,25 @@ def _check_charges(org_id, month, ops, calls, units) -> list[str]:
     for token in committed_tokens:
         if calls and token not in calls.get(key, set()):
             problems.append(f"token {token} committed without a billing call carrying it")
+    if completed and calls:
+        problems += _billing_records(run, key)
     return problems
+
+
+def _billing_records(run, key: str) -> list[str]:
+    """One billing record per completed run, billing what the run wrote."""
+    from locking.models import ReceivedCall
+
+    records = list(ReceivedCall.objects.filter(scope=BILLING_SCOPE, idempotency_key=key))
+    if len(records) != 1:
+        return [f"{len(records)} billing records for a completed run (expected one)"]
+    billed = records[0].payload
+    if (billed["charge_count"], Decimal(billed["total"])) != (run.charge_count, run.total):
+        return [
+            f"the billing record (token {records[0].token}) bills {billed['charge_count']} "
+            f"charges, {billed['total']}; the run has {run.charge_count}, {run.total}"
+        ]
+    return []
 
 
 # -- vendor assignment -----------------------------------------------------------------------

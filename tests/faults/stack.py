@@ -9,19 +9,24 @@
                                                │   test database in the pytest subset)
                                                └─► proxy "external" ─► stand-in billing /
                                                                        dispatch endpoint
+                                                                       (locking's receiver)
 
 The app reaches Redis and the external endpoint only through the proxies, so a scenario
-can slow, stall or cut either wire. The harness itself talks to Redis and PostgreSQL
+can slow, stall or cut either wire. The apps sign their calls (``WEBHOOK_SIGNING_SECRET``)
+and the stand-in receives them with locking's receiver, as a billing or dispatch service
+that checks the token would: it keeps one record per key with the highest token, and
+refuses a lower one with 409. The harness itself talks to Redis and PostgreSQL
 directly, to look at what really happened.
 """
 
 import logging
 import os
+import secrets
 import shutil
 import subprocess
 import sys
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import redis
@@ -60,6 +65,8 @@ class StackOptions:
     external_timeout: float = 8.0
     redis_timeout: float = 1.0
     keep_logs: bool = False
+    # What the apps sign their external calls with and the stand-in verifies.
+    webhook_secret: str = field(default_factory=lambda: secrets.token_hex(16))
 
 
 class Stack:
@@ -84,7 +91,7 @@ class Stack:
             self.database_url = self.postgres.create_database(DATABASE_NAME)
         self.redis_server = RedisServer().start()
         self.redis_proxy = TcpProxy(self.redis_server.port, name="redis").start()
-        self.standin = HttpStub().start()
+        self.standin = HttpStub(secret=self.options.webhook_secret).start()
         self.external_proxy = TcpProxy(self.standin.server.server_address[1], name="external")
         self.external_proxy.start()
         return self
@@ -180,6 +187,7 @@ class Stack:
                 if self.external_proxy
                 else "",
                 "EXTERNAL_CALL_TIMEOUT_SECONDS": f"{self.options.external_timeout:g}",
+                "WEBHOOK_SIGNING_SECRET": self.options.webhook_secret,
                 "CHARGES_LOCK_TTL_SECONDS": ttl,
                 "VENDOR_LOCK_TTL_SECONDS": ttl,
                 # Persistent connections, checked at the start of each request: what a

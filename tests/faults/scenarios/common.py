@@ -77,3 +77,14 @@ def tokens_sent(s: Scenario, op: Op) -> list[int]:
         return [r.token for r in s.stack.standin.received if r.idempotency_key == key]
     prefix = f"vendor-assignment:{op.complaint}:"
     return [r.token for r in s.stack.standin.received if r.idempotency_key.startswith(prefix)]
+
+
+def billing_records(op: Op) -> list[tuple[int, int]]:
+    """The billing stand-in's records for ``op``'s run (locking's receiver keeps one per
+    key): (token, replacements) of each; one record per run is what the checker demands."""
+    from locking.models import ReceivedCall
+    from tests.faults.checker import BILLING_SCOPE
+
+    key = f"monthly-charges:{op.org_id}:{op.month}"
+    records = ReceivedCall.objects.filter(scope=BILLING_SCOPE, idempotency_key=key)
+    return list(records.values_list("token", "replacements"))

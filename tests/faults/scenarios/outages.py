@@ -8,6 +8,7 @@ from tests.faults.scenario import Scenario, scenario
 from tests.faults.scenarios.common import (
     INSERT_STATEMENT,
     INSERT_TARGET,
+    billing_records,
     external_call_of,
     racing_ops,
     stored,
@@ -378,5 +379,6 @@ def external_latency(s: Scenario) -> None:
         f"assignments: {[op.verdict for op in assigns]}",
     )
     s.fact("external calls (charges)", tokens_sent(s, charges[0]))
+    s.fact("billing records", billing_records(charges[0]))
     s.fact("external calls (vendor)", tokens_sent(s, assigns[0]))
     s.observe(", ".join(f"{op.kind} {op.verdict}" for op in ops))

@@ -1,5 +1,6 @@
-"""Scenarios 1-3: a holder paused past its lease, the stale holder committing first, and a
-holder killed inside its critical section.
+"""Scenarios 1-3: a holder paused past its lease (its late external call refused by the
+receiver in 1d), the stale holder committing first, and a holder killed inside its
+critical section.
 
 Each forces its interleaving instead of hoping for it: the Redis proxy keeps back the
 grant's reply, the stand-in keeps an external call waiting, or a table lock from the
@@ -15,6 +16,7 @@ from tests.faults.scenarios.common import (
     FENCE_UPDATE,
     INSERT_STATEMENT,
     INSERT_TARGET,
+    billing_records,
     external_call_of,
     racing_ops,
     stored,
@@ -59,8 +61,40 @@ def pause_in_external_call(s: Scenario, kind: str, rival_via_command: bool) -> N
     s.expect_verdict(first, "refused")
     s.fact("database", stored(first))
     s.fact("external calls", tokens_sent(s, first))
+    if kind == "charges":
+        s.fact("billing records", billing_records(first))
     s.observe(
         f"paused holder told {first.verdict} ({first.status}); rival told {rival.verdict} "
+        f"({rival.status})"
+    )
+
+
+def late_call_after_takeover(s: Scenario, kind: str) -> None:
+    """The holder's external call is still on its way when its lease runs out; a newer
+    holder's call reaches the stand-in first and commits. The late call is then refused by
+    the receiver (409), and its holder answers stale, before anything is written."""
+    first, second = racing_ops(s, kind)
+    token = s.stack.counter(first.resource) + 1
+    late_call = external_call_of(first, token)
+    gate = s.hold_call(late_call)  # held before the stand-in's receiver decides it
+    paused = s.send_later(s.client(0), first)
+    gate.wait_arrived(1, timeout=15)
+    s.wait_lock_gone(first.resource)
+    rival = s.command(second)
+    gate.release()  # the call reaches the receiver after the newer holder's
+    first = paused.result(60)
+    s.expect_verdict(rival, "done")
+    s.expect_verdict(first, "refused")
+    answers = [(r.token, r.status, r.verdict) for r in s.stack.standin.received if late_call(r)]
+    s.expect(answers == [(token, 409, "stale")], f"the late call was answered {answers}")
+    s.fact("database", stored(first))
+    s.fact("external calls", tokens_sent(s, first))
+    s.fact("late call answered", answers)
+    if kind == "charges":
+        s.fact("billing records", billing_records(first))
+    s.observe(
+        f"late call refused by the receiver ({answers[0][1] if answers else None}); its "
+        f"holder told {first.verdict} ({first.status}); rival told {rival.verdict} "
         f"({rival.status})"
     )
 
@@ -120,6 +154,32 @@ def _1b_assign(s):
     pause_in_external_call(s, "assign", rival_via_command=False)
 
 
+_LATE = (
+    "the late call is refused by the receiver (409); its holder is told stale (409); "
+    "the rival is done"
+)
+
+
+@scenario(
+    "1d-charges",
+    group=1,
+    title="The paused holder's call arrives after the newer holder's (charges)",
+    expected=_LATE,
+)
+def _1d_charges(s):
+    late_call_after_takeover(s, "charges")
+
+
+@scenario(
+    "1d-assign",
+    group=1,
+    title="The paused holder's call arrives after the newer holder's (vendor)",
+    expected=_LATE,
+)
+def _1d_assign(s):
+    late_call_after_takeover(s, "assign")
+
+
 @scenario(
     "1c-charges",
     group=1,
@@ -175,6 +235,8 @@ def stale_commits_first(s: Scenario, kind: str) -> None:
     s.expect_verdict(second, "already_done" if kind == "charges" else "refused")
     s.fact("database", stored(first))
     s.fact("external calls", tokens_sent(s, first))
+    if kind == "charges":
+        s.fact("billing records", billing_records(first))
     s.observe(
         f"older token committed first ({first.verdict}); newer told {second.verdict} "
         f"({second.status}); one set of rows"
