@@ -32,6 +32,7 @@ from locking.exceptions import LeaseLost, LockHeld, LockUnavailable
 from locking.grant import (
     UNSEEDABLE,
     backoff_seconds,
+    epoch_cause,
     grant_keys_args,
     holder_label,
     positive_ms,
@@ -112,7 +113,9 @@ class AsyncFenceLockMixin:
             started = time.monotonic()
             reply = await self._agrant(resource, owner, ttl_ms, label, floor="")
         if reply[0] == 2:
-            floor = await astart_epoch(resource, above=int(reply[2] or 0), using=self.using)
+            floor = await astart_epoch(
+                resource, above=int(reply[2] or 0), using=self.using, cause=epoch_cause(reply)
+            )
             reply = await self._agrant(resource, owner, ttl_ms, label, floor=str(floor))
             if reply[0] == 2:
                 raise LockUnavailable(resource, UNSEEDABLE)
@@ -190,6 +193,7 @@ class AsyncLeaseMixin:
 
     async def arelease(self) -> bool:
         """``release()`` for async code, on the lock's ``redis.asyncio`` client."""
+        self._done_with()
         with tracing.operation_span("locking.release", self.resource, token=self.token) as span:
             try:
                 script = self._lock.async_scripts().release

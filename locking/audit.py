@@ -16,7 +16,7 @@ from opentelemetry.trace import Span
 from locking import metrics, tracing
 from locking.conf import setting
 from locking.exceptions import LockHeld, LockUnavailable, StaleAtReceiver, StaleFencingToken
-from locking.outcomes import HasOutcome, Outcome
+from locking.outcomes import HasOutcome, Outcome, RefusedBy
 
 if TYPE_CHECKING:
     from locking.lease import Lease
@@ -136,8 +136,10 @@ class AttemptAudit:
             case LockUnavailable():
                 self._record(exc.outcome, None, exc.reason)
             case StaleAtReceiver():
+                metrics.stale_write_refused(self.attempt.operation, RefusedBy.RECEIVER)
                 self._record(exc.outcome, exc.token, f"{exc.url or 'the receiver'}: {exc}")
             case StaleFencingToken():
+                metrics.stale_write_refused(self.attempt.operation, RefusedBy.FENCE)
                 detail = f"a newer holder recorded token {exc.recorded}"
                 self._record(exc.outcome, exc.token, detail)
             case _:
@@ -150,6 +152,8 @@ class AttemptAudit:
             extra={"resource": self.resource, "token": stale.token, "recorded": stale.recorded},
         )
         metrics.counter_reseeded(self.attempt.operation)
+        refused_by = RefusedBy.RECEIVER if isinstance(stale, StaleAtReceiver) else RefusedBy.FENCE
+        metrics.stale_write_refused(self.attempt.operation, refused_by)
         self._record(
             Outcome.STALE,
             stale.token,

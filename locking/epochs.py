@@ -32,10 +32,12 @@ from asgiref.sync import sync_to_async
 from django.db import connections
 from redis.exceptions import RedisError
 
+from locking import metrics
 from locking.conf import setting
 from locking.connection import get_lock_redis
 from locking.exceptions import LockUnavailable
 from locking.keys import fence_key, validate_resource
+from locking.outcomes import EpochCause
 
 if TYPE_CHECKING:
     from locking.lock import FenceLock
@@ -112,27 +114,41 @@ def begin_first_epochs(resources, *, using: str | None = None) -> list[str]:
     return new
 
 
-def start_epoch(resource: str, *, above: int = 0, using: str | None = None) -> int:
+def start_epoch(
+    resource: str,
+    *,
+    above: int = 0,
+    using: str | None = None,
+    cause: EpochCause = EpochCause.COUNTER_LOST,
+) -> int:
     """Record a new epoch of ``resource`` in the database; return its first token.
 
     What a grant does when Redis has no counter for the resource (step 1 above), and
     ``run_fenced`` when the counter is behind. The epoch is the one after the recorded
     epoch (a resource with none starts at 0), and, when ``above`` is a token known to be
     granted, above that token's epoch. Raises ``LockUnavailable`` when the resource has
-    used up its epochs.
+    used up its epochs. ``cause`` is counted (``fence_epochs_started_total``); a
+    resource's epoch 0 is always its first grant.
     """
     floor_epoch = epoch_of(above) + 1 if above else 0
     epoch = begin_epoch(resource, floor=floor_epoch, using=using)
+    metrics.epochs_started(resource, EpochCause.FIRST_GRANT if epoch == 0 else cause)
     if epoch > MAX_EPOCH:
         raise LockUnavailable(resource, f"fence epochs exhausted (epoch {epoch})")
     return first_token(epoch)
 
 
-async def astart_epoch(resource: str, *, above: int = 0, using: str | None = None) -> int:
+async def astart_epoch(
+    resource: str,
+    *,
+    above: int = 0,
+    using: str | None = None,
+    cause: EpochCause = EpochCause.COUNTER_LOST,
+) -> int:
     """``start_epoch()`` from async code: the same committed write, in the thread Django's
     async ORM uses (``sync_to_async(thread_sensitive=True)``)."""
     return await sync_to_async(start_epoch, thread_sensitive=True)(
-        resource, above=above, using=using
+        resource, above=above, using=using, cause=cause
     )
 
 
@@ -157,6 +173,8 @@ def prepare_fences(resources: Iterable[str], *, lock: "FenceLock | None" = None)
     new = begin_first_epochs(resources, using=using)
     if not new:
         return 0
+    for resource in new:  # the epoch each one's first grant would have started
+        metrics.epochs_started(resource, EpochCause.FIRST_GRANT)
     try:
         # Epoch 0 starts at 0: "raise to at least its first token" is "create if missing".
         pipe = client.pipeline(transaction=False)

@@ -16,6 +16,7 @@ from datetime import UTC, datetime, timedelta
 
 from locking.exceptions import LockHeld, LockUnavailable
 from locking.keys import fence_key, lock_key, seed_key
+from locking.outcomes import EpochCause
 
 logger = logging.getLogger(__name__)
 
@@ -85,6 +86,11 @@ def grant_keys_args(resource, owner, ttl_ms, label, floor) -> tuple[list, list]:
     """The keys and arguments of the grant script (locking/scripts.py, ``ACQUIRE_LUA``)."""
     keys = [lock_key(resource), fence_key(resource), seed_key(resource)]
     return keys, [owner, ttl_ms, label, floor, SEEDING_CLAIM_MS]
+
+
+def epoch_cause(reply: list) -> EpochCause:
+    """Why a grant script's "record an epoch" reply (``{2, 'lost'|'full', counter}``) asks."""
+    return EpochCause.SEQUENCE_EXHAUSTED if text(reply[1]) == "full" else EpochCause.COUNTER_LOST
 
 
 def busy(resource: str, reply: list) -> LockHeld:

@@ -29,6 +29,14 @@ def validate_resource(resource: str) -> str:
     return resource
 
 
+def resource_kind(resource: str) -> str:
+    """Return the kind of a resource: its name up to the first ``:`` (``monthly-charges``).
+
+    What spans and metrics name instead of the resource itself, whose name carries tenant
+    and row ids (a label per resource would grow without bound)."""
+    return resource.partition(":")[0]
+
+
 def lock_key(resource: str) -> str:
     return "lock:{" + resource + "}"
 

@@ -33,12 +33,12 @@ from typing import TYPE_CHECKING
 
 from redis.exceptions import RedisError
 
-from locking import tracing
+from locking import metrics, tracing
 from locking.aio import AsyncLeaseMixin
 from locking.exceptions import LeaseLost, LeaseUncertain
 from locking.grant import positive_ms
 from locking.keys import lock_key
-from locking.outcomes import LeaseState, Outcome
+from locking.outcomes import LeaseState, LossCause, Outcome
 
 if TYPE_CHECKING:
     from locking.lock import FenceLock
@@ -79,26 +79,35 @@ class LostSignal(threading.Event):
 
     def set(self) -> None:
         """Mark the lease lost by hand (e.g. the work learned it elsewhere)."""
-        self._mark("marked lost by its holder", notify=True)
+        if self._mark("marked lost by its holder", notify=True) and self._lease is not None:
+            metrics.lease_lost(self._lease.resource, LossCause.MARKED)
 
     def clear(self) -> None:
         raise RuntimeError("a lost lease stays lost: acquire a new one")
 
-    def _mark(self, reason: str, *, notify: bool) -> None:
-        """Set the signal once; with ``notify``, run the callbacks, each once."""
+    @property
+    def released(self) -> bool:
+        """Whether the holder released the lease (set quietly, no loss to report)."""
+        return self._quiet
+
+    def _mark(self, reason: str, *, notify: bool) -> bool:
+        """Set the signal once; with ``notify``, run the callbacks, each once. Return
+        whether this call set it."""
         with self._guard:
-            if not super().is_set():
+            newly = not super().is_set()
+            if newly:
                 self.reason = reason
                 super().set()
             if not notify:
                 self._quiet = True
-                return
+                return newly
             if self._quiet or self._fired:
-                return
+                return newly
             self._fired = True
             callbacks = list(self._callbacks)
         for callback in callbacks:
             _run_callback(callback, self._lease)
+        return newly
 
     def _add_callback(self, callback: Callable[["Lease"], object]) -> None:
         with self._guard:
@@ -169,7 +178,8 @@ class Lease(AsyncLeaseMixin):
         if now < self._monotonic_deadline and self._doubt is None:
             return LeaseState.HELD
         if now >= self._expired_by:
-            self._mark_lost(f"{TTL_PASSED} ({self._doubt})" if self._doubt else TTL_PASSED)
+            reason = f"{TTL_PASSED} ({self._doubt})" if self._doubt else TTL_PASSED
+            self._mark_lost(reason, cause=LossCause.TTL_PASSED)
             return LeaseState.LOST
         return LeaseState.UNCERTAIN
 
@@ -220,14 +230,26 @@ class Lease(AsyncLeaseMixin):
         reason = self._doubt or "its TTL may have passed by this process's clock"
         raise LeaseUncertain(self.resource, self.token, reason)
 
-    def _mark_lost(self, reason: str, *, notify: bool = True) -> None:
-        if notify and not self.lost.is_set():
+    def _mark_lost(
+        self, reason: str, *, cause: LossCause | None = None, notify: bool = True
+    ) -> None:
+        """Mark the lease ``LOST`` (``cause``: how, counted) or, without ``notify``, released."""
+        if self.lost._mark(reason, notify=notify) and notify:
             logger.warning(
                 "lease lost: %s",
                 reason,
                 extra={"resource": self.resource, "token": self.token, "outcome": Outcome.LOST},
             )
-        self.lost._mark(reason, notify=notify)
+            metrics.lease_lost(self.resource, cause or LossCause.REFUSED)
+
+    def _done_with(self) -> None:
+        """The holder is done with the lease (its first release): observe how long its
+        work ran past the TTL, counted from before the last confirmed grant or extend."""
+        if self.lost.released:
+            return
+        overrun = time.monotonic() - self._monotonic_deadline
+        if overrun > 0:
+            metrics.lease_overran(self.resource, overrun)
 
     # -- release and extend --------------------------------------------------------------
 
@@ -237,6 +259,7 @@ class Lease(AsyncLeaseMixin):
         If Redis cannot be reached the lease is left to expire on its own (False). Sets
         ``lost`` (the lease is no longer usable) without calling ``on_lost`` callbacks.
         """
+        self._done_with()
         with tracing.operation_span("locking.release", self.resource, token=self.token) as span:
             try:
                 released = bool(
@@ -292,13 +315,17 @@ class Lease(AsyncLeaseMixin):
                     "lease held again", extra={"resource": self.resource, "token": self.token}
                 )
         elif error is not None:
+            if self._doubt is None:
+                metrics.lease_uncertain(self.resource)
             self._doubt = f"extend failed: {error}"
             logger.warning(
                 "lease uncertain: could not extend it",
                 extra={"resource": self.resource, "token": self.token, "error": str(error)},
             )
         else:
-            self._mark_lost("extend refused: the lease expired or has another holder")
+            self._mark_lost(
+                "extend refused: the lease expired or has another holder", cause=LossCause.REFUSED
+            )
         return extended
 
     def keep_alive(self, ttl: timedelta | None = None) -> "KeepAlive":

@@ -32,6 +32,7 @@ from locking.grant import (
     UNSEEDABLE,
     backoff_seconds,
     busy,
+    epoch_cause,
     from_ms,
     grant_keys_args,
     holder_label,
@@ -142,7 +143,9 @@ class FenceLock(AsyncFenceLockMixin):
         if reply[0] == 2:
             # The counter is gone (or its epoch is used up): record a new epoch in the
             # database, then grant from its first token. Nothing was written before.
-            floor = start_epoch(resource, above=int(reply[2] or 0), using=self.using)
+            floor = start_epoch(
+                resource, above=int(reply[2] or 0), using=self.using, cause=epoch_cause(reply)
+            )
             reply = self._grant(resource, owner, ttl_ms, label, floor=str(floor))
             if reply[0] == 2:
                 raise LockUnavailable(resource, UNSEEDABLE)

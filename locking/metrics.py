@@ -1,11 +1,20 @@
-"""Prometheus metrics of fenced attempts, labelled by operation and never by resource.
+"""Prometheus metrics of fenced attempts and of what keeps them safe, never by resource.
 
 ``run_fenced`` is the one place every fenced attempt passes through, so it is the one
-place that counts: grants, and each attempt's final outcome with its duration. Labels are
+place that counts attempts: grants, each attempt's final outcome with its duration, and
+the stale writes refused (by this side's fence or by the receiving service). Labels are
 the operation name the caller gives in ``Attempt.operation`` (a handful per project) and,
-on the histogram, the outcome (a handful more). Resource names (one per organization and
-month, one per complaint) would create a time series per resource and must never become a
-label; the audit table (``FenceEvent``) and the logs carry them instead.
+on the histogram, the outcome (a handful more).
+
+The safety metrics of leases and epochs are counted where they happen, for every user of
+the lock (with or without ``run_fenced``), labelled by ``resource_kind``: the resource name
+up to its first ``:`` (``monthly-charges``, ``vendor-assignment``). Epochs started, by
+cause; how long work ran past its lease's TTL (at release); leases that became uncertain,
+and lost, by reason. A receiver of fenced calls (locking/receiver.py) counts its decisions
+by receiver and verdict. Resource names (one per organization and month, one per
+complaint) would create a time series per resource and must never become a label; the
+audit table (``FenceEvent``) and the logs carry them instead. docs/operations.md lists
+every name and label for alerting rules.
 
 Under gunicorn with several workers every worker has its own counters; prometheus-client's
 multiprocess mode (``PROMETHEUS_MULTIPROC_DIR``, see docs/operations.md) adds them up.
@@ -13,7 +22,8 @@ multiprocess mode (``PROMETHEUS_MULTIPROC_DIR``, see docs/operations.md) adds th
 
 from prometheus_client import Counter, Histogram
 
-from locking.outcomes import Outcome
+from locking.keys import resource_kind
+from locking.outcomes import EpochCause, LossCause, Outcome, RefusedBy
 
 UNNAMED_OPERATION = "unnamed"
 
@@ -61,6 +71,44 @@ DURATION = Histogram(
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60),
 )
 
+# -- safety -------------------------------------------------------------------------------
+
+STALE_WRITES_REFUSED = Counter(
+    "fence_stale_writes_refused",
+    "Writes refused because a newer holder had been there first: by this side's fence "
+    "(refused_by=fence) or by the service the fenced call went to (refused_by=receiver, "
+    "its 409). Counter-behind refusals, which a new epoch and a retry follow, included.",
+    ["operation", "refused_by"],
+)
+EPOCHS_STARTED = Counter(
+    "fence_epochs_started",
+    "Fence epochs recorded in the database, by cause: first_grant (a resource's first "
+    "grant, or prepare_fences), counter_lost (Redis had no counter: a restart, a flush, "
+    "eviction), counter_behind (a refused token showed the counter behind: a failover or "
+    "an AOF that lost grants), sequence_exhausted (2**32 - 1 grants in one epoch).",
+    ["resource_kind", "cause"],
+)
+LEASE_OVERRUN = Histogram(
+    "fence_lease_overrun_seconds",
+    "How long work ran past its lease's TTL, observed when the holder released the lease "
+    "after the TTL (counted from before the last confirmed grant or extend was sent): a "
+    "paused or slow holder, whose late write only the fence keeps out.",
+    ["resource_kind"],
+    buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300),
+)
+LEASES_UNCERTAIN = Counter(
+    "fence_leases_uncertain",
+    "Leases that became UNCERTAIN: a renewal failed or Redis did not answer (once per "
+    "spell of doubt; a renewal that answers makes the lease HELD again).",
+    ["resource_kind"],
+)
+LEASES_LOST = Counter(
+    "fence_leases_lost",
+    "Leases that became LOST while held, by reason: refused (Redis refused an extend: "
+    "taken over or broken), ttl_passed (the TTL surely passed by the holder's clock), "
+    "marked (the holder marked it lost). A release is not a loss.",
+    ["resource_kind", "reason"],
+)
 RECEIVER_CALLS = Counter(
     "fence_receiver_calls",
     "Fenced calls a receiver (locking's receive_call) decided, by receiver and verdict: "
@@ -104,3 +152,28 @@ def attempt_finished(operation: str, outcome: Outcome, seconds: float) -> None:
 def receiver_call(receiver: str, verdict: str) -> None:
     """Count one call a receiver decided."""
     RECEIVER_CALLS.labels(receiver, verdict).inc()
+
+
+def stale_write_refused(operation: str, refused_by: RefusedBy) -> None:
+    """Count one write refused as stale, by the fence or by the receiver."""
+    STALE_WRITES_REFUSED.labels(_label(operation), refused_by).inc()
+
+
+def epochs_started(resource: str, cause: EpochCause, count: int = 1) -> None:
+    """Count ``count`` new fence epochs of resources of ``resource``'s kind."""
+    EPOCHS_STARTED.labels(resource_kind(resource), cause).inc(count)
+
+
+def lease_overran(resource: str, seconds: float) -> None:
+    """Observe how long the work under a lease on ``resource`` ran past its TTL."""
+    LEASE_OVERRUN.labels(resource_kind(resource)).observe(seconds)
+
+
+def lease_uncertain(resource: str) -> None:
+    """Count a lease that became uncertain."""
+    LEASES_UNCERTAIN.labels(resource_kind(resource)).inc()
+
+
+def lease_lost(resource: str, reason: LossCause) -> None:
+    """Count a lease that became lost."""
+    LEASES_LOST.labels(resource_kind(resource), reason).inc()

@@ -25,7 +25,7 @@ from locking.epochs import astart_epoch, epoch_of, start_epoch
 from locking.exceptions import StaleFencingToken
 from locking.lease import Lease
 from locking.lock import FenceLock
-from locking.outcomes import HasOutcome
+from locking.outcomes import EpochCause, HasOutcome
 
 T = TypeVar("T")
 
@@ -83,7 +83,13 @@ def run_fenced(
                 audit.counter_behind(stale)
                 lease.release()
                 lease = None
-                lock.reseed(resource, start_epoch(resource, above=stale.recorded, using=lock.using))
+                floor = start_epoch(
+                    resource,
+                    above=stale.recorded,
+                    using=lock.using,
+                    cause=EpochCause.COUNTER_BEHIND,
+                )
+                lock.reseed(resource, floor)
                 lease = lock.acquire(
                     resource, ttl=ttl, holder=attempt.actor, audit=audit.in_transaction
                 )
@@ -142,7 +148,12 @@ async def arun_fenced(
                 await record(audit.counter_behind, stale)
                 await lease.arelease()
                 lease = None
-                floor = await astart_epoch(resource, above=stale.recorded, using=lock.using)
+                floor = await astart_epoch(
+                    resource,
+                    above=stale.recorded,
+                    using=lock.using,
+                    cause=EpochCause.COUNTER_BEHIND,
+                )
                 await lock.areseed(resource, floor)
                 lease = await lock.aacquire(
                     resource, ttl=ttl, holder=attempt.actor, audit=audit.in_transaction

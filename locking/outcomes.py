@@ -51,3 +51,27 @@ class LeaseState(enum.StrEnum):
     HELD = "held"  # confirmed by Redis, and its TTL not run out by this process's clock
     UNCERTAIN = "uncertain"  # a renewal failed or Redis did not answer: it may still run
     LOST = "lost"  # Redis says it is not ours, it was released, or its TTL surely passed
+
+
+class EpochCause(enum.StrEnum):
+    """Why a resource's fence started a new epoch (locking/epochs.py), as its metric says."""
+
+    FIRST_GRANT = "first_grant"  # the resource's first grant ever (or prepare_fences)
+    COUNTER_LOST = "counter_lost"  # the grant found the Redis counter gone
+    COUNTER_BEHIND = "counter_behind"  # a refused token showed the counter behind
+    SEQUENCE_EXHAUSTED = "sequence_exhausted"  # 2**32 - 1 grants used up the epoch
+
+
+class LossCause(enum.StrEnum):
+    """How a lease became ``LOST`` (its metric's ``reason``)."""
+
+    REFUSED = "refused"  # Redis refused an extend: another owner, or none
+    TTL_PASSED = "ttl_passed"  # its TTL surely passed by this process's clock
+    MARKED = "marked"  # its holder marked it lost (``lease.lost.set()``)
+
+
+class RefusedBy(enum.StrEnum):
+    """Who refused a stale write: this side's fence, or the service the call went to."""
+
+    FENCE = "fence"  # advance_fence: a newer token (or epoch) is recorded
+    RECEIVER = "receiver"  # the receiving service answered 409 (``StaleAtReceiver``)

@@ -35,6 +35,7 @@ from opentelemetry.trace import (
     StatusCode,
 )
 
+from locking.keys import resource_kind
 from locking.outcomes import Outcome
 
 TRACER_NAME = "locking"
@@ -48,11 +49,6 @@ RELEASED = "locking.released"
 # Outcomes that mean the attempt went wrong; the others (busy, already done, a conflict, a
 # refusal of the actor) are answers, not errors, and leave the span's status unset.
 ERROR_OUTCOMES = frozenset({Outcome.STALE, Outcome.FAILED, Outcome.UNAVAILABLE, Outcome.LOST})
-
-
-def resource_kind(resource: str) -> str:
-    """Return the kind of a resource: its name up to the first ``:``."""
-    return resource.partition(":")[0]
 
 
 def set_outcome(current: Span, outcome: Outcome) -> None:
