@@ -23,10 +23,10 @@ import time
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
-from redis.exceptions import NoScriptError, RedisClusterException, RedisError
+from redis.exceptions import MovedError, NoScriptError, RedisClusterException, RedisError
 
 from locking import tracing
-from locking.connection import get_async_lock_redis
+from locking.connection import amoved, async_node_client_for, get_async_lock_redis
 from locking.epochs import astart_epoch
 from locking.exceptions import LeaseLost, LockHeld, LockUnavailable
 from locking.grant import (
@@ -146,12 +146,16 @@ class AsyncFenceLockMixin:
         return reply
 
     async def _agrant_and_wait(self, keys: list, args: list) -> tuple[list, int]:
-        client = self.async_client
-        for _ in range(2):
+        # As _grant_and_wait: on Cluster, a plain pipeline on the slot owner's own client.
+        for _ in range(3):
+            client = await async_node_client_for(self.async_client, keys[0])
             pipe = client.pipeline(transaction=False)
             pipe.evalsha(self.scripts.acquire.sha, len(keys), *keys, *args)
             pipe.wait(self.min_replicas, self.replica_timeout_ms)
             reply, confirmed = await pipe.execute(raise_on_error=False)
+            if isinstance(reply, MovedError):
+                await amoved(self.async_client, reply)
+                continue
             if isinstance(reply, NoScriptError):
                 await client.script_load(ACQUIRE_LUA)  # a restarted Redis forgot it
                 continue
@@ -159,7 +163,7 @@ class AsyncFenceLockMixin:
                 if isinstance(result, Exception):
                     raise result
             return reply, int(confirmed)
-        raise LockUnavailable(keys[0], "the grant script could not be loaded")
+        raise LockUnavailable(keys[0], "the grant script could not be run on the slot's owner")
 
     async def acurrent_token(self, resource: str) -> int:
         """``current_token()`` on the async client."""

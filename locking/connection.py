@@ -8,7 +8,9 @@
 - ``redis+sentinel://host:port[,host:port…]/<service_name>[/db]``: Redis Sentinel; the
   client follows the master through failovers.
 - ``redis+cluster://host:port[,host:port…]``: Redis Cluster. Our keys carry a
-  ``{resource}`` hash tag, so each script touches a single slot.
+  ``{resource}`` hash tag, so each script touches a single slot. A grant that must wait
+  for replicas (``WAIT``) runs on the own client of the node that owns that slot
+  (``node_client_for``), since ``WAIT`` counts the writes of its connection only.
 
 Every client gets the short socket timeouts from ``LOCK_REDIS_SOCKET_TIMEOUT_SECONDS``, so
 a dead or partitioned Redis becomes ``LockUnavailable`` quickly instead of a hung worker.
@@ -23,6 +25,7 @@ dropped with its loop.
 """
 
 import asyncio
+import contextlib
 import weakref
 from functools import lru_cache
 from urllib.parse import unquote, urlsplit
@@ -36,7 +39,7 @@ from redis.asyncio.retry import Retry as AsyncRetry
 from redis.asyncio.sentinel import Sentinel as AsyncSentinel
 from redis.backoff import NoBackoff
 from redis.cluster import ClusterNode, RedisCluster
-from redis.exceptions import RedisClusterException, RedisError
+from redis.exceptions import MovedError, RedisClusterException, RedisError
 from redis.retry import Retry
 from redis.sentinel import Sentinel
 
@@ -142,6 +145,12 @@ _ASYNC_CLIENTS: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict]" = (
 )
 
 
+# Per redis.asyncio cluster client: node name -> a plain client of that node.
+_ASYNC_NODE_CLIENTS: "weakref.WeakKeyDictionary[AsyncRedisCluster, dict]" = (
+    weakref.WeakKeyDictionary()
+)
+
+
 def get_async_lock_redis():
     """Return the ``redis.asyncio`` client for locks of the running event loop."""
     loop = asyncio.get_running_loop()  # RuntimeError outside a coroutine: there is no loop
@@ -157,7 +166,57 @@ async def aclose_async_lock_redis() -> None:
     """Close and forget the running event loop's lock clients (e.g. at ASGI shutdown)."""
     clients = _ASYNC_CLIENTS.pop(asyncio.get_running_loop(), {})
     for client in clients.values():
+        for node_client in _ASYNC_NODE_CLIENTS.pop(client, {}).values():
+            await node_client.aclose()
         await client.aclose()
+
+
+# -- Redis Cluster: the node that owns a slot --------------------------------------------
+
+
+def node_client_for(client, key: str):
+    """The client to run a command with ``WAIT`` on for ``key``: on Redis Cluster, the own
+    (plain) client of the node that owns the key's slot, whose connection then carries
+    the key's write and the ``WAIT`` that counts it; any other client is itself."""
+    if isinstance(client, RedisCluster):
+        return client.get_redis_connection(client.get_node_from_key(key))
+    return client
+
+
+def moved(client, error: MovedError) -> None:
+    """Learn from a node's MOVED answer who owns the slot now (the cluster client's cache)."""
+    if isinstance(client, RedisCluster):
+        client.nodes_manager.move_slot(error)
+
+
+def forget_slots(client) -> None:
+    """After a node failed to answer, reload the cluster's slots on the next command."""
+    if isinstance(client, RedisCluster):
+        with contextlib.suppress(RedisError, RedisClusterException):
+            client.nodes_manager.initialize()
+
+
+async def async_node_client_for(client, key: str):
+    """``node_client_for`` for a ``redis.asyncio`` client: a ``redis.asyncio.Redis`` of the
+    node that owns ``key``'s slot, connecting as the cluster's own connections to it do."""
+    if not isinstance(client, AsyncRedisCluster):
+        return client
+    await client.initialize()  # the async cluster client learns its slots at first use
+    node = client.get_node_from_key(key)
+    clients = _ASYNC_NODE_CLIENTS.setdefault(client, {})
+    found = clients.get(node.name)
+    if found is None:
+        pool = redis.asyncio.ConnectionPool(
+            connection_class=node.connection_class, **node.connection_kwargs
+        )
+        found = clients[node.name] = redis.asyncio.Redis(connection_pool=pool)
+    return found
+
+
+async def amoved(client, error: MovedError) -> None:
+    """``moved`` for a ``redis.asyncio`` cluster client."""
+    if isinstance(client, AsyncRedisCluster):
+        await client.nodes_manager.move_slot(error)
 
 
 def get_lock_redis():

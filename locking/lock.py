@@ -20,12 +20,12 @@ import secrets
 import time
 from datetime import timedelta
 
-from redis.exceptions import NoScriptError, RedisError
+from redis.exceptions import MovedError, NoScriptError, RedisError
 
 from locking import tracing
 from locking.aio import AsyncFenceLockMixin
 from locking.conf import setting
-from locking.connection import get_lock_redis
+from locking.connection import forget_slots, get_lock_redis, moved, node_client_for
 from locking.epochs import start_epoch
 from locking.exceptions import LockHeld, LockUnavailable
 from locking.grant import (
@@ -180,9 +180,12 @@ class FenceLock(AsyncFenceLockMixin):
         """Run the grant script; with ``min_replicas``, count a grant only once replicated.
 
         ``WAIT`` counts the writes of the connection it runs on, so it goes in one pipeline
-        with the script (one round trip, one connection). A grant the replicas did not
-        confirm in time is released and answered as ``LockUnavailable``: a failover to a
-        replica that lacks it could hand its token out again, so it must never be used.
+        with the script (one round trip, one connection). On Redis Cluster that connection
+        is one of the client of the node that owns the resource's slot (a cluster pipeline
+        cannot carry ``WAIT``, which has no key): a plain pipeline there. A grant the
+        replicas did not confirm in time is released and answered as ``LockUnavailable``: a
+        failover to a replica that lacks it could hand its token out again, so it must
+        never be used.
         """
         keys, args = grant_keys_args(resource, owner, ttl_ms, label, floor)
         try:
@@ -205,19 +208,29 @@ class FenceLock(AsyncFenceLockMixin):
         return reply
 
     def _grant_and_wait(self, keys: list, args: list) -> tuple[list, int]:
-        for _ in range(2):
-            pipe = self.client.pipeline(transaction=False)
+        # A MOVED answer means the script did not run (the slot has a new owner, e.g. after
+        # a failover): ask that owner once. A NOSCRIPT one, that a restarted node forgot it.
+        for _ in range(3):
+            client = node_client_for(self.client, keys[0])
+            pipe = client.pipeline(transaction=False)
             pipe.evalsha(self.scripts.acquire.sha, len(keys), *keys, *args)
             pipe.wait(self.min_replicas, self.replica_timeout_ms)
-            reply, confirmed = pipe.execute(raise_on_error=False)
+            try:
+                reply, confirmed = pipe.execute(raise_on_error=False)
+            except RedisError:
+                forget_slots(self.client)  # the node may be gone: look again next time
+                raise
+            if isinstance(reply, MovedError):
+                moved(self.client, reply)
+                continue
             if isinstance(reply, NoScriptError):
-                self.client.script_load(ACQUIRE_LUA)  # a restarted Redis forgot it
+                client.script_load(ACQUIRE_LUA)
                 continue
             for result in (reply, confirmed):
                 if isinstance(result, Exception):
                     raise result
             return reply, int(confirmed)
-        raise LockUnavailable(keys[0], "the grant script could not be loaded")
+        raise LockUnavailable(keys[0], "the grant script could not be run on the slot's owner")
 
     # -- the counter ---------------------------------------------------------------------
 

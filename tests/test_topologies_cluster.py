@@ -1,10 +1,16 @@
-"""The fence lock on a real 3-master Redis Cluster (no replicas), started for this module.
+"""The fence lock on a real Redis Cluster: 3 masters without replicas for this module, and,
+for the failover tests, 3 masters with a replica each (with ``appendfsync always``, so a
+node can crash and come back from its own disk).
 
 Each script touches ``lock:{r}`` and ``fence:{r}``; the ``{r}`` hash tag puts both in one
-slot, which is what lets a single EVALSHA run on whichever master owns it.
+slot, which is what lets a single EVALSHA run on whichever master owns it. With
+``LOCK_REDIS_MIN_REPLICAS`` the grant and its ``WAIT`` go in one plain pipeline on the own
+client of the node that owns the slot, so a grant its replica did not confirm is never
+used, and a shard failover cannot hand a token out twice.
 """
 
 import shutil
+import time
 import uuid
 from datetime import timedelta
 
@@ -20,6 +26,7 @@ from locking import (
     Attempt,
     FenceLock,
     LockHeld,
+    LockUnavailable,
     advance_fence,
     fence_key,
     holders,
@@ -29,7 +36,10 @@ from locking import (
 )
 from locking.epochs import first_token
 from locking.models import FenceEvent
-from tests.topologies import redis_cluster
+from locking.tests.support import run_async
+from tests.harness.processes import frozen
+from tests.harness.waiting import wait_until
+from tests.topologies import Child, redis_cluster
 
 pytestmark = pytest.mark.skipif(
     not (shutil.which("redis-server") and shutil.which("redis-cli")),
@@ -206,3 +216,232 @@ def test_production_resource_names_keep_lock_and_fence_together_and_spread_out(c
         slots.add(slot)
     # Different resources spread over the cluster: the tag is the resource, not a constant.
     assert len(slots) > 1000
+
+
+# -- a shard fails over: LOCK_REDIS_MIN_REPLICAS on Cluster ----------------------------------
+
+# Every node persists each write before answering it: a crashed node comes back with all it
+# acknowledged (and a replica with all it had received), nothing more.
+DURABLE = ("--appendonly", "yes", "--appendfsync", "always")
+FAILOVER_RESOURCE = "vendor-assignment:complaint:cluster-failover"
+RETRY_FOR_SECONDS = 30
+
+
+@pytest.fixture
+def replicated_cluster(settings):
+    with redis_cluster(masters=3, replicas=1, args=DURABLE) as deployment:
+        settings.LOCK_REDIS_URL = deployment.url
+        yield deployment
+
+
+def write_note(complaint: Complaint, number: int) -> int:
+    """Write note ``number`` under a fresh lease, retrying while the lock is unavailable
+    (a shard failing over) as a caller does with a 503; return the token it committed."""
+
+    def work(lease):
+        with transaction.atomic():
+            advance_fence(Complaint.objects.filter(pk=complaint.pk), lease)
+            ComplaintEvent.objects.create(
+                complaint=complaint, kind="note", detail=f"note {number} token {lease.token}"
+            )
+        return lease.token
+
+    deadline = time.monotonic() + RETRY_FOR_SECONDS
+    while True:
+        try:
+            return run_fenced(FAILOVER_RESOURCE, work, ttl=TTL, attempt=Attempt(actor="writer"))
+        except LockUnavailable:
+            if time.monotonic() >= deadline:
+                raise
+            time.sleep(0.05)
+
+
+def notes(complaint: Complaint) -> list[str]:
+    rows = ComplaintEvent.objects.filter(complaint=complaint, kind="note").order_by("id")
+    return list(rows.values_list("detail", flat=True))
+
+
+def counter_on(node) -> int:
+    """The fence counter as ``node`` has it, whether it is a primary or a replica."""
+    with node.client(socket_timeout=2) as client:
+        pipe = client.pipeline(transaction=False)
+        pipe.execute_command("READONLY")  # a replica answers reads on this connection
+        pipe.get(fence_key(FAILOVER_RESOURCE))
+        return int(pipe.execute()[1] or 0)
+
+
+def holder_child(complaint: Complaint, subprocess_env, *, min_replicas: int) -> Child:
+    """A worker that runs one fenced note; its grant may wait for a replica for 20 s."""
+    env = {
+        **subprocess_env,
+        "LOCK_REDIS_MIN_REPLICAS": str(min_replicas),
+        "LOCK_REDIS_WAIT_TIMEOUT_MS": "20000",
+        "REDIS_SOCKET_TIMEOUT_SECONDS": "30",
+    }
+    return Child("fenced-note", FAILOVER_RESOURCE, complaint.pk, 30_000, env=env)
+
+
+def fail_over(cluster, primary, replica) -> None:
+    """The shard's primary crashes with what it never replicated; its replica comes back
+    from its own disk and takes the slots over; the old primary comes back from its disk
+    and rejoins as the new primary's replica (its unreplicated grants thrown away)."""
+    primary.stop(kill=True)
+    replica.start()
+
+    def promoted() -> bool:
+        with replica.client(socket_timeout=2) as client:
+            if client.info("replication")["role"] == "master":
+                return True
+            with suppress_redis_errors():  # not yet aware of its primary's failure
+                client.execute_command("CLUSTER FAILOVER", "TAKEOVER")
+        return False
+
+    wait_until(promoted, what="the replica to take the shard over", timeout=30)
+    primary.start()
+    wait_until(
+        lambda: cluster.in_sync(primary) and cluster.healthy(),
+        what="the old primary to rejoin as the new one's replica",
+        timeout=60,
+    )
+
+
+def suppress_redis_errors():
+    from contextlib import suppress
+
+    from redis.exceptions import RedisError
+
+    return suppress(RedisError)
+
+
+def granted_on(node, child: Child) -> bool:
+    """Whether ``node`` holds the lease ``child`` was granted (its pid in the holder label)."""
+    with node.client(socket_timeout=2) as client:
+        value = client.get(lock_key(FAILOVER_RESOURCE)) or b""
+    return f" pid {child.process.pid}".encode() in value
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_grants_wait_for_the_replica_of_their_own_shard_sync_and_async(
+    replicated_cluster, settings
+):
+    """WAIT counts the writes of its connection: run anywhere but on the slot owner's own
+    connection, it would count another shard's replicas (all up here) and confirm grants
+    that this shard's dead replica never saw."""
+    cluster = replicated_cluster
+    settings.LOCK_REDIS_MIN_REPLICAS = 1
+    settings.LOCK_REDIS_WAIT_TIMEOUT_MS = 300
+    resource = unique("vendor-assignment:complaint")
+    primary = cluster.primary_of(lock_key(resource))
+    elsewhere = next(
+        name
+        for name in (unique("vendor-assignment:complaint") for _ in range(100))
+        if cluster.primary_of(lock_key(name)) is not primary
+    )
+    lock = FenceLock()
+
+    async def async_grant(name: str) -> int:
+        lease = await lock.aacquire(name, ttl=TTL)
+        await lease.arelease()
+        return lease.token
+
+    with lock.acquire(resource, ttl=TTL) as lease:
+        assert lease.token == 1  # confirmed by the shard's replica
+    assert run_async(lambda: async_grant(resource)) == 2
+
+    cluster.replica_of(primary).stop(kill=True)
+    with pytest.raises(LockUnavailable, match="0 of 1 replicas confirmed the grant"):
+        lock.acquire(resource, ttl=TTL)
+    with pytest.raises(LockUnavailable, match="0 of 1 replicas confirmed the grant"):
+        run_async(lambda: async_grant(resource))
+    assert run_async(lambda: async_grant(elsewhere)) == 1  # its replica is up
+    with lock.acquire(elsewhere, ttl=TTL) as lease:
+        assert lease.token == 2
+    with primary.client(socket_timeout=2) as client:
+        assert client.get(lock_key(resource)) is None  # the unconfirmed grants were released
+        assert int(client.get(fence_key(resource))) == 4  # and their tokens never used
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_with_min_replicas_a_shard_failover_never_hands_a_token_out_twice(
+    replicated_cluster, settings, maple, subprocess_env
+):
+    cluster = replicated_cluster
+    settings.LOCK_REDIS_MIN_REPLICAS = 1
+    settings.LOCK_REDIS_WAIT_TIMEOUT_MS = 500
+    complaint = Complaint.objects.create(organization=maple, title="Flooded garage")
+    primary = cluster.primary_of(lock_key(FAILOVER_RESOURCE))
+    replica = cluster.replica_of(primary)
+    assert [write_note(complaint, n) for n in range(3)] == [1, 2, 3]  # each confirmed
+    assert counter_on(replica) == 3
+    replica.stop(kill=True)  # the replica crashes; its disk has every grant it confirmed
+
+    holder = holder_child(complaint, subprocess_env, min_replicas=1)
+    try:
+        # Its grant runs on the primary (token 4); WAIT finds no replica to confirm it.
+        wait_until(lambda: granted_on(primary, holder), what="the holder's grant on the primary")
+        assert counter_on(primary) == 4
+        with frozen(holder.process.pid):  # the holder of an unconfirmed grant is frozen
+            fail_over(cluster, primary, replica)
+            assert counter_on(replica) == 3  # the new primary never had grant 4
+            newer = write_note(complaint, 3)
+        # Thawed, the holder finds its grant's connection gone with the old primary.
+        said = holder.expect("unavailable")
+        assert holder.finish() == 0
+    finally:
+        holder.stop()
+
+    assert newer == 4  # the number of the unconfirmed grant, handed out once: to a holder
+    assert notes(complaint) == [f"note {n} token {n + 1}" for n in range(4)]
+    assert Complaint.objects.get(pk=complaint.pk).last_fence_token == 4
+    assert "granted" not in said
+    refused = FenceEvent.objects.for_resource(FAILOVER_RESOURCE).filter(outcome="unavailable")
+    assert refused.filter(actor=f"child {holder.process.pid}").count() == 1
+    assert counter_on(primary) == 4  # the old primary, now a replica, has the new history
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_without_min_replicas_a_shard_failover_hands_an_unreplicated_token_out_again(
+    replicated_cluster, maple, subprocess_env
+):
+    """LOCK_REDIS_MIN_REPLICAS=0 on Cluster: the documented gap (the guarantees table),
+    pinned. The fence still refuses the second write with the same token; set the option to
+    1 to close the gap itself."""
+    cluster = replicated_cluster
+    complaint = Complaint.objects.create(organization=maple, title="Flooded garage")
+    primary = cluster.primary_of(lock_key(FAILOVER_RESOURCE))
+    replica = cluster.replica_of(primary)
+    assert [write_note(complaint, n) for n in range(3)] == [1, 2, 3]
+    wait_until(lambda: counter_on(replica) == 3, what="the replica to have token 3")
+    replica.stop(kill=True)
+
+    holder = holder_child(complaint, subprocess_env, min_replicas=0)
+    try:
+        assert holder.expect("granted") == "granted 4"  # nobody confirmed it
+        with frozen(holder.process.pid):
+            fail_over(cluster, primary, replica)
+            newer = write_note(complaint, 3)
+        holder.go()
+        # Its write with token 4 is refused (4 is not above the recorded 4): a token handed
+        # out twice shows a counter that went back, so run_fenced starts an epoch and retries.
+        retried = holder.expect("granted")
+        holder.go()
+        committed = holder.expect("committed")
+        assert holder.finish() == 0
+    finally:
+        holder.stop()
+
+    assert newer == 4  # token 4 handed out twice: to the frozen holder and to this writer
+    assert retried == committed.replace("committed", "granted") == f"granted {first_token(1) + 1}"
+    assert notes(complaint) == [f"note {n} token {n + 1}" for n in range(4)] + [
+        f"token {first_token(1) + 1}"
+    ]
+    holder_events = FenceEvent.objects.for_resource(FAILOVER_RESOURCE).filter(
+        actor=f"child {holder.process.pid}"
+    )
+    assert list(holder_events.order_by("id").values_list("outcome", "token")) == [
+        ("stale", 4),
+        ("committed", first_token(1) + 1),
+    ]

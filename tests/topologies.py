@@ -26,6 +26,8 @@ from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from redis.exceptions import RedisError
+
 from tests.harness.net import LOOPBACK, TcpProxy, free_port, port_is_free
 from tests.harness.processes import BASE_DIR, RedisServer, start_child, stop_process, temp_dir
 from tests.harness.waiting import wait_until
@@ -68,17 +70,72 @@ class RedisClusterDeployment:
             socket_timeout=5,
         )
 
+    def node(self, port: int) -> RedisServer:
+        return next(node for node in self.nodes if node.port == port)
+
+    def _ask(self, command: str, *args, exclude: RedisServer | None = None):
+        """``command`` on the first live node that answers it (not ``exclude``)."""
+        for node in self.nodes:
+            if node is exclude or not node.alive():
+                continue
+            with suppress(OSError, RedisError), node.client(socket_timeout=2) as client:
+                return client.execute_command(command, *args)
+        raise AssertionError(f"no cluster node answered {command}")
+
+    def primary_of(self, key: str) -> RedisServer:
+        """The node that serves ``key``'s slot now, as the live nodes see it."""
+        slot = int(self._ask("CLUSTER KEYSLOT", key))
+        for start, end, (_host, port, *_rest), *_replicas in self._ask("CLUSTER SLOTS"):
+            if start <= slot <= end:
+                return self.node(int(port))
+        raise AssertionError(f"slot {slot} is not served")
+
+    def replica_of(self, primary: RedisServer) -> RedisServer:
+        """The replica of ``primary`` (this deployment has at most one per primary)."""
+        for node in self.nodes:
+            if node is primary or not node.alive():
+                continue
+            with node.client(socket_timeout=2) as client:
+                info = client.info("replication")
+            if info.get("role") == "slave" and int(info.get("master_port", 0)) == primary.port:
+                return node
+        raise AssertionError(f"no replica of the node on port {primary.port}")
+
+    def in_sync(self, replica: RedisServer) -> bool:
+        """Whether ``replica``'s link to its primary is up."""
+        with suppress(OSError, RedisError), replica.client(socket_timeout=2) as client:
+            return client.info("replication").get("master_link_status") == "up"
+        return False
+
+    def healthy(self) -> bool:
+        """Every live node says the cluster is ok and every slot is served."""
+        for node in self.nodes:
+            if not node.alive():
+                continue
+            try:
+                with node.client(socket_timeout=2) as client:
+                    info = client.execute_command("CLUSTER INFO")  # parsed to a dict
+            except (OSError, RedisError):
+                return False
+            state = {_text(key): _text(value) for key, value in info.items()}
+            if state["cluster_state"] != "ok" or state["cluster_slots_assigned"] != "16384":
+                return False
+        return True
+
 
 @contextmanager
-def redis_cluster(masters: int = 3) -> Iterator[RedisClusterDeployment]:
-    """A Redis Cluster of ``masters`` masters and no replicas, on loopback ports."""
+def redis_cluster(
+    masters: int = 3, *, replicas: int = 0, args: tuple[str, ...] = ()
+) -> Iterator[RedisClusterDeployment]:
+    """A Redis Cluster of ``masters`` masters with ``replicas`` replicas each, on loopback
+    ports. ``args`` go to every node (e.g. persistence, so a node can crash and come back)."""
     with temp_dir("hoa-cluster-") as root, ExitStack() as stack:
         nodes = []
-        for index in range(masters):
+        for index in range(masters * (1 + replicas)):
             # The cluster bus listens on port + 10000.
             port = free_port(also_free_at=(10000,))
             cluster_args = ["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf"]
-            cluster_args += ["--cluster-node-timeout", "2000"]
+            cluster_args += ["--cluster-node-timeout", "2000", *args]
             node = RedisServer(root / str(index), port, args=cluster_args).start()
             stack.callback(node.stop)
             nodes.append(node)
@@ -89,7 +146,7 @@ def redis_cluster(masters: int = 3) -> Iterator[RedisClusterDeployment]:
                 "create",
                 *(node.address for node in nodes),
                 "--cluster-replicas",
-                "0",
+                str(replicas),
                 "--cluster-yes",
             ],
             capture_output=True,
@@ -98,17 +155,19 @@ def redis_cluster(masters: int = 3) -> Iterator[RedisClusterDeployment]:
             check=False,
         )
         assert created.returncode == 0, created.stdout + created.stderr
+        deployment = RedisClusterDeployment(nodes)
 
         def every_node_ok() -> bool:
-            for node in nodes:
-                info = node.client().execute_command("CLUSTER INFO")  # parsed to a dict
-                state = {_text(key): _text(value) for key, value in info.items()}
-                if state["cluster_state"] != "ok" or state["cluster_slots_assigned"] != "16384":
-                    return False
-            return True
+            if not deployment.healthy():
+                return False
+            return all(
+                deployment.in_sync(node)
+                for node in nodes
+                if node.client(socket_timeout=2).info("replication").get("role") == "slave"
+            )
 
-        wait_until(every_node_ok, what="every cluster node to report cluster_state:ok")
-        yield RedisClusterDeployment(nodes)
+        wait_until(every_node_ok, what="every cluster node to report cluster_state:ok", timeout=60)
+        yield deployment
 
 
 SENTINEL_SERVICE = "hoa-lock"
@@ -379,7 +438,7 @@ def _child_fenced_note(resource: str, complaint_pk: str, ttl_ms: str) -> None:
     from django.db import transaction
 
     from hoa.models import Complaint, ComplaintEvent
-    from locking import Attempt, StaleFencingToken, advance_fence, run_fenced
+    from locking import Attempt, LockUnavailable, StaleFencingToken, advance_fence, run_fenced
 
     def work(lease):
         _say(f"granted {lease.token}")
@@ -400,6 +459,9 @@ def _child_fenced_note(resource: str, complaint_pk: str, ttl_ms: str) -> None:
         )
     except StaleFencingToken as exc:
         _say(f"stale {exc.token} {exc.recorded}")
+        return
+    except LockUnavailable as exc:  # e.g. replicas did not confirm, or its Redis went away
+        _say(f"unavailable {exc.reason}")
         return
     _say(f"committed {token}")
 

@@ -14,6 +14,41 @@ from locking.checks import external_timeout_below_lock_ttl
 from locking.models import FenceEvent
 from locking.tests.support import run_django
 
+# --- system checks of the replicas' WAIT -------------------------------------------------
+
+
+def locking_errors() -> list[tuple[str, str]]:
+    return [(m.id, m.msg) for m in checks.run_checks() if m.id.startswith("locking.E")]
+
+
+@pytest.mark.parametrize(
+    "url",
+    ["redis://127.0.0.1:6379/0", "redis+sentinel://127.0.0.1:26379/lock", "redis+cluster://a:1"],
+)
+def test_replicas_are_accepted_with_every_kind_of_lock_url_cluster_included(settings, url):
+    """locking.E001 refused LOCK_REDIS_MIN_REPLICAS with Redis Cluster; the grant now runs
+    its WAIT on the slot owner's own connection, so no deployment is refused."""
+    settings.LOCK_REDIS_URL = url
+    settings.LOCK_REDIS_MIN_REPLICAS = 1
+    assert locking_errors() == []
+
+
+def test_a_replica_wait_not_below_the_socket_timeout_is_refused(settings):
+    settings.LOCK_REDIS_URL = "redis+cluster://a:1"
+    settings.LOCK_REDIS_MIN_REPLICAS = 1
+    settings.LOCK_REDIS_SOCKET_TIMEOUT_SECONDS = 0.5
+    settings.LOCK_REDIS_WAIT_TIMEOUT_MS = 500
+    assert locking_errors() == [
+        (
+            "locking.E003",
+            "LOCK_REDIS_WAIT_TIMEOUT_MS (500) is not below the lock's socket timeout "
+            "LOCK_REDIS_SOCKET_TIMEOUT_SECONDS (0.5s).",
+        )
+    ]
+    settings.LOCK_REDIS_MIN_REPLICAS = 0  # no WAIT: nothing to check
+    assert locking_errors() == []
+
+
 # --- system check -----------------------------------------------------------------------
 # locking.W001 / E002 belong to the project (its TTLs, its timeout): deprecated, they run
 # only while LOCK_TTL_SETTINGS is set, and say so with a DeprecationWarning.
