@@ -111,6 +111,7 @@ TEMPLATES = [
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
                 "hoa.web.context_processors.organization_links",
+                "hoa.web.context_processors.viewer",
             ],
         },
     },
