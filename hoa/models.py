@@ -159,6 +159,12 @@ class Complaint(FencedModel):
     )
     title = models.CharField(_("title"), max_length=200)
     description = models.TextField(_("description"), blank=True, default="")
+    # Who reported it (a resident, a contractor, a passer-by): shown to the association's
+    # staff only. The contact details are erased REPORTER_RETENTION_DAYS after the
+    # complaint is closed (``forget_reporters``); the name stays with its timeline.
+    reporter_name = models.CharField(_("reporter"), max_length=200, blank=True, default="")
+    reporter_email = models.EmailField(_("reporter's email"), blank=True, default="")
+    reporter_phone = models.CharField(_("reporter's phone"), max_length=30, blank=True, default="")
     status = models.CharField(
         _("status"), max_length=20, choices=Status.choices, default=Status.OPEN
     )
@@ -259,6 +265,7 @@ class ComplaintEvent(models.Model):
     """
 
     class Kind(models.TextChoices):
+        OPENED = "opened", _("Opened")
         SLA_BREACHED = "sla_breached", _("SLA breached")
         NOTE = "note", _("Note")
         STATUS_CHANGED = "status_changed", _("Status changed")

@@ -87,3 +87,10 @@ def status_changed(complaint: Complaint, to: str) -> str:
         "complaint": complaint.pk,
         "to": label(to),
     }
+
+
+def opened(complaint: Complaint) -> str:
+    return _("Complaint #%(complaint)s is open; its SLA is due %(due)s.") % {
+        "complaint": complaint.pk,
+        "due": formats.date_format(complaint.sla_due_at, "Y-m-d H:i"),
+    }
