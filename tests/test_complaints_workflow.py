@@ -415,7 +415,8 @@ def test_changing_the_sla_is_recorded_with_old_and_new_due_times_and_the_reason(
     event = ComplaintEvent.objects.get(complaint=complaint)
     assert (event.kind, event.old_due_at, event.new_due_at) == ("sla_changed", old, new)
     assert (event.actor, event.detail) == (alice, "Parts on order")
-    assert f"SLA due {timezone.localtime(old):%Y-%m-%d %H:%M} → {new:%Y-%m-%d %H:%M}" in (
+    # One date-time format on every page: in the association's zone, with its abbreviation.
+    assert f"SLA due {timezone.localtime(old):%Y-%m-%d %H:%M %Z} → {new:%Y-%m-%d %H:%M %Z}" in (
         response.content.decode()
     )
 

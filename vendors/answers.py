@@ -10,11 +10,11 @@ audit, with them.
 
 from datetime import date
 
-from django.utils import formats
 from django.utils.translation import gettext as _
 
 from hoa.answers.refusals import person_holding, sentence
 from hoa.answers.table import Audience
+from hoa.dates import when
 from hoa.models import Complaint, Organization
 from vendors.exceptions import (
     AlreadyAssigned,
@@ -78,7 +78,7 @@ def describe_assignment(
     actor label and ``(token 7)``."""
     values = {
         "vendor": assignment.vendor.name,
-        "at": formats.date_format(assignment.assigned_at, "Y-m-d H:i"),
+        "at": when(assignment.assigned_at),
     }
     if audience is Audience.OPERATORS:
         return _("%(vendor)s, assigned by %(actor)s on %(at)s (token %(token)s)") % {
@@ -106,9 +106,10 @@ def result_message(
     if already_done:
         said = _("%(vendor)s is already the vendor of complaint #%(complaint)s.") % values
     elif replaced is not None:
-        said = _(
-            "%(vendor)s now handles complaint #%(complaint)s, replacing %(previous)s."
-        ) % {**values, "previous": replaced.vendor.name}
+        said = _("%(vendor)s now handles complaint #%(complaint)s, replacing %(previous)s.") % {
+            **values,
+            "previous": replaced.vendor.name,
+        }
     else:
         said = _("%(vendor)s is assigned to complaint #%(complaint)s.") % values
     if audience is Audience.OPERATORS and not already_done:

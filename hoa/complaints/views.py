@@ -29,6 +29,7 @@ from hoa.complaints.forms import (
     ComplaintSlaForm,
     ComplaintStatusForm,
 )
+from hoa.dates import when
 from hoa.models import Complaint
 from hoa.web.access import OrganizationMixin
 from hoa.web.lists import FilteredListView
@@ -240,5 +241,5 @@ class ChangeSlaView(ComplaintActionView):
         )
         return _("The SLA of complaint #%(complaint)s is due %(due)s now.") % {
             "complaint": complaint.pk,
-            "due": timezone.localtime(data["due_at"]).strftime("%Y-%m-%d %H:%M"),
+            "due": when(data["due_at"]),
         }
