@@ -3,7 +3,7 @@
 - A moment: ``2026-12-03 17:44 EST`` (``when``), in the time zone active for the page (the
   association's on its pages, ``TIME_ZONE`` elsewhere), with the zone's abbreviation.
 - A month: ``December 2026`` (``month_name``). ``YYYY-MM`` is for URLs, CSV files and
-  resource names only (``charges.models.month_label``).
+  resource names only.
 """
 
 from datetime import date, datetime

@@ -48,7 +48,7 @@ def test_busy_409_names_the_colleague_offers_a_retry_and_shows_no_lock_internals
         text = conflict.inner_text()
         assert (
             f"Another staff member (bob) is generating the charges for Maple Court, "
-            f"{month:%Y-%m}; this usually takes a few seconds."
+            f"{month:%B %Y}; this usually takes a few seconds."
         ) in text
         assert page.get_by_role("button", name="Try again").is_visible()
         for operator_fact in ("token", "pid", socket.gethostname(), "fencing", "expires"):

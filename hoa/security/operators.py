@@ -1,8 +1,8 @@
 """Who operates the fence: the people who read leases, tokens and the fenced attempts.
 
-Office staff run the association (complaints, charges, vendors) and are told what happened
-in their words; operators run the platform: they read the lock status page, tokens and the
-audit of fenced attempts, and break a stuck lease. An operator is a superuser or a user
+Office staff run the association (its complaints and fenced operations) and are told
+what happened in their words; operators run the platform: they read the lock status page,
+tokens and the audit of fenced attempts, and break a stuck lease. An operator is a superuser or a user
 with locking's permissions (the demo's "Operators" group has them).
 """
 
