@@ -2,8 +2,8 @@
 
 Office staff run the association (its complaints and fenced operations) and are told
 what happened in their words; operators run the platform: they read the lock status page,
-tokens and the audit of fenced attempts, and break a stuck lease. An operator is a superuser or a user
-with locking's permissions (the demo's "Operators" group has them).
+tokens and the audit of fenced attempts, and break a stuck lease. An operator is a
+superuser or a user with locking's permissions (the demo's "Operators" group has them).
 """
 
 OPERATOR_PERMISSIONS = ("locking.view_fenceevent", "locking.break_lease")
