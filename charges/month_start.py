@@ -25,11 +25,14 @@ from multiprocessing.util import Finalize
 
 from django.contrib.auth import get_user_model
 from django.db import connections
+from django.db.models import Q
+from django.utils import timezone
 
 from charges import answers
 from charges.exceptions import ChargesError
 from charges.models import MonthlyChargeRun
 from charges.operations import charge_resource
+from charges.selectors import current_month
 from charges.services import generate_monthly_charges
 from hoa.answers.table import Answer
 from hoa.models import Organization
@@ -45,6 +48,7 @@ class OrgOutcome:
 
     org_id: int
     slug: str
+    month: date  # the month it was billed for (its own current month unless one was given)
     kind: Outcome
     message: str
 
@@ -65,13 +69,13 @@ class MonthStart:
     """What the walk came to: generated here, done by another worker or before, failed,
     still held elsewhere at the deadline, or stopped because Redis is down."""
 
-    month: date
+    month: date | None  # None: each association's own current month, in its time zone
     total: int
     wait: timedelta
     here: int = 0
     elsewhere: int = 0
     failed: int = 0
-    held: set[int] = field(default_factory=set)
+    held: dict[int, date] = field(default_factory=dict)  # organization id -> its month
     unavailable: str = ""  # why the walk stopped: the lock service is down
 
     @property
@@ -94,20 +98,20 @@ class MonthStart:
         return answers.month_start_unfinished(self)
 
     def count(self, outcome: OrgOutcome) -> None:
-        self.held.discard(outcome.org_id)
+        self.held.pop(outcome.org_id, None)
         if outcome.kind == Outcome.COMMITTED:
             self.here += 1
         elif outcome.kind == Outcome.ALREADY_DONE:
             self.elsewhere += 1
         elif outcome.held_elsewhere:
-            self.held.add(outcome.org_id)
+            self.held[outcome.org_id] = outcome.month
         else:
             self.failed += 1
 
 
 def start_month(
     *,
-    month: date,
+    month: date | None,
     actor,
     via: str,
     wait: timedelta,
@@ -115,7 +119,8 @@ def start_month(
     on_outcome: Callable[[OrgOutcome, MonthStart], None] = lambda outcome, walk: None,
 ) -> MonthStart:
     """Generate every organization's charges for ``month`` (those ``actor`` is staff of,
-    if given), ``workers`` processes at a time; wait up to ``wait`` for the ones another
+    if given) or, with ``month=None``, for each one's current month in its own time zone,
+    ``workers`` processes at a time; wait up to ``wait`` for the ones another
     host holds. ``on_outcome(outcome, walk)`` hears each organization's answer as it
     comes, with the walk so far."""
     organizations = Organization.objects.for_user(actor) if actor else Organization.objects
@@ -132,7 +137,7 @@ def start_month(
 
 
 @contextlib.contextmanager
-def _walk(chunks: list, month: date, actor, via: str, workers: int) -> Iterator[Iterable]:
+def _walk(chunks: list, month: date | None, actor, via: str, workers: int) -> Iterator[Iterable]:
     """Every organization's outcome, chunk by chunk, here or in ``workers`` processes."""
     user_id = actor.pk if actor else None
     tasks = (chunks, repeat(month), repeat(user_id), repeat(via))
@@ -165,20 +170,25 @@ def _wait_for_others(result: MonthStart, actor, via: str, deadline: float, on_ou
     """Until ``deadline``: confirm from the database the organizations another worker
     completed, and retry those it left."""
     while result.held:
+        months = Q()
+        for org_id, month in result.held.items():
+            months |= Q(organization_id=org_id, month=month)
         done = (
-            MonthlyChargeRun.objects.filter(organization__in=list(result.held), month=result.month)
+            MonthlyChargeRun.objects.filter(months)
             .completed()
-            .values_list("organization_id", "organization__slug")
+            .values_list("organization_id", "organization__slug", "month")
         )
-        confirmed = answers.done_by_another_worker(result.month)
-        _count(
-            result, [OrgOutcome(*org, Outcome.ALREADY_DONE, confirmed) for org in done], on_outcome
-        )
+        outcomes = [
+            OrgOutcome(org_id, slug, month, Outcome.ALREADY_DONE, answers.done_elsewhere(month))
+            for org_id, slug, month in done
+        ]
+        _count(result, outcomes, on_outcome)
         left = Organization.objects.filter(pk__in=list(result.held)).order_by("pk")
         for organization in left:  # their holder may have gone: try once more each
             if actor is not None:
                 organization.remember_staff(actor)
-            _count(result, [generate_for(organization, result.month, actor, via)], on_outcome)
+            month = result.held[organization.pk]
+            _count(result, [generate_for(organization, month, actor, via)], on_outcome)
             if result.unavailable:
                 return
         if not result.held or time.monotonic() >= deadline:
@@ -186,22 +196,31 @@ def _wait_for_others(result: MonthStart, actor, via: str, deadline: float, on_ou
         time.sleep(min(1.0, max(deadline - time.monotonic(), 0)))
 
 
+def month_of(organization: Organization, month: date | None) -> date:
+    """``month``, or the organization's current month in its own time zone."""
+    if month is not None:
+        return month
+    with timezone.override(organization.zone):
+        return current_month()
+
+
 def generate_for(organization: Organization, month: date, user, via: str) -> OrgOutcome:
     """Run the service for one organization and classify its answer."""
+    facts = (organization.pk, organization.slug, month)
     try:
         result = generate_monthly_charges(
             organization=organization, month=month, actor=user, via=via
         )
     except ChargesError as exc:  # each one raised here declares its outcome
-        return OrgOutcome(organization.pk, organization.slug, exc.outcome, str(exc))
-    return OrgOutcome(organization.pk, organization.slug, result.outcome, result.message)
+        return OrgOutcome(*facts, exc.outcome, str(exc))
+    return OrgOutcome(*facts, result.outcome, str(result))
 
 
 # A worker process's actor, read once (its permission cache then lasts the whole run).
 _actors: dict = {}
 
 
-def generate_chunk(org_ids: list[int], month: date, user_id: int | None, via: str) -> list:
+def generate_chunk(org_ids: list[int], month: date | None, user_id: int | None, via: str) -> list:
     """Generate the charges of the organizations ``org_ids``: a worker's task."""
     user = None
     if user_id is not None:
@@ -209,15 +228,16 @@ def generate_chunk(org_ids: list[int], month: date, user_id: int | None, via: st
             user_id, get_user_model()._default_manager.get(pk=user_id)
         )
     organizations = list(Organization.objects.filter(pk__in=org_ids).order_by("pk"))
+    months = {organization.pk: month_of(organization, month) for organization in organizations}
     # A new month is a new resource per organization: their first epochs in one commit.
     # Redis down is left to the grants to answer, one by one, in the walk's own words.
     with contextlib.suppress(LockUnavailable):
-        prepare_fences(charge_resource(organization, month) for organization in organizations)
+        prepare_fences(charge_resource(o, months[o.pk]) for o in organizations)
     outcomes = []
     for organization in organizations:
         if user is not None:
             organization.remember_staff(user)  # the ids came from for_user(user)
-        outcomes.append(generate_for(organization, month, user, via))
+        outcomes.append(generate_for(organization, months[organization.pk], user, via))
     return outcomes
 
 

@@ -11,6 +11,7 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 
 from charges.models import MonthlyChargeRun, month_label
+from hoa.dates import month_name
 from hoa.models import Organization
 from hoa.operations import ResourceInfo
 
@@ -74,7 +75,7 @@ def describe_resources(matches: dict[str, re.Match]) -> dict[str, ResourceInfo]:
         described[resource] = ResourceInfo(
             resource=resource,
             organization=organization,
-            description=_("Monthly charges for %(month)s") % {"month": f"{month:%B %Y}"},
+            description=_("Monthly charges for %(month)s") % {"month": month_name(month)},
             recorded_token=tokens.get((org_id, month)),
             url=reverse("charges:run", args=[organization.slug, month_label(month)])
             if organization

@@ -56,6 +56,10 @@ class ChargeRunResult:
     def message(self) -> str:
         return answers.result_message(self.run, generated=self.generated)
 
+    def __str__(self) -> str:
+        """The command's line: the same sentence (a run has no token staff must not read)."""
+        return self.message
+
 
 def generate_monthly_charges(
     *, organization: Organization, month: date, actor, via: str = "", ip: str | None = None

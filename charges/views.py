@@ -37,6 +37,7 @@ from charges.services import generate_monthly_charges
 from hoa.answers import table as answer_table
 from hoa.answers.pages import error_page
 from hoa.charts import Bar, bar_chart
+from hoa.dates import month_name
 from hoa.security.ratelimits import limit_fenced_posts
 from hoa.web.access import OrganizationMixin, client_ip
 
@@ -51,7 +52,7 @@ def totals_chart(organization, *, until: date):
             Bar(
                 label=date_format(month, "M"),
                 value=total,
-                title=f"{month_label(month)}: {total}",
+                title=f"{month_name(month)}: {total}",
             )
             for month, total in totals
         ],
@@ -169,7 +170,7 @@ class ChargeRunCsvView(OrganizationMixin, View):
                 404,
                 _("No charges to download"),
                 _("The charges of %(organization)s for %(month)s have not been generated.")
-                % {"organization": self.organization.name, "month": month_label(month)},
+                % {"organization": self.organization.name, "month": month_name(month)},
             )
         rows = (
             run.charges.order_by("unit__label", "unit_id")

@@ -21,6 +21,7 @@ STAFF_PERMISSIONS = [
     ("hoa", "view_organization"),
     ("hoa", "view_unit"),
     ("hoa", "view_complaint"),
+    ("hoa", "add_complaint"),
     ("hoa", "change_complaint"),
     ("hoa", "view_notice"),
     ("hoa", "add_notice"),

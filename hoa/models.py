@@ -1,6 +1,7 @@
 """Core models: organizations, their units and staff, complaints and notices."""
 
 from datetime import timedelta
+from zoneinfo import ZoneInfo, available_timezones
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
@@ -17,6 +18,19 @@ class OrganizationQuerySet(TenantQuerySet):
     tenant_path = ""
 
 
+def default_time_zone() -> str:
+    """A new association's time zone: the deployment's ``TIME_ZONE``."""
+    return settings.TIME_ZONE
+
+
+def validate_time_zone(name: str) -> None:
+    """An IANA time zone name this server knows (``Europe/Paris``, ``America/Chicago``)."""
+    if name not in available_timezones():
+        raise ValidationError(
+            _("%(name)s is not a time zone name such as Europe/Paris."), params={"name": name}
+        )
+
+
 class Organization(models.Model):
     name = models.CharField(_("name"), max_length=200)
     slug = models.SlugField(_("slug"), max_length=80, unique=True)
@@ -24,6 +38,15 @@ class Organization(models.Model):
     sla_hours_high = models.PositiveIntegerField(_("SLA hours (high)"), default=24)
     sla_hours_normal = models.PositiveIntegerField(_("SLA hours (normal)"), default=72)
     sla_hours_low = models.PositiveIntegerField(_("SLA hours (low)"), default=168)
+    # Where the association is: its staff pages show every time in it, read the times they
+    # are given in it, and its months (the current one, the billing window) are its own.
+    time_zone = models.CharField(
+        _("time zone"),
+        max_length=64,
+        default=default_time_zone,
+        validators=[validate_time_zone],
+        help_text=_("An IANA name, e.g. America/New_York or Europe/Paris."),
+    )
     created_at = models.DateTimeField(default=timezone.now, editable=False)
 
     objects = OrganizationQuerySet.as_manager()
@@ -33,6 +56,10 @@ class Organization(models.Model):
 
     def __str__(self):
         return self.name
+
+    @property
+    def zone(self) -> ZoneInfo:
+        return ZoneInfo(self.time_zone)
 
     def sla_hours_for(self, priority: str) -> int:
         """Return the hours this organization allows for a complaint of ``priority``."""
@@ -159,6 +186,12 @@ class Complaint(FencedModel):
     )
     title = models.CharField(_("title"), max_length=200)
     description = models.TextField(_("description"), blank=True, default="")
+    # Who reported it (a resident, a contractor, a passer-by): shown to the association's
+    # staff only. The contact details are erased REPORTER_RETENTION_DAYS after the
+    # complaint is closed (``forget_reporters``); the name stays with its timeline.
+    reporter_name = models.CharField(_("reporter"), max_length=200, blank=True, default="")
+    reporter_email = models.EmailField(_("reporter's email"), blank=True, default="")
+    reporter_phone = models.CharField(_("reporter's phone"), max_length=30, blank=True, default="")
     status = models.CharField(
         _("status"), max_length=20, choices=Status.choices, default=Status.OPEN
     )
@@ -259,6 +292,7 @@ class ComplaintEvent(models.Model):
     """
 
     class Kind(models.TextChoices):
+        OPENED = "opened", _("Opened")
         SLA_BREACHED = "sla_breached", _("SLA breached")
         NOTE = "note", _("Note")
         STATUS_CHANGED = "status_changed", _("Status changed")

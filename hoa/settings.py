@@ -111,6 +111,7 @@ TEMPLATES = [
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
                 "hoa.web.context_processors.organization_links",
+                "hoa.web.context_processors.viewer",
             ],
         },
     },
@@ -194,6 +195,8 @@ CHARGE_MONTHS_AHEAD = env_number("CHARGE_MONTHS_AHEAD", 3, cast=int)
 CURRENCY = os.environ.get("CURRENCY", "USD").strip().upper() or "USD"
 LOCK_FENCE_EVENT_RETENTION_DAYS = int(env_number("FENCE_EVENT_RETENTION_DAYS", 90, cast=int))
 ACCESS_DENIAL_RETENTION_DAYS = int(env_number("ACCESS_DENIAL_RETENTION_DAYS", 90, cast=int))
+# Days a closed complaint keeps its reporter's email and phone (forget_reporters erases them).
+REPORTER_RETENTION_DAYS = int(env_number("REPORTER_RETENTION_DAYS", 365, minimum=1, cast=int))
 
 # --- Auth, i18n, static ------------------------------------------------------------------
 

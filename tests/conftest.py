@@ -3,15 +3,16 @@
 The lock state every test starts from (``redis_client``: the lock Redis, database 1 in
 tests, flushed, and no recorded fence epochs; ``fence_lock``) is locking's own fixtures.
 
-Personas: ``alice`` is staff of Maple Court, ``mallory`` staff of Oak Ridge (another
-association), ``root`` a superuser, ``nobody`` staff of no association.
+Personas: ``alice`` is staff of Maple Court, ``olivia`` staff of Maple Court and an operator
+(leases, tokens, fenced attempts), ``mallory`` staff of Oak Ridge (another association),
+``root`` a superuser, ``nobody`` staff of no association.
 """
 
 import os
 from decimal import Decimal
 
 import pytest
-from django.contrib.auth.models import Group
+from django.contrib.auth.models import Group, Permission
 
 from hoa.demo import staff_group
 from hoa.models import Organization, StaffMembership, Unit
@@ -78,6 +79,19 @@ def alice(django_user_model, maple, staff_permissions):
 @pytest.fixture
 def mallory(django_user_model, oak, staff_permissions):
     return _staff(django_user_model, "mallory", oak, staff_permissions)
+
+
+@pytest.fixture
+def olivia(django_user_model, maple, staff_permissions):
+    """An operator: staff of Maple Court who also reads leases, tokens and the fenced
+    attempts (locking's permissions), and may break a lease."""
+    user = _staff(django_user_model, "olivia", maple, staff_permissions)
+    user.user_permissions.add(
+        *Permission.objects.filter(
+            content_type__app_label="locking", codename__in=["view_fenceevent", "break_lease"]
+        )
+    )
+    return user
 
 
 @pytest.fixture

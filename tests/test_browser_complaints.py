@@ -154,3 +154,47 @@ def test_the_page_fits_a_390px_phone_without_horizontal_scrolling(
         assert widths[2] <= widths[1], widths
     finally:
         context.close()
+
+
+def test_staff_open_a_complaint_from_the_list_for_a_resident(
+    open_as,  # noqa: F811
+    site,  # noqa: F811
+    alice,
+    maple,
+):
+    page = open_as("alice")
+    page.goto(f"{site}/orgs/{maple.slug}/complaints/")
+    page.click("[data-testid=new-complaint]")
+    form = page.locator("[data-testid=new-complaint]")
+    form.locator("select[name=unit]").select_option(label=f"{maple.name} · M004")
+    form.locator("input[name=title]").fill("Dripping tap in the laundry room")
+    form.locator("textarea[name=description]").fill("Drips all night.")
+    form.locator("select[name=priority]").select_option("low")
+    form.locator("input[name=reporter_name]").fill("Ana Ruiz")
+    form.locator("input[name=reporter_email]").fill("ana@example.org")
+    form.locator("button[type=submit]").click()
+    page.wait_for_selector("[data-testid=reporter]")
+
+    complaint = Complaint.objects.get()
+    assert page.url == f"{site}/orgs/{maple.slug}/complaints/{complaint.pk}/"
+    assert "Opened by alice for Ana Ruiz" in page.locator("[data-testid=timeline]").inner_text()
+    assert (complaint.unit.label, complaint.priority) == ("M004", "low")
+
+
+def test_office_staff_see_no_lock_internals_and_an_operator_does(
+    open_as,  # noqa: F811
+    site,  # noqa: F811
+    alice,
+    olivia,
+    maple,
+):
+    complaint = Complaint.objects.create(organization=maple, title="Leak")
+    for person, operator in (("alice", False), ("olivia", True)):
+        page = open_as(person)
+        page.goto(f"{site}/orgs/{maple.slug}/")
+        assert (page.locator("header nav >> text=Locks").count() == 1) is operator
+        assert (page.get_by_text("Recent fenced attempts").count() == 1) is operator
+        response = page.goto(f"{site}/ops/locks/")
+        assert response.status == (200 if operator else 403)
+        page.goto(f"{site}/orgs/{maple.slug}/complaints/{complaint.pk}/")
+        assert page.get_by_text("token").count() == 0  # no assignment yet: no token anywhere

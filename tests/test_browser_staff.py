@@ -186,13 +186,13 @@ def test_two_staff_members_assign_different_vendors_at_once_and_the_loser_sees_a
 
 
 def test_lock_page_shows_a_lease_held_by_the_test_and_drops_it_once_released(
-    open_as, site, monkeypatch, alice, maple, fence_lock
+    open_as, site, monkeypatch, olivia, maple, fence_lock
 ):
     monkeypatch.setattr(LockStatusView, "refresh_seconds", 1)
     resource = f"monthly-charges:org:{maple.pk}:{timezone.localdate():%Y-%m}"
     lease = fence_lock.acquire(resource, ttl=timedelta(seconds=60), holder="nightly-cron")
     try:
-        page = open_as("alice")
+        page = open_as("olivia")  # an operator
         page.click("nav >> text=Locks")
         page.wait_for_url(f"{site}/ops/locks/")
         row = page.locator(f"#holders tr[data-resource='{resource}']")
@@ -219,8 +219,7 @@ def test_an_operator_breaks_a_stuck_lease_and_staff_never_see_the_button(
     lease = fence_lock.acquire(resource, ttl=timedelta(seconds=60), holder="stuck-cron")
     try:
         staff = open_as("sam")
-        staff.goto(f"{site}/ops/locks/")
-        assert staff.locator(f"#holders tr[data-resource='{resource}']").count() == 1
+        assert staff.goto(f"{site}/ops/locks/").status == 403  # the operators' page
         assert staff.locator("[data-testid=break-lease]").count() == 0
 
         page = open_as("olga")

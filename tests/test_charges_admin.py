@@ -83,7 +83,7 @@ def test_action_asks_for_the_month_then_generates_and_reports_success(
     assert done.redirect_chain == [(CHANGELIST, 302)]
     [(level, message)] = messages_of(done)
     assert level == "success"
-    assert message.startswith("Generated 10 charges for Maple Court, 2026-03")
+    assert message.startswith("Generated 10 charges for Maple Court, March 2026")
     run = MonthlyChargeRun.objects.get(organization=maple, month=MONTH)
     assert (run.completed_by, run.charge_count) == ("alice", 10)
     assert len(billing.received) == 1
@@ -98,7 +98,7 @@ def test_action_repeated_reports_already_generated_as_info(client, alice, maple,
 
     [(level, message)] = messages_of(again)
     assert level == "info"
-    assert message.startswith("Charges for Maple Court, 2026-03 were already generated")
+    assert message.startswith("Charges for Maple Court, March 2026 were already generated")
     assert MonthlyCharge.objects.count() == 10
 
 
@@ -130,12 +130,12 @@ def test_action_reports_each_organization_with_its_own_level(client, root, maple
 
     [(maple_level, maple_message), (oak_level, oak_message)] = messages_of(response)
     assert maple_level == "success"
-    assert maple_message.startswith("Generated 10 charges for Maple Court, 2026-03")
+    assert maple_message.startswith("Generated 10 charges for Maple Court, March 2026")
     assert oak_level == "warning"
     # Staff's words in the admin: no host, pid or seconds ("bob at the front desk" is not
     # a user, so another worker).
     assert oak_message == (
-        "Another worker is generating the charges for Oak Ridge, 2026-03; "
+        "Another worker is generating the charges for Oak Ridge, March 2026; "
         "this usually takes a few seconds."
     )
     assert list(MonthlyChargeRun.objects.values_list("organization__slug", flat=True)) == [
@@ -152,7 +152,7 @@ def test_action_reports_a_billing_failure_as_an_error_and_writes_nothing(
 
     [(level, message)] = messages_of(response)
     assert level == "error"
-    assert "did not accept the charges for Maple Court, 2026-03 (HTTP 500)" in message
+    assert "did not accept the charges for Maple Court, March 2026 (HTTP 500)" in message
     assert not MonthlyChargeRun.objects.exists()
 
 
@@ -211,7 +211,7 @@ def test_action_asks_to_confirm_a_month_other_than_this_one_or_the_next(
     assert response.templates[0].name == "charges/admin/generate_charges.html"
     [(level, message)] = messages_of(response)
     assert level == "error"
-    assert message.startswith(f"{MONTH_ARG} is neither this month nor the next")
+    assert message.startswith("March 2026 is neither this month nor the next")
     assert not MonthlyChargeRun.objects.exists()
     assert billing.received == []
 

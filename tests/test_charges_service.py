@@ -145,7 +145,7 @@ def test_generation_inserts_one_charge_per_unit_and_bills_once(maple, billing):
     amounts = dict(MonthlyCharge.objects.filter(run=run).values_list("unit__label", "amount"))
     assert amounts == {u.label: u.monthly_assessment for u in maple.units.all()}
     assert result.message == (
-        f"Generated 10 charges for Maple Court, 2026-03 (total ${MAPLE_TOTAL:,.2f})."
+        f"Generated 10 charges for Maple Court, March 2026 (total ${MAPLE_TOTAL:,.2f})."
     )
 
     [request] = billing.received

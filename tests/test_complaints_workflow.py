@@ -178,7 +178,7 @@ def test_assigning_a_vendor_moves_an_open_complaint_to_assigned_in_the_fenced_tr
     assert complaint.status == S.ASSIGNED
     event = ComplaintEvent.objects.get(complaint=complaint)
     assert (event.from_status, event.to_status, event.actor) == (S.OPEN, S.ASSIGNED, alice)
-    assert event.detail == "Pipe Pros assigned (token 1)."
+    assert event.detail == "Pipe Pros assigned."
     assert event.at == result.assignment.assigned_at
 
     # A later status is kept: reassigning an in-progress complaint does not move it.
@@ -212,8 +212,8 @@ def test_the_status_a_reassignment_reads_under_the_row_lock_decides_not_the_call
     assert Complaint.objects.get(pk=complaint.pk).status == S.IN_PROGRESS
     events = ComplaintEvent.objects.filter(complaint=complaint).order_by("pk")
     assert list(events.values_list("from_status", "to_status", "detail")) == [
-        (S.OPEN, S.ASSIGNED, "Pipe Pros assigned (token 1)."),
-        (S.OPEN, S.ASSIGNED, "Evergreen assigned (token 2)."),
+        (S.OPEN, S.ASSIGNED, "Pipe Pros assigned."),
+        (S.OPEN, S.ASSIGNED, "Evergreen assigned."),
     ]
 
 
@@ -415,7 +415,8 @@ def test_changing_the_sla_is_recorded_with_old_and_new_due_times_and_the_reason(
     event = ComplaintEvent.objects.get(complaint=complaint)
     assert (event.kind, event.old_due_at, event.new_due_at) == ("sla_changed", old, new)
     assert (event.actor, event.detail) == (alice, "Parts on order")
-    assert f"SLA due {timezone.localtime(old):%Y-%m-%d %H:%M} → {new:%Y-%m-%d %H:%M}" in (
+    # One date-time format on every page: in the association's zone, with its abbreviation.
+    assert f"SLA due {timezone.localtime(old):%Y-%m-%d %H:%M %Z} → {new:%Y-%m-%d %H:%M %Z}" in (
         response.content.decode()
     )
 

@@ -77,10 +77,14 @@ def test_a_name_is_registered_once():
 def test_lock_page_shows_a_budget_lease_to_its_associations_staff_only(
     client, alice, mallory, root, maple, budget, fence_lock
 ):
+    """To its association's operators: the lock page is the operators' (issue 25)."""
     resource = budget_resource(maple, YEAR)
+    for user in (alice, mallory):
+        user.user_permissions.add(Permission.objects.get(codename="view_fenceevent"))
     with fence_lock.acquire(resource, ttl=LEASE, holder="board-clerk") as lease:
         pages = {}
         for user in (alice, mallory, root):
+            user = type(user).objects.get(pk=user.pk)  # a fresh permission cache
             client.force_login(user)
             pages[user.username] = holders_of(client.get("/ops/locks/").content.decode())
 

@@ -87,4 +87,4 @@ def test_charges_page_charts_the_last_twelve_months(client, alice, maple):
     html = client.get(f"/orgs/{maple.slug}/charges/").content.decode()
     svg = html.split("<svg")[1].split("</svg>")[0]
     assert len(re.findall(r'<rect class="bar', svg)) == 12
-    assert f"{last_month:%Y-%m}: 2055.00" in svg
+    assert f"{last_month:%B %Y}: 2055.00" in svg

@@ -2,17 +2,18 @@
 
 import re
 import socket
-from datetime import timedelta
+from datetime import date, timedelta
 from urllib.parse import quote
 
 import pytest
+from django.contrib.auth.models import Permission
 from django.test import RequestFactory
 from django.urls import reverse
 from django.utils import timezone
 
 from charges.models import MonthlyChargeRun
 from hoa.answers.pages import conflict
-from hoa.models import Complaint, Organization
+from hoa.models import AccessDenial, Complaint, Organization
 from hoa.web.views import server_error
 from locking import LockHeld, Outcome
 from locking.connection import client_for_url
@@ -173,20 +174,20 @@ def test_superuser_opens_any_dashboard(client, root, oak):
     assert "Oak Ridge" in response.content.decode()
 
 
-def test_dashboard_of_a_quiet_association_shows_empty_states(client, alice, maple):
-    client.force_login(alice)
+def test_dashboard_of_a_quiet_association_shows_empty_states(client, olivia, maple):
+    client.force_login(olivia)
     html = client.get(f"/orgs/{maple.slug}/").content.decode()
     assert "No open complaints. Nothing needs attention." in html
     assert "No fenced attempts yet." in html
     assert "<svg" not in html  # no attempts: no chart
 
 
-def test_dashboard_lists_and_charts_only_its_own_fenced_attempts(client, alice, maple, oak):
+def test_dashboard_lists_and_charts_only_its_own_fenced_attempts(client, olivia, maple, oak):
     event(maple, charges_resource(maple), "committed", 3)
     event(maple, charges_resource(maple), "busy", 3)
     event(maple, charges_resource(maple), "busy", 3)
     event(oak, charges_resource(oak), "stale", 9)
-    client.force_login(alice)
+    client.force_login(olivia)
     html = client.get(f"/orgs/{maple.slug}/").content.decode()
     assert charges_resource(maple) in html
     assert charges_resource(oak) not in html
@@ -196,12 +197,12 @@ def test_dashboard_lists_and_charts_only_its_own_fenced_attempts(client, alice, 
     assert "Stale token rejected: 0" in html
 
 
-def test_conflicts_are_a_bar_a_badge_and_a_filter_of_their_own(client, alice, maple):
+def test_conflicts_are_a_bar_a_badge_and_a_filter_of_their_own(client, olivia, maple):
     complaint = vendor_resource(Complaint.objects.create(organization=maple, title="Leak"))
     event(maple, complaint, "committed", 2, operation="vendor-assignment")
     event(maple, complaint, "conflict", 3, operation="vendor-assignment")
     event(maple, complaint, "already_done", 4, operation="vendor-assignment")
-    client.force_login(alice)
+    client.force_login(olivia)
 
     dashboard = client.get(f"/orgs/{maple.slug}/").content.decode()
     locks = client.get("/ops/locks/", {"outcome": "conflict"})
@@ -222,11 +223,11 @@ def test_conflicts_are_a_bar_a_badge_and_a_filter_of_their_own(client, alice, ma
 
 
 def test_lock_page_shows_a_lease_the_test_holds_with_its_holder_and_token(
-    client, alice, maple, fence_lock
+    client, olivia, maple, fence_lock
 ):
     resource = charges_resource(maple)
     with fence_lock.acquire(resource, ttl=LEASE, holder="cron-host-7") as lease:
-        client.force_login(alice)
+        client.force_login(olivia)
         html = client.get("/ops/locks/").content.decode()
     assert f'<tr data-resource="{resource}">' in html
     row = html.split(f'<tr data-resource="{resource}">')[1].split("</tr>")[0]
@@ -237,7 +238,7 @@ def test_lock_page_shows_a_lease_the_test_holds_with_its_holder_and_token(
 
 
 def test_lock_page_hides_another_associations_leases_from_staff(
-    client, alice, maple, oak, complaints, fence_lock
+    client, olivia, maple, oak, complaints, fence_lock
 ):
     # An association whose id starts with Maple's digits: a bare prefix would match it.
     lookalike = Organization.objects.create(pk=int(f"{maple.pk}7"), name="Elm", slug="elm")
@@ -249,7 +250,7 @@ def test_lock_page_hides_another_associations_leases_from_staff(
     ]
     leases = [fence_lock.acquire(resource, ttl=LEASE) for resource in mine + theirs]
     try:
-        client.force_login(alice)
+        client.force_login(olivia)
         html = client.get("/ops/locks/").content.decode()
     finally:
         for lease in leases:
@@ -277,7 +278,10 @@ def test_superuser_sees_every_lease(client, root, maple, oak, fence_lock):
     assert count(r"<tr data-resource=", holders) == 4
 
 
-def test_staff_of_no_association_sees_no_lease_and_no_event(client, nobody, maple, fence_lock):
+def test_an_operator_of_no_association_sees_no_lease_and_no_event(
+    client, nobody, maple, fence_lock
+):
+    nobody.user_permissions.add(Permission.objects.get(codename="view_fenceevent"))
     event(maple, charges_resource(maple))
     with fence_lock.acquire(charges_resource(maple), ttl=LEASE):
         client.force_login(nobody)
@@ -287,12 +291,12 @@ def test_staff_of_no_association_sees_no_lease_and_no_event(client, nobody, mapl
     assert "maple" not in html.lower().replace("maple-court", "")
 
 
-def test_lock_page_lists_only_the_staff_members_events_and_filters_them(client, alice, maple, oak):
+def test_lock_page_lists_only_the_staff_members_events_and_filters_them(client, olivia, maple, oak):
     event(maple, charges_resource(maple), "committed", 1)
     event(maple, charges_resource(maple), "busy", 1, actor="bob")
     event(maple, "vendor-assignment:complaint:77", "stale", 4, operation="vendor-assignment")
     event(oak, charges_resource(oak), "failed", 2)
-    client.force_login(alice)
+    client.force_login(olivia)
 
     def rows(**query):
         response = client.get("/ops/locks/", query)
@@ -307,9 +311,9 @@ def test_lock_page_lists_only_the_staff_members_events_and_filters_them(client, 
     assert rows(resource=charges_resource(oak)) == []  # exists, but not Alice's
 
 
-def test_lock_page_answers_400_to_a_malformed_filter(client, alice, maple):
+def test_lock_page_answers_400_to_a_malformed_filter(client, olivia, maple):
     event(maple, charges_resource(maple))
-    client.force_login(alice)
+    client.force_login(olivia)
     response = client.get("/ops/locks/", {"resource": "has space", "outcome": "won"})
     html = response.content.decode()
     assert response.status_code == 400
@@ -319,7 +323,7 @@ def test_lock_page_answers_400_to_a_malformed_filter(client, alice, maple):
 
 
 def test_lock_timeline_draws_each_attempt_with_its_token_and_the_current_lease(
-    client, alice, maple, fence_lock
+    client, olivia, maple, fence_lock
 ):
     resource = charges_resource(maple)
     base = timezone.now() - timedelta(minutes=5)
@@ -327,7 +331,7 @@ def test_lock_timeline_draws_each_attempt_with_its_token_and_the_current_lease(
         event(maple, resource, outcome, token, at=base + timedelta(seconds=offset))
     event(maple, charges_resource(maple, "2020-01"), "committed", 8)  # another resource
     with fence_lock.acquire(resource, ttl=LEASE) as lease:
-        client.force_login(alice)
+        client.force_login(olivia)
         html = client.get("/ops/locks/", {"resource": resource}).content.decode()
     svg = html.split('<svg class="chart timeline"')[1].split("</svg>")[0]
     assert count(r'<g class="mark ', svg) == 3
@@ -339,10 +343,10 @@ def test_lock_timeline_draws_each_attempt_with_its_token_and_the_current_lease(
     assert count(r'class="lane-label"', svg) == 4
 
 
-def test_lock_timeline_of_another_associations_resource_shows_nothing(client, alice, oak):
+def test_lock_timeline_of_another_associations_resource_shows_nothing(client, olivia, oak):
     resource = charges_resource(oak)
     event(oak, resource, "committed", 5)
-    client.force_login(alice)
+    client.force_login(olivia)
     html = client.get("/ops/locks/", {"resource": resource}).content.decode()
     assert "No attempts recorded for this resource." in html
     assert '<g class="mark' not in html
@@ -350,7 +354,7 @@ def test_lock_timeline_of_another_associations_resource_shows_nothing(client, al
 
 
 def test_fence_counters_flag_a_redis_counter_below_the_database_token(
-    client, alice, maple, complaints, fence_lock
+    client, olivia, maple, complaints, fence_lock
 ):
     lost = complaints["gate"]
     Complaint.objects.filter(pk=lost.pk).update(last_fence_token=10)
@@ -360,7 +364,7 @@ def test_fence_counters_flag_a_redis_counter_below_the_database_token(
     for _ in range(3):
         fence_lock.acquire(fine, ttl=LEASE).release()
     event(maple, fine, "committed", 3)
-    client.force_login(alice)
+    client.force_login(olivia)
     html = client.get("/ops/locks/").content.decode()
     counters = html.split('id="counters"')[1].split("</section>")[0]
     behind = re.findall(r'<tr class="behind" data-resource="([^"]+)">', counters)
@@ -373,9 +377,9 @@ def test_fence_counters_flag_a_redis_counter_below_the_database_token(
     assert "in order" in ok_row
 
 
-def test_htmx_refresh_returns_only_the_holders_table(client, alice, maple, fence_lock):
+def test_htmx_refresh_returns_only_the_holders_table(client, olivia, maple, fence_lock):
     with fence_lock.acquire(charges_resource(maple), ttl=LEASE):
-        client.force_login(alice)
+        client.force_login(olivia)
         response = client.get("/ops/locks/", headers={"HX-Request": "true", "HX-Target": "holders"})
     html = response.content.decode()
     assert response.status_code == 200
@@ -401,10 +405,10 @@ def unreachable_lock_redis(settings):
 
 
 def test_lock_page_still_shows_the_audit_trail_when_redis_is_down(
-    client, alice, maple, unreachable_lock_redis
+    client, olivia, maple, unreachable_lock_redis
 ):
     event(maple, charges_resource(maple), "committed", 4)
-    client.force_login(alice)
+    client.force_login(olivia)
     response = client.get("/ops/locks/")
     html = response.content.decode()
     assert response.status_code == 200
@@ -415,15 +419,15 @@ def test_lock_page_still_shows_the_audit_trail_when_redis_is_down(
 # -- the 409 page -----------------------------------------------------------------------
 
 
-def test_conflict_page_names_the_holder_and_retries_with_the_same_fields(alice, maple, fence_lock):
+def test_conflict_page_names_the_holder_and_retries_with_the_same_fields(olivia, maple, fence_lock):
     resource = charges_resource(maple)
-    with fence_lock.acquire(resource, ttl=LEASE, holder="alice"), pytest.raises(LockHeld) as busy:
+    with fence_lock.acquire(resource, ttl=LEASE, holder="olivia"), pytest.raises(LockHeld) as busy:
         fence_lock.acquire(resource, ttl=LEASE)
     request = RequestFactory().post(
         "/orgs/maple-court/complaints/4/assign/",
         {"vendor": "7", "reassign": "on", "csrfmiddlewaretoken": "old-token"},
     )
-    request.user = alice
+    request.user = olivia
     response = conflict(
         request,
         title="Busy",
@@ -508,3 +512,58 @@ def test_server_error_page_renders_without_touching_the_request():
     assert response.status_code == 500
     assert "Something went wrong" in html
     assert "Log out" not in html
+
+
+# -- fencing internals are the operators' (issue 25, item 4) ---------------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+def test_office_staff_see_no_token_no_fenced_attempts_and_no_locks_and_get_403(
+    client, alice, olivia, maple, fence_lock
+):
+    """The same pages for both: staff without locking's permissions get them without the
+    fencing internals; an operator (olivia) gets all of it."""
+    from charges.services import generate_monthly_charges
+    from tests.vendors_support import active_vendor
+    from vendors.services import assign_vendor
+
+    complaint = Complaint.objects.create(organization=maple, title="Leak")
+    assign_vendor(complaint=complaint, vendor=active_vendor("Pipe Pros", maple), actor=olivia)
+    generate_monthly_charges(organization=maple, month=date(2026, 3, 1), actor=olivia)
+    pages = {
+        "dashboard": f"/orgs/{maple.slug}/",
+        "complaint": f"/orgs/{maple.slug}/complaints/{complaint.pk}/",
+        "run": f"/orgs/{maple.slug}/charges/2026-03/",
+    }
+    seen = {}
+    for person in (alice, olivia):
+        client.force_login(person)
+        seen[person.username] = {
+            name: client.get(url).content.decode() for name, url in pages.items()
+        }
+        seen[person.username]["locks"] = client.get("/ops/locks/").status_code
+
+    staff, operator = seen["alice"], seen["olivia"]
+    assert staff["locks"] == 403 and operator["locks"] == 200
+    for name in pages:
+        assert ">Locks</a>" not in staff[name] and ">Locks</a>" in operator[name], name
+    assert "token 1" not in staff["complaint"] and "token 1" in operator["complaint"]
+    assert "Last fencing token" not in staff["run"] and "Last fencing token" in operator["run"]
+    assert "Recent fenced attempts" not in staff["dashboard"]
+    assert "Recent fenced attempts" in operator["dashboard"]
+    assert AccessDenial.objects.filter(actor="alice", reason="permission").count() == 1
+
+
+def test_a_409_page_keeps_staff_wording_and_links_details_for_operators_only(
+    alice, olivia, maple, fence_lock
+):
+    for person, shows_link in ((alice, False), (olivia, True)):
+        request = RequestFactory().post("/x/", {"month": "2026-03"})
+        request.user = person
+        with pytest.raises(LockHeld) as held, fence_lock.acquire("r:1", ttl=LEASE, holder="bob"):
+            fence_lock.acquire("r:1", ttl=LEASE)
+        html = conflict(
+            request, title="Busy", message="Another worker is busy.", lease=held.value
+        ).content.decode()
+        assert "Another worker is busy." in html
+        assert ("Details for operators" in html) is shows_link, person

@@ -24,9 +24,10 @@ def test_an_associations_pages_are_titled_page_association_hoa(alice_client, map
     assert title_of(complaints) == "Complaints · Maple Court · HOA"
 
 
-def test_pages_outside_an_association_are_titled_page_hoa(client, alice_client):
+def test_pages_outside_an_association_are_titled_page_hoa(client, alice_client, olivia):
     assert title_of(alice_client.get("/orgs/")) == "Associations · HOA"
-    assert title_of(alice_client.get("/ops/locks/")) == "Lock status · HOA"
+    client.force_login(olivia)
+    assert title_of(client.get("/ops/locks/")) == "Lock status · HOA"
     client.logout()
     assert title_of(client.get("/accounts/login/")) == "Log in · HOA"
 

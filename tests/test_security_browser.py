@@ -32,7 +32,7 @@ def violations(page) -> list[str]:
     return page.evaluate("window.__cspViolations")
 
 
-def test_pages_raise_no_csp_violation(open_as, site, alice, maple, monkeypatch):  # noqa: F811
+def test_pages_raise_no_csp_violation(open_as, site, alice, olivia, maple, monkeypatch):  # noqa: F811
     monkeypatch.setattr(LockStatusView, "refresh_seconds", 1)
     complaint = Complaint.objects.create(organization=maple, title="Leaking pipe")
     active_vendor("Pipe Pros", maple)
@@ -65,7 +65,9 @@ def test_pages_raise_no_csp_violation(open_as, site, alice, maple, monkeypatch):
         page.wait_for_load_state("load")
         found[path] = violations(page)
 
-    # The lock page, through two of its htmx refreshes.
+    # The lock page (an operator's), through two of its htmx refreshes.
+    page = open_as("olivia")
+    page.context.add_init_script(COLLECT_VIOLATIONS)
     page.goto(f"{site}/ops/locks/")
     with page.expect_response(lambda response: "/ops/locks/" in response.url):
         pass

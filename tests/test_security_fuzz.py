@@ -141,6 +141,7 @@ def generous_limits(settings):
 class World:
     complaint: Complaint
     alice: Client
+    olivia: Client  # an operator of Maple Court: the lock page is the operators'
     mallory: Client
     root: Client
     maple_id: int
@@ -158,12 +159,13 @@ def client_for(user) -> Client:
 
 
 @pytest.fixture
-def world(maple, oak, alice, mallory, root) -> World:
+def world(maple, oak, alice, olivia, mallory, root) -> World:
     complaint = Complaint.objects.create(organization=maple, title="Leaking pipe")
     vendor = active_vendor("Pipe Pros", maple)
     return World(
         complaint=complaint,
         alice=client_for(alice),
+        olivia=client_for(olivia),
         mallory=client_for(mallory),
         root=client_for(root),
         maple_id=maple.pk,
@@ -236,7 +238,7 @@ def check_lock_page(
     world: World, resource: str = "", outcome: str = "", operation: str = "", page: str = ""
 ) -> None:
     query = {"resource": resource, "outcome": outcome, "operation": operation, "page": page}
-    for client in (world.alice, world.root):
+    for client in (world.olivia, world.root):
         assert_safe(client.get("/ops/locks/", query), 200, 400)
         assert_safe(client.get("/ops/locks/", query, headers={"hx-request": "true"}), 200, 400)
 

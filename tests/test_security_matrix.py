@@ -378,9 +378,18 @@ def test_organization_list_and_lock_page_show_only_the_personas_associations(
     if persona == "anonymous":
         assert (organizations.status_code, locks.status_code) == (302, 302)
         return
-    assert (organizations.status_code, locks.status_code) == (200, 200)
+    # The lock page is the operators': office staff are refused whatever they are staff of.
+    assert (organizations.status_code, locks.status_code) == (
+        200,
+        200 if persona == "root" else 403,
+    )
     sees_maple = persona in ("viewer", "alice", "root")
     assert ("Maple Court" in organizations.content.decode()) is sees_maple
+    # Made an operator, each persona sees the leases and attempts of its own associations.
+    user = django_user_model.objects.get(username=persona)
+    user.user_permissions.add(Permission.objects.get(codename="view_fenceevent"))
+    locks = client_as(persona, django_user_model).get("/ops/locks/")
+    assert locks.status_code == 200
     assert (f"monthly-charges:org:{world.maple.pk}:2026-01" in locks.content.decode()) is (
         sees_maple
     )

@@ -163,15 +163,15 @@ def test_templates_need_nothing_inline():
 
 
 @pytest.mark.django_db
-def test_rendered_pages_with_charts_and_timelines_need_nothing_inline(alice, maple):
+def test_rendered_pages_with_charts_and_timelines_need_nothing_inline(olivia, maple):
     MonthlyChargeRun.objects.create(organization=maple, month=date(2026, 3, 1))
     complaint = Complaint.objects.create(organization=maple, title="Leak")
     resource = f"monthly-charges:org:{maple.pk}:2026-03"
     FenceEvent.objects.create(
-        resource=resource, scope=f"org:{maple.pk}", outcome="committed", token=3, actor="alice"
+        resource=resource, scope=f"org:{maple.pk}", outcome="committed", token=3, actor="olivia"
     )
     client = Client()
-    client.force_login(alice)
+    client.force_login(olivia)
 
     pages = [
         "/orgs/",

@@ -10,11 +10,11 @@ audit, with them.
 
 from datetime import date
 
-from django.utils import formats
 from django.utils.translation import gettext as _
 
 from hoa.answers.refusals import person_holding, sentence
 from hoa.answers.table import Audience
+from hoa.dates import when
 from hoa.models import Complaint, Organization
 from vendors.exceptions import (
     AlreadyAssigned,
@@ -78,7 +78,7 @@ def describe_assignment(
     actor label and ``(token 7)``."""
     values = {
         "vendor": assignment.vendor.name,
-        "at": formats.date_format(assignment.assigned_at, "Y-m-d H:i"),
+        "at": when(assignment.assigned_at),
     }
     if audience is Audience.OPERATORS:
         return _("%(vendor)s, assigned by %(actor)s on %(at)s (token %(token)s)") % {
@@ -95,28 +95,32 @@ def describe_assignment(
 
 
 def result_message(
-    assignment: VendorAssignment, *, already_done: bool, replaced: VendorAssignment | None
+    assignment: VendorAssignment,
+    *,
+    already_done: bool,
+    replaced: VendorAssignment | None,
+    audience: Audience = Audience.STAFF,
 ) -> str:
+    """What a successful call did; operators (the command's line) also read the token."""
     values = {"vendor": assignment.vendor.name, "complaint": assignment.complaint_id}
     if already_done:
-        return _("%(vendor)s is already the vendor of complaint #%(complaint)s.") % values
-    if replaced is not None:
-        return _(
-            "%(vendor)s now handles complaint #%(complaint)s, replacing %(previous)s "
-            "(token %(token)s)."
-        ) % {**values, "previous": replaced.vendor.name, "token": assignment.fence_token}
-    return _("%(vendor)s is assigned to complaint #%(complaint)s (token %(token)s).") % {
-        **values,
-        "token": assignment.fence_token,
-    }
+        said = _("%(vendor)s is already the vendor of complaint #%(complaint)s.") % values
+    elif replaced is not None:
+        said = _("%(vendor)s now handles complaint #%(complaint)s, replacing %(previous)s.") % {
+            **values,
+            "previous": replaced.vendor.name,
+        }
+    else:
+        said = _("%(vendor)s is assigned to complaint #%(complaint)s.") % values
+    if audience is Audience.OPERATORS and not already_done:
+        said = f"{said[:-1]} (token {assignment.fence_token})."
+    return said
 
 
 def assigned_note(assignment: VendorAssignment) -> str:
-    """The note of the status change an assignment makes (open to assigned)."""
-    return _("%(vendor)s assigned (token %(token)s).") % {
-        "vendor": assignment.vendor.name,
-        "token": assignment.fence_token,
-    }
+    """The note of the status change an assignment makes (open to assigned): staff read it
+    on the timeline, so it names the vendor, not the token (the assignment keeps that)."""
+    return _("%(vendor)s assigned.") % {"vendor": assignment.vendor.name}
 
 
 def contract_not_active(

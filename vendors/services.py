@@ -28,7 +28,7 @@ from enum import Enum, auto
 from django.db.models import OuterRef, QuerySet, Subquery
 from django.utils import timezone
 
-from hoa.answers.table import Answer
+from hoa.answers.table import Answer, Audience
 from hoa.complaints.workflow import record_assignment
 from hoa.fenced import FencedSteps
 from hoa.integrations.webhooks import ExternalCallFailed
@@ -70,8 +70,18 @@ class AssignmentResult:
 
     @property
     def message(self) -> str:
+        """Staff's sentence (pages, admin messages)."""
         return answers.result_message(
             self.assignment, already_done=self.already_done, replaced=self.replaced
+        )
+
+    def __str__(self) -> str:
+        """The operators' sentence (the command's line), with the token."""
+        return answers.result_message(
+            self.assignment,
+            already_done=self.already_done,
+            replaced=self.replaced,
+            audience=Audience.OPERATORS,
         )
 
 

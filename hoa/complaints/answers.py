@@ -4,7 +4,6 @@ Translated, with named placeholders. Staff and operators read the same sentences
 workflow has no tokens or hosts to hide.
 """
 
-from django.utils import formats
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
@@ -12,6 +11,7 @@ from hoa.answers.refusals import sentence
 from hoa.answers.table import Audience
 from hoa.complaints.exceptions import ComplaintsError, Rule, StatusChanged, TransitionRefused
 from hoa.complaints.extensions import assignee
+from hoa.dates import when
 from hoa.models import Complaint
 
 Status = Complaint.Status
@@ -78,7 +78,7 @@ def _shown(name: str, value):
     if name in ("from", "to", "status"):
         return label(value)
     if name == "opened":
-        return formats.date_format(value, "Y-m-d H:i")
+        return when(value)
     return value
 
 
@@ -86,4 +86,11 @@ def status_changed(complaint: Complaint, to: str) -> str:
     return _("Complaint #%(complaint)s is %(to)s now.") % {
         "complaint": complaint.pk,
         "to": label(to),
+    }
+
+
+def opened(complaint: Complaint) -> str:
+    return _("Complaint #%(complaint)s is open; its SLA is due %(due)s.") % {
+        "complaint": complaint.pk,
+        "due": when(complaint.sla_due_at),
     }

@@ -10,7 +10,7 @@ from django.utils.translation import gettext_lazy as _
 from hoa.complaints.extensions import extensions
 from hoa.complaints.selectors import UNRESOLVED
 from hoa.complaints.workflow import NOTE_MAX_LENGTH
-from hoa.models import Complaint, Organization
+from hoa.models import Complaint, Organization, Unit
 
 Status = Complaint.Status
 OUT_OF_DATE = _("This page was out of date. Reload it and try again.")
@@ -49,6 +49,60 @@ class ComplaintStatusForm(forms.Form):
     def __init__(self, *args, offered: list[tuple[str, str]] = (), **kwargs):
         super().__init__(*args, **kwargs)
         self.fields["to_status"].widget.choices = [("", _("Choose…")), *offered]
+
+
+def _printable(value: str) -> str:
+    """``value``, refused if it holds a control character (a NUL, an escape…)."""
+    if any(not char.isprintable() and char not in "\r\n\t" for char in value):
+        raise forms.ValidationError(_("Remove the control characters from this text."))
+    return value
+
+
+class ComplaintForm(forms.Form):
+    """A complaint opened from the staff pages: what, where, how urgent, and who reported
+    it. ``unit`` is optional (a common area) but must be one of the association's."""
+
+    unit = forms.ModelChoiceField(
+        queryset=Unit.objects.none(),
+        required=False,
+        label=_("Unit"),
+        empty_label=_("No unit (a common area)"),
+        error_messages={"invalid_choice": _("Choose a unit of this association.")},
+    )
+    title = forms.CharField(label=_("Title"), max_length=200)
+    description = forms.CharField(
+        label=_("What is wrong"),
+        max_length=NOTE_MAX_LENGTH,
+        widget=forms.Textarea(attrs={"rows": 4}),
+    )
+    priority = forms.ChoiceField(
+        label=_("Priority"),
+        choices=Complaint.Priority.choices,
+        initial=Complaint.Priority.NORMAL,
+        error_messages={"invalid_choice": _("Choose a priority from the list.")},
+    )
+    reporter_name = forms.CharField(label=_("Reported by"), max_length=200)
+    reporter_email = forms.EmailField(label=_("Their email"), max_length=254)
+    reporter_phone = forms.RegexField(
+        label=_("Their phone"),
+        required=False,
+        max_length=30,
+        regex=r"^\+?[0-9 ()./-]{3,30}$",
+        error_messages={"invalid": _("Give a phone number of digits, spaces and + ( ) - .")},
+    )
+
+    def __init__(self, *args, organization: Organization, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["unit"].queryset = Unit.objects.for_organization(organization).order_by("label")
+
+    def clean_title(self):
+        return _printable(self.cleaned_data["title"].strip())
+
+    def clean_description(self):
+        return _printable(self.cleaned_data["description"].strip())
+
+    def clean_reporter_name(self):
+        return _printable(self.cleaned_data["reporter_name"].strip())
 
 
 class ComplaintNoteForm(forms.Form):

@@ -7,6 +7,7 @@ app_name = "complaints"
 # Included under orgs/<slug:org_slug>/ (hoa/urls.py).
 urlpatterns = [
     path("complaints/", views.ComplaintListView.as_view(), name="complaints"),
+    path("complaints/new/", views.NewComplaintView.as_view(), name="new"),
     path("complaints/<int:pk>/", views.ComplaintDetailView.as_view(), name="complaint"),
     path("complaints/<int:pk>/status/", views.ChangeStatusView.as_view(), name="status"),
     path("complaints/<int:pk>/notes/", views.AddNoteView.as_view(), name="note"),

@@ -14,7 +14,7 @@ from django.contrib import messages
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.translation import gettext as _
-from django.views.generic import DetailView
+from django.views.generic import DetailView, TemplateView
 
 from hoa.answers import table as answer_table
 from hoa.answers.pages import see_other
@@ -24,10 +24,12 @@ from hoa.complaints.exceptions import ComplaintsError
 from hoa.complaints.extensions import assigned, extensions
 from hoa.complaints.forms import (
     ComplaintFilterForm,
+    ComplaintForm,
     ComplaintNoteForm,
     ComplaintSlaForm,
     ComplaintStatusForm,
 )
+from hoa.dates import when
 from hoa.models import Complaint
 from hoa.web.access import OrganizationMixin
 from hoa.web.lists import FilteredListView
@@ -52,7 +54,41 @@ class ComplaintListView(FilteredListView):
 
     def get_context_data(self, **kwargs):
         columns = [e.column for e in extensions() if e.column is not None]
-        return super().get_context_data(columns=columns, **kwargs)
+        can_open = self.request.user.has_perm("hoa.add_complaint")
+        return super().get_context_data(columns=columns, can_open=can_open, **kwargs)
+
+
+class NewComplaintView(OrganizationMixin, TemplateView):
+    """``GET …/complaints/new/``: the form; ``POST``: open the complaint and 303 to it, or
+    400 with the form and its errors (nothing created). Needs ``hoa.add_complaint``."""
+
+    template_name = "hoa/complaints/complaint_new.html"
+    permission_required = "hoa.add_complaint"
+    http_method_names = ["get", "post"]
+
+    def get(self, request, *args, **kwargs):
+        form = ComplaintForm(organization=self.organization)
+        return self.render_to_response(self.get_context_data(form=form))
+
+    def post(self, request, *args, **kwargs):
+        form = ComplaintForm(request.POST, organization=self.organization)
+        if not form.is_valid():
+            return self.render_to_response(self.get_context_data(form=form), status=400)
+        data = form.cleaned_data
+        complaint = workflow.open_complaint(
+            organization=self.organization,
+            unit=data["unit"],
+            title=data["title"],
+            description=data["description"],
+            priority=data["priority"],
+            reporter=workflow.Reporter(
+                data["reporter_name"], data["reporter_email"], data["reporter_phone"]
+            ),
+            actor=request.user,
+        )
+        messages.success(request, answers.opened(complaint))
+        url = reverse("complaints:complaint", args=[self.organization.slug, complaint.pk])
+        return see_other(url)
 
 
 class ComplaintDetailView(OrganizationMixin, DetailView):
@@ -205,5 +241,5 @@ class ChangeSlaView(ComplaintActionView):
         )
         return _("The SLA of complaint #%(complaint)s is due %(due)s now.") % {
             "complaint": complaint.pk,
-            "due": timezone.localtime(data["due_at"]).strftime("%Y-%m-%d %H:%M"),
+            "due": when(data["due_at"]),
         }

@@ -50,7 +50,7 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 
 from hoa.complaints.exceptions import Rule, StatusChanged, TransitionRefused
-from hoa.models import Complaint, ComplaintEvent
+from hoa.models import Complaint, ComplaintEvent, Organization, Unit
 
 __all__ = [
     "NOTE_MAX_LENGTH",
@@ -59,6 +59,7 @@ __all__ = [
     "change_status",
     "check_transition",
     "choices_from",
+    "open_complaint",
     "record_assignment",
 ]
 
@@ -175,6 +176,53 @@ def change_status(
         extra={"complaint": complaint.pk, "from": seen, "to": lands_on, "actor": actor.pk},
     )
     return StatusChange(complaint=complaint, seen=seen, to=lands_on, event=event)
+
+
+@dataclass(frozen=True)
+class Reporter:
+    """Who reported a complaint, as staff took it down."""
+
+    name: str
+    email: str
+    phone: str = ""
+
+
+def open_complaint(
+    *,
+    organization: Organization,
+    unit: Unit | None,
+    title: str,
+    description: str,
+    priority: str,
+    reporter: Reporter,
+    actor,
+) -> Complaint:
+    """Open a complaint for ``reporter``, its SLA from the association's policy for
+    ``priority``; the timeline starts with who opened it for whom. ``unit`` is one of the
+    association's, or ``None`` for a common area (the database holds it too)."""
+    with transaction.atomic():
+        complaint = Complaint.objects.create(
+            organization=organization,
+            unit=unit,
+            title=title,
+            description=description,
+            priority=priority,
+            reporter_name=reporter.name,
+            reporter_email=reporter.email,
+            reporter_phone=reporter.phone,
+        )
+        ComplaintEvent.objects.create(
+            complaint=complaint,
+            kind=ComplaintEvent.Kind.OPENED,
+            actor=actor,
+            actor_label=actor.get_username(),
+            at=complaint.opened_at,
+        )
+    logger.info(
+        "complaint opened",
+        extra={"complaint": complaint.pk, "organization": organization.pk, "actor": actor.pk},
+    )
+    return complaint
 
 
 def add_note(*, complaint: Complaint, note: str, actor) -> ComplaintEvent:

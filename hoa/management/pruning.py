@@ -15,7 +15,7 @@ from django.utils import timezone
 from hoa.management.base import CronCommand
 
 
-def _retention_days(raw) -> int:
+def retention_days(raw) -> int:
     """Return ``raw`` as a whole number of days of at least 1, else raise ``CommandError``."""
     try:
         days = int(str(raw).strip())
@@ -49,7 +49,7 @@ class PruneCommand(CronCommand):
     def handle(self, *args, days=None, dry_run=False, **options):
         if days is None:
             days = getattr(settings, self.retention_setting)
-        days = _retention_days(days)
+        days = retention_days(days)
         cutoff = timezone.now() - timedelta(days=days)
         old_rows = self.model.objects.filter(at__lt=cutoff)
         try:

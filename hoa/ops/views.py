@@ -32,6 +32,7 @@ from hoa.ops.lockstatus import (
 from hoa.ops.readiness import pending_migrations
 from hoa.scopes import scope_for_organization
 from hoa.security.audit import Reason, deny_request
+from hoa.security.operators import is_operator
 from locking import BreakLeaseForm, FenceLock, LockUnavailable, holder_of, validate_resource
 
 
@@ -52,6 +53,14 @@ class LockStatusView(LoginRequiredMixin, TemplateView):
             response = super().handle_no_permission()
             return HttpResponseClientRedirect(response["Location"])
         return super().handle_no_permission()
+
+    def dispatch(self, request, *args, **kwargs):
+        # Leases, tokens and fenced attempts are the operators' (hoa.security.operators):
+        # office staff are answered 403, audited.
+        if request.user.is_authenticated and not is_operator(request.user):
+            deny_request(request, reason=Reason.PERMISSION, note="lock status: not an operator")
+            raise PermissionDenied
+        return super().dispatch(request, *args, **kwargs)
 
     def get(self, request, *args, **kwargs):
         self.viewer = Viewer.of(request.user)

@@ -4,6 +4,7 @@ from django.contrib.auth.mixins import LoginRequiredMixin
 from django.core.exceptions import PermissionDenied
 from django.http import Http404
 from django.shortcuts import get_object_or_404
+from django.utils import timezone
 
 from hoa.models import Organization
 from hoa.security.audit import Reason, client_ip, deny_request
@@ -34,6 +35,9 @@ class OrganizationMixin(LoginRequiredMixin):
     ``operation`` to name the fenced operation the view starts (for the audit). Refusals
     are audited: another association's slug (404), a missing permission (403), and an
     object id that exists in another association (the view's own 404).
+
+    The view runs, and its page renders, in the association's time zone: times are shown
+    and read in it, and "this month" is its own.
     """
 
     permission_required: str | None = None
@@ -54,7 +58,11 @@ class OrganizationMixin(LoginRequiredMixin):
             self._deny(Reason.PERMISSION, f"lacks {self.permission_required}", self.organization)
             raise PermissionDenied
         try:
-            return super().dispatch(request, *args, **kwargs)
+            with timezone.override(self.organization.zone):
+                response = super().dispatch(request, *args, **kwargs)
+                if hasattr(response, "render") and not response.is_rendered:
+                    response.render()  # a TemplateResponse renders here, in the zone
+            return response
         except Http404:
             owner = self._owner_elsewhere(kwargs.get("pk"))
             if owner is not None and owner.pk != self.organization.pk:

@@ -6,6 +6,7 @@ from django.urls import reverse
 from django.utils.translation import gettext_lazy as _
 
 from hoa.operations import Link, operations
+from hoa.security.operators import is_operator
 
 # The frame's own entries of an organization's navigation, among the operations' links.
 FRAME_LINKS = (Link(_("Complaints"), "complaints:complaints", order=20),)
@@ -32,3 +33,9 @@ def organization_links(request) -> dict:
         url = reverse(link.url_name, args=[slug])
         shown.append(NavLink(link.label, url, request.path.startswith(url)))
     return {"organization_links": shown}
+
+
+def viewer(request) -> dict:
+    """Whether the viewer is an operator: tokens, leases and fenced attempts are theirs to
+    read; office staff get the same pages without them."""
+    return {"is_operator": is_operator(getattr(request, "user", None))}

@@ -21,6 +21,7 @@ from hoa.models import Complaint, Organization
 from hoa.operations import Panel, describe_resources, operations
 from hoa.scopes import scope_for_organization
 from hoa.security.audit import Reason, deny_request
+from hoa.security.operators import is_operator
 from hoa.web.access import OrganizationMixin
 from locking import Outcome
 from locking.models import FenceEvent
@@ -103,9 +104,12 @@ class DashboardView(OrganizationMixin, TemplateView):
             month=month,
             panels=panels,
             unit_count=org.units.count(),
-            recent_events=self._recent(events),
-            attempts_chart=self._attempts_chart(events),
         )
+        if is_operator(self.request.user):  # the fenced attempts are the operators' to read
+            context.update(
+                recent_events=self._recent(events),
+                attempts_chart=self._attempts_chart(events),
+            )
         return context
 
     @staticmethod

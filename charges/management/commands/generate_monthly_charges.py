@@ -21,9 +21,8 @@ from django.utils.translation import gettext as _
 
 from charges.exceptions import ChargesError
 from charges.forms import parse_billing_month
-from charges.month_start import OrgOutcome, start_month
+from charges.month_start import OrgOutcome, month_of, start_month
 from charges.operations import GENERATION
-from charges.selectors import current_month
 from charges.services import generate_monthly_charges
 from hoa.answers import table as answer_table
 from hoa.management.base import (
@@ -73,7 +72,8 @@ class Command(ServiceCommand):
 
     def handle(self, *args, org, all_orgs, month, actor, workers, wait, **options):
         try:
-            month = current_month() if month is None else parse_billing_month(month)
+            # Without --month: each association's current month, in its own time zone.
+            month = None if month is None else parse_billing_month(month)
         except ChargesError as exc:
             raise answer_table.command_error(exc) from exc
         if workers < 1:
@@ -95,22 +95,25 @@ class Command(ServiceCommand):
 
     # -- one organization --------------------------------------------------------------------
 
-    def _one(self, slug: str, month: date, user, via: str) -> None:
+    def _one(self, slug: str, month: date | None, user, via: str) -> None:
         organization = Organization.objects.filter(slug=slug).first()
         if organization is None:
             raise CommandError(_('Unknown organization "%(slug)s".') % {"slug": shown(slug)})
         try:
             result = generate_monthly_charges(
-                organization=organization, month=month, actor=user, via=via
+                organization=organization,
+                month=month_of(organization, month),
+                actor=user,
+                via=via,
             )
         except ChargesError as exc:
             raise answer_table.command_error(exc) from exc
         if self.verbosity >= 1:
-            self.stdout.write(result.message)
+            self.stdout.write(str(result))
 
     # -- every organization ------------------------------------------------------------------
 
-    def _all(self, month: date, user, via: str, workers: int, wait: float) -> None:
+    def _all(self, month: date | None, user, via: str, workers: int, wait: float) -> None:
         progress = Progress(self.stdout)
         result = start_month(
             month=month,

@@ -78,7 +78,7 @@ class Command(ServiceCommand):
         except VendorsError as exc:
             raise answer_table.command_error(exc) from exc
         if options["verbosity"] >= 1:
-            self.stdout.write(result.message)
+            self.stdout.write(str(result))
 
 
 def _parse_id(option: str, raw: str | None) -> int:
