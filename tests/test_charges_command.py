@@ -242,7 +242,7 @@ def test_command_whose_billing_call_arrives_after_a_newer_holders_exits_75(
     assert (holder_a.returncode, stdout) == (EXIT_TEMPFAIL, "")
     assert stderr == (
         "CommandError: A newer holder (token 2) took over the charges for Maple Court, "
-        "2026-03 while this attempt (token 1) was paused past its lease; nothing was written.\n"
+        "March 2026 while this attempt (token 1) was paused past its lease; nothing was written.\n"
     )
     assert list(FenceEvent.objects.order_by("id").values_list("outcome", "token")) == [
         ("committed", 2),
