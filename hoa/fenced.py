@@ -20,7 +20,11 @@ recovery) and calls the steps in this order, the same for every operation:
    best-effort cancellation, and the refusal records whom it told in vain.
 
 locking's refusals (busy, superseded, lease lost, Redis down) are raised as the operation's
-own classes (``FencedOperation.refusals``), carrying the steps' ``subject``.
+own classes (``FencedOperation.refusals``), carrying the steps' ``subject``. Superseded
+covers both refusals of a stale token: by the fence (``StaleFencingToken``) and by the
+service the outside call went to (its 409: ``StaleAtReceiver``, a ``StaleFencingToken``
+that the webhook client raises), so a late call refused there is answered 409 / exit 75
+and audited ``stale``, not as a failed call.
 """
 
 from dataclasses import dataclass
