@@ -129,88 +129,111 @@ def lock_timeline(
     rows = [(outcome, label) for outcome, label in lanes if outcome in used]
     if lease is not None:
         rows.insert(0, ("lease", _("Held now")))
-    label_width, right, top, lane_height, axis_height = 150, 24, 12, 34, 26
-    height = top + lane_height * len(rows) + axis_height
     moments = [mark.at for mark in marks]
     if lease is not None:
         moments += [lease.start, lease.end]
-    start, end = min(moments), max(moments)
-    if end - start < timedelta(seconds=2):
-        # A single moment (or a burst within it): give the picture some width.
-        start, end = start - timedelta(seconds=1), end + timedelta(seconds=1)
-    span = (end - start).total_seconds()
-    plot_left, plot_width = label_width, width - label_width - right
-
-    def x_of(moment: datetime) -> float:
-        return plot_left + plot_width * (moment - start).total_seconds() / span
-
-    lane_y = {outcome: top + lane_height * index for index, (outcome, _label) in enumerate(rows)}
-    parts = [
-        format_html(
-            '<g class="lane"><line class="grid" x1="{x1}" y1="{y}" x2="{x2}" y2="{y}"/>'
-            '<text class="lane-label" x="{lx}" y="{ty}">{label}</text></g>',
-            x1=plot_left,
-            x2=width - right,
-            y=_number(y + lane_height / 2),
-            lx=8,
-            ty=_number(y + lane_height / 2 + 4),
-            label=label,
-        )
-        for outcome, label in rows
-        for y in [lane_y[outcome]]
-    ]
+    frame = _TimelineFrame.around(moments, lanes=[outcome for outcome, _label in rows], width=width)
+    parts = [frame.lane(outcome, label) for outcome, label in rows]
     if lease is not None:
-        y = lane_y["lease"] + lane_height / 2
-        x1, x2 = x_of(lease.start), x_of(lease.end)
-        parts.append(
-            format_html(
-                '<g class="lease"><title>{title}</title>'
-                '<rect x="{x}" y="{y}" width="{w}" height="12" rx="3"/>'
-                '<text class="token" x="{x}" y="{ty}">{token}</text></g>',
-                title=lease.title,
-                x=_number(x1),
-                y=_number(y - 6),
-                w=_number(max(x2 - x1, 2.0)),
-                ty=_number(y - 9),
-                token=f"#{lease.token}" if lease.token is not None else "",
-            )
-        )
-    for mark in marks:
-        y = lane_y[mark.outcome] + lane_height / 2
-        x = x_of(mark.at)
-        parts.append(
-            format_html(
-                '<g class="mark {outcome}"><title>{title}</title>'
-                '<circle cx="{x}" cy="{y}" r="6"/>'
-                '<text class="token" x="{x}" y="{ty}" text-anchor="middle">{token}</text></g>',
-                outcome=mark.outcome,
-                title=mark.title,
-                x=_number(x),
-                y=_number(y),
-                ty=_number(y - 9),
-                token=f"#{mark.token}" if mark.token is not None else "",
-            )
-        )
-    axis_y = top + lane_height * len(rows) + 16
-    local_start, local_end = localtime(start), localtime(end)
-    parts.append(
-        format_html(
-            '<g class="time-axis"><text x="{x1}" y="{y}">{start}</text>'
-            '<text x="{x2}" y="{y}" text-anchor="end">{end}</text></g>',
-            x1=plot_left,
-            x2=width - right,
-            y=axis_y,
-            start=f"{local_start:%Y-%m-%d %H:%M:%S}",
-            end=f"{local_end:%H:%M:%S}"
-            if local_start.date() == local_end.date()
-            else f"{local_end:%Y-%m-%d %H:%M:%S}",
-        )
-    )
+        parts.append(frame.lease_bar(lease))
+    parts += [frame.mark(mark) for mark in marks]
+    parts.append(frame.time_axis())
     return format_html(
         '<svg class="chart timeline" viewBox="0 0 {w} {h}" role="img" aria-label="{title}" '
         'xmlns="http://www.w3.org/2000/svg"><title>{title}</title>{parts}</svg>',
         w=width,
-        h=height,
+        h=frame.height,
         title=title,
         parts=format_html_join("", "{}", ((part,) for part in parts)),
     )
+
+
+@dataclass(frozen=True)
+class _TimelineFrame:
+    """The timeline's geometry: where a moment falls (x) and where a lane sits (y)."""
+
+    start: datetime
+    end: datetime
+    lanes: Sequence[str]
+    width: int
+    label_width: int = 150
+    right: int = 24
+    top: int = 12
+    lane_height: int = 34
+    axis_height: int = 26
+
+    @classmethod
+    def around(cls, moments: Sequence[datetime], *, lanes: Sequence[str], width: int):
+        start, end = min(moments), max(moments)
+        if end - start < timedelta(seconds=2):
+            # A single moment (or a burst within it): give the picture some width.
+            start, end = start - timedelta(seconds=1), end + timedelta(seconds=1)
+        return cls(start=start, end=end, lanes=lanes, width=width)
+
+    @property
+    def height(self) -> int:
+        return self.top + self.lane_height * len(self.lanes) + self.axis_height
+
+    def x_of(self, moment: datetime) -> float:
+        plot_width = self.width - self.label_width - self.right
+        span = (self.end - self.start).total_seconds()
+        return self.label_width + plot_width * (moment - self.start).total_seconds() / span
+
+    def middle_of(self, outcome: str) -> float:
+        return self.top + self.lane_height * self.lanes.index(outcome) + self.lane_height / 2
+
+    def lane(self, outcome: str, label: str) -> SafeString:
+        y = self.middle_of(outcome)
+        return format_html(
+            '<g class="lane"><line class="grid" x1="{x1}" y1="{y}" x2="{x2}" y2="{y}"/>'
+            '<text class="lane-label" x="{lx}" y="{ty}">{label}</text></g>',
+            x1=self.label_width,
+            x2=self.width - self.right,
+            y=_number(y),
+            lx=8,
+            ty=_number(y + 4),
+            label=label,
+        )
+
+    def lease_bar(self, lease: LeaseSpan) -> SafeString:
+        y = self.middle_of("lease")
+        x1, x2 = self.x_of(lease.start), self.x_of(lease.end)
+        return format_html(
+            '<g class="lease"><title>{title}</title>'
+            '<rect x="{x}" y="{y}" width="{w}" height="12" rx="3"/>'
+            '<text class="token" x="{x}" y="{ty}">{token}</text></g>',
+            title=lease.title,
+            x=_number(x1),
+            y=_number(y - 6),
+            w=_number(max(x2 - x1, 2.0)),
+            ty=_number(y - 9),
+            token=f"#{lease.token}" if lease.token is not None else "",
+        )
+
+    def mark(self, mark: Mark) -> SafeString:
+        y = self.middle_of(mark.outcome)
+        x = self.x_of(mark.at)
+        return format_html(
+            '<g class="mark {outcome}"><title>{title}</title>'
+            '<circle cx="{x}" cy="{y}" r="6"/>'
+            '<text class="token" x="{x}" y="{ty}" text-anchor="middle">{token}</text></g>',
+            outcome=mark.outcome,
+            title=mark.title,
+            x=_number(x),
+            y=_number(y),
+            ty=_number(y - 9),
+            token=f"#{mark.token}" if mark.token is not None else "",
+        )
+
+    def time_axis(self) -> SafeString:
+        local_start, local_end = localtime(self.start), localtime(self.end)
+        same_day = local_start.date() == local_end.date()
+        return format_html(
+            '<g class="time-axis"><text x="{x1}" y="{y}">{start}</text>'
+            '<text x="{x2}" y="{y}" text-anchor="end">{end}</text></g>',
+            x1=self.label_width,
+            x2=self.width - self.right,
+            y=self.top + self.lane_height * len(self.lanes) + 16,
+            start=f"{local_start:%Y-%m-%d %H:%M:%S}",
+            end=f"{local_end:%H:%M:%S}" if same_day else f"{local_end:%Y-%m-%d %H:%M:%S}",
+        )
