@@ -24,7 +24,7 @@ export BENCH_DATABASE_URL ?= postgres://hoa@127.0.0.1:$(HOA_PG_PORT)/bench_hoa
 # Tests use Redis database 1 and flush it freely; the demo data stays in database 0.
 TEST_ENV := REDIS_URL=redis://127.0.0.1:$(HOA_REDIS_PORT)/1 LOCK_REDIS_URL=redis://127.0.0.1:$(HOA_REDIS_PORT)/1
 
-.PHONY: help run serve test test-fast test-locking test-pgbouncer lint fmt services stop status migrate seed bench bench-quick faults clean
+.PHONY: help run serve test test-fast test-locking test-locking-matrix test-pgbouncer dist check-deploy lint fmt services stop status migrate seed bench bench-quick faults clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -67,6 +67,14 @@ test: $(STAMP) services ## run the whole test suite against real PostgreSQL and 
 
 test-locking: $(STAMP) services ## locking's own tests with its own settings: nothing of the project installed
 	@$(TEST_ENV) scripts/run_pytest.sh --ds=locking.tests.settings locking/tests $(PYTEST_ARGS)
+
+# The wheel of locking alone (django-fenced-writes), built by PEP 517 from the root
+# pyproject.toml with its pinned setuptools, then checked: locking only, full metadata.
+dist: $(STAMP) ## build the wheel of locking (django-fenced-writes) into dist/ and check its files
+	@rm -rf build dist django_fenced_writes.egg-info
+	@$(PY) -m pip wheel --no-deps --quiet --disable-pip-version-check -w dist .
+	@rm -rf build django_fenced_writes.egg-info
+	@$(PY) scripts/check_wheel.py dist/django_fenced_writes-*.whl
 
 # The fenced-operation tests again, every connection (the children's too) going through a
 # local PgBouncer in transaction-pooling mode that tests/topologies.py starts and stops.
