@@ -76,6 +76,12 @@ dist: $(STAMP) ## build the wheel of locking (django-fenced-writes) into dist/ a
 	@rm -rf build django_fenced_writes.egg-info
 	@$(PY) scripts/check_wheel.py dist/django_fenced_writes-*.whl
 
+# locking's own tests against the installed wheel, in fresh virtualenvs under .local/matrix:
+# Python 3.11 + Django 5.2 (lowest declared dependencies), 3.12 + Django 6.0, 3.13 + Django
+# 6.1 (and the example project). Test databases test_locking_matrix_*, Redis databases 2, 3.
+test-locking-matrix: dist services ## locking's tests against the installed wheel on Python 3.11-3.13 x Django 5.2-6.1
+	@$(PY) scripts/locking_matrix.py dist/django_fenced_writes-*.whl
+
 # The fenced-operation tests again, every connection (the children's too) going through a
 # local PgBouncer in transaction-pooling mode that tests/topologies.py starts and stops.
 PGBOUNCER_TESTS ?= locking/tests $(wildcard tests/test_charges_*.py tests/test_vendors_*.py)

@@ -1,11 +1,25 @@
 """Fixtures of locking's own tests. They use the locking app and its test models only."""
 
 import os
+from pathlib import Path
 
 import pytest
 
+import locking
 from locking.conf import setting
 from locking.tests.fixtures import fence_lock, redis_client  # noqa: F401 (fixtures)
+
+# Its own project with its own settings: make test-locking-matrix runs it on its own.
+collect_ignore = ["example_project"]
+
+
+def pytest_configure(config):
+    """Under make test-locking-matrix, refuse to run against anything but the installed
+    wheel: the tests are copied out of the checkout so that ``import locking`` resolves to
+    site-packages, and this says so before any test runs."""
+    expected = os.environ.get("LOCKING_EXPECT_INSTALLED_IN")
+    if expected and not Path(locking.__file__).resolve().is_relative_to(Path(expected).resolve()):
+        raise pytest.UsageError(f"locking imported from {locking.__file__}, not from {expected}")
 
 
 @pytest.fixture

@@ -13,6 +13,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import sysconfig
 import threading
 import time
 from collections.abc import Awaitable, Callable
@@ -29,6 +30,8 @@ from locking.connection import aclose_async_lock_redis
 
 # The directory that holds the ``locking`` package: children start there to import it.
 SOURCE_ROOT = Path(locking.__file__).resolve().parent.parent
+# Whether locking is the installed wheel (make test-locking-matrix), not the checkout's.
+INSTALLED = Path(sysconfig.get_paths()["purelib"]).resolve() == SOURCE_ROOT
 LOOPBACK = "127.0.0.1"
 
 T = TypeVar("T")
