@@ -7,7 +7,10 @@ class ChargesConfig(AppConfig):
 
     def ready(self):
         from charges import answers  # noqa: F401  (renders the refusals' sentences)
+        from charges.metrics import MonthStartCollector
         from charges.operations import GENERATION
         from hoa.operations import register
+        from hoa.ops.metrics_view import register_scrape_collector
 
         register(GENERATION)
+        register_scrape_collector(MonthStartCollector())

@@ -1,9 +1,11 @@
 """Reads of monthly charges: totals for the chart, and what the shared pages show of them."""
 
+import enum
 import re
 from collections import defaultdict
 from datetime import date, datetime
 from decimal import Decimal
+from zoneinfo import ZoneInfo
 
 from django.db.models import Count, Q
 from django.urls import reverse
@@ -19,6 +21,39 @@ from hoa.operations import ResourceInfo
 def current_month() -> date:
     """Return the first day of the current month in ``TIME_ZONE``."""
     return timezone.localdate().replace(day=1)
+
+
+class MonthStartState(enum.StrEnum):
+    """Where an association's current month start stands (a metrics label)."""
+
+    COMPLETED = "completed"
+    PENDING = "pending"
+    NOT_STARTED = "not_started"
+
+
+def month_start_states() -> dict[MonthStartState, int]:
+    """Count the associations by the state of their own current month's run."""
+    now = timezone.now()
+    month_of_org = {
+        pk: now.astimezone(ZoneInfo(zone)).date().replace(day=1)
+        for pk, zone in Organization.objects.values_list("pk", "time_zone")
+    }
+    status_of = {
+        (org_id, month): status
+        for org_id, month, status in MonthlyChargeRun.objects.filter(
+            month__in=set(month_of_org.values())
+        ).values_list("organization_id", "month", "status")
+    }
+    counts = dict.fromkeys(MonthStartState, 0)
+    for pk, month in month_of_org.items():
+        status = status_of.get((pk, month))
+        if status == MonthlyChargeRun.Status.COMPLETED:
+            counts[MonthStartState.COMPLETED] += 1
+        elif status is None:
+            counts[MonthStartState.NOT_STARTED] += 1
+        else:
+            counts[MonthStartState.PENDING] += 1
+    return counts
 
 
 def add_months(month: date, count: int) -> date:

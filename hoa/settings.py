@@ -191,6 +191,16 @@ globals().update(
 # admin action.
 CHARGE_MONTHS_BACK = env_number("CHARGE_MONTHS_BACK", 24, cast=int)
 CHARGE_MONTHS_AHEAD = env_number("CHARGE_MONTHS_AHEAD", 3, cast=int)
+# The day of the month by which every association's month start must be complete: /metrics
+# exports it (charges_month_start_deadline_day) for the alert in deploy/prometheus/alerts.yml.
+CHARGES_MONTH_START_DEADLINE_DAY = env_number(
+    "CHARGES_MONTH_START_DEADLINE_DAY", 2, minimum=1, cast=int
+)
+if CHARGES_MONTH_START_DEADLINE_DAY > 28:
+    raise ImproperlyConfigured(
+        "CHARGES_MONTH_START_DEADLINE_DAY must be a day from 1 to 28, "
+        f"got {CHARGES_MONTH_START_DEADLINE_DAY}"
+    )
 # The currency of the assessments (ISO 4217), shown with the locale's format.
 CURRENCY = os.environ.get("CURRENCY", "USD").strip().upper() or "USD"
 LOCK_FENCE_EVENT_RETENTION_DAYS = int(env_number("FENCE_EVENT_RETENTION_DAYS", 90, cast=int))

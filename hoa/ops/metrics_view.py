@@ -4,6 +4,12 @@ Allowed: a request carrying ``Authorization: Bearer <METRICS_TOKEN>``, or one fr
 address in ``METRICS_ALLOWED_IPS`` (loopback by default) that did not come through a
 proxy. A request relayed by a reverse proxy on the same host arrives from loopback too;
 its ``X-Forwarded-For`` header is what gives it away, so such a request needs the token.
+
+What it serves: the process's counters (every gunicorn worker's, added up, in multiprocess
+mode) and the samples of the *scrape-time* collectors apps register with
+``register_scrape_collector`` from their ``AppConfig.ready()``: numbers computed from the
+database when scraped (a cron process that ends cannot hold a gauge, and every worker
+would report the same rows), served once per scrape.
 """
 
 import hmac
@@ -19,6 +25,20 @@ from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, 
 from prometheus_client.multiprocess import MultiProcessCollector
 
 from hoa.security.audit import client_ip
+
+# Collectors whose ``collect()`` reads the database at scrape time; each needs a
+# ``describe()`` (naming its families without reading anything) so that registering it
+# from ``ready()`` runs no query.
+SCRAPE_TIME = CollectorRegistry(auto_describe=False)
+_scrape_collectors: set[type] = set()
+
+
+def register_scrape_collector(collector) -> None:
+    """Serve ``collector``'s samples on ``/metrics``, computed at each scrape (once per class)."""
+    if type(collector) in _scrape_collectors:
+        return
+    SCRAPE_TIME.register(collector)
+    _scrape_collectors.add(type(collector))
 
 
 @lru_cache(maxsize=4)
@@ -54,6 +74,10 @@ def _registry():
     return registry
 
 
+def _exposition() -> bytes:
+    return generate_latest(_registry()) + generate_latest(SCRAPE_TIME)
+
+
 def _refused(status: int) -> HttpResponse:
     response = HttpResponse(
         _("Metrics are served to the monitoring system only.") + "\n",
@@ -73,8 +97,8 @@ def metrics(request):
     presented = _bearer_token(request)
     if presented is not None:
         if expected and hmac.compare_digest(presented.encode(), expected.encode()):
-            return HttpResponse(generate_latest(_registry()), content_type=CONTENT_TYPE_LATEST)
+            return HttpResponse(_exposition(), content_type=CONTENT_TYPE_LATEST)
         return _refused(401 if expected else 403)
     if _from_allowed_address(request):
-        return HttpResponse(generate_latest(_registry()), content_type=CONTENT_TYPE_LATEST)
+        return HttpResponse(_exposition(), content_type=CONTENT_TYPE_LATEST)
     return _refused(401 if expected else 403)
