@@ -178,6 +178,8 @@ def test_metrics_count_reseeds_call_failures_conflicts_and_an_unreachable_redis(
     assert value(samples, count, operation=operation, outcome="conflict") == 1
 
 
+# An allowed scrape reads the database (the month start's scrape-time counts).
+@pytest.mark.django_db
 @pytest.mark.parametrize(
     ("allowed", "token", "address", "headers", "status"),
     [
