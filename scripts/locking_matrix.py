@@ -138,7 +138,9 @@ def prepare_venv(combination: Combination, wheel: Path) -> Path:
         ],
     )
     for step in steps:
-        if run(step).returncode != 0:
+        result = run(step, capture_output=True, text=True)
+        if result.returncode != 0:
+            sys.stderr.write((result.stdout + result.stderr)[-5000:])
             raise MatrixError(f"{combination.name}: pip failed: {' '.join(map(str, step[3:]))}")
     stamp.write_text(stamp_text)
     return venv

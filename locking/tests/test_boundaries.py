@@ -45,6 +45,7 @@ def test_no_module_of_locking_names_a_project_package():
     assert offenders == []
 
 
+@in_the_checkout
 def test_the_scan_finds_an_import_of_the_project():
     """Control: the pattern above does catch the imports it is for."""
     text = "import os\nfrom hoa.models import Complaint\n    import charges.services\n"
