@@ -82,6 +82,11 @@ dist: $(STAMP) ## build the wheel of locking (django-fenced-writes) into dist/ a
 test-locking-matrix: dist services ## locking's tests against the installed wheel on Python 3.11-3.13 x Django 5.2-6.1
 	@$(PY) scripts/locking_matrix.py dist/django_fenced_writes-*.whl
 
+# What operators copy (deploy/): promtool on the alert rules and their tests, systemd-analyze
+# verify on the units, and tests/test_deploy.py (metric names, commands, timers).
+check-deploy: $(STAMP) services ## check deploy/: promtool rules and tests, systemd units, their pytest
+	@$(TEST_ENV) scripts/check_deploy.sh
+
 # The fenced-operation tests again, every connection (the children's too) going through a
 # local PgBouncer in transaction-pooling mode that tests/topologies.py starts and stops.
 PGBOUNCER_TESTS ?= locking/tests $(wildcard tests/test_charges_*.py tests/test_vendors_*.py)

@@ -2,6 +2,7 @@
 # Bootstrap steps shared by the Makefile targets.
 #   scripts/bootstrap.sh venv      create .venv and install the pinned requirements
 #   scripts/bootstrap.sh chromium  make sure a system Chromium exists for browser tests
+#   scripts/bootstrap.sh promtool  make sure promtool exists (Debian's prometheus package)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -40,5 +41,17 @@ case "${1:-}" in
             log "no chromium binary: browser tests will be skipped (apt-get install chromium)"
         fi
         ;;
-    *) echo "usage: $0 venv|chromium" >&2; exit 2 ;;
+    promtool)
+        command -v promtool >/dev/null && exit 0
+        if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null; then
+            log "installing Debian's prometheus package for promtool (make check-deploy)"
+            export DEBIAN_FRONTEND=noninteractive
+            apt-get install -y --no-install-recommends prometheus >/dev/null 2>&1 \
+                || { apt-get update >/dev/null 2>&1; apt-get install -y --no-install-recommends prometheus >/dev/null 2>&1; } \
+                || true
+        fi
+        command -v promtool >/dev/null \
+            || { log "no promtool: install Debian's prometheus package (apt-get install prometheus)"; exit 1; }
+        ;;
+    *) echo "usage: $0 venv|chromium|promtool" >&2; exit 2 ;;
 esac
