@@ -1,6 +1,7 @@
 """The month start on /metrics (issue 28): associations by the state of their own current
 month's run, counted from the database at each scrape, and the configured deadline day."""
 
+import sys
 from datetime import datetime
 from zoneinfo import ZoneInfo
 
@@ -9,6 +10,7 @@ from django.utils import timezone
 
 from charges.models import MonthlyChargeRun
 from hoa.models import Organization
+from tests.harness.processes import run_child
 from tests.test_topologies_metrics import scrape, value
 
 pytestmark = pytest.mark.django_db
@@ -85,3 +87,35 @@ def test_the_month_start_counts_take_two_queries_whatever_the_number_of_associat
     with django_assert_num_queries(2):
         _status, samples, _body = scrape(client)
     assert sum(value(samples, "charges_month_start_organizations", state=s) for s in STATES) == 20
+
+
+def deadline_day_in_a_child(raw: str):
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "SECRET_KEY": "a-production-grade-secret-" + "k3y!" * 16,
+        "DEBUG": "0",
+        "CHARGES_MONTH_START_DEADLINE_DAY": raw,
+    }
+    code = "import hoa.settings as s; print(s.CHARGES_MONTH_START_DEADLINE_DAY)"
+    return run_child([sys.executable, "-c", code], env=env)
+
+
+def test_the_deadline_day_comes_from_the_environment():
+    child = deadline_day_in_a_child("5")
+    assert (child.returncode, child.stdout) == (0, "5\n"), child.stderr
+
+
+@pytest.mark.parametrize(
+    ("raw", "said"),
+    [
+        ("29", "CHARGES_MONTH_START_DEADLINE_DAY must be a day from 1 to 28, got 29"),
+        ("0", "CHARGES_MONTH_START_DEADLINE_DAY must be at least 1, got '0'"),
+        ("first", "CHARGES_MONTH_START_DEADLINE_DAY must be a number, got 'first'"),
+    ],
+)
+def test_a_deadline_day_outside_the_month_stops_the_start_with_one_line(raw, said):
+    child = deadline_day_in_a_child(raw)
+    assert child.returncode == 1
+    assert child.stderr.strip().splitlines()[-1] == (
+        f"django.core.exceptions.ImproperlyConfigured: {said}"
+    )
