@@ -231,3 +231,19 @@ def test_the_gunicorn_unit_serves_one_instance_per_port_with_the_projects_config
     assert args == ["-c", "/srv/hoa/gunicorn.conf.py"]
     assert (ROOT / "gunicorn.conf.py").is_file()
     assert service["Install"]["WantedBy"] == "multi-user.target"
+
+
+def test_every_cron_line_of_the_readme_has_its_timer_with_the_same_command():
+    blocks = re.findall(r"```cron\n(.*?)```", (ROOT / "README.md").read_text(), re.DOTALL)
+    cron = {
+        " ".join(line.split("manage.py ", 1)[1].split())
+        for block in blocks
+        for line in block.splitlines()
+        if "manage.py " in line
+    }
+    timers = {
+        " ".join(unit(UNITS / f"{name}.service")["Service"]["ExecStart"].split()[2:])
+        for name in SCHEDULED
+    }
+    assert cron == timers
+    assert len(cron) == len(SCHEDULED)
