@@ -78,8 +78,12 @@ def test_a_word_broken_mid_word_is_a_split_word(phone):
     problems = problems_of(phone, body)
     assert any(p.startswith('split word: "Evergreen"') for p in problems)
     assert any(p.startswith('split word: "Landscaping"') for p in problems)
-    # The same words wrapping between them (no break-all) are fine.
+    # The same words wrapping between them (no break-all) are fine, and so is a break
+    # right after a hyphen or a colon.
     assert problems_of(phone, '<p style="width:120px">Evergreen Landscaping</p>') == []
+    assert problems_of(phone, '<p style="width:100px">Ruiz-Montgomery</p>') == []
+    hyphen = problems_of(phone, '<p style="width:100px; word-break:break-all">Ruiz-Montgomery</p>')
+    assert any(p.startswith('split word: "Ruiz-Montgomery"') for p in hyphen)
 
 
 def test_overflow_wrap_anywhere_in_a_crushed_cell_is_a_split_word(phone):

@@ -53,18 +53,30 @@
     }
     if (rects.length) nodes.push({node: n, rects});
 
-    // Words on more than one line: the first and last character of each word.
+    // Words on more than one line: a run of non-space characters whose first and last
+    // characters are on different lines, broken between two letters or digits. A break
+    // after a hyphen, a slash, a colon, a dot or an "@" (a resource name, an e-mail address,
+    // "Ruiz-Montgomery") is where a reader expects one, and is not counted.
     const text = n.textContent;
+    const charBox = (i) => {
+      const r = document.createRange();
+      r.setStart(n, i); r.setEnd(n, i + 1);
+      return r.getBoundingClientRect();
+    };
     for (const m of text.matchAll(/\S{2,}/g)) {
-      const first = document.createRange();
-      first.setStart(n, m.index); first.setEnd(n, m.index + 1);
-      const last = document.createRange();
       const end = m.index + m[0].length;
-      last.setStart(n, end - 1); last.setEnd(n, end);
-      const a = first.getBoundingClientRect(), b = last.getBoundingClientRect();
-      if (!a.height || !b.height) continue;
-      if (b.top >= a.bottom - 1) {
-        problems.push(`split word: "${m[0].slice(0, 40)}" of ${describe(n)} is broken across lines`);
+      const a = charBox(m.index), b = charBox(end - 1);
+      if (!a.height || !b.height || b.top < a.bottom - 1) continue;
+      let top = a.top;
+      for (let i = m.index + 1; i < end; i++) {
+        const box = charBox(i);
+        if (!box.height || box.top < top + 1) continue;
+        top = box.top;
+        if (!/[-\u2010\u2011/:.@_,;)\]]/.test(text[i - 1])) {
+          const at = `${text.slice(m.index, i)}|${text.slice(i, end)}`.slice(0, 50);
+          problems.push(`split word: "${m[0].slice(0, 40)}" of ${describe(n)} is broken across lines (${at})`);
+          break;
+        }
       }
     }
   }

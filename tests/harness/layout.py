@@ -10,9 +10,11 @@ markup:
   cut off or spilling over its neighbours; the document itself wider than the viewport is
   reported the same way (the page scrolls sideways);
 - **too wide**: a text box wider than the viewport;
-- **split word**: a word whose characters are drawn on more than one line ("Overflowin / g").
-  Each word's first and last character are measured (a ``Range`` over each), so a word that
-  wraps at a hyphen it contains ("e-mail") counts as split too.
+- **split word**: a word drawn on more than one line, broken between two letters or digits
+  ("Overflowin / g", what ``word-break: break-all``, ``overflow-wrap: anywhere`` or
+  hyphenation do in a narrow cell). A break right after a hyphen, slash, colon, dot or "@"
+  (``monthly-charges:org:3:2026-12``, an e-mail address, "Ruiz-Montgomery") is where a
+  reader expects one and is not counted.
 - **crushed**: a table cell narrower than ``CRUSHED_PX`` with text in it (a column four
   pixels wide).
 
