@@ -2,13 +2,9 @@
 ({overlapPx2, crushedPx}) => {
   const problems = [];
   const vw = document.documentElement.clientWidth;
-  const visible = (el) => {
-    for (let e = el; e; e = e.parentElement) {
-      const style = getComputedStyle(e);
-      if (style.display === 'none' || style.visibility === 'hidden' || style.opacity === '0') return false;
-    }
-    return true;
-  };
+  // Drawn at all: not display:none, hidden, transparent, nor in a closed <details>
+  // (checkVisibility sees content-visibility, which hides a closed details' content).
+  const visible = (el) => el.checkVisibility({checkOpacity: true, checkVisibilityCSS: true});
   const scrollsX = (el) => ['auto', 'scroll'].includes(getComputedStyle(el).overflowX);
   const hides = (el) => ['hidden', 'clip'].includes(getComputedStyle(el).overflowX);
   // The boxes that clip a node: each ancestor that scrolls or hides overflow.
