@@ -141,6 +141,32 @@ def walk(page, site, paths) -> dict[str, list[str]]:  # noqa: F811
     return found
 
 
+def answers(page, site, facts) -> dict[str, list[str]]:  # noqa: F811
+    """The pages a form answers with: the 409 of a month whose lease is held (the walk holds
+    this month's), the confirmation of an unusual month, a rejected new complaint."""
+    org = f"/orgs/{facts['maple'].slug}"
+    found = {}
+    month = f"{current_month():%Y-%m}"
+    page.goto(f"{site}{org}/charges/{month}/")
+    page.click(f"form[action='{org}/charges/{month}/generate/'] button")
+    page.wait_for_selector("[data-testid=conflict]")
+    found["409 of a busy month"] = layout_problems(page)
+    unusual = f"{add_months(current_month(), -6):%Y-%m}"
+    page.goto(f"{site}{org}/charges/{unusual}/")
+    page.click(f"form[action='{org}/charges/{unusual}/generate/'] button")
+    page.wait_for_selector("[data-testid=confirm-month]")
+    found["confirming an unusual month"] = layout_problems(page)
+    page.goto(f"{site}{org}/complaints/new/")
+    # Nothing filled in, past the browser's own checks: a 400 with the form and its errors.
+    with page.expect_navigation():
+        page.locator("[data-testid=new-complaint]").evaluate(
+            "form => { form.noValidate = true; form.requestSubmit(); }"
+        )
+    page.wait_for_selector(".errorlist")
+    found["a new complaint refused"] = layout_problems(page)
+    return {where: problems for where, problems in found.items() if problems}
+
+
 @pytest.mark.parametrize("width", [390, 1280])
 def test_the_login_page_is_readable(chromium, site, width):  # noqa: F811
     context = chromium.new_context(viewport={"width": width, "height": 844})
@@ -167,6 +193,7 @@ def test_every_staff_page_is_readable(chromium, site, office, fence_lock, userna
             resource, ttl=timedelta(seconds=120), holder="nightly-cron-on-billing-host-7"
         ):
             found = walk(page, site, paths)
+            found.update(answers(page, site, office))
     finally:
         context.close()
     assert found == {}, "\n".join(
