@@ -126,3 +126,16 @@ def test_the_assertion_names_the_problems(phone):
     phone.set_content('<p style="width:60px; word-break:break-all">Overflowing</p>')
     with pytest.raises(AssertionError, match=r'split word: "Overflowing"'):
         assert_readable(phone, "the control page")
+
+
+def test_text_hidden_in_a_closed_details_is_not_drawn_but_an_open_one_is(phone):
+    body = """
+      <div style="position:relative; height:4em">
+        <details style="position:absolute; top:0"><summary>How statuses work</summary>
+          <p style="margin:0">Resolving needs a note</p></details>
+        <h2 style="position:absolute; top:1.5em; margin:0; font-size:15px">Add a note</h2>
+      </div>
+    """
+    assert problems_of(phone, body) == []
+    phone.evaluate("document.querySelector('details').open = true")
+    assert kinds(layout_problems(phone)) == {"overlap"}

@@ -168,12 +168,13 @@ def answers(page, site, facts) -> dict[str, list[str]]:  # noqa: F811
 
 
 @pytest.mark.parametrize("width", [390, 1280])
-def test_the_login_page_is_readable(chromium, site, width):  # noqa: F811
+def test_the_sign_in_pages_are_readable(chromium, site, width):  # noqa: F811
     context = chromium.new_context(viewport={"width": width, "height": 844})
     try:
         page = context.new_page()
-        page.goto(f"{site}/accounts/login/")
-        assert layout_problems(page) == []
+        for path in ("/accounts/login/", "/accounts/password_reset/"):
+            page.goto(f"{site}{path}")
+            assert layout_problems(page) == [], path
     finally:
         context.close()
 
