@@ -24,7 +24,7 @@ export BENCH_DATABASE_URL ?= postgres://hoa@127.0.0.1:$(HOA_PG_PORT)/bench_hoa
 # Tests use Redis database 1 and flush it freely; the demo data stays in database 0.
 TEST_ENV := REDIS_URL=redis://127.0.0.1:$(HOA_REDIS_PORT)/1 LOCK_REDIS_URL=redis://127.0.0.1:$(HOA_REDIS_PORT)/1
 
-.PHONY: help run serve test test-fast test-locking test-locking-matrix test-pgbouncer dist check-deploy lint fmt services stop status migrate seed bench bench-quick faults clean
+.PHONY: help run serve test test-fast test-locking test-locking-matrix test-pgbouncer dist check-deploy lint fmt services stop status migrate seed bench bench-quick faults screenshots clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -110,6 +110,13 @@ bench-quick: $(STAMP) services migrate ## a short benchmark run (about 2 minutes
 
 faults: $(STAMP) services migrate ## fault-injection and load scenarios against real processes
 	@$(PY) -m tests.faults
+
+# The README's screenshots (docs/screenshots/), at 1280 and 390 px: the demo data seeded into
+# a test database of their own, photographed in Debian's Chromium. Rerun it whenever the
+# pages or the demo change; it overwrites the files.
+screenshots: $(STAMP) services ## retake docs/screenshots/*.png from the demo data
+	@scripts/bootstrap.sh chromium
+	@$(DEV_ENV) $(TEST_ENV) TEST_DATABASE_NAME=test_hoa_screens scripts/run_pytest.sh tests/screenshots.py -p no:cacheprovider -q
 
 clean: stop ## stop services and delete local data (.local) and the venv
 	rm -rf .local $(VENV) staticfiles

@@ -9,16 +9,20 @@ per selected organization and reports each with the level its answer deserves.
 """
 
 from django.contrib import admin
+from django.contrib.admin.options import IncorrectLookupParameters
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
-from charges.forms import ConfirmedMonthForm
+from charges.exceptions import InvalidMonth
+from charges.forms import ConfirmedMonthForm, parse_month
 from charges.models import MonthlyCharge, MonthlyChargeRun, month_label
 from charges.selectors import current_month
 from charges.services import generate_monthly_charges
 from hoa.admin_actions import answer_each, applying, ask
 from hoa.admin_mixins import TenantAdminMixin
+from hoa.dates import month_name
 from hoa.web.access import client_ip
+from hoa.web.money import format_money
 
 
 @admin.action(description=gettext_lazy("Generate charges for a month…"))
@@ -49,22 +53,63 @@ def generate_charges_for_month(modeladmin, request, queryset):
     )
 
 
+class MonthFilter(admin.SimpleListFilter):
+    """The runs' months, newest first, named for people ("December 2026"); ``YYYY-MM`` in
+    the URL."""
+
+    title = gettext_lazy("month")
+    parameter_name = "month"
+
+    def lookups(self, request, model_admin):
+        months = (
+            model_admin.get_queryset(request).order_by("-month").values_list("month", flat=True)
+        )
+        return [(month_label(month), month_name(month)) for month in months.distinct()]
+
+    def queryset(self, request, queryset):
+        if self.value() is None:
+            return queryset
+        try:
+            month = parse_month(self.value())
+        except InvalidMonth as exc:  # Django's answer to a bad filter: the list, "?e=1"
+            raise IncorrectLookupParameters(str(self.value())) from exc
+        return queryset.filter(month=month)
+
+
 @admin.register(MonthlyChargeRun)
 class MonthlyChargeRunAdmin(TenantAdminMixin, admin.ModelAdmin):
     list_display = [
         "organization",
-        "month",
+        "month_name",
         "status",
         "charge_count",
-        "total",
+        "total_amount",
         "last_fence_token",
         "completed_at",
         "completed_by",
     ]
-    list_filter = ["status", "organization"]
+    list_filter = ["status", MonthFilter, "organization"]
     search_fields = ["organization__name"]
     list_select_related = ["organization"]
-    readonly_fields = [f.name for f in MonthlyChargeRun._meta.fields]
+    fields = readonly_fields = [
+        "organization",
+        "month_name",
+        "status",
+        "started_at",
+        "completed_at",
+        "completed_by",
+        "charge_count",
+        "total_amount",
+        "last_fence_token",
+    ]
+
+    @admin.display(description=gettext_lazy("month"), ordering="month")
+    def month_name(self, run: MonthlyChargeRun) -> str:
+        return month_name(run.month)
+
+    @admin.display(description=gettext_lazy("total"), ordering="total")
+    def total_amount(self, run: MonthlyChargeRun) -> str:
+        return format_money(run.total)
 
     # Runs are created by the fenced service only, and a completed run is final: no add,
     # no change, no delete (deleting would let a month be billed twice), no "Regenerate".
@@ -80,10 +125,15 @@ class MonthlyChargeRunAdmin(TenantAdminMixin, admin.ModelAdmin):
 
 @admin.register(MonthlyCharge)
 class MonthlyChargeAdmin(TenantAdminMixin, admin.ModelAdmin):
-    list_display = ["run", "unit", "amount"]
+    list_display = ["run", "unit", "amount_with_currency"]
     list_filter = ["run__organization"]
     search_fields = ["unit__label"]
     list_select_related = ["run__organization", "unit"]
+    fields = readonly_fields = ["run", "unit", "amount_with_currency", "created_at"]
+
+    @admin.display(description=gettext_lazy("amount"), ordering="amount")
+    def amount_with_currency(self, charge: MonthlyCharge) -> str:
+        return format_money(charge.amount)
 
     def has_add_permission(self, request):
         return False

@@ -5,6 +5,7 @@ from django.db.models import Q
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
+from hoa.dates import month_name
 from hoa.models import Organization, Unit
 from hoa.tenancy import TenantQuerySet
 from locking.models import FencedModel
@@ -61,7 +62,8 @@ class MonthlyChargeRun(FencedModel):
         ]
 
     def __str__(self):
-        return f"{self.organization} · {month_label(self.month)}"
+        # For people (the admin's titles, the charge's own string): "December 2026".
+        return f"{self.organization} · {month_name(self.month)}"
 
     @property
     def is_completed(self) -> bool:

@@ -1,15 +1,17 @@
-"""Screenshots of the main staff pages for docs/screenshots/ (and the README).
+"""Screenshots of the staff pages for docs/screenshots/ (and the README), at 1280 and 390 px.
 
-Not part of the suite (the file name does not start with ``test_``); run it on purpose:
+Not part of the suite (the file name does not start with ``test_``); run it on purpose, as
+often as the pages or the demo data change (it starts from a fresh test database each time
+and overwrites the files):
 
-    TEST_DATABASE_NAME=test_hoa_screens REDIS_URL=redis://127.0.0.1:56379/9 \\
-        .venv/bin/python -m pytest tests/screenshots.py -p no:cacheprovider
+    HOA_PG_PORT=55432 HOA_REDIS_PORT=56379 make screenshots
 
-It seeds the demo data into the test database, produces some history through the real
-services (charge runs of past months, vendor assignments, a refused busy attempt, a stale
-holder rejected by the fence, one complaint taken through the workflow), holds two leases,
-and photographs the pages as ``alice`` (the complaint timeline, the filtered complaint list
-and the list on a 390 px phone too).
+It seeds the demo data into its own test database (``test_hoa_screens``), produces some
+history through the real services (charge runs of past months, vendor assignments, a
+refused busy attempt, a stale holder rejected by the fence, one complaint taken through the
+workflow), holds two leases, and photographs the pages as ``alice`` (office staff) and the
+lock pages as ``olivia`` (an operator; created here if the demo has none), and the
+dashboard, the complaint list and a complaint on a 390 px phone too.
 """
 
 import contextlib
@@ -18,6 +20,7 @@ from pathlib import Path
 
 import pytest
 from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Permission
 from django.db import transaction
 from django.utils import timezone
 
@@ -27,12 +30,13 @@ from charges.operations import charge_resource
 from charges.selectors import add_months, current_month
 from charges.services import generate_monthly_charges
 from hoa.complaints.workflow import add_note, change_sla, change_status
-from hoa.demo import DEMO_PASSWORD, seed_demo
-from hoa.models import Complaint, Organization
+from hoa.demo import DEMO_PASSWORD, seed_demo, staff_group
+from hoa.models import Complaint, Organization, StaffMembership
 from hoa.scopes import scope_for_organization
+from hoa.security.operators import is_operator
 from locking import FenceLock, StaleFencingToken, advance_fence, record_fence_event
 from tests.test_browser_staff import chromium, site  # noqa: F401 - fixtures
-from vendors.models import Vendor
+from vendors.models import Vendor, VendorContract
 from vendors.operations import assignment_resource
 from vendors.services import assign_vendor
 
@@ -88,9 +92,13 @@ def _history(lock: FenceLock) -> dict:
             operation="monthly-charges",
         )
 
-    complaints = list(Complaint.objects.filter(organization=maple).order_by("pk"))
-    plumber = Vendor.objects.get(name="Pipe Pros Plumbing")
-    gardener = Vendor.objects.get(name="Evergreen Landscaping")
+    # Open complaints nobody has assigned yet (the demo may hold others in every status).
+    complaints = list(
+        Complaint.objects.filter(organization=maple, status=Complaint.Status.OPEN)
+        .exclude(assignments__active=True)
+        .order_by("pk")[:3]
+    )
+    plumber, gardener = _two_vendors(maple)
     assign_vendor(complaint=complaints[0], vendor=plumber, actor=alice)
     shown = assign_vendor(complaint=complaints[1], vendor=gardener, actor=alice).assignment
     assign_vendor(
@@ -116,21 +124,59 @@ def _history(lock: FenceLock) -> dict:
     return {"maple": maple, "complaints": complaints, "plumber": plumber}
 
 
+def _two_vendors(maple) -> tuple[Vendor, Vendor]:
+    """The demo's plumber and gardener, or any two vendors under contract with Maple Court."""
+    current = Vendor.objects.filter(
+        contracts__in=VendorContract.objects.filter(organization=maple).active_on()
+    ).distinct()
+    named = {v.name: v for v in current}
+    chosen = [named.pop(n) for n in ("Pipe Pros Plumbing", "Evergreen Landscaping") if n in named]
+    chosen += sorted(named.values(), key=lambda v: v.name)[: 2 - len(chosen)]
+    return chosen[0], chosen[1]
+
+
+def _operator(maple):
+    """``olivia``, an operator (the demo's, or one made here like the suite's persona)."""
+    user, created = get_user_model().objects.get_or_create(username="olivia")
+    if created or not is_operator(user):
+        user.is_staff = True
+        user.set_password(DEMO_PASSWORD)
+        user.save()
+        user.groups.add(staff_group())
+        StaffMembership.objects.get_or_create(user=user, organization=maple)
+        user.user_permissions.add(
+            *Permission.objects.filter(
+                content_type__app_label="locking", codename__in=["view_fenceevent", "break_lease"]
+            )
+        )
+    return user
+
+
+def _sign_in(chromium, site, username, width):  # noqa: F811 - fixtures
+    context = chromium.new_context(viewport={"width": width, "height": 844 if width < 600 else 800})
+    page = context.new_page()
+    page.goto(f"{site}/accounts/login/")
+    page.fill("#id_username", username)
+    page.fill("#id_password", DEMO_PASSWORD)
+    page.click("button[type=submit]")
+    page.wait_for_url(f"{site}/orgs/")
+    return context, page
+
+
 def test_take_screenshots(chromium, site, redis_client):  # noqa: F811 - fixtures
     seed_demo()
     lock = FenceLock()
     facts = _history(lock)
     maple, complaint = facts["maple"], facts["complaints"][2]
+    operator = _operator(maple)
     OUT.mkdir(parents=True, exist_ok=True)
 
     context = chromium.new_context(viewport={"width": 1280, "height": 800})
     page = context.new_page()
     page.goto(f"{site}/accounts/login/")
     page.screenshot(path=OUT / "login.png")
-    page.fill("#id_username", "alice")
-    page.fill("#id_password", DEMO_PASSWORD)
-    page.click("button[type=submit]")
-    page.wait_for_url(f"{site}/orgs/")
+    context.close()
+    context, page = _sign_in(chromium, site, "alice", 1280)
     page.screenshot(path=OUT / "organizations.png", full_page=True)
 
     page.goto(f"{site}/orgs/{maple.slug}/")
@@ -146,9 +192,10 @@ def test_take_screenshots(chromium, site, redis_client):  # noqa: F811 - fixture
 
     # Two leases held while the pages are photographed: another worker generating next
     # month's charges, and Bob (a colleague: the 409 page names him) assigning a vendor to
-    # the complaint Alice opens.
+    # the complaint Alice opens. The lock pages are an operator's: Olivia's.
     get_user_model().objects.get_or_create(username="bob")
     next_month = add_months(current_month(), 1)
+    ops, ops_page = _sign_in(chromium, site, operator.username, 1280)
     with (
         lock.acquire(charge_resource(maple, next_month), ttl=timedelta(seconds=60), holder="cron"),
         lock.acquire(assignment_resource(complaint.pk), ttl=timedelta(seconds=30), holder="bob"),
@@ -159,21 +206,29 @@ def test_take_screenshots(chromium, site, redis_client):  # noqa: F811 - fixture
         page.click("form[action$='/assign/'] button[type=submit]")
         page.wait_for_selector("[data-testid=conflict]")
         page.screenshot(path=OUT / "conflict-409.png", full_page=True)
-        page.goto(f"{site}/ops/locks/")
-        page.screenshot(path=OUT / "locks.png", full_page=True)
+        ops_page.goto(f"{site}/ops/locks/")
+        ops_page.screenshot(path=OUT / "locks.png", full_page=True)
         resource = charge_resource(maple, add_months(current_month(), -1))
-        page.goto(f"{site}/ops/locks/?resource={resource}")
-        page.locator("#timeline").screenshot(path=OUT / "lock-timeline.png")
+        ops_page.goto(f"{site}/ops/locks/?resource={resource}")
+        ops_page.locator("#timeline").screenshot(path=OUT / "lock-timeline.png")
+    ops.close()
     page.goto(f"{site}/orgs/{maple.slug}/complaints/{facts['complaints'][0].pk}/")
     page.locator("#timeline").screenshot(path=OUT / "complaint-timeline.png")
     page.goto(f"{site}/orgs/{maple.slug}/complaints/?status=unresolved&overdue=yes&sort=due")
     page.screenshot(path=OUT / "complaints-filtered.png", full_page=True)
+    page.goto(f"{site}/orgs/{maple.slug}/no-such-page/")
+    page.screenshot(path=OUT / "not-found.png")
+
+    # A phone: the same session at 390 px.
     phone = chromium.new_context(viewport={"width": 390, "height": 844})
     phone.add_cookies(context.cookies())
     phone_page = phone.new_page()
-    phone_page.goto(f"{site}/orgs/{maple.slug}/complaints/")
-    phone_page.screenshot(path=OUT / "complaints-390.png", full_page=True)
+    for name, path in (
+        ("dashboard-390.png", f"/orgs/{maple.slug}/"),
+        ("complaints-390.png", f"/orgs/{maple.slug}/complaints/"),
+        ("complaint-390.png", f"/orgs/{maple.slug}/complaints/{facts['complaints'][0].pk}/"),
+    ):
+        phone_page.goto(f"{site}{path}")
+        phone_page.screenshot(path=OUT / name, full_page=True)
     phone.close()
-    page.goto(f"{site}/orgs/{maple.slug}/no-such-page/")
-    page.screenshot(path=OUT / "not-found.png")
     context.close()

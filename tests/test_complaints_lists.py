@@ -231,10 +231,17 @@ def test_the_admin_columns_show_the_sla_as_of_now(client, alice, maple, late):
     page = client.get(changelist).content.decode()
     past = client.get(changelist, {"breached": "yes"})
 
-    assert '<td class="field-due_in">overdue by 6\xa0hours, 5\xa0minutes</td>' in page
+    # Past the SLA: the warning icon and the words; on time: the words, no icon (the old
+    # "past SLA" boolean column showed a green tick for the overdue one).
+    assert re.search(
+        r'<td class="field-sla"><span class="sla-past"><img src="[^"]*icon-alert.svg" '
+        r'alt="Past SLA:"[^>]*> overdue by 6\xa0hours, 5\xa0minutes</span></td>',
+        page,
+    )
+    assert re.search(r'<td class="field-sla">due in \d[^<]*</td>', page)  # on time: no icon
+    assert "icon-yes" not in page and "icon-no" not in page
     assert {c.pk for c in past.context["cl"].result_list} == {late.pk}
     assert on_time.pk not in {c.pk for c in past.context["cl"].result_list}
-    assert re.search(r'<td class="field-breached"><img src="[^"]*icon-yes', page)
 
 
 # --- charge runs and vendors -------------------------------------------------------------

@@ -53,3 +53,21 @@ def test_admin_pages_load_the_stylesheet_that_keeps_changelists_in_their_box(cli
     page = client.get("/admin/locking/fenceevent/").content.decode()
 
     assert '<link rel="stylesheet" href="/static/hoa/admin.css">' in page
+
+
+@pytest.mark.parametrize("stylesheet", ["hoa/static/hoa/site.css", "hoa/static/hoa/admin.css"])
+def test_no_stylesheet_breaks_words_or_hyphenates(stylesheet):
+    """Words are never broken inside (issue 25, the phone): what cannot fit scrolls in its
+    box. The browser walk (tests/test_browser_phone.py) measures it; this names the cause."""
+    from pathlib import Path
+
+    css = (Path(__file__).resolve().parent.parent / stylesheet).read_text(encoding="utf-8")
+    rules = re.sub(r"/\*.*?\*/", "", css, flags=re.S).replace(" ", "")
+    for breaking in (
+        "overflow-wrap:anywhere",
+        "word-break:break-all",
+        "word-break:break-word",
+        "hyphens:auto",
+        "line-break:anywhere",
+    ):
+        assert breaking not in rules, f"{stylesheet}: {breaking}"

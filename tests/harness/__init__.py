@@ -4,7 +4,9 @@
 - ``net``: loopback ports (free, closed) and ``TcpProxy``, a bad network on demand;
 - ``http``: ``HttpStub``, a real local HTTP server standing in for the external endpoints;
 - ``processes``: the processes a test starts (redis-server, a PostgreSQL cluster, gunicorn,
-  ``manage.py`` and other Python children), and how they are frozen and stopped, by PID.
+  ``manage.py`` and other Python children), and how they are frozen and stopped, by PID;
+- ``layout``: ``layout_problems(page)``, what a page drawn in Chromium does to its reader
+  (text over text, crushed cells, overflow, words split across lines).
 
 Benchmarks (``bench/``) import nothing from here: they keep their own few lines of set-up.
 """

@@ -1,0 +1,202 @@
+"""Every staff page, read on a phone (390 px) and a laptop (1280 px), as office staff and as
+an operator: no text drawn over other text, no crushed cell, no page wider than the screen,
+no word broken mid-word (``tests.harness.layout``, whose control is
+``tests/test_browser_layout_harness.py``).
+
+The data is what makes pages hard to lay out: long titles and vendor names, an overdue
+complaint in "Needs attention", a reporter, a timeline with notes and SLA changes, completed
+charge runs, fenced attempts with epoch-sized tokens, a lease held while the lock pages are
+read.
+"""
+
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from charges.operations import charge_resource
+from charges.selectors import add_months, current_month
+from charges.services import generate_monthly_charges
+from hoa.complaints.workflow import Reporter, add_note, change_sla, open_complaint
+from hoa.models import Complaint, Unit
+from hoa.scopes import scope_for_organization
+from locking import record_fence_event
+from tests.harness.layout import layout_problems
+from tests.test_browser_staff import TIMEOUT_MS, chromium, site  # noqa: F401 - fixtures
+from tests.vendors_support import active_vendor
+from vendors.services import assign_vendor
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+
+EPOCH_TOKEN = 3 * 2**32 + 17
+TITLES = [
+    ("Overflowing gutter above the north stairwell", "high"),
+    ("Water stain spreading on the lobby ceiling", "normal"),
+    ("Broken intercom buzzer at the side entrance", "low"),
+    ("Streetlight flickering in the visitor parking", "normal"),
+]
+
+
+@pytest.fixture
+def office(alice, olivia, maple, fence_lock):
+    """Maple Court with a week of an office's data (module docstring)."""
+    units = list(Unit.objects.filter(organization=maple).order_by("label"))
+    reporter = Reporter(
+        name="Ana Ruiz-Montgomery", email="ana.ruiz-montgomery@example.org", phone="+1 555 0100"
+    )
+    complaints = [
+        open_complaint(
+            organization=maple,
+            unit=units[n] if n != 3 else None,
+            title=title,
+            description="The tenant reports it every time it rains; photos in the office inbox.",
+            priority=priority,
+            reporter=reporter,
+            actor=alice,
+        )
+        for n, (title, priority) in enumerate(TITLES)
+    ]
+    # The first is overdue: "Needs attention" and the lists say "overdue by …".
+    Complaint.objects.filter(pk=complaints[0].pk).update(
+        sla_due_at=timezone.now() - timedelta(hours=6, minutes=12)
+    )
+    gardener = active_vendor("Evergreen Landscaping and Grounds", maple)
+    plumber = active_vendor("Pipe Pros Plumbing", maple)
+    assign_vendor(complaint=complaints[1], vendor=gardener, actor=alice)
+    assign_vendor(complaint=complaints[2], vendor=plumber, actor=alice)
+    second = Complaint.objects.get(pk=complaints[1].pk)
+    change_sla(
+        complaint=second,
+        due_at=second.sla_due_at + timedelta(hours=12),
+        reason="Parts on order; the tenant agreed to wait until Thursday afternoon.",
+        actor=alice,
+    )
+    add_note(
+        complaint=second,
+        note="Tenant is away until Monday; key at the office, ask for the superintendent.",
+        actor=alice,
+    )
+    month = current_month()
+    for back in (2, 1):
+        generate_monthly_charges(organization=maple, month=add_months(month, -back), actor=alice)
+    for outcome in ("committed", "stale", "busy"):
+        record_fence_event(
+            resource=charge_resource(maple, month),
+            outcome=outcome,
+            token=EPOCH_TOKEN,
+            actor="alice via cli:operations-team-nightly-runner",
+            scope=scope_for_organization(maple),
+            operation="monthly-charges",
+        )
+    return {"maple": maple, "complaint": second, "month": add_months(month, -1)}
+
+
+def staff_pages(facts) -> list[str]:
+    org = f"/orgs/{facts['maple'].slug}"
+    month = f"{facts['month']:%Y-%m}"
+    empty = f"{add_months(current_month(), 1):%Y-%m}"
+    return [
+        "/orgs/",
+        f"{org}/",
+        f"{org}/complaints/",
+        f"{org}/complaints/?status=unresolved&sort=due",
+        f"{org}/complaints/{facts['complaint'].pk}/",
+        f"{org}/complaints/new/",
+        f"{org}/charges/",
+        f"{org}/charges/{month}/",
+        f"{org}/charges/{empty}/",
+        f"{org}/vendors/",
+        f"{org}/no-such-page/",
+    ]
+
+
+def operator_pages(facts) -> list[str]:
+    resource = charge_resource(facts["maple"], current_month())
+    return [
+        "/ops/locks/",
+        f"/ops/locks/?resource={resource}",
+        f"/ops/locks/break/?resource={resource}",
+    ]
+
+
+def sign_in(chromium, site, username: str, width: int):  # noqa: F811
+    context = chromium.new_context(viewport={"width": width, "height": 844})
+    context.set_default_timeout(TIMEOUT_MS)
+    page = context.new_page()
+    page.goto(f"{site}/accounts/login/?next=/orgs/")
+    page.fill("#id_username", username)
+    page.fill("#id_password", f"pw-{username}")
+    page.click("button[type=submit]")
+    page.wait_for_url(f"{site}/orgs/")
+    return context, page
+
+
+def walk(page, site, paths) -> dict[str, list[str]]:  # noqa: F811
+    found = {}
+    for path in paths:
+        page.goto(f"{site}{path}")
+        problems = layout_problems(page)
+        if problems:
+            found[path] = problems
+    return found
+
+
+def answers(page, site, facts) -> dict[str, list[str]]:  # noqa: F811
+    """The pages a form answers with: the 409 of a month whose lease is held (the walk holds
+    this month's), the confirmation of an unusual month, a rejected new complaint."""
+    org = f"/orgs/{facts['maple'].slug}"
+    found = {}
+    month = f"{current_month():%Y-%m}"
+    page.goto(f"{site}{org}/charges/{month}/")
+    page.click(f"form[action='{org}/charges/{month}/generate/'] button")
+    page.wait_for_selector("[data-testid=conflict]")
+    found["409 of a busy month"] = layout_problems(page)
+    unusual = f"{add_months(current_month(), -6):%Y-%m}"
+    page.goto(f"{site}{org}/charges/{unusual}/")
+    page.click(f"form[action='{org}/charges/{unusual}/generate/'] button")
+    page.wait_for_selector("[data-testid=confirm-month]")
+    found["confirming an unusual month"] = layout_problems(page)
+    page.goto(f"{site}{org}/complaints/new/")
+    # Nothing filled in, past the browser's own checks: a 400 with the form and its errors.
+    with page.expect_navigation():
+        page.locator("[data-testid=new-complaint]").evaluate(
+            "form => { form.noValidate = true; form.requestSubmit(); }"
+        )
+    page.wait_for_selector(".errorlist")
+    found["a new complaint refused"] = layout_problems(page)
+    return {where: problems for where, problems in found.items() if problems}
+
+
+@pytest.mark.parametrize("width", [390, 1280])
+def test_the_sign_in_pages_are_readable(chromium, site, width):  # noqa: F811
+    context = chromium.new_context(viewport={"width": width, "height": 844})
+    try:
+        page = context.new_page()
+        for path in ("/accounts/login/", "/accounts/password_reset/"):
+            page.goto(f"{site}{path}")
+            assert layout_problems(page) == [], path
+    finally:
+        context.close()
+
+
+@pytest.mark.parametrize("width", [390, 1280])
+@pytest.mark.parametrize("username", ["alice", "olivia"])
+def test_every_staff_page_is_readable(chromium, site, office, fence_lock, username, width):  # noqa: F811
+    context, page = sign_in(chromium, site, username, width)
+    paths = staff_pages(office)
+    if username == "olivia":
+        paths += operator_pages(office)
+    resource = charge_resource(office["maple"], current_month())
+    try:
+        # A lease held while the pages are read: the lock pages list its holder and the
+        # break-lease page shows it.
+        with fence_lock.acquire(
+            resource, ttl=timedelta(seconds=120), holder="nightly-cron-on-billing-host-7"
+        ):
+            found = walk(page, site, paths)
+            found.update(answers(page, site, office))
+    finally:
+        context.close()
+    assert found == {}, "\n".join(
+        f"{path}:\n  " + "\n  ".join(problems) for path, problems in found.items()
+    )
