@@ -228,7 +228,7 @@ def _seed_frame(result: SeedResult) -> dict[str, Organization]:
     for organization in organizations.values():
         StaffMembership.objects.get_or_create(user=operator, organization=organization)
     result.logins.append(
-        Login(OPERATOR, DEMO_PASSWORD, "operator (locks, break a lease), staff of both")
+        Login(OPERATOR, DEMO_PASSWORD, "operator: locks, breaking a lease; staff of both")
     )
     return organizations
 
