@@ -5,8 +5,8 @@ Oak Ridge; ``olivia``, an operator (the "Operators" group: the lock status page,
 tokens, breaking a lease) and staff of both. What: two associations with units, a notice,
 and complaints enough for the lists' filters and pages to show (Maple Court more than 50:
 every priority, open, resolved and closed, some past their SLA; Oak Ridge a dozen), each
-with its reporter and its timeline; then each fenced operation's own demo data (vendors
-assign some of the open complaints, through the fenced service).
+with its reporter and its timeline; then each fenced operation's own demo data (an
+operation may act on the open complaints through its fenced service).
 
 Everything is deterministic: the same titles, units, reporters and statuses every time. A
 second run finds every row in place and changes nothing (``SeedResult.created`` is 0); a
@@ -114,7 +114,8 @@ REPORTERS = [
     ("Jonas Berg", "555-0166"),
 ]
 PRIORITIES = [P.HIGH, P.NORMAL, P.NORMAL, P.LOW, P.NORMAL, P.HIGH, P.LOW]
-# Out of every ten: six stay open (vendors assign some), two resolved, two closed.
+# Out of every ten: six stay open (an operation's demo may act on them), two resolved,
+# two closed.
 STATUSES = [S.OPEN, S.OPEN, S.RESOLVED, S.OPEN, S.CLOSED, S.OPEN, S.OPEN, S.RESOLVED]
 STATUSES += [S.OPEN, S.CLOSED]
 

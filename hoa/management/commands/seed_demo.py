@@ -19,7 +19,7 @@ class Command(ServiceCommand):
     )
 
     def handle(self, *args, **options):
-        require_services()  # vendors are assigned through the fenced service: Redis too
+        require_services()  # an operation's demo may run its fenced service: Redis too
         result = seed_demo()
         if options["verbosity"] < 1:
             return
