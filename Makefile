@@ -46,8 +46,9 @@ status: ## show whether the local services are up
 migrate: $(STAMP) services
 	@$(DEV_ENV) $(PY) manage.py migrate --noinput
 
+# -v 1: seed_demo is quiet when stdout is not a terminal (cron's rule); make run prints the logins.
 seed: migrate
-	@$(DEV_ENV) $(PY) manage.py seed_demo
+	@$(DEV_ENV) $(PY) manage.py seed_demo -v 1
 
 run: seed ## set everything up and serve on 127.0.0.1:8000 (development server)
 	@$(DEV_ENV) $(PY) manage.py collectstatic --noinput -v 0

@@ -66,7 +66,10 @@ def _facts(organization: Organization, month: date) -> dict:
 
 
 def outside_window(value: object, first: date, last: date) -> str:
-    return _("%(value)s is outside the months that can be billed: %(first)s to %(last)s.") % {
+    return _(
+        "%(value)s is outside the billing window: charges can be generated for %(first)s "
+        "to %(last)s."
+    ) % {
         "value": shown(value),
         "first": month_name(first),
         "last": month_name(last),
@@ -184,14 +187,19 @@ def done_elsewhere(month: date) -> str:
 
 
 def month_start_summary(result) -> str:
-    """The month start's summary line (``-v 1``)."""
-    line = _(
-        "%(month)s: %(total)d associations: %(here)d generated here, %(elsewhere)d by "
-        "another worker, %(failed)d failed"
+    """The month start's summary line (``-v 1``): "already done" counts the runs completed
+    before the walk started, "by another worker" the ones another host completed during it."""
+    line = ngettext(
+        "%(month)s: %(total)d association: %(here)d generated here, %(before)d already "
+        "done, %(elsewhere)d by another worker, %(failed)d failed",
+        "%(month)s: %(total)d associations: %(here)d generated here, %(before)d already "
+        "done, %(elsewhere)d by another worker, %(failed)d failed",
+        result.total,
     ) % {
         "month": month_name(result.month) if result.month else _("Each one's current month"),
         "total": result.total,
         "here": result.here,
+        "before": result.before,
         "elsewhere": result.elsewhere,
         "failed": result.failed,
     }
@@ -205,10 +213,15 @@ def month_start_unfinished(result) -> str:
     if result.unavailable:
         return result.unavailable
     if result.failed:
-        return _("%(count)d organizations could not be billed; see the lines above.") % {
-            "count": result.failed
-        }
-    return _(
-        "%(count)d organizations were still busy after waiting %(wait)g s; "
-        "run again later to confirm."
+        return ngettext(
+            "%(count)d association could not be billed; see the lines above.",
+            "%(count)d associations could not be billed; see the lines above.",
+            result.failed,
+        ) % {"count": result.failed}
+    return ngettext(
+        "%(count)d association was still busy after waiting %(wait)g s; "
+        "run again later to confirm.",
+        "%(count)d associations were still busy after waiting %(wait)g s; "
+        "run again later to confirm.",
+        len(result.held),
     ) % {"count": len(result.held), "wait": result.wait.total_seconds()}

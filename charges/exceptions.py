@@ -29,11 +29,16 @@ class InvalidMonth(ChargesError, ValueError):
     that can be billed (``window``: the first and the last)."""
 
     answer = Answer.BAD_REQUEST
-    title = gettext_lazy("Not a month")
 
     def __init__(self, value: object, why: str = "format", *, window=None):
         super().__init__()
         self.value, self.why, self.window = value, why, window
+
+    @property
+    def title(self):
+        if self.window is not None:
+            return gettext_lazy("Outside the billing window")
+        return gettext_lazy("Not a month")
 
 
 class NotAllowed(ChargesError, NotPermitted):

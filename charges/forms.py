@@ -39,12 +39,17 @@ def billing_window() -> tuple[date, date]:
     return add_months(now, -back), add_months(now, ahead)
 
 
+def in_billing_window(month: date) -> bool:
+    """Whether ``month`` (a first day) may be billed now."""
+    first, last = billing_window()
+    return first <= month <= last
+
+
 def parse_billing_month(value: str) -> date:
     """``parse_month``, refusing a month outside ``billing_window()``."""
     month = parse_month(value)
-    first, last = billing_window()
-    if not first <= month <= last:
-        raise InvalidMonth(value, window=(first, last))
+    if not in_billing_window(month):
+        raise InvalidMonth(value, window=billing_window())
     return month
 
 

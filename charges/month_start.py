@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
-from datetime import date, timedelta
+from datetime import date, datetime, timedelta
 from itertools import repeat
 from multiprocessing.util import Finalize
 
@@ -51,6 +51,8 @@ class OrgOutcome:
     month: date  # the month it was billed for (its own current month unless one was given)
     kind: Outcome
     message: str
+    # Already done when the walk started (not by another worker during it).
+    done_before: bool = False
 
     @property
     def held_elsewhere(self) -> bool:
@@ -66,13 +68,16 @@ class OrgOutcome:
 
 @dataclass
 class MonthStart:
-    """What the walk came to: generated here, done by another worker or before, failed,
-    still held elsewhere at the deadline, or stopped because Redis is down."""
+    """What the walk came to: generated here, already done before it started, done by
+    another worker during it, failed, still held elsewhere at the deadline, or stopped
+    because Redis is down."""
 
     month: date | None  # None: each association's own current month, in its time zone
     total: int
     wait: timedelta
+    started_at: datetime = field(default_factory=timezone.now)
     here: int = 0
+    before: int = 0
     elsewhere: int = 0
     failed: int = 0
     held: dict[int, date] = field(default_factory=dict)  # organization id -> its month
@@ -101,6 +106,8 @@ class MonthStart:
         self.held.pop(outcome.org_id, None)
         if outcome.kind == Outcome.COMMITTED:
             self.here += 1
+        elif outcome.kind == Outcome.ALREADY_DONE and outcome.done_before:
+            self.before += 1
         elif outcome.kind == Outcome.ALREADY_DONE:
             self.elsewhere += 1
         elif outcome.held_elsewhere:
@@ -129,7 +136,7 @@ def start_month(
     chunks = [ids[n : n + CHUNK] for n in range(0, len(ids), CHUNK)]
     result = MonthStart(month=month, total=len(ids), wait=wait)
     deadline = time.monotonic() + wait.total_seconds()
-    with _walk(chunks, month, actor, via, workers) as outcomes:
+    with _walk(chunks, month, actor, via, workers, result.started_at) as outcomes:
         _count(result, outcomes, on_outcome)
     if result.held and not result.unavailable:
         _wait_for_others(result, actor, via, deadline, on_outcome)
@@ -137,10 +144,12 @@ def start_month(
 
 
 @contextlib.contextmanager
-def _walk(chunks: list, month: date | None, actor, via: str, workers: int) -> Iterator[Iterable]:
+def _walk(
+    chunks: list, month: date | None, actor, via: str, workers: int, started_at: datetime
+) -> Iterator[Iterable]:
     """Every organization's outcome, chunk by chunk, here or in ``workers`` processes."""
     user_id = actor.pk if actor else None
-    tasks = (chunks, repeat(month), repeat(user_id), repeat(via))
+    tasks = (chunks, repeat(month), repeat(user_id), repeat(via), repeat(started_at))
     if workers == 1:
         if actor is not None:
             _actors[actor.pk] = actor
@@ -188,7 +197,8 @@ def _wait_for_others(result: MonthStart, actor, via: str, deadline: float, on_ou
             if actor is not None:
                 organization.remember_staff(actor)
             month = result.held[organization.pk]
-            _count(result, [generate_for(organization, month, actor, via)], on_outcome)
+            outcome = generate_for(organization, month, actor, via, result.started_at)
+            _count(result, [outcome], on_outcome)
             if result.unavailable:
                 return
         if not result.held or time.monotonic() >= deadline:
@@ -204,8 +214,12 @@ def month_of(organization: Organization, month: date | None) -> date:
         return current_month()
 
 
-def generate_for(organization: Organization, month: date, user, via: str) -> OrgOutcome:
-    """Run the service for one organization and classify its answer."""
+def generate_for(
+    organization: Organization, month: date, user, via: str, started_at: datetime
+) -> OrgOutcome:
+    """Run the service for one organization and classify its answer: a run found
+    completed before ``started_at`` (the walk's start) was done before, not by another
+    worker of this month start."""
     facts = (organization.pk, organization.slug, month)
     try:
         result = generate_monthly_charges(
@@ -213,14 +227,22 @@ def generate_for(organization: Organization, month: date, user, via: str) -> Org
         )
     except ChargesError as exc:  # each one raised here declares its outcome
         return OrgOutcome(*facts, exc.outcome, str(exc))
-    return OrgOutcome(*facts, result.outcome, str(result))
+    completed_at = result.run.completed_at
+    before = (
+        result.outcome == Outcome.ALREADY_DONE
+        and completed_at is not None
+        and completed_at < started_at
+    )
+    return OrgOutcome(*facts, result.outcome, str(result), done_before=before)
 
 
 # A worker process's actor, read once (its permission cache then lasts the whole run).
 _actors: dict = {}
 
 
-def generate_chunk(org_ids: list[int], month: date | None, user_id: int | None, via: str) -> list:
+def generate_chunk(
+    org_ids: list[int], month: date | None, user_id: int | None, via: str, started_at: datetime
+) -> list:
     """Generate the charges of the organizations ``org_ids``: a worker's task."""
     user = None
     if user_id is not None:
@@ -237,7 +259,8 @@ def generate_chunk(org_ids: list[int], month: date | None, user_id: int | None, 
     for organization in organizations:
         if user is not None:
             organization.remember_staff(user)  # the ids came from for_user(user)
-        outcomes.append(generate_for(organization, months[organization.pk], user, via))
+        outcome = generate_for(organization, months[organization.pk], user, via, started_at)
+        outcomes.append(outcome)
     return outcomes
 
 

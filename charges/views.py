@@ -19,13 +19,15 @@ from django.utils.decorators import method_decorator
 from django.utils.formats import date_format
 from django.utils.translation import gettext as _
 from django.views import View
-from django.views.generic import ListView, TemplateView
+from django.views.generic import TemplateView
 
 from charges import answers
 from charges.exceptions import ChargesError
 from charges.forms import (
     MonthForm,
     RunFilterForm,
+    billing_window,
+    in_billing_window,
     needs_confirmation,
     parse_billing_month,
     parse_month,
@@ -40,6 +42,7 @@ from hoa.charts import Bar, bar_chart
 from hoa.dates import month_name
 from hoa.security.ratelimits import limit_fenced_posts
 from hoa.web.access import OrganizationMixin, client_ip
+from hoa.web.lists import PagedListView
 
 CHART_MONTHS = 12
 
@@ -69,7 +72,7 @@ def _can_generate(user) -> bool:
     return user.has_perm(GENERATE_PERMISSION)
 
 
-class ChargeRunListView(OrganizationMixin, ListView):
+class ChargeRunListView(PagedListView):
     """The organization's runs by month, a chart of the last 12 totals, the generate form."""
 
     template_name = "charges/run_list.html"
@@ -137,7 +140,11 @@ class ChargeRunDetailView(OrganizationMixin, TemplateView):
             month_label=month_label(self.month),
             run=run,
             charges=run.charges.select_related("unit").order_by("unit__label") if run else [],
-            can_generate=_can_generate(self.request.user) and not (run and run.is_completed),
+            in_window=in_billing_window(self.month),
+            billing_window=billing_window(),
+            can_generate=_can_generate(self.request.user)
+            and not (run and run.is_completed)
+            and in_billing_window(self.month),
         )
         return context
 

@@ -8,6 +8,10 @@ class HoaConfig(AppConfig):
     def ready(self):
         from django.contrib.auth.signals import user_login_failed
 
+        from hoa.web import converters
+
+        converters.register()  # <id:pk> in every URLconf of the product
+
         from hoa.security.ratelimits import count_failed_sign_in
 
         # Failed sign-ins (site and admin login alike) count towards the lockout.

@@ -9,6 +9,7 @@ Code reads ``django.conf.settings``, never ``os.environ``.
 import ipaddress
 import os
 import re
+import sys
 from pathlib import Path
 
 import dj_database_url
@@ -400,7 +401,24 @@ PROMETHEUS_MULTIPROC_DIR = os.environ.get("PROMETHEUS_MULTIPROC_DIR", "")
 
 # --- Logging ----------------------------------------------------------------------------
 
-LOG_LEVEL = os.environ.get("LOG_LEVEL", "INFO").upper()
+
+def _unattended_command() -> bool:
+    """A management command whose output nobody watches (cron, a systemd timer): run as
+    ``manage.py <command>`` with stdout not a terminal. ``runserver`` is a server, not a job."""
+    argv = sys.argv
+    return (
+        len(argv) > 1
+        and Path(argv[0]).name == "manage.py"
+        and argv[1] not in {"runserver", "help"}
+        and not sys.stdout.isatty()
+    )
+
+
+# Unset, the level is INFO, except for an unattended management command: WARNING, so a
+# cron job that succeeds writes nothing (cron mails whatever it prints) and one that fails
+# writes its one line. LOG_LEVEL (and DJANGO_LOG_LEVEL) set in the environment always win.
+_DEFAULT_LOG_LEVEL = "WARNING" if _unattended_command() else "INFO"
+LOG_LEVEL = (os.environ.get("LOG_LEVEL", "").strip() or _DEFAULT_LOG_LEVEL).upper()
 # "json": one JSON object per line, with the extra= fields (resource, token, outcome).
 LOG_FORMAT = os.environ.get("LOG_FORMAT", "").strip().lower() or "plain"
 if LOG_FORMAT not in {"plain", "json"}:
@@ -408,7 +426,7 @@ if LOG_FORMAT not in {"plain", "json"}:
 # Django's own defaults (django.utils.log.DEFAULT_LOGGING) give the "django" logger a
 # console handler of its own that also propagates to ours, and "django.server" (runserver's
 # request lines) another format: both are replaced, so each event is one line in one format.
-DJANGO_LOG_LEVEL = os.environ.get("DJANGO_LOG_LEVEL", "INFO").upper()
+DJANGO_LOG_LEVEL = (os.environ.get("DJANGO_LOG_LEVEL", "").strip() or _DEFAULT_LOG_LEVEL).upper()
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,

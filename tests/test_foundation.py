@@ -276,7 +276,9 @@ def counts():
     }
 
 
-@pytest.mark.django_db
+# Transactional: the demo assigns vendors through the fenced service, which opens its own
+# transaction (run_fenced refuses to run inside one).
+@pytest.mark.django_db(transaction=True)
 def test_seed_demo_twice_leaves_the_same_counts(capsys):
     call_command("seed_demo")
     first = counts()
@@ -292,7 +294,7 @@ def test_seed_demo_twice_leaves_the_same_counts(capsys):
     assert VendorContract.objects.active_on(today).count() >= 3
 
 
-@pytest.mark.django_db
+@pytest.mark.django_db(transaction=True)
 def test_seeded_staff_can_log_in_and_reach_their_dashboard(client):
     seed_demo()
     assert client.login(username="alice", password="hoa-demo-2026")

@@ -318,7 +318,7 @@ def test_lock_page_answers_400_to_a_malformed_filter(client, olivia, maple):
     html = response.content.decode()
     assert response.status_code == 400
     assert "Resource: resource name must be printable and contain no whitespace" in html
-    assert "Outcome: Select a valid choice." in html
+    assert "Outcome: Choose an outcome from the list." in html
     assert '<tr class="outcome-' not in html
 
 

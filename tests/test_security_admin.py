@@ -237,7 +237,7 @@ def test_prune_access_denials_keeps_its_own_retention(db, settings):
 
     call_command("prune_access_denials", stdout=out)
 
-    assert out.getvalue().startswith("Deleted 1 access denial(s) older than 90 day(s)")
+    assert out.getvalue().startswith("Deleted 1 access denial older than 90 days")
     assert list(AccessDenial.objects.values_list("resource", flat=True)) == ["recent"]
     with pytest.raises(CommandError, match="at least 1"):
         call_command("prune_access_denials", "--days", "0")

@@ -1,15 +1,24 @@
-"""The vendors' part of the demo data (``manage.py seed_demo``). Idempotent."""
+"""The vendors' part of the demo data (``manage.py seed_demo``). Idempotent.
+
+Contracts with current, past and future windows; and, for an association none of whose
+complaints has a vendor yet, vendors assigned to some of its older open complaints through
+the fenced service (real tokens, recorded attempts), half of those then in progress.
+"""
 
 from datetime import timedelta
 
 from django.utils import timezone
 
-from hoa.models import Organization
-from vendors.models import Vendor, VendorContract
+from hoa.complaints import workflow
+from hoa.models import Complaint, Organization, StaffMembership
+from vendors.models import Vendor, VendorAssignment, VendorContract
+
+ASSIGNED_PER_ASSOCIATION = 10
 
 
 def seed_demo(organizations: dict[str, Organization]) -> None:
-    """Vendors under contract with the demo associations: current, past and future windows."""
+    """Vendors under contract with the demo associations: current, past and future windows;
+    then some of their open complaints assigned."""
     today = timezone.localdate()
     year = timedelta(days=365)
     vendors = [
@@ -20,11 +29,56 @@ def seed_demo(organizations: dict[str, Organization]) -> None:
         ("Oakline Handyman", "general", ["oak-ridge"], -year, year),
     ]
     for name, trade, slugs, starts, ends in vendors:
-        vendor, _ = Vendor.objects.update_or_create(name=name, defaults={"trade": trade})
+        vendor, _ = Vendor.objects.get_or_create(name=name, defaults={"trade": trade})
         for slug in slugs:
             if slug in organizations:
-                VendorContract.objects.update_or_create(
+                VendorContract.objects.get_or_create(
                     vendor=vendor,
                     organization=organizations[slug],
                     defaults={"starts_on": today + starts, "ends_on": today + ends},
                 )
+    for organization in organizations.values():
+        _assign_some(organization)
+
+
+def _assign_some(organization: Organization) -> None:
+    # Here, not at the top: the operation's declaration imports this module, and the
+    # service imports the declaration.
+    from vendors.services import assign_vendor
+
+    if VendorAssignment.objects.filter(complaint__organization=organization).exists():
+        return  # assigned before (by a previous run, or by someone trying the demo)
+    member = (
+        StaffMembership.objects.filter(organization=organization)
+        .select_related("user")
+        .order_by("user__username")
+        .first()
+    )
+    contracted = [
+        contract.vendor
+        for contract in VendorContract.objects.active_on(timezone.localdate())
+        .filter(organization=organization)
+        .select_related("vendor")
+        .order_by("vendor__name")
+    ]
+    if member is None or not contracted:
+        return
+    # Every third of the open complaints opened more than two days ago, oldest first.
+    older = (
+        Complaint.objects.for_organization(organization)
+        .filter(status=Complaint.Status.OPEN, opened_at__lt=timezone.now() - timedelta(days=2))
+        .order_by("opened_at", "pk")
+    )
+    for n, complaint in enumerate(list(older)[::3][:ASSIGNED_PER_ASSOCIATION]):
+        vendor = contracted[n % len(contracted)]
+        assign_vendor(complaint=complaint, vendor=vendor, actor=member.user, via="seed_demo")
+        if n % 2:
+            complaint.refresh_from_db()
+            workflow.change_status(
+                complaint=complaint,
+                seen=Complaint.Status.ASSIGNED,
+                to=Complaint.Status.IN_PROGRESS,
+                note="",
+                actor=member.user,
+                assigned=True,
+            )

@@ -6,6 +6,6 @@ app_name = "vendors"
 
 # Included under orgs/<slug:org_slug>/ (hoa/urls.py).
 urlpatterns = [
-    path("complaints/<int:pk>/assign/", views.AssignVendorView.as_view(), name="assign"),
+    path("complaints/<id:pk>/assign/", views.AssignVendorView.as_view(), name="assign"),
     path("vendors/", views.VendorListView.as_view(), name="vendors"),
 ]

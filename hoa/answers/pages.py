@@ -67,10 +67,18 @@ def _as_pairs(fields) -> list[tuple[str, str]]:
 
 
 def error_page(request, status: int, title: str, message: str):
+    """The 4xx/5xx page: its title and sentence, in the association's layout (its name and
+    navigation) when the request is one of an association's pages (``OrganizationMixin``
+    sets ``request.organization``)."""
     return render(
         request,
         "hoa/error.html",
-        {"title": title, "message": message, "status": status},
+        {
+            "title": title,
+            "message": message,
+            "status": status,
+            "organization": getattr(request, "organization", None),
+        },
         status=status,
     )
 

@@ -43,6 +43,9 @@ RULES = {
         "The SLA due time must be after the complaint was opened (%(opened)s)."
     ),
     Rule.SLA_UNCHANGED: gettext_lazy("The SLA is already due then."),
+    Rule.SLA_TOO_FAR: gettext_lazy(
+        "The SLA due time must be at most a year ahead (by %(latest)s)."
+    ),
 }
 
 
@@ -77,7 +80,7 @@ def label(status: str) -> str:
 def _shown(name: str, value):
     if name in ("from", "to", "status"):
         return label(value)
-    if name == "opened":
+    if name in ("opened", "latest"):
         return when(value)
     return value
 

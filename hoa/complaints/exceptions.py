@@ -33,6 +33,7 @@ class Rule(StrEnum):
     NO_SLA_RUNNING = "no-sla-running"
     SLA_BEFORE_OPENING = "sla-before-opening"
     SLA_UNCHANGED = "sla-unchanged"
+    SLA_TOO_FAR = "sla-too-far"
 
 
 class ComplaintsError(Refusal):

@@ -11,6 +11,7 @@ from hoa.complaints.extensions import extensions
 from hoa.complaints.selectors import UNRESOLVED
 from hoa.complaints.workflow import NOTE_MAX_LENGTH
 from hoa.models import Complaint, Organization, Unit
+from hoa.web.fields import AsciiDateTimeField, has_control_characters
 
 Status = Complaint.Status
 OUT_OF_DATE = _("This page was out of date. Reload it and try again.")
@@ -53,7 +54,7 @@ class ComplaintStatusForm(forms.Form):
 
 def _printable(value: str) -> str:
     """``value``, refused if it holds a control character (a NUL, an escape…)."""
-    if any(not char.isprintable() and char not in "\r\n\t" for char in value):
+    if has_control_characters(value):
         raise forms.ValidationError(_("Remove the control characters from this text."))
     return value
 
@@ -118,7 +119,11 @@ class ComplaintNoteForm(forms.Form):
 
 
 class ComplaintSlaForm(forms.Form):
-    due_at = forms.DateTimeField(
+    """A new SLA due time (ASCII digits, read in the association's zone) and the reason.
+    The workflow decides whether the time is allowed (after opening, at most
+    ``SLA_MAX_AHEAD`` from now)."""
+
+    due_at = AsciiDateTimeField(
         label=_("New SLA due time"),
         input_formats=["%Y-%m-%dT%H:%M", "%Y-%m-%d %H:%M"],
         widget=forms.DateTimeInput(attrs={"type": "datetime-local"}, format="%Y-%m-%dT%H:%M"),
@@ -136,6 +141,9 @@ class ComplaintSlaForm(forms.Form):
             "max_length": _("Keep the reason under %(limit_value)s characters."),
         },
     )
+
+    def clean_reason(self):
+        return _printable(self.cleaned_data["reason"])
 
 
 # -- list filters: plain GET forms; a parameter that does not validate is a 400 -----------

@@ -8,8 +8,8 @@ app_name = "complaints"
 urlpatterns = [
     path("complaints/", views.ComplaintListView.as_view(), name="complaints"),
     path("complaints/new/", views.NewComplaintView.as_view(), name="new"),
-    path("complaints/<int:pk>/", views.ComplaintDetailView.as_view(), name="complaint"),
-    path("complaints/<int:pk>/status/", views.ChangeStatusView.as_view(), name="status"),
-    path("complaints/<int:pk>/notes/", views.AddNoteView.as_view(), name="note"),
-    path("complaints/<int:pk>/sla/", views.ChangeSlaView.as_view(), name="sla"),
+    path("complaints/<id:pk>/", views.ComplaintDetailView.as_view(), name="complaint"),
+    path("complaints/<id:pk>/status/", views.ChangeStatusView.as_view(), name="status"),
+    path("complaints/<id:pk>/notes/", views.AddNoteView.as_view(), name="note"),
+    path("complaints/<id:pk>/sla/", views.ChangeSlaView.as_view(), name="sla"),
 ]

@@ -43,7 +43,7 @@ status now, and nothing of theirs is written. Every change, note and SLA change 
 
 import logging
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from django.db import transaction
 from django.utils import timezone
@@ -54,6 +54,7 @@ from hoa.models import Complaint, ComplaintEvent, Organization, Unit
 
 __all__ = [
     "NOTE_MAX_LENGTH",
+    "SLA_MAX_AHEAD",
     "add_note",
     "change_sla",
     "change_status",
@@ -67,6 +68,8 @@ logger = logging.getLogger(__name__)
 
 Status = Complaint.Status
 NOTE_MAX_LENGTH = 2000
+# How far ahead an SLA due time may be moved: a year, counted from the change.
+SLA_MAX_AHEAD = timedelta(days=365)
 
 # Where each status may go by hand (``assigned`` is reached by assigning a vendor only).
 ALLOWED = {
@@ -259,6 +262,9 @@ def change_sla(*, complaint: Complaint, due_at: datetime, reason: str, actor) ->
             raise TransitionRefused(Rule.NO_SLA_RUNNING, status=locked.status)
         if due_at <= locked.opened_at:
             raise TransitionRefused(Rule.SLA_BEFORE_OPENING, opened=locked.opened_at)
+        latest = timezone.now() + SLA_MAX_AHEAD
+        if due_at > latest:
+            raise TransitionRefused(Rule.SLA_TOO_FAR, latest=latest)
         if due_at == locked.sla_due_at:
             raise TransitionRefused(Rule.SLA_UNCHANGED)
         Complaint.objects.filter(pk=complaint.pk).update(sla_due_at=due_at)

@@ -100,7 +100,7 @@ def sweep_sla(
     # A pass that found nothing to do is not news every minute.
     logger.log(
         logging.INFO if breached else logging.DEBUG,
-        "SLA sweep marked %d complaints breached in %d batches",
+        "SLA sweep done: breached=%d batches=%d",
         breached,
         batches,
         extra={"resource": SLA_SWEEP_LOCK, "outcome": "done", "breached": breached},
@@ -136,7 +136,7 @@ def publish_notices(
                 break
     logger.log(
         logging.INFO if published or delivered else logging.DEBUG,
-        "notice publisher published %d notices and delivered %d",
+        "notice publisher done: published=%d delivered=%d",
         published,
         delivered,
         extra={"resource": PUBLISH_NOTICES_LOCK, "outcome": "done", "published": published},

@@ -8,6 +8,7 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 from django.db import DatabaseError, InterfaceError, connection
+from django.utils.translation import ngettext
 from redis.exceptions import RedisError
 
 from hoa.answers.table import EXIT_TEMPFAIL
@@ -76,8 +77,14 @@ def require_services(*, database: bool = True, redis: bool = True) -> None:
             raise CommandError(f"PostgreSQL error: {first_line(exc)}") from exc
         if pending:
             raise CommandError(
-                f"The database is missing {pending} migration(s) of this code: "
-                "run `python manage.py migrate` first."
+                ngettext(
+                    "The database is missing %(count)d migration of this code: "
+                    "run `python manage.py migrate` first.",
+                    "The database is missing %(count)d migrations of this code: "
+                    "run `python manage.py migrate` first.",
+                    pending,
+                )
+                % {"count": pending}
             )
     if redis:
         from locking import FenceLock, LockUnavailable
@@ -86,6 +93,12 @@ def require_services(*, database: bool = True, redis: bool = True) -> None:
             FenceLock().client.ping()
         except (RedisError, LockUnavailable) as exc:
             raise CommandError(f"Redis is unreachable ({settings.LOCK_REDIS_URL}): {exc}") from exc
+
+
+VERBOSITY_HELP = (
+    "0 prints nothing on success, 1 a summary line, 2 a line per item. Default: 1 on a "
+    "terminal; 0 when stdout is not a terminal (cron), unless -v is given."
+)
 
 
 class CronCommand(BaseCommand):
@@ -97,8 +110,16 @@ class CronCommand(BaseCommand):
 
     Django parses the arguments outside its ``CommandError`` handling (argparse prints its
     usage and exits 2); here a bad argument is ``CommandError: <one line>`` and exit 1,
-    like every other bad input.
+    like every other bad input. ``--help`` says the verbosity rule. (``locking``'s
+    ``prune_fence_events`` follows the same rule with its own few lines.)
     """
+
+    def create_parser(self, prog_name, subcommand, **kwargs):
+        parser = super().create_parser(prog_name, subcommand, **kwargs)
+        for action in parser._actions:
+            if action.dest == "verbosity":
+                action.help = VERBOSITY_HELP
+        return parser
 
     def run_from_argv(self, argv):
         parser = self.create_parser(argv[0], argv[1])

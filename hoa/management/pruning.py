@@ -2,7 +2,8 @@
 
 ``prune_access_denials`` is this command with a model, a noun and a setting (``locking``'s
 ``prune_fence_events`` has the same options and messages, and stands alone). Run them from
-cron, e.g. daily; ``--days N`` overrides the setting, ``--dry-run`` only counts.
+cron, e.g. daily; ``--days N`` overrides the setting, ``--dry-run`` only counts (and says
+so at any verbosity). Quiet on success when unattended (``CronCommand``).
 """
 
 from datetime import timedelta
@@ -11,6 +12,7 @@ from django.conf import settings
 from django.core.management.base import CommandError
 from django.db import DatabaseError
 from django.utils import timezone
+from django.utils.translation import ngettext
 
 from hoa.management.base import CronCommand
 
@@ -30,7 +32,10 @@ class PruneCommand(CronCommand):
     """Delete rows of ``model`` whose ``at`` is older than ``retention_setting`` days."""
 
     model: type  # a model with an indexed ``at`` timestamp and no rows that point at it
-    noun: str  # "fence event", for "Deleted 3 fence event(s) …"
+    noun: str  # "access denial", for the error line
+    # The summary line's singular and plural (ngettext): "Deleted 1 access denial", …
+    deleted: tuple[str, str]
+    would_delete: tuple[str, str]
     retention_setting: str  # the settings name of the default number of days
 
     def add_arguments(self, parser):
@@ -55,16 +60,16 @@ class PruneCommand(CronCommand):
         try:
             if dry_run:
                 count = old_rows.count()
-                verb = "Would delete"
             else:
                 # No relations and no signals: Django issues one DELETE … WHERE at < cutoff.
                 count, _ = old_rows.delete()
-                verb = "Deleted"
         except DatabaseError as exc:
             first_line = (str(exc).strip().splitlines() or [exc.__class__.__name__])[0]
             raise CommandError(f"Could not prune {self.noun}s: {first_line}") from exc
         if dry_run or options["verbosity"] >= 1:
+            rows = ngettext(*(self.would_delete if dry_run else self.deleted), count)
+            kept = ngettext("older than %(days)d day", "older than %(days)d days", days)
             self.stdout.write(
-                f"{verb} {count} {self.noun}(s) older than {days} day(s) "
+                f"{rows % {'count': count}} {kept % {'days': days}} "
                 f"(before {cutoff:%Y-%m-%d %H:%M} UTC)."
             )

@@ -28,8 +28,9 @@ from django.utils.translation import gettext_lazy
 
 from hoa.charts import LeaseSpan, Mark, lock_timeline
 from hoa.models import Organization
-from hoa.operations import ResourceInfo, describe_resources, scan_prefixes
+from hoa.operations import ResourceInfo, describe_resources, operations, scan_prefixes
 from hoa.scopes import scope_for_organization
+from hoa.web.lists import PageNumberField
 from locking import (
     FenceLock,
     HolderInfo,
@@ -161,22 +162,35 @@ def _validate_resource_field(value: str) -> None:
         raise forms.ValidationError(str(exc)) from None
 
 
+def _operation_choices() -> list[tuple[str, str]]:
+    return [("", gettext_lazy("All operations"))] + [(op.name, op.name) for op in operations()]
+
+
 class EventFilterForm(forms.Form):
-    """The filters above the audit table; every field optional."""
+    """The filters above the audit table; every field optional, every one validated alike:
+    a value that is not one (an outcome or an operation the registry does not know, a
+    malformed resource name, a page that is not a number) is a 400 saying which."""
 
     outcome = forms.ChoiceField(
         label=gettext_lazy("Outcome"),
         required=False,
         choices=[("", gettext_lazy("All outcomes")), *Outcome.choices],
+        error_messages={"invalid_choice": gettext_lazy("Choose an outcome from the list.")},
     )
-    operation = forms.CharField(label=gettext_lazy("Operation"), required=False, max_length=50)
+    # The registered operations' names (hoa.operations), read when the form is built.
+    operation = forms.ChoiceField(
+        label=gettext_lazy("Operation"),
+        required=False,
+        choices=_operation_choices,
+        error_messages={"invalid_choice": gettext_lazy("Choose an operation from the list.")},
+    )
     resource = forms.CharField(
         label=gettext_lazy("Resource"),
         required=False,
         max_length=200,
         validators=[_validate_resource_field],
     )
-    page = forms.IntegerField(required=False, min_value=1, widget=forms.HiddenInput)
+    page = PageNumberField()  # out of range: the nearest page (hoa.web.lists)
 
     def filter(self, events: QuerySet) -> QuerySet:
         data = self.cleaned_data
@@ -187,17 +201,6 @@ class EventFilterForm(forms.Form):
         if data.get("resource"):
             events = events.for_resource(data["resource"])
         return events
-
-
-def operations_seen(viewer: Viewer) -> list[str]:
-    """The operation names in the viewer's audit trail, for the filter's choices."""
-    return list(
-        viewer.events()
-        .exclude(operation="")
-        .order_by("operation")
-        .values_list("operation", flat=True)
-        .distinct()[:50]
-    )
 
 
 def resource_timeline(viewer: Viewer, resource: str, *, holder: HolderInfo | None):

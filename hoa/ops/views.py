@@ -25,7 +25,6 @@ from hoa.ops.lockstatus import (
     EventFilterForm,
     Viewer,
     fence_counters,
-    operations_seen,
     resource_timeline,
     visible_holders,
 )
@@ -33,6 +32,7 @@ from hoa.ops.readiness import pending_migrations
 from hoa.scopes import scope_for_organization
 from hoa.security.audit import Reason, deny_request
 from hoa.security.operators import is_operator
+from hoa.web.lists import clamped_page
 from locking import BreakLeaseForm, FenceLock, LockUnavailable, holder_of, validate_resource
 
 
@@ -89,13 +89,13 @@ class LockStatusView(LoginRequiredMixin, TemplateView):
         context.update(self.holders_context())
         context.update(
             form=self.form,
-            operations=operations_seen(self.viewer),
             resource_example=next((op.example for op in operations() if op.example), ""),
         )
         if not self.form.is_valid():
             return context
         events = self.form.filter(self.viewer.events())
-        page = Paginator(events, LOCK_EVENTS_PER_PAGE).get_page(self.form.cleaned_data["page"])
+        paginator = Paginator(events, LOCK_EVENTS_PER_PAGE)
+        page = clamped_page(paginator, self.form.cleaned_data["page"] or 1)
         resource = self.form.cleaned_data["resource"]
         leases = context["holders"].leases
         resources = [resource] if resource else []

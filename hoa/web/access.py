@@ -37,7 +37,8 @@ class OrganizationMixin(LoginRequiredMixin):
     object id that exists in another association (the view's own 404).
 
     The view runs, and its page renders, in the association's time zone: times are shown
-    and read in it, and "this month" is its own.
+    and read in it, and "this month" is its own. ``request.organization`` is set too, so
+    an error page (``hoa.answers.pages.error_page``) keeps the association's layout.
     """
 
     permission_required: str | None = None
@@ -54,6 +55,7 @@ class OrganizationMixin(LoginRequiredMixin):
             if target is not None:  # it exists: a cross-tenant attempt, not a typo
                 self._deny(Reason.TENANT, f"not staff of {slug}", target)
             raise
+        request.organization = self.organization
         if self.permission_required and not request.user.has_perm(self.permission_required):
             self._deny(Reason.PERMISSION, f"lacks {self.permission_required}", self.organization)
             raise PermissionDenied
@@ -80,7 +82,7 @@ class OrganizationMixin(LoginRequiredMixin):
 
     def _owner_elsewhere(self, pk) -> Organization | None:
         """The organization owning the id this view could not find here, if it exists."""
-        # URL ids are digits (<int:pk>); ones past a bigint exist nowhere.
+        # URL ids are canonical (<id:pk>, hoa.web.converters): within a bigint.
         if pk is None or not hasattr(self, "get_queryset") or not 0 < int(pk) < 2**63:
             return None
         rows = self.get_queryset().model._default_manager.filter(pk=pk)

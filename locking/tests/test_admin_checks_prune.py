@@ -180,7 +180,7 @@ def test_prune_keeps_the_configured_retention_by_default(aged_events, settings):
 
     output = prune()
 
-    assert output.startswith("Deleted 2 fence event(s) older than 30 day(s) (before ")
+    assert output.startswith("Deleted 2 fence events older than 30 days (before ")
     assert remaining() == {"recent", "today"}
 
 
@@ -191,7 +191,7 @@ def test_prune_keeps_90_days_when_the_retention_is_not_set(aged_events, settings
 
     output = prune()
 
-    assert output.startswith("Deleted 1 fence event(s) older than 90 day(s) (before ")
+    assert output.startswith("Deleted 1 fence event older than 90 days (before ")
     assert remaining() == {"old", "recent", "today"}
 
 
@@ -203,7 +203,7 @@ def test_prune_still_reads_the_old_retention_name_and_says_it_is_deprecated(aged
     with pytest.warns(DeprecationWarning) as caught:
         output = prune()
 
-    assert output.startswith("Deleted 2 fence event(s) older than 30 day(s) (before ")
+    assert output.startswith("Deleted 2 fence events older than 30 days (before ")
     assert [str(w.message) for w in caught] == [
         "locking reads FENCE_EVENT_RETENTION_DAYS for this release only: "
         "set LOCK_FENCE_EVENT_RETENTION_DAYS instead."
@@ -215,14 +215,14 @@ def test_prune_days_overrides_the_retention(aged_events, settings):
 
     output = prune("--days", "5")
 
-    assert output.startswith("Deleted 3 fence event(s) older than 5 day(s)")
+    assert output.startswith("Deleted 3 fence events older than 5 days")
     assert remaining() == {"today"}
 
 
 def test_prune_dry_run_counts_and_deletes_nothing(aged_events):
     output = prune("--days", "30", "--dry-run")
 
-    assert output.startswith("Would delete 2 fence event(s) older than 30 day(s)")
+    assert output.startswith("Would delete 2 fence events older than 30 days")
     assert remaining() == {"ancient", "old", "recent", "today"}
 
 
@@ -259,7 +259,14 @@ def test_prune_command_line_exit_codes_and_one_line_error(subprocess_env):
     assert refused.stderr.strip() == "CommandError: --days must be at least 1, got -1."
     assert remaining() == {"old", "recent"}
 
-    done = run_django("prune_fence_events", "--days", "30", env=subprocess_env)
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.startswith("Deleted 1 fence event(s) older than 30 day(s)")
+    # From cron (stdout not a terminal) a success prints nothing unless -v asks for it.
+    quiet = run_django("prune_fence_events", "--days", "30", env=subprocess_env)
+    assert (quiet.returncode, quiet.stdout, quiet.stderr) == (0, "", "")
     assert remaining() == {"recent"}
+    event_aged(100, "old")
+    done = run_django("prune_fence_events", "--days", "30", "-v", "1", env=subprocess_env)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("Deleted 1 fence event older than 30 days")
+    assert remaining() == {"recent"}
+    bad = run_django("prune_fence_events", "--bogus", env=subprocess_env)
+    assert (bad.returncode, bad.stderr) == (1, "CommandError: unrecognized arguments: --bogus\n")

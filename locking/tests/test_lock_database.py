@@ -121,7 +121,7 @@ def test_prepared_epochs_recorded_events_and_their_pruning_use_the_lock_database
     assert rows(FenceEvent, SECOND) == [(Outcome.FAILED, 1)]
     out = StringIO()
     call_command("prune_fence_events", "--days", "90", stdout=out)
-    assert out.getvalue().startswith("Deleted 1 fence event(s) older than 90 day(s)")
+    assert out.getvalue().startswith("Deleted 1 fence event older than 90 days")
     assert rows(FenceEvent, SECOND) == []
     assert rows(FenceEvent, "default") == rows(FenceEpoch, "default") == []
 

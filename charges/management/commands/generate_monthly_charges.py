@@ -18,6 +18,7 @@ from datetime import date, timedelta
 
 from django.core.management.base import CommandError
 from django.utils.translation import gettext as _
+from django.utils.translation import ngettext
 
 from charges.exceptions import ChargesError
 from charges.forms import parse_billing_month
@@ -160,7 +161,11 @@ class Progress:
             self.last = now
             rate = self.done / max(now - self.started, 1e-9)
             eta = (self.total - self.done) / rate if rate else 0
-            line = _("%(done)d / %(total)d associations, %(rate).0f/s, ETA %(eta)ds") % {
+            line = ngettext(
+                "%(done)d / %(total)d association, %(rate).0f/s, ETA %(eta)ds",
+                "%(done)d / %(total)d associations, %(rate).0f/s, ETA %(eta)ds",
+                self.total,
+            ) % {
                 "done": self.done,
                 "total": self.total,
                 "rate": rate,

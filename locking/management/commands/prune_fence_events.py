@@ -1,15 +1,18 @@
 """Delete audit records (``FenceEvent``) older than ``LOCK_FENCE_EVENT_RETENTION_DAYS`` days.
 
 Run it from cron, e.g. daily; ``--days N`` overrides the setting, ``--dry-run`` only counts.
+Quiet on success when unattended (``locking.management.quiet``); ``-v 1`` prints the count.
 """
 
 from datetime import timedelta
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import CommandError
 from django.db import DatabaseError
 from django.utils import timezone
+from django.utils.translation import ngettext
 
 from locking.conf import setting
+from locking.management.quiet import QuietCommand
 from locking.models import FenceEvent
 
 
@@ -24,7 +27,7 @@ def retention_days(raw) -> int:
     return days
 
 
-class Command(BaseCommand):
+class Command(QuietCommand):
     help = "Delete fence events (the audit of fenced attempts) older than the retention period."
 
     def add_arguments(self, parser):
@@ -49,15 +52,25 @@ class Command(BaseCommand):
         try:
             if dry_run:
                 count = old_events.count()
-                verb = "Would delete"
             else:
                 # No relations and no signals: Django issues one DELETE … WHERE at < cutoff.
                 count, _ = old_events.delete()
-                verb = "Deleted"
         except DatabaseError as exc:
             first_line = (str(exc).strip().splitlines() or [exc.__class__.__name__])[0]
             raise CommandError(f"Could not prune fence events: {first_line}") from exc
-        self.stdout.write(
-            f"{verb} {count} fence event(s) older than {days} day(s) "
-            f"(before {cutoff:%Y-%m-%d %H:%M} UTC)."
+        if dry_run or options["verbosity"] >= 1:
+            self.stdout.write(pruned_line(count, days, cutoff, dry_run=dry_run))
+
+
+def pruned_line(count: int, days: int, cutoff, *, dry_run: bool) -> str:
+    """``Deleted 1 fence event older than 90 days (before …).``, plurals right."""
+    if dry_run:
+        events = ngettext(
+            "Would delete %(count)d fence event", "Would delete %(count)d fence events", count
         )
+    else:
+        events = ngettext("Deleted %(count)d fence event", "Deleted %(count)d fence events", count)
+    kept = ngettext("older than %(days)d day", "older than %(days)d days", days)
+    return (
+        f"{events % {'count': count}} {kept % {'days': days}} (before {cutoff:%Y-%m-%d %H:%M} UTC)."
+    )
