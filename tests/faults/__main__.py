@@ -150,7 +150,13 @@ def main(argv=None) -> int:
 
 def _budget(spec) -> int:
     load = float(os.environ.get("FAULTS_LOAD_SECONDS", "60"))
-    return int(load + 180) if spec.group == 8 else 150
+    if spec.group == 8:
+        return int(load + 180)
+    if spec.key == "10-nemesis2":
+        # Each seed starts its own clients and plays its rounds: about a minute at most.
+        seeds = int(os.environ.get("FAULTS_NEMESIS2_SEEDS") or 10)
+        return 120 + 90 * seeds
+    return 150 if spec.group < 10 else 300
 
 
 def _configure_django(stack, secret: str) -> None:

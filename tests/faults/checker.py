@@ -46,7 +46,8 @@ from itertools import pairwise
 from tests.faults.clients import Op
 
 SLACK = 0.2  # seconds
-UNKNOWN = ("no_answer", "error")
+# Outcomes a client cannot know: the write may be in the database or not (Jepsen's info).
+UNKNOWN = ("no_answer", "error", "indeterminate")
 # The stand-in's endpoint of billing calls (tests/faults/stack.py): its receiver's scope.
 BILLING_SCOPE = "/billing"
 

@@ -10,6 +10,9 @@ done           303 with a success message / exit 0 "Generated…", "…is assign
 already_done   303 with an info message / exit 0 "already generated", "already the vendor"
 refused        409 / exit 75: busy, superseded by a newer holder, assigned to another
 unavailable    503 / exit 1 naming Redis or PostgreSQL: nothing was written
+indeterminate  503 naming the database ("Temporarily unavailable"): PostgreSQL went away
+               or did not answer, perhaps during the COMMIT; the write may be there or not
+               (Jepsen's ``info``)
 failed         502 / exit 1 naming the billing or dispatch service: nothing was written
 invalid        400, 403, 404, 429 / any other exit 1
 error          500 or a traceback: a clear answer was owed and not given
@@ -32,6 +35,8 @@ from tests.harness.processes import run_manage
 _MESSAGE = re.compile(r'<li class="msg ([a-z ]+)"[^>]*>(.*?)</li>', re.S)
 _TITLE = re.compile(r"<h1[^>]*>(.*?)</h1>", re.S)
 _TAGS = re.compile(r"<[^>]+>")
+# The title of hoa.ops.middleware's 503 page (the database, not the lock service).
+DATABASE_UNAVAILABLE = "Temporarily unavailable"
 
 
 @dataclass
@@ -155,6 +160,10 @@ class StaffClient:
         title = _TITLE.search(response.text)
         detail = _text(title.group(1))[:200] if title else ""
         verdict = {409: "refused", 503: "unavailable", 502: "failed"}.get(status)
+        if status == 503 and detail == DATABASE_UNAVAILABLE:
+            # The request lost PostgreSQL; if that happened during its COMMIT, the write
+            # may have landed. Only the database can say: the checker accepts either.
+            verdict = "indeterminate"
         if verdict is None:
             verdict = "invalid" if status in (400, 403, 404, 429) else "error"
         return verdict, detail

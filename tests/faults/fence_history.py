@@ -31,6 +31,16 @@ The rules, each with the name a violation carries:
 (d) ``unattempted-write`` — nothing is in the history that no client attempted, or that
     its client was told did not happen (stale, busy, unavailable), and nothing twice.
     An operation that ended in ``error`` (its answer is unknown) may or may not be there.
+(e) ``fenced-mutex`` — Jepsen's fenced-mutex model, on what the clients were told: every
+    acknowledged token is above every token acknowledged before its request began (for
+    acknowledged operations i and j with ``t_ack[i] < t_request[j]``: ``token[j] >
+    token[i]``). (c) reads the database; (e) reads only the clients' own answers, so an
+    outside checker can apply it to the JSON history (``history_lines``) alone.
+
+``history_lines`` turns the attempts into Jepsen's history shape, one JSON object per event:
+``{"index", "process", "type": "invoke" | "ok" | "fail" | "info", "f", "value", "time"}``
+(``time`` in nanoseconds since the run began; ``ok`` carries the token, ``fail`` a refusal,
+``info`` an unknown outcome).
 """
 
 from collections import Counter
@@ -48,6 +58,7 @@ STALE_GRANT_WON = "stale-grant-won"
 ACKNOWLEDGED_WRITE_LOST = "acknowledged-write-lost"
 TOKEN_NOT_RISING = "token-not-rising"
 UNATTEMPTED_WRITE = "unattempted-write"
+FENCED_MUTEX = "fenced-mutex"
 
 
 @dataclass(frozen=True)
@@ -120,6 +131,7 @@ def check_fence_history(
         + _lost_acknowledgements(writes, attempts)
         + _tokens_not_rising(writes)
         + _unattempted(writes, attempts)
+        + _fenced_mutex(attempts)
     )
     outcomes = Counter(attempt.outcome for attempt in attempts)
     return FenceHistoryReport(
@@ -211,3 +223,59 @@ def _unattempted(writes: Sequence[Write], attempts: Sequence[ClientOp]) -> list[
                 )
             )
     return found
+
+
+def _fenced_mutex(attempts: Sequence[ClientOp]) -> list[Violation]:
+    """(e): each acknowledged token is above every token acknowledged before its request."""
+    acknowledged = [a for a in attempts if a.outcome == COMMITTED and a.token is not None]
+    by_ack = sorted(acknowledged, key=lambda attempt: attempt.t_ack)
+    found = []
+    highest: ClientOp | None = None  # the highest token acknowledged so far
+    position = 0
+    for attempt in sorted(acknowledged, key=lambda attempt: attempt.t_request):
+        while position < len(by_ack) and by_ack[position].t_ack < attempt.t_request:
+            earlier = by_ack[position]
+            if highest is None or earlier.token > highest.token:
+                highest = earlier
+            position += 1
+        if highest is not None and attempt.token <= highest.token:
+            found.append(
+                Violation(
+                    FENCED_MUTEX,
+                    f"{attempt} was acknowledged token {attempt.token}, not above token "
+                    f"{highest.token} that {highest} was acknowledged before it asked",
+                )
+            )
+    return found
+
+
+# Jepsen's completion types of this history's outcomes.
+JEPSEN_TYPES = {COMMITTED: "ok", **dict.fromkeys(REFUSED, "fail"), **dict.fromkeys(UNKNOWN, "info")}
+
+
+def history_lines(
+    attempts: Iterable[ClientOp], *, resource: str, start: float, f: str = "fenced-write"
+) -> list[dict]:
+    """The attempts as a Jepsen history: an invoke and a completion per operation.
+
+    ``start`` is the monotonic moment the run began; events are ordered by time.
+    """
+    events = []
+    for attempt in attempts:
+        process = f"client-{attempt.client}"
+        value = {"resource": resource, "op": attempt.op}
+        events.append((attempt.t_request, process, "invoke", value))
+        done = {**value, "token": attempt.token, "outcome": attempt.outcome}
+        events.append((attempt.t_ack, process, JEPSEN_TYPES.get(attempt.outcome, "info"), done))
+    events.sort(key=lambda event: event[0])
+    return [
+        {
+            "index": index,
+            "process": process,
+            "type": kind,
+            "f": f,
+            "value": value,
+            "time": int((moment - start) * 1e9),
+        }
+        for index, (moment, process, kind, value) in enumerate(events)
+    ]
