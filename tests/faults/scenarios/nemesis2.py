@@ -512,6 +512,7 @@ def _kind_of(message: str, attempts, rounds: list[_Round]) -> str:
 _HTTP_TYPES = {
     "done": "ok",
     "already_done": "ok",
+    "succeeded": "ok",
     "refused": "fail",
     "unavailable": "fail",
     "failed": "fail",
@@ -660,7 +661,7 @@ def _warm_up(s: Scenario, system: Nemesis2Stack, user: str) -> None:
             client.http.get(f"{app.base_url}/orgs/{MAPLE}/complaints/", timeout=60)
         op = s.charges(MAPLE)
         client.send(op, timeout=60)
-        if op.verdict not in ("done", "already_done"):
+        if op.verdict not in ("done", "already_done", "succeeded"):
             raise HarnessError(f"warm-up of gunicorn {app.name}: {op.verdict} {op.detail}")
 
 
