@@ -275,7 +275,7 @@ def history_lines(
             "type": kind,
             "f": f,
             "value": value,
-            "time": int((moment - start) * 1e9),
+            "time": round((moment - start) * 1e9),
         }
         for index, (moment, process, kind, value) in enumerate(events)
     ]

@@ -101,6 +101,9 @@ class Nemesis2Plan:
     lag_probability: float = 0.5
     quiet_seconds: float = 0.6
     read_timeout: float = 1.5
+    # Kinds to play in this order (one per round) instead of drawing them: a short round
+    # that must see each kind (the make-test round) sets it.
+    schedule: tuple[str, ...] = ()
 
     @classmethod
     def from_env(cls, **overrides) -> "Nemesis2Plan":
@@ -435,8 +438,10 @@ def _play_seed(s, system, plan, seed, counts, users, windows) -> list[str]:
             if load:
                 load.start()
             nemesis = _Nemesis(s, system, plan, clients, rng, counts)
-            for _ in range(plan.rounds):
-                rounds.append(nemesis.play(rng.choice(kinds)))
+            schedule = [kind for kind in plan.schedule if kind in kinds]
+            for index in range(len(schedule) or plan.rounds):
+                kind = schedule[index] if schedule else rng.choice(kinds)
+                rounds.append(nemesis.play(kind))
                 windows.append((rounds[-1].kind, rounds[-1].wall_started, rounds[-1].wall_ended))
                 time.sleep(rng.uniform(0, plan.quiet_seconds))
         finally:
@@ -555,7 +560,7 @@ def _write_history(seed, resource, attempts, rounds, http_ops, started, wall_sta
         )
     for event in events:
         if "t" in event:
-            event["time"] = int((event.pop("t") - wall_started) * 1e9)
+            event["time"] = round((event.pop("t") - wall_started) * 1e9)
     events.sort(key=lambda event: event["time"])
     HISTORY_DIR.mkdir(parents=True, exist_ok=True)
     path = HISTORY_DIR / f"nemesis2-{seed}.jsonl"
