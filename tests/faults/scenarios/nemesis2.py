@@ -56,7 +56,7 @@ import secrets
 import tempfile
 import threading
 import time
-from collections import Counter
+from collections import Counter, defaultdict
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
@@ -135,6 +135,9 @@ class Counts:
     writes: int = 0
     violations: Counter = field(default_factory=Counter)  # by fault kind
     http: Counter = field(default_factory=Counter)  # status (or "no answer") -> count
+    # Per fault kind ("quiet": between rounds): operations and writes by when they were
+    # asked, HTTP answers by the fault their request overlapped, pauses, violations.
+    per_kind: dict = field(default_factory=lambda: defaultdict(Counter))
 
     def as_dict(self) -> dict:
         return {
@@ -154,7 +157,24 @@ class Counts:
             "http answers": {str(key): value for key, value in sorted(self.http.items(), key=str)},
             "violations": sum(self.violations.values()),
             "violations by kind": dict(sorted(self.violations.items())),
+            "per kind": {
+                kind: dict(sorted(c.items())) for kind, c in sorted(self.per_kind.items())
+            },
         }
+
+    def table(self) -> list[str]:
+        """One line per fault kind, for the suite's output."""
+        lines = []
+        for kind, counted in sorted(self.per_kind.items()):
+            http = {key[5:]: n for key, n in counted.items() if key.startswith("http ")}
+            answers = ", ".join(f"{status}: {n}" for status, n in sorted(http.items()))
+            lines.append(
+                f"{kind:16} rounds {self.rounds.get(kind, 0):3}, operations "
+                f"{counted['operations']:5}, writes {counted['writes']:4}, pauses "
+                f"{counted['pauses']:3}, HTTP {sum(http.values()):4} ({answers or '-'}), "
+                f"violations {counted['violations']}"
+            )
+        return lines
 
 
 class Nemesis2Stack:
@@ -273,6 +293,7 @@ class _Nemesis:
         self.clients = clients
         self.rng = rng
         self.counts = counts
+        self.kind = ""
 
     # helpers
 
@@ -293,6 +314,7 @@ class _Nemesis:
                 break
             self.clients.freeze(grant["client"])
             self.counts.pauses += 1
+            self.counts.per_kind[self.kind]["pauses"] += 1
             frozen.append(grant)
         return frozen
 
@@ -407,6 +429,7 @@ class _Nemesis:
         return {"mode": mode, "moment": moment, "inside the transaction of": hit}
 
     def play(self, kind: str) -> _Round:
+        self.kind = kind
         current = _Round(kind, time.monotonic(), time.time())
         current.detail = getattr(self, kind.replace("-", "_"))()
         current.ended, current.wall_ended = time.monotonic(), time.time()
@@ -455,10 +478,15 @@ def _play_seed(s, system, plan, seed, counts, users, windows) -> list[str]:
     report = check_fence_history(_read_history(run), attempts)
     counts.operations += report.attempts
     counts.writes += report.writes
+    for attempt in attempts:
+        kind = _round_at(attempt.t_request, rounds)
+        counts.per_kind[kind]["operations"] += 1
+        counts.per_kind[kind]["writes"] += attempt.outcome == "committed"
     tagged = []
     for violation in report.violations:
         kind = _kind_of(violation.message, attempts, rounds)
         counts.violations[kind] += 1
+        counts.per_kind[kind]["violations"] += 1
         tagged.append(f"seed {seed} [{kind}] {violation}")
     http_ops = s.history.snapshot()[first_http:]
     for op in attempts_as_ops(attempts, row):
@@ -507,11 +535,15 @@ def _kind_of(message: str, attempts, rounds: list[_Round]) -> str:
     attempt = next((a for a in attempts if (a.client, a.op) == (client, op)), None)
     if attempt is None:
         return "unattributed"
-    moment = attempt.t_granted or attempt.t_request
+    return _round_at(attempt.t_granted or attempt.t_request, rounds)
+
+
+def _round_at(moment: float, rounds: list[_Round]) -> str:
+    """The kind of the round going on at ``moment`` (monotonic), or "quiet"."""
     for current in rounds:
         if current.started <= moment <= current.ended:
             return current.kind
-    return "between rounds"
+    return "quiet"
 
 
 _HTTP_TYPES = {
@@ -618,7 +650,10 @@ def play(s: Scenario, plan: Nemesis2Plan, *, control: bool = False) -> Counts:
         connection.close()
     http_ops = [op for op in s.history.snapshot() if op.kind in ("charges", "assign")]
     for op in http_ops:
-        counts.http[op.status if op.status is not None else "no answer"] += 1
+        status = op.status if op.status is not None else "no answer"
+        counts.http[status] += 1
+        during = [kind for kind, start, end in windows if op.started <= end and op.ended >= start]
+        counts.per_kind[during[0] if during else "quiet"][f"http {status}"] += 1
     answers = check_http_answers(http_ops, windows)
     s.fact("counts", counts.as_dict())
     s.fact("plan", {**asdict(plan), "seeds": list(plan.seeds)})
@@ -649,7 +684,8 @@ def _summary(counts: Counts, control: bool) -> str:
         f"({answers or 'none'}); {data['violations']} violations "
         f"{data['violations by kind'] or ''}"
     )
-    return ("control (LOCK_REDIS_MIN_REPLICAS=0): " if control else "") + text
+    text = ("control (LOCK_REDIS_MIN_REPLICAS=0): " if control else "") + text
+    return "\n    ".join([text, *counts.table()])
 
 
 def _warm_up(s: Scenario, system: Nemesis2Stack, user: str) -> None:
