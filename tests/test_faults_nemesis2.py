@@ -18,7 +18,15 @@ import pytest
 from django.conf import settings
 
 from tests.faults.clients import Op
-from tests.faults.fence_history import FENCED_MUTEX, ClientOp, check_fence_history, history_lines
+from tests.faults.fence_history import (
+    FENCED_MUTEX,
+    ClientOp,
+    Write,
+    check_fence_history,
+    fenced_mutex_from_lines,
+    history_lines,
+    stale_grants_from_lines,
+)
 from tests.faults.scenario import find, run_scenario
 from tests.faults.scenarios.nemesis2 import Nemesis2Plan, check_http_answers, play
 from tests.faults.seed import seed_world
@@ -167,3 +175,25 @@ def test_http_answers_allow_a_503_only_while_a_fault_is_on_and_no_other_5xx():
     assert "503 while no fault was on" in problems[0]
     assert "500 error (faults on: redis-partition)" in problems[1]
     assert "no answer no_answer" in problems[2]
+
+
+def test_an_outside_checker_finds_both_rules_from_the_json_history_alone():
+    # Client 1 was granted token 12 at t=1.0 and frozen; client 2 asked at 3.0, was handed
+    # 11 (a counter behind after a failover) and wrote it; client 1 then wrote 12 after it.
+    writes = [Write(1, 2, 4, 11, 3.0, 3.2), Write(2, 1, 7, 12, 0.9, 1.0)]
+    attempts = [
+        ClientOp(2, 4, "committed", 3.0, 3.3, 11, 3.2),
+        ClientOp(1, 7, "committed", 0.9, 3.5, 12, 1.0),
+        ClientOp(0, 1, "committed", 4.0, 4.2, 10, 4.1),  # asked after 11 and 12 were told
+    ]
+    lines = history_lines(attempts, resource="r", start=0.0, writes=writes)
+    lines = [json.loads(json.dumps(line)) for line in lines]  # through the file format
+    assert stale_grants_from_lines(lines) == [
+        "r: [stale-grant-won] write #2 (client 1 op 7, token 12) committed after write #1 "
+        "(client 2 op 4, token 11), but its grant arrived 2.000s before that write's "
+        "request: an older grant overwrote newer work"
+    ]
+    assert fenced_mutex_from_lines(lines) == [
+        f"r: [{FENCED_MUTEX}] client 0 op 1 was acknowledged token 10, not above token 12 "
+        "that client 1 op 7 was acknowledged before it asked"
+    ]

@@ -83,6 +83,7 @@ KINDS = ("pause-wipe", "failover", "redis-partition", "pg-partition", "pg-restar
 # that was already waiting); a 503 later than that is a violation.
 WINDOW_SLACK = 3.0
 HISTORY_DIR = Path(__file__).resolve().parent.parent / "results" / "history"
+FIELDS = ("process", "type", "f", "value", "time")  # each history line: index, then these
 _CLIENT_OP = re.compile(r"client (\d+) op (\d+)")
 
 
@@ -475,7 +476,8 @@ def _play_seed(s, system, plan, seed, counts, users, windows) -> list[str]:
     from django.db import close_old_connections
 
     close_old_connections()
-    report = check_fence_history(_read_history(run), attempts)
+    writes = _read_history(run)
+    report = check_fence_history(writes, attempts)
     counts.operations += report.attempts
     counts.writes += report.writes
     for attempt in attempts:
@@ -491,7 +493,9 @@ def _play_seed(s, system, plan, seed, counts, users, windows) -> list[str]:
     http_ops = s.history.snapshot()[first_http:]
     for op in attempts_as_ops(attempts, row):
         s.history.add(op)
-    _write_history(seed, clients.resource, attempts, rounds, http_ops, started, wall_started)
+    _write_history(
+        seed, clients.resource, attempts, writes, rounds, http_ops, started, wall_started
+    )
     s.fact(
         f"seed {seed}",
         {
@@ -557,11 +561,12 @@ _HTTP_TYPES = {
 }
 
 
-def _write_history(seed, resource, attempts, rounds, http_ops, started, wall_started) -> None:
+def _write_history(seed, resource, attempts, writes, rounds, http_ops, started, wall) -> None:
     """This seed's history as JSON lines: fenced writes, HTTP requests, the nemesis."""
-    events = history_lines(attempts, resource=resource, start=started)
+    wall_started = wall
+    events = history_lines(attempts, resource=resource, start=started, writes=writes)
     for op in http_ops:
-        process = f"http-{op.client}"
+        process = op.client  # "http-<n>"
         f = "generate-charges" if op.kind == "charges" else "assign-vendor"
         value = {"resource": op.resource, "vendor": op.vendor, "reassign": op.reassign}
         events.append(
@@ -598,8 +603,8 @@ def _write_history(seed, resource, attempts, rounds, http_ops, started, wall_sta
     path = HISTORY_DIR / f"nemesis2-{seed}.jsonl"
     with path.open("w", encoding="utf-8") as out:
         for index, event in enumerate(events):
-            event["index"] = index
-            out.write(json.dumps(event, default=str) + "\n")
+            line = {"index": index, **{key: event[key] for key in FIELDS}}
+            out.write(json.dumps(line, default=str) + "\n")
 
 
 # -- the HTTP answers ---------------------------------------------------------------------------
