@@ -38,7 +38,8 @@ The rules, each with the name a violation carries:
     outside checker can apply it to the JSON history (``history_lines``) alone.
 
 ``history_lines`` turns the attempts into Jepsen's history shape, one JSON object per event:
-``{"index", "process", "type": "invoke" | "ok" | "fail" | "info", "f", "value", "time"}``
+``{"index", "process", "type": "invoke" | "ok" | "fail" | "info", "operation", "value",
+"time"}`` (``operation`` is what Jepsen calls ``f``)
 (``time`` in nanoseconds since the run began; ``ok`` carries the token, ``fail`` a refusal,
 ``info`` an unknown outcome).
 """
@@ -258,7 +259,7 @@ def history_lines(
     *,
     resource: str,
     start: float,
-    f: str = "fenced-write",
+    operation: str = "fenced-write",
     writes: Iterable[Write] = (),
 ) -> list[dict]:
     """The attempts as a Jepsen history: an invoke and a completion per operation.
@@ -286,7 +287,7 @@ def history_lines(
             "index": index,
             "process": process,
             "type": kind,
-            "f": f,
+            "operation": operation,
             "value": value,
             "time": round((moment - start) * 1e9),
         }
@@ -304,7 +305,7 @@ def fenced_mutex_from_lines(lines: Iterable[dict]) -> list[str]:
     invoked: dict[tuple, int] = {}
     attempts: dict[str, list[ClientOp]] = {}
     for line in lines:
-        if line.get("f") != "fenced-write":
+        if line.get("operation") != "fenced-write":
             continue
         value = line["value"]
         key = (line["process"], value["resource"], value["op"])
@@ -328,7 +329,7 @@ def stale_grants_from_lines(lines: Iterable[dict]) -> list[str]:
     invoked: dict[tuple, int] = {}
     writes: dict[str, list[Write]] = {}
     for line in lines:
-        if line.get("f") != "fenced-write":
+        if line.get("operation") != "fenced-write":
             continue
         value = line["value"]
         key = (line["process"], value["resource"], value["op"])
@@ -355,7 +356,9 @@ def main(argv: Sequence[str]) -> int:
         with open(path, encoding="utf-8") as history:
             lines = [json.loads(line) for line in history if line.strip()]
         found = fenced_mutex_from_lines(lines) + stale_grants_from_lines(lines)
-        oks = sum(1 for line in lines if line.get("f") == "fenced-write" and line["type"] == "ok")
+        oks = sum(
+            1 for line in lines if line.get("operation") == "fenced-write" and line["type"] == "ok"
+        )
         print(f"{path}: {len(lines)} events, {oks} acknowledged writes, {len(found)} violations")
         for line in found:
             print(f"  {line}")

@@ -42,7 +42,7 @@ What is checked, per seed:
   ``WINDOW_SLACK``); no broken connection, no 4xx.
 
 Each seed writes its history as JSON lines (tests/faults/results/history/, Jepsen's shape:
-``process``, ``type`` invoke/ok/fail/info, ``f``, ``value``, ``time``), the nemesis's own
+``process``, ``type`` invoke/ok/fail/info, ``operation``, ``value``, ``time``), the nemesis's own
 operations and the HTTP requests included. ``10-control`` runs failovers only, with
 replication lagging and ``LOCK_REDIS_MIN_REPLICAS=0``: it must find violations, or the
 nemesis is too blunt to prove anything.
@@ -83,7 +83,7 @@ KINDS = ("pause-wipe", "failover", "redis-partition", "pg-partition", "pg-restar
 # that was already waiting); a 503 later than that is a violation.
 WINDOW_SLACK = 3.0
 HISTORY_DIR = Path(__file__).resolve().parent.parent / "results" / "history"
-FIELDS = ("process", "type", "f", "value", "time")  # each history line: index, then these
+FIELDS = ("process", "type", "operation", "value", "time")  # each history line: index, then these
 _CLIENT_OP = re.compile(r"client (\d+) op (\d+)")
 
 
@@ -574,18 +574,20 @@ def _write_history(seed, resource, attempts, writes, rounds, http_ops, started, 
         f = "generate-charges" if op.kind == "charges" else "assign-vendor"
         value = {"resource": op.resource, "vendor": op.vendor, "reassign": op.reassign}
         events.append(
-            {"process": process, "type": "invoke", "f": f, "value": value, "t": op.started}
+            {"process": process, "type": "invoke", "operation": f, "value": value, "t": op.started}
         )
         done = {**value, "status": op.status, "verdict": op.verdict}
         kind = _HTTP_TYPES.get(op.verdict, "info")
-        events.append({"process": process, "type": kind, "f": f, "value": done, "t": op.ended})
+        events.append(
+            {"process": process, "type": kind, "operation": f, "value": done, "t": op.ended}
+        )
     for current in rounds:
         f = current.kind
         events.append(
             {
                 "process": "nemesis",
                 "type": "invoke",
-                "f": f,
+                "operation": f,
                 "value": None,
                 "t": current.wall_started,
             }
@@ -594,7 +596,7 @@ def _write_history(seed, resource, attempts, writes, rounds, http_ops, started, 
             {
                 "process": "nemesis",
                 "type": "info",
-                "f": f,
+                "operation": f,
                 "value": current.detail,
                 "t": current.wall_ended,
             }
