@@ -748,7 +748,7 @@ def control_plan(**overrides) -> Nemesis2Plan:
     seed = os.environ.get("FAULTS_SEED")
     values = {
         "seeds": (int(seed) if seed else secrets.randbelow(1_000_000),),
-        "rounds": 8,
+        "rounds": int(os.environ.get("FAULTS_NEMESIS2_ROUNDS") or 8),
         "http_clients": 0,
         "min_replicas": 0,
         "kinds": ("failover",),
