@@ -262,10 +262,14 @@ def _check_assignment(complaint_id, ops, calls) -> list[str]:
             for op in ops
             if op.user == user and op.vendor == row.vendor_id and _in_window(moment, op)
         ]
-        # A told "done" claims the row before an op whose answer was lost could.
+        # Each request writes at most one row. Among those that may have written this one,
+        # one that could have (a reassign request, for a row that replaced another) comes
+        # first, then by what it was told: "done", then a success whose message was not
+        # read, then no clear answer. Otherwise an unknown answer of an earlier, plain
+        # request (its window stays open) would be blamed for the reassignment's row.
         writers = sorted(
-            (op for op in candidates if op.verdict in WRITERS),
-            key=lambda op: op.verdict != "done",
+            (op for op in candidates if op.verdict in WRITERS and id(op) not in claimed),
+            key=lambda op: (index > 0 and not op.reassign, WRITERS.index(op.verdict)),
         )
         if not candidates:
             problems.append(f"assignment {row.pk} (token {row.fence_token}) has no client")
