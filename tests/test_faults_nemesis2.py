@@ -160,7 +160,7 @@ def _http(verdict, status, started, ended) -> Op:
     )
 
 
-def test_http_answers_allow_a_503_only_while_a_fault_is_on_and_no_other_5xx():
+def test_http_answers_allow_a_503_only_while_a_fault_is_on_and_a_502_only_in_a_pg_restart():
     windows = [("redis-partition", 100.0, 102.0)]
     ops = [
         _http("unavailable", 503, 101.0, 101.5),  # during the partition: fine
@@ -169,12 +169,16 @@ def test_http_answers_allow_a_503_only_while_a_fault_is_on_and_no_other_5xx():
         _http("error", 500, 101.0, 101.1),  # a 500 is never fine
         _http("no_answer", None, 101.0, 131.0),  # nor a broken connection
         _http("done", 303, 120.0, 120.1),
+        _http("failed", 502, 101.0, 101.2),  # a 502 while only Redis is cut: a violation
+        _http("failed", 502, 200.5, 200.7),  # the stand-in's database restarting: fine
     ]
+    windows.append(("pg-restart", 200.0, 201.0))
     problems = check_http_answers(ops, windows)
-    assert len(problems) == 3, problems
+    assert len(problems) == 4, problems
     assert "503 while no fault was on" in problems[0]
     assert "500 error (faults on: redis-partition)" in problems[1]
     assert "no answer no_answer" in problems[2]
+    assert "502 failed (faults on: redis-partition)" in problems[3]
 
 
 def test_an_outside_checker_finds_both_rules_from_the_json_history_alone():
