@@ -130,9 +130,38 @@ DATABASES = {
 }
 if not DATABASES["default"]["ENGINE"].endswith("postgresql"):
     raise ImproperlyConfigured("DATABASE_URL must point at PostgreSQL (postgres://…)")
+if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
+    # The same backend with a read timeout (hoa/ops/postgresql/base.py).
+    DATABASES["default"]["ENGINE"] = "hoa.ops.postgresql"
 DATABASES["default"].setdefault("OPTIONS", {})
-# Fail fast when PostgreSQL is unreachable instead of hanging a worker.
-DATABASES["default"]["OPTIONS"].setdefault("connect_timeout", 5)
+# Fail fast when PostgreSQL is unreachable or black-holed instead of hanging a worker until
+# gunicorn kills it: every bound below ends in django.db.OperationalError, which
+# hoa.ops.middleware answers with a 503 (docs/reliability.md, "PostgreSQL partitions").
+_pg_options = DATABASES["default"]["OPTIONS"]
+_pg_options.setdefault(
+    "connect_timeout", int(env_number("DATABASE_CONNECT_TIMEOUT_SECONDS", 5, minimum=1, cast=int))
+)
+# Our read timeout: no wait for the server (a query, a COMMIT) lasts longer. 0 turns it off.
+_pg_options.setdefault("read_timeout", env_number("DATABASE_READ_TIMEOUT_SECONDS", 30.0))
+# The kernel's own bounds: keepalives notice a peer that vanished while idle,
+# tcp_user_timeout (ms) one that stopped acknowledging what was sent.
+_pg_options.setdefault("keepalives", 1)
+_pg_options.setdefault(
+    "keepalives_idle", int(env_number("DATABASE_KEEPALIVES_IDLE_SECONDS", 10, minimum=1, cast=int))
+)
+_pg_options.setdefault("keepalives_interval", 2)
+_pg_options.setdefault("keepalives_count", 3)
+_pg_options.setdefault(
+    "tcp_user_timeout", int(env_number("DATABASE_TCP_USER_TIMEOUT_SECONDS", 10, cast=float) * 1000)
+)
+# And the server's: no statement runs longer than this (ms; 0 turns it off).
+_statement_timeout_ms = int(env_number("DATABASE_STATEMENT_TIMEOUT_SECONDS", 30, cast=float) * 1000)
+if _statement_timeout_ms:
+    _pg_options["options"] = " ".join(
+        filter(
+            None, [_pg_options.get("options", ""), f"-c statement_timeout={_statement_timeout_ms}"]
+        )
+    )
 # Test runs may share one server: TEST_DATABASE_NAME keeps their databases apart.
 if os.environ.get("TEST_DATABASE_NAME"):
     DATABASES["default"]["TEST"] = {"NAME": os.environ["TEST_DATABASE_NAME"]}

@@ -16,6 +16,7 @@ from django.conf import settings
 
 from tests.faults.fence_history import (
     ACKNOWLEDGED_WRITE_LOST,
+    FENCED_MUTEX,
     STALE_GRANT_WON,
     TOKEN_NOT_RISING,
     UNATTEMPTED_WRITE,
@@ -122,9 +123,16 @@ def test_checker_names_an_older_grant_committing_after_a_newer_request():
             "write #3 (client 1 op 7, token 12) committed after write #2 (client 2 op 4, "
             "token 11), but its grant arrived 2.000s before that write's request: an older "
             "grant overwrote newer work",
-        )
+        ),
+        # What the clients were told breaks the fenced-mutex model too: token 12 was
+        # acknowledged before client 2 asked, and client 2 was acknowledged 11.
+        Violation(
+            FENCED_MUTEX,
+            "client 2 op 4 was acknowledged token 11, not above token 12 that client 1 op 7 "
+            "was acknowledged before it asked",
+        ),
     ]
-    assert report.by_rule() == {STALE_GRANT_WON: 1}
+    assert report.by_rule() == {STALE_GRANT_WON: 1, FENCED_MUTEX: 1}
 
 
 def test_checker_lets_overlapping_grants_commit_in_either_order():
@@ -166,6 +174,17 @@ def test_checker_names_tokens_that_do_not_rise_in_commit_order():
         Violation(
             TOKEN_NOT_RISING,
             "write #3 (client 2 op 1, token 4) committed after write #2 (client 1 op 1, token 5)",
+        ),
+        # Each was acknowledged before the next asked: the clients' answers show it too.
+        Violation(
+            FENCED_MUTEX,
+            "client 1 op 1 was acknowledged token 5, not above token 5 that client 0 op 1 was "
+            "acknowledged before it asked",
+        ),
+        Violation(
+            FENCED_MUTEX,
+            "client 2 op 1 was acknowledged token 4, not above token 5 that client 0 op 1 was "
+            "acknowledged before it asked",
         ),
     ]
 

@@ -292,3 +292,68 @@ def test_checker_flags_assignments_out_of_token_order_and_a_lost_success(world, 
         f"faults-02 was told vendor {world.vendors[2]} is assigned; no row of it" in p
         for p in problems
     )
+
+
+def test_checker_gives_a_reassignment_row_to_the_reassign_request_not_an_open_unknown(
+    world, django_user_model
+):
+    # faults-01 asked for vendor B plainly (its answer unknown: its window stays open),
+    # then asked to reassign to B (a success whose message was not read). The row that
+    # replaced A's is the reassignment's; blaming the plain request would be a false alarm.
+    from hoa.models import Complaint
+
+    complaint = world.take_complaint("faults-maple")
+    Complaint.objects.filter(pk=complaint).update(last_fence_token=2)
+    first, second = (
+        django_user_model.objects.get(username=name) for name in ("faults-02", "faults-01")
+    )
+    now = timezone.now()
+    VendorAssignment.objects.create(
+        complaint_id=complaint,
+        vendor_id=world.vendors[0],
+        fence_token=1,
+        active=False,
+        deactivated_at=now,
+        assigned_at=now - timedelta(milliseconds=5),
+        assigned_by=first,
+    )
+    VendorAssignment.objects.create(
+        complaint_id=complaint,
+        vendor_id=world.vendors[1],
+        fence_token=2,
+        assigned_at=now,
+        assigned_by=second,
+    )
+    plain = _op(
+        world,
+        kind="assign",
+        complaint=complaint,
+        vendor=world.vendors[1],
+        user="faults-01",
+        verdict="indeterminate",
+    )
+    reassign = _op(
+        world,
+        kind="assign",
+        complaint=complaint,
+        vendor=world.vendors[1],
+        user="faults-01",
+        verdict="succeeded",
+        reassign=True,
+    )
+    original = _op(
+        world,
+        kind="assign",
+        complaint=complaint,
+        vendor=world.vendors[0],
+        user="faults-02",
+        verdict="done",
+    )
+    assert check_history([original, plain, reassign], received=[], units=_units(world)) == []
+    # Without the reassign request, the plain one is all there is: that is a violation.
+    problems = check_history([original, plain], received=[], units=_units(world))
+    assert problems == [
+        f"vendor-assignment:complaint:{complaint}: assignment "
+        f"{VendorAssignment.objects.get(complaint_id=complaint, active=True).pk} replaced "
+        "another without a reassign request"
+    ]

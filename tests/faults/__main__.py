@@ -9,7 +9,8 @@ as expected, 2 if the harness itself could not start.
 Options: ``--quick`` (a 20 s load instead of 60 s), ``--only KEY…`` (scenario keys,
 numbers or prefixes: ``--only 1a 4 6f``), ``--load-seconds``, ``--clients``,
 ``--seed`` (of the randomized scenarios: the load's is 9, the nemesis draws a fresh one and
-prints it), ``--nemesis-rounds``, ``--history PATH`` (every request and answer, JSON
+prints it; the second generation's seeds start there, ``--nemesis2-seeds`` of them, 10),
+``--nemesis-rounds``, ``--history PATH`` (every request and answer, JSON
 lines), ``--keep-logs``, ``--list``.
 ``python -m tests.faults.report`` prints the fault matrix of docs/reliability.md from the
 last report.
@@ -38,6 +39,11 @@ def _parse(argv):
         "--seed", type=int, help="seed of the load (default 9) and the nemesis (default: fresh)"
     )
     parser.add_argument("--nemesis-rounds", type=int, help="rounds of the nemesis (12)")
+    parser.add_argument(
+        "--nemesis2-seeds",
+        type=int,
+        help="seeds of the second-generation nemesis (10), from --seed on if given",
+    )
     parser.add_argument("--keep-logs", action="store_true", help="keep gunicorn logs")
     parser.add_argument("--list", action="store_true", help="list the scenarios and exit")
     parser.add_argument("--json", type=Path, default=RESULTS, help=f"default: {RESULTS}")
@@ -91,6 +97,8 @@ def main(argv=None) -> int:
         os.environ["FAULTS_SEED"] = str(options.seed)
     if options.nemesis_rounds is not None:
         os.environ["FAULTS_NEMESIS_ROUNDS"] = str(options.nemesis_rounds)
+    if options.nemesis2_seeds is not None:
+        os.environ["FAULTS_NEMESIS2_SEEDS"] = str(options.nemesis2_seeds)
 
     from tests.faults.stack import Stack, StackOptions
 
@@ -150,7 +158,13 @@ def main(argv=None) -> int:
 
 def _budget(spec) -> int:
     load = float(os.environ.get("FAULTS_LOAD_SECONDS", "60"))
-    return int(load + 180) if spec.group == 8 else 150
+    if spec.group == 8:
+        return int(load + 180)
+    if spec.key == "10-nemesis2":
+        # Each seed starts its own clients and plays its rounds: about a minute at most.
+        seeds = int(os.environ.get("FAULTS_NEMESIS2_SEEDS") or 10)
+        return 120 + 90 * seeds
+    return 150 if spec.group < 10 else 300
 
 
 def _configure_django(stack, secret: str) -> None:

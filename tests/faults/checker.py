@@ -46,7 +46,12 @@ from itertools import pairwise
 from tests.faults.clients import Op
 
 SLACK = 0.2  # seconds
-UNKNOWN = ("no_answer", "error")
+# Outcomes a client cannot know: the write may be in the database or not (Jepsen's info).
+UNKNOWN = ("no_answer", "error", "indeterminate")
+# Told it succeeded: done, already done, or one of the two (its message was not readable).
+SUCCESS = ("done", "already_done", "succeeded")
+# May have written: told done, a success of unknown kind, or no clear answer.
+WRITERS = ("done", "succeeded", *UNKNOWN)
 # The stand-in's endpoint of billing calls (tests/faults/stack.py): its receiver's scope.
 BILLING_SCOPE = "/billing"
 
@@ -168,7 +173,7 @@ def _check_charges(org_id, month, ops, calls, units) -> list[str]:
             + ", ".join(f"{op.client or op.user} ({op.via})" for op in done)
         )
     for op in ops:
-        if op.verdict not in ("done", "already_done"):
+        if op.verdict not in SUCCESS:
             continue
         if not completed:
             problems.append(f"{op.user} was told {op.verdict} but the run is not completed")
@@ -180,7 +185,7 @@ def _check_charges(org_id, month, ops, calls, units) -> list[str]:
         candidates = [op for op in ops if op.user == writer and _in_window(moment, op)]
         if not candidates:
             problems.append(f"the run was completed by {run.completed_by!r}, whom no client was")
-        elif not any(op.verdict in ("done", *UNKNOWN) for op in candidates):
+        elif not any(op.verdict in WRITERS for op in candidates):
             told = ", ".join(sorted({op.verdict for op in candidates}))
             problems.append(f"{writer} was told {told}, yet its write is in the database")
         for op in done:
@@ -257,10 +262,14 @@ def _check_assignment(complaint_id, ops, calls) -> list[str]:
             for op in ops
             if op.user == user and op.vendor == row.vendor_id and _in_window(moment, op)
         ]
-        # A told "done" claims the row before an op whose answer was lost could.
+        # Each request writes at most one row. Among those that may have written this one,
+        # one that could have (a reassign request, for a row that replaced another) comes
+        # first, then by what it was told: "done", then a success whose message was not
+        # read, then no clear answer. Otherwise an unknown answer of an earlier, plain
+        # request (its window stays open) would be blamed for the reassignment's row.
         writers = sorted(
-            (op for op in candidates if op.verdict in ("done", *UNKNOWN)),
-            key=lambda op: op.verdict != "done",
+            (op for op in candidates if op.verdict in WRITERS and id(op) not in claimed),
+            key=lambda op: (index > 0 and not op.reassign, WRITERS.index(op.verdict)),
         )
         if not candidates:
             problems.append(f"assignment {row.pk} (token {row.fence_token}) has no client")
@@ -287,7 +296,8 @@ def _check_assignment(complaint_id, ops, calls) -> list[str]:
     for op in ops:
         if op.verdict == "done" and id(op) not in claimed:
             problems.append(f"{op.user} was told vendor {op.vendor} is assigned; no row of it")
-        if op.verdict == "already_done" and not any(
+        unread = op.verdict == "succeeded" and id(op) not in claimed
+        if (op.verdict == "already_done" or unread) and not any(
             row.vendor_id == op.vendor
             and row.assigned_at.timestamp() <= op.ended + SLACK
             and (row.deactivated_at is None or row.deactivated_at.timestamp() >= op.started - SLACK)

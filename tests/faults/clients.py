@@ -8,8 +8,13 @@ verdict        meaning (HTTP / command)
 =============  =========================================================================
 done           303 with a success message / exit 0 "Generated…", "…is assigned…"
 already_done   303 with an info message / exit 0 "already generated", "already the vendor"
+succeeded      303 whose message could not be read (its page stayed unavailable): done or
+               already done, the checker accepts either
 refused        409 / exit 75: busy, superseded by a newer holder, assigned to another
 unavailable    503 / exit 1 naming Redis or PostgreSQL: nothing was written
+indeterminate  503 naming the database ("Temporarily unavailable"): PostgreSQL went away
+               or did not answer, perhaps during the COMMIT; the write may be there or not
+               (Jepsen's ``info``)
 failed         502 / exit 1 naming the billing or dispatch service: nothing was written
 invalid        400, 403, 404, 429 / any other exit 1
 error          500 or a traceback: a clear answer was owed and not given
@@ -32,6 +37,10 @@ from tests.harness.processes import run_manage
 _MESSAGE = re.compile(r'<li class="msg ([a-z ]+)"[^>]*>(.*?)</li>', re.S)
 _TITLE = re.compile(r"<h1[^>]*>(.*?)</h1>", re.S)
 _TAGS = re.compile(r"<[^>]+>")
+# The title of hoa.ops.middleware's 503 page (the database, not the lock service).
+DATABASE_UNAVAILABLE = "Temporarily unavailable"
+MESSAGE_READS = 8
+MESSAGE_RETRY_SECONDS = 0.5
 
 
 @dataclass
@@ -81,6 +90,11 @@ class History:
     def snapshot(self) -> list[Op]:
         with self._lock:
             return list(self.ops)
+
+
+def _title(html: str) -> str:
+    title = _TITLE.search(html)
+    return _text(title.group(1))[:200] if title else ""
 
 
 def _text(html: str) -> str:
@@ -138,23 +152,40 @@ class StaffClient:
         op.verdict, op.detail = self._classify(response, timeout)
         return op
 
+    def _read_message(self, location: str, timeout: float) -> tuple[str, str]:
+        """The message says whether this request did the work or found it done.
+
+        The page it is on may itself be unavailable for a moment (the nemesis partitions
+        Redis and PostgreSQL): the message waits in its cookie, so try again a few times.
+        A success whose message never could be read is ``succeeded``: done or already done.
+        """
+        why = ""
+        for attempt in range(MESSAGE_READS):
+            if attempt:
+                time.sleep(MESSAGE_RETRY_SECONDS)
+            try:
+                page = self.http.get(self.base_url + location, timeout=timeout)
+            except requests.RequestException as exc:
+                why = exc.__class__.__name__
+                continue
+            for tags, message in _MESSAGE.findall(page.text):
+                verdict = "already_done" if "info" in tags.split() else "done"
+                return verdict, _text(message)[:300]
+            why = f"{page.status_code} {_title(page.text)}"
+            if page.status_code == 200:
+                break  # the page was shown without a message: no retry brings it back
+        return "succeeded", f"303; message not read ({why})"
+
     def _classify(self, response: requests.Response, timeout: float) -> tuple[str, str]:
         status = response.status_code
         if status == 303:
-            # The message says whether this request did the work or found it done.
-            try:
-                page = self.http.get(
-                    self.base_url + response.headers["Location"], timeout=timeout
-                ).text
-            except requests.RequestException as exc:
-                return "done", f"303; message not read ({exc.__class__.__name__})"
-            for tags, message in _MESSAGE.findall(page):
-                verdict = "already_done" if "info" in tags.split() else "done"
-                return verdict, _text(message)[:300]
-            return "done", "303 without a message"
-        title = _TITLE.search(response.text)
-        detail = _text(title.group(1))[:200] if title else ""
+            return self._read_message(response.headers["Location"], timeout)
+        detail = _title(response.text)
         verdict = {409: "refused", 503: "unavailable", 502: "failed"}.get(status)
+        if status == 503 and detail == DATABASE_UNAVAILABLE:
+            # The request lost PostgreSQL; if that happened during its COMMIT, the write
+            # may have landed. Only the database can say: the checker accepts either.
+            verdict = "indeterminate"
         if verdict is None:
             verdict = "invalid" if status in (400, 403, 404, 429) else "error"
         return verdict, detail

@@ -31,6 +31,17 @@ The rules, each with the name a violation carries:
 (d) ``unattempted-write`` — nothing is in the history that no client attempted, or that
     its client was told did not happen (stale, busy, unavailable), and nothing twice.
     An operation that ended in ``error`` (its answer is unknown) may or may not be there.
+(e) ``fenced-mutex`` — Jepsen's fenced-mutex model, on what the clients were told: every
+    acknowledged token is above every token acknowledged before its request began (for
+    acknowledged operations i and j with ``t_ack[i] < t_request[j]``: ``token[j] >
+    token[i]``). (c) reads the database; (e) reads only the clients' own answers, so an
+    outside checker can apply it to the JSON history (``history_lines``) alone.
+
+``history_lines`` turns the attempts into Jepsen's history shape, one JSON object per event:
+``{"index", "process", "type": "invoke" | "ok" | "fail" | "info", "operation", "value",
+"time"}`` (``operation`` is what Jepsen calls ``f``)
+(``time`` in nanoseconds since the run began; ``ok`` carries the token, ``fail`` a refusal,
+``info`` an unknown outcome).
 """
 
 from collections import Counter
@@ -48,6 +59,7 @@ STALE_GRANT_WON = "stale-grant-won"
 ACKNOWLEDGED_WRITE_LOST = "acknowledged-write-lost"
 TOKEN_NOT_RISING = "token-not-rising"
 UNATTEMPTED_WRITE = "unattempted-write"
+FENCED_MUTEX = "fenced-mutex"
 
 
 @dataclass(frozen=True)
@@ -120,6 +132,7 @@ def check_fence_history(
         + _lost_acknowledgements(writes, attempts)
         + _tokens_not_rising(writes)
         + _unattempted(writes, attempts)
+        + _fenced_mutex(attempts)
     )
     outcomes = Counter(attempt.outcome for attempt in attempts)
     return FenceHistoryReport(
@@ -211,3 +224,149 @@ def _unattempted(writes: Sequence[Write], attempts: Sequence[ClientOp]) -> list[
                 )
             )
     return found
+
+
+def _fenced_mutex(attempts: Sequence[ClientOp]) -> list[Violation]:
+    """(e): each acknowledged token is above every token acknowledged before its request."""
+    acknowledged = [a for a in attempts if a.outcome == COMMITTED and a.token is not None]
+    by_ack = sorted(acknowledged, key=lambda attempt: attempt.t_ack)
+    found = []
+    highest: ClientOp | None = None  # the highest token acknowledged so far
+    position = 0
+    for attempt in sorted(acknowledged, key=lambda attempt: attempt.t_request):
+        while position < len(by_ack) and by_ack[position].t_ack < attempt.t_request:
+            earlier = by_ack[position]
+            if highest is None or earlier.token > highest.token:
+                highest = earlier
+            position += 1
+        if highest is not None and attempt.token <= highest.token:
+            found.append(
+                Violation(
+                    FENCED_MUTEX,
+                    f"{attempt} was acknowledged token {attempt.token}, not above token "
+                    f"{highest.token} that {highest} was acknowledged before it asked",
+                )
+            )
+    return found
+
+
+# Jepsen's completion types of this history's outcomes.
+JEPSEN_TYPES = {COMMITTED: "ok", **dict.fromkeys(REFUSED, "fail"), **dict.fromkeys(UNKNOWN, "info")}
+
+
+def history_lines(
+    attempts: Iterable[ClientOp],
+    *,
+    resource: str,
+    start: float,
+    operation: str = "fenced-write",
+    writes: Iterable[Write] = (),
+) -> list[dict]:
+    """The attempts as a Jepsen history: an invoke and a completion per operation.
+
+    ``start`` is the monotonic moment the run began; events are ordered by time. Given the
+    ``writes``, a completion whose write is in the history table also carries its commit
+    position (``seq``), and every completion after a grant its time (``granted``, ns), so
+    rule (a) can be checked from the file too.
+    """
+    seqs = {(write.client, write.op): write.seq for write in writes}
+    events = []
+    for attempt in attempts:
+        process = f"client-{attempt.client}"
+        value = {"resource": resource, "op": attempt.op}
+        events.append((attempt.t_request, process, "invoke", value))
+        done = {**value, "token": attempt.token, "outcome": attempt.outcome}
+        if attempt.t_granted is not None and seqs:
+            done["granted"] = round((attempt.t_granted - start) * 1e9)
+        if (attempt.client, attempt.op) in seqs:
+            done["seq"] = seqs[attempt.client, attempt.op]
+        events.append((attempt.t_ack, process, JEPSEN_TYPES.get(attempt.outcome, "info"), done))
+    events.sort(key=lambda event: event[0])
+    return [
+        {
+            "index": index,
+            "process": process,
+            "type": kind,
+            "operation": operation,
+            "value": value,
+            "time": round((moment - start) * 1e9),
+        }
+        for index, (moment, process, kind, value) in enumerate(events)
+    ]
+
+
+def fenced_mutex_from_lines(lines: Iterable[dict]) -> list[str]:
+    """Rule (e) read from a JSON history alone (what an outside checker would do).
+
+    Pairs each ``fenced-write`` completion with its ``invoke`` (same process, same op) and
+    requires every ``ok`` token to be above every token whose ``ok`` came before that
+    ``invoke``, per resource.
+    """
+    invoked: dict[tuple, int] = {}
+    attempts: dict[str, list[ClientOp]] = {}
+    for line in lines:
+        if line.get("operation") != "fenced-write":
+            continue
+        value = line["value"]
+        key = (line["process"], value["resource"], value["op"])
+        if line["type"] == "invoke":
+            invoked[key] = line["time"]
+        elif line["type"] == "ok" and key in invoked:
+            client = int(line["process"].rsplit("-", 1)[-1])
+            attempts.setdefault(value["resource"], []).append(
+                ClientOp(client, value["op"], COMMITTED, invoked[key], line["time"], value["token"])
+            )
+    return [
+        f"{resource}: {violation}"
+        for resource, found in sorted(attempts.items())
+        for violation in _fenced_mutex(found)
+    ]
+
+
+def stale_grants_from_lines(lines: Iterable[dict]) -> list[str]:
+    """Rule (a) read from a JSON history alone: in commit order (``seq``), no write's grant
+    came before the request of a write committed earlier."""
+    invoked: dict[tuple, int] = {}
+    writes: dict[str, list[Write]] = {}
+    for line in lines:
+        if line.get("operation") != "fenced-write":
+            continue
+        value = line["value"]
+        key = (line["process"], value["resource"], value["op"])
+        if line["type"] == "invoke":
+            invoked[key] = line["time"]
+        elif "seq" in value and key in invoked:
+            client = int(line["process"].rsplit("-", 1)[-1])
+            t_request, t_granted = invoked[key] / 1e9, value["granted"] / 1e9  # ns -> s
+            write = Write(value["seq"], client, value["op"], value["token"], t_request, t_granted)
+            writes.setdefault(value["resource"], []).append(write)
+    return [
+        f"{resource}: {violation}"
+        for resource, found in sorted(writes.items())
+        for violation in _stale_grants(sorted(found, key=lambda write: write.seq))
+    ]
+
+
+def main(argv: Sequence[str]) -> int:
+    """``python -m tests.faults.fence_history FILE.jsonl…``: rules (e) and (a) from the file."""
+    import json
+
+    status = 0
+    for path in argv:
+        with open(path, encoding="utf-8") as history:
+            lines = [json.loads(line) for line in history if line.strip()]
+        found = fenced_mutex_from_lines(lines) + stale_grants_from_lines(lines)
+        oks = sum(
+            1 for line in lines if line.get("operation") == "fenced-write" and line["type"] == "ok"
+        )
+        print(f"{path}: {len(lines)} events, {oks} acknowledged writes, {len(found)} violations")
+        for line in found:
+            print(f"  {line}")
+        status = status or (1 if found else 0)
+    return status
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.exit(main(sys.argv[1:]))

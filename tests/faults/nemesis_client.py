@@ -64,6 +64,14 @@ def _parse(argv):
     parser.add_argument("--ttl-ms", type=int, required=True)
     parser.add_argument("--hold-ms", type=int, nargs=2, required=True, metavar=("MIN", "MAX"))
     parser.add_argument("--seed", type=int, required=True)
+    parser.add_argument(
+        "--tx-hold-ms",
+        type=int,
+        nargs=2,
+        default=(0, 0),
+        metavar=("MIN", "MAX"),
+        help="stay inside the transaction, after the fence UPDATE, this long (PG restarts)",
+    )
     return parser.parse_args(argv)
 
 
@@ -93,7 +101,7 @@ def main(argv=None) -> None:
     django.setup()
     from datetime import timedelta
 
-    from django.db import DatabaseError, connection, transaction
+    from django.db import Error, close_old_connections, connection, transaction
 
     from hoa.models import Complaint
 
@@ -123,6 +131,9 @@ def main(argv=None) -> None:
         while not stop.is_set():
             op += 1
             state: dict = {"token": None, "t_granted": None}
+            # What a request does first: drop a connection that broke (a PostgreSQL
+            # restart, a read timeout) so this operation opens a new one.
+            close_old_connections()
             t_request = time.monotonic()
             wall_request = time.time()
 
@@ -135,6 +146,11 @@ def main(argv=None) -> None:
                 time.sleep(rng.uniform(*hold_ms) / 1000)
                 with transaction.atomic():
                     advance_fence(fenced_row, lease)
+                    # Inside the transaction, the fence row locked: a PostgreSQL restart
+                    # the nemesis times on this event lands mid-transaction.
+                    _tell("fenced", client=options.client, op=op, token=lease.token)
+                    if options.tx_hold_ms[1]:
+                        time.sleep(rng.uniform(*options.tx_hold_ms) / 1000)
                     with connection.cursor() as cursor:
                         cursor.execute(
                             INSERT_HISTORY,
@@ -159,7 +175,7 @@ def main(argv=None) -> None:
                 outcome, detail = "stale", str(exc)
             except LockUnavailable as exc:
                 outcome, detail = "unavailable", exc.reason
-            except (LockError, DatabaseError) as exc:
+            except (LockError, Error) as exc:
                 # The answer is unknown: the checker lets such a write be there or not.
                 outcome, detail = "error", f"{exc.__class__.__name__}: {exc}"
             t_ack = time.monotonic()

@@ -18,7 +18,7 @@ from decimal import Decimal
 USER_PREFIX = "faults-"
 ORGANIZATIONS = [
     # slug, name, units, complaints
-    ("faults-maple", "Faults Maple", 6, 240),
+    ("faults-maple", "Faults Maple", 6, 480),
     ("faults-oak", "Faults Oak", 3, 60),
 ]
 VENDORS = ["Faults Plumbing", "Faults Electric", "Faults Roofing", "Faults Gardening"]

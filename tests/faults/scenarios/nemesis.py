@@ -104,8 +104,11 @@ class NemesisCounts:
 class _Clients:
     """The client processes, and their events on one queue."""
 
-    def __init__(self, s: Scenario, plan: NemesisPlan, *, run: str, row: int, folder: Path):
+    def __init__(
+        self, s: Scenario, plan, *, run: str, row: int, folder: Path, env: dict | None = None
+    ):
         self.s = s
+        self.env = env  # the clients' environment; default: the stack's
         self.plan = plan
         self.run = run
         self.row = row
@@ -120,7 +123,7 @@ class _Clients:
 
     def start(self, rng: random.Random) -> None:
         """Start every client process; return once all are connected and looping."""
-        env = self.s.stack.env()
+        env = self.env or self.s.stack.env()
         for client in range(self.plan.clients):
             self.logs[client] = self.folder / f"client-{client}.jsonl"
             stderr = (self.folder / f"client-{client}.err").open("wb")
@@ -128,6 +131,8 @@ class _Clients:
             command += [f"--run={self.run}", f"--resource={self.resource}", f"--row={self.row}"]
             command += [f"--log={self.logs[client]}", f"--ttl-ms={self.plan.ttl_ms}"]
             command += ["--hold-ms", *(str(ms) for ms in self.plan.hold_ms)]
+            tx_hold = getattr(self.plan, "tx_hold_ms", (0, 0))
+            command += ["--tx-hold-ms", *(str(ms) for ms in tx_hold)]
             command += [f"--seed={rng.randrange(2**32)}"]
             # Reaped by the stack, whatever happens.
             process = self.s.stack.start(command, env=env, stdin=subprocess.PIPE, stderr=stderr)

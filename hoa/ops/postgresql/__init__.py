@@ -1,0 +1,1 @@
+"""Django's PostgreSQL backend with a client-side read timeout (``base.DatabaseWrapper``)."""
