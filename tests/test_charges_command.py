@@ -446,7 +446,7 @@ def test_command_exits_1_with_one_line_when_postgresql_goes_away_mid_run(
         with connection.cursor() as cursor:
             cursor.execute(
                 "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
-                " WHERE application_name = %s",
+                " WHERE datname = current_database() AND application_name = %s",
                 ["charges-command-under-test"],
             )
             assert cursor.fetchone()[0] >= 1
