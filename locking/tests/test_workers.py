@@ -58,11 +58,10 @@ def test_without_xdist_nothing_moves():
     assert environ == {"REDIS_URL": "redis://127.0.0.1:6379/1"}
 
 
-def test_this_workers_database_is_what_the_settings_and_a_child_use(worker_id):
-    """``worker_id``: pytest-xdist's fixture, ``master`` in a serial run."""
+def test_this_workers_database_is_what_the_settings_and_a_child_use():
     url = setting("LOCK_REDIS_URL")
-    if worker_id != "master":
-        assert os.environ[ISOLATED_FOR] == worker_id
+    if worker := os.environ.get(WORKER):  # under pytest-xdist
+        assert os.environ[ISOLATED_FOR] == worker
         assert os.environ["LOCK_REDIS_URL"] == url
     script = "from locking.conf import setting; print(setting('LOCK_REDIS_URL'))"
     child = subprocess.run(
