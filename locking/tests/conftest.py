@@ -6,6 +6,7 @@ import pytest
 
 from locking.conf import setting
 from locking.tests.fixtures import fence_lock, redis_client  # noqa: F401 (fixtures)
+from locking.tests.workers import make_group_scheduler
 
 
 @pytest.fixture
@@ -24,3 +25,8 @@ def subprocess_env(transactional_db):
     env["LOCK_REDIS_URL"] = setting("LOCK_REDIS_URL")
     env["PYTHONUNBUFFERED"] = "1"
     return env
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """Modules in an ``xdist_group`` run on one worker (see locking/tests/workers.py)."""
+    return make_group_scheduler(config, log)

@@ -18,6 +18,7 @@ from locking.tests.workers import (
     WORKER,
     WorkerIsolationError,
     isolate_redis_databases,
+    module_group,
     worker_redis_url,
 )
 
@@ -98,3 +99,17 @@ def test_a_private_redis_test_flushes_a_server_of_its_own(shared_key, redis_clie
     assert setting("LOCK_REDIS_URL") == f"redis://127.0.0.1:{kwargs['port']}/0"
     assert redis_client.dbsize() == 0
     assert shared_key.get("workers-test:shared") == b"still here"
+
+
+def test_a_module_in_an_xdist_group_is_found_from_its_source(tmp_path):
+    grouped = tmp_path / "test_grouped.py"
+    grouped.write_text('pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("stack")]\n')
+    named = tmp_path / "test_named.py"
+    named.write_text('pytestmark = pytest.mark.xdist_group(name="cluster")\n')
+    plain = tmp_path / "test_plain.py"
+    plain.write_text("def test_nothing():\n    pass\n")
+
+    assert module_group(grouped) == "stack"
+    assert module_group(named) == "cluster"
+    assert module_group(plain) is None
+    assert module_group(tmp_path / "test_missing.py") is None

@@ -18,6 +18,9 @@ restarting it) is marked ``private_redis`` and gets a redis-server of its own (s
 """
 
 import os
+import re
+from functools import cache
+from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 WORKER = "PYTEST_XDIST_WORKER"
@@ -72,3 +75,37 @@ def isolate_redis_databases(environ=os.environ) -> None:
         if environ.get(name):
             environ[name] = worker_redis_url(environ[name], index)
     environ[ISOLATED_FOR] = worker
+
+
+# -- one worker for a module -------------------------------------------------------------------
+
+# pytest-xdist 3.8's ``--dist loadgroup`` renames a grouped test's node id on the worker
+# (``item._nodeid``), which pytest 9 no longer reads: the groups are silently ignored. So the
+# controller finds them itself, in the source of each test module: a module whose
+# ``pytestmark`` carries ``pytest.mark.xdist_group("name")`` runs on one worker.
+_GROUP = re.compile(r"""xdist_group\(\s*(?:name\s*=\s*)?["']([^"']+)["']""")
+
+
+@cache
+def module_group(path: Path) -> str | None:
+    """The ``xdist_group`` named in the test module at ``path``, or ``None``."""
+    try:
+        match = _GROUP.search(path.read_text())
+    except OSError:
+        return None
+    return match.group(1) if match else None
+
+
+def make_group_scheduler(config, log):
+    """``pytest_xdist_make_scheduler`` for ``--dist loadgroup``: each test goes to whichever
+    worker is free, except the tests of a module in an ``xdist_group``, which go to one."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadGroupScheduling
+
+    class ModuleGroupScheduling(LoadGroupScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            group = module_group(config.rootpath / nodeid.split("::", 1)[0])
+            return f"group:{group}" if group else super()._split_scope(nodeid)
+
+    return ModuleGroupScheduling(config, log)
