@@ -13,6 +13,11 @@ PORT ?= 8000
 # DEBUG=0 and SECRET_KEY itself.
 DEV_ENV := DEBUG=$${DEBUG:-1}
 PYTEST_ARGS ?=
+# `make test` runs the suite on this many pytest-xdist workers (the tests mostly wait on
+# barriers, children and servers, so more workers than cores pays); 0 runs it serially.
+# Each worker has its own test databases and Redis database (docs/testing.md).
+PYTEST_WORKERS ?= 4
+PYTEST_PARALLEL = $(if $(filter-out 0,$(PYTEST_WORKERS)),-n $(PYTEST_WORKERS) --dist loadgroup)
 # Ports of the project-local services (scripts/services.sh reads the same variables).
 HOA_PG_PORT ?= 55432
 HOA_REDIS_PORT ?= 56379
@@ -21,7 +26,8 @@ export DATABASE_URL ?= postgres://hoa@127.0.0.1:$(HOA_PG_PORT)/hoa
 export REDIS_URL ?= redis://127.0.0.1:$(HOA_REDIS_PORT)/0
 # The benchmarks' own database, on the same project-local server.
 export BENCH_DATABASE_URL ?= postgres://hoa@127.0.0.1:$(HOA_PG_PORT)/bench_hoa
-# Tests use Redis database 1 and flush it freely; the demo data stays in database 0.
+# Tests use Redis database 1 (worker gwN of a parallel run: 1+N) and flush it freely; the
+# demo data stays in database 0.
 TEST_ENV := REDIS_URL=redis://127.0.0.1:$(HOA_REDIS_PORT)/1 LOCK_REDIS_URL=redis://127.0.0.1:$(HOA_REDIS_PORT)/1
 
 .PHONY: help run serve test test-fast test-locking test-locking-matrix test-pgbouncer dist check-deploy lint fmt services stop status migrate seed bench bench-quick faults screenshots clean
@@ -64,10 +70,10 @@ test: $(STAMP) services ## run the whole test suite against real PostgreSQL and 
 	@$(DEV_ENV) $(PY) manage.py makemigrations --check --dry-run >/dev/null \
 		|| { echo "Model changes without migrations: run makemigrations" >&2; exit 1; }
 	@$(VENV)/bin/ruff check .
-	@$(TEST_ENV) scripts/run_pytest.sh $(PYTEST_ARGS)
+	@$(TEST_ENV) scripts/run_pytest.sh $(PYTEST_PARALLEL) $(PYTEST_ARGS)
 
 test-locking: $(STAMP) services ## locking's own tests with its own settings: nothing of the project installed
-	@$(TEST_ENV) scripts/run_pytest.sh --ds=locking.tests.settings locking/tests $(PYTEST_ARGS)
+	@$(TEST_ENV) scripts/run_pytest.sh $(PYTEST_PARALLEL) --ds=locking.tests.settings locking/tests $(PYTEST_ARGS)
 
 # The wheel of locking alone (django-fenced-writes), built by PEP 517 from the root
 # pyproject.toml with its pinned setuptools, then checked: locking only, full metadata.

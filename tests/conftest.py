@@ -17,6 +17,7 @@ from django.contrib.auth.models import Group, Permission
 from hoa.demo import staff_group
 from hoa.models import Organization, StaffMembership, Unit
 from locking.tests.fixtures import fence_lock, redis_client  # noqa: F401 (fixtures)
+from locking.tests.workers import make_group_scheduler
 from tests.budgets_support import board, budget  # noqa: F401 (fixtures)
 from tests.charges_support import dead_redis_url
 from tests.harness.http import HttpStub
@@ -167,3 +168,8 @@ def subprocess_env(transactional_db, settings):
     env["LOCK_REDIS_URL"] = settings.LOCK_REDIS_URL
     env["PYTHONUNBUFFERED"] = "1"
     return env
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """Modules in an ``xdist_group`` run on one worker (see locking/tests/workers.py)."""
+    return make_group_scheduler(config, log)

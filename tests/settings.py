@@ -9,10 +9,17 @@
 pytest uses them (pyproject.toml), and so do the ``manage.py`` children it starts (they
 inherit ``DJANGO_SETTINGS_MODULE``); ``manage.py`` run by hand and the servers never do, so
 the test apps need no migration in the project's own settings.
+
+Under pytest-xdist (``make test``) each worker has its own Redis database, and pytest-django
+gives it its own test databases (``locking/tests/workers.py``, docs/testing.md).
 """
 
-from hoa.settings import *  # noqa: F403
-from hoa.settings import DATABASES, INSTALLED_APPS, WEBHOOK_SIGNING_SECRET
+from locking.tests.workers import isolate_redis_databases
+
+isolate_redis_databases()  # before hoa.settings reads REDIS_URL and LOCK_REDIS_URL
+
+from hoa.settings import *  # noqa: E402, F403
+from hoa.settings import DATABASES, INSTALLED_APPS, WEBHOOK_SIGNING_SECRET  # noqa: E402
 
 INSTALLED_APPS = [*INSTALLED_APPS, "locking.tests.testapp", "tests.budgets"]
 ROOT_URLCONF = "tests.urls"

@@ -10,7 +10,13 @@ from hoa.models import Complaint, ComplaintEvent
 from tests.test_browser_staff import chromium, open_as, site  # noqa: F401 - fixtures
 from tests.vendors_support import active_vendor
 
-pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.slow,
+    pytest.mark.django_db(transaction=True),
+    # One worker runs the module: its module-scoped Chromium launches once, not once per worker.
+    pytest.mark.xdist_group("browser-complaints"),
+]
 
 PHONE = {"width": 390, "height": 844}
 

@@ -16,7 +16,13 @@ from hoa.scopes import scope_for_organization
 from locking import record_fence_event
 from tests.test_browser_staff import chromium, open_as, site  # noqa: F401 - fixtures
 
-pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.slow,
+    pytest.mark.django_db(transaction=True),
+    # One worker runs the module: its module-scoped Chromium launches once, not once per worker.
+    pytest.mark.xdist_group("browser-look"),
+]
 
 
 def current_month():

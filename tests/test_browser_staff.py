@@ -25,7 +25,13 @@ from hoa.ops.views import LockStatusView
 from locking import holder_of
 from vendors.models import Vendor, VendorAssignment, VendorContract
 
-pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.slow,
+    pytest.mark.django_db(transaction=True),
+    # One worker runs the module: its module-scoped Chromium launches once, not once per worker.
+    pytest.mark.xdist_group("browser-staff"),
+]
 
 
 CHROMIUM_ARGS = [

@@ -21,6 +21,7 @@ from charges.operations import charge_resource
 from charges.services import generate_monthly_charges
 from hoa.management.base import EXIT_TEMPFAIL
 from hoa.models import Organization, Unit
+from hoa.operations import operations
 from locking import FenceLock
 from locking.models import FenceEpoch, FenceEvent
 from tests.charges_support import MONTH, MONTH_ARG, dead_redis_url, wait_for_lease_expiry
@@ -254,9 +255,13 @@ def test_command_whose_billing_call_arrives_after_a_newer_holders_exits_75(
 @pytest.mark.slow
 def test_eight_command_processes_racing_make_one_run(maple, command_env, http_stub):
     gate = http_stub.hold()  # the winner waits in billing until every loser has exited
+    # The seven losers start Django one after another on a busy machine (other xdist
+    # workers too): the winner's billing call and its lease must outlast them. Every
+    # operation's lease outlives the timeout: the check of the two (hoa.W001) stays quiet.
+    leases = {operation.ttl_setting: "240" for operation in operations() if operation.ttl_setting}
+    env = {**command_env, "EXTERNAL_CALL_TIMEOUT_SECONDS": "120", **leases}
     racers = [
-        start_command("--org", "maple-court", "--month", MONTH_ARG, env=command_env)
-        for _ in range(8)
+        start_command("--org", "maple-court", "--month", MONTH_ARG, env=env) for _ in range(8)
     ]
     try:
         gate.wait_arrived(1, timeout=60)
@@ -451,7 +456,7 @@ def test_command_exits_1_with_one_line_when_postgresql_goes_away_mid_run(
         with connection.cursor() as cursor:
             cursor.execute(
                 "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
-                " WHERE application_name = %s",
+                " WHERE datname = current_database() AND application_name = %s",
                 ["charges-command-under-test"],
             )
             assert cursor.fetchone()[0] >= 1

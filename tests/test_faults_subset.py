@@ -31,7 +31,13 @@ from tests.harness.http import Received
 from tests.harness.processes import django_database_url
 from vendors.models import VendorAssignment
 
-pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+# One worker runs the module: its module-scoped stack (two gunicorn instances) starts
+# once, not once per worker.
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.xdist_group("faults-subset"),
+]
 
 
 @pytest.fixture(scope="module")

@@ -62,6 +62,7 @@ def env(subprocess_env, http_stub):
     }
 
 
+@pytest.mark.private_redis  # FLUSHALL
 def test_reassignment_paused_in_its_dispatch_across_a_redis_loss_exits_75(
     env, maple, alice, http_stub, redis_client, settings
 ):
@@ -113,6 +114,7 @@ def test_reassignment_paused_in_its_dispatch_across_a_redis_loss_exits_75(
     assert sorted(tokens) == [1, 2, 4, first_token(1) + 1]
 
 
+@pytest.mark.private_redis  # FLUSHALL
 def test_charge_run_paused_in_its_billing_call_across_a_redis_loss_exits_75(
     env, maple, http_stub, redis_client
 ):

@@ -97,21 +97,23 @@ def test_command_needing_postgres_says_it_is_unreachable_without_traceback():
 def test_commands_refuse_an_unmigrated_database_with_one_line():
     from django.db import connection
 
+    settings_dict = connection.settings_dict
+    # Named after this run's test database: each pytest-xdist worker has its own.
+    unmigrated = f"{settings_dict['NAME']}_unmigrated"
     with connection.cursor() as cursor:
-        cursor.execute("DROP DATABASE IF EXISTS hoa_unmigrated_test")
-        cursor.execute("CREATE DATABASE hoa_unmigrated_test")
+        cursor.execute(f'DROP DATABASE IF EXISTS "{unmigrated}"')
+        cursor.execute(f'CREATE DATABASE "{unmigrated}"')
     try:
-        settings_dict = connection.settings_dict
         url = (
             f"postgres://{settings_dict['USER']}@{settings_dict['HOST']}:{settings_dict['PORT']}"
-            "/hoa_unmigrated_test"
+            f"/{unmigrated}"
         )
         result = manage(
             "generate_monthly_charges", "--org", "maple-court", DEBUG="1", DATABASE_URL=url
         )
     finally:
         with connection.cursor() as cursor:
-            cursor.execute("DROP DATABASE IF EXISTS hoa_unmigrated_test")
+            cursor.execute(f'DROP DATABASE IF EXISTS "{unmigrated}"')
     assert result.returncode == 1
     assert result.stderr.startswith("CommandError: The database is missing ")
     assert result.stderr.strip().endswith("run `python manage.py migrate` first.")

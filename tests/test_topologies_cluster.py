@@ -41,10 +41,14 @@ from tests.harness.processes import frozen
 from tests.harness.waiting import wait_until
 from tests.topologies import Child, redis_cluster
 
-pytestmark = pytest.mark.skipif(
-    not (shutil.which("redis-server") and shutil.which("redis-cli")),
-    reason="redis-server/redis-cli not installed (Debian package redis-server)",
-)
+pytestmark = [
+    pytest.mark.skipif(
+        not (shutil.which("redis-server") and shutil.which("redis-cli")),
+        reason="redis-server/redis-cli not installed (Debian package redis-server)",
+    ),
+    # One worker runs the module: its module-scoped cluster starts once, not once per worker.
+    pytest.mark.xdist_group("topologies-cluster"),
+]
 
 TTL = timedelta(seconds=30)
 

@@ -23,7 +23,11 @@ from locking.models import FenceEvent
 from tests.harness.waiting import wait_until
 from tests.topologies import Child, pgbouncer, require_binary
 
-pytestmark = pytest.mark.django_db(transaction=True)  # children see only committed rows
+pytestmark = [
+    pytest.mark.django_db(transaction=True),  # children see only committed rows
+    # One worker runs the module: its module-scoped PgBouncer starts once, not once per worker.
+    pytest.mark.xdist_group("topologies-pgbouncer"),
+]
 
 
 @pytest.fixture(scope="module")

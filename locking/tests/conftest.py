@@ -8,6 +8,7 @@ import pytest
 import locking
 from locking.conf import setting
 from locking.tests.fixtures import fence_lock, redis_client  # noqa: F401 (fixtures)
+from locking.tests.workers import make_group_scheduler
 
 # Its own project with its own settings: make test-locking-matrix runs it on its own.
 collect_ignore = ["example_project"]
@@ -38,3 +39,8 @@ def subprocess_env(transactional_db):
     env["LOCK_REDIS_URL"] = setting("LOCK_REDIS_URL")
     env["PYTHONUNBUFFERED"] = "1"
     return env
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """Modules in an ``xdist_group`` run on one worker (see locking/tests/workers.py)."""
+    return make_group_scheduler(config, log)

@@ -7,11 +7,16 @@ import them into its own ``conftest.py``::
     from locking.tests.fixtures import fence_lock, redis_client  # noqa: F401
 """
 
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+
 import pytest
 from django.db import connections
 
 from locking import FenceLock
 from locking.conf import setting
+from locking.tests.support import PrivateRedis
 
 
 def forget_fence_epochs(using: str | None = None) -> None:
@@ -31,9 +36,37 @@ def forget_fence_epochs(using: str | None = None) -> None:
 DATABASE_FIXTURES = {"db", "transactional_db", "django_db_reset_sequences", "live_server"}
 
 
+@contextmanager
+def private_lock_redis(settings, directory: Path) -> Iterator[PrivateRedis]:
+    """A redis-server of the test's own, made the lock Redis (and the cache, where the
+    settings point both at one server) while the block runs, then stopped by its pid.
+
+    ``settings``: pytest-django's fixture, which puts the settings back after the test.
+    Tests get it with ``@pytest.mark.private_redis`` (``redis_client``): a test that acts
+    on the whole server (FLUSHALL, CONFIG SET, DEBUG SLEEP, counting commands in INFO,
+    SIGSTOP or a restart) must not do so on the shared one, where the other pytest-xdist
+    workers keep their own databases (``locking/tests/workers.py``). Children built from
+    ``subprocess_env`` follow the settings, so they use it too.
+    """
+    server = PrivateRedis(directory)
+    try:
+        shared = setting("LOCK_REDIS_URL")
+        settings.LOCK_REDIS_URL = server.url
+        if getattr(settings, "REDIS_URL", None) == shared:
+            settings.REDIS_URL = server.url
+        cache = getattr(settings, "CACHES", {}).get("default", {})
+        if cache.get("LOCATION") == shared:
+            settings.CACHES = {**settings.CACHES, "default": {**cache, "LOCATION": server.url}}
+        yield server
+    finally:
+        server.stop()
+
+
 @pytest.fixture(autouse=True)
 def redis_client(request, django_db_setup, django_db_blocker):
-    """The lock Redis, flushed before and after each test.
+    """The lock Redis, flushed before and after each test: this pytest-xdist worker's own
+    database on the shared server, or, for a test marked ``private_redis``, a server of
+    its own (``private_lock_redis``).
 
     The durable fence epochs go with it: they are what a fresh Redis is checked against,
     so a test that starts from an empty Redis also starts from no recorded epochs. They
@@ -42,10 +75,15 @@ def redis_client(request, django_db_setup, django_db_blocker):
     no other can have recorded one, and in a run where no test needs it pytest-django sets
     up no test database, so the configured one (a developer's own) must not be touched.
     """
-    lock = FenceLock()
-    lock.client.flushdb()
-    yield lock.client
-    lock.client.flushdb()
+    with ExitStack() as stack:
+        if request.node.get_closest_marker("private_redis"):
+            settings = request.getfixturevalue("settings")
+            directory = request.getfixturevalue("tmp_path_factory").mktemp("private-redis")
+            stack.enter_context(private_lock_redis(settings, directory))
+        lock = FenceLock()
+        lock.client.flushdb()
+        yield lock.client
+        lock.client.flushdb()
     uses_database = request.node.get_closest_marker("django_db") is not None
     if uses_database or DATABASE_FIXTURES & set(request.fixturenames):
         with django_db_blocker.unblock():

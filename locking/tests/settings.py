@@ -4,11 +4,16 @@
 
 Only Django's contrib apps, ``locking`` and its test models. PostgreSQL from
 ``DATABASE_URL``, the lock Redis from ``LOCK_REDIS_URL`` (else ``REDIS_URL``); no cache is
-configured, so the lock builds its own Redis client.
+configured, so the lock builds its own Redis client. Under pytest-xdist each worker has its
+own Redis database (``locking/tests/workers.py``) and test databases (pytest-django).
 """
 
 import os
 from urllib.parse import unquote, urlsplit
+
+from locking.tests.workers import isolate_redis_databases
+
+isolate_redis_databases()  # before LOCK_REDIS_URL is read below
 
 _database = urlsplit(os.environ.get("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/locking"))
 

@@ -147,6 +147,7 @@ def test_second_aacquire_gets_lock_held_naming_the_holder(fence_lock, redis_clie
     assert int(redis_client.get(fence_key("r:1"))) == 1  # the refusal took no token
 
 
+@pytest.mark.private_redis  # counts EVALSHA in INFO
 def test_aacquire_with_wait_gets_the_lease_once_the_holder_releases(fence_lock, redis_client):
     async def scenario():
         holder = await fence_lock.aacquire("r:1", ttl=TTL)
@@ -223,6 +224,7 @@ def test_a_lost_counter_starts_a_new_epoch_before_the_async_grant(fence_lock, re
     assert redis_client.exists(seed_key("r:1")) == 0  # its seeding claim was dropped
 
 
+@pytest.mark.private_redis  # counts EVALSHA in INFO
 def test_an_async_grant_waits_for_another_callers_epoch_instead_of_recording_its_own(
     fence_lock, redis_client
 ):

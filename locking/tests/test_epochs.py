@@ -101,6 +101,7 @@ def name_and_token(thing: FencedThing) -> tuple[str, int]:
     return thing.name, thing.last_fence_token
 
 
+@pytest.mark.private_redis  # FLUSHALL
 def test_unwritten_grants_from_before_a_flushall_are_refused_after_a_newer_write(
     thing, fence_lock, redis_client
 ):
@@ -148,6 +149,7 @@ def test_unwritten_grants_from_before_a_redis_restart_without_persistence_are_re
     assert name_and_token(thing) == ("newer", newer)
 
 
+@pytest.mark.private_redis  # FLUSHALL
 def test_two_losses_in_a_row_never_reuse_an_epoch(thing, fence_lock, redis_client):
     assert write(thing, "one") == 1
     redis_client.flushall()
@@ -169,6 +171,7 @@ def test_two_losses_in_a_row_never_reuse_an_epoch(thing, fence_lock, redis_clien
     assert name_and_token(thing) == ("newer", newer)
 
 
+@pytest.mark.private_redis  # FLUSHALL
 def test_a_crowd_that_finds_the_counter_gone_records_one_epoch_and_all_of_it_commits(
     thing, fence_lock, redis_client
 ):
@@ -204,6 +207,7 @@ def test_a_crowd_that_finds_the_counter_gone_records_one_epoch_and_all_of_it_com
     assert sorted(tokens) == [first_token(1) + n for n in range(1, crowd + 1)]
 
 
+@pytest.mark.private_redis  # FLUSHALL
 def test_the_rejected_paused_grant_is_audited_as_stale_and_writes_nothing(
     thing, fence_lock, redis_client
 ):
@@ -278,6 +282,7 @@ def test_prepare_records_the_first_epochs_of_a_batch_in_one_statement_and_grants
     assert tokens == [1] * len(BATCH)
 
 
+@pytest.mark.private_redis  # FLUSHALL
 def test_prepare_leaves_a_resource_with_history_to_its_grant_after_a_loss(
     thing, fence_lock, redis_client
 ):

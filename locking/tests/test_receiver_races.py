@@ -70,7 +70,7 @@ def blocked_on_the_key() -> bool:
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
-            "AND query LIKE %s",
+            "AND datname = current_database() AND query LIKE %s",
             ["%INSERT INTO locking_receivedcall%"],
         )
         return cursor.fetchone()[0] == 1

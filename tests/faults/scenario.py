@@ -289,7 +289,7 @@ class Scenario:
             def blocked():
                 rows = connection.execute(
                     "SELECT pid FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
-                    "AND query LIKE %s",
+                    "AND datname = current_database() AND query LIKE %s",
                     [statement_prefix + "%"],
                 ).fetchall()
                 return [row[0] for row in rows] if len(rows) >= count else None
