@@ -17,7 +17,6 @@ from typing import TypeVar
 from asgiref.sync import sync_to_async
 from django.db import connections, transaction
 from django.db.models import Exists
-from django.db.models.sql import UpdateQuery
 from django.db.transaction import TransactionManagementError
 
 from locking import tracing
@@ -74,7 +73,7 @@ def _advance(queryset, token: int, resource: str | None) -> None:
             resource=resource, epoch__gt=epoch_of(token)
         )
         rows = rows.exclude(Exists(newer_epoch))
-    updated = _update(rows, token)
+    updated = rows.update(last_fence_token=token)
     if updated == 1:
         return
     if updated > 1:
@@ -88,34 +87,6 @@ def _advance(queryset, token: int, resource: str | None) -> None:
     if recorded < token and resource is not None:
         raise StaleFencingToken(token, recorded, epoch=current_epoch(resource, using=queryset.db))
     raise StaleFencingToken(token, recorded)
-
-
-def _update(rows, token: int) -> int:
-    """``rows.update(last_fence_token=token)``; when it opens the transaction (the usual
-    case: the fence comes first), its ``BEGIN`` and the UPDATE go in one round trip.
-
-    psycopg 3 sends a transaction's ``BEGIN`` on its own before the first statement; in
-    pipeline mode it queues it with the statement instead. The statement and its
-    row count are the same; only the wait for ``BEGIN``'s answer goes (docs/locking.md,
-    "What a fenced write costs").
-    """
-    connection = connections[rows.db]
-    raw = connection.connection
-    if not (
-        connection.vendor == "postgresql"
-        and hasattr(raw, "pipeline")  # psycopg 3
-        and not raw.autocommit
-        and raw.info.transaction_status == raw.info.transaction_status.IDLE
-    ):
-        return rows.update(last_fence_token=token)
-    query = rows.query.chain(UpdateQuery)
-    query.add_update_values({"last_fence_token": token})
-    statement, params = query.get_compiler(rows.db).as_sql()
-    # As QuerySet.update(): an error marks the atomic block for rollback.
-    with transaction.mark_for_rollback_on_error(using=rows.db), connection.cursor() as cursor:
-        with raw.pipeline():
-            cursor.execute(statement, params)
-        return cursor.rowcount  # known once the pipeline has synced
 
 
 async def aadvance_fence(
