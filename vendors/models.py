@@ -1,8 +1,12 @@
 """Vendors, their contract windows per organization, and assignments to complaints."""
 
+from datetime import date
+
 from django.conf import settings
+from django.contrib.postgres.aggregates import JSONBAgg
 from django.db import connections, models
-from django.db.models import F, Q
+from django.db.models import F, Q, Value
+from django.db.models.functions import JSONObject
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
@@ -26,6 +30,16 @@ class VendorQuerySet(TenantQuerySet):
             contracts__ends_on__gte=day,
         ).distinct()
 
+    def with_contracts(self, organization):
+        """Vendors with a contract with ``organization``, each carrying those contracts
+        from the same query (``Vendor.contracts_with(organization)`` reads them)."""
+        window = JSONObject(
+            id="contracts__id", starts_on="contracts__starts_on", ends_on="contracts__ends_on"
+        )
+        return self.filter(contracts__organization=organization).annotate(
+            contract_windows=JSONBAgg(window), contract_windows_of=Value(organization.pk)
+        )
+
 
 class Vendor(models.Model):
     name = models.CharField(_("name"), max_length=200)
@@ -39,6 +53,22 @@ class Vendor(models.Model):
 
     def __str__(self):
         return self.name
+
+    def contracts_with(self, organization) -> list["VendorContract"]:
+        """This vendor's contracts with ``organization``: those read with the vendor
+        (``Vendor.objects.with_contracts``), else one query."""
+        if getattr(self, "contract_windows_of", None) == organization.pk:
+            return [
+                VendorContract(
+                    pk=window["id"],
+                    vendor=self,
+                    organization=organization,
+                    starts_on=date.fromisoformat(window["starts_on"]),
+                    ends_on=date.fromisoformat(window["ends_on"]),
+                )
+                for window in self.contract_windows
+            ]
+        return list(VendorContract.objects.filter(vendor=self, organization=organization))
 
 
 class VendorContractQuerySet(TenantQuerySet):

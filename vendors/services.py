@@ -43,7 +43,7 @@ from vendors.exceptions import (
     ContractNotActive,
     RefusedAtCommit,
 )
-from vendors.models import Vendor, VendorAssignment, VendorContract
+from vendors.models import Vendor, VendorAssignment
 from vendors.operations import ASSIGNMENT, assignment_resource
 from vendors.selectors import active_assignment
 
@@ -329,7 +329,7 @@ def _look_before_calling(
 
 
 def _check_contract(vendor: Vendor, organization: Organization, day: date) -> None:
-    contracts = list(VendorContract.objects.filter(vendor=vendor, organization=organization))
+    contracts = vendor.contracts_with(organization)
     if any(contract.covers(day) for contract in contracts):
         return
     upcoming = [c for c in contracts if c.starts_on > day]
