@@ -25,7 +25,7 @@ from bench.environment import BASE_DIR, start_stand_in
 from bench.measure import check, result, since_us, time_and_count
 from charges.models import MonthlyCharge, MonthlyChargeRun
 from charges.services import generate_monthly_charges
-from hoa.models import Complaint, Organization, Unit
+from hoa.models import Complaint, Organization, Unit, default_time_zone
 from vendors.models import VendorAssignment, VendorContract
 from vendors.services import assign_vendor
 
@@ -234,8 +234,11 @@ def _copy_associations(count: int) -> list[int]:
     units = [f"\tU{n:05d}\t{150 + n % 100}\n" for n in range(1, UNITS_PER_ASSOCIATION + 1)]
     with connection.cursor() as django_cursor:
         cursor = django_cursor.cursor  # psycopg's own, for COPY
-        columns = "name, slug, sla_hours_high, sla_hours_normal, sla_hours_low, created_at"
-        rows = (f"{slug}\t{slug}\t24\t72\t168\t{now}\n" for slug in slugs)
+        columns = (
+            "name, slug, sla_hours_high, sla_hours_normal, sla_hours_low, created_at, time_zone"
+        )
+        zone = default_time_zone()  # COPY fills no model defaults: the column has none in SQL
+        rows = (f"{slug}\t{slug}\t24\t72\t168\t{now}\t{zone}\n" for slug in slugs)
         _copy_in(cursor, f"hoa_organization ({columns})", rows)
         cursor.execute("SELECT id FROM hoa_organization WHERE slug = ANY(%s) ORDER BY id", [slugs])
         ids = [org_id for (org_id,) in cursor.fetchall()]
