@@ -26,6 +26,9 @@ _PROFILES = {  #           full   quick
     "http_timeout":        (140,  123),  # the load, then gunicorn's start and stop
     "associations":        (10_000, 200),  # month start: x 200 units, 2,000,000 charges in full
     "month_start_timeout": (3600, 600),
+    "month_start_repeats": (3,    1),  # paired runs: the figures are their median and range
+    "scaling_associations": (1000, 100),  # the capacity model's check: 1, 2, 4 workers
+    "scaling_repeats":     (3,    1),
 }
 # fmt: on
 Profile = make_dataclass("Profile", ["name", *_PROFILES], frozen=True)
@@ -199,7 +202,8 @@ GROUPS = (
         columns={"orgs/s": "metrics.orgs_per_s", "result": "metrics.result_digest"},
         targets=(("--all-orgs, 200 orgs x 100 units: 2 workers >= 1.6x one",
                   "workers_2", ">=", 1.6, "workers_1"),)),
-    Row("month-start", "month-start", "month_start", "bench.cases.fenced_writes:month_start", 1,
+    Row("month-start", "month-start", "month_start", "bench.cases.fenced_writes:month_start",
+        "month_start_repeats",
         "2d. Month start: {p.associations:,} associations x 200 units, one new month",
         "fixture written with COPY; billing to a local stand-in; wall time of the whole month",
         {"baseline": "plain: 2 processes, per association COPY in one transaction",
@@ -216,6 +220,21 @@ GROUPS = (
             ("month start: peak memory ≤ 250 MB per worker (any process)",
              "ours", "<=", 250, "metrics.peak_rss_mb"),
             ("month start: two hosts at once vs one (report)", "two_hosts", "<=", 0, "ours"))),
+    Row("month-start", "month-start-workers", "month_workers",
+        "bench.cases.fenced_writes:month_start", "scaling_repeats",
+        "2e. Month start with 1, 2 and 4 worker processes: {p.scaling_associations:,} x 200 units",
+        "one host; the capacity model's check (docs/capacity.md): ratios, not times",
+        {"workers_1": ("--workers 1", {"variant": "ours", "workers": 1}),
+         "workers_2": ("--workers 2", {"variant": "ours", "workers": 2}),
+         "workers_4": ("--workers 4", {"variant": "ours", "workers": 4})},
+        baseline="workers_1", params={"associations": "scaling_associations"}, redis=False,
+        timeout="month_start_timeout", latency_label="wall", primary="associations_per_s",
+        higher_is_better=True,
+        columns={"assoc/s": "metrics.associations_per_s", "charges/s": "metrics.charges_per_s",
+                 "peak MB": "metrics.peak_rss_mb", "exit codes": "metrics.exit_codes"},
+        targets=(
+            ("month start, 2 workers vs 1 (report)", "workers_2", ">=", 0, "workers_1"),
+            ("month start, 4 workers vs 1 (report)", "workers_4", ">=", 0, "workers_1"))),
     Row("alternatives", "alternatives", "alt", "bench.cases.alternatives:run", "alt_repeats",
         "3. Without Redis: a loser during the holder's 200 ms external call",
         "{p.alt_trials} holder/loser trials per process",
