@@ -10,7 +10,10 @@ complaint's lease (``hoa.fenced``, the runner every operation shares), in this o
 3. ``fence_row`` and ``commit``, in one transaction: the fence on the complaint row first,
    then the state check on the active assignment, then deactivate the previous one (only
    with ``reassign``) and create the new one with the lease's token; an ``open`` complaint
-   becomes ``assigned`` (``hoa.complaints.record_assignment``) in the same transaction.
+   becomes ``assigned`` (``hoa.complaints.record_assignment``) in the same transaction. A
+   reassignment of the assignment the caller saw does the state check and both writes in
+   one conditional statement (``VendorAssignment.objects.replace_if_active``); when it
+   matches nothing, the state is read and answered as above, nothing having been written.
 4. ``take_back``: an attempt refused at commit after it told its vendor sends that vendor's
    dispatch a best-effort cancellation.
 
