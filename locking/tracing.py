@@ -8,7 +8,10 @@ The tracer is looked up through ``trace.get_tracer`` on every span, so a tracer 
 set after this module was imported (a test's, an operator's late setup) is the one used.
 Until one is set, a span is the API's non-recording ``INVALID_SPAN`` and nothing else:
 starting and ending a no-op span through the API's proxy costs a few microseconds, several
-per lock cycle, which is a few per cent of the cycle on a fast loopback.
+per lock cycle, which is a few per cent of the cycle on a fast loopback. Whether one is set
+is checked per span by reading the API's global (without its environment lookup, unless
+``OTEL_PYTHON_TRACER_PROVIDER`` names one, read at import); a provider, once seen, is
+remembered: the API lets it be set only once.
 
 Attributes (``locking.*``):
 
