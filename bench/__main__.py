@@ -27,6 +27,10 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--only", default="", help=f"sections to run (default: all): {sections}")
     parser.add_argument("--name", default="", help="results file name (default: full or quick)")
     parser.add_argument("--no-chart", action="store_true", help="do not rewrite docs/bench.svg")
+    parser.add_argument(
+        "--max-repeats", type=int, default=0,
+        help="run each group at most this many times (a busy machine, a deadline); recorded",
+    )  # fmt: skip
     args = parser.parse_args(argv)
     args.sections = [s.strip() for s in args.only.split(",") if s.strip()] or list(plan.SECTIONS)
     if unknown := set(args.sections) - set(plan.SECTIONS):
@@ -50,6 +54,8 @@ def main(argv: list[str] | None = None) -> int:
         groups = []
         for section in args.sections:
             for group in plan.build(section, profile, redis_server.url):
+                if args.max_repeats:
+                    group.repeats = min(group.repeats, args.max_repeats)
                 log(f"bench: {group.title} ({group.repeats} repeat(s) x {len(group.cases)} cases)")
                 groups.append(run_group(group, env, log=log))
     finally:
@@ -60,6 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     results_path = BASE_DIR / "bench" / "results" / f"{name}.json"
     document = {
         "name": name, "profile": profile.name, "started_at": started_at, "seconds": elapsed,
+        "max_repeats": args.max_repeats or None, "sections": args.sections,
         "environment": facts, "groups": groups,
         "targets": report.evaluate(plan.targets(profile), groups), "invariant_failures": failures,
     }  # fmt: skip

@@ -18,7 +18,7 @@ Actors: a user must be staff of the organization and hold ``charges.generate_cha
 operator at the shell.
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import date, datetime
 
 from django.db import transaction
@@ -88,6 +88,9 @@ class Looked:
     run: MonthlyChargeRun | None  # the month's run, if one exists yet
     lines: list[ChargeLine]  # what to bill; empty for a completed run
     needs_call: bool
+    # The run ``fence_row`` inserted in the commit's transaction, if it did: its state is
+    # known (pending, this transaction's own), so ``commit`` need not read it back.
+    created: list[MonthlyChargeRun] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -126,15 +129,17 @@ class ChargeRun(FencedSteps):
             # The row that carries the fence, created in the commit's transaction: one round
             # trip. Two creators meet on the unique (organization, month) constraint; the
             # second one's insert does nothing.
-            MonthlyChargeRun.objects.bulk_create(
-                [MonthlyChargeRun(organization=self.organization, month=self.month)],
-                ignore_conflicts=True,
+            created = MonthlyChargeRun.objects.create_pending(
+                organization=self.organization, month=self.month
             )
+            if created is not None:
+                looked.created.append(created)
         return self.runs()
 
     def commit(self, lease: Lease, looked: Looked, told) -> ChargeRunResult:
         # The fence UPDATE holds the row lock: this read sees the latest committed state.
-        run = self.runs().get()
+        # A run this transaction inserted is pending, and nobody else has seen it.
+        run = looked.created[-1] if looked.created else self.runs().get()
         run.organization = self.organization
         if run.is_completed:
             return ChargeRunResult(run=run, outcome=Outcome.ALREADY_DONE, token=lease.token)

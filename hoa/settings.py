@@ -240,6 +240,9 @@ REPORTER_RETENTION_DAYS = int(env_number("REPORTER_RETENTION_DAYS", 365, minimum
 
 # --- Auth, i18n, static ------------------------------------------------------------------
 
+# Django's ModelBackend with a user's own and group permissions read in one query.
+AUTHENTICATION_BACKENDS = ["hoa.security.backends.PermissionsInOneQueryBackend"]
+
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},

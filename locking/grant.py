@@ -39,7 +39,13 @@ def from_ms(epoch_ms: int) -> datetime:
 
 def holder_label(holder: str = "") -> str:
     """Describe this process as a lock holder: ``<who> on <host> pid <pid>``."""
-    where = _process_label(os.getpid())
+    return _holder_label(holder, os.getpid())
+
+
+@functools.lru_cache(maxsize=1024)
+def _holder_label(holder: str, pid: int) -> str:
+    # Formatted once per holder and process: a grant's hot path reuses it.
+    where = _process_label(pid)
     label = f"{holder} on {where}" if holder else where
     # The label is metadata inside the lock value; keep it short and on one line.
     return " ".join(label.split())[:200]

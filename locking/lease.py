@@ -52,6 +52,10 @@ AuditHook = Callable[[Outcome, "Lease"], object]
 TTL_PASSED = "its TTL passed by this process's clock"
 
 
+# Guards the lazy creation of every signal's condition (LostSignal._cond, _set_flag).
+_SIGNAL_CONDITIONS = threading.Lock()
+
+
 class LostSignal(threading.Event):
     """Set once a lease is no longer its holder's: ``lease.lost.is_set()``, ``.wait()``.
 
@@ -63,7 +67,10 @@ class LostSignal(threading.Event):
     """
 
     def __init__(self):
-        super().__init__()
+        # Not ``Event.__init__``: its ``Condition`` is built on first use (``_cond``), since
+        # most leases are released without anyone ever waiting on their signal, and a
+        # Condition per lease is a measurable part of a lock cycle.
+        self._flag = False
         self.reason = ""
         self._guard = threading.Lock()
         self._callbacks: list[Callable[[Lease], object]] = []
@@ -71,8 +78,27 @@ class LostSignal(threading.Event):
         self._fired = False  # the callbacks ran
         self._quiet = False  # released by its holder: there is no loss to report
 
+    @property
+    def _cond(self) -> threading.Condition:
+        """The Event's condition, made by the first waiter or setter that needs it."""
+        cond = self.__dict__.get("_lazy_cond")
+        if cond is None:
+            with _SIGNAL_CONDITIONS:
+                cond = self.__dict__.setdefault("_lazy_cond", threading.Condition(threading.Lock()))
+        return cond
+
+    def _set_flag(self) -> None:
+        """``Event.set`` without making a condition that nobody waits on: with none made
+        (under the guard that makes them), no thread can be waiting, so the flag alone
+        will do; a waiter that comes later reads it."""
+        with _SIGNAL_CONDITIONS:
+            if "_lazy_cond" not in self.__dict__:
+                self._flag = True
+                return
+        super().set()
+
     def __bool__(self) -> bool:
-        return self.is_set()
+        return self._flag
 
     def __repr__(self) -> str:
         return f"<LostSignal {'set: ' + self.reason if self.is_set() else 'not set'}>"
@@ -94,10 +120,10 @@ class LostSignal(threading.Event):
         """Set the signal once; with ``notify``, run the callbacks, each once. Return
         whether this call set it."""
         with self._guard:
-            newly = not super().is_set()
+            newly = not self._flag
             if newly:
                 self.reason = reason
-                super().set()
+                self._set_flag()
             if not notify:
                 self._quiet = True
                 return newly
@@ -172,7 +198,7 @@ class Lease(AsyncLeaseMixin):
         """``HELD``, ``UNCERTAIN`` or ``LOST``, by what Redis last said and this process's
         monotonic clock. Reading it past the TTL makes the lease ``LOST`` (and runs the
         ``on_lost`` callbacks, once) — as ``check()`` and the keep-alives do."""
-        if self.lost.is_set():
+        if self.lost._flag:
             return LeaseState.LOST
         now = time.monotonic()
         if now < self._monotonic_deadline and self._doubt is None:
@@ -262,14 +288,15 @@ class Lease(AsyncLeaseMixin):
         self._done_with()
         with tracing.operation_span("locking.release", self.resource, token=self.token) as span:
             try:
-                released = bool(
+                released = (
                     self._lock.scripts.release(keys=[lock_key(self.resource)], args=[self._value])
+                    == 1
                 )
             except RedisError as exc:
                 self._release_failed(exc)
                 released = False
             span.set_attribute(tracing.RELEASED, released)
-        self._mark_lost("released", notify=False)
+        self.lost._mark("released", notify=False)  # no loss to log or count: quietly
         return released
 
     def _release_failed(self, exc: Exception) -> None:

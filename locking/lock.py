@@ -15,6 +15,7 @@ locking/operators.py.
 """
 
 import contextlib
+import functools
 import logging
 import secrets
 import time
@@ -47,6 +48,12 @@ from locking.lease import AuditHook, Lease
 from locking.scripts import ACQUIRE_LUA, scripts_for
 
 logger = logging.getLogger(__name__)
+
+
+@functools.lru_cache(maxsize=64)
+def _ttl_of(ttl_ms: int) -> timedelta:
+    # A handful of TTLs per deployment: one timedelta each, not one per grant.
+    return timedelta(milliseconds=ttl_ms)
 
 
 class FenceLock(AsyncFenceLockMixin):
@@ -164,7 +171,7 @@ class FenceLock(AsyncFenceLockMixin):
                 expires_at=from_ms(acquired_ms + ttl_ms),
                 _lock=self,
                 _value=value,
-                _ttl=timedelta(milliseconds=ttl_ms),
+                _ttl=_ttl_of(ttl_ms),
                 # Counted from before the request was sent, the lease is surely still ours
                 # until then (never later than Redis's own expiry); counted from the
                 # reply, it is surely gone after _expired_by.
@@ -172,7 +179,8 @@ class FenceLock(AsyncFenceLockMixin):
                 _expired_by=time.monotonic() + ttl_ms / 1000,
                 audit=audit,
             )
-            logger.debug("lease granted", extra={"resource": resource, "token": token})
+            if logger.isEnabledFor(logging.DEBUG):  # no record built on the hot path
+                logger.debug("lease granted", extra={"resource": resource, "token": token})
             return lease
         raise busy(resource, reply)
 

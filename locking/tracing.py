@@ -8,7 +8,10 @@ The tracer is looked up through ``trace.get_tracer`` on every span, so a tracer 
 set after this module was imported (a test's, an operator's late setup) is the one used.
 Until one is set, a span is the API's non-recording ``INVALID_SPAN`` and nothing else:
 starting and ending a no-op span through the API's proxy costs a few microseconds, several
-per lock cycle, which is a few per cent of the cycle on a fast loopback.
+per lock cycle, which is a few per cent of the cycle on a fast loopback. Whether one is set
+is checked per span by reading the API's global (without its environment lookup, unless
+``OTEL_PYTHON_TRACER_PROVIDER`` names one, read at import); a provider, once seen, is
+remembered: the API lets it be set only once.
 
 Attributes (``locking.*``):
 
@@ -22,10 +25,12 @@ Attributes (``locking.*``):
 - ``locking.released``: on a release span, whether the lease was still ours.
 """
 
+import os
 from collections.abc import Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 
 from opentelemetry import trace
+from opentelemetry.environment_variables import OTEL_PYTHON_TRACER_PROVIDER
 from opentelemetry.trace import (
     INVALID_SPAN,
     NoOpTracerProvider,
@@ -57,9 +62,28 @@ def set_outcome(current: Span, outcome: Outcome) -> None:
         current.set_status(Status(StatusCode.ERROR, str(outcome)))
 
 
+_UNKNOWN = object()
+# A provider named in the environment is loaded by the API's first lookup (the long way).
+_PROVIDER_IN_ENVIRONMENT = OTEL_PYTHON_TRACER_PROVIDER in os.environ
+_provider_set = False  # once the API has a real provider it keeps it (set only once)
+
+
 def _no_provider() -> bool:
     # The API's own default until an SDK (or a test) sets a provider: every span a no-op.
-    return isinstance(trace.get_tracer_provider(), ProxyTracerProvider | NoOpTracerProvider)
+    # A provider can be set only once, so a real one seen is remembered (one global read
+    # per span on the lock's hot path instead of the API's lookup).
+    global _provider_set
+    if _provider_set:
+        return False
+    if getattr(trace, "_TRACER_PROVIDER", _UNKNOWN) is None and not _PROVIDER_IN_ENVIRONMENT:
+        # What get_tracer_provider() itself reads first, without its environment lookup
+        # (two per lock cycle, a few per cent of it); any other answer takes the long way.
+        return True
+    provider = trace.get_tracer_provider()
+    if isinstance(provider, ProxyTracerProvider | NoOpTracerProvider):
+        return True
+    _provider_set = True
+    return False
 
 
 def operation_span(

@@ -487,3 +487,33 @@ def test_a_month_outside_the_billing_window_exits_1_naming_the_range(maple, sett
     assert excinfo.value.returncode == 1
     assert str(excinfo.value).startswith("0001-01 is outside the billing window: ")
     assert_nothing_written()
+
+
+def test_two_hosts_walking_the_month_at_once_bill_every_association_exactly_once(
+    maple, oak, command_env, http_stub
+):
+    # Two cron hosts, each with two workers, started together on the same month: every
+    # association gets one completed run with one charge per unit, billed once, and both
+    # hosts exit 0 (what one skipped as held by the other, it confirms at the end).
+    add_organizations(10)
+    args = (COMMAND, "--all-orgs", "--month", MONTH_ARG, "--workers", "2", "--wait", "60")
+    hosts = [start_manage(*args, env=command_env) for _ in range(2)]
+    results = [host.communicate(timeout=120) for host in hosts]
+
+    assert [host.returncode for host in hosts] == [0, 0], results
+    expected = {
+        org.slug: (
+            "completed",
+            org.units.count(),
+            sum(u.monthly_assessment for u in org.units.all()),
+        )
+        for org in Organization.objects.all()
+    }
+    assert outcome_by_org(MONTH) == expected
+    charged = Counter(MonthlyCharge.objects.values_list("run__organization__slug", flat=True))
+    assert charged == Counter({slug: count for slug, (_, count, _) in expected.items()})
+    billed = Counter(r.json["organization"]["slug"] for r in http_stub.received)
+    assert billed == Counter(dict.fromkeys(expected, 1))
+    summaries = [stdout.splitlines()[-1] for stdout, _ in results]
+    here = [int(re.search(r"(\d+) generated here", line).group(1)) for line in summaries]
+    assert sum(here) == len(expected), summaries

@@ -47,7 +47,8 @@ class AssignVendorForm(forms.Form):
         # ended or future contract gets its own answer (with its dates) from the service;
         # the menu offers only the vendors whose contract covers today. Malformed and
         # unknown ids, and other associations' vendors, are invalid choices.
-        field.queryset = Vendor.objects.filter(contracts__organization=organization).distinct()
+        # Each vendor comes with its contracts here, which the service checks next.
+        field.queryset = Vendor.objects.with_contracts(organization)
         active = Vendor.objects.with_active_contract(organization).order_by("name")
         # A callable: the menu's query runs when a page renders it, not for every POST.
         field.choices = lambda: [("", field.empty_label), *((v.pk, _label(v)) for v in active)]

@@ -1,8 +1,12 @@
 """Vendors, their contract windows per organization, and assignments to complaints."""
 
+from datetime import date
+
 from django.conf import settings
-from django.db import models
-from django.db.models import F, Q
+from django.contrib.postgres.aggregates import JSONBAgg
+from django.db import connections, models
+from django.db.models import F, Q, Value
+from django.db.models.functions import JSONObject
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
@@ -26,6 +30,16 @@ class VendorQuerySet(TenantQuerySet):
             contracts__ends_on__gte=day,
         ).distinct()
 
+    def with_contracts(self, organization):
+        """Vendors with a contract with ``organization``, each carrying those contracts
+        from the same query (``Vendor.contracts_with(organization)`` reads them)."""
+        window = JSONObject(
+            id="contracts__id", starts_on="contracts__starts_on", ends_on="contracts__ends_on"
+        )
+        return self.filter(contracts__organization=organization).annotate(
+            contract_windows=JSONBAgg(window), contract_windows_of=Value(organization.pk)
+        )
+
 
 class Vendor(models.Model):
     name = models.CharField(_("name"), max_length=200)
@@ -39,6 +53,22 @@ class Vendor(models.Model):
 
     def __str__(self):
         return self.name
+
+    def contracts_with(self, organization) -> list["VendorContract"]:
+        """This vendor's contracts with ``organization``: those read with the vendor
+        (``Vendor.objects.with_contracts``), else one query."""
+        if getattr(self, "contract_windows_of", None) == organization.pk:
+            return [
+                VendorContract(
+                    pk=window["id"],
+                    vendor=self,
+                    organization=organization,
+                    starts_on=date.fromisoformat(window["starts_on"]),
+                    ends_on=date.fromisoformat(window["ends_on"]),
+                )
+                for window in self.contract_windows
+            ]
+        return list(VendorContract.objects.filter(vendor=self, organization=organization))
 
 
 class VendorContractQuerySet(TenantQuerySet):
@@ -77,6 +107,49 @@ class VendorAssignmentQuerySet(TenantQuerySet):
 
     def active(self):
         return self.filter(active=True)
+
+    def replace_if_active(self, seen, new: "VendorAssignment") -> str | None:
+        """Deactivate ``seen`` and insert ``new`` (unsaved; its pk is set) in one statement,
+        if ``seen`` is still its complaint's active assignment and not ``new``'s vendor's;
+        return the complaint's status, read in the same statement, or ``None`` when
+        nothing matched (then nothing was written).
+
+        A reassignment's compare-and-swap on what the caller saw. The INSERT reads its row
+        from the UPDATE's output, so the old row is deactivated before the new one meets
+        the one-active index (which is not deferrable). It runs after the fence UPDATE took
+        the complaint's row lock: the status it reads is the latest committed one and
+        cannot change before the commit.
+        """
+        table = connections[self.db].ops.quote_name(self.model._meta.db_table)
+        complaints = connections[self.db].ops.quote_name(Complaint._meta.db_table)
+        sql = f"""
+            WITH seen AS (
+                UPDATE {table} SET active = false, deactivated_at = %(at)s
+                WHERE id = %(seen)s AND complaint_id = %(complaint)s AND active
+                    AND vendor_id <> %(vendor)s
+                RETURNING complaint_id
+            )
+            INSERT INTO {table} (complaint_id, vendor_id, active, fence_token, assigned_at,
+                                 assigned_by_id, actor_label, deactivated_at)
+            SELECT complaint_id, %(vendor)s, true, %(token)s, %(at)s, %(by)s, %(label)s, NULL
+            FROM seen
+            RETURNING id, (SELECT status FROM {complaints} WHERE id = complaint_id)
+        """  # noqa: S608 - table names from the models; values are parameters
+        params = {
+            "at": new.assigned_at, "seen": seen.pk, "complaint": seen.complaint_id,
+            "vendor": new.vendor_id, "token": new.fence_token, "by": new.assigned_by_id,
+            "label": new.actor_label,
+        }  # fmt: skip
+        self._for_write = True
+        with connections[self.db].cursor() as cursor:
+            cursor.execute(sql, params)
+            row = cursor.fetchone()
+        if row is None:
+            return None
+        new.pk, status = row
+        new._state.adding, new._state.db = False, self.db
+        seen.active, seen.deactivated_at = False, new.assigned_at
+        return status
 
 
 class VendorAssignment(models.Model):

@@ -10,7 +10,10 @@ complaint's lease (``hoa.fenced``, the runner every operation shares), in this o
 3. ``fence_row`` and ``commit``, in one transaction: the fence on the complaint row first,
    then the state check on the active assignment, then deactivate the previous one (only
    with ``reassign``) and create the new one with the lease's token; an ``open`` complaint
-   becomes ``assigned`` (``hoa.complaints.record_assignment``) in the same transaction.
+   becomes ``assigned`` (``hoa.complaints.record_assignment``) in the same transaction. A
+   reassignment of the assignment the caller saw does the state check and both writes in
+   one conditional statement (``VendorAssignment.objects.replace_if_active``); when it
+   matches nothing, the state is read and answered as above, nothing having been written.
 4. ``take_back``: an attempt refused at commit after it told its vendor sends that vendor's
    dispatch a best-effort cancellation.
 
@@ -43,7 +46,7 @@ from vendors.exceptions import (
     ContractNotActive,
     RefusedAtCommit,
 )
-from vendors.models import Vendor, VendorAssignment, VendorContract
+from vendors.models import Vendor, VendorAssignment
 from vendors.operations import ASSIGNMENT, assignment_resource
 from vendors.selectors import active_assignment
 
@@ -189,6 +192,8 @@ class Assignment(FencedSteps):
         # The fence UPDATE holds the complaint's row lock until commit, so every fenced
         # writer of this complaint reads the assignment state in turn, and the complaint's
         # status read with it cannot change before we commit.
+        if (replaced := self._replace_seen(lease, looked, told)) is not None:
+            return replaced
         current = active_assignment(self.complaint, with_complaint_status=True)
         match self.next_step(current):
             case _Next.ALREADY_DONE:
@@ -208,13 +213,39 @@ class Assignment(FencedSteps):
             assignment, Outcome.COMMITTED, lease.token, current, dispatched=told is not None
         )
 
+    def _replace_seen(
+        self, lease: Lease, looked: Looked, told: Vendor | None
+    ) -> AssignmentResult | None:
+        """A reassignment whose look found the assignment the caller saw: deactivate it and
+        insert the new one in one conditional statement (the state check and both writes).
+        ``None`` when it matched nothing (another vendor is active, or the one asked for,
+        or none): ``commit`` then reads the state and answers as it would have, nothing
+        having been written."""
+        seen = self.replacing
+        if not (self.reassign and seen is not None and looked.needs_call):
+            return None
+        assignment = self._new_assignment(lease.token, timezone.now())
+        status = VendorAssignment.objects.replace_if_active(seen, assignment)
+        if status is None:
+            return None
+        self._record(assignment, status)
+        return AssignmentResult(
+            assignment, Outcome.COMMITTED, lease.token, seen, dispatched=told is not None
+        )
+
     def _replace(self, current: VendorAssignment | None, token: int) -> VendorAssignment:
         now = timezone.now()
         if current is not None:
             # Before the insert: the one-active-per-complaint index is not deferrable.
             VendorAssignment.objects.filter(pk=current.pk).update(active=False, deactivated_at=now)
             current.active, current.deactivated_at = False, now
-        assignment = VendorAssignment.objects.create(
+        assignment = self._new_assignment(token, now)
+        assignment.save(force_insert=True)
+        self._record(assignment, current.complaint_status if current is not None else None)
+        return assignment
+
+    def _new_assignment(self, token: int, now) -> VendorAssignment:
+        return VendorAssignment(
             complaint=self.complaint,
             vendor=self.vendor,
             fence_token=token,
@@ -222,16 +253,17 @@ class Assignment(FencedSteps):
             assigned_by=self.actor,
             actor_label=self.by,
         )
+
+    def _record(self, assignment: VendorAssignment, status: str | None) -> None:
         # Same transaction, after the fence: an open complaint becomes assigned.
         record_assignment(
             complaint=self.complaint,
             actor=self.actor,
             actor_label=self.by,
             note=answers.assigned_note(assignment),
-            at=now,
-            status=current.complaint_status if current is not None else None,
+            at=assignment.assigned_at,
+            status=status,
         )
-        return assignment
 
     def take_back(self, lease: Lease, looked: Looked, refusal: RefusedAtCommit) -> str:
         try:
@@ -300,7 +332,7 @@ def _look_before_calling(
 
 
 def _check_contract(vendor: Vendor, organization: Organization, day: date) -> None:
-    contracts = list(VendorContract.objects.filter(vendor=vendor, organization=organization))
+    contracts = vendor.contracts_with(organization)
     if any(contract.covers(day) for contract in contracts):
         return
     upcoming = [c for c in contracts if c.starts_on > day]

@@ -25,7 +25,7 @@ from bench.environment import BASE_DIR, start_stand_in
 from bench.measure import check, result, since_us, time_and_count
 from charges.models import MonthlyCharge, MonthlyChargeRun
 from charges.services import generate_monthly_charges
-from hoa.models import Complaint, Organization, Unit
+from hoa.models import Complaint, Organization, Unit, default_time_zone
 from vendors.models import VendorAssignment, VendorContract
 from vendors.services import assign_vendor
 
@@ -234,8 +234,11 @@ def _copy_associations(count: int) -> list[int]:
     units = [f"\tU{n:05d}\t{150 + n % 100}\n" for n in range(1, UNITS_PER_ASSOCIATION + 1)]
     with connection.cursor() as django_cursor:
         cursor = django_cursor.cursor  # psycopg's own, for COPY
-        columns = "name, slug, sla_hours_high, sla_hours_normal, sla_hours_low, created_at"
-        rows = (f"{slug}\t{slug}\t24\t72\t168\t{now}\n" for slug in slugs)
+        columns = (
+            "name, slug, sla_hours_high, sla_hours_normal, sla_hours_low, created_at, time_zone"
+        )
+        zone = default_time_zone()  # COPY fills no model defaults: the column has none in SQL
+        rows = (f"{slug}\t{slug}\t24\t72\t168\t{now}\t{zone}\n" for slug in slugs)
         _copy_in(cursor, f"hoa_organization ({columns})", rows)
         cursor.execute("SELECT id FROM hoa_organization WHERE slug = ANY(%s) ORDER BY id", [slugs])
         ids = [org_id for (org_id,) in cursor.fetchall()]
@@ -255,11 +258,12 @@ def _delete_associations(month) -> None:
             cursor.execute(statement, patterns)
 
 
-def _run_commands(hosts: int, month) -> list[int]:
+def _run_commands(hosts: int, month, workers: int = 2) -> list[int]:
     """``hosts`` cron runs of the command at once, billing to a stand-in; their exit codes."""
     billing, billing_url = start_stand_in("billing")
     command = [
-        sys.executable, "manage.py", "generate_monthly_charges", "--all-orgs", "--workers", "2",
+        sys.executable, "manage.py", "generate_monthly_charges", "--all-orgs",
+        "--workers", str(workers),
         "--month", f"{month:%Y-%m}", "--actor", MONTH_START_ACTOR,
     ]  # fmt: skip
     env = {**os.environ, "BILLING_WEBHOOK_URL": billing_url}
@@ -270,8 +274,11 @@ def _run_commands(hosts: int, month) -> list[int]:
     return codes
 
 
-def month_start(*, variant: str, associations: int) -> dict:
-    """Bill one new month for ``associations`` x 200 units; time it, check it, clean up."""
+def month_start(*, variant: str, associations: int, workers: int = 2) -> dict:
+    """Bill one new month for ``associations`` x 200 units; time it, check it, clean up.
+
+    ``variant``: ``baseline`` (the plain 2-process COPY loop), ``ours`` (one host, the
+    command with ``workers`` processes) or ``two_hosts`` (two such commands at once)."""
     month = fixtures.month(3600)  # 2301-01: no other case bills it
     _delete_associations(month)  # what a crashed earlier process may have left
     ids = _copy_associations(associations)
@@ -285,7 +292,7 @@ def month_start(*, variant: str, associations: int) -> dict:
             with multiprocessing.get_context("fork").Pool(2) as pool:
                 pool.map(copy_month, [Organization(pk=org_id) for org_id in ids], chunksize=1)
         else:
-            codes = _run_commands(2 if variant == "two_hosts" else 1, month)
+            codes = _run_commands(2 if variant == "two_hosts" else 1, month, workers)
         elapsed = since_us(started)
         with connection.cursor() as cursor:
             cursor.execute(MONTH_START_CHECK_SQL, [month, f"{MONTH_START_SLUG}%"])
