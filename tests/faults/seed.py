@@ -147,6 +147,7 @@ def seed_world(*, users: int = 24) -> World:
 
 def open_sessions(usernames: list[str]) -> dict[str, str]:
     """Create a logged-in database session per user, as ``login()`` would; return the keys."""
+    from django.conf import settings
     from django.contrib.auth import (
         BACKEND_SESSION_KEY,
         HASH_SESSION_KEY,
@@ -159,7 +160,7 @@ def open_sessions(usernames: list[str]) -> dict[str, str]:
     for user in get_user_model().objects.filter(username__in=usernames):
         store = SessionStore()
         store[SESSION_KEY] = str(user.pk)
-        store[BACKEND_SESSION_KEY] = "django.contrib.auth.backends.ModelBackend"
+        store[BACKEND_SESSION_KEY] = settings.AUTHENTICATION_BACKENDS[0]
         store[HASH_SESSION_KEY] = user.get_session_auth_hash()
         store.create()
         sessions[user.username] = store.session_key
