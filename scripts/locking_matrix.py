@@ -163,6 +163,7 @@ timeout = 300
 markers =
     browser: drives a real Chromium through Playwright
     slow: takes more than a few seconds
+    private_redis: acts on the whole Redis server: gets a redis-server of its own
 """
 
 

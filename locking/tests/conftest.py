@@ -41,6 +41,7 @@ def subprocess_env(transactional_db):
     return env
 
 
+@pytest.hookimpl(optionalhook=True)  # pytest-xdist may be absent (the wheel's matrix)
 def pytest_xdist_make_scheduler(config, log):
     """Modules in an ``xdist_group`` run on one worker (see locking/tests/workers.py)."""
     return make_group_scheduler(config, log)
