@@ -17,16 +17,23 @@ ROOT = Path(__file__).resolve().parent.parent
 CHECK = runpy.run_path(str(ROOT / "scripts" / "check_wheel.py"))
 DIST_INFO = CHECK["DIST_INFO"]
 
+# One worker runs the module, so the wheel is built once per run: setuptools builds in the
+# checkout (build/, *.egg-info), and two workers building at once trip over each other's
+# files (CI failed so once: "pip wheel ... returned non-zero exit status 1").
+pytestmark = pytest.mark.xdist_group("dist")
+
 
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("dist")
-    subprocess.run(
+    build = subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "-w", str(out), str(ROOT)],
-        check=True,
+        check=False,
         timeout=300,
         capture_output=True,
+        text=True,
     )
+    assert build.returncode == 0, f"pip wheel failed:\n{build.stdout}\n{build.stderr}"
     (built,) = out.glob("*.whl")
     return built
 
