@@ -170,6 +170,27 @@ def subprocess_env(transactional_db, settings):
     return env
 
 
+def pytest_runtest_setup(item):
+    """Start each test on a live database connection, even if the last one lost its own.
+
+    The project's read timeout (hoa.ops.postgresql) closes a connection that waited too
+    long. Django reconnects at the next request, but a test worker has no requests between
+    tests: without this, one slow statement on a loaded machine would fail every later test
+    of that worker with "the connection is closed" instead of failing once.
+    """
+    from django.db import connections
+
+    for connection in connections.all(initialized_only=True):
+        if connection.connection is not None and connection.connection.closed:
+            # Closed inside pytest-django's atomic block, whose rollback then failed: the
+            # block is gone with the connection, so forget it and let close() drop it.
+            connection.in_atomic_block = False
+            connection.savepoint_ids = []
+            connection.needs_rollback = False
+            connection.closed_in_transaction = False
+            connection.close()
+
+
 @pytest.hookimpl(optionalhook=True)  # pytest-xdist may be absent (the wheel's matrix)
 def pytest_xdist_make_scheduler(config, log):
     """Modules in an ``xdist_group`` run on one worker (see locking/tests/workers.py)."""

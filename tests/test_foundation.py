@@ -5,6 +5,7 @@ import os
 import sys
 from decimal import Decimal
 
+import psycopg
 import pytest
 from django.core.management import call_command
 from django.db import IntegrityError, transaction
@@ -14,7 +15,7 @@ from charges.models import MonthlyCharge, MonthlyChargeRun
 from hoa.demo import seed_demo
 from hoa.models import Complaint, Notice, Organization, StaffMembership, Unit
 from tests.harness.net import closed_port
-from tests.harness.processes import run_child, run_manage
+from tests.harness.processes import django_database_url, run_child, run_manage
 from tests.harness.waiting import wait_until
 from tests.vendors_support import active_vendor
 from vendors.models import Vendor, VendorAssignment, VendorContract
@@ -100,9 +101,11 @@ def test_commands_refuse_an_unmigrated_database_with_one_line():
     settings_dict = connection.settings_dict
     # Named after this run's test database: each pytest-xdist worker has its own.
     unmigrated = f"{settings_dict['NAME']}_unmigrated"
-    with connection.cursor() as cursor:
-        cursor.execute(f'DROP DATABASE IF EXISTS "{unmigrated}"')
-        cursor.execute(f'CREATE DATABASE "{unmigrated}"')
+    # On a connection of its own, without the project's 30 s read timeout: CREATE DATABASE
+    # waits for a checkpoint-sized write, and on a loaded machine it once took longer.
+    with psycopg.connect(django_database_url(), autocommit=True) as admin:
+        admin.execute(f'DROP DATABASE IF EXISTS "{unmigrated}"')
+        admin.execute(f'CREATE DATABASE "{unmigrated}"')
     try:
         url = (
             f"postgres://{settings_dict['USER']}@{settings_dict['HOST']}:{settings_dict['PORT']}"
@@ -112,8 +115,8 @@ def test_commands_refuse_an_unmigrated_database_with_one_line():
             "generate_monthly_charges", "--org", "maple-court", DEBUG="1", DATABASE_URL=url
         )
     finally:
-        with connection.cursor() as cursor:
-            cursor.execute(f'DROP DATABASE IF EXISTS "{unmigrated}"')
+        with psycopg.connect(django_database_url(), autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{unmigrated}"')
     assert result.returncode == 1
     assert result.stderr.startswith("CommandError: The database is missing ")
     assert result.stderr.strip().endswith("run `python manage.py migrate` first.")
