@@ -127,7 +127,9 @@ class AttemptAudit:
         connection.on_commit(lambda: setattr(self, "_written", lease.token))
 
     def finished(self, result: object, lease: "Lease") -> None:
-        outcome = result.outcome if isinstance(result, HasOutcome) else Outcome.COMMITTED
+        # ``isinstance(result, HasOutcome)`` by hand: a runtime Protocol check costs ~7 µs
+        # per call here, a measurable part of a fenced write.
+        outcome = getattr(result, "outcome", Outcome.COMMITTED)
         self._record(outcome, lease.token, written=self._written == lease.token)
 
     def refused(self, exc: HasOutcome, lease: "Lease | None") -> None:
