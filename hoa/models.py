@@ -5,7 +5,7 @@ from zoneinfo import ZoneInfo, available_timezones
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
-from django.db import models
+from django.db import connections, models
 from django.db.models import Q
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
@@ -156,6 +156,42 @@ class ComplaintQuerySet(TenantQuerySet):
         return self.open().filter(
             sla_breached_at__isnull=True, sla_due_at__lt=now or timezone.now()
         )
+
+    def move_recorded(
+        self, complaint_id: int, *, from_status: str, to_status: str, event: dict
+    ) -> bool:
+        """Move the complaint from ``from_status`` to ``to_status`` and record it as a
+        ``status_changed`` event, in one statement; return whether it moved (nothing is
+        written otherwise). ``event``: the event's ``detail``, ``at``, ``actor_id`` and
+        ``actor_label``. The event row is inserted from the UPDATE's output, so it exists
+        exactly when the status moved."""
+        connection = connections[self.db]
+        quote = connection.ops.quote_name
+        complaints = quote(Complaint._meta.db_table)
+        events = quote(ComplaintEvent._meta.db_table)
+        sql = f"""
+            WITH moved AS (
+                UPDATE {complaints} SET status = %(to)s
+                WHERE id = %(complaint)s AND status = %(from)s
+                RETURNING id
+            )
+            INSERT INTO {events} (complaint_id, kind, detail, at, actor_id, actor_label,
+                                  from_status, to_status, old_due_at, new_due_at)
+            SELECT id, %(kind)s, %(detail)s, %(at)s, %(actor)s, %(label)s, %(from)s, %(to)s,
+                   NULL, NULL
+            FROM moved
+            RETURNING id
+        """  # noqa: S608 - table names from the models; values are parameters
+        params = {
+            "complaint": complaint_id, "from": from_status, "to": to_status,
+            "kind": ComplaintEvent.Kind.STATUS_CHANGED, "detail": event.get("detail", ""),
+            "at": event["at"], "actor": event.get("actor_id"),
+            "label": event.get("actor_label", ""),
+        }  # fmt: skip
+        self._for_write = True
+        with connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            return cursor.fetchone() is not None
 
 
 class Complaint(FencedModel):

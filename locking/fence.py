@@ -10,13 +10,17 @@ be inside an atomic block). Thread-sensitive is the thread Django's async ORM us
 block shares its connection.
 """
 
+import functools
 import logging
 from collections.abc import Callable
-from typing import TypeVar
+from dataclasses import dataclass
+from typing import NoReturn, TypeVar
 
 from asgiref.sync import sync_to_async
+from django.core.exceptions import EmptyResultSet
 from django.db import connections, transaction
-from django.db.models import Exists
+from django.db.models.expressions import Col
+from django.db.models.lookups import Exact
 from django.db.transaction import TransactionManagementError
 
 from locking import tracing
@@ -59,23 +63,35 @@ def advance_fence(queryset, token, *, resource: str | None = None) -> None:
 
 
 def _advance(queryset, token: int, resource: str | None) -> None:
-    # The token comparison must sit in the UPDATE's own WHERE, on the row being updated:
-    # only that is re-checked against the committed row after waiting for its lock. A
-    # queryset filtering across a relation would make Django move the whole WHERE into an
-    # "id IN (SELECT …)" subquery, evaluated once on the old snapshot, and a stale holder
-    # blocked behind a newer one would then overwrite the newer token.
-    rows = queryset.model._base_manager.using(queryset.db).filter(pk__in=queryset.values("pk"))
-    rows = rows.filter(last_fence_token__lt=token)
+    # The token comparison and the epoch check must sit in the UPDATE's own WHERE, on the
+    # row being updated: only that is re-checked against the committed row after waiting
+    # for its lock (READ COMMITTED). Inside an "id IN (SELECT …)" subquery, evaluated once
+    # on the old snapshot, a stale holder blocked behind a newer one would overwrite the
+    # newer token. So the queryset only picks the row (its pk: given outright for a plain
+    # pk filter, else its filters, relations included, in such a subquery), and the
+    # statement, built once per model, compares the token on the row itself.
+    connection = connections[queryset.db]
+    statement = _fence_statement(queryset.model, connection.alias)
+    try:
+        if (pk := _plain_pk(queryset, statement, connection)) is not None:
+            sql, params = statement.by_pk, [token, pk, token]
+        else:
+            subquery, subquery_params = _pk_subquery(queryset, connection.alias)
+            sql = statement.by_subquery_head + subquery + statement.by_subquery_tail
+            params = [token, *subquery_params, token]
+    except EmptyResultSet:  # ``.none()``, a pk out of the column's range: no row matches
+        _refuse(queryset, token, resource, updated=0)
     if resource is not None:
-        from locking.models import FenceEpoch  # models load after the app registry
+        sql += statement.no_newer_epoch
+        params += [resource, epoch_of(token)]
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        updated = cursor.rowcount
+    if updated != 1:
+        _refuse(queryset, token, resource, updated)
 
-        newer_epoch = FenceEpoch.objects.using(queryset.db).filter(
-            resource=resource, epoch__gt=epoch_of(token)
-        )
-        rows = rows.exclude(Exists(newer_epoch))
-    updated = rows.update(last_fence_token=token)
-    if updated == 1:
-        return
+
+def _refuse(queryset, token: int, resource: str | None, updated: int) -> NoReturn:
     if updated > 1:
         # The caller's atomic block rolls back all the rows just touched.
         raise ValueError(f"advance_fence() needs a queryset of one row; it matched {updated}")
@@ -87,6 +103,91 @@ def _advance(queryset, token: int, resource: str | None) -> None:
     if recorded < token and resource is not None:
         raise StaleFencingToken(token, recorded, epoch=current_epoch(resource, using=queryset.db))
     raise StaleFencingToken(token, recorded)
+
+
+@dataclass(frozen=True)
+class _FenceStatement:
+    """The fence UPDATE of one model, as SQL built once (``_fence_statement``).
+
+    ``by_pk``: ``UPDATE t SET last_fence_token = %s WHERE t.pk = %s AND t.last_fence_token
+    < %s``; ``by_subquery_head`` + the pk subquery + ``by_subquery_tail``: the same with
+    ``t.pk IN (subquery)``; ``no_newer_epoch`` is appended when the resource is known:
+    ``AND NOT EXISTS (SELECT 1 FROM locking_fenceepoch WHERE resource = %s AND epoch > %s)``.
+    """
+
+    owner: type  # the concrete model whose table holds ``last_fence_token``
+    by_pk: str
+    by_subquery_head: str
+    by_subquery_tail: str
+    no_newer_epoch: str
+
+
+@functools.cache
+def _fence_statement(model, alias: str) -> _FenceStatement:
+    from locking.models import FenceEpoch  # models load after the app registry
+
+    quote = connections[alias].ops.quote_name
+    # The table that holds the column (a multi-table child's parent, if it declared it).
+    owner = model._meta.get_field("last_fence_token").model._meta.concrete_model
+    table = quote(owner._meta.db_table)
+    pk = f"{table}.{quote(owner._meta.pk.column)}"
+    fence = quote(owner._meta.get_field("last_fence_token").column)
+    update = f"UPDATE {table} SET {fence} = %s WHERE {pk} "  # noqa: S608 - quoted names
+    tail = f" AND {table}.{fence} < %s"
+    epochs = FenceEpoch._meta
+    no_newer_epoch = (
+        f" AND NOT EXISTS (SELECT 1 FROM {quote(epochs.db_table)}"  # noqa: S608 - quoted names
+        f" WHERE {quote(epochs.get_field('resource').column)} = %s"
+        f" AND {quote(epochs.get_field('epoch').column)} > %s)"
+    )
+    return _FenceStatement(
+        owner=owner,
+        by_pk=update + "= %s" + tail,
+        by_subquery_head=update + "IN (",
+        by_subquery_tail=")" + tail,
+        no_newer_epoch=no_newer_epoch,
+    )
+
+
+def _plain_pk(queryset, statement: _FenceStatement, connection):
+    """The pk of ``Model.objects.filter(pk=value)`` (one exact pk filter on the table of
+    the fence column, nothing else), as the database takes it; else ``None``. For such a
+    queryset ``pk IN (SELECT pk … WHERE pk = value)`` is ``pk = value``. Raises
+    ``EmptyResultSet`` when no row can have that pk (an integer out of the column's range).
+    """
+    query = queryset.query
+    where = query.where
+    if (
+        len(where.children) != 1
+        or where.negated
+        or len(query.alias_map) != 1
+        or query.combinator
+        or query.is_sliced
+        or query.distinct
+        or query.model._meta.concrete_model is not statement.owner
+    ):
+        return None
+    lookup = where.children[0]
+    if (
+        not isinstance(lookup, Exact)
+        or not isinstance(lookup.lhs, Col)
+        or lookup.lhs.alias != query.base_table
+        or lookup.lhs.target is not statement.owner._meta.pk
+    ):
+        return None
+    # The lookup's own preparation of its value (Django's field-specific exact lookups
+    # refuse an out-of-range integer, or compare with an expression: no fast path then).
+    rhs_sql, rhs_params = lookup.process_rhs(query.get_compiler(connection=connection), connection)
+    if rhs_sql != "%s" or len(rhs_params) != 1 or rhs_params[0] is None:
+        return None
+    return rhs_params[0]
+
+
+def _pk_subquery(queryset, alias: str) -> tuple[str, tuple]:
+    """``SELECT pk FROM … WHERE …`` of ``queryset``, compiled for its own database."""
+    query = queryset.values("pk").query
+    query.clear_ordering(force=False)  # kept when it decides which rows a slice takes
+    return query.get_compiler(using=alias).as_sql()
 
 
 async def aadvance_fence(

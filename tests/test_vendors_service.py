@@ -178,6 +178,33 @@ def test_a_reassignment_makes_at_most_seven_database_round_trips(
     ] == [green]
 
 
+def test_a_first_assignment_makes_at_most_nine_database_round_trips(
+    complaint, maple, pipe, alice, django_assert_max_num_queries
+):
+    # As above, the actor's checks already made (on another complaint). A new complaint's
+    # first grant records its first fence epoch; then: contract, epoch, look, BEGIN, fence,
+    # the conditional insert (no active assignment; reading the complaint's status), the
+    # status change with its event (one statement), audit, COMMIT.
+    other = Complaint.objects.create(organization=maple, unit=maple.units.first(), title="Gate")
+    assign_vendor(complaint=other, vendor=pipe, actor=alice)
+
+    with django_assert_max_num_queries(9), round_trips(connection) as trips:
+        result = assign_vendor(complaint=complaint, vendor=pipe, actor=alice)
+
+    assert trips.count == 9
+    assert (result.outcome, result.token, result.replaced) == ("committed", 1, None)
+    assert Complaint.objects.get(pk=complaint.pk).status == "assigned"
+    [event] = complaint.events.filter(kind="status_changed")
+    assert (event.from_status, event.to_status, event.actor, event.actor_label) == (
+        "open",
+        "assigned",
+        alice,
+        "alice",
+    )
+    assert event.detail == "Pipe Pros assigned."
+    assert [a.pk for a in active_assignments(complaint)] == [result.assignment.pk]
+
+
 def test_a_reassignment_whose_seen_assignment_was_replaced_meanwhile_writes_nothing(
     complaint, pipe, green, alice
 ):

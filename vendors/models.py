@@ -151,6 +151,40 @@ class VendorAssignmentQuerySet(TenantQuerySet):
         seen.active, seen.deactivated_at = False, new.assigned_at
         return status
 
+    def insert_if_none_active(self, new: "VendorAssignment") -> str | None:
+        """Insert ``new`` (unsaved; its pk is set) in one statement if its complaint has no
+        active assignment; return the complaint's status, read in the same statement, or
+        ``None`` when one is active (then nothing was written).
+
+        A first assignment's state check and write. Like ``replace_if_active`` it runs
+        after the fence UPDATE took the complaint's row lock: every fenced writer of the
+        complaint runs it in turn, each statement reading what the previous one committed.
+        """
+        table = connections[self.db].ops.quote_name(self.model._meta.db_table)
+        complaints = connections[self.db].ops.quote_name(Complaint._meta.db_table)
+        sql = f"""
+            INSERT INTO {table} (complaint_id, vendor_id, active, fence_token, assigned_at,
+                                 assigned_by_id, actor_label, deactivated_at)
+            SELECT %(complaint)s, %(vendor)s, true, %(token)s, %(at)s, %(by)s, %(label)s, NULL
+            WHERE NOT EXISTS (
+                SELECT 1 FROM {table} WHERE complaint_id = %(complaint)s AND active
+            )
+            RETURNING id, (SELECT status FROM {complaints} WHERE id = complaint_id)
+        """  # noqa: S608 - table names from the models; values are parameters
+        params = {
+            "complaint": new.complaint_id, "vendor": new.vendor_id, "token": new.fence_token,
+            "at": new.assigned_at, "by": new.assigned_by_id, "label": new.actor_label,
+        }  # fmt: skip
+        self._for_write = True
+        with connections[self.db].cursor() as cursor:
+            cursor.execute(sql, params)
+            row = cursor.fetchone()
+        if row is None:
+            return None
+        new.pk, status = row
+        new._state.adding, new._state.db = False, self.db
+        return status
+
 
 class VendorAssignment(models.Model):
     """A vendor sent to a complaint. At most one is active per complaint (partial unique)."""

@@ -12,7 +12,8 @@ complaint's lease (``hoa.fenced``, the runner every operation shares), in this o
    with ``reassign``) and create the new one with the lease's token; an ``open`` complaint
    becomes ``assigned`` (``hoa.complaints.record_assignment``) in the same transaction. A
    reassignment of the assignment the caller saw does the state check and both writes in
-   one conditional statement (``VendorAssignment.objects.replace_if_active``); when it
+   one conditional statement (``VendorAssignment.objects.replace_if_active``), and so does
+   an assignment whose look found none active (``insert_if_none_active``); when it
    matches nothing, the state is read and answered as above, nothing having been written.
 4. ``take_back``: an attempt refused at commit after it told its vendor sends that vendor's
    dispatch a best-effort cancellation.
@@ -194,6 +195,8 @@ class Assignment(FencedSteps):
         # status read with it cannot change before we commit.
         if (replaced := self._replace_seen(lease, looked, told)) is not None:
             return replaced
+        if (first := self._assign_first(lease, looked, told)) is not None:
+            return first
         current = active_assignment(self.complaint, with_complaint_status=True)
         match self.next_step(current):
             case _Next.ALREADY_DONE:
@@ -231,6 +234,23 @@ class Assignment(FencedSteps):
         self._record(assignment, status)
         return AssignmentResult(
             assignment, Outcome.COMMITTED, lease.token, seen, dispatched=told is not None
+        )
+
+    def _assign_first(
+        self, lease: Lease, looked: Looked, told: Vendor | None
+    ) -> AssignmentResult | None:
+        """An assignment whose look found none active: insert it if there still is none, the
+        state check and the write in one conditional statement. ``None`` when one became
+        active meanwhile: ``commit`` then reads the state and answers, nothing written."""
+        if not (looked.current is None and looked.needs_call):
+            return None
+        assignment = self._new_assignment(lease.token, timezone.now())
+        status = VendorAssignment.objects.insert_if_none_active(assignment)
+        if status is None:
+            return None
+        self._record(assignment, status)
+        return AssignmentResult(
+            assignment, Outcome.COMMITTED, lease.token, dispatched=told is not None
         )
 
     def _replace(self, current: VendorAssignment | None, token: int) -> VendorAssignment:

@@ -306,19 +306,12 @@ def record_assignment(
         raise RuntimeError("record_assignment runs inside the assignment's transaction")
     if status is not None and status != Status.OPEN:
         return False
-    moved = Complaint.objects.filter(pk=complaint.pk, status=Status.OPEN).update(
-        status=Status.ASSIGNED
+    # The move and its event in one statement: the event exists exactly when it moved.
+    actor_id = actor.pk if actor is not None else None
+    event = {"detail": note, "at": at, "actor_id": actor_id, "actor_label": actor_label}
+    moved = Complaint.objects.move_recorded(
+        complaint.pk, from_status=Status.OPEN, to_status=Status.ASSIGNED, event=event
     )
     if moved:
-        ComplaintEvent.objects.create(
-            complaint=complaint,
-            kind=ComplaintEvent.Kind.STATUS_CHANGED,
-            from_status=Status.OPEN,
-            to_status=Status.ASSIGNED,
-            detail=note,
-            actor=actor,
-            actor_label=actor_label,
-            at=at,
-        )
         complaint.status = Status.ASSIGNED
-    return bool(moved)
+    return moved

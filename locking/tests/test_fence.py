@@ -13,6 +13,7 @@ from datetime import timedelta
 import pytest
 from django.db import connection, transaction
 from django.db.transaction import TransactionManagementError
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from locking import FenceLock, StaleFencingToken, advance_fence
@@ -97,6 +98,44 @@ def test_advance_fence_works_with_a_queryset_that_joins_other_tables(thing):
     with pytest.raises(StaleFencingToken), transaction.atomic():
         advance_fence(joined, 3)
     assert token_of(thing) == 4
+
+
+@pytest.mark.django_db
+def test_a_plain_pk_filter_is_fenced_by_one_update_comparing_on_the_row_itself(thing):
+    table = connection.ops.quote_name(FencedThing._meta.db_table)
+    with CaptureQueriesContext(connection) as queries, transaction.atomic():
+        advance_fence(FencedThing.objects.filter(pk=thing.pk), 7, resource=RESOURCE)
+    [fence] = [q["sql"] for q in queries.captured_queries if q["sql"].startswith("UPDATE")]
+    assert f'WHERE {table}."id" = {thing.pk} AND {table}."last_fence_token" < 7' in fence
+    assert "AND NOT EXISTS (SELECT 1 FROM" in fence
+    assert "IN (SELECT" not in fence
+    assert token_of(thing) == 7
+
+
+@pytest.mark.django_db
+def test_any_other_queryset_picks_its_row_in_a_subquery_and_compares_on_the_row(thing, box):
+    table = connection.ops.quote_name(FencedThing._meta.db_table)
+    other = FencedThing.objects.create(name="Broken gate", box=box)
+    # Ordered and sliced: the subquery keeps its ORDER BY, which decides the row it takes.
+    first_by_name = FencedThing.objects.filter(box=box).order_by("name")[:1]
+    with CaptureQueriesContext(connection) as queries, transaction.atomic():
+        advance_fence(first_by_name, 3, resource=RESOURCE)
+    [fence] = [q["sql"] for q in queries.captured_queries if q["sql"].startswith("UPDATE")]
+    assert f'WHERE {table}."id" IN (SELECT' in fence
+    assert f') AND {table}."last_fence_token" < 3 AND NOT EXISTS' in fence
+    assert (token_of(other), token_of(thing)) == (3, 0)
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    "empty",
+    [FencedThing.objects.none, lambda: FencedThing.objects.filter(pk=2**70)],
+    ids=["none", "pk-out-of-range"],
+)
+def test_advance_fence_on_a_queryset_that_cannot_match_raises_does_not_exist(thing, empty):
+    with pytest.raises(FencedThing.DoesNotExist), transaction.atomic():
+        advance_fence(empty(), 5)
+    assert token_of(thing) == 0
 
 
 # --- concurrency: two connections, one row ----------------------------------------------

@@ -12,6 +12,7 @@ import pytest
 import redis
 from django.db import transaction
 from django.db.transaction import TransactionManagementError
+from django.utils import timezone
 
 from locking import (
     Attempt,
@@ -117,6 +118,7 @@ def test_record_committed_writes_the_audit_row_in_the_work_transaction_once(thin
             seen_inside.append(FenceEvent.objects.for_resource(resource).count())
         return lease.token
 
+    before = timezone.now()
     assert run_fenced(resource, work, ttl=TTL, attempt=ALICE) == 1
 
     assert seen_inside == [1]
@@ -128,6 +130,28 @@ def test_record_committed_writes_the_audit_row_in_the_work_transaction_once(thin
         "org:1",
         "192.0.2.7",
     )
+    assert before <= event.at <= timezone.now()
+
+
+def test_record_committed_that_cannot_be_written_raises_there_and_nothing_commits(thing, resource):
+    # An address the inet column refuses (Django's adapter, before the INSERT is sent): the
+    # audit row fails inside the work's transaction, which must abort with it rather than
+    # commit the write unrecorded.
+    garbled = Attempt(actor="alice", operation="assign_vendor", scope="org:1", ip="not-an-ip")
+    reached: list[str] = []
+
+    def work(lease):
+        with transaction.atomic():
+            advance_fence(FencedThing.objects.filter(pk=thing.pk), lease)
+            lease.record_committed()
+            reached.append("after the audit row")
+
+    with pytest.raises(ValueError, match="not-an-ip"):
+        run_fenced(resource, work, ttl=TTL, attempt=garbled)
+
+    assert reached == []
+    assert db_token(thing) == 0
+    assert events(resource) == []
 
 
 def test_record_committed_rolled_back_with_the_work_leaves_the_refusal_recorded_outside(
