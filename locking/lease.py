@@ -360,12 +360,24 @@ class Lease(AsyncLeaseMixin):
         """
         self._done_with()
         if tracing.no_provider():  # the usual case: no span to open, not even a no-op one
-            released = self._release()
+            try:
+                released = (
+                    self._lock.scripts.release(keys=(lock_key(self.resource),), args=(self._value,))
+                    == 1
+                )
+            except RedisError as exc:
+                self._release_failed(exc)
+                released = False
         else:
             with tracing.operation_span("locking.release", self.resource, token=self.token) as span:
                 released = self._release()
                 span.set_attribute(tracing.RELEASED, released)
-        self._set_released()
+        # Released by its holder: LOST from now on, quietly (no loss to log, count or call
+        # back); see _set_released.
+        self._released = True
+        signal = self._lost
+        if signal is not None:
+            signal._mark("released", notify=False)
         return released
 
     def _release(self) -> bool:

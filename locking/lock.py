@@ -84,18 +84,22 @@ class FenceLock(AsyncFenceLockMixin):
         min_replicas: int | None = None,
         replica_timeout: timedelta | None = None,
     ):
-        self.client = client if client is not None else get_lock_redis()
-        # The lock's scripts on its client; its leases release and extend with them too.
-        self.scripts = scripts_for(self.client)
-        self._async_client = async_client
+        # Built per operation by run_fenced: settings and the client are read from caches
+        # (locking/conf.py, locking/connection.py), the scripts kept per client.
         self._client_given = client is not None
+        if client is None:
+            client = get_lock_redis()
+        self.client = client
+        # The lock's scripts on its client; its leases release and extend with them too.
+        self.scripts = scripts_for(client)
+        self._async_client = async_client
         # Settings are read only for what is not passed: a FenceLock with every argument
         # given works without Django settings (benchmarks, scripts).
         self.using = using or setting("LOCK_DATABASE")
-        self.min_replicas = int(
-            setting("LOCK_REDIS_MIN_REPLICAS") if min_replicas is None else min_replicas
-        )
-        if replica_timeout is None and self.min_replicas:
+        if min_replicas is None:
+            min_replicas = setting("LOCK_REDIS_MIN_REPLICAS")
+        self.min_replicas = min_replicas = int(min_replicas)
+        if replica_timeout is None and min_replicas:
             replica_timeout = timedelta(milliseconds=int(setting("LOCK_REDIS_WAIT_TIMEOUT_MS")))
         self.replica_timeout_ms = (
             max(int(replica_timeout.total_seconds() * 1000), 1) if replica_timeout else 0
@@ -148,7 +152,15 @@ class FenceLock(AsyncFenceLockMixin):
     def _try_acquire(self, resource: str, keys, ttl_ms: int, label: str, audit) -> "Lease":
         owner = new_owner()
         started = time.monotonic()
-        reply = self._grant(resource, keys, owner, ttl_ms, label, floor="")
+        if self.min_replicas:
+            reply = self._grant(resource, keys, owner, ttl_ms, label, floor="")
+        else:  # the normal grant, inlined: one EVALSHA (``_grant`` without replicas)
+            try:
+                reply = self.scripts.acquire(
+                    keys=keys, args=[owner, ttl_ms, label, "", SEEDING_CLAIM_MS]
+                )
+            except RedisError as exc:
+                raise unavailable(resource, exc) from exc
         while reply[0] == 3:
             time.sleep(seed_poll_seconds(reply))
             started = time.monotonic()
@@ -169,21 +181,28 @@ class FenceLock(AsyncFenceLockMixin):
     ) -> "Lease":
         """Turn a grant reply (1: granted, 0: held) into a ``Lease`` or ``LockHeld``."""
         if reply[0] == 1:
-            token, value, acquired_ms = int(reply[1]), reply[2], int(reply[3])
+            token = int(reply[1])
+            ttl_s = ttl_ms / 1000
+            # Positional (a keyword call costs more, and this runs on every grant): resource,
+            # token, owner, expires_at (made when first read, from _expires_ms), _lock,
+            # _value, _monotonic_deadline, lost (made when first used), _ttl, audit,
+            # _expired_by, _doubt, _expires_ms. Counted from before the request was sent,
+            # the lease is surely still ours until _monotonic_deadline (never later than
+            # Redis's own expiry); counted from the reply, surely gone after _expired_by.
             lease = Lease(
                 resource,
                 token,
                 owner,
-                _lock=self,
-                _value=value,
-                # Counted from before the request was sent, the lease is surely still ours
-                # until then (never later than Redis's own expiry); counted from the
-                # reply, it is surely gone after _expired_by.
-                _monotonic_deadline=started + ttl_ms / 1000,
-                _ttl=_ttl_of(ttl_ms),
-                audit=audit,
-                _expired_by=time.monotonic() + ttl_ms / 1000,
-                _expires_ms=acquired_ms + ttl_ms,
+                None,
+                self,
+                reply[2],
+                started + ttl_s,
+                None,
+                _ttl_of(ttl_ms),
+                audit,
+                time.monotonic() + ttl_s,
+                None,
+                int(reply[3]) + ttl_ms,
             )
             if logger.isEnabledFor(logging.DEBUG):  # no record built on the hot path
                 logger.debug("lease granted", extra={"resource": resource, "token": token})

@@ -121,9 +121,18 @@ _SCRIPTS: "weakref.WeakKeyDictionary[object, Scripts]" = weakref.WeakKeyDictiona
 
 def scripts_for(client) -> Scripts:
     """Return the lock's scripts registered on ``client`` (sync or ``redis.asyncio``)."""
+    global _last
+    ref, scripts = _last  # a process mostly asks for one client's: no weakref made per call
+    if ref() is client:
+        return scripts
     scripts = _SCRIPTS.get(client)
     if scripts is None:
         sources = (ACQUIRE_LUA, RELEASE_LUA, EXTEND_LUA, RESEED_LUA, BREAK_LUA)
         scripts = Scripts(*(client.register_script(lua) for lua in sources))
         _SCRIPTS[client] = scripts
+    _last = (weakref.ref(client), scripts)
     return scripts
+
+
+# The client asked for last and its scripts (a weak reference: a dropped client goes).
+_last: tuple = (lambda: None, None)
