@@ -64,20 +64,21 @@ def new_owner() -> str:
     grant's hot path draws no random bytes (``secrets.token_hex`` is a system call, a few
     per cent of a lock cycle on a fast loopback).
     """
-    return _OWNER_PREFIX + format(next(_owner_counter), "016x")
+    return "%032x" % (_OWNER_BASE + _next_owner())  # the fastest spelling measured
 
 
-# Per process, labels and the owner-id prefix: a forked child (gunicorn's workers, the
-# month start's worker processes) has another pid and must draw its own prefix.
+# Per process, labels and the owner-id prefix (the high 64 bits of ``_OWNER_BASE``): a
+# forked child (gunicorn's workers, the month start's worker processes) has another pid
+# and must draw its own prefix.
 _LABELS: dict[str, str] = {}
-_OWNER_PREFIX = ""
-_owner_counter = itertools.count()
+_OWNER_BASE = 0
+_next_owner = itertools.count().__next__
 
 
 def _new_process() -> None:
-    global _OWNER_PREFIX, _owner_counter
+    global _OWNER_BASE, _next_owner
     _LABELS.clear()
-    _OWNER_PREFIX, _owner_counter = secrets.token_hex(8), itertools.count()
+    _OWNER_BASE, _next_owner = secrets.randbits(64) << 64, itertools.count().__next__
 
 
 _new_process()

@@ -358,7 +358,10 @@ class Lease(AsyncLeaseMixin):
         If Redis cannot be reached the lease is left to expire on its own (False). Sets
         ``lost`` (the lease is no longer usable) without calling ``on_lost`` callbacks.
         """
-        self._done_with()
+        if not self._released:  # _done_with(), inlined: the first release observes
+            overrun = time.monotonic() - self._monotonic_deadline
+            if overrun > 0:
+                metrics.lease_overran(self.resource, overrun)
         if tracing.no_provider():  # the usual case: no span to open, not even a no-op one
             try:
                 released = (
