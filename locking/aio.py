@@ -54,6 +54,8 @@ logger = logging.getLogger(__name__)
 class AsyncFenceLockMixin:
     """``FenceLock``'s async methods: grants and the counter on ``redis.asyncio``."""
 
+    __slots__ = ()  # FenceLock has slots
+
     @property
     def async_client(self):
         """The ``redis.asyncio`` client: the one given, else the running loop's own."""

@@ -75,11 +75,18 @@ class FenceLock(AsyncFenceLockMixin):
     ``async_client`` too (they refuse to fall back on the settings' Redis).
     """
 
-    # Class defaults: a FenceLock built per operation stores only what differs.
-    _async_client = None
-    _client_given = False
-    min_replicas = 0
-    replica_timeout_ms = 0
+    # Built per operation (run_fenced): slots make building, reading and dropping one
+    # cheaper (one allocation, no __dict__), ~1 µs of a lock cycle on a loaded loopback.
+    __slots__ = (
+        "__weakref__",
+        "_async_client",
+        "_client_given",
+        "client",
+        "min_replicas",
+        "replica_timeout_ms",
+        "scripts",
+        "using",
+    )
 
     def __init__(
         self,
@@ -91,29 +98,27 @@ class FenceLock(AsyncFenceLockMixin):
         replica_timeout: timedelta | None = None,
     ):
         # Built per operation by run_fenced: settings and the client are read from caches
-        # (locking/conf.py, locking/connection.py), the scripts kept per client, and what
-        # has its class default (no async client, no replicas) is not stored again.
+        # (locking/conf.py, locking/connection.py), the scripts kept per client.
         if client is None:
+            self._client_given = False
             client = get_lock_redis()
         else:
             self._client_given = True
         self.client = client
         # The lock's scripts on its client; its leases release and extend with them too.
         self.scripts = scripts_for(client)
-        if async_client is not None:
-            self._async_client = async_client
+        self._async_client = async_client
         # Settings are read only for what is not passed: a FenceLock with every argument
         # given works without Django settings (benchmarks, scripts).
         self.using = using or setting("LOCK_DATABASE")
         if min_replicas is None:
             min_replicas = setting("LOCK_REDIS_MIN_REPLICAS")
-        min_replicas = int(min_replicas)
-        if min_replicas:
-            self.min_replicas = min_replicas
-            if replica_timeout is None:
-                replica_timeout = timedelta(milliseconds=int(setting("LOCK_REDIS_WAIT_TIMEOUT_MS")))
-        if replica_timeout:
-            self.replica_timeout_ms = max(int(replica_timeout.total_seconds() * 1000), 1)
+        self.min_replicas = min_replicas = int(min_replicas)
+        if replica_timeout is None and min_replicas:
+            replica_timeout = timedelta(milliseconds=int(setting("LOCK_REDIS_WAIT_TIMEOUT_MS")))
+        self.replica_timeout_ms = (
+            max(int(replica_timeout.total_seconds() * 1000), 1) if replica_timeout else 0
+        )
 
     # -- grants --------------------------------------------------------------------------
 
