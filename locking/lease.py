@@ -38,6 +38,7 @@ from locking.exceptions import LeaseLost, LeaseUncertain
 from locking.grant import from_ms, positive_ms
 from locking.keys import lock_key
 from locking.outcomes import LeaseState, LossCause, Outcome
+from locking.scripts import run_script
 
 if TYPE_CHECKING:
     from locking.lock import FenceLock
@@ -364,8 +365,14 @@ class Lease(AsyncLeaseMixin):
                 metrics.lease_overran(self.resource, overrun)
         if tracing.no_provider():  # the usual case: no span to open, not even a no-op one
             try:
+                lock = self._lock
                 released = (
-                    self._lock.scripts.release(keys=(lock_key(self.resource),), args=(self._value,))
+                    run_script(
+                        lock.client,
+                        lock.scripts.release,
+                        (lock_key(self.resource),),
+                        (self._value,),
+                    )
                     == 1
                 )
             except RedisError as exc:

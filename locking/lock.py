@@ -45,7 +45,7 @@ from locking.grant import (
 )
 from locking.keys import fence_key, validate_resource
 from locking.lease import AuditHook, Lease
-from locking.scripts import ACQUIRE_LUA, scripts_for
+from locking.scripts import ACQUIRE_LUA, run_script, scripts_for
 
 logger = logging.getLogger(__name__)
 
@@ -171,8 +171,11 @@ class FenceLock(AsyncFenceLockMixin):
             reply = self._grant(resource, keys, owner, ttl_ms, label, floor="")
         else:  # the normal grant, inlined: one EVALSHA (``_grant`` without replicas)
             try:
-                reply = self.scripts.acquire(
-                    keys=keys, args=[owner, ttl_ms, label, "", SEEDING_CLAIM_MS]
+                reply = run_script(
+                    self.client,
+                    self.scripts.acquire,
+                    keys,
+                    (owner, ttl_ms, label, "", SEEDING_CLAIM_MS),
                 )
             except RedisError as exc:
                 raise unavailable(resource, exc) from exc

@@ -255,6 +255,26 @@ def test_command_count_sees_a_valid_acquire(private_redis, private_lock):
     assert private_redis.calls(client, "evalsha") == scripts_before + 1  # one round trip
 
 
+def test_a_redis_that_forgot_the_scripts_loads_them_again_and_grants(private_redis, private_lock):
+    # Grant and release call EVALSHA themselves (locking.scripts.run_script); a Redis that
+    # forgot the scripts (restarted, SCRIPT FLUSH) answers NOSCRIPT: load, run again.
+    client = private_lock.client
+    private_lock.acquire(RESOURCE, ttl=LONG).release()
+    client.script_flush()
+    loads = private_redis.calls(client, "script|load")
+
+    lease = private_lock.acquire(RESOURCE, ttl=LONG)
+    assert client.exists(lock_key(RESOURCE)) == 1
+    assert lease.release() is True
+
+    assert client.exists(lock_key(RESOURCE)) == 0
+    assert private_redis.calls(client, "script|load") == loads + 2  # grant's, release's
+    evalshas = private_redis.calls(client, "evalsha")
+    private_lock.acquire(RESOURCE, ttl=LONG).release()
+    assert private_redis.calls(client, "evalsha") == evalshas + 2  # loaded: one each
+    assert private_redis.calls(client, "script|load") == loads + 2
+
+
 def test_a_resources_first_grant_records_epoch_0_and_then_grants_token_1(
     private_redis, private_lock
 ):
