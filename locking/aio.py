@@ -18,7 +18,6 @@ the one given (``FenceLock(async_client=…)``) or the running loop's own
 import asyncio
 import contextlib
 import logging
-import secrets
 import time
 from datetime import timedelta
 from typing import TYPE_CHECKING
@@ -35,6 +34,7 @@ from locking.grant import (
     epoch_cause,
     grant_keys_args,
     holder_label,
+    new_owner,
     positive_ms,
     seed_poll_seconds,
     text,
@@ -53,6 +53,8 @@ logger = logging.getLogger(__name__)
 
 class AsyncFenceLockMixin:
     """``FenceLock``'s async methods: grants and the counter on ``redis.asyncio``."""
+
+    __slots__ = ()  # FenceLock has slots
 
     @property
     def async_client(self):
@@ -105,7 +107,7 @@ class AsyncFenceLockMixin:
 
     async def _atry_acquire(self, resource: str, ttl_ms: int, label: str, audit) -> "Lease":
         # The same steps as _try_acquire, awaiting Redis and the database.
-        owner = secrets.token_hex(16)
+        owner = new_owner()
         started = time.monotonic()
         reply = await self._agrant(resource, owner, ttl_ms, label, floor="")
         while reply[0] == 3:
@@ -189,6 +191,8 @@ class AsyncFenceLockMixin:
 class AsyncLeaseMixin:
     """``Lease``'s async methods: release, extend, keep alive, on the lock's async client."""
 
+    __slots__ = ()  # Lease has slots
+
     async def __aenter__(self) -> "Lease":
         return self
 
@@ -206,7 +210,7 @@ class AsyncLeaseMixin:
                 self._release_failed(exc)
                 released = False
             span.set_attribute(tracing.RELEASED, released)
-        self._mark_lost("released", notify=False)
+        self._set_released()
         return released
 
     async def aextend(self, ttl: timedelta) -> bool:

@@ -46,6 +46,7 @@ Deprecated, read for one release with a ``DeprecationWarning``:
 import warnings
 
 from django.conf import settings
+from django.core.signals import setting_changed
 
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 
@@ -69,17 +70,36 @@ RENAMED = {
 
 _UNSET = object()
 
+# Values read once per process: an attribute of django.conf.settings costs a few hundred
+# nanoseconds, and run_fenced builds a FenceLock (several reads) per operation. Forgotten
+# whenever a setting changes: the ``setting_changed`` signal, or a new settings holder
+# (``override_settings`` makes one each time, even when it only deletes a name, which
+# sends no signal: pytest-django's ``del settings.X``). A value read through its
+# deprecated name is never kept, so it warns at every read.
+_CACHE: dict[str, object] = {}
+_read_from: list = [None]  # the settings holder the cache was read from
+
 
 def setting(name: str):
     """Return the project's value of ``name``, else the locking app's default."""
+    if settings._wrapped is not _read_from[0]:  # override_settings made a new holder
+        forget_settings()
+        _read_from[0] = settings._wrapped
+    try:
+        return _CACHE[name]
+    except KeyError:
+        pass
     if name == "LOCK_REDIS_URL":
-        return (
+        value = (
             getattr(settings, "LOCK_REDIS_URL", None)
             or getattr(settings, "REDIS_URL", None)
             or DEFAULT_REDIS_URL
         )
+        _CACHE[name] = value
+        return value
     value = getattr(settings, name, _UNSET)
     if value is not _UNSET:
+        _CACHE[name] = value
         return value
     old_name = RENAMED.get(name)
     if old_name is not None and (value := getattr(settings, old_name, _UNSET)) is not _UNSET:
@@ -89,4 +109,18 @@ def setting(name: str):
             stacklevel=2,
         )
         return value
-    return DEFAULTS[name]
+    value = _CACHE[name] = DEFAULTS[name]
+    return value
+
+
+def forget_settings(**_) -> None:
+    """Read every setting again at its next use (connected to ``setting_changed``)."""
+    _CACHE.clear()
+    for forget in _ON_CHANGE:
+        forget()
+
+
+# What else derives from settings and must be derived again (locking/connection.py's client).
+_ON_CHANGE: list = []
+
+setting_changed.connect(forget_settings, dispatch_uid="locking.conf.forget_settings")

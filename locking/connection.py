@@ -43,7 +43,7 @@ from redis.exceptions import MovedError, RedisClusterException, RedisError
 from redis.retry import Retry
 from redis.sentinel import Sentinel
 
-from locking.conf import setting
+from locking.conf import _ON_CHANGE, setting
 from locking.exceptions import LockUnavailable
 
 
@@ -220,7 +220,15 @@ async def amoved(client, error: MovedError) -> None:
 
 
 def get_lock_redis():
-    """Return the Redis client configured for locks."""
+    """Return the Redis client configured for locks (one per process, made at first use
+    and again after a setting changed)."""
+    client = _LOCK_REDIS.get("client")
+    if client is None:
+        client = _LOCK_REDIS["client"] = _lock_redis()
+    return client
+
+
+def _lock_redis():
     url = setting("LOCK_REDIS_URL")
     if _is_the_cache(url):
         from django_redis import get_redis_connection
@@ -232,6 +240,13 @@ def get_lock_redis():
         # A Cluster client connects while it is built: an unreachable cluster is an
         # unavailable lock service like any other.
         raise LockUnavailable("*", str(exc) or exc.__class__.__name__) from exc
+
+
+# The client get_lock_redis() made: every FenceLock() (run_fenced builds one per
+# operation) would otherwise read the settings and the cache configuration again. A
+# redis-py client is thread-safe; its pool notices a fork.
+_LOCK_REDIS: dict = {}
+_ON_CHANGE.append(_LOCK_REDIS.clear)
 
 
 def _is_the_cache(url: str) -> bool:

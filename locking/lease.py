@@ -27,7 +27,6 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
@@ -36,9 +35,10 @@ from redis.exceptions import RedisError
 from locking import metrics, tracing
 from locking.aio import AsyncLeaseMixin
 from locking.exceptions import LeaseLost, LeaseUncertain
-from locking.grant import positive_ms
+from locking.grant import from_ms, positive_ms
 from locking.keys import lock_key
 from locking.outcomes import LeaseState, LossCause, Outcome
+from locking.scripts import run_script
 
 if TYPE_CHECKING:
     from locking.lock import FenceLock
@@ -152,7 +152,6 @@ def _run_callback(callback: Callable[["Lease"], object], lease: "Lease") -> None
         )
 
 
-@dataclass
 class Lease(AsyncLeaseMixin):
     """A granted lease. Use it as a context manager to release it on exit.
 
@@ -161,31 +160,106 @@ class Lease(AsyncLeaseMixin):
     when it is released. ``check()`` raises ``LeaseLost`` (``LeaseUncertain`` while
     uncertain): call it before an expensive step. ``on_lost(callback)`` is told once of a
     loss (not of a release, nor of a doubt). None of this is the safety; the fence is.
+
+    A plain class with slots, built on every grant: ``lost`` (an Event with its lock) is
+    made when first asked for, and ``expires_at`` (a ``datetime``) when first read. Most
+    leases are released without either being looked at, and building them was a third of
+    a lock cycle's Python.
     """
 
-    resource: str
-    token: int
-    owner: str
-    expires_at: datetime
-    _lock: "FenceLock" = field(repr=False)
-    _value: str = field(repr=False)
-    # Until then the lease is surely still ours (unless broken): the last confirmed grant or
-    # extend's TTL, counted from before its request was sent.
-    _monotonic_deadline: float = field(repr=False)
-    lost: LostSignal = field(default_factory=LostSignal)
-    # The TTL last granted or extended: what keep_alive() renews to by default.
-    _ttl: timedelta | None = field(default=None, repr=False)
-    # What record_committed() calls: given by the grant (FenceLock.acquire(audit=...)).
-    audit: "AuditHook | None" = field(default=None, repr=False)
-    # From then on it is surely gone: the same TTL counted from the reply (default: as above).
-    _expired_by: float | None = field(default=None, repr=False)
-    # Why the holder cannot know (the last renewal's error); None while the renewals answer.
-    _doubt: str | None = field(default=None, repr=False)
+    __slots__ = (
+        "__weakref__",
+        "_doubt",
+        "_expired_by",
+        "_expires_at",
+        "_expires_ms",
+        "_lock",
+        "_lost",
+        "_monotonic_deadline",
+        "_released",
+        "_ttl",
+        "_value",
+        "audit",
+        "owner",
+        "resource",
+        "token",
+    )
 
-    def __post_init__(self) -> None:
-        self.lost._lease = self
-        if self._expired_by is None:
-            self._expired_by = self._monotonic_deadline
+    def __init__(
+        self,
+        resource: str,
+        token: int,
+        owner: str,
+        expires_at: datetime | None = None,
+        _lock: "FenceLock | None" = None,
+        _value: str = "",
+        # Until then the lease is surely still ours (unless broken): the last confirmed
+        # grant or extend's TTL, counted from before its request was sent.
+        _monotonic_deadline: float = 0.0,
+        lost: LostSignal | None = None,
+        # The TTL last granted or extended: what keep_alive() renews to by default.
+        _ttl: timedelta | None = None,
+        # What record_committed() calls: given by the grant (FenceLock.acquire(audit=...)).
+        audit: "AuditHook | None" = None,
+        # From then on it is surely gone: the same TTL counted from the reply (default: as
+        # above).
+        _expired_by: float | None = None,
+        # Why the holder cannot know (the last renewal's error); None while renewals answer.
+        _doubt: str | None = None,
+        # Redis's expiry in epoch ms: ``expires_at`` is made from it when first read.
+        _expires_ms: int | None = None,
+    ):
+        self.resource = resource
+        self.token = token
+        self.owner = owner
+        self._expires_at = expires_at
+        self._expires_ms = _expires_ms
+        self._lock = _lock
+        self._value = _value
+        self._monotonic_deadline = _monotonic_deadline
+        self._ttl = _ttl
+        self.audit = audit
+        self._expired_by = _monotonic_deadline if _expired_by is None else _expired_by
+        self._doubt = _doubt
+        self._released = False  # by its holder: then LOST, with no loss to report
+        self._lost = None
+        if lost is not None:
+            lost._lease = self
+            self._lost = lost
+
+    def __repr__(self) -> str:
+        return (
+            f"Lease(resource={self.resource!r}, token={self.token!r}, owner={self.owner!r}, "
+            f"expires_at={self.expires_at!r}, lost={self.lost!r})"
+        )
+
+    @property
+    def expires_at(self) -> datetime:
+        """When Redis expires the lease (Redis's clock), as of the last grant or extend."""
+        expires_at = self._expires_at
+        if expires_at is None and self._expires_ms is not None:
+            expires_at = self._expires_at = from_ms(self._expires_ms)
+        return expires_at
+
+    @expires_at.setter
+    def expires_at(self, value: datetime) -> None:
+        self._expires_at = value
+
+    @property
+    def lost(self) -> LostSignal:
+        """The ``LostSignal`` of this lease, made on first use (set if already released)."""
+        signal = self._lost
+        if signal is None:
+            with _SIGNAL_CONDITIONS:
+                signal = self._lost
+                if signal is None:
+                    signal = LostSignal()
+                    signal._lease = self
+                    self._lost = signal
+            # A release that ran while it was being made finds it, or is seen here.
+            if self._released:
+                signal._mark("released", notify=False)
+        return signal
 
     def __enter__(self) -> "Lease":
         return self
@@ -198,7 +272,7 @@ class Lease(AsyncLeaseMixin):
         """``HELD``, ``UNCERTAIN`` or ``LOST``, by what Redis last said and this process's
         monotonic clock. Reading it past the TTL makes the lease ``LOST`` (and runs the
         ``on_lost`` callbacks, once) — as ``check()`` and the keep-alives do."""
-        if self.lost._flag:
+        if self._released or (self._lost is not None and self._lost._flag):
             return LeaseState.LOST
         now = time.monotonic()
         if now < self._monotonic_deadline and self._doubt is None:
@@ -271,7 +345,7 @@ class Lease(AsyncLeaseMixin):
     def _done_with(self) -> None:
         """The holder is done with the lease (its first release): observe how long its
         work ran past the TTL, counted from before the last confirmed grant or extend."""
-        if self.lost.released:
+        if self._released:
             return
         overrun = time.monotonic() - self._monotonic_deadline
         if overrun > 0:
@@ -285,19 +359,55 @@ class Lease(AsyncLeaseMixin):
         If Redis cannot be reached the lease is left to expire on its own (False). Sets
         ``lost`` (the lease is no longer usable) without calling ``on_lost`` callbacks.
         """
-        self._done_with()
-        with tracing.operation_span("locking.release", self.resource, token=self.token) as span:
+        if not self._released:  # _done_with(), inlined: the first release observes
+            overrun = time.monotonic() - self._monotonic_deadline
+            if overrun > 0:
+                metrics.lease_overran(self.resource, overrun)
+        if tracing.no_provider():  # the usual case: no span to open, not even a no-op one
             try:
+                lock = self._lock
                 released = (
-                    self._lock.scripts.release(keys=[lock_key(self.resource)], args=[self._value])
+                    run_script(
+                        lock.client,
+                        lock.scripts.release,
+                        (lock_key(self.resource),),
+                        (self._value,),
+                    )
                     == 1
                 )
             except RedisError as exc:
                 self._release_failed(exc)
                 released = False
-            span.set_attribute(tracing.RELEASED, released)
-        self.lost._mark("released", notify=False)  # no loss to log or count: quietly
+        else:
+            with tracing.operation_span("locking.release", self.resource, token=self.token) as span:
+                released = self._release()
+                span.set_attribute(tracing.RELEASED, released)
+        # Released by its holder: LOST from now on, quietly (no loss to log, count or call
+        # back); see _set_released.
+        self._released = True
+        signal = self._lost
+        if signal is not None:
+            signal._mark("released", notify=False)
         return released
+
+    def _release(self) -> bool:
+        try:
+            return (
+                self._lock.scripts.release(keys=(lock_key(self.resource),), args=(self._value,))
+                == 1
+            )
+        except RedisError as exc:
+            self._release_failed(exc)
+            return False
+
+    def _set_released(self) -> None:
+        """The holder released the lease: ``LOST`` from now on, quietly (no loss to log,
+        count or call back). The signal, if made yet, is set; if one is being made in
+        another thread right now, it reads ``_released`` after it is stored (``lost``)."""
+        self._released = True
+        signal = self._lost
+        if signal is not None:
+            signal._mark("released", notify=False)
 
     def _release_failed(self, exc: Exception) -> None:
         logger.warning(

@@ -68,7 +68,9 @@ _PROVIDER_IN_ENVIRONMENT = OTEL_PYTHON_TRACER_PROVIDER in os.environ
 _provider_set = False  # once the API has a real provider it keeps it (set only once)
 
 
-def _no_provider() -> bool:
+def no_provider() -> bool:
+    """Whether no tracer provider is set: every span would be a no-op. The lock's hot path
+    asks first and skips the span's context manager altogether."""
     # The API's own default until an SDK (or a test) sets a provider: every span a no-op.
     # A provider can be set only once, so a real one seen is remembered (one global read
     # per span on the lock's hot path instead of the API's lookup).
@@ -95,7 +97,7 @@ def operation_span(
     attributes: Mapping[str, object] | None = None,
 ) -> AbstractContextManager[Span]:
     """A span of one step; an exception that declares its ``outcome`` sets the outcome."""
-    if _no_provider():
+    if no_provider():
         return _NO_SPAN
     return _recording_span(name, resource, token, operation, attributes)
 

@@ -131,6 +131,22 @@ def test_release_marks_the_lease_lost_but_is_not_reported_as_a_loss(fence_lock):
     assert calls == []
 
 
+def test_a_signal_first_asked_for_after_the_release_says_released(fence_lock):
+    # The signal is made on first use: a lease nobody watched is still LOST once released,
+    # and its signal, made afterwards, tells the same as one made before.
+    lease = fence_lock.acquire(RESOURCE, ttl=LONG)
+    assert lease.state is LeaseState.HELD
+    assert lease.release() is True
+
+    assert lease.state is LeaseState.LOST
+    assert lease.lost.is_set() and lease.lost.wait(0)
+    assert lease.lost.released
+    assert lease.lost.reason == "released"
+    calls, _ = recorder()
+    lease.on_lost(calls.append)
+    assert calls == []  # a release is not a loss
+
+
 def test_check_raises_once_the_ttl_passed_by_this_process_clock(fence_lock, redis_client):
     lease = fence_lock.acquire(RESOURCE, ttl=timedelta(milliseconds=100))
     calls, _ = recorder()

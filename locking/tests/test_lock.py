@@ -26,7 +26,7 @@ from locking import (
     lock_key,
     validate_resource,
 )
-from locking.grant import holder_label
+from locking.grant import holder_label, new_owner
 from locking.models import FenceEpoch
 from locking.tests.support import PrivateRedis, free_port, wait_until
 
@@ -81,6 +81,26 @@ def test_acquire_grants_a_lease_with_token_owner_and_expiry(fence_lock, redis_cl
     assert 0 < redis_client.pttl(lock_key(RESOURCE)) <= 30_000
     assert int(redis_client.get(fence_key(RESOURCE))) == 1
     assert lease.probably_valid
+
+
+def test_owner_ids_never_repeat_in_a_process_nor_in_a_forked_child():
+    # Owner ids are a random per-process prefix and a counter (no random bytes per grant):
+    # a forked child (a gunicorn worker, a month-start worker) must draw its own prefix.
+    ours = [new_owner() for _ in range(1000)]
+    reader, writer = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: report its ids and leave without running anything else
+        os.write(writer, " ".join(new_owner() for _ in range(3)).encode())
+        os._exit(0)
+    os.close(writer)
+    with os.fdopen(reader) as pipe:
+        childs = pipe.read().split()
+    os.waitpid(pid, 0)
+
+    assert len(set(ours)) == len(ours)
+    assert all(len(owner) == 32 and int(owner, 16) >= 0 for owner in ours + childs)
+    assert len(childs) == 3 and not set(childs) & set(ours)
+    assert {owner[:16] for owner in childs} != {ours[0][:16]}
 
 
 def test_busy_answer_names_the_holder_and_when_to_retry(fence_lock, redis_client):
@@ -233,6 +253,26 @@ def test_command_count_sees_a_valid_acquire(private_redis, private_lock):
     # Redis counts the commands a script runs (TIME, SET, INCR) as processed too.
     assert private_redis.commands_processed(client) > before + 1
     assert private_redis.calls(client, "evalsha") == scripts_before + 1  # one round trip
+
+
+def test_a_redis_that_forgot_the_scripts_loads_them_again_and_grants(private_redis, private_lock):
+    # Grant and release call EVALSHA themselves (locking.scripts.run_script); a Redis that
+    # forgot the scripts (restarted, SCRIPT FLUSH) answers NOSCRIPT: load, run again.
+    client = private_lock.client
+    private_lock.acquire(RESOURCE, ttl=LONG).release()
+    client.script_flush()
+    loads = private_redis.calls(client, "script|load")
+
+    lease = private_lock.acquire(RESOURCE, ttl=LONG)
+    assert client.exists(lock_key(RESOURCE)) == 1
+    assert lease.release() is True
+
+    assert client.exists(lock_key(RESOURCE)) == 0
+    assert private_redis.calls(client, "script|load") == loads + 2  # grant's, release's
+    evalshas = private_redis.calls(client, "evalsha")
+    private_lock.acquire(RESOURCE, ttl=LONG).release()
+    assert private_redis.calls(client, "evalsha") == evalshas + 2  # loaded: one each
+    assert private_redis.calls(client, "script|load") == loads + 2
 
 
 def test_a_resources_first_grant_records_epoch_0_and_then_grants_token_1(
