@@ -140,15 +140,9 @@ class VendorAssignmentQuerySet(TenantQuerySet):
             "vendor": new.vendor_id, "token": new.fence_token, "by": new.assigned_by_id,
             "label": new.actor_label,
         }  # fmt: skip
-        self._for_write = True
-        with connections[self.db].cursor() as cursor:
-            cursor.execute(sql, params)
-            row = cursor.fetchone()
-        if row is None:
-            return None
-        new.pk, status = row
-        new._state.adding, new._state.db = False, self.db
-        seen.active, seen.deactivated_at = False, new.assigned_at
+        status = self._insert_returning_status(new, sql, params)
+        if status is not None:
+            seen.active, seen.deactivated_at = False, new.assigned_at
         return status
 
     def insert_if_none_active(self, new: "VendorAssignment") -> str | None:
@@ -175,6 +169,11 @@ class VendorAssignmentQuerySet(TenantQuerySet):
             "complaint": new.complaint_id, "vendor": new.vendor_id, "token": new.fence_token,
             "at": new.assigned_at, "by": new.assigned_by_id, "label": new.actor_label,
         }  # fmt: skip
+        return self._insert_returning_status(new, sql, params)
+
+    def _insert_returning_status(self, new: "VendorAssignment", sql: str, params) -> str | None:
+        """Run a statement that inserts ``new`` and returns ``(id, complaint status)``, or
+        no row when it wrote nothing; mark ``new`` saved and return the status."""
         self._for_write = True
         with connections[self.db].cursor() as cursor:
             cursor.execute(sql, params)
