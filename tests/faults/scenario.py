@@ -289,7 +289,10 @@ class Scenario:
             def blocked():
                 rows = connection.execute(
                     "SELECT pid FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
-                    "AND datname = current_database() AND query LIKE %s",
+                    # ltrim: a statement written as an indented SQL block starts with
+                    # white space (vendors' conditional first-assignment INSERT).
+                    "AND datname = current_database() "
+                    "AND ltrim(query, E' \\t\\r\\n') LIKE %s",
                     [statement_prefix + "%"],
                 ).fetchall()
                 return [row[0] for row in rows] if len(rows) >= count else None
