@@ -18,7 +18,7 @@ Actors: a user must be staff of the organization and hold ``charges.generate_cha
 operator at the shell.
 """
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import date, datetime
 
 from django.db import transaction
@@ -62,19 +62,28 @@ class ChargeRunResult:
 
 
 def generate_monthly_charges(
-    *, organization: Organization, month: date, actor, via: str = "", ip: str | None = None
+    *,
+    organization: Organization,
+    month: date,
+    actor,
+    via: str = "",
+    ip: str | None = None,
+    looked_ahead: "Looked | None" = None,
 ) -> ChargeRunResult:
     """Generate ``organization``'s charges for ``month`` exactly once, under a fenced lease.
 
     ``actor`` is the user asking (staff of the organization with ``charges.generate_charges``,
     or a superuser), or ``None`` for the deployment's operator at the shell; ``via`` says
-    where the request came from (e.g. ``cli:ops``) for the audit trail.
+    where the request came from (e.g. ``cli:ops``) for the audit trail. ``looked_ahead``:
+    what ``look_ahead`` read for it with others (the month start's chunk), used instead of
+    reading it again under the lease.
     """
     if isinstance(month, datetime) or not isinstance(month, date) or month.day != 1:
         raise InvalidMonth(month, "day")
     resource = charge_resource(organization, month)
     call = GENERATION.begin(actor, organization=organization, resource=resource, via=via, ip=ip)
-    return call.run(ChargeRun(organization=organization, month=month, by=call.label))
+    steps = ChargeRun(organization=organization, month=month, by=call.label, ahead=looked_ahead)
+    return call.run(steps)
 
 
 def charge_lines(organization: Organization) -> list[ChargeLine]:
@@ -93,6 +102,37 @@ class Looked:
     created: list[MonthlyChargeRun] = field(default_factory=list)
 
 
+def look_ahead(organizations: list[Organization], months: dict[int, date]) -> dict[int, "Looked"]:
+    """What ``ChargeRun.look`` reads, for many organizations in two queries (their runs of
+    ``months[organization.pk]``, their units), keyed by organization id; the month start
+    reads each chunk so, before the leases.
+
+    Reading before the lease is what ``look`` may do (nothing is decided on it alone): a
+    run found completed is final; any other answer is checked again after the fence, in
+    the commit's transaction (``fence_row`` creates a missing run there, ``commit`` reads
+    the run's state under its row lock).
+    """
+    ids = [organization.pk for organization in organizations]
+    wanted = {(organization.pk, months[organization.pk]) for organization in organizations}
+    found = MonthlyChargeRun.objects.filter(
+        organization_id__in=ids, month__in={month for _, month in wanted}
+    )
+    runs = {run.organization_id: run for run in found if (run.organization_id, run.month) in wanted}
+    lines: dict[int, list[ChargeLine]] = {org_id: [] for org_id in ids}
+    units = Unit.objects.filter(organization_id__in=ids).order_by("organization_id", "label")
+    fields = ("organization_id", "pk", "label", "monthly_assessment")
+    for org_id, *line in units.values_list(*fields):
+        lines[org_id].append(ChargeLine._make(line))
+    looked = {}
+    for org_id in ids:
+        run = runs.get(org_id)
+        if run is not None and run.is_completed:
+            looked[org_id] = Looked(run=run, lines=[], needs_call=False)
+        else:
+            looked[org_id] = Looked(run=run, lines=lines[org_id], needs_call=True)
+    return looked
+
+
 @dataclass(frozen=True)
 class ChargeRun(FencedSteps):
     """One attempt at a month's charges, as the runner's steps (``hoa.fenced``)."""
@@ -100,6 +140,7 @@ class ChargeRun(FencedSteps):
     organization: Organization
     month: date
     by: str  # who asked, as the run records it
+    ahead: Looked | None = None  # what ``look_ahead`` read before the lease, if it did
 
     endpoint = "billing"
 
@@ -111,6 +152,10 @@ class ChargeRun(FencedSteps):
         return MonthlyChargeRun.objects.for_organization(self.organization).filter(month=self.month)
 
     def look(self, lease: Lease) -> Looked:
+        if self.ahead is not None:
+            # A fresh copy for each attempt: a retried attempt (run_fenced's counter
+            # recovery) must not take the run an earlier, rolled-back one created.
+            return replace(self.ahead, created=[])
         run = self.runs().first()
         if run is not None and run.is_completed:
             # Final: nothing to bill. The commit still checks the fence first, so a holder
