@@ -29,11 +29,12 @@ from django.db.models import Q
 from django.utils import timezone
 
 from charges import answers
+from charges.billing import ChargeLine
 from charges.exceptions import ChargesError
 from charges.models import MonthlyChargeRun
 from charges.operations import charge_resource
 from charges.selectors import current_month
-from charges.services import Looked, generate_monthly_charges, look_ahead
+from charges.services import generate_monthly_charges, units_ahead
 from hoa.answers.table import Answer
 from hoa.models import Organization
 from locking import LockUnavailable, Outcome, prepare_fences
@@ -220,15 +221,15 @@ def generate_for(
     user,
     via: str,
     started_at: datetime,
-    looked_ahead: Looked | None = None,
+    lines: list[ChargeLine] | None = None,
 ) -> OrgOutcome:
     """Run the service for one organization and classify its answer: a run found
     completed before ``started_at`` (the walk's start) was done before, not by another
-    worker of this month start. ``looked_ahead``: its chunk's ``look_ahead``."""
+    worker of this month start. ``lines``: its units, as its chunk's ``units_ahead``."""
     facts = (organization.pk, organization.slug, month)
     try:
         result = generate_monthly_charges(
-            organization=organization, month=month, actor=user, via=via, looked_ahead=looked_ahead
+            organization=organization, month=month, actor=user, via=via, lines=lines
         )
     except ChargesError as exc:  # each one raised here declares its outcome
         return OrgOutcome(*facts, exc.outcome, str(exc))
@@ -263,14 +264,14 @@ def generate_chunk(
     # Redis down is left to the grants to answer, one by one, in the walk's own words.
     with contextlib.suppress(LockUnavailable):
         prepare_fences(charge_resource(o, months[o.pk]) for o in organizations)
-    # The chunk's runs and units in two queries, not two per organization.
-    ahead = look_ahead(organizations, months)
+    # The chunk's units in one query, not one per organization.
+    ahead = units_ahead(organizations)
     outcomes = []
     for organization in organizations:
         if user is not None:
             organization.remember_staff(user)  # the ids came from for_user(user)
-        month_of_org, looked = months[organization.pk], ahead[organization.pk]
-        outcome = generate_for(organization, month_of_org, user, via, started_at, looked)
+        lines = ahead[organization.pk]
+        outcome = generate_for(organization, months[organization.pk], user, via, started_at, lines)
         outcomes.append(outcome)
     return outcomes
 

@@ -18,7 +18,7 @@ Actors: a user must be staff of the organization and hold ``charges.generate_cha
 operator at the shell.
 """
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import date, datetime
 
 from django.db import transaction
@@ -68,21 +68,21 @@ def generate_monthly_charges(
     actor,
     via: str = "",
     ip: str | None = None,
-    looked_ahead: "Looked | None" = None,
+    lines: list[ChargeLine] | None = None,
 ) -> ChargeRunResult:
     """Generate ``organization``'s charges for ``month`` exactly once, under a fenced lease.
 
     ``actor`` is the user asking (staff of the organization with ``charges.generate_charges``,
     or a superuser), or ``None`` for the deployment's operator at the shell; ``via`` says
-    where the request came from (e.g. ``cli:ops``) for the audit trail. ``looked_ahead``:
-    what ``look_ahead`` read for it with others (the month start's chunk), used instead of
-    reading it again under the lease.
+    where the request came from (e.g. ``cli:ops``) for the audit trail. ``lines``: its
+    units as ``units_ahead`` read them with others' (the month start's chunk), used
+    instead of reading them again under the lease.
     """
     if isinstance(month, datetime) or not isinstance(month, date) or month.day != 1:
         raise InvalidMonth(month, "day")
     resource = charge_resource(organization, month)
     call = GENERATION.begin(actor, organization=organization, resource=resource, via=via, ip=ip)
-    steps = ChargeRun(organization=organization, month=month, by=call.label, ahead=looked_ahead)
+    steps = ChargeRun(organization=organization, month=month, by=call.label, lines=lines)
     return call.run(steps)
 
 
@@ -102,35 +102,22 @@ class Looked:
     created: list[MonthlyChargeRun] = field(default_factory=list)
 
 
-def look_ahead(organizations: list[Organization], months: dict[int, date]) -> dict[int, "Looked"]:
-    """What ``ChargeRun.look`` reads, for many organizations in two queries (their runs of
-    ``months[organization.pk]``, their units), keyed by organization id; the month start
-    reads each chunk so, before the leases.
+def units_ahead(organizations: list[Organization]) -> dict[int, list[ChargeLine]]:
+    """``charge_lines`` of many organizations in one query, keyed by organization id; the
+    month start reads each chunk's so, before the leases.
 
-    Reading before the lease is what ``look`` may do (nothing is decided on it alone): a
-    run found completed is final; any other answer is checked again after the fence, in
-    the commit's transaction (``fence_row`` creates a missing run there, ``commit`` reads
-    the run's state under its row lock).
+    Only the units: the run's state is read under each lease (``ChargeRun.look``), so that
+    a run another host completed meanwhile is not billed again. Units were never read in
+    the commit's transaction, so reading them a little earlier changes nothing.
     """
-    ids = [organization.pk for organization in organizations]
-    wanted = {(organization.pk, months[organization.pk]) for organization in organizations}
-    found = MonthlyChargeRun.objects.filter(
-        organization_id__in=ids, month__in={month for _, month in wanted}
+    lines: dict[int, list[ChargeLine]] = {organization.pk: [] for organization in organizations}
+    units = Unit.objects.filter(organization_id__in=list(lines)).order_by(
+        "organization_id", "label"
     )
-    runs = {run.organization_id: run for run in found if (run.organization_id, run.month) in wanted}
-    lines: dict[int, list[ChargeLine]] = {org_id: [] for org_id in ids}
-    units = Unit.objects.filter(organization_id__in=ids).order_by("organization_id", "label")
     fields = ("organization_id", "pk", "label", "monthly_assessment")
     for org_id, *line in units.values_list(*fields):
         lines[org_id].append(ChargeLine._make(line))
-    looked = {}
-    for org_id in ids:
-        run = runs.get(org_id)
-        if run is not None and run.is_completed:
-            looked[org_id] = Looked(run=run, lines=[], needs_call=False)
-        else:
-            looked[org_id] = Looked(run=run, lines=lines[org_id], needs_call=True)
-    return looked
+    return lines
 
 
 @dataclass(frozen=True)
@@ -140,7 +127,7 @@ class ChargeRun(FencedSteps):
     organization: Organization
     month: date
     by: str  # who asked, as the run records it
-    ahead: Looked | None = None  # what ``look_ahead`` read before the lease, if it did
+    lines: list[ChargeLine] | None = None  # the units as ``units_ahead`` read them, if it did
 
     endpoint = "billing"
 
@@ -152,16 +139,13 @@ class ChargeRun(FencedSteps):
         return MonthlyChargeRun.objects.for_organization(self.organization).filter(month=self.month)
 
     def look(self, lease: Lease) -> Looked:
-        if self.ahead is not None:
-            # A fresh copy for each attempt: a retried attempt (run_fenced's counter
-            # recovery) must not take the run an earlier, rolled-back one created.
-            return replace(self.ahead, created=[])
         run = self.runs().first()
         if run is not None and run.is_completed:
             # Final: nothing to bill. The commit still checks the fence first, so a holder
             # that lost its lease learns it.
             return Looked(run=run, lines=[], needs_call=False)
-        return Looked(run=run, lines=charge_lines(self.organization), needs_call=True)
+        lines = self.lines if self.lines is not None else charge_lines(self.organization)
+        return Looked(run=run, lines=lines, needs_call=True)
 
     def call_outside(self, lease: Lease, looked: Looked) -> str | None:
         call = billing.send_charge_run(
