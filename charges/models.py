@@ -48,6 +48,22 @@ class MonthlyChargeRunQuerySet(TenantQuerySet):
         run.pk, run._state.adding, run._state.db = row[0], False, self.db
         return run
 
+    def replan_charge_checks(self) -> None:
+        """Drop the plans this database session has cached (``DISCARD PLANS``); the month
+        start calls it before each chunk of associations.
+
+        Every charge a run inserts is checked against its run by PostgreSQL's foreign-key
+        trigger, whose query plan the session caches. Planned while the runs table is
+        almost empty (a deployment's first month start, a table vacuumed empty), it is a
+        sequential scan, and it stays one while the walk adds thousands of runs: each
+        charge then reads the whole table, and the cost per association grows with the
+        batch (docs/benchmarks.md, "What grows with the batch"). Discarded, the next check
+        is planned against the table as it is now: an index scan once it has a few pages.
+        Prepared statements stay prepared; only their plans are made again.
+        """
+        with connections[self.db].cursor() as cursor:
+            cursor.execute("DISCARD PLANS")
+
 
 class MonthlyChargeRun(FencedModel):
     """The one run that bills an organization's units for one month.

@@ -29,11 +29,12 @@ from django.db.models import Q
 from django.utils import timezone
 
 from charges import answers
+from charges.billing import ChargeLine
 from charges.exceptions import ChargesError
 from charges.models import MonthlyChargeRun
 from charges.operations import charge_resource
 from charges.selectors import current_month
-from charges.services import generate_monthly_charges
+from charges.services import generate_monthly_charges, units_ahead
 from hoa.answers.table import Answer
 from hoa.models import Organization
 from locking import LockUnavailable, Outcome, prepare_fences
@@ -215,15 +216,20 @@ def month_of(organization: Organization, month: date | None) -> date:
 
 
 def generate_for(
-    organization: Organization, month: date, user, via: str, started_at: datetime
+    organization: Organization,
+    month: date,
+    user,
+    via: str,
+    started_at: datetime,
+    lines: list[ChargeLine] | None = None,
 ) -> OrgOutcome:
     """Run the service for one organization and classify its answer: a run found
     completed before ``started_at`` (the walk's start) was done before, not by another
-    worker of this month start."""
+    worker of this month start. ``lines``: its units, as its chunk's ``units_ahead``."""
     facts = (organization.pk, organization.slug, month)
     try:
         result = generate_monthly_charges(
-            organization=organization, month=month, actor=user, via=via
+            organization=organization, month=month, actor=user, via=via, lines=lines
         )
     except ChargesError as exc:  # each one raised here declares its outcome
         return OrgOutcome(*facts, exc.outcome, str(exc))
@@ -249,17 +255,23 @@ def generate_chunk(
         user = _actors.get(user_id) or _actors.setdefault(
             user_id, get_user_model()._default_manager.get(pk=user_id)
         )
+    # The foreign-key checks of the charges must not keep a plan made when the runs table
+    # was smaller (a sequential scan, for each charge, over every run written since).
+    MonthlyChargeRun.objects.replan_charge_checks()
     organizations = list(Organization.objects.filter(pk__in=org_ids).order_by("pk"))
     months = {organization.pk: month_of(organization, month) for organization in organizations}
     # A new month is a new resource per organization: their first epochs in one commit.
     # Redis down is left to the grants to answer, one by one, in the walk's own words.
     with contextlib.suppress(LockUnavailable):
         prepare_fences(charge_resource(o, months[o.pk]) for o in organizations)
+    # The chunk's units in one query, not one per organization.
+    ahead = units_ahead(organizations)
     outcomes = []
     for organization in organizations:
         if user is not None:
             organization.remember_staff(user)  # the ids came from for_user(user)
-        outcome = generate_for(organization, months[organization.pk], user, via, started_at)
+        lines = ahead[organization.pk]
+        outcome = generate_for(organization, months[organization.pk], user, via, started_at, lines)
         outcomes.append(outcome)
     return outcomes
 

@@ -1,0 +1,117 @@
+"""The month start at scale (issue 27): what made its cost per association grow with the
+batch, and the round trips it saves per chunk of associations."""
+
+from datetime import date
+from io import StringIO
+
+import pytest
+from django.core.management import call_command
+from django.db import connection, transaction
+from django.test.utils import CaptureQueriesContext
+
+from charges import month_start
+from charges.models import MonthlyCharge, MonthlyChargeRun
+from hoa.models import Organization, Unit
+from tests.charges_support import MONTH, MONTH_ARG
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+RUNS_TABLE = MonthlyChargeRun._meta.db_table
+
+
+def runs_table_seq_scans() -> int:
+    """Sequential scans of the runs table in this session's current transaction (the
+    foreign-key checks' own included): ``pg_stat_xact_user_tables`` is this backend's,
+    not yet flushed, so it is exact and immediate."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT seq_scan FROM pg_stat_xact_user_tables WHERE relname = %s", [RUNS_TABLE]
+        )
+        return cursor.fetchone()[0]
+
+
+def charge_each_unit(run: MonthlyChargeRun, units: list[Unit]) -> int:
+    """Insert one charge per unit of ``run`` in one transaction; return how many sequential
+    scans of the runs table their foreign-key checks made."""
+    with transaction.atomic():
+        before = runs_table_seq_scans()
+        for unit in units:  # one INSERT each: one foreign-key check each
+            MonthlyCharge.objects.create(run=run, unit=unit, amount=unit.monthly_assessment)
+        return runs_table_seq_scans() - before
+
+
+@pytest.fixture
+def runs_table_without_autovacuum():
+    # An autovacuum's ANALYZE would re-plan the check in the middle of the test.
+    with connection.cursor() as cursor:
+        cursor.execute(f"ALTER TABLE {RUNS_TABLE} SET (autovacuum_enabled = false)")
+    yield
+    with connection.cursor() as cursor:
+        cursor.execute(f"ALTER TABLE {RUNS_TABLE} RESET (autovacuum_enabled)")
+
+
+def test_replanning_turns_the_charges_foreign_key_check_from_a_scan_into_an_index_lookup(
+    maple, runs_table_without_autovacuum
+):
+    units = list(maple.units.order_by("label"))
+    # A runs table vacuumed empty (a first month start, or the bench after its cleanup)...
+    with connection.cursor() as cursor:
+        cursor.execute(f"VACUUM ANALYZE {RUNS_TABLE}")
+    first = MonthlyChargeRun.objects.create(organization=maple, month=MONTH)
+    # ...where the check's plan is made, then cached for the session: a sequential scan.
+    assert charge_each_unit(first, units) == len(units)
+    # The walk adds thousands of runs; this session still scans them all per charge.
+    elm = Organization.objects.create(name="Elm", slug="elm")
+    MonthlyChargeRun.objects.bulk_create(
+        MonthlyChargeRun(organization=elm, month=date(1800 + n // 12, 1 + n % 12, 1))
+        for n in range(2400)
+    )
+    second = MonthlyChargeRun.objects.create(organization=maple, month=MONTH.replace(month=4))
+    assert charge_each_unit(second, units) == len(units)
+
+    MonthlyChargeRun.objects.replan_charge_checks()
+
+    third = MonthlyChargeRun.objects.create(organization=maple, month=MONTH.replace(month=5))
+    assert charge_each_unit(third, units) == 0
+
+
+def add_organizations(count: int) -> None:
+    for number in range(count):
+        org = Organization.objects.create(name=f"Cedar {number}", slug=f"cedar-{number}")
+        Unit.objects.bulk_create(
+            Unit(organization=org, label=f"C{unit}", monthly_assessment=100 + unit)
+            for unit in range(1, number + 3)
+        )
+
+
+def test_all_orgs_reads_each_chunks_units_once_and_replans_per_chunk(
+    maple, oak, settings, http_stub, monkeypatch
+):
+    add_organizations(5)  # 7 associations, chunks of 3: 3 chunks
+    monkeypatch.setattr(month_start, "CHUNK", 3)
+    settings.BILLING_WEBHOOK_URL = http_stub.url
+    with CaptureQueriesContext(connection) as queries:
+        call_command(
+            "generate_monthly_charges", "--all-orgs", "--month", MONTH_ARG, stdout=StringIO()
+        )
+
+    statements = [query["sql"].strip() for query in queries.captured_queries]
+
+    def count(prefix: str) -> int:
+        return sum(sql.startswith(prefix) for sql in statements)
+
+    assert count("DISCARD PLANS") == 3
+    assert count('SELECT "hoa_unit"') == 3  # the chunk's units, not each one's
+    # Per association: its run, read under its lease (another host may have completed
+    # it: then it is not billed again), its run row, the fence, the totals, the audit row.
+    assert count('SELECT "charges_monthlychargerun"') == 7
+    assert count('INSERT INTO "charges_monthlychargerun"') == 7
+    assert count('UPDATE "charges_monthlychargerun" SET "last_fence_token"') == 7
+    assert count('UPDATE "charges_monthlychargerun" SET "status"') == 7
+    assert count('INSERT INTO "locking_fenceevent"') == 7
+    # And the result is the same: every association once, one charge per unit.
+    assert MonthlyChargeRun.objects.completed().filter(month=MONTH).count() == 7
+    assert MonthlyCharge.objects.count() == Unit.objects.count()
+    assert len(http_stub.received) == 7
+    by_org = {r.json["organization"]["slug"]: r.json["charge_count"] for r in http_stub.received}
+    assert by_org == {org.slug: org.units.count() for org in Organization.objects.all()}
