@@ -29,8 +29,8 @@ from django.utils.translation import gettext_lazy
 from hoa.charts import LeaseSpan, Mark, lock_timeline
 from hoa.models import Organization
 from hoa.operations import ResourceInfo, describe_resources, operations, scan_prefixes
+from hoa.paging import PageNumberField
 from hoa.scopes import scope_for_organization
-from hoa.web.lists import PageNumberField
 from locking import (
     FenceLock,
     HolderInfo,
@@ -190,7 +190,7 @@ class EventFilterForm(forms.Form):
         max_length=200,
         validators=[_validate_resource_field],
     )
-    page = PageNumberField()  # out of range: the nearest page (hoa.web.lists)
+    page = PageNumberField()  # out of range: the nearest page (hoa.paging)
 
     def filter(self, events: QuerySet) -> QuerySet:
         data = self.cleaned_data

@@ -29,10 +29,10 @@ from hoa.ops.lockstatus import (
     visible_holders,
 )
 from hoa.ops.readiness import pending_migrations
+from hoa.paging import clamped_page
 from hoa.scopes import scope_for_organization
 from hoa.security.audit import Reason, deny_request
 from hoa.security.operators import is_operator
-from hoa.web.lists import clamped_page
 from locking import BreakLeaseForm, FenceLock, LockUnavailable, holder_of, validate_resource
 
 
