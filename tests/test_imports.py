@@ -105,3 +105,40 @@ def test_the_app_name_scan_finds_a_name():
     assert [line for line in lines if not app_names.search(line)] == []
     assert not app_names.search("monthly charge totals")
     assert not app_names.search("past its audit budget")  # hoa's own word, not the app
+
+
+# hoa.web (the staff pages) and hoa.ops (the operators' pages, health, metrics) are two
+# rooms of the frame: what both need lives beside them in hoa (hoa.paging, hoa.answers).
+ROOMS = ("web", "ops")
+
+
+def imports_between_the_rooms(texts: dict[str, str]) -> list[str]:
+    found = []
+    for where, text in texts.items():
+        room = where.split("/")[1]
+        other = next(r for r in ROOMS if r != room)
+        pattern = re.compile(rf"^\s*(?:from|import)\s+hoa\.{other}\b", re.MULTILINE)
+        found += [f"{where}: {m.group().strip()}" for m in pattern.finditer(text)]
+    return found
+
+
+def test_hoa_web_and_hoa_ops_import_nothing_of_each_other():
+    texts = {
+        str(path.relative_to(BASE_DIR)): path.read_text()
+        for room in ROOMS
+        for path in sorted((Path(FRAME.path) / room).rglob("*.py"))
+    }
+    assert texts, "no module found in hoa/web or hoa/ops"
+    assert imports_between_the_rooms(texts) == []
+
+
+def test_the_room_scan_finds_an_import_of_the_other_room():
+    """Control: both directions are caught, an import of hoa's own modules is not."""
+    texts = {
+        "hoa/ops/views.py": "from hoa.web.lists import clamped_page\nfrom hoa.paging import x\n",
+        "hoa/web/views.py": "    import hoa.ops.metrics_view\nfrom hoa.answers import y\n",
+    }
+    assert imports_between_the_rooms(texts) == [
+        "hoa/ops/views.py: from hoa.web",
+        "hoa/web/views.py: import hoa.ops",
+    ]
