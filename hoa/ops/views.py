@@ -7,7 +7,7 @@ from django.contrib.auth.mixins import LoginRequiredMixin
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
 from django.db import DatabaseError, connection
-from django.http import Http404, HttpResponseRedirect, JsonResponse
+from django.http import Http404, JsonResponse
 from django.shortcuts import render
 from django.urls import reverse
 from django.utils import timezone
@@ -18,7 +18,7 @@ from django.views.generic import TemplateView
 from django_htmx.http import HttpResponseClientRedirect
 from redis.exceptions import RedisError
 
-from hoa.answers.pages import error_page
+from hoa.answers.pages import error_page, see_other
 from hoa.operations import ResourceInfo, describe_resources, operations
 from hoa.ops.lockstatus import EVENTS_PER_PAGE as LOCK_EVENTS_PER_PAGE
 from hoa.ops.lockstatus import (
@@ -202,7 +202,7 @@ class BreakLeaseView(LoginRequiredMixin, TemplateView):
                 % {"holder": broken.label or broken.owner, "token": broken.token},
             )
         url = f"{reverse('hoa:locks')}?{urlencode({'resource': info.resource})}"
-        return HttpResponseRedirect(url, status=303)
+        return see_other(url)
 
     def visible(self, resource: str) -> ResourceInfo:
         info = describe_resources([resource])[resource]
