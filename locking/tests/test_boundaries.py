@@ -145,3 +145,31 @@ def test_all_is_the_documented_interface_and_every_name_resolves():
 def test_the_test_models_need_no_new_migration():
     # makemigrations --check exits 1 when a model changed without a migration.
     call_command("makemigrations", "locking_testapp", "--check", "--dry-run", verbosity=0)
+
+
+# docs/locking.md, "Inside the app": one job per module, none over 450 lines. Read it here
+# so that a module that outgrows its job is split (as lease.py was: its signal and its
+# keep-alive thread have modules of their own), not the rule quietly dropped.
+MODULE_LINES = 450
+
+
+def modules_over(limit: int, package: Path) -> list[str]:
+    return [
+        f"{path.relative_to(package)}: {count} lines"
+        for path in sorted(package.rglob("*.py"))
+        if not {"tests", "migrations"} & set(path.relative_to(package).parts)
+        and (count := len(path.read_text().splitlines())) > limit
+    ]
+
+
+def test_no_module_of_locking_is_over_450_lines():
+    assert modules_over(MODULE_LINES, PACKAGE) == []
+
+
+def test_the_length_rule_finds_a_long_module_and_skips_tests_and_migrations(tmp_path):
+    """Control."""
+    for name in ("long.py", "tests/test_long.py", "migrations/0001_long.py"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("x = 1\n" * 5)
+    (tmp_path / "short.py").write_text("x = 1\n" * 4)
+    assert modules_over(4, tmp_path) == ["long.py: 5 lines"]
