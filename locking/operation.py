@@ -45,14 +45,9 @@ def run_fenced(
     ``Outcome.ALREADY_DONE``), else ``Outcome.COMMITTED``. An exception that declares its
     ``outcome`` (``LockHeld``: busy, ``LockUnavailable``: unavailable,
     ``StaleFencingToken``: stale, and the caller's own, e.g. a failed external call) is
-    recorded with it and re-raised; any other exception is re-raised unrecorded.
-
-    A counter Redis lost entirely is caught before the work, by the grant itself (it starts
-    a new epoch). A counter that is present but behind the database (a failover to a
-    replica without ``LOCK_REDIS_MIN_REPLICAS``, an AOF that lost its last second, an
-    upgrade from tokens without epochs) shows up as a rejected token: then the rejection is
-    recorded, a new epoch above the recorded token is started, and the attempt runs once
-    more.
+    recorded with it and re-raised; any other exception is re-raised unrecorded. A token
+    the fence refused because Redis's counter is behind the database is recovered from
+    once (``_regrant_above``).
 
     Must not run inside ``transaction.atomic()``: the external call must not hold a
     transaction open, and the audit record must survive the work's rollback. ``using`` is
@@ -78,22 +73,10 @@ def run_fenced(
             except StaleFencingToken as stale:
                 if not counter_is_behind(lock.current_token(resource), stale):
                     raise
-                # Not a newer holder: Redis handed out a number the database had seen.
-                # Record it, start an epoch above the recorded token, run the attempt again.
                 audit.counter_behind(stale)
                 lease.release()
-                lease = None
-                floor = start_epoch(
-                    resource,
-                    above=stale.recorded,
-                    using=lock.using,
-                    cause=EpochCause.COUNTER_BEHIND,
-                )
-                lock.reseed(resource, floor)
-                lease = lock.acquire(
-                    resource, ttl=ttl, holder=attempt.actor, audit=audit.in_transaction
-                )
-                audit.granted(lease)
+                lease = None  # released: nothing to release should the new grant fail
+                lease = _regrant_above(stale, lock, audit, ttl=ttl)
                 result = work(lease)
         except Exception as exc:  # always re-raised; recorded when it declares its outcome
             if isinstance(exc, HasOutcome):
@@ -147,18 +130,8 @@ async def arun_fenced(
                     raise
                 await record(audit.counter_behind, stale)
                 await lease.arelease()
-                lease = None
-                floor = await astart_epoch(
-                    resource,
-                    above=stale.recorded,
-                    using=lock.using,
-                    cause=EpochCause.COUNTER_BEHIND,
-                )
-                await lock.areseed(resource, floor)
-                lease = await lock.aacquire(
-                    resource, ttl=ttl, holder=attempt.actor, audit=audit.in_transaction
-                )
-                audit.granted(lease)
+                lease = None  # released: nothing to release should the new grant fail
+                lease = await _aregrant_above(stale, lock, audit, ttl=ttl)
                 result = await work(lease)
         except Exception as exc:  # always re-raised; recorded when it declares its outcome
             if isinstance(exc, HasOutcome):
@@ -170,6 +143,45 @@ async def arun_fenced(
         finally:
             if lease is not None:
                 await lease.arelease()
+
+
+def _regrant_above(
+    stale: StaleFencingToken, lock: FenceLock, audit: AttemptAudit, *, ttl: timedelta
+) -> Lease:
+    """A new lease whose token is above the one the fence refused, after a counter behind.
+
+    A counter Redis lost entirely is caught before the work, by the grant itself (it starts
+    a new epoch). A counter that is present but behind the database (a failover to a
+    replica without ``LOCK_REDIS_MIN_REPLICAS``, an AOF that lost its last second, an
+    upgrade from tokens without epochs) shows up as a rejected token, not a newer holder:
+    Redis handed out a number the database had seen. The caller has recorded it and
+    released its lease; this starts an epoch above the recorded token, reseeds the counter
+    and grants again, for the attempt to run once more.
+    """
+    resource = audit.resource
+    floor = start_epoch(
+        resource, above=stale.recorded, using=lock.using, cause=EpochCause.COUNTER_BEHIND
+    )
+    lock.reseed(resource, floor)
+    lease = lock.acquire(resource, ttl=ttl, holder=audit.attempt.actor, audit=audit.in_transaction)
+    audit.granted(lease)
+    return lease
+
+
+async def _aregrant_above(
+    stale: StaleFencingToken, lock: FenceLock, audit: AttemptAudit, *, ttl: timedelta
+) -> Lease:
+    """``_regrant_above`` for ``arun_fenced``."""
+    resource = audit.resource
+    floor = await astart_epoch(
+        resource, above=stale.recorded, using=lock.using, cause=EpochCause.COUNTER_BEHIND
+    )
+    await lock.areseed(resource, floor)
+    lease = await lock.aacquire(
+        resource, ttl=ttl, holder=audit.attempt.actor, audit=audit.in_transaction
+    )
+    audit.granted(lease)
+    return lease
 
 
 def _in_atomic_block(using: str) -> bool:
