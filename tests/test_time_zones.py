@@ -68,10 +68,11 @@ def test_the_charges_page_offers_the_associations_month_by_name(alice, maple):
     client = Client()
     client.force_login(alice)
 
-    page = client.get(f"/orgs/{maple.slug}/charges/").content.decode()
+    for path in (f"/orgs/{maple.slug}/charges/", f"/orgs/{maple.slug}/"):  # and the dashboard
+        page = client.get(path).content.decode()
 
-    assert f"Generate charges for {this_month:%B %Y}" in page
-    assert f"/charges/{this_month:%Y-%m}/generate/" in page  # YYYY-MM in the URL
+        assert f"Generate charges for {this_month:%B %Y}" in page, path
+        assert f"/charges/{this_month:%Y-%m}/generate/" in page, path  # YYYY-MM in the URL
 
 
 def test_an_unknown_time_zone_is_a_field_error_in_the_admin(client, root, maple):
