@@ -13,7 +13,9 @@ from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
+from hoa.complaints.extensions import assigned
 from hoa.models import AccessDenial, Complaint, ComplaintEvent, StaffMembership
+from hoa.operations import operations, register, unregister
 from tests.harness.waiting import wait_until
 from tests.vendors_support import WAIT, Worker, active_vendor
 from vendors.models import VendorAssignment
@@ -501,3 +503,37 @@ def test_the_timeline_merges_assignments_status_changes_and_notes_newest_first(
     html = page.content.decode()
     assert html.index("In progress → Resolved") < html.index("Tenant away until Monday.")
     assert html.index("Tenant away until Monday.") < html.index("Pipe Pros assigned</b>")
+
+
+@pytest.fixture
+def nothing_assigns():
+    """The registry as a project with no assigning app has it: no operation declares the
+    workflow's ``Assignee`` guard (restored afterwards)."""
+    guarding = [op for op in operations() if op.complaints and op.complaints.assignee]
+    assert guarding, "control: an installed operation declares the guard"
+    for operation in guarding:
+        unregister(operation.name)
+    try:
+        yield
+    finally:
+        for operation in guarding:
+            register(operation)
+
+
+def test_without_an_assigning_operation_no_status_waits_for_an_assignee(
+    complaint, alice, nothing_assigns
+):
+    """The workflow names no app: "in progress needs a vendor" is vendors' guard (a
+    resolved complaint without a vendor cannot go back to work while it is installed, see
+    RULES); without it, nothing waits for an assignee: back to work is offered and done."""
+    given(complaint, S.RESOLVED)
+    assert assigned(complaint) is None
+    page = client_for(alice).get(url("complaint", complaint))
+    offered = [v for v, _ in page.context["status_form"].fields["to_status"].widget.choices if v]
+    assert offered == [S.CLOSED, S.IN_PROGRESS, S.OPEN]
+
+    response = post_status(alice, complaint, S.RESOLVED, S.IN_PROGRESS, "It leaks again.")
+
+    assert response.status_code == 303
+    complaint.refresh_from_db()
+    assert complaint.status == S.IN_PROGRESS
