@@ -19,6 +19,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from django.apps import apps
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Permission
 from django.db import transaction
@@ -32,6 +33,7 @@ from charges.services import generate_monthly_charges
 from hoa.complaints.workflow import add_note, change_sla, change_status
 from hoa.demo import DEMO_PASSWORD, seed_demo, staff_group
 from hoa.models import Complaint, Organization, StaffMembership
+from hoa.operations import operations, register, unregister
 from hoa.scopes import scope_for_organization
 from hoa.security.operators import is_operator
 from locking import FenceLock, StaleFencingToken, advance_fence, record_fence_event
@@ -163,7 +165,25 @@ def _sign_in(chromium, site, username, width):  # noqa: F811 - fixtures
     return context, page
 
 
-def test_take_screenshots(chromium, site, redis_client):  # noqa: F811 - fixtures
+@pytest.fixture
+def product_only():
+    """The operations a `make run` has: the test settings also install tests/budgets (the
+    third operation that proves the registry), which the screenshots must not show."""
+    test_only = [
+        operation
+        for operation in operations()
+        if apps.get_app_config(operation.permission.partition(".")[0]).name.startswith("tests.")
+    ]
+    for operation in test_only:
+        unregister(operation.name)
+    try:
+        yield
+    finally:
+        for operation in test_only:
+            register(operation)
+
+
+def test_take_screenshots(chromium, site, redis_client, product_only):  # noqa: F811 - fixtures
     seed_demo()
     lock = FenceLock()
     facts = _history(lock)
