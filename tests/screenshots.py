@@ -33,10 +33,10 @@ from charges.services import generate_monthly_charges
 from hoa.complaints.workflow import add_note, change_sla, change_status
 from hoa.demo import DEMO_PASSWORD, seed_demo, staff_group
 from hoa.models import Complaint, Organization, StaffMembership
-from hoa.operations import operations, register, unregister
 from hoa.scopes import scope_for_organization
 from hoa.security.operators import is_operator
 from locking import FenceLock, StaleFencingToken, advance_fence, record_fence_event
+from tests.harness.registry import operations_removed
 from tests.test_browser_staff import chromium, site  # noqa: F401 - fixtures
 from vendors.models import Vendor, VendorContract
 from vendors.operations import assignment_resource
@@ -169,18 +169,13 @@ def _sign_in(chromium, site, username, width):  # noqa: F811 - fixtures
 def product_only():
     """The operations a `make run` has: the test settings also install tests/budgets (the
     third operation that proves the registry), which the screenshots must not show."""
-    test_only = [
-        operation
-        for operation in operations()
-        if apps.get_app_config(operation.permission.partition(".")[0]).name.startswith("tests.")
-    ]
-    for operation in test_only:
-        unregister(operation.name)
-    try:
+
+    def of_the_tests(operation) -> bool:
+        app = apps.get_app_config(operation.permission.partition(".")[0])
+        return app.name.startswith("tests.")
+
+    with operations_removed(of_the_tests):
         yield
-    finally:
-        for operation in test_only:
-            register(operation)
 
 
 def test_take_screenshots(chromium, site, redis_client, product_only):  # noqa: F811 - fixtures

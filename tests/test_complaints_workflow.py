@@ -15,7 +15,7 @@ from django.utils import timezone
 
 from hoa.complaints.extensions import assigned
 from hoa.models import AccessDenial, Complaint, ComplaintEvent, StaffMembership
-from hoa.operations import operations, register, unregister
+from tests.harness.registry import operations_removed
 from tests.harness.waiting import wait_until
 from tests.vendors_support import WAIT, Worker, active_vendor
 from vendors.models import VendorAssignment
@@ -509,15 +509,9 @@ def test_the_timeline_merges_assignments_status_changes_and_notes_newest_first(
 def nothing_assigns():
     """The registry as a project with no assigning app has it: no operation declares the
     workflow's ``Assignee`` guard (restored afterwards)."""
-    guarding = [op for op in operations() if op.complaints and op.complaints.assignee]
-    assert guarding, "control: an installed operation declares the guard"
-    for operation in guarding:
-        unregister(operation.name)
-    try:
+    with operations_removed(lambda op: op.complaints and op.complaints.assignee) as guarding:
+        assert guarding, "control: an installed operation declares the guard"
         yield
-    finally:
-        for operation in guarding:
-            register(operation)
 
 
 def test_without_an_assigning_operation_no_status_waits_for_an_assignee(

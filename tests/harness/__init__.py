@@ -6,7 +6,9 @@
 - ``processes``: the processes a test starts (redis-server, a PostgreSQL cluster, gunicorn,
   ``manage.py`` and other Python children), and how they are frozen and stopped, by PID;
 - ``layout``: ``layout_problems(page)``, what a page drawn in Chromium does to its reader
-  (text over text, crushed cells, overflow, words split across lines).
+  (text over text, crushed cells, overflow, words split across lines);
+- ``registry``: ``operations_removed``, the fenced-operation registry without some
+  operations for a while (restored on exit).
 
 Benchmarks (``bench/``) import nothing from here: they keep their own few lines of set-up.
 """
