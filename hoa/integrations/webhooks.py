@@ -23,6 +23,7 @@ answer outside 2xx is ``ExternalCallFailed``.
 See docs/security.md for how a receiver verifies and uses them.
 """
 
+import functools
 import logging
 from dataclasses import dataclass
 
@@ -53,7 +54,25 @@ class CallResult:
     status: int | None = None
 
 
+# One pooled session per process. requests reads the proxy variables, the CA bundle
+# variables and ~/.netrc again on every call when a session trusts the environment (about
+# 0.5 ms a call here, a month start's 10,000 calls included); this one does not, and each
+# call passes what the environment says for its URL, read once per URL (``_environment``).
 _session = requests.Session()
+_session.trust_env = False
+
+
+@functools.cache
+def _environment(url: str) -> dict:
+    """What requests would take from the environment for ``url`` (``proxies``, ``verify``,
+    ``auth`` from ~/.netrc), as keyword arguments of a call; read once per URL and process."""
+    reader = requests.Session()  # trusts the environment, as requests does by default
+    found = reader.merge_environment_settings(url, {}, None, None, None)
+    return {
+        "proxies": found["proxies"],
+        "verify": found["verify"],
+        "auth": requests.utils.get_netrc_auth(url),
+    }
 
 
 def post_fenced(url: str, payload: dict, *, idempotency_key: str, token: int) -> CallResult:
@@ -81,6 +100,7 @@ def post_fenced(url: str, payload: dict, *, idempotency_key: str, token: int) ->
             data=call.body,
             headers=call.headers,
             timeout=settings.EXTERNAL_CALL_TIMEOUT_SECONDS,
+            **_environment(url),
         )
     except requests.Timeout as exc:
         raise ExternalCallFailed(url, "timed out") from exc
