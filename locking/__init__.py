@@ -10,6 +10,8 @@ The four layers (see docs/locking.md for the full story and diagrams):
 3. **Fence check** — ``advance_fence(queryset, token)``: a conditional UPDATE
    (``… WHERE last_fence_token < token``, rowcount must be 1) inside the transaction that
    writes. A holder whose lease was re-granted cannot commit after the newer holder has.
+   A row that does not exist yet can be created fenced: ``insert_fenced(instance, token)``
+   (``INSERT … SELECT … ON CONFLICT DO NOTHING`` with the token on the row).
 4. **Business invariants** — the caller's state check and unique constraints in the
    same transaction: exactly-once even when the older holder commits first.
 
@@ -61,7 +63,7 @@ from locking.exceptions import (
     StaleAtReceiver,
     StaleFencingToken,
 )
-from locking.fence import aadvance_fence, advance_fence
+from locking.fence import aadvance_fence, advance_fence, insert_fenced
 from locking.keys import fence_key, lock_key, validate_resource
 from locking.lease import Lease
 from locking.lock import FenceLock
@@ -101,6 +103,7 @@ __all__ = [
     "fenced_receiver",
     "holder_of",
     "holders",
+    "insert_fenced",
     "lock_key",
     "prepare_fences",
     "receive_call",

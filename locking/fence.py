@@ -1,6 +1,8 @@
 """The fence check: the database, not the lease, decides whether a holder may write.
 
-``advance_fence`` runs inside the caller's ``transaction.atomic()``. From async code,
+``advance_fence`` runs inside the caller's ``transaction.atomic()``; so does
+``insert_fenced``, the same check for a row that does not exist yet (it is inserted with
+the token on it). From async code,
 ``aadvance_fence(queryset, lease, write)`` runs the fence and the writes in one
 transaction, in one ``sync_to_async(thread_sensitive=True)`` call: the fence UPDATE must
 commit or roll back with the writes it protects, and Django's transactions are
@@ -18,7 +20,7 @@ from typing import NoReturn, TypeVar
 
 from asgiref.sync import sync_to_async
 from django.core.exceptions import EmptyResultSet
-from django.db import connections, transaction
+from django.db import connections, router, transaction
 from django.db.models.expressions import Col
 from django.db.models.lookups import Exact
 from django.db.transaction import TransactionManagementError
@@ -188,6 +190,107 @@ def _pk_subquery(queryset, alias: str) -> tuple[str, tuple]:
     query = queryset.values("pk").query
     query.clear_ordering(force=False)  # kept when it decides which rows a slice takes
     return query.get_compiler(using=alias).as_sql()
+
+
+def insert_fenced(instance, token, *, resource: str | None = None) -> bool:
+    """Insert ``instance``, a new row that carries the fence, with ``token`` already on it.
+
+    ``token`` is the lease (preferred) or its ``token``, as for ``advance_fence``; with a
+    lease, or with ``resource``, the epoch check applies too. True: inserted
+    (``instance.pk`` is set), the row fenced at the token, as if inserted with 0 and then
+    ``advance_fence``d, in one statement instead of two. False: nothing was inserted,
+    because a row with one of its unique keys exists (another holder created it, maybe in a
+    transaction that just committed) or the resource has an epoch newer than the token's;
+    the caller then fences the row that is there (or creates one and fences it) with
+    ``advance_fence``, which answers as it always does: stale, or go on.
+
+    Runs inside the caller's ``transaction.atomic()``, like ``advance_fence``::
+
+        INSERT INTO <table> (last_fence_token, <every other concrete column>)
+        SELECT %(token)s, <the instance's values>
+        [WHERE NOT EXISTS (SELECT 1 FROM locking_fenceepoch
+                           WHERE resource = %(resource)s AND epoch > %(token_epoch)s)]
+        ON CONFLICT DO NOTHING RETURNING <pk>
+
+    Why it is the fence: a row that does not exist has seen no token, so any granted token
+    (> 0) passes ``last_fence_token < token``, and the epoch check is the ``UPDATE``'s. Two
+    creators meet on the unique key: the second waits for the first's transaction and,
+    once that commits, inserts nothing; it fences the committed row, where the older token
+    of the two loses. Values are prepared as ``save()`` prepares an insert's (defaults,
+    ``auto_now_add``). The fence column must be the model's own, not a multi-table parent's.
+    """
+    connection = connections[instance._state.db or router.db_for_write(type(instance))]
+    if not connection.in_atomic_block:
+        raise TransactionManagementError(
+            "insert_fenced() must run inside transaction.atomic(), in the same transaction "
+            "as the writes it protects."
+        )
+    if isinstance(token, Lease):
+        resource = resource or token.resource
+        token = token.token
+    token = int(token)
+    statement = _insert_statement(type(instance), connection.alias, instance.pk is not None)
+    params = [token]
+    params += (
+        field.get_db_prep_save(field.pre_save(instance, True), connection)
+        for field in statement.fields
+    )
+    sql = statement.head
+    if resource is not None:
+        sql += statement.where_no_newer_epoch
+        params += [resource, epoch_of(token)]
+    with (
+        tracing.operation_span("locking.fence", resource, token=token),
+        connection.cursor() as cursor,
+    ):
+        cursor.execute(sql + statement.tail, params)
+        row = cursor.fetchone()
+    if row is None:
+        return False
+    instance.pk = row[0]
+    instance.last_fence_token = token
+    instance._state.adding, instance._state.db = False, connection.alias
+    return True
+
+
+@dataclass(frozen=True)
+class _InsertStatement:
+    """``insert_fenced``'s statement for one model, built once: ``head`` [+
+    ``where_no_newer_epoch``] + ``tail``, and the fields whose values follow the token."""
+
+    head: str
+    where_no_newer_epoch: str
+    tail: str
+    fields: tuple
+
+
+@functools.cache
+def _insert_statement(model, alias: str, with_pk: bool) -> _InsertStatement:
+    # An auto primary key is the database's to give, unless the instance has one (as
+    # ``save()`` does, the insert then names it: a row with that key is a conflict).
+    connection = connections[alias]
+    quote = connection.ops.quote_name
+    opts = model._meta
+    fence = opts.get_field("last_fence_token")
+    if fence.model._meta.concrete_model is not opts.concrete_model:
+        raise ValueError(f"insert_fenced(): {opts.label}'s fence column is a parent's")
+    fields = tuple(
+        field
+        for field in opts.local_concrete_fields
+        if field is not fence and (with_pk or not (field.primary_key and field.db_returning))
+    )
+    columns = ", ".join(quote(field.column) for field in (fence, *fields))
+    # Cast: in a SELECT list, PostgreSQL does not take a parameter's type from the column.
+    values = ", ".join(
+        f"CAST(%s AS {field.cast_db_type(connection)})" for field in (fence, *fields)
+    )
+    no_newer_epoch = _fence_statement(model, alias).no_newer_epoch
+    return _InsertStatement(
+        head=f"INSERT INTO {quote(opts.db_table)} ({columns}) SELECT {values}",
+        where_no_newer_epoch=" WHERE" + no_newer_epoch.removeprefix(" AND"),
+        tail=f" ON CONFLICT DO NOTHING RETURNING {quote(opts.pk.column)}",
+        fields=fields,
+    )
 
 
 async def aadvance_fence(

@@ -128,6 +128,7 @@ def test_all_is_the_documented_interface_and_every_name_resolves():
         "fenced_receiver",
         "holder_of",
         "holders",
+        "insert_fenced",
         "lock_key",
         "prepare_fences",
         "receive_call",

@@ -16,7 +16,7 @@ from django.db.transaction import TransactionManagementError
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from locking import FenceLock, StaleFencingToken, advance_fence
+from locking import FenceLock, StaleFencingToken, advance_fence, insert_fenced
 from locking.epochs import first_token
 from locking.models import FenceEpoch
 from locking.tests.testapp.models import Box, FencedThing
@@ -304,3 +304,148 @@ def test_a_bare_token_without_a_resource_is_checked_against_the_row_only(thing):
     with transaction.atomic():
         advance_fence(FencedThing.objects.filter(pk=thing.pk), first_token(2) + 9)
     assert token_of(thing) == first_token(2) + 9
+
+
+# --- insert_fenced: a new row, fenced as it is inserted ------------------------------------
+
+
+@pytest.mark.django_db
+def test_insert_fenced_inserts_the_row_with_its_token_on_it(box):
+    new = FencedThing(name="Cracked window", box=box)
+    with transaction.atomic():
+        assert insert_fenced(new, 7, resource=RESOURCE) is True
+    assert new.pk is not None and not new._state.adding
+    assert (token_of(new), FencedThing.objects.get(pk=new.pk).name) == (7, "Cracked window")
+    # As if inserted with 0 and fenced at 7: an equal token is stale, a newer one goes on.
+    with pytest.raises(StaleFencingToken), transaction.atomic():
+        advance_fence(FencedThing.objects.filter(pk=new.pk), 7)
+    with transaction.atomic():
+        advance_fence(FencedThing.objects.filter(pk=new.pk), 8)
+
+
+@pytest.mark.django_db
+def test_insert_fenced_on_a_key_that_exists_inserts_nothing_and_says_so(thing):
+    duplicate = FencedThing(pk=thing.pk, name="Someone else's")
+    with CaptureQueriesContext(connection) as queries, transaction.atomic():
+        assert insert_fenced(duplicate, 9, resource=RESOURCE) is False
+    [insert] = [q["sql"] for q in queries.captured_queries if q["sql"].startswith("INSERT")]
+    assert "ON CONFLICT DO NOTHING" in insert and "AND NOT EXISTS" not in insert
+    assert "WHERE NOT EXISTS (SELECT 1 FROM" in insert
+    thing.refresh_from_db()
+    assert (thing.name, thing.last_fence_token) == ("Leaking roof", 0)
+    assert duplicate._state.adding
+
+
+@pytest.mark.django_db
+def test_insert_fenced_refuses_a_token_of_an_epoch_older_than_the_recorded_one(box):
+    FenceEpoch.objects.create(resource=RESOURCE, epoch=3, started_at=timezone.now())
+    with transaction.atomic():
+        assert (
+            insert_fenced(FencedThing(name="Old", box=box), first_token(2) + 9, resource=RESOURCE)
+            is False
+        )
+        assert (
+            insert_fenced(FencedThing(name="New", box=box), first_token(3) + 1, resource=RESOURCE)
+            is True
+        )
+        # A bare token without a resource is checked against no epoch, as advance_fence's.
+        assert insert_fenced(FencedThing(name="Bare", box=box), first_token(2) + 9) is True
+    assert sorted(FencedThing.objects.values_list("name", flat=True)) == ["Bare", "New"]
+
+
+@pytest.mark.django_db(transaction=True)  # a plain django_db test runs inside atomic()
+def test_insert_fenced_outside_atomic_raises_and_inserts_nothing(box):
+    with pytest.raises(TransactionManagementError):
+        insert_fenced(FencedThing(name="Loose", box=box), 5)
+    assert not FencedThing.objects.exists()
+
+
+CREATED_PK = 4242  # both creators insert this row: its primary key is their unique key
+
+
+class FencedCreator(threading.Thread):
+    """One holder creating the row in its own connection: ``insert_fenced``, and if the row
+    was there (the other created it) ``advance_fence`` on it; then it writes its name."""
+
+    def __init__(self, *, token, name, barrier, hold=None, after=None):
+        super().__init__(name=f"creator-{name}")
+        self.token, self.new_name, self.barrier = token, name, barrier
+        self.hold, self.after = hold, after
+        self.inserted: bool | None = None
+        self.done_inserting = threading.Event()  # its insert_fenced returned
+        self.backend_pid: int | None = None
+        self.pid_known = threading.Event()
+        self.error: BaseException | None = None
+
+    def run(self):
+        try:
+            self.barrier.wait(WAIT)
+            if self.after is not None:
+                assert self.after.wait(WAIT), "the other creator never inserted"
+            with transaction.atomic():
+                with connection.cursor() as cursor:
+                    cursor.execute("SELECT pg_backend_pid()")
+                    self.backend_pid = cursor.fetchone()[0]
+                self.pid_known.set()
+                mine = FencedThing(pk=CREATED_PK, name=self.new_name)
+                self.inserted = insert_fenced(mine, self.token, resource=RESOURCE)
+                self.done_inserting.set()
+                if not self.inserted:
+                    row = FencedThing.objects.filter(pk=CREATED_PK)
+                    advance_fence(row, self.token, resource=RESOURCE)
+                    row.update(name=self.new_name)
+                if self.hold is not None:
+                    assert self.hold.wait(WAIT), "the test never let the first creator commit"
+        except BaseException as exc:
+            self.error = exc
+        finally:
+            self.pid_known.set()
+            self.done_inserting.set()
+            connection.close()
+
+
+def race_to_create(*, first: tuple[int, str], then: tuple[int, str]):
+    """``first`` inserts the row and holds its transaction open; ``then`` provably waits on
+    it (the unique key's lock); ``first`` commits; return both creators, finished."""
+    barrier = threading.Barrier(2)
+    release_first = threading.Event()
+    holder = FencedCreator(token=first[0], name=first[1], barrier=barrier, hold=release_first)
+    waiter = FencedCreator(
+        token=then[0], name=then[1], barrier=barrier, after=holder.done_inserting
+    )
+    holder.start()
+    waiter.start()
+    try:
+        assert waiter.pid_known.wait(WAIT)
+        assert waiter.backend_pid is not None, waiter.error
+        wait_until_blocked_on_row_lock(waiter.backend_pid)
+        assert not waiter.done_inserting.is_set()
+    finally:
+        release_first.set()
+        holder.join(WAIT)
+        waiter.join(WAIT)
+    return holder, waiter
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_older_creator_blocked_behind_a_newer_ones_insert_gets_stale_and_writes_nothing():
+    older_token, newer_token = two_grants()
+    newer, older = race_to_create(first=(newer_token, "newer"), then=(older_token, "older"))
+
+    assert (newer.error, newer.inserted) == (None, True)
+    assert older.inserted is False  # the row was there once the newer one committed
+    assert isinstance(older.error, StaleFencingToken)
+    assert (older.error.token, older.error.recorded) == (older_token, newer_token)
+    row = FencedThing.objects.get(pk=CREATED_PK)
+    assert (row.last_fence_token, row.name) == (newer_token, "newer")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_newer_creator_blocked_behind_an_older_ones_insert_fences_the_row_and_wins():
+    older_token, newer_token = two_grants()
+    older, newer = race_to_create(first=(older_token, "older"), then=(newer_token, "newer"))
+
+    assert (older.error, older.inserted) == (None, True)
+    assert (newer.error, newer.inserted) == (None, False)
+    row = FencedThing.objects.get(pk=CREATED_PK)
+    assert (row.last_fence_token, row.name) == (newer_token, "newer")
