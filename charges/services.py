@@ -8,10 +8,13 @@ reads top to bottom: check the actor, then run one attempt's steps under a fence
 1. ``look``: this month's run, and the units to bill unless it is completed.
 2. ``call_outside``: one billing call carrying the token and the idempotency key (failure:
    ``BillingFailed``, nothing written). A completed run is final: nothing to bill.
-3. ``fence_row`` and ``commit``, in one transaction: the run row that carries the fence if
-   there is none yet (``INSERT … ON CONFLICT DO NOTHING``), ``advance_fence`` on it (a
-   holder whose lease was re-granted: ``GenerationSuperseded``), then the state check (a
-   completed run: already generated), then the charges (COPY) and the run's totals.
+3. In one transaction: ``create``, when the look found no run (a month's first attempt,
+   as at every month start): the run inserted completed, with its totals and the lease's
+   token on it (``insert_fenced``), then its charges (COPY). Otherwise, or when another
+   holder inserted the run meanwhile, ``fence_row`` and ``commit``: the run row if there
+   is none yet (``INSERT … ON CONFLICT DO NOTHING``), ``advance_fence`` on it (a holder
+   whose lease was re-granted: ``GenerationSuperseded``), then the state check (a
+   completed run: already generated), then the charges and the run's totals.
 
 Actors: a user must be staff of the organization and hold ``charges.generate_charges``
 (``NotAllowed``, recorded as an ``AccessDenial``, otherwise); ``None`` is the deployment's
@@ -33,7 +36,7 @@ from charges.operations import GENERATION, charge_resource
 from hoa.answers.table import Answer
 from hoa.fenced import FencedSteps
 from hoa.models import Organization, Unit
-from locking import Lease, Outcome
+from locking import Lease, Outcome, insert_fenced
 
 
 @dataclass(frozen=True)
@@ -153,6 +156,22 @@ class ChargeRun(FencedSteps):
         )
         return None if call.skipped else billing.BILLING_SYSTEM
 
+    def create(self, lease: Lease, looked: Looked, told) -> ChargeRunResult | None:
+        if looked.run is not None:
+            return None
+        now = timezone.now()
+        run = MonthlyChargeRun(
+            organization=self.organization,
+            month=self.month,
+            **_completed(looked.lines, by=self.by, now=now),
+        )
+        # Nothing inserted: another holder's run is there now (or the resource has a newer
+        # epoch); the runner fences that row and ``commit`` reads its state.
+        if not insert_fenced(run, lease):
+            return None
+        _copy_charges(run, looked.lines, now)
+        return ChargeRunResult(run=run, outcome=Outcome.COMMITTED, token=lease.token)
+
     def fence_row(self, looked: Looked) -> QuerySet:
         if looked.run is None:
             # The row that carries the fence, created in the commit's transaction: one round
@@ -174,13 +193,22 @@ class ChargeRun(FencedSteps):
             return ChargeRunResult(run=run, outcome=Outcome.ALREADY_DONE, token=lease.token)
         now = timezone.now()
         _copy_charges(run, looked.lines, now)
-        run.status = MonthlyChargeRun.Status.COMPLETED
-        run.total = billing.lines_total(looked.lines)
-        run.charge_count = len(looked.lines)
-        run.completed_at = now
-        run.completed_by = self.by[:200]
-        run.save(update_fields=["status", "total", "charge_count", "completed_at", "completed_by"])
+        completed = _completed(looked.lines, by=self.by, now=now)
+        for name, value in completed.items():
+            setattr(run, name, value)
+        run.save(update_fields=list(completed))
         return ChargeRunResult(run=run, outcome=Outcome.COMMITTED, token=lease.token)
+
+
+def _completed(lines: list[ChargeLine], *, by: str, now: datetime) -> dict:
+    """The fields of a run that billed ``lines``, completed at ``now`` by ``by``."""
+    return {
+        "status": MonthlyChargeRun.Status.COMPLETED,
+        "total": billing.lines_total(lines),
+        "charge_count": len(lines),
+        "completed_at": now,
+        "completed_by": by[:200],
+    }
 
 
 _COPY_CHARGES = "COPY {table} (run_id, unit_id, amount, created_at) FROM STDIN"

@@ -13,9 +13,12 @@ recovery) and calls the steps in this order, the same for every operation:
 2. ``call_outside(lease, looked)``, only when ``looked.needs_call``: after ``lease.check()``
    (a lease lost or uncertain tells nobody), in the ``external-call`` span; a failed call
    is the operation's ``call_failed`` refusal and nothing is written.
-3. One ``transaction.atomic()``: ``advance_fence`` on ``fence_row(looked)`` first (a holder
-   whose lease was taken over learns it here), then ``commit(lease, looked, told)``: the
-   state check and the writes; the attempt's audit row commits with them.
+3. One ``transaction.atomic()``: ``create(lease, looked, told)`` first, when the row that
+   carries the fence is not there yet: it inserts that row with the token on it
+   (``insert_fenced``) and writes, in one statement fewer. Otherwise (or when another
+   holder created the row meanwhile) ``advance_fence`` on ``fence_row(looked)`` first (a
+   holder whose lease was taken over learns it here), then ``commit(lease, looked,
+   told)``: the state check and the writes. The attempt's audit row commits with them.
 4. A refusal raised by ``commit`` after the outside was told: ``take_back`` sends the
    best-effort cancellation, and the refusal records whom it told in vain.
 
@@ -66,8 +69,9 @@ class FencedSteps:
 
     Subclasses set ``endpoint`` (the outside's name, for the span) and ``subject`` (the
     facts its refusals carry, e.g. the organization and month) and write ``look``,
-    ``call_outside``, ``fence_row`` and ``commit``; ``take_back`` only if a refusal at
-    commit can follow a call that told someone.
+    ``call_outside``, ``fence_row`` and ``commit``; ``create`` only if the attempt may
+    find no row to fence and can insert it with its final values; ``take_back`` only if a
+    refusal at commit can follow a call that told someone.
     """
 
     endpoint: str = ""
@@ -85,6 +89,14 @@ class FencedSteps:
         """Tell the outside, once; return whom it told (``None``: the call was skipped).
         Raise ``ExternalCallFailed`` when it refused or failed."""
         raise NotImplementedError
+
+    def create(self, lease: Lease, looked, told):
+        """In the commit's transaction, before anything else: when ``look`` found no row
+        that carries the fence, insert it fenced (``insert_fenced(row, lease)``) with its
+        final values, and the other writes; return the result. ``None`` (the default, and
+        whenever ``insert_fenced`` inserted nothing): the runner fences ``fence_row`` and
+        calls ``commit``."""
+        return None
 
     def fence_row(self, looked) -> QuerySet:
         """The row that carries the fence, in the commit's transaction (created there if
@@ -145,8 +157,10 @@ def _run_steps(steps: FencedSteps, refusals: "Refusals", lease: Lease):
     told = _call_outside(steps, refusals, lease, looked) if looked.needs_call else None
     try:
         with transaction.atomic():
-            advance_fence(steps.fence_row(looked), lease)
-            result = steps.commit(lease, looked, told)
+            result = steps.create(lease, looked, told)  # the fenced row is new: one statement
+            if result is None:
+                advance_fence(steps.fence_row(looked), lease)
+                result = steps.commit(lease, looked, told)
             lease.record_committed(result.outcome)  # the audit row commits with the writes
     except Refusal as refusal:
         if told is not None:  # rolled back, but the outside was told: say so, take it back

@@ -384,8 +384,8 @@ def test_newer_holder_waits_on_the_row_lock_of_a_holder_paused_before_commit(
     db = connection.settings_dict
     blocker = psycopg.connect(host=db["HOST"], port=db["PORT"], user=db["USER"], dbname=db["NAME"])
     try:
-        # Holder A creates the run row and passes its fence UPDATE (taking the row's lock),
-        # then blocks on its COPY of the charges: this connection holds a conflicting lock.
+        # Holder A inserts the run row with its token on it (insert_fenced), then blocks on
+        # its COPY of the charges: this connection holds a conflicting lock.
         blocker.execute("LOCK TABLE charges_monthlycharge IN SHARE ROW EXCLUSIVE MODE")
         holder_a = Worker(lambda: generate(maple, actor="holder-a"))
         wait_until(
@@ -401,7 +401,8 @@ def test_newer_holder_waits_on_the_row_lock_of_a_holder_paused_before_commit(
         )
         assert not holder_b.done.is_set()
     finally:
-        blocker.commit()  # A's INSERT proceeds and A commits; B's UPDATE then re-checks
+        blocker.commit()  # A's COPY proceeds and A commits; B's insert then finds the row
+        # and inserts nothing (ON CONFLICT), so B fences A's committed row (2 > 1) instead
         blocker.close()
     holder_a.join()
     holder_b.join()
