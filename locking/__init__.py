@@ -37,6 +37,7 @@ documented interface (docs/locking.md)::
 The same from async code: ``lease = await FenceLock().aacquire(...)``, ``await
 aadvance_fence(queryset, lease, write)`` (the fence and the writes in one transaction,
 in ``sync_to_async``), ``await lease.arelease()``; or ``arun_fenced`` for the whole flow.
+``LeasedAttempt`` is ``run_fenced`` in two halves, for attempts that commit together.
 ``lease.state`` is ``LeaseState.HELD``, ``UNCERTAIN`` or ``LOST``; ``lease.check()`` raises
 ``LeaseLost`` once the lease is lost (``LeaseUncertain``, a ``LeaseLost``, while the holder
 cannot know whether it still runs); ``span(...)`` traces a step
@@ -67,7 +68,7 @@ from locking.fence import aadvance_fence, advance_fence, insert_fenced
 from locking.keys import fence_key, lock_key, validate_resource
 from locking.lease import Lease
 from locking.lock import FenceLock
-from locking.operation import arun_fenced, run_fenced
+from locking.operation import LeasedAttempt, arun_fenced, run_fenced
 from locking.operators import BreakLeaseForm, HolderInfo, break_lease, holder_of, holders
 from locking.outcomes import LeaseState, Outcome
 from locking.receiver import CallVerdict, Receipt, fenced_receiver, receive_call
@@ -85,6 +86,7 @@ __all__ = [
     "LeaseLost",
     "LeaseState",
     "LeaseUncertain",
+    "LeasedAttempt",
     "LockError",
     "LockHeld",
     "LockUnavailable",

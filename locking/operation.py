@@ -8,10 +8,12 @@ A refusal is recorded after the work, outside its rolled-back transaction; a com
 attempt is too, unless the work called ``lease.record_committed()`` inside its block (the
 row then commits with the writes, one write and one commit fewer). ``arun_fenced`` is the
 same flow for a coroutine ``work(lease)``; its database steps (the audit, a new epoch) run
-in ``sync_to_async(thread_sensitive=True)``.
+in ``sync_to_async(thread_sensitive=True)``. ``LeasedAttempt`` is ``run_fenced`` in two
+halves, for attempts on different resources whose writes commit in one transaction.
 """
 
 from collections.abc import Awaitable, Callable
+from contextlib import ExitStack
 from datetime import timedelta
 from typing import TypeVar
 
@@ -143,6 +145,86 @@ async def arun_fenced(
         finally:
             if lease is not None:
                 await lease.arelease()
+
+
+class LeasedAttempt:
+    """``run_fenced`` in two halves, for attempts whose writes commit together.
+
+    The month start bills many associations, each under its own lease; committing several
+    in one transaction saves a ``BEGIN`` and a durable ``COMMIT`` per association.
+    ``run_fenced`` cannot: it records and releases as soon as its work returns. Here::
+
+        attempt = LeasedAttempt(resource, ttl=ttl, attempt=Attempt(...))  # grants, or raises
+        ...the work outside any transaction, under attempt.lease...
+        with transaction.atomic():                  # shared with other attempts
+            ...insert_fenced / advance_fence, the writes...
+            attempt.lease.record_committed()        # this attempt's audit row
+        attempt.finished(result)                    # after the commit: record, release
+
+    or ``attempt.refused(exc)`` for an exception instead of a result (recorded when it
+    declares its outcome, as ``run_fenced`` records it). Either releases the lease; call
+    one of them exactly once, in a ``finally`` if need be. A refusal to grant (busy, Redis
+    down) is recorded and raised by the constructor. There is no counter recovery here: a
+    ``StaleFencingToken`` for which ``counter_is_behind`` is true should be recorded with
+    ``refused`` and the attempt run again with ``run_fenced``, which recovers.
+    """
+
+    __slots__ = ("_stack", "audit", "lease", "lock")
+
+    def __init__(
+        self,
+        resource: str,
+        *,
+        ttl: timedelta,
+        attempt: Attempt,
+        lock: FenceLock | None = None,
+        using: str | None = None,
+    ):
+        self.lock = lock or FenceLock()
+        using = using or self.lock.using
+        if connections[using].in_atomic_block:  # as run_fenced: a new epoch commits alone
+            raise TransactionManagementError(
+                "LeasedAttempt() grants outside any transaction; create it before "
+                "transaction.atomic()."
+            )
+        self.audit = AttemptAudit(resource, attempt, using=using)
+        self.lease: Lease | None = None
+        self._stack = ExitStack()
+        self._stack.enter_context(self.audit.span())
+        try:
+            self.lease = self.lock.acquire(
+                resource, ttl=ttl, holder=attempt.actor, audit=self.audit.in_transaction
+            )
+        except Exception as exc:
+            self.refused(exc)
+            raise
+        self.audit.granted(self.lease)
+
+    def finished(self, result: object) -> None:
+        """Record the outcome of ``result`` (committed unless it says otherwise); release."""
+        try:
+            self.audit.finished(result, self.lease)
+        finally:
+            self._end()
+
+    def refused(self, exc: BaseException) -> None:
+        """Record ``exc`` if it declares its outcome, as ``run_fenced`` would; release."""
+        try:
+            if isinstance(exc, HasOutcome):
+                self.audit.refused(exc, self.lease)
+        finally:
+            self._end()
+
+    def counter_is_behind(self, stale: StaleFencingToken) -> bool:
+        """Whether ``stale`` means the Redis counter is behind (``counter_is_behind``)."""
+        return counter_is_behind(self.lock.current_token(self.audit.resource), stale)
+
+    def _end(self) -> None:
+        try:
+            if self.lease is not None:
+                self.lease.release()
+        finally:
+            self._stack.close()
 
 
 def _regrant_above(

@@ -110,6 +110,7 @@ def test_all_is_the_documented_interface_and_every_name_resolves():
         "LeaseLost",
         "LeaseState",
         "LeaseUncertain",
+        "LeasedAttempt",
         "LockError",
         "LockHeld",
         "LockUnavailable",

@@ -17,6 +17,7 @@ from django.utils import timezone
 from locking import (
     Attempt,
     FenceLock,
+    LeasedAttempt,
     LockHeld,
     LockUnavailable,
     Outcome,
@@ -365,3 +366,73 @@ def test_record_fence_event_swallows_a_database_error_and_writes_nothing(caplog)
         assert record_fence_event(resource="r", outcome="x" * 30) is None
     assert "could not record fence event" in caplog.text
     assert FenceEvent.objects.count() == 0
+
+
+# --- LeasedAttempt: run_fenced in two halves, attempts that commit together -------------
+
+
+def test_leased_attempts_commit_together_each_with_its_row_audit_and_release(redis_client):
+    things = [FencedThing.objects.create(name=f"roof {n}") for n in range(3)]
+    resources = [f"fenced-thing:{thing.pk}" for thing in things]
+    attempts = [LeasedAttempt(r, ttl=TTL, attempt=ALICE) for r in resources]
+    seen_inside = []
+
+    with transaction.atomic():
+        for thing, attempt in zip(things, attempts, strict=True):
+            advance_fence(FencedThing.objects.filter(pk=thing.pk), attempt.lease)
+            FencedThing.objects.filter(pk=thing.pk).update(name="fixed")
+            attempt.lease.record_committed()
+        # All three audit rows are in the one transaction, before its commit.
+        seen_inside.append(FenceEvent.objects.filter(resource__in=resources).count())
+        # Every lease is still held while the shared transaction is open.
+        assert all(redis_client.exists(lock_key(r)) for r in resources)
+    for attempt in attempts:
+        attempt.finished(attempt.lease.token)
+
+    assert seen_inside == [3]
+    for thing, resource in zip(things, resources, strict=True):
+        assert events(resource) == [("committed", 1, "")]  # once: not again after the commit
+        assert redis_client.exists(lock_key(resource)) == 0
+        thing.refresh_from_db()
+        assert (thing.name, thing.last_fence_token) == ("fixed", 1)
+
+
+def test_a_stale_leased_attempt_in_its_own_savepoint_leaves_the_others_to_commit(fence_lock):
+    kept, overtaken = (FencedThing.objects.create(name=n) for n in ("kept", "overtaken"))
+    first = LeasedAttempt(f"fenced-thing:{kept.pk}", ttl=TTL, attempt=ALICE, lock=fence_lock)
+    stale_resource = f"fenced-thing:{overtaken.pk}"
+    second = LeasedAttempt(stale_resource, ttl=TTL, attempt=ALICE, lock=fence_lock)
+    # While the second is paused, its lease expires and a newer holder commits.
+    fence_lock.client.pexpire(lock_key(stale_resource), 0)
+    with fence_lock.acquire(stale_resource, ttl=TTL) as newer:
+        fenced_name(overtaken, "newer")(newer)
+
+    with transaction.atomic():
+        advance_fence(FencedThing.objects.filter(pk=kept.pk), first.lease)
+        first.lease.record_committed()
+        with pytest.raises(StaleFencingToken) as caught, transaction.atomic():
+            advance_fence(FencedThing.objects.filter(pk=overtaken.pk), second.lease)
+    first.finished(None)
+    assert second.counter_is_behind(caught.value) is False  # a newer holder, not Redis
+    second.refused(caught.value)
+
+    assert events(f"fenced-thing:{kept.pk}") == [("committed", 1, "")]
+    assert events(stale_resource) == [("stale", 1, "a newer holder recorded token 2")]
+    assert db_token(kept) == 1 and db_token(overtaken) == 2
+    assert fence_lock.client.exists(lock_key(stale_resource)) == 0
+
+
+def test_a_leased_attempt_refused_at_its_grant_is_recorded_and_raised(resource, fence_lock):
+    held = fence_lock.acquire(resource, ttl=TTL, holder="bob")
+    with pytest.raises(LockHeld):
+        LeasedAttempt(resource, ttl=TTL, attempt=ALICE, lock=fence_lock)
+    [(outcome, token, detail)] = events(resource)
+    assert (outcome, token) == ("busy", held.token) and "bob" in detail
+    assert held.release() is True
+
+
+def test_a_leased_attempt_is_not_granted_inside_atomic(resource, redis_client):
+    with pytest.raises(TransactionManagementError), transaction.atomic():
+        LeasedAttempt(resource, ttl=TTL, attempt=ALICE)
+    assert redis_client.exists(lock_key(resource)) == 0
+    assert events(resource) == []
