@@ -30,6 +30,8 @@ that the webhook client raises), so a late call refused there is answered 409 / 
 and audited ``stale``, not as a failed call.
 """
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -125,49 +127,70 @@ class Call:
     label: str  # who asked, as the audit records it
     ip: str | None = None
 
-    def run(self, steps: FencedSteps):
-        """Run ``steps`` under a fresh lease on the resource; return ``commit``'s result."""
-        refusals = self.operation.refusals
-        attempt = Attempt(
+    @property
+    def attempt(self) -> Attempt:
+        """Who asks, as the audit records it."""
+        return Attempt(
             actor=self.label,
             operation=self.operation.name,
             scope=scope_for_organization(self.organization),
             ip=self.ip,
         )
-        under_lease = partial(_run_steps, steps, refusals)
+
+    def run(self, steps: FencedSteps):
+        """Run ``steps`` under a fresh lease on the resource; return ``commit``'s result."""
+        under_lease = partial(_run_steps, steps, self.operation.refusals)
         try:
             return run_fenced(
-                self.resource, under_lease, ttl=self.operation.lease_ttl, attempt=attempt
+                self.resource, under_lease, ttl=self.operation.lease_ttl, attempt=self.attempt
             )
-        except LockHeld as exc:
-            raise refusals.busy.held(exc, **steps.subject) from exc
-        except StaleFencingToken as exc:
-            raise refusals.superseded.refused(self.resource, exc, **steps.subject) from exc
-        except LeaseLost as exc:
-            raise refusals.lease_ran_out.lost(exc, **steps.subject) from exc
-        except LockUnavailable as exc:
-            raise refusals.lock_service_down(
-                resource=self.resource, reason=exc.reason, **steps.subject
-            ) from exc
+        except LOCKING_REFUSALS as exc:
+            raise self.refusal(exc, steps) from exc
+
+    def refusal(self, exc: Exception, steps: FencedSteps) -> Refusal:
+        """locking's refusal ``exc`` as the operation's own, carrying the steps' subject."""
+        refusals, subject = self.operation.refusals, steps.subject
+        match exc:
+            case LockHeld():
+                return refusals.busy.held(exc, **subject)
+            case StaleFencingToken():
+                return refusals.superseded.refused(self.resource, exc, **subject)
+            case LeaseLost():
+                return refusals.lease_ran_out.lost(exc, **subject)
+            case LockUnavailable():
+                return refusals.lock_service_down(
+                    resource=self.resource, reason=exc.reason, **subject
+                )
+        raise TypeError(f"not a refusal of locking: {exc!r}")
+
+
+LOCKING_REFUSALS = (LockHeld, StaleFencingToken, LeaseLost, LockUnavailable)
 
 
 def _run_steps(steps: FencedSteps, refusals: "Refusals", lease: Lease):
     """The steps in their order, under ``lease`` (``run_fenced``'s work)."""
     looked = steps.look(lease)
     told = _call_outside(steps, refusals, lease, looked) if looked.needs_call else None
+    with _taking_back(steps, lease, looked, told), transaction.atomic():
+        result = steps.create(lease, looked, told)  # the fenced row is new: one statement
+        if result is None:
+            advance_fence(steps.fence_row(looked), lease)
+            result = steps.commit(lease, looked, told)
+        lease.record_committed(result.outcome)  # the audit row commits with the writes
+    return result
+
+
+@contextmanager
+def _taking_back(steps: FencedSteps, lease: Lease, looked, told) -> Iterator[None]:
+    """A refusal raised in the block after the outside was told says so, and the steps'
+    ``take_back`` sends the best-effort cancellation."""
     try:
-        with transaction.atomic():
-            result = steps.create(lease, looked, told)  # the fenced row is new: one statement
-            if result is None:
-                advance_fence(steps.fence_row(looked), lease)
-                result = steps.commit(lease, looked, told)
-            lease.record_committed(result.outcome)  # the audit row commits with the writes
+        yield
     except Refusal as refusal:
         if told is not None:  # rolled back, but the outside was told: say so, take it back
             refusal.told_in_vain = told
             refusal.cancellation = steps.take_back(lease, looked, refusal)
         raise
-    return result
 
 
 def _call_outside(steps: FencedSteps, refusals: "Refusals", lease: Lease, looked):
