@@ -34,13 +34,16 @@ from charges.exceptions import ChargesError
 from charges.models import MonthlyChargeRun
 from charges.operations import charge_resource
 from charges.selectors import current_month
-from charges.services import generate_monthly_charges, units_ahead
+from charges.services import generate_monthly_charges, generate_together, units_ahead
 from hoa.answers.table import Answer
 from hoa.models import Organization
 from locking import LockUnavailable, Outcome, prepare_fences
 
 # Organizations per task sent to a worker: ids go out, one query reads them there.
 CHUNK = 50
+# Organizations committed in one transaction, each under its own lease: one BEGIN and one
+# durable COMMIT for ten (docs/locking.md, "Attempts that commit together").
+TOGETHER = 10
 
 
 @dataclass(frozen=True)
@@ -223,23 +226,31 @@ def generate_for(
     started_at: datetime,
     lines: list[ChargeLine] | None = None,
 ) -> OrgOutcome:
-    """Run the service for one organization and classify its answer: a run found
-    completed before ``started_at`` (the walk's start) was done before, not by another
-    worker of this month start. ``lines``: its units, as its chunk's ``units_ahead``."""
-    facts = (organization.pk, organization.slug, month)
+    """Run the service for one organization and classify its answer (``_outcome``).
+    ``lines``: its units, as its chunk's ``units_ahead``."""
     try:
-        result = generate_monthly_charges(
+        answer = generate_monthly_charges(
             organization=organization, month=month, actor=user, via=via, lines=lines
         )
-    except ChargesError as exc:  # each one raised here declares its outcome
-        return OrgOutcome(*facts, exc.outcome, str(exc))
-    completed_at = result.run.completed_at
+    except ChargesError as refusal:  # each one raised here declares its outcome
+        answer = refusal
+    return _outcome(organization, month, answer, started_at)
+
+
+def _outcome(organization: Organization, month: date, answer, started_at: datetime) -> OrgOutcome:
+    """An organization's result or refusal as the walk counts it: a run found completed
+    before ``started_at`` (the walk's start) was done before, not by another worker of
+    this month start."""
+    facts = (organization.pk, organization.slug, month)
+    if isinstance(answer, ChargesError):
+        return OrgOutcome(*facts, answer.outcome, str(answer))
+    completed_at = answer.run.completed_at
     before = (
-        result.outcome == Outcome.ALREADY_DONE
+        answer.outcome == Outcome.ALREADY_DONE
         and completed_at is not None
         and completed_at < started_at
     )
-    return OrgOutcome(*facts, result.outcome, str(result), done_before=before)
+    return OrgOutcome(*facts, answer.outcome, str(answer), done_before=before)
 
 
 # A worker process's actor, read once (its permission cache then lasts the whole run).
@@ -266,13 +277,16 @@ def generate_chunk(
         prepare_fences(charge_resource(o, months[o.pk]) for o in organizations)
     # The chunk's units in one query, not one per organization.
     ahead = units_ahead(organizations)
-    outcomes = []
-    for organization in organizations:
-        if user is not None:
+    if user is not None:
+        for organization in organizations:
             organization.remember_staff(user)  # the ids came from for_user(user)
-        lines = ahead[organization.pk]
-        outcome = generate_for(organization, months[organization.pk], user, via, started_at, lines)
-        outcomes.append(outcome)
+    # TOGETHER at a time in one transaction, each under its own lease (generate_together).
+    outcomes = []
+    for start in range(0, len(organizations), TOGETHER):
+        batch = [(o, months[o.pk], ahead[o.pk]) for o in organizations[start : start + TOGETHER]]
+        answers = generate_together(batch, actor=user, via=via)
+        for (organization, month, _), answer in zip(batch, answers, strict=True):
+            outcomes.append(_outcome(organization, month, answer, started_at))
     return outcomes
 
 

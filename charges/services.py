@@ -30,11 +30,11 @@ from django.utils import timezone
 
 from charges import answers, billing
 from charges.billing import ChargeLine
-from charges.exceptions import InvalidMonth
+from charges.exceptions import ChargesError, InvalidMonth
 from charges.models import MonthlyCharge, MonthlyChargeRun
 from charges.operations import GENERATION, charge_resource
 from hoa.answers.table import Answer
-from hoa.fenced import FencedSteps
+from hoa.fenced import FencedSteps, run_together
 from hoa.models import Organization, Unit
 from locking import Lease, Outcome, insert_fenced
 
@@ -81,12 +81,41 @@ def generate_monthly_charges(
     units as ``units_ahead`` read them with others' (the month start's chunk), used
     instead of reading them again under the lease.
     """
+    call, steps = _generation(organization, month, actor, via=via, ip=ip, lines=lines)
+    return call.run(steps)
+
+
+def generate_together(
+    batch: list[tuple[Organization, date, list[ChargeLine] | None]], *, actor, via: str = ""
+) -> list:
+    """``generate_monthly_charges`` for each ``(organization, month, lines)`` of ``batch``,
+    committed in one transaction (``hoa.fenced.run_together``: each under its own lease,
+    billed on its own; one ``BEGIN`` and one ``COMMIT`` for all); the month start's way.
+
+    Return, in order, each one's ``ChargeRunResult`` or its refusal (a ``ChargesError``,
+    not raised).
+    """
+    answers: list = [None] * len(batch)
+    calls, places = [], []
+    for place, (organization, month, lines) in enumerate(batch):
+        try:
+            calls.append(_generation(organization, month, actor, via=via, lines=lines))
+        except ChargesError as refusal:
+            answers[place] = refusal
+        else:
+            places.append(place)
+    for place, answer in zip(places, run_together(calls), strict=True):
+        answers[place] = answer
+    return answers
+
+
+def _generation(organization, month, actor, *, via, ip=None, lines=None):
+    """The permitted call and its steps, or the refusal (a bad month, not permitted)."""
     if isinstance(month, datetime) or not isinstance(month, date) or month.day != 1:
         raise InvalidMonth(month, "day")
     resource = charge_resource(organization, month)
     call = GENERATION.begin(actor, organization=organization, resource=resource, via=via, ip=ip)
-    steps = ChargeRun(organization=organization, month=month, by=call.label, lines=lines)
-    return call.run(steps)
+    return call, ChargeRun(organization=organization, month=month, by=call.label, lines=lines)
 
 
 def charge_lines(organization: Organization) -> list[ChargeLine]:

@@ -46,6 +46,7 @@ from hoa.scopes import scope_for_organization
 from locking import (
     Attempt,
     Lease,
+    LeasedAttempt,
     LeaseLost,
     LockHeld,
     LockUnavailable,
@@ -165,6 +166,111 @@ class Call:
 
 
 LOCKING_REFUSALS = (LockHeld, StaleFencingToken, LeaseLost, LockUnavailable)
+
+
+@dataclass
+class _Ready:
+    """One attempt of ``run_together`` after its look and its call, before the commit."""
+
+    index: int
+    call: Call
+    steps: FencedSteps
+    leased: LeasedAttempt
+    looked: Any
+    told: Any
+    result: Any = None
+    refused: Exception | None = None
+
+
+def run_together(calls: list[tuple[Call, FencedSteps]]) -> list:
+    """Attempts of one operation on different resources, committed in one transaction;
+    return each one's result or refusal (not raised), in order.
+
+    For a batch whose rows are mostly new, as the month start's (ten associations at a
+    time): one ``BEGIN`` and one durable ``COMMIT`` for all instead of one each. Each
+    attempt runs ``Call.run``'s steps under its own lease (``locking.LeasedAttempt``):
+    ``look`` and ``call_outside`` one by one, outside any transaction, then, in the one
+    ``transaction.atomic()``, in order, its ``create`` (the fenced row inserted with the
+    token on it, and the writes) and its audit row. One whose row is there after all
+    fences it and commits in a savepoint of its own, so its refusal (a newer holder's
+    token, the operation's state check) rolls back that one only. After the commit each
+    is recorded and released. A token refused because the Redis counter went behind runs
+    again alone (``Call.run`` recovers from it). Anything that is no refusal (a database
+    error) is raised, every lease released: the transaction committed nothing.
+    """
+    answers: list = [None] * len(calls)
+    ready: list[_Ready] = []
+    try:
+        for index, (call, steps) in enumerate(calls):
+            try:
+                leased = LeasedAttempt(
+                    call.resource, ttl=call.operation.lease_ttl, attempt=call.attempt
+                )
+            except LOCKING_REFUSALS as exc:
+                answers[index] = call.refusal(exc, steps)  # recorded by the grant
+                continue
+            try:
+                looked = steps.look(leased.lease)
+                told = None
+                if looked.needs_call:
+                    told = _call_outside(steps, call.operation.refusals, leased.lease, looked)
+            except Exception as exc:
+                leased.refused(exc)
+                answers[index] = _refusal_or_rerun(call, steps, leased, exc)
+                continue
+            ready.append(_Ready(index, call, steps, leased, looked, told))
+        with transaction.atomic():
+            for attempt in ready:
+                _commit_together(attempt)
+    except BaseException as exc:
+        for attempt in ready:  # nothing of theirs committed: released, recorded if a refusal
+            attempt.leased.refused(exc)
+        raise
+    for attempt in ready:
+        if attempt.refused is None:
+            attempt.leased.finished(attempt.result)
+            answers[attempt.index] = attempt.result
+        else:
+            attempt.leased.refused(attempt.refused)
+            answers[attempt.index] = _refusal_or_rerun(
+                attempt.call, attempt.steps, attempt.leased, attempt.refused
+            )
+    return answers
+
+
+def _commit_together(attempt: _Ready) -> None:
+    """``attempt``'s writes in the shared transaction: its ``create``, else the fence and
+    ``commit`` in a savepoint, a refusal there kept for after the commit."""
+    steps, lease, looked, told = attempt.steps, attempt.leased.lease, attempt.looked, attempt.told
+    result = steps.create(lease, looked, told)
+    if result is None:
+        try:
+            with _taking_back(steps, lease, looked, told), transaction.atomic():  # a savepoint
+                advance_fence(steps.fence_row(looked), lease)
+                result = steps.commit(lease, looked, told)
+        except (Refusal, StaleFencingToken) as exc:
+            attempt.refused = exc
+            return
+    lease.record_committed(result.outcome)
+    attempt.result = result
+
+
+def _refusal_or_rerun(call: Call, steps: FencedSteps, leased: LeasedAttempt, exc: Exception):
+    """What ``run_together`` answers for an attempt refused after its grant (recorded and
+    released by then): the operation's refusal; an attempt whose token was refused because
+    the Redis counter is behind runs again alone. Anything else is raised."""
+    if isinstance(exc, StaleFencingToken) and leased.counter_is_behind(exc):
+        try:
+            return call.run(steps)
+        except Refusal as refusal:
+            return refusal
+    if isinstance(exc, Refusal):
+        return exc
+    if isinstance(exc, LOCKING_REFUSALS):
+        refusal = call.refusal(exc, steps)
+        refusal.__cause__ = exc
+        return refusal
+    raise exc
 
 
 def _run_steps(steps: FencedSteps, refusals: "Refusals", lease: Lease):

@@ -1,6 +1,7 @@
 """The month start at scale (issue 27): what made its cost per association grow with the
 batch, and the round trips it saves per chunk of associations."""
 
+import itertools
 from datetime import date
 from io import StringIO
 
@@ -12,6 +13,7 @@ from django.test.utils import CaptureQueriesContext
 from charges import month_start
 from charges.models import MonthlyCharge, MonthlyChargeRun
 from hoa.models import Organization, Unit
+from locking.models import FenceEvent
 from tests.charges_support import MONTH, MONTH_ARG
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -82,6 +84,34 @@ def add_organizations(count: int) -> None:
             Unit(organization=org, label=f"C{unit}", monthly_assessment=100 + unit)
             for unit in range(1, number + 3)
         )
+
+
+def test_all_orgs_commits_together_attempts_at_a_time_each_under_its_own_lease(
+    maple, oak, settings, http_stub, monkeypatch
+):
+    add_organizations(5)  # 7 associations, one chunk, 3 together: 3 transactions
+    monkeypatch.setattr(month_start, "TOGETHER", 3)
+    settings.BILLING_WEBHOOK_URL = http_stub.url
+    with CaptureQueriesContext(connection) as queries:
+        call_command(
+            "generate_monthly_charges", "--all-orgs", "--month", MONTH_ARG, stdout=StringIO()
+        )
+
+    statements = [query["sql"].strip() for query in queries.captured_queries]
+    commits = [n for n, sql in enumerate(statements) if sql == "COMMIT"]
+    run_row = 'INSERT INTO "charges_monthlychargerun"'
+    runs = [n for n, sql in enumerate(statements) if sql.startswith(run_row)]
+    # One transaction per three associations' runs (the chunk's first epochs are one
+    # statement in autocommit): three commits, not seven.
+    assert len(commits) == 3
+    windows = itertools.pairwise([-1, *commits])
+    assert [sum(start < run < end for run in runs) for start, end in windows] == [3, 3, 1]
+    # Each under its own lease: a token and an audit row per association, all committed.
+    events = FenceEvent.objects.filter(resource__endswith=MONTH_ARG).values_list("outcome", "token")
+    assert sorted(events) == [("committed", 1)] * 7
+    assert len(http_stub.received) == 7
+    assert MonthlyChargeRun.objects.completed().filter(month=MONTH).count() == 7
+    assert MonthlyCharge.objects.count() == Unit.objects.count()
 
 
 def test_all_orgs_reads_each_chunks_units_once_and_replans_per_chunk(
