@@ -276,6 +276,12 @@ def _copy_associations(count: int) -> list[int]:
         actor = fixtures.staff_user(MONTH_START_ACTOR, Organization.objects.get(pk=ids[0]))
         rows = (f"{actor.pk}\t{org_id}\t{now}\n" for org_id in ids[1:])
         _copy_in(cursor, "hoa_staffmembership (user_id, organization_id, created_at)", rows)
+        # Statistics of the tables just filled, as a deployment's long-lived units have.
+        # Without them the planner goes by the previous cleanup's (an empty hoa_unit) until
+        # autovacuum gets to it, up to a minute in: meanwhile each chunk's units query scans
+        # all 2,000,000 units (probe: 884 sequential scans, 13 million rows, in one run at
+        # 2,000 associations; 26 against 4 ms per association), in whichever case ran first.
+        cursor.execute("ANALYZE hoa_organization, hoa_unit, hoa_staffmembership")
     return ids
 
 
