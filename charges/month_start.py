@@ -41,9 +41,10 @@ from locking import LockUnavailable, Outcome, prepare_fences
 
 # Organizations per task sent to a worker: ids go out, one query reads them there.
 CHUNK = 50
-# Organizations committed in one transaction, each under its own lease: one BEGIN and one
-# durable COMMIT for ten (docs/locking.md, "Attempts that commit together").
-TOGETHER = 10
+# Organizations committed in one transaction, each under its own lease (generate_together):
+# one BEGIN and one durable COMMIT for a chunk's, fewer when the billing calls are slow
+# (docs/locking.md, "Attempts that commit together").
+TOGETHER = CHUNK
 
 
 @dataclass(frozen=True)

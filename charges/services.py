@@ -89,8 +89,9 @@ def generate_together(
     batch: list[tuple[Organization, date, list[ChargeLine] | None]], *, actor, via: str = ""
 ) -> list:
     """``generate_monthly_charges`` for each ``(organization, month, lines)`` of ``batch``,
-    committed in one transaction (``hoa.fenced.run_together``: each under its own lease,
-    billed on its own; one ``BEGIN`` and one ``COMMIT`` for all); the month start's way.
+    committed together (``hoa.fenced.run_together``: each under its own lease, billed on
+    its own; one ``BEGIN`` and one ``COMMIT`` for all, or for as many as were billed while
+    the first lease had half its time left); the month start's way.
 
     Return, in order, each one's ``ChargeRunResult`` or its refusal (a ``ChargesError``,
     not raised).

@@ -22,6 +22,10 @@ recovery) and calls the steps in this order, the same for every operation:
 4. A refusal raised by ``commit`` after the outside was told: ``take_back`` sends the
    best-effort cancellation, and the refusal records whom it told in vain.
 
+``run_together`` runs the same steps for several attempts on different resources (the
+month start's chunk of associations), each under its own lease, and commits them in one
+transaction: ``create`` for each, a savepoint for one whose row was there after all.
+
 locking's refusals (busy, superseded, lease lost, Redis down) are raised as the operation's
 own classes (``FencedOperation.refusals``), carrying the steps' ``subject``. Superseded
 covers both refusals of a stale token: by the fence (``StaleFencingToken``) and by the
@@ -30,6 +34,7 @@ that the webhook client raises), so a late call refused there is answered 409 / 
 and audited ``stale``, not as a failed call.
 """
 
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -183,25 +188,41 @@ class _Ready:
 
 
 def run_together(calls: list[tuple[Call, FencedSteps]]) -> list:
-    """Attempts of one operation on different resources, committed in one transaction;
-    return each one's result or refusal (not raised), in order.
+    """Attempts of one operation on different resources, committed together; return each
+    one's result or refusal (not raised), in order.
 
-    For a batch whose rows are mostly new, as the month start's (ten associations at a
-    time): one ``BEGIN`` and one durable ``COMMIT`` for all instead of one each. Each
-    attempt runs ``Call.run``'s steps under its own lease (``locking.LeasedAttempt``):
-    ``look`` and ``call_outside`` one by one, outside any transaction, then, in the one
-    ``transaction.atomic()``, in order, its ``create`` (the fenced row inserted with the
-    token on it, and the writes) and its audit row. One whose row is there after all
-    fences it and commits in a savepoint of its own, so its refusal (a newer holder's
-    token, the operation's state check) rolls back that one only. After the commit each
-    is recorded and released. A token refused because the Redis counter went behind runs
-    again alone (``Call.run`` recovers from it). Anything that is no refusal (a database
-    error) is raised, every lease released: the transaction committed nothing.
+    For a batch whose rows are mostly new, as the month start's chunk: one ``BEGIN`` and
+    one durable ``COMMIT`` for many attempts instead of one each. Each attempt runs
+    ``Call.run``'s steps under its own lease (``locking.LeasedAttempt``): ``look`` and
+    ``call_outside`` one by one, outside any transaction; then one ``transaction.atomic()``
+    in which each, in order, runs its ``create`` (the fenced row inserted with the token on
+    it, and the writes) and writes its audit row. One whose row is there after all fences
+    it and commits in a savepoint of its own, so its refusal (a newer holder's token, the
+    operation's state check) rolls back that one only. After the commit each is recorded
+    and released. The attempts gathered commit as soon as the first one's lease has used
+    half its time (a slow outside): the rest form the next transaction. A token refused
+    because the Redis counter went behind runs again alone (``Call.run`` recovers from
+    it). Anything that is no refusal (a database error) is raised, every lease released:
+    the transaction committed nothing.
     """
     answers: list = [None] * len(calls)
+    waiting = list(enumerate(calls))
+    while waiting:
+        ready, waiting = _gather(waiting, answers)
+        _commit_ready(ready, answers)
+    return answers
+
+
+def _gather(waiting: list, answers: list) -> tuple[list[_Ready], list]:
+    """Grant, look and call outside for the attempts ``waiting``, until the first lease
+    granted has used half its time; return those ready to commit, and those not begun."""
     ready: list[_Ready] = []
+    first_granted = None
     try:
-        for index, (call, steps) in enumerate(calls):
+        for position, (index, (call, steps)) in enumerate(waiting):
+            ttl = call.operation.lease_ttl.total_seconds()
+            if first_granted is not None and time.monotonic() - first_granted > ttl / 2:
+                return ready, waiting[position:]
             try:
                 leased = LeasedAttempt(
                     call.resource, ttl=call.operation.lease_ttl, attempt=call.attempt
@@ -209,6 +230,7 @@ def run_together(calls: list[tuple[Call, FencedSteps]]) -> list:
             except LOCKING_REFUSALS as exc:
                 answers[index] = call.refusal(exc, steps)  # recorded by the grant
                 continue
+            first_granted = first_granted or time.monotonic()
             try:
                 looked = steps.look(leased.lease)
                 told = None
@@ -219,12 +241,20 @@ def run_together(calls: list[tuple[Call, FencedSteps]]) -> list:
                 answers[index] = _refusal_or_rerun(call, steps, leased, exc)
                 continue
             ready.append(_Ready(index, call, steps, leased, looked, told))
+    except BaseException as exc:
+        _release_all(ready, exc)
+        raise
+    return ready, []
+
+
+def _commit_ready(ready: list[_Ready], answers: list) -> None:
+    """The attempts ``ready`` in one transaction; then each recorded and released."""
+    try:
         with transaction.atomic():
             for attempt in ready:
                 _commit_together(attempt)
     except BaseException as exc:
-        for attempt in ready:  # nothing of theirs committed: released, recorded if a refusal
-            attempt.leased.refused(exc)
+        _release_all(ready, exc)
         raise
     for attempt in ready:
         if attempt.refused is None:
@@ -235,7 +265,11 @@ def run_together(calls: list[tuple[Call, FencedSteps]]) -> list:
             answers[attempt.index] = _refusal_or_rerun(
                 attempt.call, attempt.steps, attempt.leased, attempt.refused
             )
-    return answers
+
+
+def _release_all(ready: list[_Ready], exc: BaseException) -> None:
+    for attempt in ready:  # nothing of theirs committed: released, recorded if a refusal
+        attempt.leased.refused(exc)
 
 
 def _commit_together(attempt: _Ready) -> None:

@@ -7,10 +7,13 @@ races force their interleaving with the billing stand-in's gate, as
 tests/test_charges_service.py does.
 """
 
+import threading
 from datetime import timedelta
 from decimal import Decimal
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
 from charges.exceptions import GenerationBusy, GenerationSuperseded
 from charges.models import MonthlyCharge, MonthlyChargeRun
@@ -130,3 +133,33 @@ def test_a_holder_overtaken_inside_a_batch_rolls_back_only_its_own_association(
     assert MonthlyChargeRun.objects.get(organization=oak).last_fence_token == 2
     assert events(oak) == [("committed", 2), ("stale", 1)]
     assert events(maple) == events(cedar) == [("committed", 1)]
+
+
+@fenced
+def test_a_batch_commits_early_once_its_first_lease_has_used_half_its_time(
+    maple, oak, cedar, billing, settings
+):
+    """A slow billing call: what was gathered commits before the first lease runs out, and
+    the rest forms the next transaction."""
+    settings.CHARGES_LOCK_TTL_SECONDS = 1.0
+    maple_key = f"monthly-charges:{maple.pk}:2026-03"
+    gate = billing.hold(lambda request: request.idempotency_key == maple_key)
+    opener = threading.Timer(0.7, gate.release)  # Maple's call lasts 0.7 s: over half its TTL
+    opener.start()
+    try:
+        with CaptureQueriesContext(connection) as queries:
+            answers = together(maple, oak, cedar)
+    finally:
+        opener.cancel()
+        gate.release()
+
+    assert [answer.outcome for answer in answers] == [Outcome.COMMITTED] * 3
+    statements = [query["sql"].strip() for query in queries.captured_queries]
+    run_row = 'INSERT INTO "charges_monthlychargerun"'
+    committed = [
+        sql[: len(run_row)] for sql in statements if sql in ("COMMIT",) or sql.startswith(run_row)
+    ]
+    assert committed == [run_row, "COMMIT", run_row, run_row, "COMMIT"]
+    for organization in (maple, oak, cedar):
+        assert completed_by(organization) == "cron-a"
+        assert events(organization) == [("committed", 1)]
