@@ -256,7 +256,7 @@ def _copy_charges(run: MonthlyChargeRun, lines: list[ChargeLine], now: datetime)
     connection = transaction.get_connection()
     connection.ensure_connection()
     statement = _COPY_CHARGES.format(table=connection.ops.quote_name(MonthlyCharge._meta.db_table))
-    tail = f"\t{now.isoformat()}\n"
-    rows = "".join(f"{run.pk:d}\t{line.unit_id:d}\t{line.amount:f}{tail}" for line in lines)
+    head, tail = f"{run.pk:d}\t", f"\t{now.isoformat()}\n"  # the run's id read once, not per row
+    rows = "".join(f"{head}{line.unit_id:d}\t{line.amount:f}{tail}" for line in lines)
     with connection.connection.cursor() as cursor, cursor.copy(statement) as copy:
         copy.write(rows)
