@@ -50,18 +50,22 @@ def advance_fence(queryset, token, *, resource: str | None = None) -> None:
     (READ COMMITTED): whichever token is stale matches no row. Raising rolls back
     everything the caller wrote in the same ``transaction.atomic()`` block.
     """
-    connection = connections[queryset.db]
+    token, resource = _checked(connections[queryset.db], "advance_fence", token, resource)
+    with tracing.operation_span("locking.fence", resource, token=token):
+        _advance(queryset, token, resource)
+
+
+def _checked(connection, name: str, token, resource: str | None) -> tuple[int, str | None]:
+    """The token and resource a fence check uses (a lease gives both), once it is known to
+    run inside the caller's transaction: else ``TransactionManagementError``."""
     if not connection.in_atomic_block:
         raise TransactionManagementError(
-            "advance_fence() must run inside transaction.atomic(), in the same transaction "
+            f"{name}() must run inside transaction.atomic(), in the same transaction "
             "as the writes it protects."
         )
     if isinstance(token, Lease):
-        resource = resource or token.resource
-        token = token.token
-    token = int(token)
-    with tracing.operation_span("locking.fence", resource, token=token):
-        _advance(queryset, token, resource)
+        return int(token.token), resource or token.resource
+    return int(token), resource
 
 
 def _advance(queryset, token: int, resource: str | None) -> None:
@@ -220,15 +224,7 @@ def insert_fenced(instance, token, *, resource: str | None = None) -> bool:
     ``auto_now_add``). The fence column must be the model's own, not a multi-table parent's.
     """
     connection = connections[instance._state.db or router.db_for_write(type(instance))]
-    if not connection.in_atomic_block:
-        raise TransactionManagementError(
-            "insert_fenced() must run inside transaction.atomic(), in the same transaction "
-            "as the writes it protects."
-        )
-    if isinstance(token, Lease):
-        resource = resource or token.resource
-        token = token.token
-    token = int(token)
+    token, resource = _checked(connection, "insert_fenced", token, resource)
     statement = _insert_statement(type(instance), connection.alias, instance.pk is not None)
     params = [token]
     params += (

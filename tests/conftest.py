@@ -138,6 +138,13 @@ def dispatch(http_stub, settings):
 
 
 @pytest.fixture
+def billing(http_stub, settings):
+    """The billing endpoint, pointed at the stand-in."""
+    settings.BILLING_WEBHOOK_URL = http_stub.url
+    return http_stub
+
+
+@pytest.fixture
 def dead_cache(settings):
     """The cache (the rate counters, the sessions' cached copies) on a Redis that refuses
     connections; the lock keeps its own Redis (LOCK_REDIS_URL), which is up."""

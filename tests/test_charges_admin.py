@@ -21,12 +21,6 @@ CHANGELIST = "/admin/hoa/organization/"
 ACTION = "generate_charges_for_month"
 
 
-@pytest.fixture
-def billing(settings, http_stub):
-    settings.BILLING_WEBHOOK_URL = http_stub.url
-    return http_stub
-
-
 def choose_action(client, *organizations):
     """The changelist POST that starts the action: it answers with the month form."""
     return client.post(

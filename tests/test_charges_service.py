@@ -49,12 +49,6 @@ MAPLE_TOTAL = sum(Decimal("200.00") + n for n in range(1, 11))  # the maple fixt
 
 
 @pytest.fixture
-def billing(settings, http_stub):
-    settings.BILLING_WEBHOOK_URL = http_stub.url
-    return http_stub
-
-
-@pytest.fixture
 def short_ttl(settings):
     settings.CHARGES_LOCK_TTL_SECONDS = 0.3
 

@@ -29,12 +29,6 @@ MONTH_TTL = timedelta(seconds=30)
 
 
 @pytest.fixture
-def billing(settings, http_stub):
-    settings.BILLING_WEBHOOK_URL = http_stub.url
-    return http_stub
-
-
-@pytest.fixture
 def cedar(db):
     org = Organization.objects.create(name="Cedar Walk", slug="cedar-walk")
     Unit.objects.bulk_create(

@@ -32,12 +32,6 @@ RUNS_URL = "/orgs/maple-court/charges/"
 
 
 @pytest.fixture
-def billing(settings, http_stub):
-    settings.BILLING_WEBHOOK_URL = http_stub.url
-    return http_stub
-
-
-@pytest.fixture
 def alice_client(client, alice):
     client.force_login(alice)
     return client

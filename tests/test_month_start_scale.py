@@ -86,18 +86,24 @@ def add_organizations(count: int) -> None:
         )
 
 
-def test_all_orgs_commits_together_attempts_at_a_time_each_under_its_own_lease(
-    maple, oak, settings, http_stub, monkeypatch
-):
-    add_organizations(5)  # 7 associations, one chunk, 3 together: 3 transactions
-    monkeypatch.setattr(month_start, "TOGETHER", 3)
-    settings.BILLING_WEBHOOK_URL = http_stub.url
+def walk_statements(monkeypatch, **constants) -> list[str]:
+    """The statements of a month start over seven associations (maple, oak and five more)
+    with ``charges.month_start``'s ``constants`` set for the walk."""
+    add_organizations(5)
+    for name, value in constants.items():
+        monkeypatch.setattr(month_start, name, value)
     with CaptureQueriesContext(connection) as queries:
         call_command(
             "generate_monthly_charges", "--all-orgs", "--month", MONTH_ARG, stdout=StringIO()
         )
+    return [query["sql"].strip() for query in queries.captured_queries]
 
-    statements = [query["sql"].strip() for query in queries.captured_queries]
+
+def test_all_orgs_commits_together_attempts_at_a_time_each_under_its_own_lease(
+    maple, oak, billing, monkeypatch
+):
+    statements = walk_statements(monkeypatch, TOGETHER=3)  # one chunk, 3 together
+
     commits = [n for n, sql in enumerate(statements) if sql == "COMMIT"]
     run_row = 'INSERT INTO "charges_monthlychargerun"'
     runs = [n for n, sql in enumerate(statements) if sql.startswith(run_row)]
@@ -109,23 +115,15 @@ def test_all_orgs_commits_together_attempts_at_a_time_each_under_its_own_lease(
     # Each under its own lease: a token and an audit row per association, all committed.
     events = FenceEvent.objects.filter(resource__endswith=MONTH_ARG).values_list("outcome", "token")
     assert sorted(events) == [("committed", 1)] * 7
-    assert len(http_stub.received) == 7
+    assert len(billing.received) == 7
     assert MonthlyChargeRun.objects.completed().filter(month=MONTH).count() == 7
     assert MonthlyCharge.objects.count() == Unit.objects.count()
 
 
 def test_all_orgs_reads_each_chunks_units_once_and_replans_per_chunk(
-    maple, oak, settings, http_stub, monkeypatch
+    maple, oak, billing, monkeypatch
 ):
-    add_organizations(5)  # 7 associations, chunks of 3: 3 chunks
-    monkeypatch.setattr(month_start, "CHUNK", 3)
-    settings.BILLING_WEBHOOK_URL = http_stub.url
-    with CaptureQueriesContext(connection) as queries:
-        call_command(
-            "generate_monthly_charges", "--all-orgs", "--month", MONTH_ARG, stdout=StringIO()
-        )
-
-    statements = [query["sql"].strip() for query in queries.captured_queries]
+    statements = walk_statements(monkeypatch, CHUNK=3)  # chunks of 3: 3 chunks
 
     def count(prefix: str) -> int:
         return sum(sql.startswith(prefix) for sql in statements)
@@ -142,6 +140,6 @@ def test_all_orgs_reads_each_chunks_units_once_and_replans_per_chunk(
     # And the result is the same: every association once, one charge per unit.
     assert MonthlyChargeRun.objects.completed().filter(month=MONTH).count() == 7
     assert MonthlyCharge.objects.count() == Unit.objects.count()
-    assert len(http_stub.received) == 7
-    by_org = {r.json["organization"]["slug"]: r.json["charge_count"] for r in http_stub.received}
+    assert len(billing.received) == 7
+    by_org = {r.json["organization"]["slug"]: r.json["charge_count"] for r in billing.received}
     assert by_org == {org.slug: org.units.count() for org in Organization.objects.all()}

@@ -165,31 +165,35 @@ def wait_until_blocked_on_row_lock(backend_pid: int) -> None:
     pytest.fail(f"backend {backend_pid} never waited on the row lock")
 
 
-class FencedWriter(threading.Thread):
-    """One holder: in its own connection, advance the fence, write a name, maybe hold."""
+class Holder(threading.Thread):
+    """One holder in its own connection: once the barrier opens (and, given ``after``, once
+    the other holder's write returned), it opens a transaction, writes (``write``), sets
+    ``passed`` and keeps the transaction open until ``hold`` is set."""
 
-    def __init__(self, *, pk, token, name, queryset, barrier, hold=None, after=None):
-        super().__init__(name=f"writer-{name}")
-        self.pk, self.token, self.new_name, self.queryset = pk, token, name, queryset
-        self.barrier, self.hold, self.after = barrier, hold, after
-        self.fenced = threading.Event()  # set once advance_fence returned in the transaction
+    def __init__(self, *, token, name, barrier, hold=None, after=None):
+        super().__init__(name=f"holder-{name}")
+        self.token, self.new_name, self.barrier = token, name, barrier
+        self.hold, self.after = hold, after
+        self.passed = threading.Event()  # set once its write returned in the transaction
         self.backend_pid: int | None = None
         self.pid_known = threading.Event()
         self.error: BaseException | None = None
+
+    def write(self) -> None:
+        raise NotImplementedError
 
     def run(self):
         try:
             self.barrier.wait(WAIT)
             if self.after is not None:
-                assert self.after.wait(WAIT), "the other writer never took the row lock"
+                assert self.after.wait(WAIT), "the other holder's write never returned"
             with transaction.atomic():
                 with connection.cursor() as cursor:
                     cursor.execute("SELECT pg_backend_pid()")
                     self.backend_pid = cursor.fetchone()[0]
                 self.pid_known.set()
-                advance_fence(self.queryset(self.pk), self.token)
-                FencedThing.objects.filter(pk=self.pk).update(name=self.new_name)
-                self.fenced.set()
+                self.write()
+                self.passed.set()
                 if self.hold is not None:
                     assert self.hold.wait(WAIT), "the test never let the transaction commit"
         except BaseException as exc:
@@ -197,6 +201,18 @@ class FencedWriter(threading.Thread):
         finally:
             self.pid_known.set()
             connection.close()
+
+
+class FencedWriter(Holder):
+    """Advances the fence on the row (``queryset(pk)``) and writes its name."""
+
+    def __init__(self, *, pk, queryset, **holder):
+        super().__init__(**holder)
+        self.pk, self.queryset = pk, queryset
+
+    def write(self) -> None:
+        advance_fence(self.queryset(self.pk), self.token)
+        FencedThing.objects.filter(pk=self.pk).update(name=self.new_name)
 
 
 def two_grants() -> tuple[int, int]:
@@ -229,15 +245,21 @@ def race_behind(thing, queryset: Callable, *, first: tuple[int, str], then: tupl
         name=then[1],
         queryset=queryset,
         barrier=barrier,
-        after=holder.fenced,
+        after=holder.passed,
     )
+    return run_blocked(holder, waiter, release_first, waiter_passed=waiter.passed)
+
+
+def run_blocked(holder, waiter, release_first: threading.Event, *, waiter_passed):
+    """Start both; once ``waiter`` provably waits on ``holder``'s lock (and has not passed
+    it), let ``holder`` commit; return both, finished."""
     holder.start()
     waiter.start()
     try:
         assert waiter.pid_known.wait(WAIT)
         assert waiter.backend_pid is not None, waiter.error
         wait_until_blocked_on_row_lock(waiter.backend_pid)
-        assert not waiter.fenced.is_set()
+        assert not waiter_passed.is_set()
     finally:
         release_first.set()
         holder.join(WAIT)
@@ -363,45 +385,19 @@ def test_insert_fenced_outside_atomic_raises_and_inserts_nothing(box):
 CREATED_PK = 4242  # both creators insert this row: its primary key is their unique key
 
 
-class FencedCreator(threading.Thread):
-    """One holder creating the row in its own connection: ``insert_fenced``, and if the row
-    was there (the other created it) ``advance_fence`` on it; then it writes its name."""
+class FencedCreator(Holder):
+    """Creates the row: ``insert_fenced``, and if the row was there (the other created it)
+    ``advance_fence`` on it and writes its name."""
 
-    def __init__(self, *, token, name, barrier, hold=None, after=None):
-        super().__init__(name=f"creator-{name}")
-        self.token, self.new_name, self.barrier = token, name, barrier
-        self.hold, self.after = hold, after
-        self.inserted: bool | None = None
-        self.done_inserting = threading.Event()  # its insert_fenced returned
-        self.backend_pid: int | None = None
-        self.pid_known = threading.Event()
-        self.error: BaseException | None = None
+    inserted: bool | None = None
 
-    def run(self):
-        try:
-            self.barrier.wait(WAIT)
-            if self.after is not None:
-                assert self.after.wait(WAIT), "the other creator never inserted"
-            with transaction.atomic():
-                with connection.cursor() as cursor:
-                    cursor.execute("SELECT pg_backend_pid()")
-                    self.backend_pid = cursor.fetchone()[0]
-                self.pid_known.set()
-                mine = FencedThing(pk=CREATED_PK, name=self.new_name)
-                self.inserted = insert_fenced(mine, self.token, resource=RESOURCE)
-                self.done_inserting.set()
-                if not self.inserted:
-                    row = FencedThing.objects.filter(pk=CREATED_PK)
-                    advance_fence(row, self.token, resource=RESOURCE)
-                    row.update(name=self.new_name)
-                if self.hold is not None:
-                    assert self.hold.wait(WAIT), "the test never let the first creator commit"
-        except BaseException as exc:
-            self.error = exc
-        finally:
-            self.pid_known.set()
-            self.done_inserting.set()
-            connection.close()
+    def write(self) -> None:
+        mine = FencedThing(pk=CREATED_PK, name=self.new_name)
+        self.inserted = insert_fenced(mine, self.token, resource=RESOURCE)
+        if not self.inserted:
+            row = FencedThing.objects.filter(pk=CREATED_PK)
+            advance_fence(row, self.token, resource=RESOURCE)
+            row.update(name=self.new_name)
 
 
 def race_to_create(*, first: tuple[int, str], then: tuple[int, str]):
@@ -410,21 +406,8 @@ def race_to_create(*, first: tuple[int, str], then: tuple[int, str]):
     barrier = threading.Barrier(2)
     release_first = threading.Event()
     holder = FencedCreator(token=first[0], name=first[1], barrier=barrier, hold=release_first)
-    waiter = FencedCreator(
-        token=then[0], name=then[1], barrier=barrier, after=holder.done_inserting
-    )
-    holder.start()
-    waiter.start()
-    try:
-        assert waiter.pid_known.wait(WAIT)
-        assert waiter.backend_pid is not None, waiter.error
-        wait_until_blocked_on_row_lock(waiter.backend_pid)
-        assert not waiter.done_inserting.is_set()
-    finally:
-        release_first.set()
-        holder.join(WAIT)
-        waiter.join(WAIT)
-    return holder, waiter
+    waiter = FencedCreator(token=then[0], name=then[1], barrier=barrier, after=holder.passed)
+    return run_blocked(holder, waiter, release_first, waiter_passed=waiter.passed)
 
 
 @pytest.mark.django_db(transaction=True)
