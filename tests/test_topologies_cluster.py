@@ -234,8 +234,27 @@ RETRY_FOR_SECONDS = 30
 @pytest.fixture
 def replicated_cluster(settings):
     with redis_cluster(masters=3, replicas=1, args=DURABLE) as deployment:
+        # A replica writes its first AOF by a background rewrite after its initial full
+        # sync; until that ends, a crash can bring it back without what it had received
+        # (seen once under a loaded make test). The tests crash nodes: wait for it.
+        wait_until(
+            lambda: all(aof_settled(node) for node in deployment.nodes),
+            what="every node's first AOF on disk",
+            timeout=60,
+        )
         settings.LOCK_REDIS_URL = deployment.url
         yield deployment
+
+
+def aof_settled(node) -> bool:
+    with node.client(socket_timeout=2) as client:
+        persistence = client.info("persistence")
+    return not (
+        persistence.get("loading")
+        or persistence.get("aof_rewrite_in_progress")
+        or persistence.get("aof_rewrite_scheduled")
+        or persistence.get("async_loading")
+    )
 
 
 def write_note(complaint: Complaint, number: int) -> int:
