@@ -200,7 +200,8 @@ def run_together(calls: list[tuple[Call, FencedSteps]]) -> list:
     it and commits in a savepoint of its own, so its refusal (a newer holder's token, the
     operation's state check) rolls back that one only. After the commit each is recorded
     and released. The attempts gathered commit as soon as the first one's lease has used
-    half its time (a slow outside): the rest form the next transaction. A token refused
+    half its time (a slow outside): the rest form the next transaction. Redis down at a
+    grant: the attempts not begun get the same refusal without a try of their own. A token refused
     because the Redis counter went behind runs again alone (``Call.run`` recovers from
     it). Anything that is no refusal (a database error) is raised, every lease released:
     the transaction committed nothing.
@@ -227,6 +228,12 @@ def _gather(waiting: list, answers: list) -> tuple[list[_Ready], list]:
                 leased = LeasedAttempt(
                     call.resource, ttl=call.operation.lease_ttl, attempt=call.attempt
                 )
+            except LockUnavailable as exc:
+                # Redis down: the next grants would each wait for it to fail too (a
+                # timeout apiece when it hangs). The rest get the same answer untried.
+                for later, (other, other_steps) in waiting[position:]:
+                    answers[later] = other.refusal(exc, other_steps)
+                return ready, []
             except LOCKING_REFUSALS as exc:
                 answers[index] = call.refusal(exc, steps)  # recorded by the grant
                 continue

@@ -15,14 +15,14 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from charges.exceptions import GenerationBusy, GenerationSuperseded
+from charges.exceptions import GenerationBusy, GenerationSuperseded, LockServiceUnavailable
 from charges.models import MonthlyCharge, MonthlyChargeRun
 from charges.operations import charge_resource
 from charges.services import ChargeRunResult, generate_monthly_charges, generate_together
 from hoa.models import Organization, Unit
 from locking import FenceLock, Outcome
 from locking.models import FenceEvent
-from tests.charges_support import MONTH, Worker, wait_for_lease_expiry
+from tests.charges_support import MONTH, Worker, dead_redis_url, wait_for_lease_expiry
 
 fenced = pytest.mark.django_db(transaction=True)
 MONTH_TTL = timedelta(seconds=30)
@@ -157,3 +157,19 @@ def test_a_batch_commits_early_once_its_first_lease_has_used_half_its_time(
     for organization in (maple, oak, cedar):
         assert completed_by(organization) == "cron-a"
         assert events(organization) == [("committed", 1)]
+
+
+@fenced
+def test_redis_down_at_a_grant_answers_the_rest_of_the_batch_without_trying_them(
+    maple, oak, cedar, billing, settings
+):
+    """The first grant finds Redis unreachable; the others would each wait for it to fail
+    too (a timeout apiece when it hangs): they get the same answer untried."""
+    settings.LOCK_REDIS_URL = dead_redis_url()
+    answers = together(maple, oak, cedar)
+
+    assert [type(answer) for answer in answers] == [LockServiceUnavailable] * 3
+    # One attempt was made and recorded; nothing written, nobody billed.
+    assert list(FenceEvent.objects.values_list("outcome", flat=True)) == ["unavailable"]
+    assert not MonthlyChargeRun.objects.exists()
+    assert billing.received == []
