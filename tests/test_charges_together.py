@@ -15,10 +15,21 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from charges.exceptions import GenerationBusy, GenerationSuperseded, LockServiceUnavailable
+from charges.exceptions import (
+    BillingFailed,
+    GenerationBusy,
+    GenerationSuperseded,
+    LockServiceUnavailable,
+)
 from charges.models import MonthlyCharge, MonthlyChargeRun
-from charges.operations import charge_resource
-from charges.services import ChargeRunResult, generate_monthly_charges, generate_together
+from charges.operations import GENERATION, charge_resource
+from charges.services import (
+    ChargeRun,
+    ChargeRunResult,
+    generate_monthly_charges,
+    generate_together,
+)
+from hoa.fenced import run_together
 from hoa.models import Organization, Unit
 from locking import FenceLock, Outcome
 from locking.models import FenceEvent
@@ -173,3 +184,39 @@ def test_redis_down_at_a_grant_answers_the_rest_of_the_batch_without_trying_them
     assert list(FenceEvent.objects.values_list("outcome", flat=True)) == ["unavailable"]
     assert not MonthlyChargeRun.objects.exists()
     assert billing.received == []
+
+
+class RefusedAfterWriting(ChargeRun):
+    """Steps whose ``commit`` writes (a unit renamed) and then refuses: what a savepoint
+    must take back without taking back the batch."""
+
+    def create(self, lease, looked, told):
+        return None  # the run row exists: fence it, then commit
+
+    def commit(self, lease, looked, told):
+        first = self.organization.units.order_by("pk").first()
+        Unit.objects.filter(pk=first.pk).update(label="half-written")
+        raise BillingFailed(
+            reason="refused after writing", status=None, organization=self.organization,
+            month=self.month,
+        )  # fmt: skip
+
+
+@fenced
+def test_a_refusal_after_writes_in_a_batch_rolls_back_its_own_savepoint_only(maple, oak, billing):
+    MonthlyChargeRun.objects.create(organization=maple, month=MONTH)  # pending: fenced, then commit
+    labels = sorted(maple.units.values_list("label", flat=True))
+    calls = [
+        GENERATION.begin(None, organization=o, resource=charge_resource(o, MONTH), via="cron-a")
+        for o in (maple, oak)
+    ]
+    refusing = RefusedAfterWriting(organization=maple, month=MONTH, by=calls[0].label)
+    billing_oak = ChargeRun(organization=oak, month=MONTH, by=calls[1].label)
+
+    refused, committed = run_together([(calls[0], refusing), (calls[1], billing_oak)])
+
+    assert isinstance(refused, BillingFailed)
+    assert committed.outcome == Outcome.COMMITTED
+    assert sorted(maple.units.values_list("label", flat=True)) == labels  # taken back
+    assert completed_by(oak) == "cron-a"  # committed in the same transaction
+    assert events(maple) == [("failed", 1)]
