@@ -411,6 +411,7 @@ def test_a_stale_leased_attempt_in_its_own_savepoint_leaves_the_others_to_commit
         advance_fence(FencedThing.objects.filter(pk=kept.pk), first.lease)
         first.lease.record_committed()
         with pytest.raises(StaleFencingToken) as caught, transaction.atomic():
+            FencedThing.objects.create(name="written by the stale holder")
             advance_fence(FencedThing.objects.filter(pk=overtaken.pk), second.lease)
     first.finished(None)
     assert second.counter_is_behind(caught.value) is False  # a newer holder, not Redis
@@ -419,6 +420,7 @@ def test_a_stale_leased_attempt_in_its_own_savepoint_leaves_the_others_to_commit
     assert events(f"fenced-thing:{kept.pk}") == [("committed", 1, "")]
     assert events(stale_resource) == [("stale", 1, "a newer holder recorded token 2")]
     assert db_token(kept) == 1 and db_token(overtaken) == 2
+    assert not FencedThing.objects.filter(name="written by the stale holder").exists()
     assert fence_lock.client.exists(lock_key(stale_resource)) == 0
 
 
