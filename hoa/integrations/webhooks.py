@@ -66,8 +66,8 @@ _session.trust_env = False
 def _environment(url: str) -> dict:
     """What requests would take from the environment for ``url`` (``proxies``, ``verify``,
     ``auth`` from ~/.netrc), as keyword arguments of a call; read once per URL and process."""
-    reader = requests.Session()  # trusts the environment, as requests does by default
-    found = reader.merge_environment_settings(url, {}, None, None, None)
+    with requests.Session() as reader:  # trusts the environment, as requests does by default
+        found = reader.merge_environment_settings(url, {}, None, None, None)
     return {
         "proxies": found["proxies"],
         "verify": found["verify"],
