@@ -1,0 +1,29 @@
+"""Core models: organizations, their units and staff, complaints and notices.
+
+One module per concern; every model is importable from ``hoa.models``, as Django and the
+migrations name them.
+"""
+
+from hoa.models.complaints import Complaint, ComplaintEvent, ComplaintQuerySet
+from hoa.models.denials import AccessDenial
+from hoa.models.notices import Notice
+from hoa.models.organizations import (
+    Organization,
+    StaffMembership,
+    Unit,
+    default_time_zone,
+    validate_time_zone,
+)
+
+__all__ = [
+    "AccessDenial",
+    "Complaint",
+    "ComplaintEvent",
+    "ComplaintQuerySet",
+    "Notice",
+    "Organization",
+    "StaffMembership",
+    "Unit",
+    "default_time_zone",
+    "validate_time_zone",
+]
