@@ -31,19 +31,7 @@ only what it needs; with none of them set, locks use the Redis on 127.0.0.1:6379
                                        signatures with, unless given one (default ``""``:
                                        receiving without one is ``ImproperlyConfigured``).
 =====================================  ========================================================
-
-Deprecated, read for one release with a ``DeprecationWarning``:
-
-- ``REDIS_SOCKET_TIMEOUT_SECONDS`` and ``FENCE_EVENT_RETENTION_DAYS``, when their ``LOCK_``
-  names are not set (the project's own settings of those names, e.g. its cache's
-  timeout, are no longer locking's).
-- ``LOCK_TTL_SETTINGS``: the names of the project's lease-TTL settings that check
-  ``locking.W001`` compares with the project's ``EXTERNAL_CALL_TIMEOUT_SECONDS``. A lease
-  TTL is the project's, and so is that check (this project's lives in ``hoa``, driven by
-  its operation registry); set, it still runs, and warns.
 """
-
-import warnings
 
 from django.conf import settings
 from django.core.signals import setting_changed
@@ -58,14 +46,6 @@ DEFAULTS = {
     "LOCK_FENCE_EVENT_RETENTION_DAYS": 90,
     "LOCK_CLIENT_IP_CALLABLE": None,
     "LOCK_RECEIVER_SECRET": "",
-    "LOCK_TTL_SETTINGS": (),  # deprecated: see above
-}
-
-# The names these settings had before they took locking's prefix: still read, for one
-# release, when only the old one is set.
-RENAMED = {
-    "LOCK_REDIS_SOCKET_TIMEOUT_SECONDS": "REDIS_SOCKET_TIMEOUT_SECONDS",
-    "LOCK_FENCE_EVENT_RETENTION_DAYS": "FENCE_EVENT_RETENTION_DAYS",
 }
 
 _UNSET = object()
@@ -74,8 +54,7 @@ _UNSET = object()
 # nanoseconds, and run_fenced builds a FenceLock (several reads) per operation. Forgotten
 # whenever a setting changes: the ``setting_changed`` signal, or a new settings holder
 # (``override_settings`` makes one each time, even when it only deletes a name, which
-# sends no signal: pytest-django's ``del settings.X``). A value read through its
-# deprecated name is never kept, so it warns at every read.
+# sends no signal: pytest-django's ``del settings.X``).
 _CACHE: dict[str, object] = {}
 _read_from: list = [None]  # the settings holder the cache was read from
 
@@ -100,14 +79,6 @@ def setting(name: str):
     value = getattr(settings, name, _UNSET)
     if value is not _UNSET:
         _CACHE[name] = value
-        return value
-    old_name = RENAMED.get(name)
-    if old_name is not None and (value := getattr(settings, old_name, _UNSET)) is not _UNSET:
-        warnings.warn(
-            f"locking reads {old_name} for this release only: set {name} instead.",
-            DeprecationWarning,
-            stacklevel=2,
-        )
         return value
     value = _CACHE[name] = DEFAULTS[name]
     return value

@@ -1,6 +1,5 @@
 """The locking app's system check, audit admin, and the prune_fence_events command."""
 
-import warnings
 from datetime import timedelta
 from io import StringIO
 
@@ -10,7 +9,6 @@ from django.core.management import CommandError, call_command
 from django.urls import reverse
 from django.utils import timezone
 
-from locking.checks import external_timeout_below_lock_ttl
 from locking.models import FenceEvent
 from locking.tests.support import run_django
 
@@ -47,82 +45,6 @@ def test_a_replica_wait_not_below_the_socket_timeout_is_refused(settings):
     ]
     settings.LOCK_REDIS_MIN_REPLICAS = 0  # no WAIT: nothing to check
     assert locking_errors() == []
-
-
-# --- system check -----------------------------------------------------------------------
-# locking.W001 / E002 belong to the project (its TTLs, its timeout): deprecated, they run
-# only while LOCK_TTL_SETTINGS is set, and say so with a DeprecationWarning.
-
-
-TTL_SETTINGS = ["CHARGES_LOCK_TTL_SECONDS", "VENDOR_LOCK_TTL_SECONDS"]
-
-
-def w001(settings) -> list[str]:
-    with pytest.warns(DeprecationWarning, match="LOCK_TTL_SETTINGS and check locking.W001"):
-        return [m.msg for m in external_timeout_below_lock_ttl() if m.id == "locking.W001"]
-
-
-def test_check_warns_when_external_timeout_exceeds_half_a_lock_ttl(settings):
-    settings.EXTERNAL_CALL_TIMEOUT_SECONDS = 16
-    settings.LOCK_TTL_SETTINGS = TTL_SETTINGS
-    settings.VENDOR_LOCK_TTL_SECONDS = 30
-    settings.CHARGES_LOCK_TTL_SECONDS = 60
-
-    assert w001(settings) == [
-        "EXTERNAL_CALL_TIMEOUT_SECONDS (16s) is not comfortably below VENDOR_LOCK_TTL_SECONDS "
-        "(30s)."
-    ]
-    with pytest.warns(DeprecationWarning, match="LOCK_TTL_SETTINGS"):
-        registered = [m for m in checks.run_checks() if m.id == "locking.W001"]
-    assert len(registered) == 1
-    assert registered[0].level == checks.WARNING
-
-
-def test_check_is_silent_when_the_timeout_is_at_most_half_of_every_ttl(settings):
-    settings.EXTERNAL_CALL_TIMEOUT_SECONDS = 15
-    settings.LOCK_TTL_SETTINGS = TTL_SETTINGS
-    settings.VENDOR_LOCK_TTL_SECONDS = 30
-    settings.CHARGES_LOCK_TTL_SECONDS = 60
-    assert w001(settings) == []
-
-
-def test_check_covers_every_setting_lock_ttl_settings_names_and_only_those(settings):
-    settings.EXTERNAL_CALL_TIMEOUT_SECONDS = 10
-    settings.LOCK_TTL_SETTINGS = TTL_SETTINGS
-    settings.VENDOR_LOCK_TTL_SECONDS = 5
-    settings.CHARGES_LOCK_TTL_SECONDS = 5
-    settings.REPORTS_LOCK_TTL_SECONDS = 1  # not named: not checked
-    assert [msg.split(" is not")[1] for msg in w001(settings)] == [
-        " comfortably below CHARGES_LOCK_TTL_SECONDS (5s).",
-        " comfortably below VENDOR_LOCK_TTL_SECONDS (5s).",
-    ]
-
-
-def test_check_is_off_without_an_external_call_timeout(settings):
-    del settings.EXTERNAL_CALL_TIMEOUT_SECONDS
-    settings.LOCK_TTL_SETTINGS = TTL_SETTINGS
-    settings.VENDOR_LOCK_TTL_SECONDS = 0.1
-    with pytest.warns(DeprecationWarning, match="LOCK_TTL_SETTINGS"):
-        assert external_timeout_below_lock_ttl() == []
-
-
-def test_check_is_off_and_quiet_without_lock_ttl_settings(settings):
-    if hasattr(settings, "LOCK_TTL_SETTINGS"):
-        del settings.LOCK_TTL_SETTINGS
-    settings.EXTERNAL_CALL_TIMEOUT_SECONDS = 16
-    settings.VENDOR_LOCK_TTL_SECONDS = 1  # would warn, were it named
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")  # no DeprecationWarning either
-        assert external_timeout_below_lock_ttl() == []
-
-
-def test_a_lock_ttl_setting_that_is_not_set_is_an_error(settings):
-    settings.EXTERNAL_CALL_TIMEOUT_SECONDS = 1
-    settings.LOCK_TTL_SETTINGS = ["MISSING_LOCK_TTL_SECONDS"]
-    with pytest.warns(DeprecationWarning, match="LOCK_TTL_SETTINGS"):
-        [error] = external_timeout_below_lock_ttl()
-    assert (error.id, error.level) == ("locking.E002", checks.ERROR)
-    assert error.msg == "LOCK_TTL_SETTINGS names MISSING_LOCK_TTL_SECONDS, which is not set."
 
 
 # --- audit admin --------------------------------------------------------------------------
@@ -185,29 +107,13 @@ def test_prune_keeps_the_configured_retention_by_default(aged_events, settings):
 
 
 def test_prune_keeps_90_days_when_the_retention_is_not_set(aged_events, settings):
-    for name in ("LOCK_FENCE_EVENT_RETENTION_DAYS", "FENCE_EVENT_RETENTION_DAYS"):
-        if hasattr(settings, name):
-            delattr(settings, name)
+    if hasattr(settings, "LOCK_FENCE_EVENT_RETENTION_DAYS"):
+        del settings.LOCK_FENCE_EVENT_RETENTION_DAYS
 
     output = prune()
 
     assert output.startswith("Deleted 1 fence event older than 90 days (before ")
     assert remaining() == {"old", "recent", "today"}
-
-
-def test_prune_still_reads_the_old_retention_name_and_says_it_is_deprecated(aged_events, settings):
-    if hasattr(settings, "LOCK_FENCE_EVENT_RETENTION_DAYS"):
-        del settings.LOCK_FENCE_EVENT_RETENTION_DAYS
-    settings.FENCE_EVENT_RETENTION_DAYS = 30
-
-    with pytest.warns(DeprecationWarning) as caught:
-        output = prune()
-
-    assert output.startswith("Deleted 2 fence events older than 30 days (before ")
-    assert [str(w.message) for w in caught] == [
-        "locking reads FENCE_EVENT_RETENTION_DAYS for this release only: "
-        "set LOCK_FENCE_EVENT_RETENTION_DAYS instead."
-    ]
 
 
 def test_prune_days_overrides_the_retention(aged_events, settings):

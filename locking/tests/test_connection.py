@@ -1,6 +1,5 @@
 """Which Redis the fence lock talks to, with which timeouts; the settings and their defaults."""
 
-import warnings
 from datetime import timedelta
 
 import pytest
@@ -77,9 +76,6 @@ def test_unreachable_cluster_is_lock_unavailable_not_a_library_error(settings):
         FenceLock()
 
 
-OLD_NAMES = ("REDIS_SOCKET_TIMEOUT_SECONDS", "FENCE_EVENT_RETENTION_DAYS")
-
-
 def forget(settings, *names: str) -> None:
     for name in names:
         if hasattr(settings, name):
@@ -87,11 +83,9 @@ def forget(settings, *names: str) -> None:
 
 
 def test_every_setting_has_a_default(settings):
-    forget(settings, "LOCK_REDIS_URL", "REDIS_URL", *DEFAULTS, *OLD_NAMES)
+    forget(settings, "LOCK_REDIS_URL", "REDIS_URL", *DEFAULTS)
 
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")  # nothing deprecated is read
-        values = {name: setting(name) for name in DEFAULTS}
+    values = {name: setting(name) for name in DEFAULTS}
     assert values == {
         "LOCK_REDIS_SOCKET_TIMEOUT_SECONDS": 2.0,
         "LOCK_REDIS_MIN_REPLICAS": 0,
@@ -100,7 +94,6 @@ def test_every_setting_has_a_default(settings):
         "LOCK_FENCE_EVENT_RETENTION_DAYS": 90,
         "LOCK_CLIENT_IP_CALLABLE": None,
         "LOCK_RECEIVER_SECRET": "",
-        "LOCK_TTL_SETTINGS": (),
     }
     assert all(name.startswith("LOCK_") for name in DEFAULTS)
     assert setting("LOCK_REDIS_URL") == "redis://127.0.0.1:6379/0"
@@ -109,47 +102,21 @@ def test_every_setting_has_a_default(settings):
 
 
 @pytest.mark.parametrize(
-    ("name", "old_name", "value"),
+    ("name", "project_name", "default"),
     [
-        ("LOCK_REDIS_SOCKET_TIMEOUT_SECONDS", "REDIS_SOCKET_TIMEOUT_SECONDS", 0.25),
-        ("LOCK_FENCE_EVENT_RETENTION_DAYS", "FENCE_EVENT_RETENTION_DAYS", 30),
+        ("LOCK_REDIS_SOCKET_TIMEOUT_SECONDS", "REDIS_SOCKET_TIMEOUT_SECONDS", 2.0),
+        ("LOCK_FENCE_EVENT_RETENTION_DAYS", "FENCE_EVENT_RETENTION_DAYS", 90),
     ],
 )
-def test_an_old_setting_name_is_read_for_one_release_with_a_deprecation_warning(
-    settings, name, old_name, value
+def test_a_project_setting_of_the_same_name_without_the_prefix_is_not_locking_s(
+    settings, name, project_name, default
 ):
+    """Names without the prefix are the project's (its cache's timeout, say): locking never
+    read them in a published version, so it does not read them now."""
     forget(settings, name)
-    setattr(settings, old_name, value)
+    setattr(settings, project_name, 0.25)
 
-    with pytest.warns(DeprecationWarning) as caught:
-        assert setting(name) == value
-
-    assert [str(w.message) for w in caught] == [
-        f"locking reads {old_name} for this release only: set {name} instead."
-    ]
-    assert caught[0].filename == __file__  # it points at the caller of setting()
-
-
-def test_the_new_name_wins_over_the_old_one_silently(settings):
-    settings.REDIS_SOCKET_TIMEOUT_SECONDS = 9.0  # e.g. the project's cache timeout
-    settings.LOCK_REDIS_SOCKET_TIMEOUT_SECONDS = 0.5
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        assert setting("LOCK_REDIS_SOCKET_TIMEOUT_SECONDS") == 0.5
-
-
-def test_the_lock_client_takes_its_timeout_from_the_old_name_while_only_that_is_set(
-    settings, redis_client
-):
-    forget(settings, "LOCK_REDIS_SOCKET_TIMEOUT_SECONDS")
-    settings.REDIS_SOCKET_TIMEOUT_SECONDS = 0.625
-    settings.LOCK_REDIS_URL = setting("LOCK_REDIS_URL") + "?client_name=old-name"
-
-    with pytest.warns(DeprecationWarning, match="REDIS_SOCKET_TIMEOUT_SECONDS"):
-        client = get_lock_redis()
-
-    assert client.connection_pool.connection_kwargs["socket_timeout"] == 0.625
+    assert setting(name) == default
 
 
 def test_lock_url_equal_to_a_cache_that_is_not_django_redis_gets_its_own_client(settings):
