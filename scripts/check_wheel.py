@@ -20,6 +20,7 @@ REQUIRED = (
     "locking/apps.py",
     "locking/checks.py",
     "locking/models.py",
+    "locking/py.typed",
     "locking/migrations/__init__.py",
     "locking/migrations/0001_initial.py",
     "locking/management/commands/prune_fence_events.py",

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+import locking
+
 ROOT = Path(__file__).resolve().parent.parent
 CHECK = runpy.run_path(str(ROOT / "scripts" / "check_wheel.py"))
 DIST_INFO = CHECK["DIST_INFO"]
@@ -54,13 +56,17 @@ def copy_with(wheel: Path, target: Path, *, drop=(), add=(), metadata=None) -> P
 
 @pytest.mark.slow
 def test_the_wheel_holds_the_locking_package_only_with_complete_metadata(wheel):
-    assert wheel.name == "django_fenced_writes-1.0.0-py3-none-any.whl"
+    version = locking.__version__  # the one source: pyproject.toml reads it
+    assert wheel.name == f"django_fenced_writes-{version}-py3-none-any.whl"
     assert CHECK["problems"](wheel) == []
     with zipfile.ZipFile(wheel) as archive:
         names = archive.namelist()
+        metadata = archive.read(f"django_fenced_writes-{version}.dist-info/METADATA").decode()
     tops = {name.split("/")[0] for name in names}
-    assert tops == {"locking", "django_fenced_writes-1.0.0.dist-info"}
+    assert tops == {"locking", f"django_fenced_writes-{version}.dist-info"}
+    assert f"\nVersion: {version}\n" in metadata
     assert "locking/migrations/0006_receiver.py" in names
+    assert "locking/py.typed" in names  # PEP 561: type checkers read locking's annotations
     assert not [name for name in names if name.startswith("locking/tests")]
 
 
@@ -76,16 +82,18 @@ def test_the_check_refuses_a_wheel_with_the_platform_or_locking_tests(wheel, tmp
 
 
 @pytest.mark.slow
-def test_the_check_refuses_a_wheel_without_migrations_or_template(wheel, tmp_path):
+def test_the_check_refuses_a_wheel_without_migrations_template_or_py_typed(wheel, tmp_path):
     bad = copy_with(
         wheel,
         tmp_path / "bad.whl",
         drop=(
             "locking/migrations/0001_initial.py",
             "locking/templates/admin/locking/fenceevent/break_lease.html",
+            "locking/py.typed",
         ),
     )
     assert CHECK["problems"](bad) == [
+        "missing: locking/py.typed",
         "missing: locking/migrations/0001_initial.py",
         "missing: locking/templates/admin/locking/fenceevent/break_lease.html",
     ]
