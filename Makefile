@@ -75,19 +75,25 @@ test: $(STAMP) services ## run the whole test suite against real PostgreSQL and 
 test-locking: $(STAMP) services ## locking's own tests with its own settings: nothing of the project installed
 	@$(TEST_ENV) scripts/run_pytest.sh $(PYTEST_PARALLEL) --ds=locking.tests.settings locking/tests $(PYTEST_ARGS)
 
-# The wheel of locking alone (django-fenced-writes), built by PEP 517 from the root
-# pyproject.toml with its pinned setuptools, then checked: locking only, full metadata.
-dist: $(STAMP) ## build the wheel of locking (django-fenced-writes) into dist/ and check its files
-	@rm -rf build dist django_fenced_writes.egg-info
-	@$(PY) -m pip wheel --no-deps --quiet --disable-pip-version-check -w dist .
+# The distribution of locking alone (django-fenced-writes), built as the package index
+# expects: `python -m build` makes the sdist, then the wheel from that sdist (so the sdist is
+# proven complete), each in an isolated environment with the pinned setuptools of
+# pyproject.toml; `twine check --strict` reads both as an upload would be read, and
+# scripts/check_wheel.py checks their file lists and metadata (MANIFEST.in: the sdist's).
+dist: $(STAMP) ## build the sdist and wheel of locking (django-fenced-writes) into dist/ and check them
+	@rm -rf build dist django_fenced_writes.egg-info && mkdir -p .local
+	@$(PY) -m build --outdir dist . >.local/dist-build.log 2>&1 \
+		|| { cat .local/dist-build.log >&2; exit 1; }
 	@rm -rf build django_fenced_writes.egg-info
-	@$(PY) scripts/check_wheel.py dist/django_fenced_writes-*.whl
+	@$(PY) -m twine --no-color check --strict dist/*
+	@$(PY) scripts/check_wheel.py dist/django_fenced_writes-*.whl dist/django_fenced_writes-*.tar.gz
 
-# locking's own tests against the installed wheel, in fresh virtualenvs under .local/matrix:
+# locking's own tests, as the sdist carries them, against the installed wheel, in fresh
+# virtualenvs under .local/matrix:
 # Python 3.11 + Django 5.2 (lowest declared dependencies), 3.12 + Django 6.0, 3.13 + Django
 # 6.1 (and the example project). Test databases test_locking_matrix_*, Redis databases 2, 3.
 test-locking-matrix: dist services ## locking's tests against the installed wheel on Python 3.11-3.13 x Django 5.2-6.1
-	@$(PY) scripts/locking_matrix.py dist/django_fenced_writes-*.whl
+	@$(PY) scripts/locking_matrix.py dist/django_fenced_writes-*.whl dist/django_fenced_writes-*.tar.gz
 
 # What operators copy (deploy/): promtool on the alert rules and their tests, systemd-analyze
 # verify on the units, and tests/test_deploy.py (metric names, commands, timers).

@@ -1,22 +1,32 @@
-"""Check the wheel of django-fenced-writes: the locking app and nothing else, full metadata,
-and a CHANGELOG in step with its version (``changelog_problems``).
+"""Check the distribution files of django-fenced-writes before anyone installs or uploads them.
 
-    python scripts/check_wheel.py dist/django_fenced_writes-1.0.0-py3-none-any.whl
+    python scripts/check_wheel.py dist/django_fenced_writes-1.0.0-py3-none-any.whl \
+        dist/django_fenced_writes-1.0.0.tar.gz
 
-Prints the wheel's file list and exits 0, or prints one line per problem and exits 1.
-`make dist` runs it after building; tests/test_dist.py runs it on a fresh build and on
-wheels made wrong on purpose.
+- the wheel holds the locking package and nothing else (no tests, nothing of the platform),
+  with what the app needs at run time (migrations, template, checks, command, py.typed);
+- the sdist holds the package, its tests (locking/tests, as in the checkout) and its guide
+  (SDIST_DOCS), and nothing else of the platform;
+- both carry full metadata, the version of their own ``locking.__version__``, and a
+  CHANGELOG in step with that version (``changelog_problems``).
+
+Prints each file list and exits 0, or prints one line per problem and exits 1.
+`make dist` runs it after `twine check --strict`; tests/test_dist.py runs it on a fresh
+build and on files made wrong on purpose.
 """
 
 import ast
 import re
 import sys
+import tarfile
 import zipfile
 from dataclasses import dataclass
 from email.parser import Parser
 from pathlib import Path
 
-DIST_INFO = "django_fenced_writes-1.0.0.dist-info/"
+ROOT = Path(__file__).resolve().parent.parent
+NAME = "django-fenced-writes"
+PROJECT = "django_fenced_writes"  # the name in file names
 # What the app needs at run time: its code, migrations, admin template, management command.
 REQUIRED = (
     "locking/__init__.py",
@@ -30,9 +40,14 @@ REQUIRED = (
     "locking/templates/admin/locking/fenceevent/break_lease.html",
     "locking/README.md",
     "locking/CHANGELOG.md",
-    DIST_INFO + "METADATA",
-    DIST_INFO + "licenses/LICENSE",
 )
+# What the sdist carries besides the package: the guide (MANIFEST.in names the same files;
+# change both when the guide moves to docs/locking/) and locking's tests, every file of
+# TESTS in the checkout.
+SDIST_DOCS = ("docs/locking.md",)
+TESTS = "locking/tests/"
+# Files of the sdist's top directory that the build itself writes.
+SDIST_TOP = ("PKG-INFO", "pyproject.toml", "setup.cfg", "LICENSE", "MANIFEST.in")
 # Every runtime import of locking, with a range (a lower and an upper bound).
 REQUIRED_DEPENDENCIES = ("django", "redis", "asgiref", "opentelemetry-api", "prometheus-client")
 REQUIRED_CLASSIFIERS = (
@@ -45,7 +60,7 @@ REQUIRED_CLASSIFIERS = (
 )
 # What the matrix does not run must not be claimed.
 CLAIMED = re.compile(r"^(Framework :: Django :: |Programming Language :: Python :: 3\.)")
-
+COMPILED = re.compile(r"(^|/)__pycache__/|\.py[cod]$")
 
 # Keep a Changelog 1.1.0 (https://keepachangelog.com/en/1.1.0/): an optional
 # "## [Unreleased]" on top, then "## [1.2.3] - 2026-12-04" newest first, each with
@@ -151,34 +166,13 @@ def changelog_problems(text: str, source: Source) -> list[str]:
     return found
 
 
-def problems(wheel: Path) -> list[str]:
-    """Every way ``wheel`` differs from what the distribution must be."""
-    with zipfile.ZipFile(wheel) as archive:
-        names = archive.namelist()
-        metadata_text = (
-            archive.read(DIST_INFO + "METADATA").decode() if DIST_INFO + "METADATA" in names else ""
-        )
-        changelog = archive.read("locking/CHANGELOG.md") if "locking/CHANGELOG.md" in names else b""
-        init = archive.read("locking/__init__.py") if "locking/__init__.py" in names else b""
+def metadata_problems(metadata_text: str, version: str | None) -> list[str]:
+    """Every way the core metadata (a wheel's METADATA, an sdist's PKG-INFO) is incomplete."""
     found = []
-    for name in names:
-        if name.startswith(DIST_INFO):
-            continue
-        if not name.startswith("locking/"):
-            found.append(f"not of the locking package: {name}")
-        elif name.startswith("locking/tests/"):
-            found.append(f"locking's tests stay in the checkout: {name}")
-        elif "__pycache__" in name or name.endswith(".pyc"):
-            found.append(f"compiled file: {name}")
-    found += [f"missing: {name}" for name in REQUIRED if name not in names]
-    if changelog and init:
-        found += changelog_problems(changelog.decode(), read_source(init.decode()))
-    if not metadata_text:
-        return found
     metadata = Parser().parsestr(metadata_text)
     for field, expected in (
-        ("Name", "django-fenced-writes"),
-        ("Version", "1.0.0"),
+        ("Name", NAME),
+        ("Version", version),
         ("License-Expression", "MIT"),
         ("Requires-Python", ">=3.11"),
         ("Description-Content-Type", "text/markdown"),
@@ -211,24 +205,137 @@ def problems(wheel: Path) -> list[str]:
     return found
 
 
+def source_problems(files: dict[str, bytes], metadata_name: str) -> list[str]:
+    """The CHANGELOG of a distribution's ``locking`` against its version and exports, and
+    its metadata."""
+    init = files.get("locking/__init__.py")
+    source = read_source(init.decode()) if init is not None else Source(None, ())
+    found = []
+    if "locking/CHANGELOG.md" in files:
+        found += changelog_problems(files["locking/CHANGELOG.md"].decode(), source)
+    if metadata_name in files:
+        found += metadata_problems(files[metadata_name].decode(), source.version)
+    return found
+
+
+def wheel_files(wheel: Path) -> dict[str, bytes]:
+    with zipfile.ZipFile(wheel) as archive:
+        return {name: archive.read(name) for name in archive.namelist()}
+
+
+def problems(wheel: Path) -> list[str]:
+    """Every way ``wheel`` differs from what the distribution must be."""
+    files = wheel_files(wheel)
+    init = files.get("locking/__init__.py")
+    version = read_source(init.decode()).version if init is not None else None
+    dist_info = f"{PROJECT}-{version}.dist-info/"
+    found = []
+    if wheel.name != f"{PROJECT}-{version}-py3-none-any.whl":
+        found.append(f"file name is not that of version {version}: {wheel.name}")
+    for name in files:
+        if name.startswith(dist_info):
+            continue
+        if not name.startswith("locking/"):
+            found.append(f"not of the locking package: {name}")
+        elif name.startswith(TESTS):
+            found.append(f"locking's tests are the sdist's, not the wheel's: {name}")
+        elif COMPILED.search(name):
+            found.append(f"compiled file: {name}")
+    required = (*REQUIRED, dist_info + "METADATA", dist_info + "licenses/LICENSE")
+    found += [f"missing: {name}" for name in required if name not in files]
+    return found + source_problems(files, dist_info + "METADATA")
+
+
+def sdist_files(sdist: Path) -> tuple[str, dict[str, bytes]]:
+    """The sdist's top directory and its files (paths below that directory)."""
+    with tarfile.open(sdist) as archive:
+        members = [member for member in archive.getmembers() if member.isfile()]
+        top = members[0].name.split("/")[0] if members else ""
+        files = {}
+        for member in members:
+            head, _, path = member.name.partition("/")
+            files[path if head == top else member.name] = archive.extractfile(member).read()
+    return top, files
+
+
+def checkout_tests(root: Path = ROOT) -> list[str]:
+    """Every file of locking's tests in the checkout, as the sdist names it."""
+    return sorted(
+        path.relative_to(root).as_posix()
+        for path in (root / TESTS).rglob("*")
+        if path.is_file()
+        and not COMPILED.search(path.relative_to(root).as_posix())
+        and ".pytest_cache" not in path.parts
+    )
+
+
+def sdist_problems(sdist: Path, *, root: Path = ROOT) -> list[str]:
+    """Every way ``sdist`` differs from what the source distribution must be."""
+    top, files = sdist_files(sdist)
+    init = files.get("locking/__init__.py")
+    version = read_source(init.decode()).version if init is not None else None
+    found = []
+    if sdist.name != f"{PROJECT}-{version}.tar.gz" or top != f"{PROJECT}-{version}":
+        found.append(f"file or directory name is not that of version {version}: {sdist.name}")
+    for name in files:
+        if name in SDIST_TOP or name in SDIST_DOCS or name.startswith(f"{PROJECT}.egg-info/"):
+            continue
+        if not name.startswith("locking/"):
+            found.append(f"not of the locking package, its tests or its guide: {name}")
+        elif COMPILED.search(name):
+            found.append(f"compiled file: {name}")
+    required = (*REQUIRED, *SDIST_DOCS, *checkout_tests(root), "PKG-INFO", "pyproject.toml")
+    found += [f"missing: {name}" for name in required if name not in files]
+    return found + source_problems(files, "PKG-INFO")
+
+
+def pair_problems(wheel: Path, sdist: Path) -> list[str]:
+    """The wheel is built from the sdist: every file of its package is in the sdist."""
+    _, sources = sdist_files(sdist)
+    return [
+        f"the wheel's {name} is not in the sdist"
+        for name in wheel_files(wheel)
+        if name.startswith("locking/") and name not in sources
+    ]
+
+
+def listing(path: Path) -> tuple[list[tuple[int, str]], str]:
+    if path.name.endswith(".whl"):
+        with zipfile.ZipFile(path) as archive:
+            entries = [(entry.file_size, entry.filename) for entry in archive.infolist()]
+        return entries, "the locking package only"
+    with tarfile.open(path) as archive:
+        entries = [(m.size, m.name) for m in archive.getmembers() if m.isfile()]
+    return entries, f"locking with its tests and {', '.join(SDIST_DOCS)}"
+
+
 def main(argv: list[str]) -> int:
-    if len(argv) != 1:
-        print("usage: check_wheel.py <wheel>", file=sys.stderr)
+    if not argv or not all(name.endswith((".whl", ".tar.gz")) for name in argv):
+        print("usage: check_wheel.py <wheel> [<sdist>]  (.whl, .tar.gz)", file=sys.stderr)
         return 2
-    wheel = Path(argv[0])
-    if not wheel.is_file():
-        print(f"check_wheel: no such wheel: {wheel}", file=sys.stderr)
+    paths = [Path(name) for name in argv]
+    missing = [path for path in paths if not path.is_file()]
+    if missing:
+        kind = "wheel" if missing[0].name.endswith(".whl") else "sdist"
+        print(f"check_wheel: no such {kind}: {missing[0]}", file=sys.stderr)
         return 1
-    found = problems(wheel)
+    found = []
+    for path in paths:
+        check = problems if path.name.endswith(".whl") else sdist_problems
+        found += [f"{path.name}: {problem}" for problem in check(path)]
+    wheels = [path for path in paths if path.name.endswith(".whl")]
+    sdists = [path for path in paths if path.name.endswith(".tar.gz")]
+    if len(wheels) == 1 and len(sdists) == 1:
+        found += [f"{sdists[0].name}: {problem}" for problem in pair_problems(*wheels, *sdists)]
     if found:
         for problem in found:
-            print(f"check_wheel: {wheel.name}: {problem}", file=sys.stderr)
+            print(f"check_wheel: {problem}", file=sys.stderr)
         return 1
-    with zipfile.ZipFile(wheel) as archive:
-        entries = archive.infolist()
-    for entry in entries:
-        print(f"{entry.file_size:>9}  {entry.filename}")
-    print(f"{wheel.name}: {len(entries)} files, the locking package only: OK")
+    for path in paths:
+        entries, what = listing(path)
+        for size, name in entries:
+            print(f"{size:>9}  {name}")
+        print(f"{path.name}: {len(entries)} files, {what}: OK")
     return 0
 
 

@@ -1,15 +1,18 @@
-"""Run locking's own tests against the INSTALLED wheel, on each Python and Django it claims.
+"""Run locking's own tests, as the sdist carries them, against the INSTALLED wheel, on each
+Python and Django the distribution claims.
 
-    python scripts/locking_matrix.py dist/django_fenced_writes-1.0.0-py3-none-any.whl
+    python scripts/locking_matrix.py dist/django_fenced_writes-1.0.0-py3-none-any.whl \
+        dist/django_fenced_writes-1.0.0.tar.gz
 
-`make test-locking-matrix` builds the wheel (`make dist`) and runs this. For each
-combination it makes a virtualenv under .local/matrix/<name> with that interpreter (found
-under `$(pyenv root)/versions`, the newest patch release of each minor version), installs
-the wheel with its extras, Django of the combination and locking/tests/requirements.txt
-(reused while the wheel's content and the requirements are unchanged), copies locking's
-tests out of the checkout into a temporary directory as the package `locking_tests` (so
-`import locking` can only resolve to site-packages: checked before the run and by the
-tests' conftest), and runs them with their own settings. The example project
+`make test-locking-matrix` builds both files (`make dist`) and runs this: what it tests is
+what an adopter or a packager downloads, not the checkout. For each combination it makes a
+virtualenv under .local/matrix/<name> with that interpreter (found under `$(pyenv
+root)/versions`, the newest patch release of each minor version), installs the wheel with
+its extras, Django of the combination and the sdist's locking/tests/requirements.txt
+(reused while the wheel's content and the requirements are unchanged), unpacks the sdist's
+locking/tests into a temporary directory as the package `locking_tests` (so `import
+locking` can only resolve to site-packages: checked before the run and by the tests'
+conftest), and runs them with their own settings. The example project
 (locking/tests/example_project, which knows nothing of the platform) runs the same way on
 the combination that names it.
 
@@ -25,6 +28,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tarfile
 import tempfile
 import time
 import zipfile
@@ -32,8 +36,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-TESTS = ROOT / "locking" / "tests"
-EXAMPLE = TESTS / "example_project"
 MATRIX_DIR = ROOT / ".local" / "matrix"
 PG_PORT = os.environ.get("HOA_PG_PORT", "55432")
 REDIS_PORT = os.environ.get("HOA_REDIS_PORT", "56379")
@@ -109,11 +111,24 @@ def run(args, **kwargs) -> subprocess.CompletedProcess:
     return subprocess.run([str(arg) for arg in args], check=False, **kwargs)
 
 
-def prepare_venv(combination: Combination, wheel: Path) -> Path:
+def unpack_tests(sdist: Path, into: Path) -> Path:
+    """Unpack the sdist's locking/tests under ``into``; return that directory."""
+    with tarfile.open(sdist) as archive:
+        members = [
+            m for m in archive.getmembers() if m.name.split("/")[1:3] == ["locking", "tests"]
+        ]
+        if not members:
+            raise MatrixError(f"{sdist.name} carries no locking/tests")
+        archive.extractall(into, members=members, filter="data")
+    top = members[0].name.split("/")[0]
+    return into / top / "locking" / "tests"
+
+
+def prepare_venv(combination: Combination, wheel: Path, tests: Path) -> Path:
     """A virtualenv with the wheel and the combination's requirements; reused if unchanged."""
     python = interpreter(combination.python)
     venv = MATRIX_DIR / combination.name
-    requirements = (TESTS / "requirements.txt").read_text()
+    requirements = (tests / "requirements.txt").read_text()
     stamp_text = json.dumps(
         [str(python), wheel_digest(wheel), combination.requirements, requirements]
     )
@@ -134,7 +149,7 @@ def prepare_venv(combination: Combination, wheel: Path) -> Path:
             f"django-fenced-writes[psycopg,django-redis] @ {wheel.resolve().as_uri()}",
             *combination.requirements,
             "-r",
-            TESTS / "requirements.txt",
+            tests / "requirements.txt",
         ],
     )
     for step in steps:
@@ -148,7 +163,7 @@ def prepare_venv(combination: Combination, wheel: Path) -> Path:
 
 def copy_tests(source: Path, target: Path, *, ignore=()) -> None:
     """Copy a test tree, naming locking's tests ``locking_tests`` instead of ``locking.tests``
-    (the installed ``locking`` has no ``tests``: they stay in the checkout)."""
+    (the installed ``locking`` has no ``tests``: they are the sdist's, not the wheel's)."""
     shutil.copytree(source, target, ignore=shutil.ignore_patterns("__pycache__", "*.pyc", *ignore))
     for path in target.rglob("*.py"):
         text = path.read_text()
@@ -239,14 +254,14 @@ def run_suite(
     return f"{closing} (wall {elapsed:.0f} s)"
 
 
-def run_combination(combination: Combination, wheel: Path) -> list[tuple[str, str]]:
-    venv = prepare_venv(combination, wheel)
+def run_combination(combination: Combination, wheel: Path, tests: Path) -> list[tuple[str, str]]:
+    venv = prepare_venv(combination, wheel, tests)
     tag = combination.name.replace(".", "").replace("-", "_")
     results = []
     with tempfile.TemporaryDirectory(prefix=f"locking-matrix-{combination.name}-") as tmp:
         workdir = Path(tmp) / "tests"
         workdir.mkdir()
-        copy_tests(TESTS, workdir / "locking_tests", ignore=("example_project",))
+        copy_tests(tests, workdir / "locking_tests", ignore=("example_project",))
         closing = run_suite(
             combination,
             venv,
@@ -262,7 +277,7 @@ def run_combination(combination: Combination, wheel: Path) -> list[tuple[str, st
         results.append((f"{combination.name} locking's tests", closing))
         if combination.example:
             example = Path(tmp) / "example"
-            copy_tests(EXAMPLE, example)
+            copy_tests(tests / "example_project", example)
             closing = run_suite(
                 combination,
                 venv,
@@ -280,18 +295,34 @@ def run_combination(combination: Combination, wheel: Path) -> list[tuple[str, st
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 1 or not Path(argv[0]).is_file():
-        print(f"locking_matrix: no wheel given or found: {' '.join(argv)}", file=sys.stderr)
+    wheels = [Path(name) for name in argv if name.endswith(".whl")]
+    sdists = [Path(name) for name in argv if name.endswith(".tar.gz")]
+    if len(argv) != 2 or len(wheels) != 1 or len(sdists) != 1:
+        print(
+            f"locking_matrix: give one wheel and one sdist, got: {' '.join(argv) or 'nothing'}",
+            file=sys.stderr,
+        )
         return 1
-    wheel = Path(argv[0])
+    (wheel,), (sdist,) = wheels, sdists
+    for path in (wheel, sdist):
+        if not path.is_file():
+            print(f"locking_matrix: no such file: {path}", file=sys.stderr)
+            return 1
     MATRIX_DIR.mkdir(parents=True, exist_ok=True)
     results, failures = [], []
-    for combination in COMBINATIONS:
+    with tempfile.TemporaryDirectory(prefix="locking-matrix-sdist-") as unpacked:
         try:
-            results += run_combination(combination, wheel)
+            tests = unpack_tests(sdist, Path(unpacked))
         except MatrixError as error:
-            failures.append(str(error))
-            results.append((combination.name, f"FAILED: {error}"))
+            print(f"locking_matrix: {error}", file=sys.stderr)
+            return 1
+        log(f"locking's tests from {sdist.name}, the package from {wheel.name}")
+        for combination in COMBINATIONS:
+            try:
+                results += run_combination(combination, wheel, tests)
+            except MatrixError as error:
+                failures.append(str(error))
+                results.append((combination.name, f"FAILED: {error}"))
     print()
     for name, closing in results:
         print(f"  {name:<45} {closing}")

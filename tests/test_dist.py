@@ -1,13 +1,18 @@
-"""The wheel of django-fenced-writes (`pip wheel --no-deps .`): locking alone, full metadata.
+"""The distribution files of django-fenced-writes (`make dist`): the sdist carries locking
+with its tests and guide, the wheel locking alone; both with full metadata and a CHANGELOG
+in step with ``locking.__version__``.
 
-Builds the wheel from the checkout as `make dist` does (PEP 517, the pinned setuptools) and
-runs scripts/check_wheel.py on it; the controls make wheels wrong on purpose, so the check
-is seen to refuse what it is for.
+Builds both from the checkout as `make dist` does (`python -m build`: the sdist, then the
+wheel from that sdist, with the pinned setuptools) and runs scripts/check_wheel.py and
+`twine check --strict` on them; the controls make files wrong on purpose, so each check is
+seen to refuse what it is for.
 """
 
+import io
 import runpy
 import subprocess
 import sys
+import tarfile
 import zipfile
 from pathlib import Path
 
@@ -17,27 +22,40 @@ import locking
 
 ROOT = Path(__file__).resolve().parent.parent
 CHECK = runpy.run_path(str(ROOT / "scripts" / "check_wheel.py"))
-DIST_INFO = CHECK["DIST_INFO"]
+VERSION = locking.__version__  # the one source: pyproject.toml reads it
+DIST_INFO = f"django_fenced_writes-{VERSION}.dist-info/"
 
-# One worker runs the module, so the wheel is built once per run: setuptools builds in the
-# checkout (build/, *.egg-info), and two workers building at once trip over each other's
-# files (CI failed so once: "pip wheel ... returned non-zero exit status 1").
+# One worker runs the module, so the files are built once per run: setuptools writes in the
+# checkout (*.egg-info), and two workers building at once trip over each other's files (CI
+# failed so once: "pip wheel ... returned non-zero exit status 1").
 pytestmark = pytest.mark.xdist_group("dist")
 
 
 @pytest.fixture(scope="module")
-def wheel(tmp_path_factory) -> Path:
+def built(tmp_path_factory) -> tuple[Path, Path]:
+    """``(wheel, sdist)`` built as `make dist` builds them."""
     out = tmp_path_factory.mktemp("dist")
     build = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "-w", str(out), str(ROOT)],
+        [sys.executable, "-m", "build", "--outdir", str(out), str(ROOT)],
         check=False,
-        timeout=300,
+        timeout=600,
         capture_output=True,
         text=True,
     )
-    assert build.returncode == 0, f"pip wheel failed:\n{build.stdout}\n{build.stderr}"
-    (built,) = out.glob("*.whl")
-    return built
+    assert build.returncode == 0, f"python -m build failed:\n{build.stdout}\n{build.stderr}"
+    (wheel,) = out.glob("*.whl")
+    (sdist,) = out.glob("*.tar.gz")
+    return wheel, sdist
+
+
+@pytest.fixture(scope="module")
+def wheel(built) -> Path:
+    return built[0]
+
+
+@pytest.fixture(scope="module")
+def sdist(built) -> Path:
+    return built[1]
 
 
 def copy_with(wheel: Path, target: Path, *, drop=(), add=(), metadata=None, edit=None) -> Path:
@@ -60,30 +78,132 @@ def copy_with(wheel: Path, target: Path, *, drop=(), add=(), metadata=None, edit
     return target
 
 
+def sdist_copy_with(sdist: Path, target_dir: Path, *, drop=(), add=()) -> Path:
+    """A copy of ``sdist`` (same file name, in ``target_dir``) without the files ``drop`` and
+    with empty files ``add``, both named below its top directory."""
+    top = f"django_fenced_writes-{VERSION}/"
+    target = target_dir / sdist.name
+    with tarfile.open(sdist) as source, tarfile.open(target, "w:gz") as copy:
+        for member in source.getmembers():
+            if member.name.removeprefix(top) in drop:
+                continue
+            copy.addfile(member, source.extractfile(member) if member.isfile() else None)
+        for name in add:
+            copy.addfile(tarfile.TarInfo(top + name), io.BytesIO(b""))
+    return target
+
+
 @pytest.mark.slow
 def test_the_wheel_holds_the_locking_package_only_with_complete_metadata(wheel):
-    version = locking.__version__  # the one source: pyproject.toml reads it
-    assert wheel.name == f"django_fenced_writes-{version}-py3-none-any.whl"
+    assert wheel.name == f"django_fenced_writes-{VERSION}-py3-none-any.whl"
     assert CHECK["problems"](wheel) == []
     with zipfile.ZipFile(wheel) as archive:
         names = archive.namelist()
-        metadata = archive.read(f"django_fenced_writes-{version}.dist-info/METADATA").decode()
+        metadata = archive.read(DIST_INFO + "METADATA").decode()
     tops = {name.split("/")[0] for name in names}
-    assert tops == {"locking", f"django_fenced_writes-{version}.dist-info"}
-    assert f"\nVersion: {version}\n" in metadata
+    assert tops == {"locking", DIST_INFO.rstrip("/")}
+    assert f"\nVersion: {VERSION}\n" in metadata
     assert "locking/migrations/0006_receiver.py" in names
     assert "locking/py.typed" in names  # PEP 561: type checkers read locking's annotations
     assert not [name for name in names if name.startswith("locking/tests")]
 
 
 @pytest.mark.slow
+def test_the_sdist_holds_locking_with_its_tests_and_guide_and_nothing_of_the_platform(sdist, wheel):
+    assert sdist.name == f"django_fenced_writes-{VERSION}.tar.gz"
+    assert CHECK["sdist_problems"](sdist) == []
+    assert CHECK["pair_problems"](wheel, sdist) == []
+    top, files = CHECK["sdist_files"](sdist)
+    assert top == f"django_fenced_writes-{VERSION}"
+    for name in (
+        "PKG-INFO",
+        "pyproject.toml",
+        "LICENSE",
+        "docs/locking.md",
+        "locking/py.typed",
+        "locking/tests/test_fence.py",
+        "locking/tests/requirements.txt",
+        "locking/tests/testapp/migrations/0001_initial.py",
+        "locking/tests/example_project/invoicing/settings.py",
+    ):
+        assert name in files, name
+    assert {name.split("/")[0] for name in files} == {
+        "PKG-INFO",
+        "pyproject.toml",
+        "setup.cfg",
+        "LICENSE",
+        "MANIFEST.in",
+        "django_fenced_writes.egg-info",
+        "docs",
+        "locking",
+    }
+    assert [name for name in files if name.startswith("docs/")] == ["docs/locking.md"]
+
+
+@pytest.mark.slow
+def test_the_sdist_check_refuses_the_platform_and_a_missing_test_or_guide(sdist, tmp_path):
+    bad = sdist_copy_with(
+        sdist,
+        tmp_path,
+        drop=("locking/tests/test_fence.py", "docs/locking.md"),
+        add=("hoa/__init__.py", "tests/test_foundation.py", "README.md"),
+    )
+    assert CHECK["sdist_problems"](bad) == [
+        "not of the locking package, its tests or its guide: hoa/__init__.py",
+        "not of the locking package, its tests or its guide: tests/test_foundation.py",
+        "not of the locking package, its tests or its guide: README.md",
+        "missing: docs/locking.md",
+        "missing: locking/tests/test_fence.py",
+    ]
+
+
+@pytest.mark.slow
+def test_the_pair_check_refuses_a_wheel_with_a_file_its_sdist_lacks(wheel, sdist, tmp_path):
+    bad = sdist_copy_with(sdist, tmp_path, drop=("locking/py.typed",))
+    assert CHECK["pair_problems"](wheel, bad) == [
+        "the wheel's locking/py.typed is not in the sdist"
+    ]
+
+
+@pytest.mark.slow
+def test_twine_check_strict_passes_both_files_and_refuses_a_wheel_without_description(
+    wheel, sdist, tmp_path
+):
+    def twine_check(*paths: Path) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, "-m", "twine", "--no-color", "check", "--strict", *map(str, paths)],
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=120,
+        )
+
+    passed = twine_check(wheel, sdist)
+    assert passed.returncode == 0, passed.stdout + passed.stderr
+    assert passed.stdout.count("PASSED") == 2
+
+    def without_description(text: str) -> str:
+        return text.split("\n\n", 1)[0] + "\n"
+
+    bad = copy_with(wheel, tmp_path / wheel.name, metadata=without_description)
+    refused = twine_check(bad)
+    assert refused.returncode == 1
+    assert "FAILED" in refused.stdout
+    assert "`long_description` missing" in refused.stdout
+
+
+@pytest.mark.slow
 def test_the_check_refuses_a_wheel_with_the_platform_or_locking_tests(wheel, tmp_path):
     bad = copy_with(
-        wheel, tmp_path / "bad.whl", add=("hoa/__init__.py", "locking/tests/__init__.py")
+        wheel, tmp_path / wheel.name, add=("hoa/__init__.py", "locking/tests/__init__.py")
     )
+    renamed = copy_with(wheel, tmp_path / "renamed.whl")
+    assert CHECK["problems"](renamed) == [
+        f"file name is not that of version {VERSION}: renamed.whl"
+    ]
     assert CHECK["problems"](bad) == [
         "not of the locking package: hoa/__init__.py",
-        "locking's tests stay in the checkout: locking/tests/__init__.py",
+        "locking's tests are the sdist's, not the wheel's: locking/tests/__init__.py",
     ]
 
 
@@ -91,7 +211,7 @@ def test_the_check_refuses_a_wheel_with_the_platform_or_locking_tests(wheel, tmp
 def test_the_check_refuses_a_wheel_without_migrations_template_or_py_typed(wheel, tmp_path):
     bad = copy_with(
         wheel,
-        tmp_path / "bad.whl",
+        tmp_path / wheel.name,
         drop=(
             "locking/migrations/0001_initial.py",
             "locking/templates/admin/locking/fenceevent/break_lease.html",
@@ -115,7 +235,7 @@ def test_the_check_refuses_an_undeclared_or_unbounded_dependency_and_a_wrong_cla
             "Classifier: Framework :: Django :: 6.1\nClassifier: Framework :: Django :: 4.2\n",
         )
 
-    bad = copy_with(wheel, tmp_path / "bad.whl", metadata=worse)
+    bad = copy_with(wheel, tmp_path / wheel.name, metadata=worse)
     assert CHECK["problems"](bad) == [
         "classifier claims what the matrix does not run: Framework :: Django :: 4.2",
         "runtime dependency without a range: redis ''",
@@ -123,15 +243,37 @@ def test_the_check_refuses_an_undeclared_or_unbounded_dependency_and_a_wrong_cla
     ]
 
 
-def test_check_wheel_command_answers_a_missing_wheel_in_one_line(tmp_path):
-    result = subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "check_wheel.py"), str(tmp_path / "none.whl")],
+def check_wheel_command(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "check_wheel.py"), *args],
         capture_output=True,
         text=True,
         check=False,
     )
-    assert result.returncode == 1
-    assert result.stderr == f"check_wheel: no such wheel: {tmp_path / 'none.whl'}\n"
+
+
+def test_check_wheel_command_answers_a_missing_file_in_one_line(tmp_path):
+    result = check_wheel_command(str(tmp_path / "none.whl"))
+    assert (result.returncode, result.stderr) == (
+        1,
+        f"check_wheel: no such wheel: {tmp_path / 'none.whl'}\n",
+    )
+    result = check_wheel_command(str(tmp_path / "none.tar.gz"))
+    assert (result.returncode, result.stderr) == (
+        1,
+        f"check_wheel: no such sdist: {tmp_path / 'none.tar.gz'}\n",
+    )
+
+
+@pytest.mark.slow
+def test_check_wheel_command_lists_both_files_and_says_ok(wheel, sdist):
+    result = check_wheel_command(str(wheel), str(sdist))
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[-1].startswith(f"{sdist.name}: ")
+    assert lines[-1].endswith(" files, locking with its tests and docs/locking.md: OK")
+    assert f"{wheel.name}: " in result.stdout
+    assert " files, the locking package only: OK" in result.stdout
 
 
 # --- the CHANGELOG in step with the version (scripts/check_wheel.py, changelog_problems) ---
@@ -217,7 +359,7 @@ def test_the_wheel_check_refuses_a_wheel_whose_changelog_lists_its_exports_as_un
 ):
     bad = copy_with(
         wheel,
-        tmp_path / "bad.whl",
+        tmp_path / wheel.name,
         edit={"locking/CHANGELOG.md": lambda text: EXPORTS_AS_UNRELEASED},
     )
     version = locking.__version__
