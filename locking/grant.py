@@ -98,7 +98,20 @@ def text(raw) -> str:
     return raw.decode() if isinstance(raw, bytes) else str(raw)
 
 
+# A TTL is a timedelta everywhere one is taken (acquire, aacquire, extend, keep_alive,
+# run_fenced, LeasedAttempt): a bare number would be seconds to one reader and milliseconds
+# to another, and failed deep inside as an AttributeError.
+TTL_TYPE_ERROR = "ttl must be a datetime.timedelta, e.g. timedelta(seconds=5)"
+
+
+def require_timedelta(ttl: object) -> None:
+    """Raise ``TypeError`` unless ``ttl`` is a ``timedelta``."""
+    if not isinstance(ttl, timedelta):
+        raise TypeError(TTL_TYPE_ERROR)
+
+
 def positive_ms(ttl: timedelta) -> int:
+    require_timedelta(ttl)
     ttl_ms = int(ttl.total_seconds() * 1000)
     if ttl_ms <= 0:
         raise ValueError("ttl must be positive")

@@ -34,7 +34,7 @@ from redis.exceptions import RedisError
 from locking import metrics, tracing
 from locking.aio import AsyncLeaseMixin
 from locking.exceptions import LeaseLost, LeaseUncertain
-from locking.grant import from_ms, positive_ms
+from locking.grant import from_ms, positive_ms, require_timedelta
 from locking.keepalive import KeepAlive
 from locking.keys import lock_key
 from locking.outcomes import LeaseState, LossCause, Outcome
@@ -393,6 +393,8 @@ class Lease(AsyncLeaseMixin):
         return max(min(pause, self._expired_by - time.monotonic()), 0.0)
 
     def _renewal_ttl(self, ttl: timedelta | None) -> timedelta:
+        if ttl is not None:
+            require_timedelta(ttl)
         ttl = ttl or self._ttl
         if ttl is None:
             ttl = timedelta(seconds=max(self._monotonic_deadline - time.monotonic(), 0))
