@@ -48,6 +48,9 @@ DEFAULTS = {
     "LOCK_RECEIVER_SECRET": "",
 }
 
+# Every setting locking reads (check locking.W002 warns about any other LOCK_ name).
+SETTING_NAMES = ("LOCK_REDIS_URL", *DEFAULTS)
+
 _UNSET = object()
 
 # Values read once per process: an attribute of django.conf.settings costs a few hundred

@@ -313,6 +313,9 @@ def fenced_receiver(
             request.fenced_receipt = receipt
             return receipt.response
 
+        # For check locking.E011, which walks the URLconf for receivers without a secret.
+        receiving.fenced_receiver_scope = scope
+        receiving.fenced_receiver_has_secret = bool(secret)
         return receiving
 
     return decorate

@@ -58,6 +58,16 @@ def test_check_deploy_has_no_errors_with_production_environment():
     assert "security.W021" in result.stderr or "security.W021" in result.stdout
 
 
+def test_the_project_s_own_settings_report_no_locking_check():
+    """hoa.settings as a deployment runs them, defaults and environment alike: none of
+    locking's checks (locking/checks.py) fires, warnings included."""
+    for environment in ({}, {"LOCK_REDIS_MIN_REPLICAS": "1", "FENCE_EVENT_RETENTION_DAYS": "30"}):
+        env = dict(os.environ, DJANGO_SETTINGS_MODULE="hoa.settings", DEBUG="1", **environment)
+        result = run_manage("check", "--fail-level", "WARNING", env=env)
+        assert result.returncode == 0, result.stderr
+        assert "locking." not in result.stdout + result.stderr
+
+
 def test_settings_come_from_the_environment():
     code = (
         "import django; django.setup(); from django.conf import settings as s; "
