@@ -7,11 +7,13 @@ The four layers (see docs/locking.md for the full story and diagrams):
    does the work. Efficiency, not safety: a paused holder outlives its lease.
 2. **Token** — ``INCR fence:{r}`` in the same Lua script as the SET: every grant gets a
    strictly larger number, in grant order, in one round trip.
-3. **Fence check** — ``advance_fence(queryset, token)``: a conditional UPDATE
-   (``… WHERE last_fence_token < token``, rowcount must be 1) inside the transaction that
-   writes. A holder whose lease was re-granted cannot commit after the newer holder has.
-   A row that does not exist yet can be created fenced: ``insert_fenced(instance, token)``
-   (``INSERT … SELECT … ON CONFLICT DO NOTHING`` with the token on the row).
+3. **Fence check** — ``advance_fence(queryset, lease)``: one statement inside the
+   transaction that writes: the claim on the resource's durable record (no newer epoch, a
+   newer token or the same grant) and a conditional UPDATE of exactly one row. A holder
+   whose lease was re-granted cannot commit after the newer holder has. A row that does
+   not exist yet can be created fenced: ``insert_fenced(instance, lease)``; the claim alone,
+   before telling the outside anything: ``claim_fence(lease)``. Every entry point takes
+   the lease (or its ``lease.fencing_token``), never a bare number: ``TypeError``.
 4. **Business invariants** — the caller's state check and unique constraints in the
    same transaction: exactly-once even when the older holder commits first.
 
@@ -68,7 +70,8 @@ from locking.exceptions import (
     StaleAtReceiver,
     StaleFencingToken,
 )
-from locking.fence import aadvance_fence, advance_fence, insert_fenced
+from locking.fence import aadvance_fence, advance_fence, claim_fence, insert_fenced
+from locking.guard import InstallFenceGuard
 from locking.keys import fence_key, lock_key, validate_resource
 from locking.lease import Lease
 from locking.lock import FenceLock
@@ -77,6 +80,7 @@ from locking.operators import BreakLeaseForm, HolderInfo, break_lease, holder_of
 from locking.outcomes import LeaseState, Outcome
 from locking.receiver import CallVerdict, Receipt, fenced_receiver, receive_call
 from locking.signing import FencedCall, SealedCall, seal_call, verify_signature
+from locking.tokens import FencingToken
 from locking.tracing import span
 
 __all__ = [
@@ -85,7 +89,9 @@ __all__ = [
     "CallVerdict",
     "FenceLock",
     "FencedCall",
+    "FencingToken",
     "HolderInfo",
+    "InstallFenceGuard",
     "Lease",
     "LeaseLost",
     "LeaseState",
@@ -105,6 +111,7 @@ __all__ = [
     "advisory_lock",
     "arun_fenced",
     "break_lease",
+    "claim_fence",
     "fence_key",
     "fenced_receiver",
     "holder_of",

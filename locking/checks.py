@@ -14,6 +14,9 @@ or the first request.
 ``locking.E010``   ``LOCK_CLIENT_IP_CALLABLE`` does not import, or is not callable
 ``locking.E011``   a ``fenced_receiver`` view in the URLconf with no secret to verify with
 ``locking.E012``   a fenced model that the database routers send away from ``LOCK_DATABASE``
+``locking.E013``   a fenced model whose migrations never install the fence guard
+``locking.E014``   (a database check) a fenced table whose guard migration is applied but whose
+                   triggers are gone
 ``locking.W002``   a ``LOCK_`` setting that locking does not know (a misspelling?)
 =================  ===========================================================================
 
@@ -325,3 +328,96 @@ def settings_are_known(app_configs=None, **kwargs):
             )
         )
     return warnings
+
+
+def fenced_models() -> list:
+    """Every concrete model whose table holds a ``last_fence_token`` column of its own."""
+    from django.apps import apps
+
+    return [
+        model
+        for model in apps.get_models()
+        if not model._meta.proxy
+        and model._meta.managed
+        and any(field.name == "last_fence_token" for field in model._meta.local_concrete_fields)
+    ]
+
+
+def _guarding_migrations() -> dict[tuple[str, str], tuple[str, str]]:
+    """``(app_label, model_name)`` -> the migration that installs its fence guard."""
+    from django.db.migrations.loader import MigrationLoader
+
+    from locking.guard import InstallFenceGuard
+
+    loader = MigrationLoader(None, ignore_no_migrations=True)
+    return {
+        (key[0], operation.model_name.lower()): key
+        for key, migration in loader.disk_migrations.items()
+        for operation in migration.operations
+        if isinstance(operation, InstallFenceGuard)
+    }
+
+
+@register()
+def fenced_models_install_the_guard(app_configs=None, **kwargs):
+    """Every fenced model's migrations install the fence guard (locking/guard.py): without
+    it, a save() of an instance built by pk, a bulk_update or a fixture can move the fence
+    backwards, and a fence undone by a savepoint goes unnoticed."""
+    models = [
+        model
+        for model in fenced_models()
+        if app_configs is None or model._meta.app_config in app_configs
+    ]
+    if not models:
+        return []
+    guarded = _guarding_migrations()
+    return [
+        Error(
+            f"{model._meta.label} carries a fence (last_fence_token), but no migration of "
+            f"{model._meta.app_label} installs locking's fence guard on its table.",
+            hint=(
+                f"Add a migration with operations = [InstallFenceGuard("
+                f"{model._meta.model_name!r})] (from locking import InstallFenceGuard): "
+                "docs/locking.md, 'The fence guard'."
+            ),
+            obj=model,
+            id="locking.E013",
+        )
+        for model in models
+        if (model._meta.app_label, model._meta.model_name) not in guarded
+    ]
+
+
+@register(Tags.database)
+def fenced_tables_carry_the_guard(app_configs=None, databases=None, **kwargs):
+    """A fenced table whose guard migration is applied carries the guard's triggers
+    (someone may have dropped them, or faked the migration). Until that migration is
+    applied, ``migrate`` is what installs them: nothing to report."""
+    from django.db import connections, router
+    from django.db.migrations.recorder import MigrationRecorder
+
+    from locking.guard import guarded_tables
+
+    guarding = _guarding_migrations()
+    errors = []
+    for alias in databases or ():
+        connection = connections[alias]
+        applied = MigrationRecorder(connection).applied_migrations()
+        tables = [
+            model._meta.db_table
+            for model in fenced_models()
+            if router.allow_migrate_model(alias, model)
+            and guarding.get((model._meta.app_label, model._meta.model_name)) in applied
+        ]
+        guarded = guarded_tables(connection, tables)
+        errors += [
+            Error(
+                f"Table {table} of a fenced model lacks locking's fence guard in "
+                f"database {alias!r}, although the migration that installs it is applied.",
+                hint="Migrate its app back before that migration and forward again.",
+                id="locking.E014",
+            )
+            for table in tables
+            if table not in guarded
+        ]
+    return errors

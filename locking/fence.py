@@ -1,15 +1,28 @@
 """The fence check: the database, not the lease, decides whether a holder may write.
 
-``advance_fence`` runs inside the caller's ``transaction.atomic()``; so does
-``insert_fenced``, the same check for a row that does not exist yet (it is inserted with
-the token on it). From async code,
-``aadvance_fence(queryset, lease, write)`` runs the fence and the writes in one
-transaction, in one ``sync_to_async(thread_sensitive=True)`` call: the fence UPDATE must
-commit or roll back with the writes it protects, and Django's transactions are
-synchronous (``transaction.atomic`` has no async form, and each async ORM call such as
-``aupdate`` is its own ``sync_to_async`` hop, in autocommit unless that thread happens to
-be inside an atomic block). Thread-sensitive is the thread Django's async ORM uses, so the
-block shares its connection.
+``advance_fence(queryset, lease)`` runs inside the caller's ``transaction.atomic()``; so does
+``insert_fenced(instance, lease)``, the same check for a row that does not exist yet (it is
+inserted with the token on it). From async code, ``aadvance_fence(queryset, lease, write)``
+runs the fence and the writes in one transaction, in one
+``sync_to_async(thread_sensitive=True)`` call: the fence UPDATE must commit or roll back
+with the writes it protects, and Django's transactions are synchronous.
+
+Each check is one statement that does two things, in this order:
+
+1. **Claims the resource** in its durable record (``locking_fenceepoch``, one row per
+   resource, in ``LOCK_DATABASE``): the record keeps the resource's epoch and the newest
+   token fenced, with the grant (owner id) that fenced it. The claim passes when the token's
+   epoch is not older than the record's and the token is newer than the one recorded, or is
+   the same grant's (one lease fencing again: mark started, call out, mark done). It takes
+   the record's row lock: every fenced writer of a resource goes through it in turn.
+2. **Fences the row** only if the claim passed: ``last_fence_token`` on exactly one row,
+   set to the token if it is not above it (the row's own check is a second line: a row
+   fenced under another name, or by hand).
+
+The record is what makes the fence hold at every way in: it survives the row (an older
+holder cannot re-create a row a newer one deleted), it counts one resource once whichever
+rows its holders touch, and it tells the same lease from a token Redis handed out twice.
+docs/locking.md ("Every way in") lists each entry point with what it checks.
 """
 
 import functools
@@ -25,134 +38,202 @@ from django.db.models.expressions import Col
 from django.db.models.lookups import Exact
 from django.db.transaction import TransactionManagementError
 
-from locking import tracing
-from locking.epochs import current_epoch, epoch_of
+from locking import savepoints, tracing
+from locking.conf import setting
+from locking.epochs import epoch_of
 from locking.exceptions import StaleFencingToken
-from locking.lease import Lease
+from locking.tokens import FencingToken, fencing_token_of
 
 logger = logging.getLogger(__name__)
 
-
 T = TypeVar("T")
 
+# The claim on the resource's durable record, as the first part of every fence statement.
+# A resource without a record (no grant recorded its epoch here) gets one: nothing newer
+# can have been recorded for it. ``EXCLUDED`` is the row the INSERT proposed.
+_CLAIM = (
+    "claim AS (INSERT INTO {record} AS record ({resource}, {epoch}, {started_at}, {token}, {owner})"
+    " VALUES (%s, %s, now(), %s, %s)"
+    " ON CONFLICT ({resource}) DO UPDATE SET {token} = EXCLUDED.{token}, {owner} = EXCLUDED.{owner}"
+    " WHERE record.{epoch} <= EXCLUDED.{epoch}"
+    " AND (record.{token} < EXCLUDED.{token}"
+    " OR (record.{token} = EXCLUDED.{token} AND record.{owner} = EXCLUDED.{owner}))"
+    " RETURNING 1)"
+)
 
-def advance_fence(queryset, token, *, resource: str | None = None) -> None:
-    """Record ``token`` on the one row of ``queryset``, or raise ``StaleFencingToken``.
 
-    ``token`` is the lease itself (preferred) or its ``token``; with a lease, or with
-    ``resource``, the check also refuses a token of an epoch older than the resource's
-    durable epoch (see locking/epochs.py).
+def advance_fence(queryset, lease) -> None:
+    """Record the lease's token on the one row of ``queryset``, or raise ``StaleFencingToken``.
 
-    Runs ``UPDATE … SET last_fence_token = token WHERE pk IN (<queryset>) AND
-    last_fence_token < token [AND no newer epoch is recorded]`` inside the caller's
-    transaction. The UPDATE takes the row lock, so a concurrent holder blocks on it and,
-    once the first commits, PostgreSQL re-checks the WHERE against the committed value
-    (READ COMMITTED): whichever token is stale matches no row. Raising rolls back
+    ``lease`` is the ``Lease`` (or its ``fencing_token``); a bare ``int`` raises
+    ``TypeError``. Runs inside the caller's ``transaction.atomic()`` (else
+    ``TransactionManagementError``), on the database of the resource's record (else
+    ``ValueError``). ``queryset`` must select exactly one row: none raises the model's
+    ``DoesNotExist``, several raise ``ValueError``, and nothing is written either way.
+
+    One statement claims the resource's record and updates the row (the module docstring).
+    Both take row locks: a concurrent holder of the same resource blocks on the record's
+    lock and, once the first commits, PostgreSQL re-checks its WHERE against the committed
+    record (READ COMMITTED): whichever token is stale matches nothing. Raising rolls back
     everything the caller wrote in the same ``transaction.atomic()`` block.
     """
-    token, resource = _checked(connections[queryset.db], "advance_fence", token, resource)
-    with tracing.operation_span("locking.fence", resource, token=token):
-        _advance(queryset, token, resource)
+    fencing = fencing_token_of(lease, taken_by="advance_fence")
+    connection = connections[queryset.db]
+    _in_transaction_on_the_record(connection, fencing, "advance_fence")
+    with tracing.operation_span("locking.fence", fencing.resource, token=fencing.token):
+        _advance(queryset, fencing, connection)
 
 
-def _checked(connection, name: str, token, resource: str | None) -> tuple[int, str | None]:
-    """The token and resource a fence check uses (a lease gives both), once it is known to
-    run inside the caller's transaction: else ``TransactionManagementError``."""
+def _in_transaction_on_the_record(connection, fencing: FencingToken, name: str) -> None:
+    """Refuse a fence outside a transaction, or on another database than its record's."""
     if not connection.in_atomic_block:
         raise TransactionManagementError(
             f"{name}() must run inside transaction.atomic(), in the same transaction "
             "as the writes it protects."
         )
-    if isinstance(token, Lease):
-        return int(token.token), resource or token.resource
-    return int(token), resource
+    record = fencing.using or setting("LOCK_DATABASE")
+    if connection.alias != record:
+        raise ValueError(
+            f"{name}(): the fenced row is in database {connection.alias!r}, but the record of "
+            f"{fencing.resource!r} (its epoch and newest token) is in {record!r} "
+            "(LOCK_DATABASE). The check and the write must be one transaction in one "
+            "database: keep fenced models in LOCK_DATABASE."
+        )
 
 
-def _advance(queryset, token: int, resource: str | None) -> None:
-    # The token comparison and the epoch check must sit in the UPDATE's own WHERE, on the
-    # row being updated: only that is re-checked against the committed row after waiting
-    # for its lock (READ COMMITTED). Inside an "id IN (SELECT …)" subquery, evaluated once
-    # on the old snapshot, a stale holder blocked behind a newer one would overwrite the
-    # newer token. So the queryset only picks the row (its pk: given outright for a plain
-    # pk filter, else its filters, relations included, in such a subquery), and the
-    # statement, built once per model, compares the token on the row itself.
-    connection = connections[queryset.db]
+def _advance(queryset, fencing: FencingToken, connection) -> None:
+    # The token comparisons sit in the statement's own WHERE clauses, on the rows being
+    # updated: only those are re-checked against the committed rows after waiting for their
+    # locks (READ COMMITTED). The queryset only picks the row: its pk given outright for a
+    # plain pk filter, else its filters (relations included) in a subquery, evaluated once,
+    # counted in the same statement: exactly one row, or nothing is fenced.
     statement = _fence_statement(queryset.model, connection.alias)
+    claim = [fencing.resource, epoch_of(fencing.token), fencing.token, fencing.owner]
     try:
-        if (pk := _plain_pk(queryset, statement, connection)) is not None:
-            sql, params = statement.by_pk, [token, pk, token]
+        pk = _plain_pk(queryset, statement, connection)
+        if pk is not None:
+            sql, params = statement.by_pk, [*claim, fencing.token, pk, fencing.token]
         else:
             subquery, subquery_params = _pk_subquery(queryset, connection.alias)
-            sql = statement.by_subquery_head + subquery + statement.by_subquery_tail
-            params = [token, *subquery_params, token]
+            sql = statement.by_subquery.replace(PICKED, subquery, 1)
+            params = [*claim, *subquery_params, fencing.token, fencing.token]
     except EmptyResultSet:  # ``.none()``, a pk out of the column's range: no row matches
-        _refuse(queryset, token, resource, updated=0)
-    if resource is not None:
-        sql += statement.no_newer_epoch
-        params += [resource, epoch_of(token)]
+        _refuse(queryset, fencing, picked=0)
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
-        updated = cursor.rowcount
-    if updated != 1:
-        _refuse(queryset, token, resource, updated)
+        fenced = cursor.fetchone()
+    if fenced is None:
+        _refuse(queryset, fencing, picked=None)
+    savepoints.watch(connection, statement.owner._meta.db_table, fenced[0])
 
 
-def _refuse(queryset, token: int, resource: str | None, updated: int) -> NoReturn:
-    if updated > 1:
-        # The caller's atomic block rolls back all the rows just touched.
-        raise ValueError(f"advance_fence() needs a queryset of one row; it matched {updated}")
-    recorded = queryset.values_list("last_fence_token", flat=True).first()
-    if recorded is None:
+def _refuse(queryset, fencing: FencingToken, *, picked: int | None) -> NoReturn:
+    """Say why nothing was fenced: no row, several rows, or a stale token (read now, after
+    the statement: the failure path may take a few more queries, the fence never does)."""
+    from locking.models import FenceEpoch  # models load after the app registry
+
+    if picked is None:
+        picked = queryset.count()
+    if picked > 1:
+        # The caller's atomic block rolls back the claim the statement may have made.
+        raise ValueError(f"advance_fence() needs a queryset of one row; it matched {picked}")
+    if picked == 0:
         raise queryset.model.DoesNotExist(
             f"advance_fence(): no {queryset.model._meta.label} row matches the queryset"
         )
-    if recorded < token and resource is not None:
-        raise StaleFencingToken(token, recorded, epoch=current_epoch(resource, using=queryset.db))
-    raise StaleFencingToken(token, recorded)
+    on_row = queryset.values_list("last_fence_token", flat=True).first() or 0
+    raise _stale(fencing, on_row, FenceEpoch.objects.using(queryset.db))
+
+
+def _stale(fencing: FencingToken, on_row: int, records) -> StaleFencingToken:
+    """The refusal of ``fencing``: by its epoch, if the resource has a newer one; else by
+    the newest token recorded (on the resource's record or on the row)."""
+    record = records.filter(resource=fencing.resource).values("epoch", "token").first()
+    epoch, on_record = (record["epoch"], record["token"]) if record else (0, 0)
+    recorded = max(on_row, on_record)
+    if epoch > epoch_of(fencing.token):
+        return StaleFencingToken(fencing.token, recorded, epoch=epoch)
+    return StaleFencingToken(fencing.token, recorded)
+
+
+def claim_fence(lease) -> None:
+    """Record the lease's token on its resource's durable record, or raise
+    ``StaleFencingToken``: the fence, with no row to fence.
+
+    What a holder commits *before* it tells the outside system anything: once a newer
+    holder's claim is committed, no older holder can pass a fence of the resource again
+    (``advance_fence`` and ``insert_fenced`` check the same record in the same way), so an
+    older holder that already called out cannot commit after the newer one, whatever the
+    order of their calls. The same grant passes again (its later fences, its commit).
+    Runs in the caller's transaction if there is one (the claim is durable when that
+    commits), else in autocommit; on the database of the resource's record (else
+    ``ValueError``). A bare ``int`` raises ``TypeError``.
+    """
+    fencing = fencing_token_of(lease, taken_by="claim_fence")
+    using = fencing.using or setting("LOCK_DATABASE")
+    connection = connections[using]
+    with (
+        tracing.operation_span("locking.claim", fencing.resource, token=fencing.token),
+        connection.cursor() as cursor,
+    ):
+        cursor.execute(
+            f"WITH {_claim_sql(using)} SELECT EXISTS (SELECT 1 FROM claim)",  # noqa: S608
+            [fencing.resource, epoch_of(fencing.token), fencing.token, fencing.owner],
+        )
+        (claimed,) = cursor.fetchone()
+    if not claimed:
+        from locking.models import FenceEpoch  # models load after the app registry
+
+        raise _stale(fencing, 0, FenceEpoch.objects.using(using))
 
 
 @dataclass(frozen=True)
 class _FenceStatement:
-    """The fence UPDATE of one model, as SQL built once (``_fence_statement``).
+    """The fence statement of one model, as SQL built once (``_fence_statement``).
 
-    ``by_pk``: ``UPDATE t SET last_fence_token = %s WHERE t.pk = %s AND t.last_fence_token
-    < %s``; ``by_subquery_head`` + the pk subquery + ``by_subquery_tail``: the same with
-    ``t.pk IN (subquery)``; ``no_newer_epoch`` is appended when the resource is known:
-    ``AND NOT EXISTS (SELECT 1 FROM locking_fenceepoch WHERE resource = %s AND epoch > %s)``.
+    ``by_pk``: claim, then ``UPDATE t SET last_fence_token = %s WHERE t.pk = %s AND
+    t.last_fence_token <= %s AND <claimed>``; ``by_subquery``: the same with the row picked
+    by ``PICKED`` (replaced by the queryset's pk subquery) and counted. Both return the fenced pk.
     """
 
     owner: type  # the concrete model whose table holds ``last_fence_token``
     by_pk: str
-    by_subquery_head: str
-    by_subquery_tail: str
-    no_newer_epoch: str
+    by_subquery: str
+
+
+PICKED = "/* the queryset's pk subquery */"
+
+
+def _claim_sql(alias: str) -> str:
+    from locking.models import FenceEpoch  # models load after the app registry
+
+    quote = connections[alias].ops.quote_name
+    opts = FenceEpoch._meta
+    column = {name: quote(opts.get_field(name).column) for name in (
+        "resource", "epoch", "started_at", "token", "owner"
+    )}  # fmt: skip
+    return _CLAIM.format(record=quote(opts.db_table), **column)
 
 
 @functools.cache
 def _fence_statement(model, alias: str) -> _FenceStatement:
-    from locking.models import FenceEpoch  # models load after the app registry
-
     quote = connections[alias].ops.quote_name
     # The table that holds the column (a multi-table child's parent, if it declared it).
     owner = model._meta.get_field("last_fence_token").model._meta.concrete_model
     table = quote(owner._meta.db_table)
-    pk = f"{table}.{quote(owner._meta.pk.column)}"
-    fence = quote(owner._meta.get_field("last_fence_token").column)
-    update = f"UPDATE {table} SET {fence} = %s WHERE {pk} "  # noqa: S608 - quoted names
-    tail = f" AND {table}.{fence} < %s"
-    epochs = FenceEpoch._meta
-    no_newer_epoch = (
-        f" AND NOT EXISTS (SELECT 1 FROM {quote(epochs.db_table)}"  # noqa: S608 - quoted names
-        f" WHERE {quote(epochs.get_field('resource').column)} = %s"
-        f" AND {quote(epochs.get_field('epoch').column)} > %s)"
+    column = quote(owner._meta.get_field("last_fence_token").column)
+    pk, fence = f"{table}.{quote(owner._meta.pk.column)}", f"{table}.{column}"
+    update = f"UPDATE {table} SET {column} = %s WHERE "  # noqa: S608 - quoted names
+    claimed = " AND EXISTS (SELECT 1 FROM claim)"
+
+    by_pk = f"WITH {_claim_sql(alias)} {update}{pk} = %s AND {fence} <= %s{claimed} RETURNING {pk}"
+    by_subquery = (
+        f"WITH {_claim_sql(alias)}, picked AS ({PICKED}) "  # noqa: S608
+        f"{update}{pk} IN (SELECT * FROM picked) AND {fence} <= %s{claimed}"
+        " AND (SELECT count(*) FROM picked) = 1"
+        f" RETURNING {pk}"
     )
-    return _FenceStatement(
-        owner=owner,
-        by_pk=update + "= %s" + tail,
-        by_subquery_head=update + "IN (",
-        by_subquery_tail=")" + tail,
-        no_newer_epoch=no_newer_epoch,
-    )
+    return _FenceStatement(owner=owner, by_pk=by_pk, by_subquery=by_subquery)
 
 
 def _plain_pk(queryset, statement: _FenceStatement, connection):
@@ -196,67 +277,67 @@ def _pk_subquery(queryset, alias: str) -> tuple[str, tuple]:
     return query.get_compiler(using=alias).as_sql()
 
 
-def insert_fenced(instance, token, *, resource: str | None = None) -> bool:
-    """Insert ``instance``, a new row that carries the fence, with ``token`` already on it.
+def insert_fenced(instance, lease) -> bool:
+    """Insert ``instance``, a new row that carries the fence, with the lease's token on it.
 
-    ``token`` is the lease (preferred) or its ``token``, as for ``advance_fence``; with a
-    lease, or with ``resource``, the epoch check applies too. True: inserted
-    (``instance.pk`` is set), the row fenced at the token, as if inserted with 0 and then
-    ``advance_fence``d, in one statement instead of two. False: nothing was inserted,
-    because a row with one of its unique keys exists (another holder created it, maybe in a
-    transaction that just committed) or the resource has an epoch newer than the token's;
-    the caller then fences the row that is there (or creates one and fences it) with
-    ``advance_fence``, which answers as it always does: stale, or go on.
+    ``lease`` as for ``advance_fence`` (a bare ``int`` raises ``TypeError``). True:
+    inserted (``instance.pk`` is set), the row fenced at the token, as if inserted with 0
+    and then ``advance_fence``d, in one statement instead of two. False: nothing was
+    inserted because a row with one of its unique keys exists (another holder created it,
+    maybe in a transaction that just committed); the caller then fences the row that is
+    there with ``advance_fence``, which answers as it always does. ``StaleFencingToken``:
+    the resource's record has a newer token or epoch, whether or not the row exists (a
+    newer holder may have created and deleted it), and nothing was inserted.
 
     Runs inside the caller's ``transaction.atomic()``, like ``advance_fence``::
 
-        INSERT INTO <table> (last_fence_token, <every other concrete column>)
-        SELECT %(token)s, <the instance's values>
-        [WHERE NOT EXISTS (SELECT 1 FROM locking_fenceepoch
-                           WHERE resource = %(resource)s AND epoch > %(token_epoch)s)]
-        ON CONFLICT DO NOTHING RETURNING <pk>
+        WITH claim AS (<the claim on the resource's record>),
+             inserted AS (INSERT INTO <table> (last_fence_token, <other columns>)
+                          SELECT %(token)s, <the instance's values>
+                          WHERE EXISTS (SELECT 1 FROM claim)
+                          ON CONFLICT DO NOTHING RETURNING <pk>)
+        SELECT EXISTS (SELECT 1 FROM claim), (SELECT <pk> FROM inserted)
 
-    Why it is the fence: a row that does not exist has seen no token, so any granted token
-    (> 0) passes ``last_fence_token < token``, and the epoch check is the ``UPDATE``'s. Two
-    creators meet on the unique key: the second waits for the first's transaction and,
-    once that commits, inserts nothing; it fences the committed row, where the older token
-    of the two loses. Values are prepared as ``save()`` prepares an insert's (defaults,
-    ``auto_now_add``). The fence column must be the model's own, not a multi-table parent's.
+    Two creators meet on the record (and on the unique key): the second waits for the
+    first's transaction and is then decided against the committed record. Values are
+    prepared as ``save()`` prepares an insert's (defaults, ``auto_now_add``). The fence
+    column must be the model's own, not a multi-table parent's.
     """
+    fencing = fencing_token_of(lease, taken_by="insert_fenced")
     connection = connections[instance._state.db or router.db_for_write(type(instance))]
-    token, resource = _checked(connection, "insert_fenced", token, resource)
+    _in_transaction_on_the_record(connection, fencing, "insert_fenced")
     statement = _insert_statement(type(instance), connection.alias, instance.pk is not None)
-    params = [token]
+    params = [fencing.resource, epoch_of(fencing.token), fencing.token, fencing.owner]
+    params.append(fencing.token)
     params += (
         field.get_db_prep_save(field.pre_save(instance, True), connection)
         for field in statement.fields
     )
-    sql = statement.head
-    if resource is not None:
-        sql += statement.where_no_newer_epoch
-        params += [resource, epoch_of(token)]
     with (
-        tracing.operation_span("locking.fence", resource, token=token),
+        tracing.operation_span("locking.fence", fencing.resource, token=fencing.token),
         connection.cursor() as cursor,
     ):
-        cursor.execute(sql + statement.tail, params)
-        row = cursor.fetchone()
-    if row is None:
+        cursor.execute(statement.sql, params)
+        claimed, pk = cursor.fetchone()
+    if not claimed:
+        from locking.models import FenceEpoch  # models load after the app registry
+
+        raise _stale(fencing, 0, FenceEpoch.objects.using(connection.alias))
+    if pk is None:
         return False
-    instance.pk = row[0]
-    instance.last_fence_token = token
+    instance.pk = pk
+    instance.last_fence_token = fencing.token
     instance._state.adding, instance._state.db = False, connection.alias
+    savepoints.watch(connection, type(instance)._meta.db_table, pk)
     return True
 
 
 @dataclass(frozen=True)
 class _InsertStatement:
-    """``insert_fenced``'s statement for one model, built once: ``head`` [+
-    ``where_no_newer_epoch``] + ``tail``, and the fields whose values follow the token."""
+    """``insert_fenced``'s statement for one model, built once, and the fields whose values
+    follow the claim's parameters and the token."""
 
-    head: str
-    where_no_newer_epoch: str
-    tail: str
+    sql: str
     fields: tuple
 
 
@@ -280,18 +361,17 @@ def _insert_statement(model, alias: str, with_pk: bool) -> _InsertStatement:
     values = ", ".join(
         f"CAST(%s AS {field.cast_db_type(connection)})" for field in (fence, *fields)
     )
-    no_newer_epoch = _fence_statement(model, alias).no_newer_epoch
-    return _InsertStatement(
-        head=f"INSERT INTO {quote(opts.db_table)} ({columns}) SELECT {values}",
-        where_no_newer_epoch=" WHERE" + no_newer_epoch.removeprefix(" AND"),
-        tail=f" ON CONFLICT DO NOTHING RETURNING {quote(opts.pk.column)}",
-        fields=fields,
+    pk = quote(opts.pk.column)
+    sql = (
+        f"WITH {_claim_sql(alias)}, inserted AS ("  # noqa: S608 - quoted names
+        f"INSERT INTO {quote(opts.db_table)} ({columns}) SELECT {values}"
+        f" WHERE EXISTS (SELECT 1 FROM claim) ON CONFLICT DO NOTHING RETURNING {pk})"
+        f" SELECT EXISTS (SELECT 1 FROM claim), (SELECT {pk} FROM inserted)"
     )
+    return _InsertStatement(sql=sql, fields=fields)
 
 
-async def aadvance_fence(
-    queryset, lease: Lease, write: Callable[[], T], *, resource: str | None = None
-) -> T:
+async def aadvance_fence(queryset, lease, write: Callable[[], T]) -> T:
     """Advance the fence and run ``write()`` in one transaction; return what it returns.
 
     The async form of::
@@ -300,19 +380,21 @@ async def aadvance_fence(
             advance_fence(queryset, lease)
             return write()
 
-    run as one ``sync_to_async(thread_sensitive=True)`` call (see the module docstring for
-    why not the async ORM). ``write`` is synchronous ORM code. ``StaleFencingToken`` (or
-    anything ``write`` raises) rolls the whole block back.
+    run as one ``sync_to_async(thread_sensitive=True)`` call: Django's transactions are
+    synchronous (``transaction.atomic`` has no async form, and each async ORM call such as
+    ``aupdate`` is its own ``sync_to_async`` hop, in autocommit unless that thread happens
+    to be inside an atomic block); thread-sensitive is the thread Django's async ORM uses,
+    so the block shares its connection. ``write`` is synchronous ORM code.
+    ``StaleFencingToken`` (or anything ``write`` raises) rolls the whole block back.
     """
+    fencing = fencing_token_of(lease, taken_by="aadvance_fence")
 
     def fenced_commit() -> T:
         with (
-            tracing.operation_span(
-                "locking.fenced_commit", resource or lease.resource, token=lease.token
-            ),
+            tracing.operation_span("locking.fenced_commit", fencing.resource, token=fencing.token),
             transaction.atomic(using=queryset.db),
         ):
-            advance_fence(queryset, lease, resource=resource)
+            advance_fence(queryset, fencing)
             return write()
 
     return await sync_to_async(fenced_commit, thread_sensitive=True)()

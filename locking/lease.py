@@ -40,6 +40,7 @@ from locking.keys import lock_key
 from locking.outcomes import LeaseState, LossCause, Outcome
 from locking.scripts import run_script
 from locking.signal import _SIGNAL_CONDITIONS, LostSignal
+from locking.tokens import FencingToken
 
 if TYPE_CHECKING:
     from locking.lock import FenceLock
@@ -145,6 +146,13 @@ class Lease(AsyncLeaseMixin):
     @expires_at.setter
     def expires_at(self, value: datetime) -> None:
         self._expires_at = value
+
+    @property
+    def fencing_token(self) -> FencingToken:
+        """What the fence checks (resource, token, this grant's owner id, the lock's
+        database), as a value: every entry point that takes a token takes this or the lease."""
+        using = self._lock.using if self._lock is not None else None
+        return FencingToken(self.resource, self.token, self.owner, using)
 
     @property
     def lost(self) -> LostSignal:

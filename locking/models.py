@@ -11,12 +11,15 @@ from locking.outcomes import Outcome
 
 
 class FencedModel(models.Model):
-    """A row that carries a fence: only ``advance_fence`` ever writes ``last_fence_token``.
+    """A row that carries a fence: only ``advance_fence`` ever raises ``last_fence_token``.
 
     A plain ``save()`` writes every column from the instance's copy, which may be minutes
-    old (an admin form, a long request). Writing back an old token would move the fence
-    backwards and let a stale holder's commit through, so ``save()`` on an existing row
-    never includes ``last_fence_token``.
+    old (an admin form, a long request), so ``save()`` on a row it loaded never includes
+    ``last_fence_token``. What ``save()`` cannot see (an instance built by pk, which Django
+    saves with an UPDATE of every column; ``update()``, ``bulk_update()``, ``loaddata``) the
+    database holds: the fence guard's trigger keeps the column from going down
+    (locking/guard.py; every fenced model's migrations install it, system check
+    ``locking.E013``).
 
     (Models are the one thing imported from ``locking.models`` directly: Django must load
     them after the app registry, so ``locking/__init__.py`` cannot import them.)
@@ -75,15 +78,21 @@ class FenceEvent(models.Model):
 
 
 class FenceEpoch(models.Model):
-    """The last epoch of a resource's fencing tokens handed to Redis (see locking/epochs.py).
+    """A resource's durable record: the last epoch of its tokens handed to Redis
+    (locking/epochs.py), and the newest token a fence committed, with its grant.
 
-    Written only by ``begin_epoch``, before Redis hands out any token of the epoch. A row is
-    never deleted: a resource whose row is gone would start again at epoch 0.
+    ``epoch`` is written by ``begin_epoch``, before Redis hands out any token of the epoch;
+    ``token`` and ``owner`` by every fence, in the same statement that fences the row
+    (locking/fence.py). A row is never deleted: a resource whose row is gone would start
+    again at epoch 0, and an older holder could fence it again.
     """
 
     resource = models.CharField(_("resource"), max_length=200, primary_key=True)
     epoch = models.BigIntegerField(_("epoch"))
     started_at = models.DateTimeField(_("started at"))
+    token = models.BigIntegerField(_("newest fenced token"), default=0, db_default=0)
+    # The grant (its lease's owner id) that fenced ``token``: the same grant may fence again.
+    owner = models.CharField(_("fenced by grant"), max_length=64, default="", db_default="")
 
     class Meta:
         verbose_name = _("fence epoch")

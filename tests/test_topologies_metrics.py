@@ -109,7 +109,7 @@ def test_metrics_endpoint_counts_busy_stale_and_committed_attempts_by_operation(
         # This holder pauses past its 200 ms lease; a newer holder takes over and commits.
         wait_until(lambda: not redis_client.exists(lock_key(resource)), what="lease expiry")
         with fence_lock.acquire(resource, ttl=TTL) as newer, transaction.atomic():
-            advance_fence(Complaint.objects.filter(pk=complaint.pk), newer.token)
+            advance_fence(Complaint.objects.filter(pk=complaint.pk), newer)
         return fenced_note(complaint)(lease)
 
     with pytest.raises(StaleFencingToken):

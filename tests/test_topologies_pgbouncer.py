@@ -116,16 +116,16 @@ def test_older_token_blocked_behind_a_newer_uncommitted_fence_is_rejected_throug
     newer = children("fence", complaint.pk, 6, 1, env=bounced_env)
     newer.expect("fenced")  # holds the row lock in an open transaction
     older = children("fence", complaint.pk, 5, 0, env=bounced_env)
-    # PostgreSQL itself shows the older holder's UPDATE waiting for the row lock.
+    # PostgreSQL itself shows the older holder's fence waiting for the resource's record.
     wait_until(
         lambda: _backends_waiting_for_a_lock(connection.settings_dict["NAME"]) == 1,
-        what="the older holder to block on the row lock",
+        what="the older holder to block on the resource's record",
     )
     assert bouncer.clients_of(connection.settings_dict["NAME"]) >= 2
 
     newer.go()
     assert newer.expect("committed") == "committed"
-    # Re-checked against the committed row (READ COMMITTED): 5 < 6 no longer matches.
+    # Re-checked against the committed record (READ COMMITTED): 5 < 6 no longer passes.
     assert older.expect("stale") == "stale 6"
     assert (newer.finish(), older.finish()) == (0, 0)
     assert Complaint.objects.get(pk=complaint.pk).last_fence_token == 6

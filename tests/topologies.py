@@ -444,7 +444,7 @@ def _child_fenced_note(resource: str, complaint_pk: str, ttl_ms: str) -> None:
         _say(f"granted {lease.token}")
         _wait_for_go()
         with transaction.atomic():
-            advance_fence(Complaint.objects.filter(pk=int(complaint_pk)), lease.token)
+            advance_fence(Complaint.objects.filter(pk=int(complaint_pk)), lease)
             ComplaintEvent.objects.create(
                 complaint_id=int(complaint_pk), kind="note", detail=f"token {lease.token}"
             )
@@ -467,15 +467,17 @@ def _child_fenced_note(resource: str, complaint_pk: str, ttl_ms: str) -> None:
 
 
 def _child_fence(complaint_pk: str, token: str, hold: str) -> None:
-    """advance_fence with a given token; with hold=1, keep the transaction open until "go"."""
+    """advance_fence with a given token (a grant's of its own: the complaint's resource, an
+    owner id per number); with hold=1, keep the transaction open until "go"."""
     from django.db import transaction
 
     from hoa.models import Complaint
-    from locking import StaleFencingToken, advance_fence
+    from locking import FencingToken, StaleFencingToken, advance_fence
 
+    grant = FencingToken(f"topology:complaint:{complaint_pk}", int(token), f"grant-{token}")
     try:
         with transaction.atomic():
-            advance_fence(Complaint.objects.filter(pk=int(complaint_pk)), int(token))
+            advance_fence(Complaint.objects.filter(pk=int(complaint_pk)), grant)
             if hold == "1":
                 _say("fenced")
                 _wait_for_go()

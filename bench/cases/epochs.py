@@ -1,12 +1,13 @@
 """Section 1b/1c: what fence safety across Redis data loss costs (docs/locking.md, epochs).
 
-``fence``: ``advance_fence`` with a token (the row check alone) or with a lease (the same
-UPDATE plus the epoch check every service runs). ``grant``: grant + release with the
+``fence``: the row's conditional UPDATE alone (what the fence was before it claimed the
+resource's record: ``UPDATE … WHERE last_fence_token < token``, written with Django's
+``update()``) and ``advance_fence`` with a lease (the claim on the resource's record, with its
+epoch check, and the row, in one statement). ``grant``: grant + release with the
 counter present, just lost (the grant starts a new epoch), or with
 ``LOCK_REDIS_MIN_REPLICAS=1`` against a private replica of the bench Redis (``WAIT 1``).
 """
 
-import functools
 import itertools
 import time
 from datetime import timedelta
@@ -18,7 +19,7 @@ from bench import fixtures
 from bench.environment import BenchRedis, wait_until
 from bench.measure import check, result, timed_loop
 from hoa.models import Complaint
-from locking import FenceLock, Lease, advance_fence, fence_key
+from locking import FenceLock, FencingToken, advance_fence, fence_key
 
 TTL = timedelta(seconds=30)
 
@@ -30,12 +31,12 @@ def fence(*, variant: str, ops: int, warmup: int = 20) -> dict:
     resource = f"bench-epochs:complaint:{complaint.pk}"
     rows = Complaint.objects.filter(pk=complaint.pk)
 
-    lease = functools.partial(Lease, resource, owner="bench", expires_at=None, _lock=None)
-
     def fenced(token: int) -> None:
-        fence_with = lease(token, _value="", _monotonic_deadline=0) if variant == "lease" else token
         with transaction.atomic():
-            advance_fence(rows, fence_with)
+            if variant == "lease":
+                advance_fence(rows, FencingToken(resource, token, "bench"))
+            else:
+                rows.filter(last_fence_token__lt=token).update(last_fence_token=token)
 
     for token in range(1, warmup + 1):
         fenced(token)

@@ -5,6 +5,7 @@ interleaving they claim: the first transaction holds the row lock at an ``Event`
 test has seen the second one wait on it in ``pg_stat_activity``.
 """
 
+import json
 import threading
 import time
 from collections.abc import Callable
@@ -16,7 +17,7 @@ from django.db.transaction import TransactionManagementError
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from locking import FenceLock, StaleFencingToken, advance_fence, insert_fenced
+from locking import FenceLock, FencingToken, StaleFencingToken, advance_fence, insert_fenced
 from locking.epochs import first_token
 from locking.models import FenceEpoch
 from locking.tests.testapp.models import Box, FencedThing
@@ -42,87 +43,159 @@ def token_of(thing: FencedThing) -> int:
 # --- unit behaviour ---------------------------------------------------------------------
 
 
+def grant(token: int, owner: str = "grant-a") -> FencingToken:
+    """A grant's fencing token on RESOURCE, as a lease would give it (``owner``: which
+    grant; two grants never share one)."""
+    return FencingToken(RESOURCE, token, owner)
+
+
 @pytest.mark.django_db
 def test_advance_fence_records_a_newer_token(thing):
     with transaction.atomic():
-        advance_fence(FencedThing.objects.filter(pk=thing.pk), 7)
+        advance_fence(FencedThing.objects.filter(pk=thing.pk), grant(7))
     assert token_of(thing) == 7
 
 
 @pytest.mark.django_db
-def test_advance_fence_rejects_an_older_or_equal_token_and_names_the_recorded_one(thing):
-    FencedThing.objects.filter(pk=thing.pk).update(last_fence_token=7)
-    for token in (6, 7):
+@pytest.mark.parametrize("bare", [7, True, "7", 7.0], ids=["int", "bool", "str", "float"])
+def test_a_bare_token_is_refused_with_a_type_error_that_says_what_to_pass(thing, bare):
+    """Issue 35, point 1: a bare int skipped the epoch check (it carries no resource)."""
+    for entry, call in (
+        ("advance_fence", lambda: advance_fence(FencedThing.objects.filter(pk=thing.pk), bare)),
+        ("insert_fenced", lambda: insert_fenced(FencedThing(name="New"), bare)),
+    ):
+        with (
+            pytest.raises(TypeError, match=rf"{entry}\(\) takes the lease") as caught,
+            transaction.atomic(),
+        ):
+            call()
+        assert "not `lease.token`" in str(caught.value)
+    assert token_of(thing) == 0
+    assert not FencedThing.objects.filter(name="New").exists()
+
+
+@pytest.mark.django_db
+def test_an_older_token_and_the_same_number_from_another_grant_are_refused(thing):
+    with transaction.atomic():
+        advance_fence(FencedThing.objects.filter(pk=thing.pk), grant(7))
+    for token in (grant(6, "grant-b"), grant(7, "grant-c")):  # older; handed out twice
         with pytest.raises(StaleFencingToken) as caught, transaction.atomic():
             advance_fence(FencedThing.objects.filter(pk=thing.pk), token)
-        assert (caught.value.token, caught.value.recorded) == (token, 7)
+        assert (caught.value.token, caught.value.recorded) == (token.token, 7)
     assert token_of(thing) == 7
+
+
+@pytest.mark.django_db
+def test_one_grant_fences_its_row_again_in_a_later_transaction(thing):
+    """Issue 35, point 5: mark started, call out, mark done, each in its own transaction.
+    The second fence of the same grant passes (an equal token from another grant does not:
+    the test above)."""
+    for step in ("started", "done"):
+        with transaction.atomic():
+            advance_fence(FencedThing.objects.filter(pk=thing.pk), grant(7))
+            FencedThing.objects.filter(pk=thing.pk).update(name=step)
+    thing.refresh_from_db()
+    assert (thing.name, thing.last_fence_token) == ("done", 7)
+
+
+@pytest.mark.django_db
+def test_the_row_never_takes_a_token_below_its_own(thing):
+    """The row's own check stays a second line: a row fenced higher by any path refuses a
+    lower token, whatever the resource's record says."""
+    FencedThing.objects.filter(pk=thing.pk).update(last_fence_token=9)
+    with pytest.raises(StaleFencingToken) as caught, transaction.atomic():
+        advance_fence(FencedThing.objects.filter(pk=thing.pk), grant(8))
+    assert (caught.value.token, caught.value.recorded) == (8, 9)
+    assert not FenceEpoch.objects.filter(resource=RESOURCE, token=8).exists()
 
 
 @pytest.mark.django_db
 def test_stale_token_rolls_back_every_write_of_its_transaction(thing):
-    FencedThing.objects.filter(pk=thing.pk).update(last_fence_token=7)
+    with transaction.atomic():
+        advance_fence(FencedThing.objects.filter(pk=thing.pk), grant(7))
     with pytest.raises(StaleFencingToken), transaction.atomic():
         FencedThing.objects.create(name="written before the fence")
-        advance_fence(FencedThing.objects.filter(pk=thing.pk), 3)
+        advance_fence(FencedThing.objects.filter(pk=thing.pk), grant(3, "grant-b"))
     assert not FencedThing.objects.filter(name="written before the fence").exists()
 
 
 @pytest.mark.django_db(transaction=True)  # a plain django_db test runs inside atomic()
 def test_advance_fence_outside_atomic_raises_and_writes_nothing(thing):
     with pytest.raises(TransactionManagementError, match=r"inside transaction\.atomic"):
-        advance_fence(FencedThing.objects.filter(pk=thing.pk), 5)
+        advance_fence(FencedThing.objects.filter(pk=thing.pk), grant(5))
     assert token_of(thing) == 0
 
 
 @pytest.mark.django_db
 def test_advance_fence_on_no_row_raises_does_not_exist(thing):
     with pytest.raises(FencedThing.DoesNotExist), transaction.atomic():
-        advance_fence(FencedThing.objects.filter(pk=thing.pk + 1000), 5)
+        advance_fence(FencedThing.objects.filter(pk=thing.pk + 1000), grant(5))
 
 
 @pytest.mark.django_db
 def test_advance_fence_on_several_rows_raises_and_rolls_back(thing, box):
     other = FencedThing.objects.create(name="Broken gate", box=box)
     with pytest.raises(ValueError, match="one row; it matched 2"), transaction.atomic():
-        advance_fence(FencedThing.objects.filter(box=box), 5)
+        advance_fence(FencedThing.objects.filter(box=box), grant(5))
     assert token_of(thing) == 0
     assert token_of(other) == 0
+
+
+@pytest.mark.django_db
+def test_a_queryset_of_two_rows_one_fenced_by_a_newer_holder_is_refused(thing, box):
+    """Issue 35, point 3: the older holder updated only its own row (the newer one's was
+    above its token), took "1 row updated" for success and went on to overwrite it."""
+    newer_row = FencedThing.objects.create(name="Broken gate", box=box)
+    with transaction.atomic():
+        advance_fence(FencedThing.objects.filter(pk=newer_row.pk), grant(9, "newer"))
+        FencedThing.objects.filter(pk=newer_row.pk).update(name="newer's")
+    both = FencedThing.objects.filter(box=box)
+
+    with pytest.raises(ValueError, match="one row; it matched 2"), transaction.atomic():
+        advance_fence(both, grant(5, "older"))
+        both.update(name="older's")
+
+    assert sorted(both.values_list("name", "last_fence_token")) == [
+        ("Leaking roof", 0),
+        ("newer's", 9),
+    ]
 
 
 @pytest.mark.django_db
 def test_advance_fence_works_with_a_queryset_that_joins_other_tables(thing):
     joined = FencedThing.objects.filter(pk=thing.pk, box__label="north")
     with transaction.atomic():
-        advance_fence(joined, 4)
+        advance_fence(joined, grant(4))
     with pytest.raises(StaleFencingToken), transaction.atomic():
-        advance_fence(joined, 3)
+        advance_fence(joined, grant(3, "grant-b"))
     assert token_of(thing) == 4
 
 
 @pytest.mark.django_db
-def test_a_plain_pk_filter_is_fenced_by_one_update_comparing_on_the_row_itself(thing):
+def test_a_plain_pk_filter_is_fenced_by_one_statement_comparing_on_the_rows_themselves(thing):
     table = connection.ops.quote_name(FencedThing._meta.db_table)
     with CaptureQueriesContext(connection) as queries, transaction.atomic():
-        advance_fence(FencedThing.objects.filter(pk=thing.pk), 7, resource=RESOURCE)
-    [fence] = [q["sql"] for q in queries.captured_queries if q["sql"].startswith("UPDATE")]
-    assert f'WHERE {table}."id" = {thing.pk} AND {table}."last_fence_token" < 7' in fence
-    assert "AND NOT EXISTS (SELECT 1 FROM" in fence
+        advance_fence(FencedThing.objects.filter(pk=thing.pk), grant(7))
+    [fence] = [q["sql"] for q in queries.captured_queries if "SAVEPOINT" not in q["sql"]]
+    assert 'ON CONFLICT ("resource") DO UPDATE' in fence
+    assert f'WHERE {table}."id" = {thing.pk} AND {table}."last_fence_token" <= 7' in fence
+    assert "AND EXISTS (SELECT 1 FROM claim)" in fence
     assert "IN (SELECT" not in fence
     assert token_of(thing) == 7
 
 
 @pytest.mark.django_db
-def test_any_other_queryset_picks_its_row_in_a_subquery_and_compares_on_the_row(thing, box):
+def test_any_other_queryset_picks_and_counts_its_row_in_the_same_statement(thing, box):
     table = connection.ops.quote_name(FencedThing._meta.db_table)
     other = FencedThing.objects.create(name="Broken gate", box=box)
     # Ordered and sliced: the subquery keeps its ORDER BY, which decides the row it takes.
     first_by_name = FencedThing.objects.filter(box=box).order_by("name")[:1]
     with CaptureQueriesContext(connection) as queries, transaction.atomic():
-        advance_fence(first_by_name, 3, resource=RESOURCE)
-    [fence] = [q["sql"] for q in queries.captured_queries if q["sql"].startswith("UPDATE")]
-    assert f'WHERE {table}."id" IN (SELECT' in fence
-    assert f') AND {table}."last_fence_token" < 3 AND NOT EXISTS' in fence
+        advance_fence(first_by_name, grant(3))
+    [fence] = [q["sql"] for q in queries.captured_queries if "SAVEPOINT" not in q["sql"]]
+    assert ", picked AS (SELECT" in fence
+    assert f'WHERE {table}."id" IN (SELECT * FROM picked)' in fence  # noqa: S608 - a test
+    assert "AND (SELECT count(*) FROM picked) = 1" in fence
     assert (token_of(other), token_of(thing)) == (3, 0)
 
 
@@ -134,7 +207,7 @@ def test_any_other_queryset_picks_its_row_in_a_subquery_and_compares_on_the_row(
 )
 def test_advance_fence_on_a_queryset_that_cannot_match_raises_does_not_exist(thing, empty):
     with pytest.raises(FencedThing.DoesNotExist), transaction.atomic():
-        advance_fence(empty(), 5)
+        advance_fence(empty(), grant(5))
     assert token_of(thing) == 0
 
 
@@ -215,15 +288,15 @@ class FencedWriter(Holder):
         FencedThing.objects.filter(pk=self.pk).update(name=self.new_name)
 
 
-def two_grants() -> tuple[int, int]:
-    """Grant twice on one resource with a real takeover: return (older, newer) tokens."""
+def two_grants() -> tuple[FencingToken, FencingToken]:
+    """Grant twice on one resource with a real takeover: return (older, newer)."""
     lock = FenceLock()
     older = lock.acquire(RESOURCE, ttl=timedelta(seconds=30))
     lock.client.pexpire(f"lock:{{{RESOURCE}}}", 0)  # the older lease expires
     newer = lock.acquire(RESOURCE, ttl=timedelta(seconds=30))
     assert newer.token > older.token
     newer.release()
-    return older.token, newer.token
+    return older.fencing_token, newer.fencing_token
 
 
 def race_behind(thing, queryset: Callable, *, first: tuple[int, str], then: tuple[int, str]):
@@ -279,9 +352,9 @@ def test_older_holder_blocked_behind_newer_commit_gets_stale_and_writes_nothing(
 
     assert newer.error is None
     assert isinstance(older.error, StaleFencingToken)
-    assert (older.error.token, older.error.recorded) == (older_token, newer_token)
+    assert (older.error.token, older.error.recorded) == (older_token.token, newer_token.token)
     thing.refresh_from_db()
-    assert (thing.last_fence_token, thing.name) == (newer_token, "newer")
+    assert (thing.last_fence_token, thing.name) == (newer_token.token, "newer")
 
 
 @pytest.mark.django_db(transaction=True)
@@ -295,7 +368,7 @@ def test_newer_holder_blocked_behind_older_commit_still_succeeds(thing, queryset
     assert older.error is None
     assert newer.error is None
     thing.refresh_from_db()
-    assert (thing.last_fence_token, thing.name) == (newer_token, "newer")
+    assert (thing.last_fence_token, thing.name) == (newer_token.token, "newer")
 
 
 # --- epochs ----------------------------------------------------------------------------
@@ -306,26 +379,16 @@ def test_token_of_an_epoch_older_than_the_recorded_one_is_refused_even_above_the
     """A process that paused between recording an epoch and seeding Redis with it can seed
     a counter below an epoch others have used since: its tokens must lose on the epoch."""
     FenceEpoch.objects.create(resource=RESOURCE, epoch=3, started_at=timezone.now())
-    stale = first_token(2) + 9  # epoch 2: above the row's token 0, below the epoch
+    stale = grant(first_token(2) + 9)  # epoch 2: above the row's token 0, below the epoch
 
     with pytest.raises(StaleFencingToken) as caught, transaction.atomic():
-        advance_fence(FencedThing.objects.filter(pk=thing.pk), stale, resource=RESOURCE)
+        advance_fence(FencedThing.objects.filter(pk=thing.pk), stale)
 
-    assert (caught.value.token, caught.value.recorded, caught.value.epoch) == (stale, 0, 3)
+    assert (caught.value.token, caught.value.recorded, caught.value.epoch) == (stale.token, 0, 3)
     assert "before epoch 3 began" in str(caught.value)
     with transaction.atomic():
-        advance_fence(
-            FencedThing.objects.filter(pk=thing.pk), first_token(3) + 1, resource=RESOURCE
-        )
+        advance_fence(FencedThing.objects.filter(pk=thing.pk), grant(first_token(3) + 1))
     assert token_of(thing) == first_token(3) + 1
-
-
-@pytest.mark.django_db
-def test_a_bare_token_without_a_resource_is_checked_against_the_row_only(thing):
-    FenceEpoch.objects.create(resource=RESOURCE, epoch=3, started_at=timezone.now())
-    with transaction.atomic():
-        advance_fence(FencedThing.objects.filter(pk=thing.pk), first_token(2) + 9)
-    assert token_of(thing) == first_token(2) + 9
 
 
 # --- insert_fenced: a new row, fenced as it is inserted ------------------------------------
@@ -335,24 +398,25 @@ def test_a_bare_token_without_a_resource_is_checked_against_the_row_only(thing):
 def test_insert_fenced_inserts_the_row_with_its_token_on_it(box):
     new = FencedThing(name="Cracked window", box=box)
     with transaction.atomic():
-        assert insert_fenced(new, 7, resource=RESOURCE) is True
+        assert insert_fenced(new, grant(7)) is True
     assert new.pk is not None and not new._state.adding
     assert (token_of(new), FencedThing.objects.get(pk=new.pk).name) == (7, "Cracked window")
-    # As if inserted with 0 and fenced at 7: an equal token is stale, a newer one goes on.
+    # As if inserted with 0 and fenced at 7: the same number from another grant is stale,
+    # the same grant and a newer one go on.
     with pytest.raises(StaleFencingToken), transaction.atomic():
-        advance_fence(FencedThing.objects.filter(pk=new.pk), 7)
+        advance_fence(FencedThing.objects.filter(pk=new.pk), grant(7, "grant-b"))
     with transaction.atomic():
-        advance_fence(FencedThing.objects.filter(pk=new.pk), 8)
+        advance_fence(FencedThing.objects.filter(pk=new.pk), grant(7))
+        advance_fence(FencedThing.objects.filter(pk=new.pk), grant(8, "grant-b"))
 
 
 @pytest.mark.django_db
 def test_insert_fenced_on_a_key_that_exists_inserts_nothing_and_says_so(thing):
     duplicate = FencedThing(pk=thing.pk, name="Someone else's")
     with CaptureQueriesContext(connection) as queries, transaction.atomic():
-        assert insert_fenced(duplicate, 9, resource=RESOURCE) is False
-    [insert] = [q["sql"] for q in queries.captured_queries if q["sql"].startswith("INSERT")]
-    assert "ON CONFLICT DO NOTHING" in insert and "AND NOT EXISTS" not in insert
-    assert "WHERE NOT EXISTS (SELECT 1 FROM" in insert
+        assert insert_fenced(duplicate, grant(9)) is False
+    [insert] = [q["sql"] for q in queries.captured_queries if "SAVEPOINT" not in q["sql"]]
+    assert "ON CONFLICT DO NOTHING" in insert and "WHERE EXISTS (SELECT 1 FROM claim)" in insert
     thing.refresh_from_db()
     assert (thing.name, thing.last_fence_token) == ("Leaking roof", 0)
     assert duplicate._state.adding
@@ -361,24 +425,33 @@ def test_insert_fenced_on_a_key_that_exists_inserts_nothing_and_says_so(thing):
 @pytest.mark.django_db
 def test_insert_fenced_refuses_a_token_of_an_epoch_older_than_the_recorded_one(box):
     FenceEpoch.objects.create(resource=RESOURCE, epoch=3, started_at=timezone.now())
+    with pytest.raises(StaleFencingToken) as caught, transaction.atomic():
+        insert_fenced(FencedThing(name="Old", box=box), grant(first_token(2) + 9))
+    assert caught.value.epoch == 3
     with transaction.atomic():
-        assert (
-            insert_fenced(FencedThing(name="Old", box=box), first_token(2) + 9, resource=RESOURCE)
-            is False
-        )
-        assert (
-            insert_fenced(FencedThing(name="New", box=box), first_token(3) + 1, resource=RESOURCE)
-            is True
-        )
-        # A bare token without a resource is checked against no epoch, as advance_fence's.
-        assert insert_fenced(FencedThing(name="Bare", box=box), first_token(2) + 9) is True
-    assert sorted(FencedThing.objects.values_list("name", flat=True)) == ["Bare", "New"]
+        assert insert_fenced(FencedThing(name="New", box=box), grant(first_token(3) + 1)) is True
+    assert list(FencedThing.objects.values_list("name", flat=True)) == ["New"]
+
+
+@pytest.mark.django_db
+def test_an_older_holder_cannot_re_create_a_row_a_newer_one_deleted(thing):
+    """Issue 35, point 7: the resource's record keeps the newest token when the row goes."""
+    with transaction.atomic():
+        advance_fence(FencedThing.objects.filter(pk=thing.pk), grant(9, "newer"))
+        FencedThing.objects.filter(pk=thing.pk).delete()
+
+    again = FencedThing(pk=thing.pk, name="Leaking roof, again")
+    with pytest.raises(StaleFencingToken) as caught, transaction.atomic():
+        insert_fenced(again, grant(5, "older"))
+
+    assert (caught.value.token, caught.value.recorded) == (5, 9)
+    assert not FencedThing.objects.filter(pk=thing.pk).exists()
 
 
 @pytest.mark.django_db(transaction=True)  # a plain django_db test runs inside atomic()
 def test_insert_fenced_outside_atomic_raises_and_inserts_nothing(box):
     with pytest.raises(TransactionManagementError):
-        insert_fenced(FencedThing(name="Loose", box=box), 5)
+        insert_fenced(FencedThing(name="Loose", box=box), grant(5))
     assert not FencedThing.objects.exists()
 
 
@@ -393,16 +466,16 @@ class FencedCreator(Holder):
 
     def write(self) -> None:
         mine = FencedThing(pk=CREATED_PK, name=self.new_name)
-        self.inserted = insert_fenced(mine, self.token, resource=RESOURCE)
+        self.inserted = insert_fenced(mine, self.token)
         if not self.inserted:
             row = FencedThing.objects.filter(pk=CREATED_PK)
-            advance_fence(row, self.token, resource=RESOURCE)
+            advance_fence(row, self.token)
             row.update(name=self.new_name)
 
 
-def race_to_create(*, first: tuple[int, str], then: tuple[int, str]):
+def race_to_create(*, first: tuple, then: tuple):
     """``first`` inserts the row and holds its transaction open; ``then`` provably waits on
-    it (the unique key's lock); ``first`` commits; return both creators, finished."""
+    it (the resource's record's lock); ``first`` commits; return both creators, finished."""
     barrier = threading.Barrier(2)
     release_first = threading.Event()
     holder = FencedCreator(token=first[0], name=first[1], barrier=barrier, hold=release_first)
@@ -416,11 +489,11 @@ def test_an_older_creator_blocked_behind_a_newer_ones_insert_gets_stale_and_writ
     newer, older = race_to_create(first=(newer_token, "newer"), then=(older_token, "older"))
 
     assert (newer.error, newer.inserted) == (None, True)
-    assert older.inserted is False  # the row was there once the newer one committed
+    assert older.inserted is None  # refused at its insert, once the newer one committed
     assert isinstance(older.error, StaleFencingToken)
-    assert (older.error.token, older.error.recorded) == (older_token, newer_token)
+    assert (older.error.token, older.error.recorded) == (older_token.token, newer_token.token)
     row = FencedThing.objects.get(pk=CREATED_PK)
-    assert (row.last_fence_token, row.name) == (newer_token, "newer")
+    assert (row.last_fence_token, row.name) == (newer_token.token, "newer")
 
 
 @pytest.mark.django_db(transaction=True)
@@ -431,4 +504,115 @@ def test_a_newer_creator_blocked_behind_an_older_ones_insert_fences_the_row_and_
     assert (older.error, older.inserted) == (None, True)
     assert (newer.error, newer.inserted) == (None, False)
     row = FencedThing.objects.get(pk=CREATED_PK)
-    assert (row.last_fence_token, row.name) == (newer_token, "newer")
+    assert (row.last_fence_token, row.name) == (newer_token.token, "newer")
+
+
+# --- the fence guard: the column never goes down, whatever writes it -----------------------
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    "write",
+    [
+        # Django's build-by-pk idiom: _state.adding is true, save() updates every column.
+        lambda thing: FencedThing(pk=thing.pk, name="Rebuilt", box=thing.box).save(),
+        lambda thing: FencedThing.objects.filter(pk=thing.pk).update(last_fence_token=0),
+        lambda thing: FencedThing.objects.bulk_update(
+            [FencedThing(pk=thing.pk, name="Bulk", last_fence_token=1)],
+            ["name", "last_fence_token"],
+        ),
+    ],
+    ids=["save-by-pk", "update", "bulk_update"],
+)
+def test_no_write_moves_the_fence_backwards(thing, write):
+    """Issue 35, point 4: Model(pk=…).save() wrote last_fence_token back to 0, and an older
+    token then passed. The trigger keeps the higher value; the older token is refused."""
+    with transaction.atomic():
+        advance_fence(FencedThing.objects.filter(pk=thing.pk), grant(9, "newer"))
+    write(thing)
+    assert token_of(thing) == 9
+    FenceEpoch.objects.filter(resource=RESOURCE).update(token=0, owner="")  # the row alone
+    with pytest.raises(StaleFencingToken), transaction.atomic():
+        advance_fence(FencedThing.objects.filter(pk=thing.pk), grant(5, "older"))
+
+
+@pytest.mark.django_db
+def test_loaddata_of_an_old_fixture_keeps_the_fence(thing, tmp_path):
+    from django.core.management import call_command
+
+    with transaction.atomic():
+        advance_fence(FencedThing.objects.filter(pk=thing.pk), grant(9))
+    fixture = tmp_path / "old.json"
+    old = {"name": "From a fixture", "box": None, "last_fence_token": 2}
+    fixture.write_text(
+        json.dumps([{"model": "locking_testapp.fencedthing", "pk": thing.pk, "fields": old}])
+    )
+    call_command("loaddata", str(fixture), verbosity=0)
+    thing.refresh_from_db()
+    assert (thing.name, thing.last_fence_token) == ("From a fixture", 9)
+
+
+# --- another database, a rolled-back savepoint -------------------------------------------
+
+
+@pytest.mark.django_db(databases=["default", "second"])
+def test_a_fence_on_another_database_than_the_records_is_refused_at_once(settings):
+    """Issue 35, point 8: the epoch check read the other alias's (empty) records."""
+    thing = FencedThing.objects.using("second").create(name="elsewhere")
+    with (
+        pytest.raises(ValueError, match=r"is in database 'second'.*LOCK_DATABASE"),
+        transaction.atomic(using="second"),
+    ):
+        advance_fence(FencedThing.objects.using("second").filter(pk=thing.pk), grant(5))
+    with (
+        pytest.raises(ValueError, match="is in database 'second'"),
+        transaction.atomic(using="second"),
+    ):
+        insert_fenced(_on("second", FencedThing(name="new")), grant(5))
+    assert FencedThing.objects.using("second").get(pk=thing.pk).last_fence_token == 0
+
+
+def _on(alias: str, instance):
+    instance._state.db = alias
+    return instance
+
+
+@pytest.mark.django_db
+def test_writing_a_row_whose_fence_a_rolled_back_savepoint_undid_fails_before_commit(thing):
+    """Issue 35, point 10: the fence in a nested atomic() rolled back, the enclosing
+    transaction went on to write the row, unfenced, and committed."""
+    from django.db import DatabaseError
+
+    with (
+        pytest.raises(DatabaseError, match="undone by a rolled-back savepoint"),
+        transaction.atomic(),
+    ):
+        try:
+            with transaction.atomic():
+                advance_fence(FencedThing.objects.filter(pk=thing.pk), grant(7))
+                raise RuntimeError("a refusal after the fence")
+        except RuntimeError:
+            pass
+        FencedThing.objects.filter(pk=thing.pk).update(name="written unfenced")
+    thing.refresh_from_db()
+    assert (thing.name, thing.last_fence_token) == ("Leaking roof", 0)
+
+
+@pytest.mark.django_db(transaction=True)  # the last write is in a transaction of its own
+def test_a_savepoint_that_undoes_a_fence_leaves_the_rest_of_the_transaction_alone(thing, box):
+    """What the guard must not refuse: the refused step's own rollback, then other rows
+    (a batch going on, a page answering)."""
+    other = FencedThing.objects.create(name="Broken gate", box=box)
+    with transaction.atomic():
+        try:
+            with transaction.atomic():
+                advance_fence(FencedThing.objects.filter(pk=thing.pk), grant(7))
+                raise RuntimeError("refused after the fence")
+        except RuntimeError:
+            pass
+        FencedThing.objects.filter(pk=other.pk).update(name="the next one")
+        assert FencedThing.objects.get(pk=thing.pk).name == "Leaking roof"  # reads are fine
+    other.refresh_from_db()
+    assert other.name == "the next one"
+    # A later transaction may write the row again: the guard was this transaction's.
+    FencedThing.objects.filter(pk=thing.pk).update(name="later")

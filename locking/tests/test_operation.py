@@ -438,3 +438,31 @@ def test_a_leased_attempt_is_not_granted_inside_atomic(resource, redis_client):
         LeasedAttempt(resource, ttl=TTL, attempt=ALICE)
     assert redis_client.exists(lock_key(resource)) == 0
     assert events(resource) == []
+
+
+def test_a_lease_fencing_its_row_twice_is_not_taken_for_a_counter_that_went_back(
+    thing, resource
+):
+    """Issue 35, point 5: mark started, call the outside, mark done, each in its own
+    transaction under one lease. The second fence saw its own token on the row, was taken
+    for a counter that went back, and ``run_fenced`` started a new epoch and ran the work
+    (and its outside call) again."""
+    called: list[int] = []
+
+    def work(lease) -> str:
+        with transaction.atomic():
+            advance_fence(FencedThing.objects.filter(pk=thing.pk), lease)
+            FencedThing.objects.filter(pk=thing.pk).update(name="started")
+        called.append(lease.token)  # the outside call, between the two transactions
+        with transaction.atomic():
+            advance_fence(FencedThing.objects.filter(pk=thing.pk), lease)
+            FencedThing.objects.filter(pk=thing.pk).update(name="done")
+        return "done"
+
+    assert run_fenced(resource, work, ttl=TTL, attempt=ALICE) == "done"
+
+    assert called == [1]  # once: no second run, no second call
+    assert current_epoch(resource) == 0  # no epoch started for a counter "behind"
+    assert events(resource) == [("committed", 1, "")]
+    thing.refresh_from_db()
+    assert (thing.name, thing.last_fence_token) == ("done", 1)

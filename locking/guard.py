@@ -1,0 +1,139 @@
+"""The fence guard: two triggers on every fenced table, installed by a migration operation.
+
+``last_fence_token`` is written by the fence, and must never go backwards whatever else
+writes the row: a ``save()`` of an instance built by pk (``Model(pk=…).save()`` updates
+every column, the token's 0 included), a ``bulk_update`` or ``update()`` with an old copy,
+``loaddata`` of an old fixture. ``FencedModel.save()`` leaves the column out, but only the
+database sees every way in, so each fenced table carries:
+
+- ``locking_fence_never_back``: ``BEFORE UPDATE OF last_fence_token … WHEN (NEW < OLD)``
+  keeps the old, higher value. Its ``WHEN`` costs nothing on the writes that do not lower
+  it; the function runs only for one that would.
+- ``locking_fence_undone``: ``BEFORE INSERT OR UPDATE OR DELETE … WHEN (<the transaction
+  has undone fences>)`` refuses to write a row whose fence a rolled-back savepoint took
+  back (locking/savepoints.py). Its ``WHEN`` reads one setting and is false in every
+  transaction that rolled back no fence.
+
+Add it with one operation in a migration of the app that owns the model (``makemigrations
+--empty yourapp``), after the migration that creates the table::
+
+    from locking import InstallFenceGuard
+
+    class Migration(migrations.Migration):
+        dependencies = [("yourapp", "0003_invoice")]
+        operations = [InstallFenceGuard("invoice")]
+
+System check ``locking.E013`` names a fenced model whose migrations never install it, and
+``locking.E014`` a migrated table that lacks its triggers.
+"""
+
+from django.db.migrations.operations.base import Operation
+
+from locking.savepoints import UNDONE_SETTING
+
+NEVER_BACK = "locking_fence_never_back"
+UNDONE = "locking_fence_undone"
+TRIGGERS = (NEVER_BACK, UNDONE)
+
+# Shared by every fenced table; the column (and the pk) are the trigger's argument.
+_FUNCTIONS = f"""
+CREATE OR REPLACE FUNCTION {NEVER_BACK}() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    -- Runs only when the column would go down (the trigger's WHEN): keep the old value.
+    RETURN jsonb_populate_record(NEW, jsonb_build_object(TG_ARGV[0], to_jsonb(OLD) -> TG_ARGV[0]));
+END
+$$;
+CREATE OR REPLACE FUNCTION {UNDONE}() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+    written text := TG_TABLE_NAME || ':' || (
+        to_jsonb(CASE WHEN TG_OP = 'DELETE' THEN OLD ELSE NEW END) ->> TG_ARGV[0]);
+BEGIN
+    IF position(' ' || written || ' ' IN current_setting('{UNDONE_SETTING}', true)) > 0 THEN
+        RAISE EXCEPTION 'locking: the fence on % was undone by a rolled-back savepoint', written
+            USING HINT = 'Keep advance_fence and the writes it protects in one atomic block.';
+    END IF;
+    IF TG_OP = 'DELETE' THEN
+        RETURN OLD;
+    END IF;
+    RETURN NEW;
+END
+$$;
+"""
+
+
+def install_sql(table: str, column: str, pk: str, quote) -> list[str]:
+    """The statements that install the guard on ``table`` (names unquoted)."""
+    return [
+        _FUNCTIONS,
+        f"DROP TRIGGER IF EXISTS {NEVER_BACK} ON {quote(table)}",
+        f"CREATE TRIGGER {NEVER_BACK} BEFORE UPDATE OF {quote(column)} ON {quote(table)} "
+        f"FOR EACH ROW WHEN (NEW.{quote(column)} < OLD.{quote(column)}) "
+        f"EXECUTE FUNCTION {NEVER_BACK}('{column}')",
+        f"DROP TRIGGER IF EXISTS {UNDONE} ON {quote(table)}",
+        f"CREATE TRIGGER {UNDONE} BEFORE INSERT OR UPDATE OR DELETE ON {quote(table)} "
+        f"FOR EACH ROW WHEN (current_setting('{UNDONE_SETTING}', true) <> '') "
+        f"EXECUTE FUNCTION {UNDONE}('{pk}')",
+    ]
+
+
+def uninstall_sql(table: str, quote) -> list[str]:
+    return [f"DROP TRIGGER IF EXISTS {name} ON {quote(table)}" for name in TRIGGERS]
+
+
+class InstallFenceGuard(Operation):
+    """Install the fence guard (the module docstring) on ``model_name``'s table.
+
+    Reversible (the triggers are dropped; the shared functions stay, other tables use
+    them). It changes no model state, so ``makemigrations`` never writes it: add it by
+    hand, once per fenced model.
+    """
+
+    reversible = True
+    reduces_to_sql = True
+
+    def __init__(self, model_name: str):
+        self.model_name = model_name
+
+    def deconstruct(self):
+        return (self.__class__.__name__, [self.model_name], {})
+
+    def state_forwards(self, app_label, state):
+        pass
+
+    def database_forwards(self, app_label, schema_editor, from_state, to_state):
+        model = to_state.apps.get_model(app_label, self.model_name)
+        if not self.allow_migrate_model(schema_editor.connection.alias, model):
+            return
+        opts = model._meta
+        column = opts.get_field("last_fence_token").column
+        quote = schema_editor.quote_name
+        for statement in install_sql(opts.db_table, column, opts.pk.column, quote):
+            schema_editor.execute(statement, params=None)
+
+    def database_backwards(self, app_label, schema_editor, from_state, to_state):
+        model = from_state.apps.get_model(app_label, self.model_name)
+        if not self.allow_migrate_model(schema_editor.connection.alias, model):
+            return
+        for statement in uninstall_sql(model._meta.db_table, schema_editor.quote_name):
+            schema_editor.execute(statement, params=None)
+
+    def describe(self):
+        return f"Install locking's fence guard on {self.model_name}"
+
+    @property
+    def migration_name_fragment(self):
+        return f"fence_guard_{self.model_name.lower()}"
+
+
+def guarded_tables(connection, tables: list[str]) -> set[str]:
+    """Those of ``tables`` that carry both triggers of the guard (a catalog query)."""
+    if not tables:
+        return set()
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT c.relname FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid "
+            "WHERE c.relname = ANY(%s) AND t.tgname = ANY(%s) AND NOT t.tgisinternal "
+            "GROUP BY c.relname HAVING count(DISTINCT t.tgname) = %s",
+            [tables, list(TRIGGERS), len(TRIGGERS)],
+        )
+        return {name for (name,) in cursor.fetchall()}

@@ -1,0 +1,51 @@
+"""The fence guard's system checks: a fenced model whose migrations never install the guard
+(``locking.E013``), and a migrated table that lost its triggers (``locking.E014``)."""
+
+import pytest
+from django.core import checks
+from django.db import connection
+
+from locking.checks import fenced_tables_carry_the_guard
+from locking.guard import guarded_tables, install_sql, uninstall_sql
+from locking.tests.testapp.models import FencedThing
+
+TABLE = FencedThing._meta.db_table
+
+
+def ids(messages) -> list[str]:
+    return sorted(message.id for message in messages if message.id.startswith("locking.E01"))
+
+
+def test_every_fenced_model_of_these_settings_installs_the_guard():
+    assert ids(checks.run_checks()) == []
+
+
+def test_a_fenced_model_whose_migrations_never_install_the_guard_is_an_error(monkeypatch):
+    from locking import checks as locking_checks
+
+    monkeypatch.setattr(locking_checks, "_guarding_migrations", dict)  # no InstallFenceGuard
+    messages = locking_checks.fenced_models_install_the_guard()
+    assert "locking.E013" in ids(messages)
+    [thing] = [m for m in messages if m.obj is FencedThing]
+    assert "InstallFenceGuard('fencedthing')" in thing.hint
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_migrated_table_without_its_triggers_is_an_error_until_they_are_back():
+    assert TABLE in guarded_tables(connection, [TABLE])
+    assert fenced_tables_carry_the_guard(databases=["default"]) == []
+    quote = connection.ops.quote_name
+    with connection.cursor() as cursor:
+        for statement in uninstall_sql(TABLE, quote):
+            cursor.execute(statement)
+    try:
+        assert TABLE not in guarded_tables(connection, [TABLE])
+        [error] = [
+            m for m in fenced_tables_carry_the_guard(databases=["default"]) if TABLE in m.msg
+        ]
+        assert error.id == "locking.E014"
+    finally:
+        with connection.cursor() as cursor:
+            for statement in install_sql(TABLE, "last_fence_token", "id", quote):
+                cursor.execute(statement)
+    assert fenced_tables_carry_the_guard(databases=["default"]) == []
