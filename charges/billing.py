@@ -19,6 +19,8 @@ from hoa.models import Organization
 
 # Whom a billing call tells, as an audit line names it.
 BILLING_SYSTEM = gettext_lazy("the billing system")
+# The endpoint the call is sealed for: the billing service's receiver's scope.
+ENDPOINT = "billing"
 
 
 class ChargeLine(NamedTuple):
@@ -41,9 +43,10 @@ def lines_total(lines: list[ChargeLine]) -> Decimal:
 
 
 def send_charge_run(
-    *, organization: Organization, month: date, lines: list[ChargeLine], token: int
+    *, organization: Organization, month: date, lines: list[ChargeLine], token
 ) -> CallResult:
-    """POST the run's charges to ``BILLING_WEBHOOK_URL`` once; raise ``ExternalCallFailed``.
+    """POST the run's charges to ``BILLING_WEBHOOK_URL`` once, under ``token`` (the lease);
+    raise ``ExternalCallFailed``.
 
     Skipped (and logged) when no URL is configured.
     """
@@ -65,4 +68,5 @@ def send_charge_run(
         payload,
         idempotency_key=idempotency_key(organization, month),
         token=token,
+        endpoint=ENDPOINT,
     )

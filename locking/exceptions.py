@@ -4,10 +4,15 @@ Each one that ends a fenced attempt declares its ``outcome``: what ``run_fenced`
 in the audit when it passes through.
 """
 
-import json
+from collections.abc import Mapping
 from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
 
 from locking.outcomes import Outcome
+from locking.tokens import fencing_token_of
+
+if TYPE_CHECKING:
+    from locking.signing import SealedCall
 
 
 class LockError(Exception):
@@ -81,12 +86,14 @@ class StaleFencingToken(LockError):
 class StaleAtReceiver(StaleFencingToken):
     """The service a fenced call went to refused its token (HTTP 409): it had already
     accepted a call with a higher one, ``accepted``, for the same key (``None`` when its
-    answer did not say which). A newer holder got there first; nothing was written here.
+    answer did not say which in a way the sender can trust). A newer holder got there
+    first; nothing was written here.
 
     A ``StaleFencingToken``: ``run_fenced`` records it as ``stale``, and when the Redis
-    counter is below ``accepted`` it starts a new epoch above it and tries once more, as
-    for a refusal by the fence. Raised by the sender's client (``from_answer``), for the
-    answer of locking's receiver (locking/receiver.py) or any that answers 409 so.
+    counter is below ``accepted`` (and ``accepted`` is a token of an epoch the resource
+    has had) it starts a new epoch above it and tries once more, as for a refusal by the
+    fence. Raised by the sender's client (``from_answer``), for the answer of locking's
+    receiver (locking/receiver.py) or any that answers 409 so.
     """
 
     def __init__(self, token: int, accepted: int | None, *, url: str = ""):
@@ -101,15 +108,32 @@ class StaleAtReceiver(StaleFencingToken):
         self.epoch = None
 
     @classmethod
-    def from_answer(cls, token: int, content: bytes, *, url: str = "") -> "StaleAtReceiver":
-        """The refusal a receiver's 409 answer ``content`` states (``{"accepted": n}``)."""
-        try:
-            accepted = json.loads(content).get("accepted")
-        except (ValueError, AttributeError, UnicodeDecodeError):
+    def from_answer(
+        cls,
+        token,
+        content: bytes,
+        *,
+        headers: Mapping[str, str],
+        sent: "SealedCall",
+        secret: str,
+        url: str = "",
+    ) -> "StaleAtReceiver":
+        """The refusal a receiver's 409 answer states (``{"accepted": n}``), for the call
+        ``sent`` under ``token`` (the lease, or its ``fencing_token``).
+
+        ``accepted`` is taken only from an answer signed with ``secret`` that names the
+        call ``sent`` (``locking.signing.open_answer``) and only when it is above the
+        refused token: anyone on the HTTP path can send a 409, and the number it states
+        decides whether this holder starts a new epoch above it.
+        """
+        from locking.signing import open_answer
+
+        fencing = fencing_token_of(token, taken_by="StaleAtReceiver.from_answer")
+        facts = open_answer(headers, content, sent=sent, secret=secret)
+        accepted = facts.get("accepted") if facts is not None else None
+        if type(accepted) is not int or accepted <= fencing.token:
             accepted = None
-        if type(accepted) is not int:
-            accepted = None
-        return cls(token, accepted, url=url)
+        return cls(fencing.token, accepted, url=url)
 
 
 class LeaseLost(LockError):

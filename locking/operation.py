@@ -23,8 +23,8 @@ from django.db.transaction import TransactionManagementError
 
 from locking.audit import Attempt, AttemptAudit
 from locking.conf import setting
-from locking.epochs import astart_epoch, epoch_of, start_epoch
-from locking.exceptions import StaleFencingToken
+from locking.epochs import astart_epoch, current_epoch, epoch_of, start_epoch
+from locking.exceptions import StaleAtReceiver, StaleFencingToken
 from locking.lease import Lease
 from locking.lock import FenceLock
 from locking.outcomes import EpochCause, HasOutcome
@@ -73,7 +73,7 @@ def run_fenced(
             try:
                 result = work(lease)
             except StaleFencingToken as stale:
-                if not counter_is_behind(lock.current_token(resource), stale):
+                if not _counter_behind(lock, resource, stale):
                     raise
                 audit.counter_behind(stale)
                 lease.release()
@@ -128,7 +128,9 @@ async def arun_fenced(
             try:
                 result = await work(lease)
             except StaleFencingToken as stale:
-                if not counter_is_behind(await lock.acurrent_token(resource), stale):
+                if not counter_is_behind(await lock.acurrent_token(resource), stale) or not (
+                    await sync_to_async(_believable, thread_sensitive=True)(lock, resource, stale)
+                ):
                     raise
                 await record(audit.counter_behind, stale)
                 await lease.arelease()
@@ -217,7 +219,7 @@ class LeasedAttempt:
 
     def counter_is_behind(self, stale: StaleFencingToken) -> bool:
         """Whether ``stale`` means the Redis counter is behind (``counter_is_behind``)."""
-        return counter_is_behind(self.lock.current_token(self.audit.resource), stale)
+        return _counter_behind(self.lock, self.audit.resource, stale)
 
     def _end(self) -> None:
         try:
@@ -264,6 +266,25 @@ async def _aregrant_above(
     )
     audit.granted(lease)
     return lease
+
+
+def _counter_behind(lock: FenceLock, resource: str, stale: StaleFencingToken) -> bool:
+    """``counter_is_behind``, with the Redis counter read now, for a number to believe."""
+    return counter_is_behind(lock.current_token(resource), stale) and _believable(
+        lock, resource, stale
+    )
+
+
+def _believable(lock: FenceLock, resource: str, stale: StaleFencingToken) -> bool:
+    """Whether the token ``stale`` says was recorded can have been granted: a receiver's
+    ``accepted`` comes from the network (signed, but a receiver's bug or a leaked secret
+    could state anything), and a new epoch is started above it. No token of an epoch
+    beyond the resource's durable one was ever granted (the epoch is recorded before Redis
+    hands out its tokens), so such a number is not believed: the refusal stands as stale.
+    """
+    if not isinstance(stale, StaleAtReceiver) or stale.recorded is None:
+        return True
+    return epoch_of(stale.recorded) <= current_epoch(resource, using=lock.using)
 
 
 def _in_atomic_block(using: str) -> bool:

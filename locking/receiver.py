@@ -28,16 +28,22 @@ verdict                   status  when
 ``replayed``              kept    the same token and the same content (its signing time aside):
                                   answered as the first time, the handler not run again
 ``stale``                 409     a lower token: a newer holder has been here (``{"refused":
-                                  "stale", "token": t, "accepted": n}``); with ``resource=``,
-                                  also a lower token than any key of the same resource has had
+                                  "stale", "token": t, "accepted": n}``, signed: see below);
+                                  with ``resource=``, also a lower token than any key of the
+                                  same resource has had
 ``conflict``              422     the same token with different content (a token handed out
                                   twice): refused, as the idempotency-key draft refuses a key
                                   reused with another payload
 ``unverified``            401     bad or missing signature, old timestamp, headers that do not
-                                  match the signed body
+                                  match the signed body, or a call sealed for another endpoint
+                                  (its signed ``endpoint`` is not this receiver's ``scope``)
 ``declined``              any     the handler answered outside 2xx: its answer is returned and
                                   nothing is kept (the claim rolls back with its writes)
 ========================  ======  ===============================================================
+
+The refusals of a verified call (``stale``, ``conflict``) are signed with the receiver's
+secret and name the call they answer (``seal_answer``): the sender acts on the token they
+say was ``accepted`` only then (``StaleAtReceiver.from_answer``).
 
 The handler runs in the same transaction as the decision, so whatever it writes in the
 receiver's database commits with the record of the call, or not at all. ``receive_call``
@@ -62,7 +68,7 @@ from django.views.decorators.http import require_POST
 
 from locking import metrics
 from locking.conf import setting
-from locking.signing import DEFAULT_TOLERANCE_SECONDS, FencedCall, open_call
+from locking.signing import DEFAULT_TOLERANCE_SECONDS, FencedCall, open_call, seal_answer
 
 logger = logging.getLogger(__name__)
 
@@ -185,20 +191,25 @@ def receive_call(
         raise ImproperlyConfigured(
             "A fenced receiver needs a signing secret: set LOCK_RECEIVER_SECRET or pass secret=."
         )
-    call = open_call(headers, body, secret=secret, tolerance=tolerance)
+    call = open_call(headers, body, secret=secret, endpoint=scope, tolerance=tolerance)
     if call is None:
-        return _decided(scope, CallVerdict.UNVERIFIED, _refusal(UNVERIFIED_STATUS, "unverified"))
+        unverified = HttpResponse(
+            json.dumps({"refused": "unverified"}).encode(),
+            status=UNVERIFIED_STATUS,
+            content_type="application/json",
+        )
+        return _decided(scope, CallVerdict.UNVERIFIED, unverified)
     using = using or setting("LOCK_DATABASE")
     try:
         with transaction.atomic(using=using):
             fenced = resource(call.idempotency_key) if resource is not None else None
-            return _decide(call, handle, scope=scope, resource=fenced, using=using)
+            return _decide(call, handle, scope=scope, resource=fenced, using=using, secret=secret)
     except _Declined as declined:
         return _decided(scope, CallVerdict.DECLINED, declined.response, call)
 
 
 def _decide(
-    call: FencedCall, handle: Handler, *, scope: str, resource: str | None, using: str
+    call: FencedCall, handle: Handler, *, scope: str, resource: str | None, using: str, secret: str
 ) -> Receipt:
     where = {"scope": scope, "key": call.idempotency_key}
     digest = call.content_digest
@@ -209,7 +220,7 @@ def _decide(
             if cursor.fetchone() is None:  # another key of the resource has a higher token
                 cursor.execute(_FENCED_SQL, fenced)
                 (token,) = cursor.fetchone()
-                response = _refusal(STALE_STATUS, "stale", token=call.token, accepted=token)
+                response = _refusal(STALE_STATUS, "stale", call, secret, accepted=token)
                 return _decided(scope, CallVerdict.STALE, response, call, accepted=token)
         cursor.execute(
             _CLAIM_SQL, {**where, "token": call.token, "digest": digest, "body": call.body}
@@ -217,8 +228,8 @@ def _decide(
         claimed = cursor.fetchone()
         if claimed is None:
             cursor.execute(_KEPT_SQL, where)
-            token, kept_digest, status, content_type, answer = cursor.fetchone()
-            return _refused(call, scope, token, kept_digest, status, content_type, answer)
+            kept = cursor.fetchone()
+            return _refused(call, scope, secret, *kept)
     (replaced,) = claimed
     call = replace(call, replaces=replaced)
     response = handle(call)
@@ -238,20 +249,25 @@ def _decide(
     return _decided(scope, verdict, response, call, accepted=call.token)
 
 
-def _refused(call, scope, token, kept_digest, status, content_type, answer) -> Receipt:
+def _refused(call, scope, secret, token, kept_digest, status, content_type, answer) -> Receipt:
     if token > call.token:
-        response = _refusal(STALE_STATUS, "stale", token=call.token, accepted=token)
+        response = _refusal(STALE_STATUS, "stale", call, secret, accepted=token)
         return _decided(scope, CallVerdict.STALE, response, call, accepted=token)
     if kept_digest != call.content_digest:
-        response = _refusal(CONFLICT_STATUS, "conflict", token=call.token, accepted=token)
+        response = _refusal(CONFLICT_STATUS, "conflict", call, secret, accepted=token)
         return _decided(scope, CallVerdict.CONFLICT, response, call, accepted=token)
     replay = HttpResponse(bytes(answer), status=status, content_type=content_type or None)
     return _decided(scope, CallVerdict.REPLAYED, replay, call, accepted=token)
 
 
-def _refusal(status: int, refused: str, **facts) -> HttpResponse:
-    content = json.dumps({"refused": refused, **facts}).encode()
-    return HttpResponse(content, status=status, content_type="application/json")
+def _refusal(status: int, refused: str, call: FencedCall, secret: str, **facts) -> HttpResponse:
+    """A refusal of a verified ``call``, signed and naming it (``seal_answer``)."""
+    sealed = seal_answer({"refused": refused, **facts}, call=call, secret=secret)
+    response = HttpResponse(sealed.body, status=status, content_type="application/json")
+    for name, value in sealed.headers.items():
+        if name != "Content-Type":
+            response[name] = value
+    return response
 
 
 def _decided(

@@ -9,14 +9,23 @@ A holder that must tell another service something under its lease makes one POST
 - ``X-Signature: sha256=<hex HMAC-SHA256 of the body>``, keyed with the secret both sides
   share (omitted when the sender has none: a receiver then refuses the call).
 
-The body is a JSON object: the payload, plus signed copies of the three values the receiver
-acts on (``idempotency_key``, ``fencing_token``, ``sent_at``). The signature is over the
-body alone, as most webhook libraries expect, and still covers them: ``verify_signature``
-checks the HMAC, the timestamp's age, and that the headers agree with the signed body, so a
-captured call cannot be replayed late or with another key or token.
+The body is a JSON object: the payload, plus signed copies of the values the receiver acts
+on (``idempotency_key``, ``fencing_token``, ``sent_at``) and of the ``endpoint`` the call is
+for (the receiver's ``scope``, e.g. ``"billing"``). The signature is over the body alone, as
+most webhook libraries expect, and still covers them: ``verify_signature`` checks the HMAC,
+the timestamp's age, that the headers agree with the signed body, and that the call names
+this endpoint, so a captured call cannot be replayed late, with another key or token, or at
+another endpoint that shares the secret.
 
-Both sides use this module: the sender seals (``seal_call``), the receiver verifies
-(``verify_signature``, or ``open_call``, which also returns what the call carries).
+Answers are signed too. A receiver's refusal states facts the sender acts on: the token it
+had ``accepted`` instead decides whether the sender's Redis counter is behind (and, if so,
+the epoch it starts). ``seal_answer`` signs them with the same secret and names the call
+they answer; ``open_answer`` gives the sender those facts only when the signature verifies
+and they answer its own call. An unsigned answer is a status code and nothing more.
+
+Both sides use this module: the sender seals (``seal_call``) and reads answers
+(``open_answer``), the receiver verifies (``verify_signature``, or ``open_call``, which also
+returns what the call carries) and signs its refusals (``seal_answer``).
 """
 
 import hashlib
@@ -28,13 +37,16 @@ from dataclasses import dataclass, field
 
 from django.core.serializers.json import DjangoJSONEncoder
 
+from locking.tokens import fencing_token_of
+
 KEY_HEADER = "Idempotency-Key"
 TOKEN_HEADER = "X-Fencing-Token"  # noqa: S105 - a header name, not a secret
 TIMESTAMP_HEADER = "X-Timestamp"
 SIGNATURE_HEADER = "X-Signature"
 
-# Fields the body carries besides the payload: the signed copies of the headers.
-SIGNED_FIELDS = ("idempotency_key", "fencing_token", "sent_at")
+# Fields the body carries besides the payload: the signed copies of the headers, and the
+# endpoint the call is for.
+SIGNED_FIELDS = ("idempotency_key", "fencing_token", "sent_at", "endpoint")
 # How far a call's timestamp may be from the receiver's clock, either way.
 DEFAULT_TOLERANCE_SECONDS = 300
 
@@ -51,15 +63,16 @@ class SealedCall:
 class FencedCall:
     """A call whose signature verified: what it carries, as the receiver acts on it.
 
-    ``payload`` is the body without its signed fields; ``replaces`` is the token of the
-    earlier call of the same key this one supersedes (set by the receiver; ``None`` for the
-    key's first call).
+    ``payload`` is the body without its signed fields; ``endpoint`` the receiver it names;
+    ``replaces`` is the token of the earlier call of the same key this one supersedes (set
+    by the receiver; ``None`` for the key's first call).
     """
 
     idempotency_key: str
     token: int
     sent_at: int
     payload: dict
+    endpoint: str
     body: bytes = field(repr=False)
     replaces: int | None = None
 
@@ -81,31 +94,38 @@ def seal_call(
     payload: dict,
     *,
     idempotency_key: str,
-    token: int,
+    token,
     secret: str,
+    endpoint: str,
     sent_at: int | None = None,
     encoder: type[json.JSONEncoder] = DjangoJSONEncoder,
 ) -> SealedCall:
     """Return the body and headers of one fenced call carrying ``payload``.
 
+    ``token`` is the lease (or its ``fencing_token``); a bare ``int`` raises ``TypeError``.
+    ``endpoint`` names the receiver the call is for (its ``scope``), under the signature.
     ``payload`` may not use the signed field names (``ValueError``). Without a ``secret``
     the call goes unsigned (no ``X-Signature``), and a receiver refuses it.
     """
+    number = fencing_token_of(token, taken_by="seal_call").token
     clash = set(SIGNED_FIELDS) & payload.keys()
     if clash:
         raise ValueError(f"payload may not use the signed field names {sorted(clash)}")
+    if not isinstance(endpoint, str) or not endpoint:
+        raise ValueError("seal_call() needs the endpoint the call is for (its receiver's scope)")
     sent_at = int(time.time()) if sent_at is None else int(sent_at)
     envelope = {
         **payload,
         "idempotency_key": idempotency_key,
-        "fencing_token": token,
+        "fencing_token": number,
         "sent_at": sent_at,
+        "endpoint": endpoint,
     }
     body = json.dumps(envelope, cls=encoder, sort_keys=True).encode()
     headers = {
         "Content-Type": "application/json",
         KEY_HEADER: idempotency_key,
-        TOKEN_HEADER: str(token),
+        TOKEN_HEADER: str(number),
         TIMESTAMP_HEADER: str(sent_at),
     }
     if secret:
@@ -121,12 +141,14 @@ def verify_signature(
     *,
     idempotency_key: str,
     token: str | int,
+    endpoint: str,
     tolerance: int = DEFAULT_TOLERANCE_SECONDS,
 ) -> bool:
-    """Check a received call.
+    """Check a received call (``token`` as its header says: a number).
 
-    The signature is the body's; the timestamp is recent; and the headers the receiver acts
-    on (timestamp, idempotency key, fencing token) are the ones the signed body carries.
+    The signature is the body's; the timestamp is recent; the headers the receiver acts on
+    (timestamp, idempotency key, fencing token) are the ones the signed body carries; and
+    the body names ``endpoint``, this receiver.
     """
     return (
         _signed_envelope(
@@ -136,6 +158,7 @@ def verify_signature(
             secret,
             idempotency_key=idempotency_key,
             token=token,
+            endpoint=endpoint,
             tolerance=tolerance,
         )
         is not None
@@ -147,10 +170,12 @@ def open_call(
     body: bytes,
     *,
     secret: str,
+    endpoint: str,
     tolerance: int = DEFAULT_TOLERANCE_SECONDS,
 ) -> FencedCall | None:
-    """Return what a received call carries if it verifies (``verify_signature``), else
-    ``None``. ``headers`` may be any mapping; names are matched without regard to case."""
+    """Return what a received call carries if it verifies (``verify_signature``) for
+    ``endpoint``, else ``None``. ``headers`` may be any mapping; names are matched without
+    regard to case."""
     named = {name.lower(): value for name, value in headers.items()}
     key = named.get(KEY_HEADER.lower(), "")
     envelope = _signed_envelope(
@@ -160,6 +185,7 @@ def open_call(
         secret,
         idempotency_key=key,
         token=named.get(TOKEN_HEADER.lower(), ""),
+        endpoint=endpoint,
         tolerance=tolerance,
     )
     if envelope is None:
@@ -170,20 +196,40 @@ def open_call(
         token=envelope["fencing_token"],
         sent_at=envelope["sent_at"],
         payload=payload,
+        endpoint=endpoint,
         body=bytes(body),
     )
 
 
 def _signed_envelope(
-    body, timestamp, signature, secret, *, idempotency_key, token, tolerance
+    body, timestamp, signature, secret, *, idempotency_key, token, endpoint, tolerance
 ) -> dict | None:
     """The signed body as a dict when every check passes, else ``None``."""
+    signed = _signed_json(body, timestamp, signature, secret, tolerance=tolerance)
+    if signed is None or not idempotency_key or not endpoint:
+        return None
     try:
-        age = abs(time.time() - int(timestamp))
         token = int(token)
     except (TypeError, ValueError):
         return None
-    if age > tolerance or not secret or not idempotency_key:
+    agrees = (
+        signed.get("idempotency_key") == idempotency_key
+        and signed.get("fencing_token") == token
+        and type(signed.get("fencing_token")) is int
+        and signed.get("sent_at") == int(timestamp)
+        and signed.get("endpoint") == endpoint
+    )
+    return signed if agrees else None
+
+
+def _signed_json(body, timestamp, signature, secret, *, tolerance: int) -> dict | None:
+    """``body`` as a JSON object, when ``signature`` is its HMAC under ``secret`` and
+    ``timestamp`` is within ``tolerance`` seconds of this clock; else ``None``."""
+    try:
+        age = abs(time.time() - int(timestamp))
+    except (TypeError, ValueError):
+        return None
+    if age > tolerance or not secret:
         return None
     if not hmac.compare_digest(sign(body, secret).encode(), (signature or "").encode()):
         return None
@@ -191,12 +237,56 @@ def _signed_envelope(
         signed = json.loads(body)
     except ValueError:
         return None
-    if not isinstance(signed, dict):
-        return None
-    agrees = (
-        signed.get("idempotency_key") == idempotency_key
-        and signed.get("fencing_token") == token
-        and type(signed.get("fencing_token")) is int
-        and signed.get("sent_at") == int(timestamp)
+    return signed if isinstance(signed, dict) else None
+
+
+# -- answers ------------------------------------------------------------------------------
+
+
+def seal_answer(facts: dict, *, call: FencedCall, secret: str) -> SealedCall:
+    """Sign a receiver's answer to ``call``: ``facts`` (e.g. ``{"refused": "stale",
+    "accepted": 12}``) plus the call's key, token and endpoint, so that the sender can
+    tell the answer is to its own call (``open_answer``)."""
+    sent_at = int(time.time())
+    answer = {
+        **facts,
+        "idempotency_key": call.idempotency_key,
+        "token": call.token,
+        "endpoint": call.endpoint,
+        "sent_at": sent_at,
+    }
+    body = json.dumps(answer, sort_keys=True).encode()
+    headers = {"Content-Type": "application/json", TIMESTAMP_HEADER: str(sent_at)}
+    if secret:
+        headers[SIGNATURE_HEADER] = sign(body, secret)
+    return SealedCall(body, headers)
+
+
+def open_answer(
+    headers: Mapping[str, str],
+    body: bytes,
+    *,
+    sent: SealedCall,
+    secret: str,
+    tolerance: int = DEFAULT_TOLERANCE_SECONDS,
+) -> dict | None:
+    """The facts of a receiver's answer to the call ``sent``, if the answer is signed with
+    ``secret``, recent, and names that call (its key, token and endpoint); else ``None``:
+    then the answer's status is all the sender may act on."""
+    named = {name.lower(): value for name, value in headers.items()}
+    answer = _signed_json(
+        body,
+        named.get(TIMESTAMP_HEADER.lower(), ""),
+        named.get(SIGNATURE_HEADER.lower(), ""),
+        secret,
+        tolerance=tolerance,
     )
-    return signed if agrees else None
+    if answer is None:
+        return None
+    asked = json.loads(sent.body)
+    names_the_call = (
+        answer.get("idempotency_key") == asked["idempotency_key"]
+        and answer.get("token") == asked["fencing_token"]
+        and answer.get("endpoint") == asked["endpoint"]
+    )
+    return answer if names_the_call else None

@@ -25,7 +25,7 @@ def budget(maple) -> AnnualBudget:
 @pytest.fixture
 def board(settings, http_stub):
     """The board notification endpoint, pointed at the stand-in."""
-    settings.BUDGET_NOTIFICATION_URL = http_stub.url
+    settings.BUDGET_NOTIFICATION_URL = http_stub.url_for("budgets")
     return http_stub
 
 

@@ -133,14 +133,14 @@ def green(maple):
 @pytest.fixture
 def dispatch(http_stub, settings):
     """The vendor dispatch endpoint, pointed at the stand-in."""
-    settings.VENDOR_DISPATCH_URL = http_stub.url
+    settings.VENDOR_DISPATCH_URL = http_stub.url_for("dispatch")
     return http_stub
 
 
 @pytest.fixture
 def billing(http_stub, settings):
     """The billing endpoint, pointed at the stand-in."""
-    settings.BILLING_WEBHOOK_URL = http_stub.url
+    settings.BILLING_WEBHOOK_URL = http_stub.url_for("billing")
     return http_stub
 
 

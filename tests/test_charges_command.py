@@ -40,7 +40,11 @@ OS_USER = getpass.getuser()
 def command_env(subprocess_env, http_stub):
     # LOG_LEVEL=ERROR keeps the INFO logs of a successful run off stderr, so the tests can
     # assert that a refusal is exactly one line there.
-    return {**subprocess_env, "BILLING_WEBHOOK_URL": http_stub.url, "LOG_LEVEL": "ERROR"}
+    return {
+        **subprocess_env,
+        "BILLING_WEBHOOK_URL": http_stub.url_for("billing"),
+        "LOG_LEVEL": "ERROR",
+    }
 
 
 def start_command(*args, env) -> subprocess.Popen:
@@ -175,7 +179,7 @@ def test_command_exits_1_and_writes_nothing_when_billing_fails(maple, command_en
 def test_command_frozen_by_sigstop_is_rejected_after_a_newer_holder_commits(
     maple, command_env, http_stub, settings, redis_client
 ):
-    settings.BILLING_WEBHOOK_URL = http_stub.url
+    settings.BILLING_WEBHOOK_URL = http_stub.url_for("billing")
     gate = http_stub.hold(lambda request: request.token == 1)
     # A short lease for the child; --skip-checks because the system check (rightly) warns
     # that its billing timeout is longer than that lease.
@@ -221,7 +225,7 @@ def test_command_whose_billing_call_arrives_after_a_newer_holders_exits_75(
 ):
     """Billing's receiver refuses the late call (409): the command answers stale, exit 75,
     like a refusal by the fence, not 1 like a failed call."""
-    settings.BILLING_WEBHOOK_URL = http_stub.url
+    settings.BILLING_WEBHOOK_URL = http_stub.url_for("billing")
     gate = http_stub.hold(lambda request: request.token == 1)  # A's call is on its way
     env = {**command_env, "CHARGES_LOCK_TTL_SECONDS": "0.5"}
     holder_a = start_command("--org", "maple-court", "--month", MONTH_ARG, "--skip-checks", env=env)
@@ -408,7 +412,7 @@ def test_cron_run_prints_nothing_on_success_and_bad_arguments_are_one_line_exit_
 
 
 def test_all_orgs_with_an_actor_walks_only_their_organizations(alice, oak, settings, http_stub):
-    settings.BILLING_WEBHOOK_URL = http_stub.url
+    settings.BILLING_WEBHOOK_URL = http_stub.url_for("billing")
     stdout = StringIO()
     call_command(COMMAND, "--all-orgs", "--month", MONTH_ARG, "--actor", "alice", stdout=stdout)
 
@@ -426,7 +430,7 @@ def test_all_orgs_with_an_actor_walks_only_their_organizations(alice, oak, setti
 def test_all_orgs_records_the_new_months_fence_epochs_in_one_statement(
     maple, oak, settings, http_stub
 ):
-    settings.BILLING_WEBHOOK_URL = http_stub.url
+    settings.BILLING_WEBHOOK_URL = http_stub.url_for("billing")
     with CaptureQueriesContext(connection) as queries:
         call_command(COMMAND, "--all-orgs", "--month", MONTH_ARG, stdout=StringIO())
 

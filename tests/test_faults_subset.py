@@ -84,14 +84,14 @@ def test_worker_frozen_inside_its_external_call_is_refused_after_takeover(stack,
     assert result.facts["external calls"] == [1, 2]
 
 
-def test_older_holder_committing_first_leaves_one_run_and_the_newer_finds_it_done(stack, world):
+def test_an_older_holder_back_first_is_refused_and_the_newer_ones_run_stands(stack, world):
     result = run(stack, world, "2-charges")
     older, newer = result.ops
-    assert (older.via, older.status, older.verdict) == ("command", 0, "done")
-    assert (newer.status, newer.verdict) == (303, "already_done")
+    assert (older.via, older.status, older.verdict) == ("command", 75, "refused")
+    assert (newer.status, newer.verdict) == (303, "done")
     run_row = MonthlyChargeRun.objects.get(month=f"{older.month}-01")
     assert run_row.is_completed
-    assert run_row.completed_by.startswith(older.user + " ")
+    assert run_row.completed_by.startswith(newer.user)
     assert run_row.last_fence_token == 2
     assert MonthlyCharge.objects.filter(run=run_row).count() == world.units("faults-maple")
 
@@ -199,7 +199,7 @@ def _billing_record(key: str, token: int, *, charges: int, total: str) -> Receiv
     body = json.dumps({"charge_count": charges, "total": total, "fencing_token": token})
     now = timezone.now()
     return ReceivedCall.objects.create(
-        scope="/billing",
+        scope="billing",
         idempotency_key=key,
         token=token,
         content_digest="0" * 64,
@@ -227,9 +227,9 @@ def test_checker_flags_a_billing_record_that_lost_the_higher_token_or_bills_anot
 
     units = world.units("faults-maple")
     assert problems == [
-        f"{key}: the stand-in accepted tokens [1, 2] at /billing but its record holds 1: a "
+        f"{key}: the stand-in accepted tokens [1, 2] at billing but its record holds 1: a "
         "lower token replaced a higher one",
-        f"{key}: the stand-in refused tokens [3] as stale at /billing, though nothing higher "
+        f"{key}: the stand-in refused tokens [3] as stale at billing, though nothing higher "
         "was accepted (highest 1)",
         f"monthly-charges:org:{world.org_id('faults-maple')}:{month}: the billing record "
         f"(token 1) bills {units - 1} charges, 0.00; the run has {units}, 0.00",

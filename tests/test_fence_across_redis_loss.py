@@ -56,8 +56,8 @@ def unwritten_grant(resource: str) -> int:
 def env(subprocess_env, http_stub):
     return {
         **subprocess_env,
-        "VENDOR_DISPATCH_URL": http_stub.url,
-        "BILLING_WEBHOOK_URL": http_stub.url,
+        "VENDOR_DISPATCH_URL": http_stub.url_for("dispatch"),
+        "BILLING_WEBHOOK_URL": http_stub.url_for("billing"),
         "LOG_LEVEL": "ERROR",
     }
 
@@ -66,7 +66,7 @@ def env(subprocess_env, http_stub):
 def test_reassignment_paused_in_its_dispatch_across_a_redis_loss_exits_75(
     env, maple, alice, http_stub, redis_client, settings
 ):
-    settings.VENDOR_DISPATCH_URL = http_stub.url
+    settings.VENDOR_DISPATCH_URL = http_stub.url_for("dispatch")
     complaint = Complaint.objects.create(organization=maple, title="Broken gate")
     pipe, green, paused_vendor, newer_vendor = (
         active_vendor(name, maple) for name in ("Pipe", "Green", "Paused", "Newer")

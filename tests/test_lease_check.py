@@ -51,7 +51,7 @@ def hold_until_the_lease_expires(redis_client, resource: str, statement: str) ->
 def test_charges_stop_before_billing_when_the_lease_ran_out(
     maple, settings, http_stub, redis_client
 ):
-    settings.BILLING_WEBHOOK_URL = http_stub.url
+    settings.BILLING_WEBHOOK_URL = http_stub.url_for("billing")
     settings.CHARGES_LOCK_TTL_SECONDS = 0.3
     with table_locked("hoa_unit"):
         attempt = Worker(
@@ -79,7 +79,7 @@ def test_an_assignment_stops_before_calling_the_vendor_when_the_lease_ran_out(
     with table_locked("vendors_vendorassignment"):
         attempt = Worker(lambda: assign_vendor(complaint=complaint, vendor=pipe, actor=alice))
         hold_until_the_lease_expires(
-            redis_client, assignment_resource(complaint.pk), 'SELECT "hoa_complaint"'
+            redis_client, assignment_resource(complaint.pk), 'SELECT "vendors_vendorassignment"'
         )
     attempt.join()
 
@@ -93,7 +93,7 @@ def test_an_assignment_stops_before_calling_the_vendor_when_the_lease_ran_out(
 
 def test_a_live_lease_passes_the_check(maple, settings, http_stub):
     """Control: with the lease alive the same path bills and commits."""
-    settings.BILLING_WEBHOOK_URL = http_stub.url
+    settings.BILLING_WEBHOOK_URL = http_stub.url_for("billing")
     settings.CHARGES_LOCK_TTL_SECONDS = 30
     result = generate_monthly_charges(organization=maple, month=MONTH, actor=None, via="t")
     assert result.generated and len(http_stub.received) == 1

@@ -170,8 +170,9 @@ def test_stale_writes_refused_by_the_fence_and_by_the_receiver_are_counted_apart
     resource = f"{kind}:{complaint.pk}"
     attempt = Attempt(actor="alice", operation=kind)
     key = f"{kind}:{complaint.pk}:billing"
-    receiver = ("fence_receiver_calls_total", {"receiver": "/hook"})
+    receiver = ("fence_receiver_calls_total", {"receiver": "billing"})
     before = metrics(client)
+    billing = http_stub.url_for("billing")
 
     def overtaken(call_first: bool):
         """This holder pauses past its lease; a newer one calls (and commits) first."""
@@ -179,11 +180,11 @@ def test_stale_writes_refused_by_the_fence_and_by_the_receiver_are_counted_apart
         def work(lease):
             fence_lock.client.delete(lock_key(resource))
             with fence_lock.acquire(resource, ttl=TTL) as newer:
-                post_fenced(http_stub.url, {"n": 1}, idempotency_key=key, token=newer.token)
+                post_fenced(billing, {"n": 1}, idempotency_key=key, token=newer, endpoint="billing")
                 with transaction.atomic():
                     advance_fence(Complaint.objects.filter(pk=complaint.pk), newer)
             if call_first:
-                post_fenced(http_stub.url, {"n": 1}, idempotency_key=key, token=lease.token)
+                post_fenced(billing, {"n": 1}, idempotency_key=key, token=lease, endpoint="billing")
             return fenced_note(complaint)(lease)
 
         return work

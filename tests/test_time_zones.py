@@ -100,7 +100,7 @@ def test_an_unknown_time_zone_is_a_field_error_in_the_admin(client, root, maple)
 def test_the_month_start_without_a_month_bills_each_associations_own(
     maple, oak, http_stub, settings
 ):
-    settings.BILLING_WEBHOOK_URL = http_stub.url
+    settings.BILLING_WEBHOOK_URL = http_stub.url_for("billing")
     maple.time_zone, oak.time_zone = "Pacific/Kiritimati", "Etc/GMT+12"
     maple.save()
     oak.save()

@@ -30,6 +30,10 @@ from hoa.integrations.webhooks import CallResult, post_fenced
 from hoa.models import Complaint
 from vendors.models import Vendor, VendorAssignment
 
+# The endpoints the calls are sealed for: the dispatch service's receivers' scopes.
+DISPATCH_ENDPOINT = "dispatch"
+CANCEL_ENDPOINT = "dispatch-cancel"
+
 
 def idempotency_key(*, complaint_id: int, vendor_id: int, replacing_id: int | None) -> str:
     """Return the key naming one change of a complaint's vendor."""
@@ -69,9 +73,10 @@ def dispatch_payload(
 
 
 def dispatch_assignment(
-    *, complaint: Complaint, vendor: Vendor, replacing: VendorAssignment | None, token: int
+    *, complaint: Complaint, vendor: Vendor, replacing: VendorAssignment | None, token
 ) -> CallResult:
-    """POST the assignment once with the fencing headers; raise ``ExternalCallFailed``."""
+    """POST the assignment once with the fencing headers, under ``token`` (the lease);
+    raise ``ExternalCallFailed``."""
     return post_fenced(
         settings.VENDOR_DISPATCH_URL,
         dispatch_payload(complaint=complaint, vendor=vendor, replacing=replacing),
@@ -81,6 +86,7 @@ def dispatch_assignment(
             replacing_id=replacing.pk if replacing else None,
         ),
         token=token,
+        endpoint=DISPATCH_ENDPOINT,
     )
 
 
@@ -120,7 +126,7 @@ def cancel_dispatch(
     vendor: Vendor,
     replacing: VendorAssignment | None,
     now_assigned: VendorAssignment | None,
-    token: int,
+    token,
 ) -> CallResult:
     """POST the cancellation of the dispatch ``dispatch_assignment`` made with the same
     arguments and token; raise ``ExternalCallFailed``."""
@@ -136,4 +142,5 @@ def cancel_dispatch(
             replacing_id=replacing.pk if replacing else None,
         ),
         token=token,
+        endpoint=CANCEL_ENDPOINT,
     )

@@ -14,21 +14,38 @@ The body repeats the three values the receiver acts on (``idempotency_key``,
 call cannot be replayed late or with another key or token, and
 ``locking.verify_signature`` checks that the headers agree with the signed body.
 
+The body also names the ``endpoint`` the call is for (the receiver's scope: ``billing``,
+``dispatch``…), under the signature, so a receiver that shares the secret with another
+endpoint refuses a call meant for that one.
+
 A receiver that keeps the highest token per key (``locking.fenced_receiver``) answers a
 call older than one it accepted with 409: that is not a failed call but a stale holder, so
 it raises ``locking.StaleAtReceiver`` (a ``StaleFencingToken``), which the runner answers
-as the operation's *superseded* refusal (409 / exit 75, audited ``stale``). Any other
+as the operation's *superseded* refusal (409 / exit 75, audited ``stale``). The token it
+says it accepted counts only when its answer is signed and names this call. Any other
 answer outside 2xx is ``ExternalCallFailed``.
+
+``EXTERNAL_CALL_TIMEOUT_SECONDS`` is a deadline for the whole call: connecting, sending and
+every read of the answer. A socket timeout bounds one read, so a receiver that trickles its
+answer a byte at a time would keep the call open for as long as it likes, past the lease
+(check ``hoa.W001`` promises a call ends within half of it). At the deadline a watchdog
+shuts the call's socket down, and the call fails as timed out (``_Deadline``).
 
 See docs/security.md for how a receiver verifies and uses them.
 """
 
+import contextlib
 import functools
 import logging
+import socket
+import threading
 from dataclasses import dataclass
 
 import requests
 from django.conf import settings
+from requests.adapters import HTTPAdapter
+from urllib3.connection import HTTPConnection, HTTPSConnection
+from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 
 from locking import StaleAtReceiver, seal_call
 
@@ -54,12 +71,84 @@ class CallResult:
     status: int | None = None
 
 
+# -- the deadline ------------------------------------------------------------------------
+
+_current = threading.local()  # the _Deadline of this thread's call in flight, if any
+
+
+class _Deadline:
+    """One call's deadline: the connection it uses (noted by the connection as it sends)
+    has its socket shut down by a timer when the deadline passes."""
+
+    def __init__(self, seconds: float):
+        self.connection = None
+        self.passed = False
+        self._timer = threading.Timer(seconds, self._expire)
+        self._timer.daemon = True
+
+    def __enter__(self) -> "_Deadline":
+        _current.deadline = self
+        self._timer.start()
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self._timer.cancel()
+        _current.deadline = None
+
+    def _expire(self) -> None:
+        self.passed = True
+        sock = getattr(self.connection, "sock", None)
+        if sock is not None:
+            # The blocked send or read returns at once (already closed: the call ended).
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+
+
+class _Watched:
+    """A urllib3 connection that tells the thread's ``_Deadline`` it carries the call."""
+
+    def request(self, *args, **kwargs):
+        deadline = getattr(_current, "deadline", None)
+        if deadline is not None:
+            deadline.connection = self
+        return super().request(*args, **kwargs)
+
+
+class _WatchedHTTPConnection(_Watched, HTTPConnection):
+    pass
+
+
+class _WatchedHTTPSConnection(_Watched, HTTPSConnection):
+    pass
+
+
+class _WatchedHTTPPool(HTTPConnectionPool):
+    ConnectionCls = _WatchedHTTPConnection
+
+
+class _WatchedHTTPSPool(HTTPSConnectionPool):
+    ConnectionCls = _WatchedHTTPSConnection
+
+
+class _DeadlineAdapter(HTTPAdapter):
+    """requests' adapter, whose pools make connections a ``_Deadline`` can shut down."""
+
+    def init_poolmanager(self, *args, **kwargs):
+        super().init_poolmanager(*args, **kwargs)
+        self.poolmanager.pool_classes_by_scheme = {
+            "http": _WatchedHTTPPool,
+            "https": _WatchedHTTPSPool,
+        }
+
+
 # One pooled session per process. requests reads the proxy variables, the CA bundle
 # variables and ~/.netrc again on every call when a session trusts the environment (about
 # 0.5 ms a call here, a month start's 10,000 calls included); this one does not, and each
 # call passes what the environment says for its URL, read once per URL (``_environment``).
 _session = requests.Session()
 _session.trust_env = False
+for _scheme in ("http://", "https://"):
+    _session.mount(_scheme, _DeadlineAdapter())
 
 
 @functools.cache
@@ -75,39 +164,47 @@ def _environment(url: str) -> dict:
     }
 
 
-def post_fenced(url: str, payload: dict, *, idempotency_key: str, token: int) -> CallResult:
-    """POST ``payload`` once to ``url`` with the fencing headers.
+def post_fenced(
+    url: str, payload: dict, *, idempotency_key: str, token, endpoint: str
+) -> CallResult:
+    """POST ``payload`` once to ``url`` with the fencing headers, sealed for ``endpoint``.
 
+    ``token`` is the lease (or its ``fencing_token``); a bare ``int`` raises ``TypeError``.
     Raise ``StaleAtReceiver`` when the receiver answers 409 (it had accepted a newer
-    holder's call), ``ExternalCallFailed`` when it refuses otherwise, fails or times out.
+    holder's call), ``ExternalCallFailed`` when it refuses otherwise, fails, or has not
+    answered in full within ``EXTERNAL_CALL_TIMEOUT_SECONDS`` (the whole call's deadline).
     An empty ``url`` means the integration is not configured: the call is skipped (logged).
     """
+    secret = settings.WEBHOOK_SIGNING_SECRET
+    call = seal_call(
+        payload, idempotency_key=idempotency_key, token=token, secret=secret, endpoint=endpoint
+    )
     if not url:
         logger.info(
             "external call skipped: no URL configured",
-            extra={"idempotency_key": idempotency_key, "token": token},
+            extra={"idempotency_key": idempotency_key, "endpoint": endpoint},
         )
         return CallResult(skipped=True)
-    call = seal_call(
-        payload,
-        idempotency_key=idempotency_key,
-        token=token,
-        secret=settings.WEBHOOK_SIGNING_SECRET,
-    )
+    limit = float(settings.EXTERNAL_CALL_TIMEOUT_SECONDS)
     try:
-        response = _session.post(
-            url,
-            data=call.body,
-            headers=call.headers,
-            timeout=settings.EXTERNAL_CALL_TIMEOUT_SECONDS,
-            **_environment(url),
-        )
-    except requests.Timeout as exc:
-        raise ExternalCallFailed(url, "timed out") from exc
+        with _Deadline(limit) as deadline:
+            response = _session.post(
+                url,
+                data=call.body,
+                headers=call.headers,
+                timeout=limit,  # each connect and read, within the deadline's
+                **_environment(url),
+            )
     except requests.RequestException as exc:
+        if deadline.passed or isinstance(exc, requests.Timeout):
+            raise ExternalCallFailed(url, "timed out") from exc
         raise ExternalCallFailed(url, exc.__class__.__name__) from exc
+    if deadline.passed:  # the answer came in as the watchdog fired: the call ran late
+        raise ExternalCallFailed(url, "timed out")
     if response.status_code == STALE_STATUS:
-        raise StaleAtReceiver.from_answer(token, response.content, url=url)
+        raise StaleAtReceiver.from_answer(
+            token, response.content, headers=response.headers, sent=call, secret=secret, url=url
+        )
     if not 200 <= response.status_code < 300:
         raise ExternalCallFailed(url, f"HTTP {response.status_code}", response.status_code)
     return CallResult(skipped=False, status=response.status_code)

@@ -13,8 +13,9 @@ from django.test import Client, RequestFactory
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from locking import CallVerdict, receive_call, seal_call
+from locking import CallVerdict, FencingToken, receive_call, seal_call
 from locking.models import ReceivedCall, ReceivedFence
+from locking.signing import open_answer
 from locking.tests.testapp.models import FencedThing
 from locking.tests.urls import RECEIVER_SECRET as SECRET
 from locking.tests.urls import billing_view
@@ -37,20 +38,38 @@ class Handler:
         return JsonResponse({"accepted": call.token, "n": len(self.calls)}, status=self.status)
 
 
-def sealed(token: int, *, key: str = KEY, payload=PAYLOAD, secret=SECRET, at=None):
-    call = seal_call(payload, idempotency_key=key, token=token, secret=secret, sent_at=at)
-    return call.headers, call.body
+def sealed(
+    token: int, *, key: str = KEY, payload=PAYLOAD, secret=SECRET, at=None, endpoint="billing"
+):
+    return seal(token, key=key, payload=payload, secret=secret, at=at, endpoint=endpoint)[::-1]
+
+
+def seal(token: int, *, key=KEY, payload=PAYLOAD, secret=SECRET, at=None, endpoint="billing"):
+    """A sender's call under a grant of ``token`` (each number its own grant)."""
+    grant = FencingToken("monthly-charges:org:7:2026-03", token, f"grant-{token}")
+    call = seal_call(
+        payload, idempotency_key=key, token=grant, secret=secret, sent_at=at, endpoint=endpoint
+    )
+    return call.body, call.headers
 
 
 def receive(token: int, handler=None, *, scope="billing", **options):
     headers, body = sealed(
-        token, **{k: options.pop(k) for k in ("key", "payload", "at") if k in options}
+        token,
+        endpoint=scope,
+        **{k: options.pop(k) for k in ("key", "payload", "at") if k in options},
     )
     return receive_call(headers, body, handler or Handler(), scope=scope, secret=SECRET, **options)
 
 
+# What a refusal adds to name the call it answers (the test of signed answers reads them).
+NAMING = ("idempotency_key", "endpoint", "sent_at")
+
+
 def answer(receipt) -> tuple[int, dict, str]:
-    return receipt.response.status_code, json.loads(receipt.response.content), receipt.verdict
+    facts = json.loads(receipt.response.content)
+    facts = {name: value for name, value in facts.items() if name not in NAMING}
+    return receipt.response.status_code, facts, receipt.verdict
 
 
 def record(key: str = KEY, scope: str = "billing") -> tuple:
@@ -155,15 +174,15 @@ def test_a_call_that_does_not_verify_is_refused_with_401_and_touches_nothing(
 
 
 def test_header_names_are_matched_without_regard_to_case():
-    headers, body = sealed(5)
+    headers, body = sealed(5, endpoint="b")
     lower = {name.lower(): value for name, value in headers.items()}
     assert receive_call(lower, body, Handler(), scope="b", secret=SECRET).verdict == "accepted"
 
 
 def test_calls_signed_with_another_secret_or_too_long_ago_are_refused():
-    headers, body = sealed(5, secret="another secret")
+    headers, body = sealed(5, secret="another secret", endpoint="b")
     assert receive_call(headers, body, Handler(), scope="b", secret=SECRET).verdict == "unverified"
-    headers, body = sealed(5, at=time.time() - 301)
+    headers, body = sealed(5, at=time.time() - 301, endpoint="b")
     assert receive_call(headers, body, Handler(), scope="b", secret=SECRET).verdict == "unverified"
     assert not ReceivedCall.objects.exists()
 
@@ -199,6 +218,45 @@ def test_the_handlers_writes_commit_with_the_record_or_not_at_all():
         receive(5, failing)
     assert not ReceivedCall.objects.exists()
     assert not FencedThing.objects.exists()
+
+
+def test_a_call_sealed_for_another_endpoint_is_refused_even_with_the_shared_secret():
+    """Issue 35, point 9: the refunds endpoint ran the handler of a call sealed for billing
+    (both share LOCK_RECEIVER_SECRET; the seal named no endpoint)."""
+    handler = Handler()
+    headers, body = sealed(5, endpoint="billing")
+
+    receipt = receive_call(headers, body, handler, scope="refunds", secret=SECRET)
+
+    assert answer(receipt) == (401, {"refused": "unverified"}, "unverified")
+    assert handler.calls == []
+    assert not ReceivedCall.objects.exists()
+
+
+def test_a_refusal_is_signed_and_names_the_call_it_answers():
+    """Issue 35, point 6: what a 409 says was accepted counts only when the receiver signed
+    it for this very call; a forged, unsigned or another call's answer says nothing."""
+    receive(7)
+    body, headers = seal(6)
+    receipt = receive_call(headers, body, Handler(), scope="billing", secret=SECRET)
+    refusal = receipt.response
+    sent = seal_call(
+        PAYLOAD,
+        idempotency_key=KEY,
+        token=FencingToken("monthly-charges:org:7:2026-03", 6, "grant-6"),
+        secret=SECRET,
+        endpoint="billing",
+    )
+
+    facts = open_answer(refusal.headers, refusal.content, sent=sent, secret=SECRET)
+
+    assert facts["accepted"] == 7 and facts["token"] == 6 and facts["endpoint"] == "billing"
+    assert open_answer(refusal.headers, refusal.content, sent=sent, secret="other") is None
+    forged = refusal.content.replace(b'"accepted": 7', b'"accepted": 4611686018427387904')
+    assert open_answer(refusal.headers, forged, sent=sent, secret=SECRET) is None
+    _, another_call = seal(8)
+    another = type(sent)(seal(8)[0], another_call)
+    assert open_answer(refusal.headers, refusal.content, sent=another, secret=SECRET) is None
 
 
 # -- the resource fence --------------------------------------------------------------------------
@@ -266,7 +324,7 @@ def test_whatever_order_calls_arrive_in_the_record_holds_the_highest_and_lower_o
 
 def test_fenced_receiver_wraps_a_view_post_only_and_exempt_from_csrf():
     factory = RequestFactory()
-    headers, body = sealed(5)
+    headers, body = sealed(5, endpoint="billing-view")
     request = factory.post("/b", data=body, content_type="application/json", headers=headers)
     request._dont_enforce_csrf_checks = False
 
@@ -279,8 +337,9 @@ def test_fenced_receiver_wraps_a_view_post_only_and_exempt_from_csrf():
     assert request.fenced_receipt.verdict == CallVerdict.ACCEPTED
     assert billing_view.csrf_exempt is True
     assert billing_view(factory.get("/b")).status_code == 405
+    late_headers, late_body = sealed(4, endpoint="billing-view")
     stale = factory.post(
-        "/b", data=sealed(4)[1], content_type="application/json", headers=sealed(4)[0]
+        "/b", data=late_body, content_type="application/json", headers=late_headers
     )
     assert billing_view(stale).status_code == 409
 
@@ -288,7 +347,7 @@ def test_fenced_receiver_wraps_a_view_post_only_and_exempt_from_csrf():
 def test_fenced_receiver_is_reached_through_the_csrf_middleware(settings):
     settings.ROOT_URLCONF = "locking.tests.urls"
     client = Client(enforce_csrf_checks=True)
-    headers, body = sealed(5)
+    headers, body = sealed(5, endpoint="billing-view")
 
     response = client.post(
         "/receiver/billing/", data=body, content_type="application/json", headers=headers

@@ -13,7 +13,7 @@ import pytest
 from django.db import connection, connections
 from django.http import JsonResponse
 
-from locking import CallVerdict, receive_call, seal_call
+from locking import CallVerdict, FencingToken, receive_call, seal_call
 from locking.models import ReceivedCall
 from locking.tests.support import wait_until
 from locking.tests.testapp.models import FencedThing
@@ -45,8 +45,13 @@ class HeldCall(threading.Thread):
         return JsonResponse({"accepted": call.token, "replaces": call.replaces})
 
     def run(self):
+        grant = FencingToken("monthly-charges:org:7:2026-03", self.token, f"grant-{self.token}")
         sealed = seal_call(
-            {"total": self.total}, idempotency_key=KEY, token=self.token, secret=SECRET
+            {"total": self.total},
+            idempotency_key=KEY,
+            token=grant,
+            secret=SECRET,
+            endpoint="billing",
         )
         try:
             self.receipt = receive_call(
@@ -63,7 +68,10 @@ class HeldCall(threading.Thread):
         if self.error is not None:
             raise self.error
         response = self.receipt.response
-        return response.status_code, json.loads(response.content), self.receipt.verdict
+        facts = json.loads(response.content)
+        for naming in ("idempotency_key", "endpoint", "sent_at"):  # a refusal names its call
+            facts.pop(naming, None)
+        return response.status_code, facts, self.receipt.verdict
 
 
 def blocked_on_the_key() -> bool:

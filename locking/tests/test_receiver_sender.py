@@ -14,6 +14,7 @@ from django.db import transaction
 
 from locking import (
     Attempt,
+    FencingToken,
     StaleAtReceiver,
     StaleFencingToken,
     advance_fence,
@@ -23,8 +24,8 @@ from locking import (
     run_fenced,
     seal_call,
 )
-from locking.epochs import first_token
-from locking.models import FenceEvent, ReceivedCall
+from locking.epochs import current_epoch, first_token
+from locking.models import FenceEpoch, FenceEvent, ReceivedCall
 from locking.tests.testapp.models import FencedThing
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -45,13 +46,20 @@ def resource(thing):
     return f"fenced-thing:{thing.pk}"
 
 
-def post(key: str, token: int) -> None:
-    """The sender's client: one sealed call; a 409 raises ``StaleAtReceiver``."""
-    call = seal_call({"total": "10.00"}, idempotency_key=key, token=token, secret=SECRET)
+def post(key: str, token, *, answer=None) -> None:
+    """The sender's client: one sealed call (``token``: the lease, or a ``FencingToken``); a
+    409 raises ``StaleAtReceiver``. ``answer(response)`` may stand in for what the network
+    brings back."""
+    call = seal_call(
+        {"total": "10.00"}, idempotency_key=key, token=token, secret=SECRET, endpoint="billing"
+    )
     receipt = receive_call(call.headers, call.body, lambda c: _ok(), scope="billing", secret=SECRET)
-    if receipt.response.status_code == 409:
-        raise StaleAtReceiver.from_answer(token, receipt.response.content, url=URL)
-    assert receipt.response.status_code == 200, receipt.response.content
+    response = answer(receipt.response) if answer is not None else receipt.response
+    if response.status_code == 409:
+        raise StaleAtReceiver.from_answer(
+            token, response.content, headers=response.headers, sent=call, secret=SECRET, url=URL
+        )
+    assert response.status_code == 200, response.content
 
 
 def _ok():
@@ -60,10 +68,10 @@ def _ok():
     return JsonResponse({"ok": True})
 
 
-def billed_then_written(thing: FencedThing, key: str, calls: list[int]):
+def billed_then_written(thing: FencedThing, key: str, calls: list[int], answer=None):
     def work(lease) -> int:
         calls.append(lease.token)
-        post(key, lease.token)
+        post(key, lease, answer=answer)
         with transaction.atomic():
             advance_fence(FencedThing.objects.filter(pk=thing.pk), lease)
         return lease.token
@@ -76,15 +84,75 @@ def events(resource: str) -> list[tuple]:
     return list(rows.values_list("outcome", "token", "detail"))
 
 
-def test_from_answer_reads_the_accepted_token_and_tolerates_a_receiver_that_says_nothing():
-    stated = StaleAtReceiver.from_answer(3, b'{"refused": "stale", "token": 3, "accepted": 9}')
-    silent = StaleAtReceiver.from_answer(3, b"<html>Conflict</html>")
+def grant(token: int, resource: str = "fenced-thing:sender") -> FencingToken:
+    return FencingToken(resource, token, f"grant-{token}")
 
-    assert isinstance(stated, StaleFencingToken)
-    assert (stated.token, stated.accepted, stated.recorded) == (3, 9, 9)
-    assert str(stated) == "fencing token 3 is stale: the receiver had already accepted token 9"
-    assert (silent.accepted, silent.recorded, silent.epoch) == (None, None, None)
-    assert "accepted a higher token" in str(silent)
+
+def test_from_answer_reads_a_signed_accepted_token_and_nothing_from_an_unsigned_answer():
+    post("bill:april", grant(9))
+    with pytest.raises(StaleAtReceiver) as stated:
+        post("bill:april", grant(3))
+    with pytest.raises(StaleAtReceiver) as silent:
+        post("bill:april", grant(3), answer=lambda r: _answer(409, b"<html>Conflict</html>"))
+    unsigned = b'{"refused": "stale", "token": 3, "accepted": 9}'
+    with pytest.raises(StaleAtReceiver) as forged:
+        post("bill:april", grant(3), answer=lambda r: _answer(409, unsigned))
+
+    assert isinstance(stated.value, StaleFencingToken)
+    assert (stated.value.token, stated.value.accepted, stated.value.recorded) == (3, 9, 9)
+    assert str(stated.value) == (
+        "fencing token 3 is stale: the receiver had already accepted token 9"
+    )
+    for said_nothing in (silent.value, forged.value):
+        assert (said_nothing.accepted, said_nothing.recorded, said_nothing.epoch) == (
+            None,
+            None,
+            None,
+        )
+        assert "accepted a higher token" in str(said_nothing)
+    with pytest.raises(TypeError, match="takes the lease"):
+        StaleAtReceiver.from_answer(3, unsigned, headers={}, sent=None, secret=SECRET)
+
+
+def _answer(status: int, content: bytes):
+    from django.http import HttpResponse
+
+    return HttpResponse(content, status=status, content_type="application/json")
+
+
+def test_an_unsigned_409_claiming_a_huge_accepted_token_exhausts_no_epochs(
+    thing, resource, redis_client
+):
+    """Issue 35, point 6: anyone on the HTTP path could answer 409 with "accepted":
+    4611686018427387904; run_fenced took the counter for behind and recorded an epoch near
+    the maximum, after which every honest grant failed with "fence epochs exhausted"."""
+    huge = b'{"refused": "stale", "token": 1, "accepted": 4611686018427387904}'
+
+    with pytest.raises(StaleAtReceiver) as refused:
+        run_fenced(
+            resource,
+            billed_then_written(thing, "bill:march", [], answer=lambda r: _answer(409, huge)),
+            ttl=TTL,
+            attempt=ALICE,
+        )
+
+    assert refused.value.accepted is None
+    assert current_epoch(resource) == 0
+    assert run_fenced(resource, billed_then_written(thing, "bill:may", []), ttl=TTL, attempt=ALICE)
+
+
+def test_a_signed_accepted_token_past_the_durable_epoch_is_not_believed(
+    thing, resource, redis_client
+):
+    """A receiver's own number, signed, may still be wrong (its bug, a leaked secret): no
+    token of an epoch the resource never had can have been granted, so no epoch follows."""
+    post("bill:june", grant(first_token(5) + 1, resource))  # accepted: an epoch never begun
+
+    with pytest.raises(StaleAtReceiver) as refused:
+        run_fenced(resource, billed_then_written(thing, "bill:june", []), ttl=TTL, attempt=ALICE)
+
+    assert refused.value.accepted == first_token(5) + 1
+    assert FenceEpoch.objects.get(resource=resource).epoch == 0
 
 
 def test_a_receivers_refusal_is_recorded_as_stale_naming_the_receiver_and_nothing_is_written(
@@ -97,7 +165,7 @@ def test_a_receivers_refusal_is_recorded_as_stale_naming_the_receiver_and_nothin
         calls.append(lease.token)
         redis_client.delete(lock_key(resource))  # paused past its lease...
         with fence_lock.acquire(resource, ttl=TTL) as rival:
-            post(key, rival.token)  # ...while a newer holder's call got there first
+            post(key, rival)  # ...while a newer holder's call got there first
         return billed_then_written(thing, key, [])(lease)
 
     with pytest.raises(StaleAtReceiver) as refused:
@@ -119,7 +187,7 @@ def test_a_receivers_refusal_of_a_counter_behind_starts_an_epoch_above_it_and_re
     counter is at 3 while the receiver accepted token 40. Without recovery every later
     grant would be refused there and never reach the fence that starts a new epoch."""
     key = "bill:march"
-    post(key, 40)
+    post(key, grant(40, resource))
     redis_client.set(fence_key(resource), 3)
     calls: list[int] = []
 

@@ -14,6 +14,8 @@ from tests.budgets.models import AnnualBudget
 
 # Whom an approval tells, as an audit line names it.
 BOARD = gettext_lazy("the board")
+# The endpoint the call is sealed for: the board's receiver's scope.
+ENDPOINT = "budgets"
 
 
 def notification_url() -> str:
@@ -24,7 +26,7 @@ def idempotency_key(budget: AnnualBudget) -> str:
     return f"budget-approval:{budget.organization_id}:{budget.year}:{budget.amount}"
 
 
-def send_approval(*, budget: AnnualBudget, token: int) -> CallResult:
+def send_approval(*, budget: AnnualBudget, token) -> CallResult:
     """POST the approval to the board once; raise ``ExternalCallFailed``."""
     organization = budget.organization
     payload = {
@@ -34,5 +36,9 @@ def send_approval(*, budget: AnnualBudget, token: int) -> CallResult:
         "amount": str(budget.amount),
     }
     return post_fenced(
-        notification_url(), payload, idempotency_key=idempotency_key(budget), token=token
+        notification_url(),
+        payload,
+        idempotency_key=idempotency_key(budget),
+        token=token,
+        endpoint=ENDPOINT,
     )

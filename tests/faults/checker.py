@@ -53,7 +53,7 @@ SUCCESS = ("done", "already_done", "succeeded")
 # May have written: told done, a success of unknown kind, or no clear answer.
 WRITERS = ("done", "succeeded", *UNKNOWN)
 # The stand-in's endpoint of billing calls (tests/faults/stack.py): its receiver's scope.
-BILLING_SCOPE = "/billing"
+BILLING_SCOPE = "billing"  # the stand-in receives /billing as the endpoint "billing"
 
 
 def check_history(ops: list[Op], *, received: list, units: dict[int, int]) -> list[str]:
@@ -96,15 +96,15 @@ def _check_receiver(received: list) -> list[str]:
     from the records, not from the order the answers were listed in (two answers may be
     listed in another order than they were decided)."""
     from locking.models import ReceivedCall, ReceivedFence
-    from tests.harness.http import fenced_resource
+    from tests.harness.http import endpoint_of, fenced_resource
 
     accepted: dict[tuple[str, str], list[int]] = defaultdict(list)
     stale: dict[tuple[str, str], list[int]] = defaultdict(list)
     for request in received:
         if request.verdict in ("accepted", "replaced", "replayed"):
-            accepted[request.path, request.idempotency_key].append(request.token)
+            accepted[endpoint_of(request.path), request.idempotency_key].append(request.token)
         elif request.verdict == "stale":
-            stale[request.path, request.idempotency_key].append(request.token)
+            stale[endpoint_of(request.path), request.idempotency_key].append(request.token)
     problems = []
     for scope, key in sorted(accepted.keys() | stale.keys()):
         record = ReceivedCall.objects.filter(scope=scope, idempotency_key=key).first()

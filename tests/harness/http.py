@@ -5,8 +5,10 @@ timeouts, headers and slow answers behave as they do in production. Tests can ho
 chosen requests at a gate (the external call "hangs") and release them when they like.
 
 The stand-in receives as a real service would, with locking's receiver
-(``locking.receive_call``): it verifies the signature (``LOCK_RECEIVER_SECRET`` unless
-given ``secret``) and keeps, per endpoint path and ``Idempotency-Key``, the highest token
+(``locking.receive_call``), one endpoint per path (``url_for("billing")`` is ``/billing``,
+whose receiver's scope is ``billing``; ``/dispatch/cancel`` is ``dispatch-cancel``): it
+verifies the signature (``LOCK_RECEIVER_SECRET`` unless given ``secret``) and that the call
+was sealed for that endpoint, and keeps, per endpoint and ``Idempotency-Key``, the highest token
 accepted in ``locking.models.ReceivedCall`` (the Django database of the process it runs
 in): a higher token replaces the record, a lower one is answered 409, a replay gets the
 first answer. Dispatch calls are also fenced per complaint (``fenced_resource``). That
@@ -105,7 +107,7 @@ class HttpStub:
                 stub._hold(request, answered=False)
                 if stub.delay:
                     time.sleep(stub.delay)
-                status, content_type, content, verdict = stub._answer(request)
+                status, content_type, content, verdict, signed = stub._answer(request)
                 request.status, request.verdict = status, verdict
                 with stub._lock:
                     stub.received.append(request)
@@ -113,6 +115,8 @@ class HttpStub:
                 self.send_response(status)
                 self.send_header("Content-Type", content_type)
                 self.send_header("Content-Length", str(len(content)))
+                for name, value in signed.items():  # a refusal's signature and timestamp
+                    self.send_header(name, value)
                 self.end_headers()
                 self.wfile.write(content)
 
@@ -123,10 +127,10 @@ class HttpStub:
         self.server.daemon_threads = True
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
-    @property
-    def url(self) -> str:
+    def url_for(self, endpoint: str) -> str:
+        """The address of one endpoint of the stand-in (``billing``, ``dispatch``…)."""
         host, port = self.server.server_address
-        return f"http://{host}:{port}/hook"
+        return f"http://{host}:{port}/{endpoint}"
 
     def accepted(self) -> list[Received]:
         """The requests the stand-in answered with 2xx, in the order it answered them."""
@@ -155,12 +159,12 @@ class HttpStub:
         self.server.shutdown()
         self.server.server_close()
 
-    def _answer(self, request: Received) -> tuple[int, str, bytes, str]:
+    def _answer(self, request: Received) -> tuple[int, str, bytes, str, dict]:
         forced = self.status_for(request) if self.status_for else None
         if forced is None:
             forced = self.status
         if forced is not None or not self.receiver:
-            return forced or 200, "application/json", OK, ""
+            return forced or 200, "application/json", OK, "", {}
         from django.db import connections
 
         from locking import receive_call
@@ -170,24 +174,34 @@ class HttpStub:
                 request.headers,
                 request.body,
                 _kept,
-                scope=urlsplit(request.path).path,
+                scope=endpoint_of(request.path),
                 resource=fenced_resource,
                 secret=self.secret,
             )
         except Exception as exc:  # the stand-in's own failure: say so, as a 500
-            return 500, "text/plain", f"stand-in failed: {exc!r}".encode(), "error"
+            return 500, "text/plain", f"stand-in failed: {exc!r}".encode(), "error", {}
         finally:
             connections.close_all()  # this request's thread ends here
         response = receipt.response
+        signed = {name: response[name] for name in SIGNED_ANSWER_HEADERS if name in response}
         return (
             response.status_code,
             response.get("Content-Type", "application/json"),
             response.content,
             receipt.verdict,
+            signed,
         )
 
 
 OK = b'{"ok": true}'
+# What the receiver signs its refusals with (locking.signing.seal_answer).
+SIGNED_ANSWER_HEADERS = ("X-Signature", "X-Timestamp")
+
+
+def endpoint_of(path: str) -> str:
+    """The endpoint a path is: ``/billing`` is ``billing``, ``/dispatch/cancel`` is
+    ``dispatch-cancel`` (the receiver's scope, which the sender's seal must name)."""
+    return urlsplit(path).path.strip("/").replace("/", "-")
 
 
 def fenced_resource(idempotency_key: str) -> str | None:
