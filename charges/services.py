@@ -182,7 +182,7 @@ class ChargeRun(FencedSteps):
 
     def call_outside(self, lease: Lease, looked: Looked) -> str | None:
         call = billing.send_charge_run(
-            organization=self.organization, month=self.month, lines=looked.lines, token=lease.token
+            organization=self.organization, month=self.month, lines=looked.lines, token=lease
         )
         return None if call.skipped else billing.BILLING_SYSTEM
 

@@ -9,22 +9,34 @@ the ``Call`` its declaration's ``begin`` returned::
 ``Call.run`` takes the lease (``locking.run_fenced``: grant, audit, release, counter
 recovery) and calls the steps in this order, the same for every operation:
 
-1. ``look(lease)``: read what the decision needs; nothing is written.
-2. ``call_outside(lease, looked)``, only when ``looked.needs_call``: after ``lease.check()``
-   (a lease lost or uncertain tells nobody), in the ``external-call`` span; a failed call
-   is the operation's ``call_failed`` refusal and nothing is written.
-3. One ``transaction.atomic()``: ``create(lease, looked, told)`` first, when the row that
-   carries the fence is not there yet: it inserts that row with the token on it
-   (``insert_fenced``) and writes, in one statement fewer. Otherwise (or when another
-   holder created the row meanwhile) ``advance_fence`` on ``fence_row(looked)`` first (a
-   holder whose lease was taken over learns it here), then ``commit(lease, looked,
+1. **The claim**: ``locking.claim_fence(lease)`` records the lease's token on the
+   resource's durable record, one statement committed on its own (a holder whose lease
+   was re-granted learns it here), then ``look(lease)`` reads what the decision needs.
+2. ``call_outside(lease, looked)``: after ``lease.check()`` (a lease lost or uncertain
+   tells nobody), in the ``external-call`` span; a failed call is the operation's
+   ``call_failed`` refusal and nothing more is written.
+3. **The commit**, one ``transaction.atomic()``: ``create(lease, looked, told)`` first, when
+   the row that carries the fence is not there yet: it inserts that row with the token on
+   it (``insert_fenced``) and writes, in one statement fewer. Otherwise (or when another
+   holder created the row meanwhile) ``advance_fence`` on ``fence_row(looked)`` (the same
+   grant passes; a newer holder's claim made this one stale), then ``commit(lease, looked,
    told)``: the state check and the writes. The attempt's audit row commits with them.
 4. A refusal raised by ``commit`` after the outside was told: ``take_back`` sends the
    best-effort cancellation, and the refusal records whom it told in vain.
 
+Why the claim commits before the call: the outside system and the database must keep the
+same attempt's version, whichever holder commits first. A receiver keeps the highest token
+per key, so a newer holder's call replaces an older one's there. Without the claim, an
+older holder that called, paused, and committed before the newer holder's fence would leave
+its version in the database while the outside kept the newer one (the newer holder then
+finds the work done and says so). With it, once a newer holder has claimed, no older holder
+can commit (its second fence is refused), and a newer holder's look runs after every older
+commit, so it never calls the outside about work already done. docs/architecture.md has
+the argument with both orders.
+
 ``run_together`` runs the same steps for several attempts on different resources (the
-month start's chunk of associations), each under its own lease, and commits them in one
-transaction: ``create`` for each, a savepoint for one whose row was there after all.
+month start's chunk of associations), each under its own lease: their claims in one
+transaction, their calls one by one, their commits in one transaction.
 
 locking's refusals (busy, superseded, lease lost, Redis down) are raised as the operation's
 own classes (``FencedOperation.refusals``), carrying the steps' ``subject``. Superseded
@@ -57,6 +69,7 @@ from locking import (
     LockUnavailable,
     StaleFencingToken,
     advance_fence,
+    claim_fence,
     run_fenced,
     span,
 )
@@ -89,8 +102,8 @@ class FencedSteps:
         return {}
 
     def look(self, lease: Lease) -> Any:
-        """Read what the decision needs, nothing written; the result's ``needs_call`` says
-        whether the outside must be told."""
+        """In the claim's transaction, after the claim: read what the decision needs,
+        nothing written; the result's ``needs_call`` says whether the outside must be told."""
         raise NotImplementedError
 
     def call_outside(self, lease: Lease, looked) -> object | None:
@@ -103,7 +116,8 @@ class FencedSteps:
         that carries the fence, insert it fenced (``insert_fenced(row, lease)``) with its
         final values, and the other writes; return the result. ``None`` (the default, and
         whenever ``insert_fenced`` inserted nothing): the runner fences ``fence_row`` and
-        calls ``commit``."""
+        calls ``commit``. Its first write must be ``insert_fenced``: a refusal there writes
+        nothing (``run_together`` relies on it, to need no savepoint)."""
         return None
 
     def fence_row(self, looked) -> QuerySet:
@@ -174,15 +188,17 @@ LOCKING_REFUSALS = (LockHeld, StaleFencingToken, LeaseLost, LockUnavailable)
 
 
 @dataclass
-class _Ready:
-    """One attempt of ``run_together`` after its look and its call, before the commit."""
+class _Attempt:
+    """One attempt of ``run_together``: its call, steps and lease, what its claim looked
+    at, whom its call told, and its answer once it has one."""
 
     index: int
     call: Call
     steps: FencedSteps
     leased: LeasedAttempt
-    looked: Any
-    told: Any
+    granted_at: float  # time.monotonic() of its grant, or of its lease's last extension
+    looked: Any = None
+    told: Any = None
     result: Any = None
     refused: Exception | None = None
 
@@ -192,108 +208,162 @@ def run_together(calls: list[tuple[Call, FencedSteps]]) -> list:
     one's result or refusal (not raised), in order.
 
     For a batch whose rows are mostly new, as the month start's chunk: one ``BEGIN`` and
-    one durable ``COMMIT`` for many attempts instead of one each. Each attempt runs
-    ``Call.run``'s steps under its own lease (``locking.LeasedAttempt``): ``look`` and
-    ``call_outside`` one by one, outside any transaction; then one ``transaction.atomic()``
-    in which each, in order, runs its ``create`` (the fenced row inserted with the token on
-    it, and the writes) and writes its audit row. One whose row is there after all fences
-    it and commits in a savepoint of its own, so its refusal (a newer holder's token, the
-    operation's state check) rolls back that one only. After the commit each is recorded
-    and released. The attempts gathered commit as soon as the first one's lease has used
-    half its time (a slow outside): the rest form the next transaction. Redis down at a
-    grant: the attempts not begun get the same refusal without a try of their own. A token refused
-    because the Redis counter went behind runs again alone (``Call.run`` recovers from
-    it). Anything that is no refusal (a database error) is raised, every lease released:
-    the transaction committed nothing.
+    one durable ``COMMIT`` for many claims, and another for their writes, instead of two
+    each. Each attempt runs ``Call.run``'s steps under its own lease
+    (``locking.LeasedAttempt``):
+
+    1. every grant (Redis down at one: the attempts not granted yet get the same refusal
+       without a try of their own);
+    2. every claim and look in one transaction (a refused claim writes nothing, and looks
+       only read);
+    3. the outside calls one by one, and the commits in one transaction (each attempt's
+       ``create``, else its fence and ``commit`` in a savepoint of its own). The
+       calls made commit as soon as the first lease of the group has used half its time (a
+       slow outside); the leases of the attempts not called yet are extended, and they
+       form the next group (one whose lease ran out meanwhile is granted again).
+
+    After each commit the attempts are recorded and released. A token refused because the
+    Redis counter went behind runs again alone (``Call.run`` recovers from it). Anything
+    that is no refusal (a database error) is raised, every lease released.
     """
     answers: list = [None] * len(calls)
     waiting = list(enumerate(calls))
     while waiting:
-        ready, waiting = _gather(waiting, answers)
-        _commit_ready(ready, answers)
+        granted = _grant(waiting, answers)
+        try:
+            claimed = _claim(granted, answers)
+            waiting = []
+            while claimed:
+                called, claimed, again = _call_outside_until_half_time(claimed, answers)
+                _commit(called, answers)
+                waiting += again
+        except BaseException as exc:
+            for attempt in granted:
+                if answers[attempt.index] is None:  # nothing of theirs committed
+                    attempt.leased.refused(exc)
+            raise
     return answers
 
 
-def _gather(waiting: list, answers: list) -> tuple[list[_Ready], list]:
-    """Grant, look and call outside for the attempts ``waiting``, until the first lease
-    granted has used half its time; return those ready to commit, and those not begun."""
-    ready: list[_Ready] = []
-    first_granted = None
-    try:
-        for position, (index, (call, steps)) in enumerate(waiting):
-            ttl = call.operation.lease_ttl.total_seconds()
-            if first_granted is not None and time.monotonic() - first_granted > ttl / 2:
-                return ready, waiting[position:]
-            try:
-                leased = LeasedAttempt(
-                    call.resource, ttl=call.operation.lease_ttl, attempt=call.attempt
-                )
-            except LockUnavailable as exc:
-                # Redis down: the next grants would each wait for it to fail too (a
-                # timeout apiece when it hangs). The rest get the same answer untried.
-                for later, (other, other_steps) in waiting[position:]:
-                    answers[later] = other.refusal(exc, other_steps)
-                return ready, []
-            except LOCKING_REFUSALS as exc:
-                answers[index] = call.refusal(exc, steps)  # recorded by the grant
-                continue
-            first_granted = first_granted or time.monotonic()
-            try:
-                looked = steps.look(leased.lease)
-                told = None
-                if looked.needs_call:
-                    told = _call_outside(steps, call.operation.refusals, leased.lease, looked)
-            except Exception as exc:
-                leased.refused(exc)
-                answers[index] = _refusal_or_rerun(call, steps, leased, exc)
-                continue
-            ready.append(_Ready(index, call, steps, leased, looked, told))
-    except BaseException as exc:
-        _release_all(ready, exc)
-        raise
-    return ready, []
-
-
-def _commit_ready(ready: list[_Ready], answers: list) -> None:
-    """The attempts ``ready`` in one transaction; then each recorded and released."""
-    try:
-        with transaction.atomic():
-            for attempt in ready:
-                _commit_together(attempt)
-    except BaseException as exc:
-        _release_all(ready, exc)
-        raise
-    for attempt in ready:
-        if attempt.refused is None:
-            attempt.leased.finished(attempt.result)
-            answers[attempt.index] = attempt.result
-        else:
-            attempt.leased.refused(attempt.refused)
-            answers[attempt.index] = _refusal_or_rerun(
-                attempt.call, attempt.steps, attempt.leased, attempt.refused
-            )
-
-
-def _release_all(ready: list[_Ready], exc: BaseException) -> None:
-    for attempt in ready:  # nothing of theirs committed: released, recorded if a refusal
-        attempt.leased.refused(exc)
-
-
-def _commit_together(attempt: _Ready) -> None:
-    """``attempt``'s writes in the shared transaction: its ``create``, else the fence and
-    ``commit`` in a savepoint, a refusal there kept for after the commit."""
-    steps, lease, looked, told = attempt.steps, attempt.leased.lease, attempt.looked, attempt.told
-    result = steps.create(lease, looked, told)
-    if result is None:
+def _grant(waiting: list, answers: list) -> list[_Attempt]:
+    granted: list[_Attempt] = []
+    for position, (index, (call, steps)) in enumerate(waiting):
         try:
-            with _taking_back(steps, lease, looked, told), transaction.atomic():  # a savepoint
-                advance_fence(steps.fence_row(looked), lease)
-                result = steps.commit(lease, looked, told)
-        except (Refusal, StaleFencingToken) as exc:
-            attempt.refused = exc
-            return
+            leased = LeasedAttempt(
+                call.resource, ttl=call.operation.lease_ttl, attempt=call.attempt
+            )
+        except LockUnavailable as exc:
+            # Redis down: the next grants would each wait for it to fail too (a timeout
+            # apiece when it hangs). The rest get the same answer untried.
+            for later, (other, other_steps) in waiting[position:]:
+                answers[later] = other.refusal(exc, other_steps)
+            break
+        except LOCKING_REFUSALS as exc:
+            answers[index] = call.refusal(exc, steps)  # recorded by the grant
+            continue
+        granted.append(_Attempt(index, call, steps, leased, time.monotonic()))
+    return granted
+
+
+def _claim(granted: list[_Attempt], answers: list) -> list[_Attempt]:
+    """Every claim in one transaction; return the attempts it let go on (the others are
+    answered, recorded and released once it committed)."""
+    with transaction.atomic():
+        for attempt in granted:
+            lease = attempt.leased.lease
+            try:
+                claim_fence(lease)  # refused: nothing written
+                attempt.looked = attempt.steps.look(lease)  # reads only
+            except (Refusal, StaleFencingToken) as exc:
+                attempt.refused = exc
+    going_on = []
+    for attempt in granted:
+        if attempt.refused is None:
+            going_on.append(attempt)
+        else:
+            _answer(attempt, answers)
+    return going_on
+
+
+def _call_outside_until_half_time(claimed: list[_Attempt], answers: list) -> tuple:
+    """Call the outside for the attempts ``claimed`` that need it, until the first lease
+    of the group has used half its time; return those to commit now, those whose leases
+    were extended for the next group, and those to grant again (their leases could not be
+    extended: released, unrecorded, their claims to be superseded by their next grant's)."""
+    first = claimed[0]
+    half = first.call.operation.lease_ttl.total_seconds() / 2
+    for position, attempt in enumerate(claimed):
+        if position and time.monotonic() - first.granted_at > half:
+            return (claimed[:position], *_extended(claimed[position:]))
+        if attempt.looked.needs_call:
+            lease = attempt.leased.lease
+            try:
+                attempt.told = _call_outside(
+                    attempt.steps, attempt.call.operation.refusals, lease, attempt.looked
+                )
+            except (Refusal, LeaseLost, StaleFencingToken) as exc:
+                attempt.refused = exc
+    return claimed, [], []
+
+
+def _extended(rest: list[_Attempt]) -> tuple[list[_Attempt], list]:
+    kept, again = [], []
+    for attempt in rest:
+        if attempt.leased.lease.extend(attempt.call.operation.lease_ttl):
+            attempt.granted_at = time.monotonic()
+            kept.append(attempt)
+        else:
+            attempt.leased.refused(_NotCalledInTime())  # released; no outcome to record
+            again.append((attempt.index, (attempt.call, attempt.steps)))
+    return kept, again
+
+
+class _NotCalledInTime(Exception):
+    """An attempt of ``run_together`` whose lease ran out before its turn to call came."""
+
+
+def _commit(called: list[_Attempt], answers: list) -> None:
+    """The attempts ``called`` in one transaction; then each recorded and released."""
+    with transaction.atomic():
+        for attempt in called:
+            if attempt.refused is None:
+                _commit_one(attempt)
+    for attempt in called:
+        _answer(attempt, answers)
+
+
+def _commit_one(attempt: _Attempt) -> None:
+    """``attempt``'s writes in the shared transaction: its ``create`` (a refusal there
+    writes nothing), else the fence and ``commit`` in a savepoint of its own, so that a
+    refusal there (a newer holder's claim, the operation's state check) rolls back this one
+    only; a refusal is kept for after the commit."""
+    steps, lease, looked, told = attempt.steps, attempt.leased.lease, attempt.looked, attempt.told
+    try:
+        with _taking_back(steps, lease, looked, told):
+            result = steps.create(lease, looked, told)
+            if result is None:
+                with transaction.atomic():  # a savepoint
+                    advance_fence(steps.fence_row(looked), lease)
+                    result = steps.commit(lease, looked, told)
+    except (Refusal, StaleFencingToken) as exc:
+        attempt.refused = exc
+        return
     lease.record_committed(result.outcome)
     attempt.result = result
+
+
+def _answer(attempt: _Attempt, answers: list) -> None:
+    """Record and release ``attempt`` (its transaction has ended) and set its answer: its
+    result, or its refusal as the operation's; a token refused because the Redis counter is
+    behind runs again alone. Anything else is raised."""
+    if attempt.refused is None:
+        attempt.leased.finished(attempt.result)
+        answers[attempt.index] = attempt.result
+        return
+    attempt.leased.refused(attempt.refused)
+    answers[attempt.index] = _refusal_or_rerun(
+        attempt.call, attempt.steps, attempt.leased, attempt.refused
+    )
 
 
 def _refusal_or_rerun(call: Call, steps: FencedSteps, leased: LeasedAttempt, exc: Exception):
@@ -316,14 +386,21 @@ def _refusal_or_rerun(call: Call, steps: FencedSteps, leased: LeasedAttempt, exc
 
 def _run_steps(steps: FencedSteps, refusals: "Refusals", lease: Lease):
     """The steps in their order, under ``lease`` (``run_fenced``'s work)."""
-    looked = steps.look(lease)
+    claim_fence(lease)  # one statement, committed on its own: durable before any call
+    looked = steps.look(lease)  # after the claim: every older holder's commit is visible
     told = _call_outside(steps, refusals, lease, looked) if looked.needs_call else None
     with _taking_back(steps, lease, looked, told), transaction.atomic():
-        result = steps.create(lease, looked, told)  # the fenced row is new: one statement
-        if result is None:
-            advance_fence(steps.fence_row(looked), lease)
-            result = steps.commit(lease, looked, told)
-        lease.record_committed(result.outcome)  # the audit row commits with the writes
+        return _commit_steps(steps, lease, looked, told)
+
+
+def _commit_steps(steps: FencedSteps, lease: Lease, looked, told):
+    """In the commit's transaction: ``create``, else the fence and ``commit``; the audit
+    row commits with the writes."""
+    result = steps.create(lease, looked, told)  # the fenced row is new: one statement
+    if result is None:
+        advance_fence(steps.fence_row(looked), lease)  # the same grant: passes unless overtaken
+        result = steps.commit(lease, looked, told)
+    lease.record_committed(result.outcome)
     return result
 
 

@@ -216,28 +216,31 @@ def test_a_paused_holder_is_refused_by_the_fence_after_a_newer_holder_approves(
     assert len({request.idempotency_key for request in board.received}) == 1
 
 
-def test_a_stale_holder_committing_first_leaves_the_newer_holder_already_done(
+def test_an_older_holder_returning_first_cannot_commit_after_the_newer_ones_claim(
     maple, budget, board, short_ttl, redis_client
 ):
+    """The frame's claim holds for the third operation too (issue 35, point 12): the newer
+    holder claimed before its call, so the older one, back first, is refused at its commit,
+    and the budget is approved by the holder whose call the board keeps."""
     gate_a = board.hold(lambda request: request.token == 1)
     gate_b = board.hold(lambda request: request.token == 2)
     holder_a = Worker(lambda: approve(maple, actor="holder-a"))
     gate_a.wait_arrived(1)
     wait_for_lease_expiry(redis_client, maple)
     holder_b = Worker(lambda: approve(maple, actor="holder-b"))
-    gate_b.wait_arrived(1)  # both are past their grants, inside their calls
+    gate_b.wait_arrived(1)  # both are past their claims, inside their calls
 
-    gate_a.release()  # the older holder returns first and commits (1 > 0 passes the fence)
+    gate_a.release()  # the older holder returns first: the newer one's claim refuses it
     holder_a.join()
-    gate_b.release()  # the newer one passes the fence (2 > 1) and finds the budget approved
+    gate_b.release()  # the newer one's call replaces the older one's; it commits
     holder_b.join()
 
-    assert (holder_a.result.outcome, holder_a.result.token) == (Outcome.COMMITTED, 1)
-    assert (holder_b.result.outcome, holder_b.result.token) == (Outcome.ALREADY_DONE, 2)
-    assert state_of(budget) == ("approved", "holder-a", 2, AMOUNT)
+    assert holder_a.result is None and (holder_a.error.token, holder_a.error.recorded) == (1, 2)
+    assert (holder_b.result.outcome, holder_b.result.token) == (Outcome.COMMITTED, 2)
+    assert state_of(budget) == ("approved", "holder-b", 2, AMOUNT)
     assert sorted(events(maple), key=lambda event: event[1]) == [
-        ("committed", 1),
-        ("already_done", 2),
+        ("stale", 1),
+        ("committed", 2),
     ]
 
 

@@ -28,7 +28,7 @@ from charges.models import MonthlyCharge, MonthlyChargeRun
 from charges.operations import charge_resource
 from charges.selectors import monthly_totals
 from charges.services import generate_monthly_charges
-from hoa.models import Organization
+from hoa.models import Organization, Unit
 from locking import FenceLock, Outcome, fence_key
 from locking.epochs import first_token
 from locking.models import FenceEvent, ReceivedCall
@@ -329,7 +329,8 @@ def test_paused_holders_late_billing_call_is_refused_by_the_receiver_and_answere
     [stale] = FenceEvent.objects.filter(outcome="stale")
     assert (stale.token, stale.detail) == (
         1,
-        f"{billing.url}: fencing token 1 is stale: the receiver had already accepted token 2",
+        f"{billing.url_for('billing')}: fencing token 1 is stale: the receiver had already "
+        "accepted token 2",
     )
     assert events(maple) == [("committed", 2), ("stale", 1)]
     # What billing saw, in the order it answered: B accepted, A refused. One record, B's.
@@ -341,34 +342,87 @@ def test_paused_holders_late_billing_call_is_refused_by_the_receiver_and_answere
     assert (record.token, record.payload["charge_count"]) == (2, 10)
 
 
+def billed_total(maple) -> str:
+    """What the billing service keeps for Maple Court's March run (its receiver's record)."""
+    [record] = ReceivedCall.objects.filter(idempotency_key=f"monthly-charges:{maple.pk}:2026-03")
+    return record.payload["total"]
+
+
+def raise_one_assessment(maple) -> None:
+    """Staff raise one unit's assessment between two holders' looks (100.00 -> 150.00)."""
+    unit = maple.units.order_by("label").first()
+    Unit.objects.filter(pk=unit.pk).update(monthly_assessment=unit.monthly_assessment + 50)
+
+
 @fenced
-def test_stale_holder_committing_first_leaves_newer_holder_nothing_to_write(
+def test_an_older_holder_whose_call_returned_first_cannot_commit_after_a_newer_ones_claim(
     maple, billing, short_ttl, redis_client
 ):
-    gate_a = billing.hold(lambda request: request.token == 1)
+    """Issue 35, point 12, one order: A's call is accepted and A pauses; staff change a
+    unit; B claims, bills (the receiver replaces A's call with B's) and is held; A wakes
+    and commits first. A used to commit its total and B found the run done: the run kept
+    A's total, billing B's. B's claim now refuses A's commit: both keep B's."""
+    gate_a = billing.hold(lambda request: request.token == 1, answered=True)
     gate_b = billing.hold(lambda request: request.token == 2)
+    holder_a = Worker(lambda: generate(maple, actor="holder-a"))
+    gate_a.wait_arrived(1)  # billing accepted A's call; A's answer is on its way
+    wait_for_lease_expiry(redis_client, maple)
+    raise_one_assessment(maple)
+    holder_b = Worker(lambda: generate(maple, actor="holder-b"))
+    gate_b.wait_arrived(1)  # B claimed and looked (a total 50.00 higher), its call held
+
+    gate_a.release()  # A returns first and tries to commit: B's claim refuses it
+    holder_a.join()
+    gate_b.release()  # B's call replaces A's at billing; B commits
+    holder_b.join()
+
+    assert isinstance(holder_a.error, GenerationSuperseded)
+    assert (holder_a.error.token, holder_a.error.recorded) == (1, 2)
+    assert (holder_b.result.outcome, holder_b.result.token) == (Outcome.COMMITTED, 2)
+    run = assert_one_complete_run(maple, completed_by="holder-b")
+    assert billed_total(maple) == str(run.total) == "2105.00"  # B's: 2055.00 + 50.00
+    assert sorted(events(maple), key=lambda event: event[1]) == [("stale", 1), ("committed", 2)]
+    assert [(r.token, r.verdict) for r in billing.received] == [(1, "accepted"), (2, "replaced")]
+
+
+@fenced
+def test_an_older_holder_whose_call_arrives_after_a_newer_ones_is_refused_by_billing(
+    maple, billing, short_ttl, redis_client
+):
+    """Issue 35, point 12, the other order: B bills and commits while A's call is still on
+    its way; A's call is refused at billing (409), so A writes nothing: both keep B's."""
+    gate_a = billing.hold(lambda request: request.token == 1)  # on its way, not decided
     holder_a = Worker(lambda: generate(maple, actor="holder-a"))
     gate_a.wait_arrived(1)
     wait_for_lease_expiry(redis_client, maple)
-    holder_b = Worker(lambda: generate(maple, actor="holder-b"))
-    gate_b.wait_arrived(1)  # both are past acquisition, inside their billing calls
-
-    gate_a.release()  # the older holder returns first and commits (1 > 0 passes the fence)
+    raise_one_assessment(maple)
+    result_b = generate(maple, actor="holder-b")
+    gate_a.release()
     holder_a.join()
-    gate_b.release()  # the newer one passes the fence (2 > 1) and must find the run done
-    holder_b.join()
 
-    assert holder_a.error is None and holder_b.error is None
-    assert (holder_a.result.outcome, holder_a.result.token) == (Outcome.COMMITTED, 1)
-    assert (holder_b.result.outcome, holder_b.result.token) == (Outcome.ALREADY_DONE, 2)
+    assert (result_b.outcome, result_b.token) == (Outcome.COMMITTED, 2)
+    assert isinstance(holder_a.error, GenerationSuperseded)
+    run = assert_one_complete_run(maple, completed_by="holder-b")
+    assert billed_total(maple) == str(run.total) == "2105.00"  # B's: 2055.00 + 50.00
+    assert [(r.token, r.verdict) for r in billing.received] == [(2, "accepted"), (1, "stale")]
+
+
+@fenced
+def test_a_newer_holder_that_claims_after_an_older_commit_finds_the_run_done_and_calls_nobody(
+    maple, billing, short_ttl, redis_client
+):
+    """A commits before B claims: B's look (under its claim) sees the completed run, and B
+    tells billing nothing: both keep A's."""
+    holder_a = generate(maple, actor="holder-a")
+    wait_for_lease_expiry(redis_client, maple)
+    raise_one_assessment(maple)
+
+    result_b = generate(maple, actor="holder-b")
+
+    assert (holder_a.outcome, result_b.outcome) == (Outcome.COMMITTED, Outcome.ALREADY_DONE)
     run = assert_one_complete_run(maple, completed_by="holder-a")
-    assert run.last_fence_token == 2
-    # By token: A's audit row commits with its charges, B's after its transaction.
-    assert sorted(events(maple), key=lambda event: event[1]) == [
-        ("committed", 1),
-        ("already_done", 2),
-    ]
-    assert sorted(request.token for request in billing.received) == [1, 2]
+    assert billed_total(maple) == str(run.total) == "2055.00"  # A's, before the raise
+    assert [request.token for request in billing.received] == [1]
 
 
 @fenced
@@ -388,15 +442,15 @@ def test_newer_holder_waits_on_the_row_lock_of_a_holder_paused_before_commit(
         )
         wait_for_lease_expiry(redis_client, maple)
         holder_b = Worker(lambda: generate(maple, actor="holder-b"))
-        # A's run row is not committed yet: B's insert of it waits on the unique index.
+        # A's fence holds the resource's record until A commits: B's claim waits on it.
         wait_until(
-            lambda: waiting_statements('INSERT INTO "charges_monthlychargerun"') == 1,
-            what="holder B to wait on the run row",
+            lambda: waiting_statements("WITH claim AS") == 1,
+            what="holder B's claim to wait on the resource's record",
         )
         assert not holder_b.done.is_set()
     finally:
-        blocker.commit()  # A's COPY proceeds and A commits; B's insert then finds the row
-        # and inserts nothing (ON CONFLICT), so B fences A's committed row (2 > 1) instead
+        blocker.commit()  # A's COPY proceeds and A commits; B's claim then passes (2 > 1),
+        # its look finds A's completed run, and it commits with nothing to bill
         blocker.close()
     holder_a.join()
     holder_b.join()

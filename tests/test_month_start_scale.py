@@ -105,13 +105,24 @@ def test_all_orgs_commits_together_attempts_at_a_time_each_under_its_own_lease(
     statements = walk_statements(monkeypatch, TOGETHER=3)  # one chunk, 3 together
 
     commits = [n for n, sql in enumerate(statements) if sql == "COMMIT"]
-    run_row = 'INSERT INTO "charges_monthlychargerun"'
-    runs = [n for n, sql in enumerate(statements) if sql.startswith(run_row)]
-    # One transaction per three associations' runs (the chunk's first epochs are one
-    # statement in autocommit): three commits, not seven.
-    assert len(commits) == 3
-    windows = itertools.pairwise([-1, *commits])
-    assert [sum(start < run < end for run in runs) for start, end in windows] == [3, 3, 1]
+    run_row = 'inserted AS (INSERT INTO "charges_monthlychargerun"'
+    runs = [n for n, sql in enumerate(statements) if run_row in sql]
+    claims = [
+        n
+        for n, sql in enumerate(statements)
+        if sql.startswith("WITH claim AS") and run_row not in sql
+    ]
+    # Per three associations, one transaction of claims (committed before their billing
+    # calls) and one of their runs (the chunk's first epochs are one statement in
+    # autocommit): six commits, not fourteen.
+    assert len(commits) == 6
+    windows = list(itertools.pairwise([-1, *commits]))
+    assert [sum(start < claim < end for claim in claims) for start, end in windows] == [
+        3, 0, 3, 0, 1, 0
+    ]  # fmt: skip
+    assert [sum(start < run < end for run in runs) for start, end in windows] == [
+        0, 3, 0, 3, 0, 1
+    ]  # fmt: skip
     # Each under its own lease: a token and an audit row per association, all committed.
     events = FenceEvent.objects.filter(resource__endswith=MONTH_ARG).values_list("outcome", "token")
     assert sorted(events) == [("committed", 1)] * 7
@@ -130,11 +141,13 @@ def test_all_orgs_reads_each_chunks_units_once_and_replans_per_chunk(
 
     assert count("DISCARD PLANS") == 3
     assert count('SELECT "hoa_unit"') == 3  # the chunk's units, not each one's
-    # Per association: its run, read under its lease (another host may have completed
-    # it: then it is not billed again), its run row inserted completed with the token on
-    # it (insert_fenced: no fence UPDATE, no totals UPDATE), the charges, the audit row.
+    # Per association: its claim, its run, read under the claim (another host may have
+    # completed it: then it is not billed again), its run row inserted completed with the
+    # token on it (insert_fenced: no fence UPDATE, no totals UPDATE), the charges, the
+    # audit row.
+    assert count("WITH claim AS") == 14  # the claim alone, and insert_fenced's
     assert count('SELECT "charges_monthlychargerun"') == 7
-    assert count('INSERT INTO "charges_monthlychargerun" ("last_fence_token"') == 7
+    assert sum('inserted AS (INSERT INTO "charges_monthlychargerun"' in s for s in statements) == 7
     assert count('UPDATE "charges_monthlychargerun"') == 0
     assert count('INSERT INTO "locking_fenceevent"') == 7
     # And the result is the same: every association once, one charge per unit.

@@ -118,11 +118,12 @@ def test_another_vendor_without_reassign_is_a_warning_and_reassign_replaces_it(
 
 
 @fenced
-def test_reassign_overtaken_after_the_action_looked_is_a_warning_naming_the_new_vendor(
+def test_a_rival_paused_in_its_dispatch_is_refused_once_the_action_claimed_and_it_wins(
     maple, complaint, pipe, green, alice, dispatch, redis_client, settings
 ):
-    """The action reads the vendor to replace (Pipe Pros) before the lease; an older
-    holder, paused in its dispatch past its lease, commits Evergreen after that."""
+    """The action reads the vendor to replace (Pipe Pros) before the lease; a rival, paused
+    in its dispatch past its lease, comes back after the action claimed and called: the
+    rival is refused, and the action replaces Pipe Pros and says so."""
     settings.VENDOR_LOCK_TTL_SECONDS = 0.3
     bright = active_vendor("Bright Spark", maple)
     shown = assign_vendor(complaint=complaint, vendor=pipe, actor=alice).assignment
@@ -136,26 +137,22 @@ def test_reassign_overtaken_after_the_action_looked_is_a_warning_naming_the_new_
         )
     )
     action.start()
-    action_gate.wait_arrived(1)  # the action looked, got token 3 and called Bright Spark
+    action_gate.wait_arrived(1)  # the action looked, claimed token 3, called Bright Spark
     rival_gate.release()
-    won = rival.outcome()  # the older holder commits first
+    lost = rival.outcome()  # the older holder comes back first: refused
     action_gate.release()
     answered = action.outcome()
 
-    assert (won.outcome, won.token) == ("committed", 2)
+    assert (type(lost).__name__, lost.token, lost.recorded) == ("AssignmentSuperseded", 2, 3)
     assert answered.redirect_chain == [(CHANGELIST, 302)]
-    assert texts(answered) == [
-        (
-            "warning",
-            f"Complaint #{complaint.pk} changed since you looked: Evergreen is now assigned; "
-            "nothing was saved. Run again to replace it knowingly.",
-        )
-    ]
-    assert [(a.vendor, a.fence_token) for a in active_assignments(complaint)] == [(green, 2)]
+    [(level, text)] = texts(answered)
+    assert level == "success" and text.startswith(
+        f"Bright Spark now handles complaint #{complaint.pk}"
+    )
+    assert [(a.vendor, a.fence_token) for a in active_assignments(complaint)] == [(bright, 3)]
     assert VendorAssignment.objects.count() == 2
-    assert FenceEvent.objects.get(outcome="conflict").token == 3
-    [cancel] = cancellations(dispatch)
-    assert (cancel.token, cancel.json["vendor"]["id"]) == (3, bright.pk)
+    assert FenceEvent.objects.get(outcome="stale").token == 2
+    assert cancellations(dispatch) == []
 
 
 @pytest.mark.parametrize(("starts", "ends"), [(-90, -1), (5, 90)], ids=["ended", "future"])

@@ -21,6 +21,7 @@ from tests.vendors_support import (
     state_of,
     vendor_with_contract,
 )
+from vendors.exceptions import AssignmentSuperseded
 from vendors.models import VendorAssignment
 from vendors.operations import assignment_resource
 from vendors.services import assign_vendor
@@ -35,7 +36,7 @@ def complaint(maple):
 
 @pytest.fixture
 def env(subprocess_env, http_stub):
-    return {**subprocess_env, "VENDOR_DISPATCH_URL": http_stub.url}
+    return {**subprocess_env, "VENDOR_DISPATCH_URL": http_stub.url_for("dispatch")}
 
 
 def manage(env, complaint_id, vendor_id, *extra):
@@ -99,12 +100,13 @@ def test_repeat_is_already_done_and_another_vendor_needs_reassign(complaint, pip
     assert VendorAssignment.objects.count() == 2
 
 
-def test_reassign_overtaken_after_it_looked_exits_75_with_one_line_and_writes_nothing(
+def test_a_rival_paused_in_its_dispatch_is_refused_once_the_command_claimed_and_it_wins(
     env, maple, complaint, pipe, green, alice, dispatch, redis_client, settings
 ):
-    """The command reads the vendor to replace (Pipe Pros) before its lease. An older
-    holder, paused in its dispatch past its lease, commits Evergreen after that: the
-    command must not replace a vendor it never saw."""
+    """The command reads the vendor to replace (Pipe Pros) before its lease. A rival,
+    paused in its dispatch past its lease, comes back after the command claimed and called
+    Bright Spark: the rival's commit is refused (it used to commit Evergreen, and the
+    command was told in vain), and the command replaces Pipe Pros, as it decided."""
     settings.VENDOR_LOCK_TTL_SECONDS = 0.3  # the rival's lease, in this process
     bright = active_vendor("Bright Spark", maple)
     shown = assign_vendor(complaint=complaint, vendor=pipe, actor=alice).assignment
@@ -116,9 +118,9 @@ def test_reassign_overtaken_after_it_looked_exits_75_with_one_line_and_writes_no
         "assign_vendor", "--complaint", complaint.pk, "--vendor", bright.pk, "--reassign", env=env
     )
     try:
-        command_gate.wait_arrived(1, timeout=WAIT * 2)  # it looked, got token 3, called
+        command_gate.wait_arrived(1, timeout=WAIT * 2)  # it claimed token 3 and called
         rival_gate.release()
-        won = rival.outcome()  # the older holder commits first
+        lost = rival.outcome()  # the older holder comes back first: refused
         command_gate.release()
         stdout, stderr = command.communicate(timeout=WAIT)
     finally:
@@ -127,23 +129,17 @@ def test_reassign_overtaken_after_it_looked_exits_75_with_one_line_and_writes_no
             command.kill()
             command.wait()
 
-    assert (won.outcome, won.token) == ("committed", 2)
-    assert command.returncode == 75
-    # Operators' words: the token, and what became of the vendor told in vain.
-    assert one_line(stderr) == (
-        f"CommandError: Complaint #{complaint.pk} changed since you looked: Evergreen is now "
-        "assigned (token 2); nothing was saved. Run again to replace it knowingly; "
-        "Bright Spark was told in vain; cancellation sent (HTTP 200)"
+    assert isinstance(lost, AssignmentSuperseded)
+    assert (lost.token, lost.recorded) == (2, 3)
+    assert command.returncode == 0, stderr
+    assert one_line(stdout).startswith(
+        f"Bright Spark now handles complaint #{complaint.pk}, replacing"
     )
-    assert stdout == ""
-    assert [(a.vendor, a.fence_token) for a in active_assignments(complaint)] == [(green, 2)]
-    assert VendorAssignment.objects.count() == 2
-    assert Complaint.objects.get(pk=complaint.pk).last_fence_token == 2
-    event = FenceEvent.objects.get(outcome="conflict")
-    assert event.token == 3
-    assert event.detail.endswith("; Bright Spark was told in vain; cancellation sent (HTTP 200)")
-    [cancel] = cancellations(dispatch)
-    assert (cancel.token, cancel.json["vendor"]["id"]) == (3, bright.pk)
+    assert [(a.vendor, a.fence_token) for a in active_assignments(complaint)] == [(bright, 3)]
+    assert VendorAssignment.objects.count() == 2  # Pipe Pros, replaced; Bright Spark
+    assert Complaint.objects.get(pk=complaint.pk).last_fence_token == 3
+    assert FenceEvent.objects.get(outcome="stale").token == 2
+    assert cancellations(dispatch) == []
 
 
 def test_busy_lease_exits_75_naming_the_holder(env, complaint, pipe, fence_lock, redis_client):
@@ -225,7 +221,7 @@ def test_bad_input_exits_1_with_one_line_and_writes_nothing(
     vendor_arg,
     message,
 ):
-    settings.VENDOR_DISPATCH_URL = http_stub.url
+    settings.VENDOR_DISPATCH_URL = http_stub.url_for("dispatch")
     ids = {
         "complaint": complaint.pk,
         "vendor": pipe.pk,

@@ -4,11 +4,13 @@
 vendor's contract (before anything is locked), then one attempt's steps under the
 complaint's lease (``hoa.fenced``, the runner every operation shares), in this order:
 
-1. ``look``: the recorded fence token and the active assignment, to spare the vendor a call
-   that cannot lead anywhere (a token that cannot win, or nothing to write).
+1. The claim, committed before the dispatch call (``locking.claim_fence``), then ``look``:
+   the active assignment, to spare the vendor a call that cannot lead anywhere (nothing to
+   write). A stale token is refused by the claim, before the vendor sees it.
 2. ``call_outside``: the dispatch call, outside any transaction.
-3. ``fence_row`` and ``commit``, in one transaction: the fence on the complaint row first,
-   then the state check on the active assignment, then deactivate the previous one (only
+3. ``fence_row`` and ``commit``, in one transaction: the fence on the complaint row again
+   (the same lease passes; a newer holder's claim made this one stale), then the state
+   check on the active assignment, then deactivate the previous one (only
    with ``reassign``) and create the new one with the lease's token; an ``open`` complaint
    becomes ``assigned`` (``hoa.complaints.record_assignment``) in the same transaction. A
    reassignment of the assignment the caller saw does the state check and both writes in
@@ -29,7 +31,7 @@ from dataclasses import dataclass
 from datetime import date
 from enum import Enum, auto
 
-from django.db.models import OuterRef, QuerySet, Subquery
+from django.db.models import QuerySet
 from django.utils import timezone
 
 from hoa.answers.table import Answer, Audience
@@ -37,7 +39,7 @@ from hoa.complaints.workflow import record_assignment
 from hoa.fenced import FencedSteps
 from hoa.integrations.webhooks import ExternalCallFailed
 from hoa.models import Complaint, Organization
-from locking import Lease, Outcome, StaleAtReceiver, StaleFencingToken
+from locking import Lease, Outcome, StaleAtReceiver
 from vendors import answers
 from vendors.dispatch import cancel_dispatch, dispatch_assignment
 from vendors.exceptions import (
@@ -174,20 +176,20 @@ class Assignment(FencedSteps):
         return _Next.ASSIGN
 
     def look(self, lease: Lease) -> Looked:
-        current = _look_before_calling(self.complaint, lease.token, seen=self.replacing)
+        current = _active_assignment(self.complaint, seen=self.replacing)
         return Looked(current=current, needs_call=self.next_step(current) is _Next.ASSIGN)
+
+    def fence_row(self, looked: Looked) -> QuerySet:
+        return Complaint.objects.filter(pk=self.complaint.pk)
 
     def call_outside(self, lease: Lease, looked: Looked) -> Vendor | None:
         call = dispatch_assignment(
             complaint=self.complaint,
             vendor=self.vendor,
             replacing=looked.current,
-            token=lease.token,
+            token=lease,
         )
         return None if call.skipped else self.vendor
-
-    def fence_row(self, looked: Looked) -> QuerySet:
-        return Complaint.objects.filter(pk=self.complaint.pk)
 
     def commit(self, lease: Lease, looked: Looked, told: Vendor | None) -> AssignmentResult:
         # The fence UPDATE holds the complaint's row lock until commit, so every fenced
@@ -292,7 +294,7 @@ class Assignment(FencedSteps):
                 vendor=self.vendor,
                 replacing=looked.current,
                 now_assigned=refusal.now_assigned,
-                token=lease.token,
+                token=lease,
             )
         except ExternalCallFailed as exc:
             logger.warning(
@@ -324,26 +326,18 @@ def _pk(assignment: VendorAssignment | None) -> int | None:
     return assignment.pk if assignment is not None else None
 
 
-def _look_before_calling(
-    complaint: Complaint, token: int, *, seen: VendorAssignment | None = None
+def _active_assignment(
+    complaint: Complaint, *, seen: VendorAssignment | None = None
 ) -> VendorAssignment | None:
-    """Return the active assignment, or raise ``StaleFencingToken`` if ``token`` cannot win.
-
-    Only spares the vendor a call that cannot lead anywhere: the conditional UPDATE in
-    ``advance_fence`` is what decides. A token at or below the recorded one means a newer
-    holder took over, or the Redis counter is behind; raising here lets ``run_fenced`` tell
-    the two apart and start a new epoch before the vendor ever sees a doomed token.
-    """
-    # One round trip for the recorded token and the active assignment's id; the assignment
-    # itself (with its vendor, for the dispatch payload) only when there is one.
-    active_id = VendorAssignment.objects.filter(complaint=OuterRef("pk"), active=True).values("pk")
-    recorded, current_id = (
-        Complaint.objects.filter(pk=complaint.pk)
-        .values_list("last_fence_token", Subquery(active_id[:1]))
+    """The complaint's active assignment, read under the claim's fence (no fenced writer
+    can change it before this attempt commits or is refused)."""
+    # One round trip for the active assignment's id; the assignment itself (with its
+    # vendor, for the dispatch payload) only when it is not the one the caller saw.
+    current_id = (
+        VendorAssignment.objects.filter(complaint=complaint, active=True)
+        .values_list("pk", flat=True)
         .first()
-    ) or (None, None)
-    if recorded is not None and token <= recorded:
-        raise StaleFencingToken(token, recorded)
+    )
     if current_id is None:
         return None
     if seen is not None and seen.pk == current_id:

@@ -100,7 +100,7 @@ class Approval(FencedSteps):
         return Looked(budget=budget, needs_call=not budget.is_approved)
 
     def call_outside(self, lease: Lease, looked: Looked) -> str | None:
-        call = notify.send_approval(budget=looked.budget, token=lease.token)
+        call = notify.send_approval(budget=looked.budget, token=lease)
         return None if call.skipped else notify.BOARD
 
     def fence_row(self, looked: Looked) -> QuerySet:

@@ -205,8 +205,10 @@ def _1c_assign(s):
 # -- 2. the stale holder commits first -------------------------------------------------------
 
 
-def stale_commits_first(s: Scenario, kind: str) -> None:
-    """A (older token) and B (newer token) both wait in their external calls; A goes first."""
+def stale_comes_back_first(s: Scenario, kind: str) -> None:
+    """A (older token) and B (newer token) both wait in their external calls; A comes back
+    first. B claimed before its call (hoa/fenced.py), so A's commit is refused and B's
+    stands: the outside and the database keep B's."""
     first, second = racing_ops(s, kind)
     token = s.stack.counter(first.resource) + 1
     gate_a = s.hold_call(external_call_of(first, token))
@@ -231,36 +233,38 @@ def stale_commits_first(s: Scenario, kind: str) -> None:
         first = older.result(60)
         gate_b.release()
         second = newer.wait(60)
-    s.expect_verdict(first, "done")
-    s.expect_verdict(second, "already_done" if kind == "charges" else "refused")
-    s.fact("database", stored(first))
+    s.expect_verdict(first, "refused")
+    s.expect_verdict(second, "done")
+    s.fact("database", stored(second))
     s.fact("external calls", tokens_sent(s, first))
     if kind == "charges":
-        s.fact("billing records", billing_records(first))
+        s.fact("billing records", billing_records(second))
     s.observe(
-        f"older token committed first ({first.verdict}); newer told {second.verdict} "
-        f"({second.status}); one set of rows"
+        f"older token came back first and was refused ({first.status}); newer "
+        f"{second.verdict} ({second.status}); one set of rows, the newer holder's"
     )
 
 
 @scenario(
     "2-charges",
     group=2,
-    title="Stale holder commits first (charges)",
-    expected="older holder's commit stands; the newer one answers already generated (303 / 0)",
+    title="Stale holder comes back first (charges)",
+    expected="the newer holder claimed first: the older one is refused (75), the newer one's "
+    "run stands (303), in billing as in the database",
 )
 def _2_charges(s):
-    stale_commits_first(s, "charges")
+    stale_comes_back_first(s, "charges")
 
 
 @scenario(
     "2-assign",
     group=2,
-    title="Stale holder commits first (vendor)",
-    expected="older holder's vendor stands; the newer one is refused: assigned to another (75)",
+    title="Stale holder comes back first (vendor)",
+    expected="the newer holder claimed first: the older one is refused (409), the newer one's "
+    "vendor stands (0)",
 )
 def _2_assign(s):
-    stale_commits_first(s, "assign")
+    stale_comes_back_first(s, "assign")
 
 
 # -- 3. SIGKILL inside the critical section --------------------------------------------------
