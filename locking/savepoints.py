@@ -51,7 +51,9 @@ def watch(connection, table: str, pk) -> None:
         return
     transaction.on_commit(_FenceMarker(f"{table}:{pk}"), using=connection.alias)
     if _guard_rollbacks not in connection.execute_wrappers:
-        connection.execute_wrappers.append(_guard_rollbacks)
+        # First, not last: a caller's ``with connection.execute_wrapper(...)`` pops the
+        # last wrapper when its block ends, and must pop its own.
+        connection.execute_wrappers.insert(0, _guard_rollbacks)
 
 
 def _guard_rollbacks(execute, sql, params, many, context):

@@ -24,3 +24,16 @@ class FencedThing(FencedModel):
 
     def __str__(self):
         return self.name
+
+
+class FencedWrite(models.Model):
+    """One committed write under a fence, as the model-based checker records it: written in
+    the fenced transaction, after the fence, so that ids follow the commit order of one
+    resource's writers (the fence serializes them on the resource's record)."""
+
+    resource = models.CharField(max_length=200)
+    token = models.BigIntegerField()
+    what = models.CharField(max_length=50)
+
+    def __str__(self):
+        return f"{self.resource} #{self.token} {self.what}"
