@@ -357,12 +357,15 @@ def test_the_check_refuses_what_keep_a_changelog_does_not_write():
 def test_the_wheel_check_refuses_a_wheel_whose_changelog_lists_its_exports_as_unreleased(
     wheel, tmp_path
 ):
+    version = locking.__version__
+    # The 1.0.0 wheel's mistake, as the wheel being checked would make it: its own version
+    # released, two names it exports listed as unreleased above it.
+    as_released = EXPORTS_AS_UNRELEASED.replace("## [1.0.0]", f"## [{version}]")
     bad = copy_with(
         wheel,
         tmp_path / wheel.name,
-        edit={"locking/CHANGELOG.md": lambda text: EXPORTS_AS_UNRELEASED},
+        edit={"locking/CHANGELOG.md": lambda text: as_released},
     )
-    version = locking.__version__
     assert CHECK["problems"](bad) == [
         f"CHANGELOG: `insert_fenced` is listed as unreleased (Added), but {version} exports it",
         f"CHANGELOG: `LeasedAttempt` is listed as unreleased (Added), but {version} exports it",
