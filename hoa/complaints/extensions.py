@@ -26,11 +26,15 @@ class Assignee:
 
     Only assigning makes a complaint ``assigned``; ``in progress`` needs someone assigned
     (refused with ``needed``, the sentence that says what to do first); reopening lands on
-    ``assigned`` while someone is.
+    ``assigned`` while someone is. Closing ends the assignment: ``on_close(complaint, at=,
+    actor=)`` runs in the close's transaction, under the complaint's row lock, after the
+    status moved (``at`` is the close's time); it ends whatever is assigned and arranges
+    to tell whoever was, after the commit.
     """
 
     is_assigned: Callable[[Complaint], bool]
     needed: str
+    on_close: Callable[..., None] | None = None
 
 
 @dataclass(frozen=True)

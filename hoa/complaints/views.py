@@ -29,6 +29,7 @@ from hoa.complaints.forms import (
     ComplaintSlaForm,
     ComplaintStatusForm,
 )
+from hoa.complaints.rules import Change, allows
 from hoa.dates import when
 from hoa.models import Complaint
 from hoa.web.access import OrganizationMixin
@@ -127,6 +128,7 @@ class ComplaintDetailView(OrganizationMixin, DetailView):
             sections=sections,
             timeline=selectors.timeline(complaint),
             can_change=self.request.user.has_perm(CHANGE_PERMISSION),
+            sla_changes=allows(Change.SLA, complaint.status),  # the rule table's say
         )
         return context
 

@@ -34,11 +34,18 @@ closed          reopen only (closed is final otherwise)           reopen
 - Closing records who and when (``closed_by``, ``closed_at``); reopening clears them.
 - A complaint is open for its SLA (``Complaint.OPEN_STATUSES``) until resolved or closed.
 
+- Closing ends the vendor's assignment in the same transaction (the operation that assigns
+  does it, through its ``Assignee``), and a closed complaint gets no vendor
+  (``hoa.complaints.rules``: which change may run in which status).
+
 A status change is a compare-and-swap on the status the staff member saw
-(``from_status``): one conditional ``UPDATE … WHERE status = <seen>``. Two people changing
-the same complaint at once cannot both win; the loser gets ``StatusChanged`` (409) with the
-status now, and nothing of theirs is written. Every change, note and SLA change is a
-``ComplaintEvent`` written in the same transaction as the change.
+(``from_status``), under the complaint's row lock: the change reads the status (and whether
+someone is assigned) under the lock and writes only if it is still the one seen. Two people
+changing the same complaint at once cannot both win; the loser gets ``StatusChanged`` (409)
+with the status now, and nothing of theirs is written. Every change, note and SLA change
+takes the same lock first and is a ``ComplaintEvent`` written in the same transaction,
+stamped by the database after the lock, so the timeline is in the order the changes
+committed.
 """
 
 import logging
@@ -50,6 +57,8 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 
 from hoa.complaints.exceptions import Rule, StatusChanged, TransitionRefused
+from hoa.complaints.extensions import assignee
+from hoa.complaints.rules import MOVES, Change, allows
 from hoa.models import Complaint, ComplaintEvent, Organization, Unit
 
 __all__ = [
@@ -71,16 +80,6 @@ NOTE_MAX_LENGTH = 2000
 # How far ahead an SLA due time may be moved: a year, counted from the change.
 SLA_MAX_AHEAD = timedelta(days=365)
 
-# Where each status may go by hand (``assigned`` is reached by assigning a vendor only).
-ALLOWED = {
-    Status.OPEN: (Status.RESOLVED, Status.CLOSED),
-    Status.ASSIGNED: (Status.IN_PROGRESS, Status.RESOLVED, Status.CLOSED),
-    Status.IN_PROGRESS: (Status.RESOLVED, Status.CLOSED),
-    Status.RESOLVED: (Status.CLOSED, Status.IN_PROGRESS, Status.OPEN),
-    Status.CLOSED: (Status.OPEN,),
-}
-REOPENED_FROM = (Status.RESOLVED, Status.CLOSED)
-
 
 # -- the rules ----------------------------------------------------------------------------
 
@@ -89,7 +88,7 @@ def choices_from(status: str, *, assigned: bool | None) -> list[tuple[str, str]]
     """The statuses the page offers from ``status``, labelled as actions (``assigned``:
     ``extensions.assigned(complaint)``)."""
     offered = []
-    for target in ALLOWED.get(status, ()):
+    for target in MOVES.get(status, ()):
         if target == Status.IN_PROGRESS and assigned is False:
             continue
         label = _("Reopen") if target == Status.OPEN else Status(target).label
@@ -111,7 +110,7 @@ def check_transition(
         raise TransitionRefused(Rule.CLOSED_IS_FINAL)
     if to == Status.IN_PROGRESS and assigned is False:
         raise TransitionRefused(Rule.NEEDS_ASSIGNEE)
-    if to not in ALLOWED[seen]:
+    if to not in MOVES[seen]:
         raise TransitionRefused(Rule.NOT_FROM_HERE, **values)
     if len(note) > NOTE_MAX_LENGTH:
         raise TransitionRefused(Rule.NOTE_TOO_LONG, max=NOTE_MAX_LENGTH)
@@ -141,39 +140,53 @@ class StatusChange:
 
 
 def change_status(
-    *, complaint: Complaint, seen: str, to: str, note: str, actor, assigned: bool | None
+    *, complaint: Complaint, seen: str, to: str, note: str, actor, assigned: bool | None = None
 ) -> StatusChange:
     """Move ``complaint`` from the status the actor saw to ``to``, with a note, once.
 
-    ``assigned`` is ``extensions.assigned(complaint)``, read by the caller with the page."""
+    ``assigned`` is what the caller read with the page (``extensions.assigned``), which
+    answers a change the page should not have offered before anything is locked; under
+    the row lock the change reads it again, and that decides. Closing ends the active
+    vendor's assignment in the same transaction (the ``Assignee``'s ``on_close``)."""
     note = note.strip()
     if seen not in Status.values or to not in Status.values:
         raise TransitionRefused(Rule.UNKNOWN_STATUS)
-    lands_on = check_transition(complaint=complaint, seen=seen, to=to, note=note, assigned=assigned)
-    now = timezone.now()
-    closing = lands_on == Status.CLOSED
+    check_transition(complaint=complaint, seen=seen, to=to, note=note, assigned=assigned)
+    guard = assignee()
     with transaction.atomic():
-        # The compare-and-swap: the database settles who changed it first.
-        changed = Complaint.objects.filter(pk=complaint.pk, status=seen).update(
-            status=lands_on,
-            closed_at=now if closing else None,
-            closed_by=actor if closing else None,
+        locked = Complaint.objects.locked(complaint.pk)
+        current = locked.status if locked is not None else None
+        if current != seen or not allows(Change.STATUS, current):
+            raise StatusChanged(complaint=complaint, seen=seen, current=current, wanted=to)
+        if guard is not None and to in (Status.IN_PROGRESS, Status.OPEN):
+            assigned = guard.is_assigned(locked)  # what decides: read under the lock
+        lands_on = check_transition(
+            complaint=locked, seen=seen, to=to, note=note, assigned=assigned
         )
-        if changed != 1:
-            current = Complaint.objects.filter(pk=complaint.pk).values_list("status", flat=True)
-            raise StatusChanged(complaint=complaint, seen=seen, current=current.first(), wanted=to)
-        event = ComplaintEvent.objects.create(
-            complaint=complaint,
-            kind=ComplaintEvent.Kind.STATUS_CHANGED,
+        closing = lands_on == Status.CLOSED
+        moved = Complaint.objects.move_recorded(
+            complaint.pk,
             from_status=seen,
             to_status=lands_on,
-            detail=note,
-            actor=actor,
-            actor_label=actor.get_username(),
-            at=now,
+            event={"detail": note, "actor_id": actor.pk, "actor_label": actor.get_username()},
+            closed_by_id=actor.pk if closing else None,
         )
+        if closing and guard is not None and guard.on_close is not None:
+            guard.on_close(locked, at=moved.at, actor=actor)
+    event = ComplaintEvent(
+        pk=moved.event_id,
+        complaint=complaint,
+        kind=ComplaintEvent.Kind.STATUS_CHANGED,
+        from_status=seen,
+        to_status=lands_on,
+        detail=note,
+        actor=actor,
+        actor_label=actor.get_username(),
+        at=moved.at,
+    )
+    event._state.adding = False
     complaint.status = lands_on
-    complaint.closed_at, complaint.closed_by = (now, actor) if closing else (None, None)
+    complaint.closed_at, complaint.closed_by = (moved.at, actor) if closing else (None, None)
     logger.info(
         "complaint status changed",
         extra={"complaint": complaint.pk, "from": seen, "to": lands_on, "actor": actor.pk},
@@ -235,13 +248,22 @@ def add_note(*, complaint: Complaint, note: str, actor) -> ComplaintEvent:
         raise TransitionRefused(Rule.EMPTY_NOTE)
     if len(note) > NOTE_MAX_LENGTH:
         raise TransitionRefused(Rule.NOTE_TOO_LONG, max=NOTE_MAX_LENGTH)
-    return ComplaintEvent.objects.create(
-        complaint=complaint,
-        kind=ComplaintEvent.Kind.NOTE,
-        detail=note,
-        actor=actor,
-        actor_label=actor.get_username(),
-    )
+    with transaction.atomic():
+        # In turn with every other change of the complaint, so that the note's time on the
+        # timeline is after what committed before it.
+        locked = Complaint.objects.locked(complaint.pk)
+        if locked is None or not allows(Change.NOTE, locked.status):
+            current = locked.status if locked is not None else None
+            raise StatusChanged(
+                complaint=complaint, seen=complaint.status, current=current, wanted=""
+            )
+        return ComplaintEvent.objects.create(
+            complaint=complaint,
+            kind=ComplaintEvent.Kind.NOTE,
+            detail=note,
+            actor=actor,
+            actor_label=actor.get_username(),
+        )
 
 
 def change_sla(*, complaint: Complaint, due_at: datetime, reason: str, actor) -> ComplaintEvent:
@@ -257,8 +279,8 @@ def change_sla(*, complaint: Complaint, due_at: datetime, reason: str, actor) ->
         raise TransitionRefused(Rule.REASON_TOO_LONG, max=NOTE_MAX_LENGTH)
     with transaction.atomic():
         # The row lock orders this change after any status change or sweep batch in flight.
-        locked = Complaint.objects.select_for_update().get(pk=complaint.pk)
-        if not locked.is_open:
+        locked = Complaint.objects.locked(complaint.pk)
+        if not allows(Change.SLA, locked.status):
             raise TransitionRefused(Rule.NO_SLA_RUNNING, status=locked.status)
         if due_at <= locked.opened_at:
             raise TransitionRefused(Rule.SLA_BEFORE_OPENING, opened=locked.opened_at)
@@ -312,6 +334,6 @@ def record_assignment(
     moved = Complaint.objects.move_recorded(
         complaint.pk, from_status=Status.OPEN, to_status=Status.ASSIGNED, event=event
     )
-    if moved:
+    if moved is not None:
         complaint.status = Status.ASSIGNED
-    return moved
+    return moved is not None

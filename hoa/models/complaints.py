@@ -1,11 +1,14 @@
 """Complaints and their timelines (the workflow that changes them is hoa/complaints/)."""
 
-from datetime import timedelta
+from dataclasses import dataclass
+from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import connections, models
 from django.db.models import Q
+from django.db.models.functions import Now
+from django.db.transaction import TransactionManagementError
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
@@ -33,41 +36,77 @@ class ComplaintQuerySet(TenantQuerySet):
             sla_breached_at__isnull=True, sla_due_at__lt=now or timezone.now()
         )
 
+    def locked(self, complaint_id: int) -> "Complaint | None":
+        """The complaint, read under its row lock (``FOR NO KEY UPDATE``, held until the
+        transaction ends): the first statement of every change of a complaint, so that two
+        changes run one after the other, each reading what the other committed. The fence
+        ``UPDATE`` of a vendor assignment takes the same lock. ``None`` if there is none."""
+        if not connections[self.db].in_atomic_block:
+            raise TransactionManagementError("a row lock outside a transaction ends at once")
+        return self.select_for_update(no_key=True).filter(pk=complaint_id).first()
+
     def move_recorded(
-        self, complaint_id: int, *, from_status: str, to_status: str, event: dict
-    ) -> bool:
+        self,
+        complaint_id: int,
+        *,
+        from_status: str,
+        to_status: str,
+        event: dict,
+        closed_by_id: int | None = None,
+    ) -> "Moved | None":
         """Move the complaint from ``from_status`` to ``to_status`` and record it as a
-        ``status_changed`` event, in one statement; return whether it moved (nothing is
-        written otherwise). ``event``: the event's ``detail``, ``at``, ``actor_id`` and
-        ``actor_label``. The event row is inserted from the UPDATE's output, so it exists
-        exactly when the status moved."""
+        ``status_changed`` event, in one statement; return the event's id and time, or
+        ``None`` when it did not move (nothing is written then). ``event``: the event's
+        ``detail``, ``actor_id`` and ``actor_label``, and its ``at`` if the caller stamped
+        the change already (an assignment's time).
+
+        Without ``at`` the change is stamped with the statement's time on the database's
+        clock: sent after the caller took the row lock, so later than every change
+        committed before it. Moving to ``closed`` records ``closed_at`` (the same time) and
+        ``closed_by_id``; any other move clears them. The event row is inserted from the
+        UPDATE's output, so it exists exactly when the status moved."""
         connection = connections[self.db]
         quote = connection.ops.quote_name
         complaints = quote(Complaint._meta.db_table)
         events = quote(ComplaintEvent._meta.db_table)
         sql = f"""
             WITH moved AS (
-                UPDATE {complaints} SET status = %(to)s
+                UPDATE {complaints} SET
+                    status = %(to)s,
+                    closed_at = CASE WHEN %(closes)s
+                        THEN COALESCE(%(at)s::timestamptz, statement_timestamp()) END,
+                    closed_by_id = CASE WHEN %(closes)s THEN %(closer)s::bigint END
                 WHERE id = %(complaint)s AND status = %(from)s
-                RETURNING id
+                RETURNING id, COALESCE(%(at)s::timestamptz, statement_timestamp()) AS at
             )
             INSERT INTO {events} (complaint_id, kind, detail, at, actor_id, actor_label,
                                   from_status, to_status, old_due_at, new_due_at)
-            SELECT id, %(kind)s, %(detail)s, %(at)s, %(actor)s, %(label)s, %(from)s, %(to)s,
+            SELECT id, %(kind)s, %(detail)s, at, %(actor)s, %(label)s, %(from)s, %(to)s,
                    NULL, NULL
             FROM moved
-            RETURNING id
+            RETURNING id, at
         """  # noqa: S608 - table names from the models; values are parameters
         params = {
             "complaint": complaint_id, "from": from_status, "to": to_status,
+            "closes": to_status == Complaint.Status.CLOSED, "closer": closed_by_id,
             "kind": ComplaintEvent.Kind.STATUS_CHANGED, "detail": event.get("detail", ""),
-            "at": event["at"], "actor": event.get("actor_id"),
+            "at": event.get("at"), "actor": event.get("actor_id"),
             "label": event.get("actor_label", ""),
         }  # fmt: skip
         self._for_write = True
         with connection.cursor() as cursor:
             cursor.execute(sql, params)
-            return cursor.fetchone() is not None
+            row = cursor.fetchone()
+        return Moved(*row) if row is not None else None
+
+
+@dataclass(frozen=True)
+class Moved:
+    """A status change ``move_recorded`` made: its event's id, and when (the database's
+    clock, after the row lock)."""
+
+    event_id: int
+    at: datetime
 
 
 class Complaint(FencedModel):
@@ -213,7 +252,11 @@ class ComplaintEvent(models.Model):
     complaint = models.ForeignKey(Complaint, on_delete=models.CASCADE, related_name="events")
     kind = models.CharField(max_length=30, choices=Kind.choices)
     detail = models.TextField(blank=True, default="")
-    at = models.DateTimeField(default=timezone.now)
+    # Stamped by the database (``statement_timestamp()``) when the row is inserted: every
+    # change inserts its event after taking the complaint's row lock, so one clock orders
+    # the timeline as the changes committed (a time taken in Python before the lock, or on
+    # another host, need not).
+    at = models.DateTimeField(db_default=Now())
     actor = models.ForeignKey(
         settings.AUTH_USER_MODEL,
         on_delete=models.SET_NULL,
