@@ -23,6 +23,8 @@ from vendors.exceptions import (
     AssignmentLeaseLost,
     AssignmentSuperseded,
     ChangedSinceViewed,
+    ClosedSinceViewed,
+    ComplaintClosed,
     ContractNotActive,
     DispatchFailed,
     LockServiceUnavailable,
@@ -68,6 +70,16 @@ def _sentence(refusal: VendorsError, audience: Audience) -> str:
             return changed_since_viewed(refusal.complaint, refusal.current, audience=audience)
         case AssignmentChanged():
             return assignment_changed(refusal.complaint, refusal.current, audience=audience)
+        case ComplaintClosed():
+            return _(
+                "Complaint #%(complaint)s is closed, and a closed complaint gets no vendor. "
+                "Reopen it first if it needs one."
+            ) % {"complaint": refusal.complaint.pk}
+        case ClosedSinceViewed():
+            return _(
+                "Complaint #%(complaint)s was closed since you looked, so no vendor was "
+                "assigned; nothing was saved. Reopen it first if it needs one."
+            ) % {"complaint": refusal.complaint.pk}
     raise TypeError(f"no sentence for {type(refusal).__name__}")
 
 

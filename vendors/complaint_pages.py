@@ -16,8 +16,9 @@ from hoa.complaints.extensions import (
     Section,
     TimelineEntry,
 )
+from hoa.complaints.rules import Change, allows
 from hoa.models import Complaint, Organization
-from vendors import selectors
+from vendors import closing, selectors
 from vendors.forms import AssignVendorForm
 from vendors.models import Vendor
 
@@ -41,16 +42,21 @@ def vendor_filter(organization: Organization) -> forms.ChoiceField:
 
 def section(request, complaint: Complaint) -> dict:
     """The complaint page's vendor: the active one, the assign form carrying it (the
-    assignment a reassignment replaces), the history."""
+    assignment a reassignment replaces) and the status shown, the history. A complaint the
+    rule table lets no vendor be assigned to (a closed one) shows no assign card."""
     current = selectors.active_assignment(complaint)
     form = AssignVendorForm(
-        organization=complaint.organization, complaint=complaint, initial={"replacing": current}
+        organization=complaint.organization,
+        complaint=complaint,
+        initial={"replacing": current, "seen_status": complaint.status},
     )
+    change = Change.REASSIGN if current is not None else Change.ASSIGN
     return {
         "current": current,
         "form": form,
         "history": selectors.assignment_history(complaint),
         "can_assign": request.user.has_perm(ASSIGN_PERMISSION),
+        "assignable": allows(change, complaint.status),
     }
 
 
@@ -71,6 +77,7 @@ COMPLAINTS = ComplaintExtension(
     assignee=Assignee(
         is_assigned=selectors.has_vendor,
         needed=_("Assign a vendor before marking the complaint in progress."),
+        on_close=closing.end_on_close,
     ),
     annotate=selectors.with_current_vendor,
     column=ListColumn(header=_("Vendor"), cell="vendors/_complaint_cell.html"),

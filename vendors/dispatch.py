@@ -8,20 +8,25 @@ One POST per fenced attempt, made before the attempt's transaction, to
   per complaint and refuses lower ones, so a paused holder's late call cannot undo a newer
   assignment there either.
 - ``Idempotency-Key``: ``vendor-assignment:<complaint_id>:<vendor_id>:replacing:<id|none>``,
-  the assignment this attempt wants to make, named by the active assignment it saw. Every
-  try of the same change (a retry after a timeout, a second worker after a lease expired,
-  the retry after a lost Redis counter) carries the same key and is performed once; a later,
-  real change (back to a vendor after someone else) replaces another assignment and gets a
-  new key.
+  the assignment this attempt wants to make, named by the complaint's latest assignment it
+  saw: the active one it replaces, or, when none is active, the last one that ended (a
+  closed complaint's, reopened since), ``none`` for the first. Every try of the same change
+  (a retry after a timeout, a second worker after a lease expired, the retry after a lost
+  Redis counter) carries the same key and is performed once; a later, real change (back to
+  a vendor after someone else, or the same vendor again after a close and a reopen) comes
+  after another assignment and gets a new key.
 
 An attempt refused at its commit after its vendor was told (another assignment became
-active meanwhile) makes one best-effort cancellation: a POST to ``<VENDOR_DISPATCH_URL>/cancel``
-with the same ``Idempotency-Key`` and ``X-Fencing-Token`` and a signed body saying
-``"action": "cancel"``. It is a path of its own, not the dispatch URL again, because a
+active meanwhile, or the complaint was closed) makes one best-effort cancellation: a POST to
+``<VENDOR_DISPATCH_URL>/cancel`` with the same ``Idempotency-Key`` and ``X-Fencing-Token``
+and a signed body saying ``"action": "cancel"`` and why (``"reason"``). Closing a complaint
+sends its active vendor the same cancellation after the close commits, with the key and
+token of that vendor's dispatch. It is a path of its own, not the dispatch URL again, because a
 receiver that deduplicates on the key would answer a second POST to the dispatch URL with
 the stored answer of the dispatch and cancel nothing.
 """
 
+from enum import StrEnum
 from urllib.parse import urlsplit, urlunsplit
 
 from django.conf import settings
@@ -73,17 +78,21 @@ def dispatch_payload(
 
 
 def dispatch_assignment(
-    *, complaint: Complaint, vendor: Vendor, replacing: VendorAssignment | None, token
+    *,
+    complaint: Complaint,
+    vendor: Vendor,
+    replacing: VendorAssignment | None,
+    after_id: int | None,
+    token,
 ) -> CallResult:
-    """POST the assignment once with the fencing headers, under ``token`` (the lease);
-    raise ``ExternalCallFailed``."""
+    """POST the assignment once with the fencing headers, under ``token`` (the lease); raise
+    ``ExternalCallFailed``. ``after_id``: the complaint's latest assignment (``replacing``'s
+    id when one is active), which the key names."""
     return post_fenced(
         settings.VENDOR_DISPATCH_URL,
         dispatch_payload(complaint=complaint, vendor=vendor, replacing=replacing),
         idempotency_key=idempotency_key(
-            complaint_id=complaint.pk,
-            vendor_id=vendor.pk,
-            replacing_id=replacing.pk if replacing else None,
+            complaint_id=complaint.pk, vendor_id=vendor.pk, replacing_id=after_id
         ),
         token=token,
         endpoint=DISPATCH_ENDPOINT,
@@ -96,17 +105,27 @@ def cancel_url(dispatch_url: str) -> str:
     return urlunsplit(parts._replace(path=parts.path.rstrip("/") + "/cancel"))
 
 
+class CancelReason(StrEnum):
+    """Why a dispatch is taken back (the cancellation's ``"reason"``)."""
+
+    REFUSED = "refused-at-commit"  # the attempt that dispatched was refused at its commit
+    CLOSED = "complaint-closed"  # the complaint was closed while this vendor had it
+
+
 def cancel_payload(
     *,
     complaint: Complaint,
     vendor: Vendor,
     replacing: VendorAssignment | None,
     now_assigned: VendorAssignment | None,
+    reason: CancelReason,
 ) -> dict:
-    """Return the JSON body of a cancellation: which dispatch, and who has the complaint."""
+    """Return the JSON body of a cancellation: which dispatch, why, and who has the
+    complaint now."""
     return {
         "event": "vendor.assignment_cancelled",
         "action": "cancel",
+        "reason": reason,
         "complaint": {"id": complaint.pk, "organization": complaint.organization_id},
         "vendor": {"id": vendor.pk, "name": vendor.name},
         "replacing": (
@@ -125,7 +144,9 @@ def cancel_dispatch(
     complaint: Complaint,
     vendor: Vendor,
     replacing: VendorAssignment | None,
+    after_id: int | None,
     now_assigned: VendorAssignment | None,
+    reason: CancelReason,
     token,
 ) -> CallResult:
     """POST the cancellation of the dispatch ``dispatch_assignment`` made with the same
@@ -134,12 +155,14 @@ def cancel_dispatch(
     return post_fenced(
         cancel_url(url) if url else "",
         cancel_payload(
-            complaint=complaint, vendor=vendor, replacing=replacing, now_assigned=now_assigned
+            complaint=complaint,
+            vendor=vendor,
+            replacing=replacing,
+            now_assigned=now_assigned,
+            reason=reason,
         ),
         idempotency_key=idempotency_key(
-            complaint_id=complaint.pk,
-            vendor_id=vendor.pk,
-            replacing_id=replacing.pk if replacing else None,
+            complaint_id=complaint.pk, vendor_id=vendor.pk, replacing_id=after_id
         ),
         token=token,
         endpoint=CANCEL_ENDPOINT,

@@ -144,3 +144,28 @@ class AssignmentChanged(RefusedAtCommit):
 
     def __init__(self, *, complaint: Complaint, current: VendorAssignment | None):
         super().__init__(complaint=complaint, now_assigned=current, current=current)
+
+
+class ComplaintClosed(VendorsError):
+    """The complaint is closed, and was when the caller looked: a closed complaint gets no
+    vendor until it is reopened. Refused before anything is locked."""
+
+    answer = Answer.BAD_REQUEST
+    title = gettext_lazy("This complaint is closed")
+
+    def __init__(self, *, complaint: Complaint):
+        super().__init__(complaint=complaint)
+
+
+class ClosedSinceViewed(RefusedAtCommit):
+    """The complaint was closed after the caller looked (``seen``: the status it saw), so
+    the vendor asked for is not assigned; nothing was written. Found before the lease (the
+    complaint read again), by the look under the lease (the vendor is not called) or by
+    the state check after the fence (the vendor was told in vain, and gets the
+    cancellation)."""
+
+    outcome = Outcome.CONFLICT
+    title = gettext_lazy("The complaint was closed meanwhile")
+
+    def __init__(self, *, complaint: Complaint, seen: str, now_assigned: VendorAssignment | None):
+        super().__init__(complaint=complaint, now_assigned=now_assigned, seen=seen)

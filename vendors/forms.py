@@ -9,10 +9,12 @@ from vendors.models import Vendor, VendorAssignment
 class AssignVendorForm(forms.Form):
     """The vendor to send to a complaint, for the staff page and the admin action.
 
-    On the staff page (``complaint`` given) the form also carries the assignment the page
-    showed, in the hidden ``replacing`` field (empty when it showed none): a reassignment
-    replaces that one only. The admin action assigns many complaints with one form and
-    goes without it.
+    On the staff page (``complaint`` given) the form also carries what the page showed: the
+    assignment, in the hidden ``replacing`` field (empty when it showed none), which a
+    reassignment replaces and no other; and the complaint's status, in ``seen_status``, so
+    that a complaint closed since the page was shown is told apart (409) from one that was
+    closed then (400). The admin action assigns many complaints with one form and goes
+    without both.
     """
 
     vendor = IdChoiceField(
@@ -38,6 +40,15 @@ class AssignVendorForm(forms.Form):
         },
     )
 
+    seen_status = forms.ChoiceField(
+        choices=Complaint.Status.choices,
+        required=False,
+        widget=forms.HiddenInput,
+        error_messages={
+            "invalid_choice": _("This page was out of date. Reload it and choose again."),
+        },
+    )
+
     def __init__(
         self, *args, organization: Organization, complaint: Complaint | None = None, **kwargs
     ):
@@ -53,7 +64,7 @@ class AssignVendorForm(forms.Form):
         # A callable: the menu's query runs when a page renders it, not for every POST.
         field.choices = lambda: [("", field.empty_label), *((v.pk, _label(v)) for v in active)]
         if complaint is None:
-            del self.fields["replacing"]
+            del self.fields["replacing"], self.fields["seen_status"]
         else:
             # Any of this complaint's assignments, replaced ones too: a page shown before
             # a reassignment carries an assignment that is no longer active, and that is

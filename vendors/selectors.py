@@ -43,6 +43,16 @@ def active_assignment(
     return active.first()
 
 
+def assignment_state(complaint: Complaint) -> tuple[str, VendorAssignment | None]:
+    """The complaint's status and its active assignment (with its vendor), as the state
+    check after the fence reads them: one statement when an assignment is active, two
+    when none is."""
+    current = active_assignment(complaint, with_complaint_status=True)
+    if current is not None:
+        return current.complaint_status, current
+    return Complaint.objects.values_list("status", flat=True).get(pk=complaint.pk), None
+
+
 def assignment_history(complaint: Complaint) -> QuerySet:
     """Every assignment of the complaint, newest first."""
     return complaint.assignments.select_related("vendor", "assigned_by").order_by(

@@ -10,8 +10,9 @@ complaint's lease (``hoa.fenced``, the runner every operation shares), in this o
 2. ``call_outside``: the dispatch call, outside any transaction.
 3. ``fence_row`` and ``commit``, in one transaction: the fence on the complaint row again
    (the same lease passes; a newer holder's claim made this one stale), then the state
-   check on the active assignment, then deactivate the previous one (only
-   with ``reassign``) and create the new one with the lease's token; an ``open`` complaint
+   check (the complaint's status allows it, per ``hoa.complaints.rules``: never a closed
+   complaint; and the active assignment), then deactivate the previous one (only with
+   ``reassign``) and create the new one with the lease's token; an ``open`` complaint
    becomes ``assigned`` (``hoa.complaints.record_assignment``) in the same transaction. A
    reassignment of the assignment the caller saw does the state check and both writes in
    one conditional statement (``VendorAssignment.objects.replace_if_active``), and so does
@@ -19,6 +20,12 @@ complaint's lease (``hoa.fenced``, the runner every operation shares), in this o
    matches nothing, the state is read and answered as above, nothing having been written.
 4. ``take_back``: an attempt refused at commit after it told its vendor sends that vendor's
    dispatch a best-effort cancellation.
+
+A closed complaint gets no vendor: refused before the lease when the caller's copy says
+closed (``ComplaintClosed``, 400 / exit 1, or ``ClosedSinceViewed`` when the caller had seen
+it open), by the look (``ClosedSinceViewed``, before any dispatch call) and by the state
+check after the fence (``ClosedSinceViewed``; the vendor told in vain gets the
+cancellation). Closing a complaint ends its vendor's assignment (``vendors.closing``).
 
 Reassignment is a compare-and-swap on what the caller saw: ``replacing`` names the
 assignment the caller looked at, and if another one is active at commit nothing is written
@@ -31,27 +38,30 @@ from dataclasses import dataclass
 from datetime import date
 from enum import Enum, auto
 
-from django.db.models import QuerySet
+from django.db.models import OuterRef, QuerySet, Subquery
 from django.utils import timezone
 
 from hoa.answers.table import Answer, Audience
+from hoa.complaints.rules import RULES, Change, allows
 from hoa.complaints.workflow import record_assignment
 from hoa.fenced import FencedSteps
 from hoa.integrations.webhooks import ExternalCallFailed
 from hoa.models import Complaint, Organization
 from locking import Lease, Outcome, StaleAtReceiver
 from vendors import answers
-from vendors.dispatch import cancel_dispatch, dispatch_assignment
+from vendors.dispatch import CancelReason, cancel_dispatch, dispatch_assignment
 from vendors.exceptions import (
     AlreadyAssigned,
     AssignmentChanged,
     ChangedSinceViewed,
+    ClosedSinceViewed,
+    ComplaintClosed,
     ContractNotActive,
     RefusedAtCommit,
 )
 from vendors.models import Vendor, VendorAssignment
 from vendors.operations import ASSIGNMENT, assignment_resource
-from vendors.selectors import active_assignment
+from vendors.selectors import assignment_state
 
 logger = logging.getLogger(__name__)
 
@@ -104,6 +114,7 @@ def assign_vendor(
     actor,
     reassign: bool = False,
     replacing: VendorAssignment | Unstated | None = Unstated.UNSTATED,
+    seen_status: str | None = None,
     ip: str | None = None,
     via: str = "",
 ) -> AssignmentResult:
@@ -119,18 +130,32 @@ def assign_vendor(
     that assignment only; if another one is active at commit, nothing is written. Without
     ``reassign`` it is not consulted (any active vendor refuses the assignment).
 
-    Raises ``NotAllowed`` and ``ContractNotActive`` before anything is locked;
+    ``seen_status`` is the complaint's status the caller decided on (the staff page's form
+    carries the one it showed); by default ``complaint.status``, the caller's copy. A
+    closed complaint is refused: ``ComplaintClosed`` when the caller saw it closed,
+    ``ClosedSinceViewed`` when it was closed since.
+
+    Raises ``NotAllowed``, ``ComplaintClosed`` and ``ContractNotActive`` before anything is
+    locked;
     ``AssignmentBusy``, ``LockServiceUnavailable``, ``DispatchFailed``,
     ``AssignmentSuperseded``, ``AssignmentLeaseLost``, ``AlreadyAssigned``,
-    ``ChangedSinceViewed`` and ``AssignmentChanged`` with nothing written: all
-    ``VendorsError`` (``vendors.exceptions``).
+    ``ChangedSinceViewed``, ``ClosedSinceViewed`` and ``AssignmentChanged`` with nothing
+    written: all ``VendorsError`` (``vendors.exceptions``).
     """
     replacing = _what_the_caller_saw(complaint, reassign, replacing)
     organization = complaint.organization
     resource = assignment_resource(complaint.pk)
     call = ASSIGNMENT.begin(actor, organization=organization, resource=resource, via=via, ip=ip)
+    change = Change.REASSIGN if reassign else Change.ASSIGN
+    seen = seen_status if seen_status is not None else complaint.status
+    if not allows(change, complaint.status):  # the caller's copy, read before the lease
+        if seen == complaint.status:
+            raise ComplaintClosed(complaint=complaint)
+        raise ClosedSinceViewed(complaint=complaint, seen=seen, now_assigned=None)
     _check_contract(vendor, organization, timezone.localdate())
-    steps = Assignment(complaint, vendor, reassign, replacing, actor=actor, by=call.label)
+    steps = Assignment(
+        complaint, vendor, reassign, replacing, actor=actor, by=call.label, seen_status=seen
+    )
     return call.run(steps)
 
 
@@ -146,6 +171,7 @@ class _Next(Enum):
 @dataclass(frozen=True)
 class Looked:
     current: VendorAssignment | None  # the active assignment before the call
+    after_id: int | None  # the complaint's latest assignment, which the dispatch key names
     needs_call: bool
 
 
@@ -159,12 +185,18 @@ class Assignment(FencedSteps):
     replacing: VendorAssignment | None  # what the caller saw (consulted with reassign)
     actor: object  # the user, or None for the operator at the shell
     by: str  # who asked, as the audit records it
+    seen_status: str = ""  # the complaint's status the caller decided on
 
     endpoint = "dispatch"
 
     @property
     def subject(self) -> dict:
         return {"complaint": self.complaint}
+
+    @property
+    def change(self) -> Change:
+        """The change of the complaint this is, as its rule table names it."""
+        return Change.REASSIGN if self.reassign else Change.ASSIGN
 
     def next_step(self, current: VendorAssignment | None) -> _Next:
         if current is not None and current.vendor_id == self.vendor.pk:
@@ -176,8 +208,13 @@ class Assignment(FencedSteps):
         return _Next.ASSIGN
 
     def look(self, lease: Lease) -> Looked:
-        current = _active_assignment(self.complaint, seen=self.replacing)
-        return Looked(current=current, needs_call=self.next_step(current) is _Next.ASSIGN)
+        status, current, after_id = _look_before_calling(self.complaint, seen=self.replacing)
+        if not allows(self.change, status):  # closed since the caller looked: nobody is called
+            raise ClosedSinceViewed(
+                complaint=self.complaint, seen=self.seen_status, now_assigned=current
+            )
+        needs_call = self.next_step(current) is _Next.ASSIGN
+        return Looked(current=current, after_id=after_id, needs_call=needs_call)
 
     def fence_row(self, looked: Looked) -> QuerySet:
         return Complaint.objects.filter(pk=self.complaint.pk)
@@ -187,6 +224,7 @@ class Assignment(FencedSteps):
             complaint=self.complaint,
             vendor=self.vendor,
             replacing=looked.current,
+            after_id=looked.after_id,
             token=lease,
         )
         return None if call.skipped else self.vendor
@@ -199,7 +237,11 @@ class Assignment(FencedSteps):
             return replaced
         if (first := self._assign_first(lease, looked, told)) is not None:
             return first
-        current = active_assignment(self.complaint, with_complaint_status=True)
+        status, current = assignment_state(self.complaint)
+        if not allows(self.change, status):
+            raise ClosedSinceViewed(
+                complaint=self.complaint, seen=self.seen_status, now_assigned=current
+            )
         match self.next_step(current):
             case _Next.ALREADY_DONE:
                 return AssignmentResult(current, Outcome.ALREADY_DONE, lease.token)
@@ -213,7 +255,7 @@ class Assignment(FencedSteps):
             # An older holder committed between our look and our fence; we did not call
             # the vendor, so we must not record them as sent.
             raise AssignmentChanged(complaint=self.complaint, current=current)
-        assignment = self._replace(current, lease.token)
+        assignment = self._replace(current, status, lease.token)
         return AssignmentResult(
             assignment, Outcome.COMMITTED, lease.token, current, dispatched=told is not None
         )
@@ -229,8 +271,10 @@ class Assignment(FencedSteps):
         seen = self.replacing
         if not (self.reassign and seen is not None and looked.needs_call):
             return None
-        assignment = self._new_assignment(lease.token, timezone.now())
-        status = VendorAssignment.objects.replace_if_active(seen, assignment)
+        assignment = self._new_assignment(lease.token)
+        status = VendorAssignment.objects.replace_if_active(
+            seen, assignment, statuses=RULES[self.change]
+        )
         if status is None:
             return None
         self._record(assignment, status)
@@ -246,8 +290,10 @@ class Assignment(FencedSteps):
         active meanwhile: ``commit`` then reads the state and answers, nothing written."""
         if not (looked.current is None and looked.needs_call):
             return None
-        assignment = self._new_assignment(lease.token, timezone.now())
-        status = VendorAssignment.objects.insert_if_none_active(assignment)
+        assignment = self._new_assignment(lease.token)
+        status = VendorAssignment.objects.insert_if_none_active(
+            assignment, statuses=RULES[self.change]
+        )
         if status is None:
             return None
         self._record(assignment, status)
@@ -255,23 +301,23 @@ class Assignment(FencedSteps):
             assignment, Outcome.COMMITTED, lease.token, dispatched=told is not None
         )
 
-    def _replace(self, current: VendorAssignment | None, token: int) -> VendorAssignment:
-        now = timezone.now()
-        if current is not None:
-            # Before the insert: the one-active-per-complaint index is not deferrable.
-            VendorAssignment.objects.filter(pk=current.pk).update(active=False, deactivated_at=now)
-            current.active, current.deactivated_at = False, now
-        assignment = self._new_assignment(token, now)
-        assignment.save(force_insert=True)
-        self._record(assignment, current.complaint_status if current is not None else None)
+    def _replace(
+        self, current: VendorAssignment | None, status: str, token: int
+    ) -> VendorAssignment:
+        assignment = self._new_assignment(token)
+        if current is None:
+            VendorAssignment.objects.insert_if_none_active(assignment, statuses=[status])
+        else:
+            VendorAssignment.objects.replace_if_active(current, assignment, statuses=[status])
+        self._record(assignment, status)
         return assignment
 
-    def _new_assignment(self, token: int, now) -> VendorAssignment:
+    def _new_assignment(self, token: int) -> VendorAssignment:
+        """The assignment to insert; the statement that inserts it stamps ``assigned_at``."""
         return VendorAssignment(
             complaint=self.complaint,
             vendor=self.vendor,
             fence_token=token,
-            assigned_at=now,
             assigned_by=self.actor,
             actor_label=self.by,
         )
@@ -293,7 +339,9 @@ class Assignment(FencedSteps):
                 complaint=self.complaint,
                 vendor=self.vendor,
                 replacing=looked.current,
+                after_id=looked.after_id,
                 now_assigned=refusal.now_assigned,
+                reason=CancelReason.REFUSED,
                 token=lease,
             )
         except ExternalCallFailed as exc:
@@ -326,23 +374,33 @@ def _pk(assignment: VendorAssignment | None) -> int | None:
     return assignment.pk if assignment is not None else None
 
 
-def _active_assignment(
+def _look_before_calling(
     complaint: Complaint, *, seen: VendorAssignment | None = None
-) -> VendorAssignment | None:
-    """The complaint's active assignment, read under the claim's fence (no fenced writer
-    can change it before this attempt commits or is refused)."""
-    # One round trip for the active assignment's id; the assignment itself (with its
-    # vendor, for the dispatch payload) only when it is not the one the caller saw.
-    current_id = (
-        VendorAssignment.objects.filter(complaint=complaint, active=True)
-        .values_list("pk", flat=True)
+) -> tuple[str, VendorAssignment | None, int | None]:
+    """Return the complaint's status, its active assignment and the id of its latest one
+    (active or ended), read under the claim (no fenced writer can change them before this
+    attempt commits or is refused; a close, which takes no lease, is caught again by the
+    state check after the fence).
+
+    Only spares the vendor a call that cannot lead anywhere: the conditional UPDATE in
+    ``advance_fence`` and the state check after it are what decide.
+    """
+    # One round trip for the status and the assignments' ids; the active assignment itself
+    # (with its vendor, for the dispatch payload) only when there is one.
+    assignments = VendorAssignment.objects.filter(complaint=OuterRef("pk"))
+    active_id = assignments.filter(active=True).values("pk")
+    latest_id = assignments.order_by("-pk").values("pk")
+    status, current_id, latest = (
+        Complaint.objects.filter(pk=complaint.pk)
+        .values_list("status", Subquery(active_id[:1]), Subquery(latest_id[:1]))
         .first()
-    )
+    ) or (complaint.status, None, None)
     if current_id is None:
-        return None
+        return status, None, latest
     if seen is not None and seen.pk == current_id:
-        return seen  # the caller's, already read: the one it saw is still the active one
-    return VendorAssignment.objects.select_related("vendor").filter(pk=current_id).first()
+        return status, seen, current_id  # the caller's, already read: still the active one
+    current = VendorAssignment.objects.select_related("vendor").filter(pk=current_id).first()
+    return status, current, current_id
 
 
 def _check_contract(vendor: Vendor, organization: Organization, day: date) -> None:

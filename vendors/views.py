@@ -7,7 +7,10 @@ page's (``hoa.complaints``) POST of the section this app adds to it, so a 400 sh
 page again with the form's errors.
 
 The form carries the assignment the page showed (``replacing``); a reassignment replaces
-that one only, and a 409 page that shows a newer one offers to replace it knowingly.
+that one only, and a 409 page that shows a newer one offers to replace it knowingly. It
+carries the complaint's status the page showed too (``seen_status``): a closed complaint
+gets no vendor, a 409 when it was closed since the page was shown, else a 400, each in the
+association's layout with a way back to the complaint (whose page shows no assign card).
 """
 
 from django.db.models import Q
@@ -22,7 +25,13 @@ from hoa.security.ratelimits import limit_fenced_posts
 from hoa.web.access import client_ip
 from hoa.web.lists import FilteredListView
 from vendors import answers, selectors
-from vendors.exceptions import AssignmentSuperseded, ChangedSinceViewed, VendorsError
+from vendors.exceptions import (
+    AssignmentSuperseded,
+    ChangedSinceViewed,
+    ClosedSinceViewed,
+    ComplaintClosed,
+    VendorsError,
+)
 from vendors.forms import AssignVendorForm, VendorFilterForm
 from vendors.operations import ASSIGN_PERMISSION, OPERATION
 from vendors.services import assign_vendor
@@ -47,6 +56,8 @@ class AssignVendorView(ComplaintDetailView):
         if not form.is_valid():
             return self.render_to_response(self.get_context_data(form=form), status=400)
         vendor, reassign = form.cleaned_data["vendor"], form.cleaned_data["reassign"]
+        # A client that posted no status showed no page: what it decides on is what is now.
+        seen_status = form.cleaned_data["seen_status"] or None
         if form.carries_shown_assignment:
             replacing = form.cleaned_data["replacing"]
         else:  # posted by a client that showed no page: what is active now, before the lease
@@ -58,9 +69,18 @@ class AssignVendorView(ComplaintDetailView):
                 actor=request.user,
                 reassign=reassign,
                 replacing=replacing,
+                seen_status=seen_status,
                 ip=client_ip(request),
             )
         except VendorsError as exc:
+            if isinstance(exc, ComplaintClosed | ClosedSinceViewed):  # no form to try again
+                return answer_table.page(
+                    request,
+                    exc,
+                    back_url=self.complaint_url(complaint),
+                    retry_url="",
+                    extra_context={"organization": self.organization},
+                )
             if exc.answer is Answer.BAD_REQUEST:  # no contract covers today: the form says so
                 form.add_error("vendor", exc.message)
                 return self.render_to_response(self.get_context_data(form=form), status=400)

@@ -66,10 +66,10 @@ def _as_pairs(fields) -> list[tuple[str, str]]:
     return [(str(name), str(value)) for name, value in fields]
 
 
-def error_page(request, status: int, title: str, message: str):
+def error_page(request, status: int, title: str, message: str, *, back_url: str = ""):
     """The 4xx/5xx page: its title and sentence, in the association's layout (its name and
     navigation) when the request is one of an association's pages (``OrganizationMixin``
-    sets ``request.organization``)."""
+    sets ``request.organization``), with a way back (``back_url``, else the associations)."""
     return render(
         request,
         "hoa/error.html",
@@ -78,6 +78,7 @@ def error_page(request, status: int, title: str, message: str):
             "message": message,
             "status": status,
             "organization": getattr(request, "organization", None),
+            "back_url": back_url,
         },
         status=status,
     )

@@ -81,12 +81,13 @@ ANSWERS = {
 }
 
 
-def page(request, exc: "Refusal", **conflict_options):
+def page(request, exc: "Refusal", *, back_url: str = "", **conflict_options):
     """The page answering ``exc``: 409 with a retry, 403, or an error page.
 
     ``conflict_options`` go to ``conflict()`` (title, template, retry fields…) when the
     answer is a retry; when the refusal carries a lease still held (``busy``), the page
     links to its details for operators (the sentence names only the person holding it).
+    ``back_url``: where the page's way back leads (the object the request was about).
     """
     if exc.answer is Answer.FORBIDDEN:
         raise PermissionDenied(exc.message) from exc
@@ -98,8 +99,11 @@ def page(request, exc: "Refusal", **conflict_options):
             "retry_url": request.path,
             **conflict_options,
         }
+        if back_url:
+            options["extra_context"] = {**options.get("extra_context", {}), "back_url": back_url}
         return conflict(request, **options)
-    return error_page(request, ANSWERS[exc.answer].status, exc.title, exc.message)
+    status = ANSWERS[exc.answer].status
+    return error_page(request, status, exc.title, exc.message, back_url=back_url)
 
 
 def admin_message(modeladmin, request, exc: "Refusal") -> None:

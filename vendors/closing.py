@@ -1,0 +1,86 @@
+"""What closing a complaint does to its vendor: the assignment ends, and the vendor is told.
+
+Closed is final (``hoa.complaints.rules``): a closed complaint has no vendor and gets none
+until it is reopened. The close (``hoa.complaints.workflow.change_status``) calls
+``end_on_close`` in its own transaction, under the complaint's row lock, after the status
+moved, through the ``Assignee`` this app declares: the active assignment ends at the
+close's time (``ended_because = "closed"``) in that transaction, so no state in which the
+complaint is closed and a vendor still active ever commits. An assignment racing the close
+is settled by the same row lock: committed first, the close ends it; committed after, its
+state check finds the complaint closed and refuses it (``ClosedSinceViewed``).
+
+After the commit, the vendor's dispatch is told: the same best-effort cancellation an
+attempt refused at its commit sends (a POST to ``<VENDOR_DISPATCH_URL>/cancel`` with the
+``Idempotency-Key`` and ``X-Fencing-Token`` of that vendor's dispatch, ``"reason":
+"complaint-closed"``). Best effort, as the told-in-vain one: a call that fails is logged
+and not retried, and so is a process that dies between the commit and the call. The
+assignment's end is what the database keeps either way; the timeline shows it.
+"""
+
+import logging
+from functools import partial
+
+from django.db import transaction
+
+from hoa.integrations.webhooks import ExternalCallFailed
+from hoa.models import Complaint
+from locking import StaleAtReceiver
+from vendors.dispatch import CancelReason, cancel_dispatch
+from vendors.models import VendorAssignment
+
+logger = logging.getLogger(__name__)
+
+Ended = VendorAssignment.Ended
+
+
+def end_on_close(complaint: Complaint, *, at, actor) -> None:
+    """End ``complaint``'s active assignment at ``at``, in the close's transaction, and
+    tell its vendor once the close has committed."""
+    ended = VendorAssignment.objects.end_active(complaint.pk, at=at, because=Ended.CLOSED)
+    if ended is not None:
+        transaction.on_commit(partial(tell_vendor_closed, ended), robust=True)
+
+
+def tell_vendor_closed(assignment_id: int) -> str:
+    """Send the cancellation of the dispatch of assignment ``assignment_id``, ended by its
+    complaint's close; say what it got (logged). Never raises for the call's failure."""
+    assignment = VendorAssignment.objects.select_related("vendor", "complaint__organization").get(
+        pk=assignment_id
+    )
+    complaint = assignment.complaint
+    # The dispatch's key named the complaint's assignment before this one; its payload,
+    # the one it replaced (none when that one had ended with a close).
+    before = complaint.assignments.filter(pk__lt=assignment.pk).order_by("-pk").first()
+    replaced = before if before is not None and before.ended_because == Ended.REPLACED else None
+    facts = {"complaint": complaint.pk, "token": assignment.fence_token}
+    try:
+        call = cancel_dispatch(
+            complaint=complaint,
+            vendor=assignment.vendor,
+            replacing=replaced,
+            after_id=before.pk if before is not None else None,
+            now_assigned=None,
+            reason=CancelReason.CLOSED,
+            token=assignment.fence_token,
+        )
+    except ExternalCallFailed as exc:
+        logger.warning(
+            "closed complaint's vendor not told: %s",
+            exc.reason,
+            extra={**facts, "outcome": "failed"},
+        )
+        return f"cancellation failed: {exc.reason}"
+    except StaleAtReceiver as exc:  # the dispatch service has a newer call for the key
+        logger.warning(
+            "closed complaint's vendor: cancellation refused as stale (%s)",
+            exc,
+            extra={**facts, "outcome": "stale"},
+        )
+        return f"cancellation refused as stale ({exc})"
+    said = (
+        "cancellation skipped: no dispatch URL configured"
+        if call.skipped
+        else f"cancellation sent (HTTP {call.status})"
+    )
+    logger.info("closed complaint's vendor told: %s", said, extra={**facts, "outcome": "sent"})
+    return said
