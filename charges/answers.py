@@ -22,6 +22,7 @@ from charges.exceptions import (
     InvalidMonth,
     LockServiceUnavailable,
     NotAllowed,
+    UnitsChanged,
 )
 from charges.models import MonthlyChargeRun
 from hoa.answers.refusals import person_holding, sentence
@@ -58,6 +59,12 @@ def _sentence(refusal: ChargesError, audience: Audience) -> str:
                 "The billing system did not accept the charges for %(organization)s, "
                 "%(month)s (%(reason)s); nothing was written."
             ) % {**_facts(refusal.organization, refusal.month), "reason": refusal.reason}
+        case UnitsChanged():
+            return _(
+                "A unit of %(organization)s was removed while its charges for %(month)s "
+                "were being generated; nothing was saved. Try again to bill the units "
+                "there are now."
+            ) % _facts(refusal.organization, refusal.month)
     raise TypeError(f"no sentence for {type(refusal).__name__}")
 
 

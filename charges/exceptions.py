@@ -17,6 +17,7 @@ from hoa.answers.refusals import (
     Superseded,
 )
 from hoa.answers.table import Answer
+from locking import Outcome
 
 
 class ChargesError(Refusal):
@@ -71,3 +72,16 @@ class BillingFailed(ChargesError, CallFailed):
     """The billing system refused the run, failed or timed out."""
 
     title = gettext_lazy("The billing system failed")
+
+
+class UnitsChanged(ChargesError):
+    """A unit the attempt billed was removed before its charges were written (its
+    ``MonthlyCharge`` would name a unit that is gone); nothing was written. Trying again
+    bills the units there are now."""
+
+    answer = Answer.RETRY
+    outcome = Outcome.CONFLICT
+    title = gettext_lazy("The units changed meanwhile")
+
+    def __init__(self, *, organization, month):
+        super().__init__(organization=organization, month=month)

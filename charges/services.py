@@ -24,13 +24,14 @@ operator at the shell.
 from dataclasses import dataclass, field
 from datetime import date, datetime
 
+import psycopg
 from django.db import transaction
 from django.db.models import QuerySet
 from django.utils import timezone
 
 from charges import answers, billing
 from charges.billing import ChargeLine
-from charges.exceptions import ChargesError, InvalidMonth
+from charges.exceptions import ChargesError, InvalidMonth, UnitsChanged
 from charges.models import MonthlyCharge, MonthlyChargeRun
 from charges.operations import GENERATION, charge_resource
 from hoa.answers.table import Answer
@@ -95,6 +96,10 @@ def generate_together(
 
     Return, in order, each one's ``ChargeRunResult`` or its refusal (a ``ChargesError``,
     not raised).
+
+    A unit removed while the batch was billed (``UnitsChanged``: one association's charges
+    would name it) leaves nothing of the batch committed; each of its associations then
+    runs again on its own, its units read again under its own lease.
     """
     answers: list = [None] * len(batch)
     calls, places = [], []
@@ -105,9 +110,26 @@ def generate_together(
             answers[place] = refusal
         else:
             places.append(place)
-    for place, answer in zip(places, run_together(calls), strict=True):
+    try:
+        together = run_together(calls)
+    except UnitsChanged:
+        together = [UnitsChanged] * len(calls)  # nothing of the batch committed
+    for place, answer in zip(places, together, strict=True):
+        if answer is UnitsChanged or isinstance(answer, UnitsChanged):
+            organization, month, _ = batch[place]
+            answer = _alone(organization, month, actor, via=via)
         answers[place] = answer
     return answers
+
+
+def _alone(organization, month, actor, *, via) -> "ChargeRunResult | ChargesError":
+    """One association of a batch again, on its own, its units read under its lease."""
+    try:
+        return generate_monthly_charges(
+            organization=organization, month=month, actor=actor, via=via
+        )
+    except ChargesError as refusal:
+        return refusal
 
 
 def _generation(organization, month, actor, *, via, ip=None, lines=None):
@@ -199,7 +221,7 @@ class ChargeRun(FencedSteps):
         # epoch); the runner fences that row and ``commit`` reads its state.
         if not insert_fenced(run, lease):
             return None
-        _copy_charges(run, looked.lines, now)
+        self._copy(run, looked.lines, now)
         return ChargeRunResult(run=run, outcome=Outcome.COMMITTED, token=lease.token)
 
     def fence_row(self, looked: Looked) -> QuerySet:
@@ -222,12 +244,28 @@ class ChargeRun(FencedSteps):
         if run.is_completed:
             return ChargeRunResult(run=run, outcome=Outcome.ALREADY_DONE, token=lease.token)
         now = timezone.now()
-        _copy_charges(run, looked.lines, now)
+        self._copy(run, looked.lines, now)
         completed = _completed(looked.lines, by=self.by, now=now)
         for name, value in completed.items():
             setattr(run, name, value)
         run.save(update_fields=list(completed))
         return ChargeRunResult(run=run, outcome=Outcome.COMMITTED, token=lease.token)
+
+    def _copy(self, run: MonthlyChargeRun, lines: list[ChargeLine], now: datetime) -> None:
+        """The charges of ``lines``; a unit removed since the look refuses the attempt.
+
+        The units were read before the billing call, outside the transaction; a unit
+        deleted since (one never billed: the charges of earlier months protect the others)
+        fails the charges' foreign key, which is the check. The rest of the transaction
+        then rolls back with the refusal. Nothing is locked for it in the usual case: the
+        foreign key's own check is what finds it.
+        """
+        try:
+            _copy_charges(run, lines, now)
+        except psycopg.errors.ForeignKeyViolation as exc:
+            if "unit_id" not in (exc.diag.constraint_name or ""):
+                raise
+            raise UnitsChanged(organization=self.organization, month=self.month) from exc
 
 
 def _completed(lines: list[ChargeLine], *, by: str, now: datetime) -> dict:
