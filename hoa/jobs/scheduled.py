@@ -77,8 +77,8 @@ def sweep_sla(
     wait: timedelta | None = None,
 ) -> SweepResult:
     """Mark open complaints past their SLA deadline as breached, each once, in batches."""
-    _check_pass_arguments(batch_size)
-    with _pass_lock(SLA_SWEEP_LOCK, wait=wait) as acquired:
+    check_pass_arguments(batch_size)
+    with pass_lock(SLA_SWEEP_LOCK, wait=wait) as acquired:
         if not acquired:
             # DEBUG: on a cluster of cron hosts, skipping is what most passes do.
             logger.debug(
@@ -115,8 +115,8 @@ def publish_notices(
     wait: timedelta | None = None,
 ) -> PublishResult:
     """Publish due notices, each once, and deliver each after its publication commits."""
-    _check_pass_arguments(batch_size)
-    with _pass_lock(PUBLISH_NOTICES_LOCK, wait=wait) as acquired:
+    check_pass_arguments(batch_size)
+    with pass_lock(PUBLISH_NOTICES_LOCK, wait=wait) as acquired:
         if not acquired:
             logger.debug(
                 "notice publisher skipped: another sweep is running",
@@ -207,7 +207,7 @@ def _deliver_stranded(*, limit: int) -> int:
     return sum(deliver_notice(notice_id) for notice_id in stranded)
 
 
-def _check_pass_arguments(batch_size: int) -> None:
+def check_pass_arguments(batch_size: int) -> None:
     if batch_size < 1:
         raise ValueError(f"batch_size must be at least 1, got {batch_size}")
     if connection.in_atomic_block:
@@ -217,7 +217,7 @@ def _check_pass_arguments(batch_size: int) -> None:
 
 
 @contextmanager
-def _pass_lock(name: str, *, wait: timedelta | None) -> Iterator[bool]:
+def pass_lock(name: str, *, wait: timedelta | None) -> Iterator[bool]:
     """Yield whether the advisory lock ``name`` was taken; hold it until the block ends.
 
     Django keeps one connection per thread, so the lock connection is a helper thread's:
