@@ -160,3 +160,28 @@ def test_a_change_that_waited_for_the_lock_is_stamped_after_the_change_it_waited
     sla_changed, closed = ComplaintEvent.objects.filter(complaint=complaint).order_by("id")
     assert (sla_changed.kind, closed.to_status) == ("sla_changed", S.CLOSED)
     assert sla_changed.at < closed.at == Complaint.objects.get(pk=complaint.pk).closed_at
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_page_that_showed_a_vendor_since_ended_by_a_close_gets_409_not_a_rule(
+    complaint, pipe, alice, client
+):
+    """Found by the fault suite's status changes: the page showed a resolved complaint with
+    its vendor (so it offered "in progress"); a colleague closed it, which ended the
+    vendor. Posting the page's change is a change from a status that is gone: 409 with
+    the status now, not the 400 of a rule ("assign a vendor first") read against a vendor
+    the page never saw leave."""
+    from vendors.services import assign_vendor
+
+    assign_vendor(complaint=complaint, vendor=pipe, actor=alice)
+    change_status(complaint=complaint, seen=S.ASSIGNED, to=S.RESOLVED, note="Done.", actor=alice)
+    change_status(complaint=complaint, seen=S.RESOLVED, to=S.CLOSED, note="", actor=alice)
+    client.force_login(alice)
+
+    response = client.post(
+        f"/orgs/maple-court/complaints/{complaint.pk}/status/",
+        {"from_status": S.RESOLVED, "to_status": S.IN_PROGRESS, "note": "It leaks again."},
+    )
+
+    assert response.status_code == 409
+    assert "it is closed now, not resolved; nothing was saved" in response.content.decode()

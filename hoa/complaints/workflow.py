@@ -144,14 +144,21 @@ def change_status(
 ) -> StatusChange:
     """Move ``complaint`` from the status the actor saw to ``to``, with a note, once.
 
-    ``assigned`` is what the caller read with the page (``extensions.assigned``), which
-    answers a change the page should not have offered before anything is locked; under
-    the row lock the change reads it again, and that decides. Closing ends the active
-    vendor's assignment in the same transaction (the ``Assignee``'s ``on_close``)."""
+    ``assigned`` is what the caller read with its page (``extensions.assigned``): the rules
+    are checked against it before anything is locked, except the one that needs someone
+    assigned, which is read again under the row lock once the status is known to be the
+    one seen (a vendor the page showed may have gone with a close the caller has not
+    seen: that is a 409, not a rule broken). Closing ends the active vendor's assignment
+    in the same transaction (the ``Assignee``'s ``on_close``).
+    """
     note = note.strip()
     if seen not in Status.values or to not in Status.values:
         raise TransitionRefused(Rule.UNKNOWN_STATUS)
-    check_transition(complaint=complaint, seen=seen, to=to, note=note, assigned=assigned)
+    try:
+        check_transition(complaint=complaint, seen=seen, to=to, note=note, assigned=assigned)
+    except TransitionRefused as refused:
+        if refused.rule is not Rule.NEEDS_ASSIGNEE:
+            raise  # decided under the lock, against who is assigned then
     guard = assignee()
     with transaction.atomic():
         locked = Complaint.objects.locked(complaint.pk)
