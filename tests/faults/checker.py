@@ -17,7 +17,8 @@ Charges (one run per organization and month)
     stand-in (locking's receiver) holds exactly one record for a completed run's key,
     billing the run's charge count and total.
 
-Vendor assignment (one complaint)
+Vendor assignment (one complaint; a close may end the active row, and a row after a
+closed-ended one is a first assignment again, not a replacement)
   - committed writes are totally ordered by token: assignment rows in insertion order
     carry strictly increasing tokens, the complaint's fence is at least the highest;
   - never two active vendors at once: at most one active row, only the newest may be
@@ -29,6 +30,18 @@ Vendor assignment (one complaint)
     that got no answer); a row that replaced another came from a reassign request;
   - every row's token reached the dispatch service, and was accepted, before the row was
     written.
+
+The complaint's rules (one complaint that assignments and status changes both reached)
+  - at most one active assignment, and none on a closed complaint;
+  - assigned or in progress means an active vendor: after every status event that moved
+    it there, and now;
+  - closed means nothing was assigned after ``closed_at``: no row assigned while the
+    complaint was closed, and every row active at a close was ended by it;
+  - one timeline event per committed change, in commit order: each status change a client
+    was told was done has exactly one event (its user, from the status its page showed),
+    each first assignment of an open complaint one (open to assigned, at its time), every
+    event belongs to one of those or to a request with no clear answer, and ordering the
+    events by their time is ordering them by their ids (taken under the row lock).
 
 The stand-in (locking's receiver)
   - kept, per key, the highest token it accepted: its record holds the largest token
@@ -63,9 +76,12 @@ def check_history(ops: list[Op], *, received: list, units: dict[int, int]) -> li
     to its number of units.
     """
     by_resource: dict[str, list[Op]] = defaultdict(list)
+    by_complaint: dict[int, list[Op]] = defaultdict(list)
     for op in ops:
         if op.kind in ("charges", "assign"):
             by_resource[op.resource].append(op)
+        if op.kind in ("assign", "status"):
+            by_complaint[op.complaint].append(op)
     calls = _calls_by_key(received)
     violations: list[str] = _check_receiver(received)
     for resource, resource_ops in sorted(by_resource.items()):
@@ -75,6 +91,9 @@ def check_history(ops: list[Op], *, received: list, units: dict[int, int]) -> li
         else:
             found = _check_assignment(first.complaint, resource_ops, calls)
         violations += [f"{resource}: {line}" for line in found]
+    for complaint_id, complaint_ops in sorted(by_complaint.items()):
+        found = _check_complaint_rules(complaint_id, complaint_ops)
+        violations += [f"complaint {complaint_id}: {line}" for line in found]
     return violations
 
 
@@ -267,9 +286,11 @@ def _check_assignment(complaint_id, ops, calls) -> list[str]:
         # first, then by what it was told: "done", then a success whose message was not
         # read, then no clear answer. Otherwise an unknown answer of an earlier, plain
         # request (its window stays open) would be blamed for the reassignment's row.
+        # A row after one its close ended replaced nothing: a first assignment again.
+        replaced = index > 0 and rows[index - 1].ended_because != "closed"
         writers = sorted(
             (op for op in candidates if op.verdict in WRITERS and id(op) not in claimed),
-            key=lambda op: (index > 0 and not op.reassign, WRITERS.index(op.verdict)),
+            key=lambda op: (replaced and not op.reassign, WRITERS.index(op.verdict)),
         )
         if not candidates:
             problems.append(f"assignment {row.pk} (token {row.fence_token}) has no client")
@@ -283,7 +304,7 @@ def _check_assignment(complaint_id, ops, calls) -> list[str]:
             continue
         writer = writers[0]
         claimed.add(id(writer))
-        if index > 0 and not writer.reassign:
+        if replaced and not writer.reassign:
             problems.append(f"assignment {row.pk} replaced another without a reassign request")
         prefix = f"vendor-assignment:{complaint_id}:{row.vendor_id}:"
         sent = {token for key, found in calls.items() if key.startswith(prefix) for token in found}
@@ -306,6 +327,111 @@ def _check_assignment(complaint_id, ops, calls) -> list[str]:
             problems.append(
                 f"{op.user} was told vendor {op.vendor} already handles it; it never did "
                 "during that request"
+            )
+    return problems
+
+
+# -- the complaint's rules ---------------------------------------------------------------------
+
+
+def _check_complaint_rules(complaint_id: int, ops: list[Op]) -> list[str]:
+    """The rules between the complaint's operations (the module docstring's list), from its
+    rows and its timeline."""
+    from hoa.models import Complaint, ComplaintEvent
+    from vendors.models import VendorAssignment
+
+    complaint = Complaint.objects.get(pk=complaint_id)
+    rows = list(VendorAssignment.objects.filter(complaint_id=complaint_id).order_by("pk"))
+    events = list(
+        ComplaintEvent.objects.filter(complaint_id=complaint_id, kind="status_changed")
+        .select_related("actor")
+        .order_by("pk")
+    )
+    problems = []
+    active = [row for row in rows if row.active]
+    if len(active) > 1:
+        problems.append(f"{len(active)} active assignments")
+    if complaint.status == "closed" and active:
+        problems.append(f"closed with assignment {active[0].pk} active")
+    if complaint.status in ("assigned", "in_progress") and not active:
+        problems.append(f"{complaint.status} without an active vendor")
+
+    def active_at(moment) -> list:
+        return [
+            row
+            for row in rows
+            if row.assigned_at <= moment
+            and (row.deactivated_at is None or row.deactivated_at > moment)
+        ]
+
+    closed_at = None  # while the timeline has it closed: since when
+    for event in events:
+        if event.to_status in ("assigned", "in_progress") and not active_at(event.at):
+            problems.append(f"event {event.pk} made it {event.to_status} with no vendor active")
+        if event.to_status == "closed":
+            closed_at = event.at
+            for row in active_at(event.at):
+                problems.append(f"assignment {row.pk} stayed active through the close {event.pk}")
+        elif closed_at is not None:  # reopened
+            made = [row.pk for row in rows if closed_at < row.assigned_at < event.at]
+            if made:
+                problems.append(f"assignments {made} were made while it was closed")
+            closed_at = None
+    if closed_at is not None:
+        late = [row.pk for row in rows if row.assigned_at > closed_at]
+        if late:
+            problems.append(f"assignments {late} were made after closed_at")
+
+    by_time = sorted(events, key=lambda event: (event.at, event.pk))
+    if [event.pk for event in by_time] != [event.pk for event in events]:
+        problems.append("the timeline's order by time is not the order the events committed in")
+    problems += _one_event_per_change(rows, events, [op for op in ops if op.kind == "status"])
+    return problems
+
+
+def _one_event_per_change(rows, events, status_ops: list[Op]) -> list[str]:
+    """Every status change a client was told was done has its one event; every event is a
+    told change's, a first assignment's (open to assigned, at its time), or an unclear
+    request's."""
+    problems = []
+    assigned_at = {(row.assigned_at, row.assigned_by_id) for row in rows}
+    claimed: set[int] = set()
+    for event in events:
+        if (event.from_status, event.to_status) == ("open", "assigned") and (
+            event.at,
+            event.actor_id,
+        ) in assigned_at:
+            continue  # a first assignment's, in its transaction
+        user = event.actor.username if event.actor else ""
+        moment = event.at.timestamp()
+        candidates = [
+            op
+            for op in status_ops
+            if op.user == user
+            and op.status_from == event.from_status
+            and (
+                op.status_to == event.to_status
+                or (op.status_to, event.to_status) == ("open", "assigned")
+            )
+            and _in_window(moment, op)
+            and id(op) not in claimed
+        ]
+        writers = sorted(
+            (op for op in candidates if op.verdict in WRITERS),
+            key=lambda op: WRITERS.index(op.verdict),
+        )
+        if not writers:
+            told = ", ".join(sorted({op.verdict for op in candidates})) or "nothing"
+            problems.append(
+                f"event {event.pk} ({event.from_status} to {event.to_status} by {user}) has no "
+                f"client told it was done (told: {told})"
+            )
+            continue
+        claimed.add(id(writers[0]))
+    for op in status_ops:
+        if op.verdict in ("done", "succeeded") and id(op) not in claimed:
+            problems.append(
+                f"{op.user} was told {op.status_from} to {op.status_to} was done; no event of it"
             )
     return problems
 

@@ -6,11 +6,13 @@ timestamps the app writes), and what the client was told, reduced to one verdict
 =============  =========================================================================
 verdict        meaning (HTTP / command)
 =============  =========================================================================
-done           303 with a success message / exit 0 "Generated…", "…is assigned…"
+done           303 with a success message / exit 0 "Generated…", "…is assigned…", "…is closed now"
 already_done   303 with an info message / exit 0 "already generated", "already the vendor"
 succeeded      303 whose message could not be read (its page stayed unavailable): done or
                already done, the checker accepts either
-refused        409 / exit 75: busy, superseded by a newer holder, assigned to another
+refused        409 / exit 75: busy, superseded by a newer holder, assigned to another, the
+               status changed; 400 / exit 1 "This complaint is closed" (a vendor for a
+               closed complaint: the rule table's answer, nothing written)
 unavailable    503 / exit 1 naming Redis or PostgreSQL: nothing was written
 indeterminate  503 naming the database ("Temporarily unavailable"): PostgreSQL went away
                or did not answer, perhaps during the COMMIT; the write may be there or not
@@ -19,6 +21,7 @@ failed         502 / exit 1 naming the billing or dispatch service: nothing was 
 invalid        400, 403, 404, 429 / any other exit 1
 error          500 or a traceback: a clear answer was owed and not given
 no_answer      the connection broke or the client gave up: the outcome is unknown
+unread         a status change whose complaint page could not be read: nothing was posted
 =============  =========================================================================
 """
 
@@ -36,6 +39,12 @@ from tests.harness.processes import run_manage
 
 _MESSAGE = re.compile(r'<li class="msg ([a-z ]+)"[^>]*>(.*?)</li>', re.S)
 _TITLE = re.compile(r"<h1[^>]*>(.*?)</h1>", re.S)
+# The complaint page's status form: the status it shows, and the changes it offers.
+_SHOWN_STATUS = re.compile(r'<input type="hidden" name="from_status" value="([a-z_]+)"')
+_OFFERED = re.compile(r'<option value="([a-z_]+)"')
+_STATUS_FORM = re.compile(r'data-testid="status-form">(.*?)</form>', re.S)
+# The refusals that are a rule's answer, nothing written (the title of their page).
+RULE_REFUSALS = ("This complaint is closed",)
 _TAGS = re.compile(r"<[^>]+>")
 # The title of hoa.ops.middleware's 503 page (the database, not the lock service).
 DATABASE_UNAVAILABLE = "Temporarily unavailable"
@@ -47,7 +56,7 @@ MESSAGE_RETRY_SECONDS = 0.5
 class Op:
     """One request and what its client was told."""
 
-    kind: str  # "charges", "assign", or "nemesis" (scenario 9's fenced writes)
+    kind: str  # "charges", "assign", "status", or "nemesis" (scenario 9's fenced writes)
     org: str
     org_id: int
     client: str = ""
@@ -57,6 +66,11 @@ class Op:
     complaint: int | None = None
     vendor: int | None = None
     reassign: bool = False
+    # A status change: the one wished for (the page may not offer it: then another it
+    # offers), and what was posted: the status the page showed and the one asked for.
+    wish: str = ""
+    status_from: str = ""
+    status_to: str = ""
     started: float = field(default_factory=time.time)
     ended: float = 0.0
     verdict: str = ""
@@ -69,6 +83,8 @@ class Op:
             return f"monthly-charges:org:{self.org_id}:{self.month}"
         if self.kind == "nemesis":
             return f"nemesis:complaint:{self.complaint}"
+        if self.kind == "status":
+            return f"complaint:{self.complaint}"
         return f"vendor-assignment:complaint:{self.complaint}"
 
     def as_dict(self) -> dict:
@@ -121,9 +137,12 @@ class StaffClient:
         self.http.cookies.set("csrftoken", self.csrf, domain="127.0.0.1", path="/")
 
     def send(self, op: Op, *, timeout: float = 30) -> Op:
-        """POST ``op`` (generate or assign) as this user and record the answer on it."""
+        """POST ``op`` (generate, assign or a status change) as this user and record the
+        answer on it."""
         op.client = op.client or self.name
         op.user, op.via = self.username, f"http:{self.instance}"
+        if op.kind == "status":
+            return self._change_status(op, timeout)
         if op.kind == "charges":
             # The month is chosen by the scenario: confirmed, as the page's button does.
             url = f"/orgs/{op.org}/charges/{op.month}/generate/"
@@ -132,6 +151,36 @@ class StaffClient:
         if op.reassign:
             data["reassign"] = "on"
         return self._post(op, f"/orgs/{op.org}/complaints/{op.complaint}/assign/", data, timeout)
+
+    def _change_status(self, op: Op, timeout: float) -> Op:
+        """Read the complaint page as a person does, then post the change it offers that
+        ``op.wish``es (or the first it offers), from the status it shows."""
+        path = f"/orgs/{op.org}/complaints/{op.complaint}/"
+        op.started = time.time()
+        try:
+            page = self.http.get(self.base_url + path, timeout=timeout)
+        except requests.RequestException as exc:
+            op.ended = time.time()
+            op.verdict, op.detail = "unread", f"page: {exc.__class__.__name__}"
+            return op
+        form = _STATUS_FORM.search(page.text) if page.status_code == 200 else None
+        shown = _SHOWN_STATUS.search(form.group(1)) if form else None
+        offered = _OFFERED.findall(form.group(1)) if form else []
+        if shown is None or not offered:
+            op.ended = time.time()
+            op.verdict, op.detail = "unread", f"page: {page.status_code} {_title(page.text)}"
+            return op
+        op.status_from = shown.group(1)
+        op.status_to = op.wish if op.wish in offered else offered[0]
+        data = {
+            "from_status": op.status_from,
+            "to_status": op.status_to,
+            "note": f"{self.name}: {op.status_from} to {op.status_to}",
+        }
+        started = op.started
+        self._post(op, f"{path}status/", data, timeout)
+        op.started = started  # the request began with the page it decided on
+        return op
 
     def _post(self, op: Op, path: str, data: dict, timeout: float) -> Op:
         op.started = time.time()
@@ -182,6 +231,8 @@ class StaffClient:
             return self._read_message(response.headers["Location"], timeout)
         detail = _title(response.text)
         verdict = {409: "refused", 503: "unavailable", 502: "failed"}.get(status)
+        if status == 400 and detail in RULE_REFUSALS:
+            verdict = "refused"
         if status == 503 and detail == DATABASE_UNAVAILABLE:
             # The request lost PostgreSQL; if that happened during its COMMIT, the write
             # may have landed. Only the database can say: the checker accepts either.

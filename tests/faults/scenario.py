@@ -177,6 +177,12 @@ class Scenario:
             reassign=reassign,
         )
 
+    def status(self, complaint: int, *, wish: str, org=MAPLE) -> Op:
+        """A status change of ``complaint``: to ``wish`` if its page offers it."""
+        return Op(
+            kind="status", org=org, org_id=self.world.org_id(org), complaint=complaint, wish=wish
+        )
+
     def month(self, org: str = MAPLE) -> str:
         return self.world.take_month(org)
 

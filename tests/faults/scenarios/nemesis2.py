@@ -28,7 +28,9 @@ The system under test (``Nemesis2Stack``): a Redis primary and replica behind a 
 (tests/faults/redis_pair.py) with ``LOCK_REDIS_MIN_REPLICAS=1``; PostgreSQL behind a proxy;
 five nemesis client processes (tests/faults/nemesis_client.py) writing one fenced row; two
 gunicorn instances with production settings (``DEBUG=0``, a ``SECRET_KEY``) and eight staff
-clients posting charge generations and vendor assignments on a few hot resources.
+clients posting charge generations, vendor assignments and status changes (close, reopen,
+resolve, in progress: each read from the complaint page first, as a person does) on a few
+hot resources.
 
 What is checked, per seed:
 
@@ -38,6 +40,9 @@ What is checked, per seed:
 - every HTTP answer against the database, by the suite's checker (tests/faults/checker.py):
   each 303 committed exactly once, no 409 or 503 that hides a write; a 503 from the
   database page is *indeterminate* (the COMMIT may have landed) and may go either way;
+  and the rules between a complaint's operations: at most one active assignment, assigned
+  or in progress means an active vendor, nothing assigned while (or after) it was closed,
+  one timeline event per committed change, in commit order;
 - the answers themselves: no 5xx but a 503, and a 503 only while a fault was on (plus
   ``WINDOW_SLACK``); no broken connection, no 4xx. A 502 is allowed while PostgreSQL
   restarts only: the stand-in external service keeps its records there, so it is down too.
@@ -80,6 +85,11 @@ from tests.harness.processes import Gunicorn
 from tests.harness.waiting import wait_until
 
 KINDS = ("pause-wipe", "failover", "redis-partition", "pg-partition", "pg-restart")
+# The status changes the staff load asks for, each when the complaint page offers it (else
+# the first change it offers): closes and reopens are the ones that meet assignments.
+STATUS_WISHES = ("closed", "closed", "open", "in_progress", "resolved")
+HTTP_KINDS = ("charges", "assign", "status")
+OPERATIONS = {"charges": "generate-charges", "assign": "assign-vendor", "status": "change-status"}
 # After a fault heals, answers may still come from it this long (a reconnect, a request
 # that was already waiting); a 503 later than that is a violation.
 WINDOW_SLACK = 3.0
@@ -234,7 +244,9 @@ class Nemesis2Stack:
 
 
 class _HttpLoad:
-    """Staff clients posting generations and assignments on a few hot resources."""
+    """Staff clients posting generations, assignments and status changes on a few hot
+    resources: the complaints are the same for the last two, so closes and reopens race
+    assignments."""
 
     def __init__(self, s: Scenario, system: Nemesis2Stack, users: list[str], seed: int):
         self.s = s
@@ -261,14 +273,17 @@ class _HttpLoad:
 
     def _loop(self, client: StaffClient, rng: random.Random) -> None:
         while not self.stop_event.is_set():
-            if rng.random() < 0.4:
+            draw = rng.random()
+            if draw < 0.3:
                 op = self.s.charges(MAPLE, month=rng.choice(self.months))
-            else:
+            elif draw < 0.65:
                 op = self.s.assign(
                     rng.choice(self.complaints),
                     rng.choice(self.s.world.vendors),
                     reassign=rng.random() < 0.3,
                 )
+            else:
+                op = self.s.status(rng.choice(self.complaints), wish=rng.choice(STATUS_WISHES))
             self.s.send(client, op, timeout=30)
             self.stop_event.wait(rng.uniform(0, 0.05))
 
@@ -572,8 +587,10 @@ def _write_history(seed, resource, attempts, writes, rounds, http_ops, started, 
     events = history_lines(attempts, resource=resource, start=started, writes=writes)
     for op in http_ops:
         process = op.client  # "http-<n>"
-        f = "generate-charges" if op.kind == "charges" else "assign-vendor"
+        f = OPERATIONS[op.kind]
         value = {"resource": op.resource, "vendor": op.vendor, "reassign": op.reassign}
+        if op.kind == "status":
+            value = {"resource": op.resource, "from": op.status_from, "to": op.status_to}
         events.append(
             {"process": process, "type": "invoke", "operation": f, "value": value, "t": op.started}
         )
@@ -626,7 +643,7 @@ def check_http_answers(ops: list[Op], windows: list[tuple[str, float, float]]) -
     """
     problems = []
     for op in ops:
-        if op.kind not in ("charges", "assign"):
+        if op.kind not in HTTP_KINDS:
             continue
         during = [
             kind
@@ -634,7 +651,7 @@ def check_http_answers(ops: list[Op], windows: list[tuple[str, float, float]]) -
             if op.started <= end + WINDOW_SLACK and op.ended >= start - WINDOW_SLACK
         ]
         what = f"{op.client} {op.kind} {op.resource} ({op.via})"
-        if op.verdict in ("unavailable", "indeterminate") and not during:
+        if op.verdict in ("unavailable", "indeterminate", "unread") and not during:
             problems.append(f"{what}: 503 while no fault was on: {op.detail[:120]!r}")
         elif op.verdict == "failed" and "pg-restart" in during:
             # The stand-in billing and dispatch service keeps its records in the same
@@ -671,7 +688,7 @@ def play(s: Scenario, plan: Nemesis2Plan, *, control: bool = False) -> Counts:
     finally:
         system.stop()
         connection.close()
-    http_ops = [op for op in s.history.snapshot() if op.kind in ("charges", "assign")]
+    http_ops = [op for op in s.history.snapshot() if op.kind in HTTP_KINDS]
     for op in http_ops:
         status = op.status if op.status is not None else "no answer"
         counts.http[status] += 1
