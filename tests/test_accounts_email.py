@@ -9,42 +9,25 @@ pointed at it with the settings an ``EMAIL_URL`` of ``smtp://127.0.0.1:<port>`` 
 import json
 import re
 import sys
-from email import message_from_bytes
-from email.message import Message
 
 import pytest
-from aiosmtpd.controller import Controller
 
 from hoa.settings import email_settings
-from tests.harness.net import LOOPBACK, closed_port, free_port
+from tests.harness.net import LOOPBACK, closed_port
 from tests.harness.processes import run_child
+from tests.harness.smtp import MailServer
 
 RESET_URL = "/accounts/password_reset/"
 NEW_PASSWORD = "a-fresh-garden-hose-42"
 
 
-class Mailbox:
-    """aiosmtpd handler: keeps every message the server accepted."""
-
-    def __init__(self):
-        self.messages: list[Message] = []
-        self.recipients: list[list[str]] = []
-
-    async def handle_DATA(self, server, session, envelope):
-        self.messages.append(message_from_bytes(envelope.content))
-        self.recipients.append(list(envelope.rcpt_tos))
-        return "250 Message accepted for delivery"
-
-
 @pytest.fixture
 def smtp_server():
-    mailbox = Mailbox()
-    controller = Controller(mailbox, hostname=LOOPBACK, port=free_port())
-    controller.start()
+    server = MailServer().start()
     try:
-        yield controller, mailbox
+        yield server.controller, server.mailbox
     finally:
-        controller.stop()
+        server.stop()
 
 
 def use_email_url(settings, url: str) -> None:

@@ -8,7 +8,9 @@
 - ``layout``: ``layout_problems(page)``, what a page drawn in Chromium does to its reader
   (text over text, crushed cells, overflow, words split across lines);
 - ``registry``: ``operations_removed``, the fenced-operation registry without some
-  operations for a while (restored on exit).
+  operations for a while (restored on exit);
+- ``smtp``: ``MailServer``, a real local SMTP server (aiosmtpd) and the ``Mailbox`` that
+  keeps what it was sent.
 
 Benchmarks (``bench/``) import nothing from here: they keep their own few lines of set-up.
 """
