@@ -17,5 +17,10 @@ class HoaConfig(AppConfig):
         # Failed sign-ins (site and admin login alike) count towards the lockout.
         user_login_failed.connect(count_failed_sign_in, dispatch_uid="hoa-count-failed-sign-in")
 
+        from hoa.jobs.outbox_metrics import ReporterOutboxCollector
+        from hoa.ops.metrics_view import register_scrape_collector
+
+        register_scrape_collector(ReporterOutboxCollector())  # the reporters' outbox
+
         from hoa import checks  # noqa: F401  (registers hoa.W001)
         from hoa.complaints import answers  # noqa: F401  (renders the workflow's refusals)

@@ -336,6 +336,11 @@ if not _sender and not DEBUG and EMAIL_BACKEND.endswith("smtp.EmailBackend") and
     )
 DEFAULT_FROM_EMAIL = _sender or "HOA staff <noreply@localhost>"
 SERVER_EMAIL = os.environ.get("SERVER_EMAIL", "").strip() or DEFAULT_FROM_EMAIL
+# Where the staff pages are served, as people's mail links to it (a reporter's opt-out
+# link: send_reporter_emails runs from cron, with no request to take the host from).
+SITE_URL = os.environ.get("SITE_URL", "").strip().rstrip("/") or "http://127.0.0.1:8000"
+if not SITE_URL.startswith(("http://", "https://")):
+    raise ImproperlyConfigured(f"SITE_URL must start with http:// or https://, got {SITE_URL!r}")
 
 # --- Production hardening (active when DEBUG is off) ------------------------------------
 

@@ -29,6 +29,7 @@ SCHEDULED = {
     "hoa-prune-fence-events": "prune_fence_events",
     "hoa-prune-access-denials": "prune_access_denials",
     "hoa-forget-reporters": "forget_reporters",
+    "hoa-send-reporter-emails": "send_reporter_emails",
 }
 
 # -- metric names in PromQL -------------------------------------------------------------
@@ -123,6 +124,7 @@ def test_every_alert_has_a_severity_a_summary_and_a_description():
         "FenceLeasesUncertain",
         "FenceLeasesOverrunTTL",
         "MonthStartNotCompleted",
+        "ReporterOutboxStuck",
     ]
     for rule in rules:
         assert rule["labels"]["severity"] in {"warning", "critical"}, rule["alert"]

@@ -42,6 +42,8 @@ from django.db.models import OuterRef, QuerySet, Subquery
 from django.utils import timezone
 
 from hoa.answers.table import Answer, Audience
+from hoa.complaints.reporters import Kind as ReporterKind
+from hoa.complaints.reporters import tell_reporter
 from hoa.complaints.rules import RULES, Change, allows
 from hoa.complaints.workflow import record_assignment
 from hoa.fenced import FencedSteps
@@ -277,7 +279,7 @@ class Assignment(FencedSteps):
         )
         if status is None:
             return None
-        self._record(assignment, status)
+        self._record(assignment, status, replaced=seen)
         return AssignmentResult(
             assignment, Outcome.COMMITTED, lease.token, seen, dispatched=told is not None
         )
@@ -309,7 +311,7 @@ class Assignment(FencedSteps):
             VendorAssignment.objects.insert_if_none_active(assignment, statuses=[status])
         else:
             VendorAssignment.objects.replace_if_active(current, assignment, statuses=[status])
-        self._record(assignment, status)
+        self._record(assignment, status, replaced=current)
         return assignment
 
     def _new_assignment(self, token: int) -> VendorAssignment:
@@ -322,8 +324,9 @@ class Assignment(FencedSteps):
             actor_label=self.by,
         )
 
-    def _record(self, assignment: VendorAssignment, status: str | None) -> None:
-        # Same transaction, after the fence: an open complaint becomes assigned.
+    def _record(self, assignment: VendorAssignment, status: str | None, *, replaced=None) -> None:
+        # Same transaction, after the fence: an open complaint becomes assigned, and the
+        # reporter's email about it is queued.
         record_assignment(
             complaint=self.complaint,
             actor=self.actor,
@@ -331,6 +334,13 @@ class Assignment(FencedSteps):
             note=answers.assigned_note(assignment),
             at=assignment.assigned_at,
             status=status,
+        )
+        tell_reporter(
+            self.complaint,
+            ReporterKind.VENDOR_REPLACED if replaced is not None else ReporterKind.VENDOR_ASSIGNED,
+            at=assignment.assigned_at,
+            vendor=self.vendor.name,
+            replaced=replaced.vendor.name if replaced is not None else "",
         )
 
     def take_back(self, lease: Lease, looked: Looked, refusal: RefusedAtCommit) -> str:

@@ -18,6 +18,7 @@ SORTS = {
     "title": ("title", "pk"),
 }
 EVENT_TEMPLATE = "hoa/complaints/_timeline_event.html"
+EMAIL_TEMPLATE = "hoa/complaints/_timeline_email.html"
 
 
 def complaint_list(organization: Organization, filters: dict, *, now: datetime | None = None):
@@ -56,13 +57,20 @@ def filter_complaints(complaints: QuerySet, filters: dict, *, now: datetime | No
 
 
 def timeline(complaint: Complaint) -> list[TimelineEntry]:
-    """Status changes, notes, SLA changes and breaches, and what the operations add (the
-    vendor assignments), newest first. At the same instant an event (the status change an
+    """Status changes, notes, SLA changes and breaches, the emails to the reporter (when
+    queued, and what became of them), and what the operations add (the vendor
+    assignments), newest first. At the same instant an event (the status change an
     assignment made) comes before (above) what the operations add."""
     events = complaint.events.select_related("actor")
     entries = [
         TimelineEntry(at=event.at, kind=event.kind, template=EVENT_TEMPLATE, item=event, rank=1)
         for event in events
+    ]
+    entries += [
+        TimelineEntry(
+            at=email.created_at, kind="reporter_email", template=EMAIL_TEMPLATE, item=email
+        )
+        for email in complaint.reporter_emails.all()
     ]
     for extension in extensions():
         if extension.timeline is not None:

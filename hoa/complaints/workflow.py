@@ -56,6 +56,7 @@ from django.db import transaction
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
+from hoa.complaints import reporters
 from hoa.complaints.exceptions import Rule, StatusChanged, TransitionRefused
 from hoa.complaints.extensions import assignee
 from hoa.complaints.rules import MOVES, Change, allows
@@ -180,6 +181,8 @@ def change_status(
         )
         if closing and guard is not None and guard.on_close is not None:
             guard.on_close(locked, at=moved.at, actor=actor)
+        if (kind := reporters.change_of_status(seen, lands_on)) is not None:
+            reporters.tell_reporter(locked, kind, at=moved.at)
     event = ComplaintEvent(
         pk=moved.event_id,
         complaint=complaint,

@@ -14,6 +14,7 @@ from hoa.models.organizations import (
     default_time_zone,
     validate_time_zone,
 )
+from hoa.models.reporter_emails import ReporterEmail
 
 __all__ = [
     "AccessDenial",
@@ -22,6 +23,7 @@ __all__ = [
     "ComplaintQuerySet",
     "Notice",
     "Organization",
+    "ReporterEmail",
     "StaffMembership",
     "Unit",
     "default_time_zone",

@@ -43,7 +43,8 @@ class ComplaintQuerySet(TenantQuerySet):
         ``UPDATE`` of a vendor assignment takes the same lock. ``None`` if there is none."""
         if not connections[self.db].in_atomic_block:
             raise TransactionManagementError("a row lock outside a transaction ends at once")
-        return self.select_for_update(no_key=True).filter(pk=complaint_id).first()
+        locking = self.select_for_update(no_key=True, of=("self",))
+        return locking.select_related("organization").filter(pk=complaint_id).first()
 
     def move_recorded(
         self,
@@ -143,6 +144,11 @@ class Complaint(FencedModel):
     reporter_name = models.CharField(_("reporter"), max_length=200, blank=True, default="")
     reporter_email = models.EmailField(_("reporter's email"), blank=True, default="")
     reporter_phone = models.CharField(_("reporter's phone"), max_length=30, blank=True, default="")
+    # When the reporter asked for no more emails about this complaint (the link in each
+    # one: hoa.complaints.reporters); none are queued or sent after it.
+    reporter_opted_out_at = models.DateTimeField(
+        _("reporter opted out at"), null=True, blank=True, editable=False
+    )
     status = models.CharField(
         _("status"), max_length=20, choices=Status.choices, default=Status.OPEN
     )

@@ -1,8 +1,13 @@
 """A real SMTP server for the tests that send mail: aiosmtpd on a free loopback port.
 
-``Mailbox`` is its handler: it keeps every message it accepted.
+``Mailbox`` is its handler: it keeps every message it accepted, and can be told how to
+answer the next ones, to stand in for a mail server that refuses (``answer = "451 …"``),
+hangs in the middle of a message (``hold()``, released by the test) or drops the
+connection before answering (``drop = True``: the client cannot know whether it was taken).
 """
 
+import asyncio
+import threading
 from email import message_from_bytes
 from email.message import Message
 
@@ -10,18 +15,43 @@ from aiosmtpd.controller import Controller
 
 from tests.harness.net import LOOPBACK, free_port
 
+ACCEPTED = "250 Message accepted for delivery"
+
 
 class Mailbox:
-    """aiosmtpd handler: keeps every message the server accepted."""
+    """aiosmtpd handler: keeps every message the server accepted (``messages``), and every
+    message it was sent, accepted or not (``received``)."""
 
     def __init__(self):
         self.messages: list[Message] = []
         self.recipients: list[list[str]] = []
+        self.received: list[Message] = []
+        self.answer = ACCEPTED
+        self.drop = False
+        self._held = threading.Event()
+        self._held.set()
+        self.waiting = threading.Semaphore(0)
+
+    def hold(self) -> None:
+        """Keep the next messages waiting for their answer until ``release()``."""
+        self._held.clear()
+
+    def release(self) -> None:
+        self._held.set()
 
     async def handle_DATA(self, server, session, envelope):
-        self.messages.append(message_from_bytes(envelope.content))
-        self.recipients.append(list(envelope.rcpt_tos))
-        return "250 Message accepted for delivery"
+        message = message_from_bytes(envelope.content)
+        self.received.append(message)
+        if not self._held.is_set():
+            self.waiting.release()
+            await asyncio.get_running_loop().run_in_executor(None, self._held.wait, 60)
+        if self.drop:
+            server.transport.close()  # no answer: the client cannot know
+            return ACCEPTED
+        if self.answer.startswith("250"):
+            self.messages.append(message)
+            self.recipients.append(list(envelope.rcpt_tos))
+        return self.answer
 
 
 class MailServer:
@@ -40,4 +70,5 @@ class MailServer:
         return self
 
     def stop(self) -> None:
+        self.mailbox.release()
         self.controller.stop()
