@@ -183,7 +183,7 @@ def test_the_command_whose_complaint_is_closed_during_its_dispatch_exits_75(
     subprocess_env, complaint, pipe, alice, dispatch
 ):
     gate = dispatch.hold(dispatch_of(pipe))
-    env = {**subprocess_env, "VENDOR_DISPATCH_URL": dispatch.url}
+    env = {**subprocess_env, "VENDOR_DISPATCH_URL": dispatch.url_for("dispatch")}
     command = start_manage(
         "assign_vendor", "--complaint", complaint.pk, "--vendor", pipe.pk, env=env
     )

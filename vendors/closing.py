@@ -24,7 +24,7 @@ from django.db import transaction
 
 from hoa.integrations.webhooks import ExternalCallFailed
 from hoa.models import Complaint
-from locking import StaleAtReceiver
+from locking import FencingToken, StaleAtReceiver
 from vendors.dispatch import CancelReason, cancel_dispatch
 from vendors.models import VendorAssignment
 
@@ -61,7 +61,7 @@ def tell_vendor_closed(assignment_id: int) -> str:
             after_id=before.pk if before is not None else None,
             now_assigned=None,
             reason=CancelReason.CLOSED,
-            token=assignment.fence_token,
+            token=_token_of(assignment),
         )
     except ExternalCallFailed as exc:
         logger.warning(
@@ -84,3 +84,18 @@ def tell_vendor_closed(assignment_id: int) -> str:
     )
     logger.info("closed complaint's vendor told: %s", said, extra={**facts, "outcome": "sent"})
     return said
+
+
+def _token_of(assignment: VendorAssignment) -> FencingToken:
+    """The token the assignment was made under, as the value a call is sealed with. A close
+    holds no lease: the cancellation goes out under the token of the grant that made the
+    assignment (the dispatch service refuses it as stale if a newer one has called). The
+    grant's owner id was not kept with the assignment, so the assignment names it; the
+    value seals this call and is never given to a fence."""
+    from vendors.operations import assignment_resource  # operations imports this module
+
+    return FencingToken(
+        assignment_resource(assignment.complaint_id),
+        assignment.fence_token,
+        f"assignment:{assignment.pk}",
+    )

@@ -27,7 +27,7 @@ def forwards(apps, schema_editor):
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("hoa", "0008_complaintevent_at_from_the_database"),
+        ("hoa", "0009_complaintevent_at_from_the_database"),
         ("vendors", "0003_tenancy"),
     ]
 

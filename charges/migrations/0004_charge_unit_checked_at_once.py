@@ -32,7 +32,7 @@ def alter(deferrable: bool):
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("charges", "0002_tenancy"),
+        ("charges", "0003_monthlychargerun_fence_guard"),
         ("hoa", "0007_organization_time_zone"),
     ]
 

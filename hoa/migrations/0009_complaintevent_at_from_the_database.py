@@ -7,7 +7,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('hoa', '0007_organization_time_zone'),
+        ('hoa', '0008_complaint_fence_guard'),
     ]
 
     operations = [

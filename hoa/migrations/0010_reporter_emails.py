@@ -8,7 +8,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('hoa', '0008_complaintevent_at_from_the_database'),
+        ('hoa', '0009_complaintevent_at_from_the_database'),
     ]
 
     operations = [
