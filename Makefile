@@ -121,11 +121,12 @@ bench: $(STAMP) services migrate ## benchmarks: prints a table, writes bench/res
 bench-quick: $(STAMP) services migrate ## a short benchmark run (about 2 minutes)
 	@$(PY) -m bench --quick
 
-# Then the model-based checker of the fence (locking/tests/test_fence_model.py): a long
-# search, and its controls, each with a fix taken back, which must find the violation.
+# Then the model-based checkers (the fence at every way in; a complaint's operations): a
+# long search each, and their controls, each with a fix taken back, which must find the
+# violation.
 faults: $(STAMP) services migrate ## fault-injection and load scenarios against real processes
 	@$(PY) -m tests.faults
-	@FENCE_MODEL_FAULTS=1 $(TEST_ENV) scripts/run_pytest.sh locking/tests/test_fence_model.py -p no:randomly -p no:cacheprovider -q -s -rA
+	@FENCE_MODEL_FAULTS=1 $(TEST_ENV) scripts/run_pytest.sh locking/tests/test_fence_model.py tests/test_complaint_model.py -p no:randomly -p no:cacheprovider -q -s -rA
 
 # The README's screenshots (docs/screenshots/), at 1280 and 390 px: the demo data seeded into
 # a test database of their own, photographed in Debian's Chromium. Rerun it whenever the

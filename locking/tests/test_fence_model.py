@@ -1,13 +1,12 @@
 """A model-based check of the fence at every way in (issue 35, build item 4).
 
 Holders run fenced plans in threads of their own, each with its own database connection,
-and every SQL statement a holder sends waits at a hold point (a Django execute wrapper)
-until the state machine lets it through: Hypothesis chooses which holder sends its next
+and every SQL statement a holder sends waits at a hold point until the state machine lets it
+through (locking/tests/stepping.py): Hypothesis chooses which holder sends its next
 statement, so it chooses the interleaving, statement by statement. A holder whose
-statement waits on a lock (PostgreSQL's ``pg_stat_activity``) is left waiting until
-another step frees it. Among the steps: a holder paused past its lease (its lock key
-expired: another is granted), and Redis losing its data (the counter and the lease gone:
-the next grant starts a new epoch).
+statement waits on a lock is left waiting until another step frees it. Among the steps: a
+holder paused past its lease (its lock key expired: another is granted), and Redis losing
+its data (the counter and the lease gone: the next grant starts a new epoch).
 
 The plans use every entry point, on the test model (``FencedThing``): ``advance_fence`` on
 one row and on a queryset of two, ``insert_fenced`` (re-creating a row that may have been
@@ -33,8 +32,6 @@ call plan skips ``claim_fence``: an older holder commits after a newer one told 
 
 import os
 import threading
-import time
-from dataclasses import dataclass, field
 from datetime import timedelta
 
 import pytest
@@ -63,13 +60,13 @@ from locking import (
 from locking.conf import setting
 from locking.guard import install_sql, uninstall_sql
 from locking.models import FenceEpoch
+from locking.tests.stepping import Holder, Stepping
 from locking.tests.testapp.models import Box, FencedThing, FencedWrite
 
 RESOURCE = "fenced-thing:model"
 ROW_PK = 910_001  # the fenced row every plan works on (re-created after a delete)
 OTHER_PK = 910_002  # a second row in the same box: a queryset of two rows
 TTL = timedelta(seconds=60)  # expiry is forced (a pause), never waited for
-WAIT = 10  # seconds: any one wait of the harness
 MAX_HOLDERS = 3
 
 FAULTS = bool(os.environ.get("FENCE_MODEL_FAULTS"))  # make faults: the long search, controls
@@ -106,38 +103,6 @@ class OutsideService:
             return True
 
 
-# -- holders -----------------------------------------------------------------------------------
-
-
-@dataclass
-class Holder:
-    """One holder: a thread running a plan, one statement per permission."""
-
-    name: str
-    plan: str
-    thread: threading.Thread | None = None
-    backend_pid: int | None = None
-    at_hold: threading.Event = field(default_factory=threading.Event)
-    go: threading.Semaphore = field(default_factory=lambda: threading.Semaphore(0))
-    done: threading.Event = field(default_factory=threading.Event)
-    waiting_for: str = ""
-    token: int | None = None
-    outcome: str = ""  # committed / already_done / refused: <exception class>
-    error: BaseException | None = None
-
-    def hold(self, what: str) -> None:
-        """A hold point: tell the machine where the thread is, wait for permission."""
-        self.waiting_for = what
-        self.at_hold.set()
-        if not self.go.acquire(timeout=WAIT * 6):
-            raise TimeoutError(f"{self.name} was never let through {what[:60]!r}")
-        self.at_hold.clear()
-
-    def gate(self, execute, sql, params, many, context):
-        self.hold(sql)
-        return execute(sql, params, many, context)
-
-
 class FenceModel(RuleBasedStateMachine):
     control = ""  # a fix taken back (the control runs' subclasses)
     plans = PLANS  # what its holders may run
@@ -155,39 +120,31 @@ class FenceModel(RuleBasedStateMachine):
         if self.control == "no-guard":
             _set_guard(installed=False)
         self.outside = OutsideService()
-        self.holders: list[Holder] = []
+        self.stepping = Stepping(expected=EXPECTED)
         self.highest_on_row = 0
-        self.numbered = 0
 
     # -- the steps -------------------------------------------------------------------------
 
-    @precondition(lambda self: sum(not h.done.is_set() for h in self.holders) < MAX_HOLDERS)
+    @precondition(lambda self: self.stepping.live() < MAX_HOLDERS)
     @rule(choice=st.integers(min_value=0, max_value=len(PLANS) - 1), take_over=st.booleans())
     def start(self, choice, take_over):
         """A new holder; with ``take_over`` the current holder has paused past its TTL."""
         plan = self.plans[choice % len(self.plans)]
         if take_over:
             self.redis.pexpire(lock_key(RESOURCE), 0)
-        self.numbered += 1
-        holder = Holder(name=f"h{self.numbered}", plan=plan)
-        holder.thread = threading.Thread(target=self._run, args=(holder,), daemon=True)
-        self.holders.append(holder)
-        holder.thread.start()
-        self._settle(holder)
+        self._after(self.stepping.start(plan, self._run))
 
-    @precondition(lambda self: any(h.at_hold.is_set() for h in self.holders))
-    @rule(pick=st.integers(min_value=0, max_value=MAX_HOLDERS - 1))
-    def step(self, pick):
-        """The holder ``pick`` (among those at a hold point) sends its next statement."""
-        ready = [h for h in self.holders if h.at_hold.is_set()]
-        holder = ready[pick % len(ready)]
-        holder.at_hold.clear()
-        holder.go.release()
-        self._settle(holder)
-        # Statements that waited on its locks may have moved on: let them settle too.
-        for other in self.holders:
-            if other is not holder:
-                self._settle(other)
+    @precondition(lambda self: bool(self.stepping.ready()))
+    @rule(
+        pick=st.integers(min_value=0, max_value=MAX_HOLDERS - 1),
+        statements=st.sampled_from([1, 1, 1, 3, 12]),
+    )
+    def step(self, pick, statements):
+        """The holder ``pick`` (among those at a hold point) sends its next statements:
+        mostly one, sometimes a few, sometimes its whole plan."""
+        self.stepping.step(pick, statements)
+        for holder in self.stepping.holders:
+            self._after(holder)
 
     @rule()
     def lose_redis(self):
@@ -221,23 +178,12 @@ class FenceModel(RuleBasedStateMachine):
 
     # -- the harness ---------------------------------------------------------------------------
 
-    def _settle(self, holder: Holder) -> None:
-        """Wait until ``holder`` is at a hold point, finished, or waiting on a lock."""
-        deadline = time.monotonic() + WAIT
-        while time.monotonic() < deadline:
-            if holder.at_hold.is_set() or holder.done.is_set():
-                break
-            if holder.backend_pid is not None and _waits_on_a_lock(holder.backend_pid):
-                return
-            time.sleep(0.002)
-        else:
-            raise AssertionError(f"{holder.name} ({holder.plan}) neither held nor finished")
-        if holder.done.is_set():
-            self._finished(holder)
-
-    def _finished(self, holder: Holder) -> None:
-        if holder.error is not None:
-            raise holder.error
+    def _after(self, holder: Holder) -> None:
+        """Once a holder is done: an attempt that told the outside and ended well must have
+        left the outside and the database with the same attempt's version (checked once)."""
+        if not holder.done.is_set() or getattr(holder, "checked", False):
+            return
+        holder.checked = True
         if holder.plan == "call" and holder.outcome in ("committed", "already_done"):
             self._outside_agrees(holder)
 
@@ -251,22 +197,11 @@ class FenceModel(RuleBasedStateMachine):
 
     def _run(self, holder: Holder) -> None:
         try:
-            with connection.cursor() as cursor:
-                cursor.execute("SELECT pg_backend_pid()")
-                holder.backend_pid = cursor.fetchone()[0]
-            with connection.execute_wrapper(holder.gate):
-                holder.hold("acquire")
-                getattr(self, f"_plan_{holder.plan}")(holder)
-        except EXPECTED as exc:
+            getattr(self, f"_plan_{holder.plan}")(holder)
+        except REFUSED_BY_PLAN.get(holder.plan, ()) as exc:
+            if not _its_own(holder, exc):
+                raise
             holder.outcome = f"refused: {type(exc).__name__}"
-        except BaseException as exc:
-            if isinstance(exc, REFUSED_BY_PLAN.get(holder.plan, ())) and _its_own(holder, exc):
-                holder.outcome = f"refused: {type(exc).__name__}"
-            else:
-                holder.error = exc
-        finally:
-            connection.close()
-            holder.done.set()
 
     def _lease(self, holder: Holder):
         lease = FenceLock().acquire(RESOURCE, ttl=TTL, holder=holder.name)
@@ -366,18 +301,7 @@ class FenceModel(RuleBasedStateMachine):
         holder.outcome = "committed"
 
     def teardown(self):
-        # Let every holder run to its end, then close what the example opened.
-        deadline = time.monotonic() + WAIT * 6
-        while any(not h.done.is_set() for h in self.holders):
-            for holder in self.holders:
-                if holder.at_hold.is_set():
-                    holder.at_hold.clear()
-                    holder.go.release()
-            if time.monotonic() > deadline:
-                raise AssertionError("holders never finished")
-            time.sleep(0.005)
-        for holder in self.holders:
-            holder.thread.join(WAIT)
+        self.stepping.finish()  # let every holder run to its end
         if self.control == "no-guard":
             _set_guard(installed=True)
         self.redis.close()
@@ -404,15 +328,6 @@ def _its_own(holder: Holder, exc: BaseException) -> bool:
     if holder.plan == "savepoint":
         return "undone by a rolled-back savepoint" in str(exc)
     return "one row; it matched" in str(exc)
-
-
-def _waits_on_a_lock(pid: int) -> bool:
-    from django.db import connections
-
-    with connections["default"].cursor() as cursor:
-        cursor.execute("SELECT wait_event_type FROM pg_stat_activity WHERE pid = %s", [pid])
-        row = cursor.fetchone()
-    return row is not None and row[0] == "Lock"
 
 
 def _search(machine, *, examples: int = EXAMPLES, phases=tuple(Phase)) -> None:

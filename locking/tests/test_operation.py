@@ -440,9 +440,7 @@ def test_a_leased_attempt_is_not_granted_inside_atomic(resource, redis_client):
     assert events(resource) == []
 
 
-def test_a_lease_fencing_its_row_twice_is_not_taken_for_a_counter_that_went_back(
-    thing, resource
-):
+def test_a_lease_fencing_its_row_twice_is_not_taken_for_a_counter_that_went_back(thing, resource):
     """Issue 35, point 5: mark started, call the outside, mark done, each in its own
     transaction under one lease. The second fence saw its own token on the row, was taken
     for a counter that went back, and ``run_fenced`` started a new epoch and ran the work
