@@ -77,7 +77,7 @@ from locking.lease import Lease
 from locking.lock import FenceLock
 from locking.operation import LeasedAttempt, arun_fenced, run_fenced
 from locking.operators import BreakLeaseForm, HolderInfo, break_lease, holder_of, holders
-from locking.outcomes import LeaseState, Outcome
+from locking.outcomes import HolderState, LeaseState, Outcome
 from locking.receiver import CallVerdict, Receipt, fenced_receiver, receive_call
 from locking.signing import FencedCall, SealedCall, seal_call, verify_signature
 from locking.tokens import FencingToken
@@ -91,6 +91,7 @@ __all__ = [
     "FencedCall",
     "FencingToken",
     "HolderInfo",
+    "HolderState",
     "InstallFenceGuard",
     "Lease",
     "LeaseLost",

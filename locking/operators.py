@@ -20,6 +20,7 @@ from datetime import UTC, datetime, timedelta
 
 from django import forms
 from django.utils.module_loading import import_string
+from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 from redis.exceptions import RedisError
 
@@ -30,7 +31,7 @@ from locking.exceptions import LockUnavailable
 from locking.grant import parse_lock_value, text
 from locking.keys import fence_key, lock_key, resource_from_lock_key, validate_resource
 from locking.lock import FenceLock
-from locking.outcomes import Outcome
+from locking.outcomes import HolderState, Outcome
 
 logger = logging.getLogger(__name__)
 
@@ -46,12 +47,45 @@ class HolderInfo:
     owner: str
     label: str
     acquired_at: datetime | None
-    ttl_left: timedelta
+    ttl_left: timedelta  # 0 for a lease that never expires (``state``)
     token: int | None
+    state: HolderState = HolderState.HELD
 
     @property
     def expires_at(self) -> datetime:
         return datetime.now(tz=UTC) + self.ttl_left
+
+    @property
+    def expires_in(self) -> str:
+        """The time left as people read it: ``59 s``, ``4 min 3 s``, ``never``."""
+        if self.state == HolderState.NO_EXPIRY:
+            return gettext("never")
+        return duration_text(self.ttl_left)
+
+    @property
+    def held_for(self) -> str:
+        """How long the lease has been held (``12 min 5 s``; renewals included), or ``""``."""
+        if self.acquired_at is None:
+            return ""
+        return duration_text(datetime.now(tz=UTC) - self.acquired_at)
+
+
+def duration_text(span: timedelta) -> str:
+    """``span`` in whole seconds as people read them: ``59 s``, ``4 min 3 s``, ``2 h 5 min``,
+    ``3 d 4 h``; ``under 1 s`` for what is left of the last second. Never ``0:00:59.987000``."""
+    seconds = int(span.total_seconds())  # rounded down: "59 s" while 59.987 s are left
+    if seconds < 1:
+        return gettext("under 1 s") if span > timedelta(0) else gettext("0 s")
+    minutes, seconds = divmod(seconds, 60)
+    hours, minutes = divmod(minutes, 60)
+    days, hours = divmod(hours, 24)
+    if days:
+        return gettext("%(days)d d %(hours)d h") % {"days": days, "hours": hours}
+    if hours:
+        return gettext("%(hours)d h %(minutes)d min") % {"hours": hours, "minutes": minutes}
+    if minutes:
+        return gettext("%(minutes)d min %(seconds)d s") % {"minutes": minutes, "seconds": seconds}
+    return gettext("%(seconds)d s") % {"seconds": seconds}
 
 
 def holder_of(resource: str, *, lock: FenceLock | None = None) -> HolderInfo | None:
@@ -145,9 +179,14 @@ def _holder_info(lock: FenceLock, resource: str) -> HolderInfo | None:
     pipe.pttl(lock_key(resource))
     pipe.get(fence_key(resource))
     value, pttl, counter = pipe.execute()
-    if value is None:
-        return None  # released or expired
+    if value is None or int(pttl) == NO_KEY:
+        return None  # released or expired (between the GET and the PTTL, too)
     return _parse_holder(resource, value, pttl, counter)
+
+
+# PTTL's answers that are not a time: the key has no TTL, or there is no key.
+NO_TTL = -1
+NO_KEY = -2
 
 
 def _parse_holder(resource: str, value, pttl, counter) -> HolderInfo:
@@ -159,6 +198,7 @@ def _parse_holder(resource: str, value, pttl, counter) -> HolderInfo:
         acquired_at=acquired_at,
         ttl_left=timedelta(milliseconds=max(int(pttl), 0)),
         token=int(counter) if counter is not None else None,
+        state=HolderState.NO_EXPIRY if int(pttl) == NO_TTL else HolderState.HELD,
     )
 
 

@@ -7,6 +7,7 @@ any module (exceptions, metrics, services) can use it before the app registry is
 
 ``LeaseState`` is the other word a holder reads: what it can know of its lease right now
 (``lease.state``: held, uncertain, lost; locking/lease.py has the transitions).
+``HolderState`` is what an operator reads of a lease from outside (``HolderInfo.state``).
 """
 
 import enum
@@ -51,6 +52,19 @@ class LeaseState(enum.StrEnum):
     HELD = "held"  # confirmed by Redis, and its TTL not run out by this process's clock
     UNCERTAIN = "uncertain"  # a renewal failed or Redis did not answer: it may still run
     LOST = "lost"  # Redis says it is not ours, it was released, or its TTL surely passed
+
+
+class HolderState(TextChoices):
+    """What Redis says of a held lease, as an operator sees it (``HolderInfo.state``).
+
+    Only the holder knows whether it is uncertain or lost (``LeaseState``); from outside a
+    lease is held until it is released, expires or is broken.
+    """
+
+    HELD = "held", _("held")  # its TTL runs: it ends by itself unless its holder renews it
+    # A lock key without a TTL: never written so by locking (a restore, a SET by hand), and
+    # nothing ends it but a break.
+    NO_EXPIRY = "no_expiry", _("never expires")
 
 
 class EpochCause(enum.StrEnum):

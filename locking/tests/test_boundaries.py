@@ -107,6 +107,7 @@ def test_all_is_the_documented_interface_and_every_name_resolves():
         "FencedCall",
         "FencingToken",
         "HolderInfo",
+        "HolderState",
         "InstallFenceGuard",
         "Lease",
         "LeaseLost",

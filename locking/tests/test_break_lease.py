@@ -4,6 +4,7 @@ The takeover test runs the stuck holder in a thread of its own (its own connecti
 paused at an event the test sets only after the newer holder committed.
 """
 
+import re
 import threading
 from datetime import timedelta
 
@@ -225,6 +226,10 @@ def test_the_break_action_names_the_holder_asks_why_and_breaks_on_confirmation(
     page = confirm.content.decode()
     assert f'data-resource="{RESOURCE}"' in page
     assert holder_label("worker-7") in page
+    # Seconds as people read them, not a timedelta (0:00:29.987000): the value depends on
+    # how long the machine took to get here, the form does not.
+    assert re.search(r'<td class="expires-in">([1-9]|[12][0-9]|30) s</td>', page), page
+    assert '<td class="state">held</td>' in page
     assert redis_client.exists(lock_key(RESOURCE)) == 1  # nothing broken before confirming
 
     refused = break_action(client, busy_event, apply="1", reason="  ")
