@@ -372,6 +372,9 @@ SECURE_REDIRECT_EXEMPT = [r"^metrics$", r"^healthz$", r"^readyz$"]
 CLIENT_IP_HEADER = os.environ.get("CLIENT_IP_HEADER", "").strip()
 # A broken lease (the ops page and locking's admin action) records the same address.
 LOCK_CLIENT_IP_CALLABLE = "hoa.security.audit.client_ip"
+# What each operator sees and may break in locking's admin: their associations' attempts
+# and leases (the lock status page's rule).
+LOCK_SCOPES_CALLABLE = "hoa.ops.lockscopes.lock_scopes"
 
 # Content-Security-Policy (django-csp): our pages use no inline script or style, so
 # nothing inline runs even if some text escaped its escaping. docs/security.md.

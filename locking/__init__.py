@@ -44,7 +44,8 @@ in ``sync_to_async``), ``await lease.arelease()``; or ``arun_fenced`` for the wh
 ``LeaseLost`` once the lease is lost (``LeaseUncertain``, a ``LeaseLost``, while the holder
 cannot know whether it still runs); ``span(...)`` traces a step
 of the work (OpenTelemetry API). Operators read and break leases with ``holders``,
-``holder_of`` and ``break_lease`` (every page that breaks one uses ``BreakLeaseForm``); a
+``holder_of`` and ``break_lease`` (every page that breaks one uses ``BreakLeaseForm``; the
+project says what each viewer may see with a ``ViewerScopes``, ``LOCK_SCOPES_CALLABLE``); a
 batch of new resources records its first epochs at once with ``prepare_fences``.
 
 The service that *receives* a fenced call can refuse a stale one too: ``seal_call`` signs
@@ -76,7 +77,14 @@ from locking.keys import fence_key, lock_key, validate_resource
 from locking.lease import Lease
 from locking.lock import FenceLock
 from locking.operation import LeasedAttempt, arun_fenced, run_fenced
-from locking.operators import BreakLeaseForm, HolderInfo, break_lease, holder_of, holders
+from locking.operators import (
+    BreakLeaseForm,
+    HolderInfo,
+    ViewerScopes,
+    break_lease,
+    holder_of,
+    holders,
+)
 from locking.outcomes import HolderState, LeaseState, Outcome
 from locking.receiver import CallVerdict, Receipt, fenced_receiver, receive_call
 from locking.signing import FencedCall, SealedCall, seal_call, verify_signature
@@ -106,6 +114,7 @@ __all__ = [
     "SealedCall",
     "StaleAtReceiver",
     "StaleFencingToken",
+    "ViewerScopes",
     "aadvance_fence",
     "advance_fence",
     "advisory_key",

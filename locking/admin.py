@@ -1,4 +1,10 @@
-"""The audit trail's admin, and the operators' action that breaks a stuck lease."""
+"""The audit trail's admin, and the operators' action that breaks a stuck lease.
+
+Every page and action here shows and touches only what the viewer may see
+(``LOCK_SCOPES_CALLABLE``, see locking/operators.py): the attempts listed, searched,
+filtered, opened and their history; the leases the action breaks. What another scope
+holds is answered as if it did not exist.
+"""
 
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
@@ -12,7 +18,13 @@ from locking.conf import setting
 from locking.exceptions import LockUnavailable
 from locking.lock import FenceLock
 from locking.models import FenceEvent
-from locking.operators import BreakLeaseForm, holder_of
+from locking.operators import (
+    BreakLeaseForm,
+    ViewerScopes,
+    broken_message,
+    holder_of,
+    viewer_scopes,
+)
 
 BREAK_PERMISSION = "locking.break_lease"
 APPLY_FIELD = "apply"
@@ -25,10 +37,11 @@ def _breakable(name: str):
 
 @admin.register(FenceEvent)
 class FenceEventAdmin(admin.ModelAdmin):
-    """The audit trail is read-only. It spans tenants, so it is shown to superusers and
-    to users given ``locking.view_fenceevent`` or ``locking.break_lease`` (operators, who
-    need it to decide which lease to break). Nobody deletes events here, superusers
-    included: ``prune_fence_events`` removes them after their retention."""
+    """The audit trail is read-only. It is shown to superusers and to users given
+    ``locking.view_fenceevent`` or ``locking.break_lease`` (operators, who need it to
+    decide which lease to break), each seeing the scopes ``LOCK_SCOPES_CALLABLE`` allows.
+    Nobody deletes events here, superusers included: ``prune_fence_events`` removes them
+    after their retention."""
 
     # The operation is the resource's prefix (and a filter): no column of its own, so the
     # list fits beside the filters at 1280 px.
@@ -49,8 +62,20 @@ class FenceEventAdmin(admin.ModelAdmin):
         return _breakable(event.actor) or "-"
 
     def get_queryset(self, request):
-        # The audit is written to the lock's database (Django's multi-database admin recipe).
-        return super().get_queryset(request).using(setting("LOCK_DATABASE"))
+        # The audit is written to the lock's database (Django's multi-database admin
+        # recipe). Every page of it (the list, its filters, search and dates, an event, its
+        # history, the action's selection) starts here: scoped once, scoped everywhere.
+        events = super().get_queryset(request).using(setting("LOCK_DATABASE"))
+        return self._scopes(request).events(events)
+
+    @staticmethod
+    def _scopes(request, resources=()) -> ViewerScopes:
+        """The viewer's scopes, asked once per request (and again for named resources)."""
+        if resources:
+            return viewer_scopes(request.user, resources)
+        if not hasattr(request, "_locking_scopes"):
+            request._locking_scopes = viewer_scopes(request.user)
+        return request._locking_scopes
 
     def has_module_permission(self, request):
         return self._may_view(request.user)
@@ -81,59 +106,72 @@ class FenceEventAdmin(admin.ModelAdmin):
         """Whether the action is offered: the ``permissions=["break_lease"]`` hook."""
         return request.user.is_active and request.user.has_perm(BREAK_PERMISSION)
 
+    def _context(self, request, title: str, **extra) -> dict:
+        request.current_app = self.admin_site.name
+        return {
+            **self.admin_site.each_context(request),
+            "title": title,
+            "subtitle": None,
+            "opts": self.opts,
+            "media": self.media,
+            **extra,
+        }
+
+    # -- the audit's action --------------------------------------------------------------
+
     @admin.action(
         description=gettext_lazy("Break the lease of the selected resources"),
         permissions=["break_lease"],
     )
     def break_leases(self, request, queryset):
         """Show each selected resource's holder and ask why; on confirmation, break them."""
-        scopes: dict[str, str] = {}
-        for resource, scope in queryset.order_by().values_list("resource", "scope").distinct():
-            scopes[resource] = scopes.get(resource) or scope
+        selected = sorted(set(queryset.order_by().values_list("resource", flat=True)))
+        scopes = self._scopes(request, selected)
+        resources = [resource for resource in selected if scopes.may_see(resource)]
+        if not selected:  # what was posted is nothing this viewer may see
+            message = _("None of the selected attempts is one you may see: nothing was done.")
+            self.message_user(request, message, messages.WARNING)
+        for resource in selected:
+            if not scopes.may_see(resource):  # an event of a scope the resource is not in
+                message = _("The lease on %(resource)s is not one you may break.")
+                self.message_user(request, message % {"resource": resource}, messages.ERROR)
+        if not resources:
+            return None
         lock = FenceLock()
         data = request.POST if APPLY_FIELD in request.POST else None
         form = BreakLeaseForm(data, resource_field=False)  # the selection names the resources
         if form.is_valid():
-            for resource in sorted(scopes):
-                self._break_one(request, lock, resource, scopes[resource], form)
+            for resource in resources:
+                self._break_one(request, lock, resource, scopes.scope_of(resource), form)
             return None  # back to the changelist, which shows the messages
         try:
-            holders = [(resource, holder_of(resource, lock=lock)) for resource in sorted(scopes)]
+            rows = [(resource, holder_of(resource, lock=lock)) for resource in resources]
         except LockUnavailable as exc:
             self.message_user(request, str(exc), messages.ERROR)
             return None
-        request.current_app = self.admin_site.name
-        return TemplateResponse(
+        title = _("Break the lease of the selected resources")
+        context = self._context(
             request,
-            "admin/locking/fenceevent/break_lease.html",
-            {
-                **self.admin_site.each_context(request),
-                "title": _("Break the lease of the selected resources"),
-                "subtitle": None,
-                "opts": self.model._meta,
-                "holders": holders,
-                "selected": queryset.values_list("pk", flat=True),
-                "form": form,
-                "action_name": "break_leases",
-                "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
-                "apply_field": APPLY_FIELD,
-                "media": self.media,
-            },
+            title,
+            holders=rows,
+            selected=queryset.values_list("pk", flat=True),
+            form=form,
+            action_name="break_leases",
+            action_checkbox_name=helpers.ACTION_CHECKBOX_NAME,
+            apply_field=APPLY_FIELD,
         )
+        return TemplateResponse(request, "admin/locking/fenceevent/break_lease.html", context)
 
-    def _break_one(self, request, lock: FenceLock, resource: str, scope: str, form) -> None:
+    def _break_one(self, request, lock: FenceLock, resource: str, scope: str, form) -> bool:
+        """Break ``resource``'s lease and say what came of it; False when Redis is down."""
         try:
             broken = form.break_lease(request, resource, scope=scope, lock=lock)
         except LockUnavailable as exc:
             self.message_user(request, str(exc), messages.ERROR)
-            return
+            return False
         if broken is None:
             message = _("%(resource)s had no lease to break.") % {"resource": resource}
             self.message_user(request, message, messages.WARNING)
-            return
-        message = _("Broke the lease of %(holder)s on %(resource)s (token %(token)s).") % {
-            "holder": broken.label or broken.owner,
-            "resource": resource,
-            "token": broken.token,
-        }
-        self.message_user(request, message, messages.SUCCESS)
+            return True
+        self.message_user(request, broken_message(broken), messages.SUCCESS)
+        return True

@@ -26,6 +26,12 @@ only what it needs; with none of them set, locks use the Redis on 127.0.0.1:6379
 ``LOCK_CLIENT_IP_CALLABLE``            dotted path of ``f(request) -> str | None``: the
                                        address a broken lease is recorded with (default:
                                        the request's ``REMOTE_ADDR``).
+``LOCK_SCOPES_CALLABLE``               dotted path of ``f(user, resources) ->
+                                       ViewerScopes``: the audit scopes ``user`` may see
+                                       in the admin and the scope each resource name is
+                                       in; superusers see all (default
+                                       ``"locking.operators.recorded_scopes"``:
+                                       others see what was recorded without a scope).
 ``LOCK_RECEIVER_SECRET``               the HMAC secret a receiver of fenced calls
                                        (``fenced_receiver``, ``receive_call``) verifies
                                        signatures with, unless given one (default ``""``:
@@ -45,6 +51,7 @@ DEFAULTS = {
     "LOCK_DATABASE": "default",
     "LOCK_FENCE_EVENT_RETENTION_DAYS": 90,
     "LOCK_CLIENT_IP_CALLABLE": None,
+    "LOCK_SCOPES_CALLABLE": "locking.operators.recorded_scopes",
     "LOCK_RECEIVER_SECRET": "",
 }
 

@@ -7,7 +7,7 @@ from django.contrib.auth.models import Permission
 from django.db import transaction
 from django.urls import reverse
 
-from hoa.models import AccessDenial, Complaint
+from hoa.models import AccessDenial, Complaint, StaffMembership
 from locking import StaleFencingToken, advance_fence, holder_of, lock_key
 from locking.models import FenceEvent
 from vendors.operations import assignment_resource
@@ -134,6 +134,7 @@ def test_the_ops_page_and_the_admin_action_record_the_operators_address_one_way(
     fence_lock.acquire(resource, ttl=LONG, holder="stuck-2")
     olga = django_user_model.objects.create_user("olga", is_staff=True)
     olga.user_permissions.add(Permission.objects.get(codename="break_lease"))
+    StaffMembership.objects.create(user=olga, organization=complaint.organization)  # its operator
     client.force_login(olga)
     selected = FenceEvent.objects.get(outcome="broken")
     action = client.post(

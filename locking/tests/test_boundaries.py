@@ -122,6 +122,7 @@ def test_all_is_the_documented_interface_and_every_name_resolves():
         "SealedCall",
         "StaleAtReceiver",
         "StaleFencingToken",
+        "ViewerScopes",
         "aadvance_fence",
         "advance_fence",
         "advisory_key",

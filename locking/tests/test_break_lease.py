@@ -20,6 +20,7 @@ from locking import (
     HolderInfo,
     Outcome,
     StaleFencingToken,
+    ViewerScopes,
     advance_fence,
     break_lease,
     lock_key,
@@ -180,8 +181,15 @@ def staff(django_user_model):
     return make
 
 
+def everything_in_org_one(user, resources) -> ViewerScopes:
+    """The project's answer (``LOCK_SCOPES_CALLABLE``) here: its operators read ``org:1``,
+    and every resource is in it (test_admin_scopes.py plays two tenants)."""
+    return ViewerScopes(visible=frozenset({"org:1"}), resources=dict.fromkeys(resources, "org:1"))
+
+
 @pytest.fixture
-def busy_event(db):
+def busy_event(db, settings):
+    settings.LOCK_SCOPES_CALLABLE = "locking.tests.test_break_lease.everything_in_org_one"
     return FenceEvent.objects.create(
         resource=RESOURCE, token=1, outcome=Outcome.BUSY, scope="org:1", actor="bob"
     )

@@ -93,6 +93,7 @@ def test_every_setting_has_a_default(settings):
         "LOCK_DATABASE": "default",
         "LOCK_FENCE_EVENT_RETENTION_DAYS": 90,
         "LOCK_CLIENT_IP_CALLABLE": None,
+        "LOCK_SCOPES_CALLABLE": "locking.operators.recorded_scopes",
         "LOCK_RECEIVER_SECRET": "",
     }
     assert all(name.startswith("LOCK_") for name in DEFAULTS)

@@ -1,0 +1,237 @@
+"""The admin as an operator of one scope sees it: every page and action of the audit.
+
+A project says what a viewer may see with ``LOCK_SCOPES_CALLABLE``; these tests play a
+project of two tenants, red and blue (``two_tenants``). Rita operates red, with locking's
+two permissions, as an operators group gives them. The leases are real: granted in Redis and
+never released (a stuck holder), some before their resource has any audit row.
+"""
+
+import re
+from datetime import timedelta
+
+import pytest
+from django.contrib.auth.models import Permission
+from django.urls import reverse
+
+from locking import Outcome, ViewerScopes, lock_key, record_fence_event
+from locking.models import FenceEvent
+from locking.operators import recorded_scopes, viewer_scopes
+
+pytestmark = pytest.mark.django_db
+
+STUCK = timedelta(seconds=60)
+RED, BLUE = "tenant:red", "tenant:blue"
+# Who operates which tenant, as the project knows it.
+OPERATES = {"rita": RED}
+
+CHANGELIST = "admin:locking_fenceevent_changelist"
+
+
+def two_tenants(user, resources) -> ViewerScopes:
+    """The project's answer: a user reads the tenant they operate; a resource
+    ``fenced-thing:<tenant>:<n>`` is in its tenant."""
+    visible = frozenset({OPERATES[user.username]} if user.username in OPERATES else ())
+    placed = {}
+    for resource in resources:
+        match = re.fullmatch(r"fenced-thing:(red|blue):\d+", resource)
+        placed[resource] = f"tenant:{match[1]}" if match else ""
+    return ViewerScopes(visible=visible, resources=placed)
+
+
+@pytest.fixture(autouse=True)
+def project_scopes(settings):
+    settings.LOCK_SCOPES_CALLABLE = "locking.tests.test_admin_scopes.two_tenants"
+
+
+def operator(django_user_model, username: str, *codenames: str):
+    user = django_user_model.objects.create_user(username=username, password="pw", is_staff=True)
+    user.user_permissions.set(
+        Permission.objects.filter(
+            content_type__app_label="locking",
+            codename__in=codenames or ("view_fenceevent", "break_lease"),
+        )
+    )
+    return user
+
+
+@pytest.fixture
+def rita(django_user_model):
+    return operator(django_user_model, "rita")
+
+
+@pytest.fixture
+def tenants(fence_lock):
+    """Each tenant's attempts (by its staff, rosa and bianca), a stuck holder of a resource
+    with attempts, and a stuck first-ever holder (no audit row)."""
+    for tenant, staff in (("red", "rosa"), ("blue", "bianca")):
+        record_fence_event(
+            resource=f"fenced-thing:{tenant}:1",
+            outcome=Outcome.BUSY,
+            token=1,
+            actor=staff,
+            detail=f"held by {tenant}-cron",
+            scope=f"tenant:{tenant}",
+            operation="thing",
+        )
+    leases = {
+        name: fence_lock.acquire(
+            f"fenced-thing:{name.replace('-first', '')}:{n}", ttl=STUCK, holder=f"{name}-worker"
+        )
+        for name, n in (("red", 1), ("blue", 1), ("red-first", 2), ("blue-first", 2))
+    }
+    assert not FenceEvent.objects.filter(resource__endswith=":2").exists()  # first-ever
+    return leases
+
+
+def lock_value(redis_client, resource: str) -> bytes | None:
+    return redis_client.get(lock_key(resource))
+
+
+def shown(page) -> list[str]:
+    return [event.resource for event in page.context["cl"].result_list]
+
+
+# --- A: the audit's pages ------------------------------------------------------------------
+
+
+def test_the_list_its_search_filters_and_dates_show_only_the_viewers_scope(client, rita, tenants):
+    client.force_login(rita)
+    url = reverse(CHANGELIST)
+
+    page = client.get(url)
+    assert page.status_code == 200
+    assert shown(page) == ["fenced-thing:red:1"]
+    html = page.content.decode()
+    assert "rosa" in html and "bianca" not in html and "fenced-thing:<wbr>blue" not in html
+
+    assert shown(client.get(url, {"q": "bianca"})) == []  # another tenant's staff: no hit
+    assert shown(client.get(url, {"q": "blue"})) == []
+    assert shown(client.get(url, {"q": "rosa"})) == ["fenced-thing:red:1"]
+    assert shown(client.get(url, {"outcome__exact": "busy"})) == ["fenced-thing:red:1"]
+    assert shown(client.get(url, {"operation": "thing"})) == ["fenced-thing:red:1"]
+    event = FenceEvent.objects.get(resource="fenced-thing:red:1")
+    dated = client.get(url, {"at__year": event.at.year, "at__month": event.at.month})
+    assert shown(dated) == ["fenced-thing:red:1"]
+
+
+def test_another_scopes_attempt_cannot_be_opened_nor_its_history_read(client, rita, tenants):
+    client.force_login(rita)
+    own = FenceEvent.objects.get(actor="rosa")
+    other = FenceEvent.objects.get(actor="bianca")
+
+    assert (
+        "rosa"
+        in client.get(reverse("admin:locking_fenceevent_change", args=[own.pk])).content.decode()
+    )
+    for view in ("admin:locking_fenceevent_change", "admin:locking_fenceevent_history"):
+        answer = client.get(reverse(view, args=[other.pk]), follow=True)
+        html = answer.content.decode()
+        assert answer.redirect_chain == [(reverse("admin:index"), 302)], view
+        assert f"with ID \u201c{other.pk}\u201d doesn\u2019t exist" in html
+        assert "bianca" not in html and "fenced-thing:blue" not in html
+
+
+def test_the_break_action_breaks_only_the_viewers_leases_and_leaves_another_scopes(
+    client, rita, tenants, redis_client
+):
+    client.force_login(rita)
+    blue_before = lock_value(redis_client, "fenced-thing:blue:1")
+    selected = list(FenceEvent.objects.order_by("id").values_list("pk", flat=True))  # both
+
+    confirm = client.post(
+        reverse(CHANGELIST), {"action": "break_leases", "_selected_action": selected}
+    )
+    assert confirm.status_code == 200
+    html = confirm.content.decode()
+    assert 'data-resource="fenced-thing:red:1"' in html and "red-worker" in html
+    assert "fenced-thing:blue" not in html and "blue-worker" not in html
+
+    done = client.post(
+        reverse(CHANGELIST),
+        {"action": "break_leases", "_selected_action": selected, "apply": "1", "reason": "hung"},
+    )
+    assert done.status_code == 302
+    assert lock_value(redis_client, "fenced-thing:red:1") is None
+    assert lock_value(redis_client, "fenced-thing:blue:1") == blue_before
+    broken = FenceEvent.objects.filter(outcome=Outcome.BROKEN)
+    assert list(broken.values_list("resource", "scope", "actor")) == [
+        ("fenced-thing:red:1", RED, "rita")
+    ]
+
+    # Only another tenant's attempt selected (a crafted POST): nothing is broken.
+    blue_event = FenceEvent.objects.get(actor="bianca")
+    alone = client.post(
+        reverse(CHANGELIST),
+        {
+            "action": "break_leases",
+            "_selected_action": [blue_event.pk],
+            "apply": "1",
+            "reason": "mine now",
+        },
+        follow=True,
+    )
+    assert "None of the selected attempts is one you may see" in alone.content.decode()
+    assert lock_value(redis_client, "fenced-thing:blue:1") == blue_before
+    assert broken.count() == 1
+
+
+def test_an_attempt_recorded_under_the_viewers_scope_does_not_open_another_scopes_lease(
+    client, rita, tenants, redis_client
+):
+    """The scope of the resource, as the project places it, decides, not the event's tag:
+    an attempt on a blue resource mistagged red (a caller's slip) is listed to Rita, but
+    its lease is not hers to break."""
+    record_fence_event(
+        resource="fenced-thing:blue:1", outcome=Outcome.BUSY, token=1, actor="x", scope=RED
+    )
+    mistagged = FenceEvent.objects.get(actor="x")
+    before = lock_value(redis_client, "fenced-thing:blue:1")
+    client.force_login(rita)
+
+    answer = client.post(
+        reverse(CHANGELIST),
+        {"action": "break_leases", "_selected_action": [mistagged.pk], "apply": "1", "reason": "r"},
+        follow=True,
+    )
+
+    assert "The lease on fenced-thing:blue:1 is not one you may break." in answer.content.decode()
+    assert lock_value(redis_client, "fenced-thing:blue:1") == before
+    assert not FenceEvent.objects.filter(outcome=Outcome.BROKEN).exists()
+
+
+def test_a_superuser_sees_every_scope(client, django_user_model, tenants):
+    """Control: the pages above hide what another scope holds, not everything."""
+    client.force_login(django_user_model.objects.create_superuser("root", password="pw"))
+
+    assert len(shown(client.get(reverse(CHANGELIST)))) == 2
+
+
+# --- the default answer: a project that tags no tenants ------------------------------------
+
+
+def test_by_default_operators_read_the_attempts_recorded_without_a_scope(
+    client, rita, django_user_model, settings, fence_lock
+):
+    settings.LOCK_SCOPES_CALLABLE = "locking.operators.recorded_scopes"  # the default
+    record_fence_event(resource="job:1", outcome=Outcome.BUSY, actor="cron")
+    record_fence_event(resource="job:2", outcome=Outcome.BUSY, actor="tagged", scope="org:1")
+    fence_lock.acquire("job:1", ttl=STUCK, holder="job-1-worker")
+    fence_lock.acquire("job:2", ttl=STUCK, holder="job-2-worker")
+    fence_lock.acquire("job:3", ttl=STUCK, holder="first-worker")  # nothing recorded yet
+
+    assert viewer_scopes(rita, ["job:1", "job:2", "job:3"]) == ViewerScopes(
+        visible=frozenset({""}), resources={"job:1": "", "job:2": "org:1"}
+    )
+    client.force_login(rita)
+    assert shown(client.get(reverse(CHANGELIST))) == ["job:1"]
+
+    root = django_user_model.objects.create_superuser("root", password="pw")
+    client.force_login(root)
+    assert sorted(shown(client.get(reverse(CHANGELIST)))) == ["job:1", "job:2"]
+
+
+def test_the_default_places_a_resource_in_the_scope_of_its_latest_attempt():
+    record_fence_event(resource="job:1", outcome=Outcome.BUSY, scope="org:1")
+    record_fence_event(resource="job:1", outcome=Outcome.BUSY, scope="org:2")
+    assert recorded_scopes(None, ["job:1", "job:9"]).resources == {"job:1": "org:2"}
+    assert recorded_scopes(None, []).resources == {}
