@@ -1,14 +1,17 @@
-"""The audit trail's admin, and the operators' action that breaks a stuck lease.
+"""The audit trail's admin, the current holders, and the operators' hand on a stuck lease.
 
 Every page and action here shows and touches only what the viewer may see
 (``LOCK_SCOPES_CALLABLE``, see locking/operators.py): the attempts listed, searched,
-filtered, opened and their history; the leases the action breaks. What another scope
-holds is answered as if it did not exist.
+filtered, opened and their history; the holders; the leases broken, from the audit's
+action or by resource name. What another scope holds is answered as if it did not exist.
 """
 
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
+from django.core.exceptions import PermissionDenied
+from django.http import Http404, HttpResponseRedirect
 from django.template.response import TemplateResponse
+from django.urls import path, reverse
 from django.utils.html import escape
 from django.utils.safestring import mark_safe
 from django.utils.translation import gettext as _
@@ -16,18 +19,24 @@ from django.utils.translation import gettext_lazy
 
 from locking.conf import setting
 from locking.exceptions import LockUnavailable
+from locking.keys import validate_resource
 from locking.lock import FenceLock
 from locking.models import FenceEvent
 from locking.operators import (
     BreakLeaseForm,
+    HolderInfo,
     ViewerScopes,
     broken_message,
     holder_of,
+    holders,
     viewer_scopes,
 )
 
 BREAK_PERMISSION = "locking.break_lease"
 APPLY_FIELD = "apply"
+# The holders page scans at most this many leases (SCAN, never KEYS); leases live while
+# an operation runs, so far fewer are held at once.
+HOLDER_SCAN_LIMIT = 1000
 
 
 def _breakable(name: str):
@@ -60,6 +69,16 @@ class FenceEventAdmin(admin.ModelAdmin):
     @admin.display(description=gettext_lazy("actor"), ordering="actor")
     def actor_name(self, event: FenceEvent):
         return _breakable(event.actor) or "-"
+
+    def get_urls(self):
+        prefix = f"{self.opts.app_label}_{self.opts.model_name}"
+        view = self.admin_site.admin_view
+        # Before the model's own: "<path:object_id>/" would take them for an event's id.
+        return [
+            path("holders/", view(self.holders_view), name=f"{prefix}_holders"),
+            path("holders/break/", view(self.break_view), name=f"{prefix}_break"),
+            *super().get_urls(),
+        ]
 
     def get_queryset(self, request):
         # The audit is written to the lock's database (Django's multi-database admin
@@ -105,6 +124,17 @@ class FenceEventAdmin(admin.ModelAdmin):
     def has_break_lease_permission(self, request) -> bool:
         """Whether the action is offered: the ``permissions=["break_lease"]`` hook."""
         return request.user.is_active and request.user.has_perm(BREAK_PERMISSION)
+
+    def changelist_view(self, request, extra_context=None):
+        extra_context = {**(extra_context or {}), "holders_url": self._url("holders")}
+        return super().changelist_view(request, extra_context)
+
+    def _url(self, name: str) -> str:
+        opts = self.opts
+        return reverse(
+            f"{self.admin_site.name}:{opts.app_label}_{opts.model_name}_{name}",
+            current_app=self.admin_site.name,
+        )
 
     def _context(self, request, title: str, **extra) -> dict:
         request.current_app = self.admin_site.name
@@ -175,3 +205,83 @@ class FenceEventAdmin(admin.ModelAdmin):
             return True
         self.message_user(request, broken_message(broken), messages.SUCCESS)
         return True
+
+    # -- the holders, and breaking a lease by its resource name --------------------------
+
+    def holders_view(self, request):
+        """The leases held now that the viewer may see, each with its holder, token, time
+        left and state; a lease whose resource has no audit row yet (a first-ever holder)
+        is listed too: the list is read from Redis, not from the audit."""
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+        leases: list[HolderInfo] = []
+        error = ""
+        truncated = False
+        try:
+            found = holders(limit=HOLDER_SCAN_LIMIT)
+        except LockUnavailable as exc:
+            error = exc.reason
+        else:
+            truncated = len(found) >= HOLDER_SCAN_LIMIT
+            scopes = self._scopes(request, [holder.resource for holder in found])
+            leases = [holder for holder in found if scopes.may_see(holder.resource)]
+        context = self._context(
+            request,
+            _("Leases held now"),
+            holders=leases,
+            error=error,
+            truncated=truncated,
+            can_break=self.has_break_lease_permission(request),
+            break_url=self._url("break"),
+            changelist_url=self._url("changelist"),
+        )
+        return TemplateResponse(
+            request,
+            "admin/locking/fenceevent/holders.html",
+            context,
+            status=503 if error else 200,
+        )
+
+    def break_view(self, request):
+        """Break the lease of one resource named by ``?resource=`` (GET names its holder and
+        asks why; POST with the reason breaks it), whether or not it has an audit row.
+        Another scope's resource is a 404, as on the holders page."""
+        if not self.has_break_lease_permission(request):
+            raise PermissionDenied
+        posted = request.method == "POST"
+        data = request.POST if posted else request.GET
+        resource = data.get("resource", "")
+        form = BreakLeaseForm(request.POST if posted else None, initial={"resource": resource})
+        try:
+            validate_resource(resource)
+        except ValueError as exc:
+            return self._break_page(request, form, resource, problem=str(exc), status=400)
+        scopes = self._scopes(request, [resource])
+        if not scopes.may_see(resource):
+            raise Http404
+        lock = FenceLock()
+        if posted and form.is_valid():
+            if self._break_one(request, lock, resource, scopes.scope_of(resource), form):
+                return HttpResponseRedirect(self._url("holders"))
+            return self._break_page(request, form, resource, status=503)
+        try:
+            holder = holder_of(resource, lock=lock)
+        except LockUnavailable as exc:
+            return self._break_page(request, form, resource, problem=exc.reason, status=503)
+        status = 400 if posted else 200  # posted without a reason
+        return self._break_page(request, form, resource, holder=holder, status=status)
+
+    def _break_page(self, request, form, resource, *, holder=None, problem="", status=200):
+        context = self._context(
+            request,
+            _("Break a lease"),
+            form=form,
+            resource=resource,
+            holder=holder,
+            problem=problem,
+            holders_url=self._url("holders"),
+            changelist_url=self._url("changelist"),
+        )
+        return TemplateResponse(
+            request, "admin/locking/fenceevent/break.html", context, status=status
+        )

@@ -1,14 +1,15 @@
-"""Issue 35 point 13: locking's admin as an operator of one association.
+"""Issue 35 point 13 and issue 36 item 5: locking's admin as an operator of one association.
 
 Oscar is staff of Maple Court and in the Operators group (``locking.view_fenceevent`` and
 ``locking.break_lease``). Every page and action of locking's admin shows him Maple's fenced
 attempts, staff names and leases, and none of Oak Ridge's: the audit's list, search,
-filters and dates, an attempt and its history, the break action (Oak's lease stays in
-Redis). The attempts are written by the real services; the leases are real stuck holders
-(granted and never released), the first-ever ones before any attempt of their resource
-was recorded.
+filters and dates, an attempt and its history, the break action, the leases held now and
+breaking a lease by its name (404 for Oak's, and Oak's lease stays in Redis). The attempts
+are written by the real services; the leases are real stuck holders (granted and never
+released), the first-ever ones before any attempt of their resource was recorded.
 """
 
+import re
 from datetime import timedelta
 
 import pytest
@@ -25,8 +26,11 @@ from vendors.operations import assignment_resource
 
 pytestmark = pytest.mark.django_db(transaction=True)  # the services commit their attempts
 
-STUCK = timedelta(seconds=60)
+STUCK = timedelta(seconds=45)  # under a minute: its time left reads "N s"
 CHANGELIST = "admin:locking_fenceevent_changelist"
+HOLDERS = "admin:locking_fenceevent_holders"
+BREAK = "admin:locking_fenceevent_break"
+OPS_BREAK = "/ops/locks/break/"
 
 
 @pytest.fixture
@@ -132,7 +136,72 @@ def test_the_break_action_never_breaks_another_associations_lease(
     ]
 
 
-def test_a_superuser_sees_every_associations_attempts(client, root, world):
+def test_the_leases_held_now_are_the_operators_a_first_holder_included(client, oscar, world):
+    client.force_login(oscar)
+
+    html = client.get(reverse(HOLDERS)).content.decode()
+
+    rows = dict(re.findall(r'<tr class="lease" data-resource="([^"]+)">(.*?)</tr>', html, re.S))
+    assert sorted(rows) == sorted([world["maple"].resource, world["maple-first"].resource])
+    first = rows[world["maple-first"].resource]
+    assert "maple-worker" in first and f"<td>{world['maple-first'].token}</td>" in first
+    assert re.search(r'<td class="expires-in">[0-9]{1,2} s</td>', first)  # of 45 s
+    assert '<td class="state">held</td>' in first
+    assert "oak-cron" not in html and "oak-worker" not in html
+
+
+def test_another_associations_lease_is_not_found_by_name_and_stays(
+    client, oscar, world, redis_client
+):
+    client.force_login(oscar)
+    for name in ("oak", "oak-first"):
+        resource = world[name].resource
+        before = lock_value(redis_client, resource)
+        assert client.get(reverse(BREAK), {"resource": resource}).status_code == 404
+        posted = client.post(reverse(BREAK), {"resource": resource, "reason": "mine now"})
+        assert posted.status_code == 404
+        assert lock_value(redis_client, resource) == before
+    assert not FenceEvent.objects.filter(outcome=Outcome.BROKEN).exists()
+
+
+def test_a_stuck_first_holder_is_broken_from_the_admin_audited_as_the_lock_page_breaks(
+    client, oscar, world, redis_client, maple
+):
+    client.force_login(oscar)
+    from_admin, from_page = world["maple-first"], world["maple"]
+
+    asked = client.get(reverse(BREAK), {"resource": from_admin.resource})
+    assert asked.status_code == 200 and "maple-worker" in asked.content.decode()
+    done = client.post(reverse(BREAK), {"resource": from_admin.resource, "reason": "hung"})
+    page = client.post(OPS_BREAK, {"resource": from_page.resource, "reason": "hung"})
+
+    assert (done.status_code, page.status_code) == (302, 303)
+    assert lock_value(redis_client, from_admin.resource) is None
+    rows = {
+        event.resource: event
+        for event in FenceEvent.objects.filter(outcome=Outcome.BROKEN).order_by("id")
+    }
+    admin_row, page_row = rows[from_admin.resource], rows[from_page.resource]
+
+    def audited(event):
+        return (event.outcome, event.actor, event.scope, event.operation, event.ip)
+
+    assert (
+        audited(admin_row)
+        == audited(page_row)
+        == (
+            "broken",
+            "oscar",
+            f"org:{maple.pk}",
+            "break-lease",
+            "127.0.0.1",
+        )
+    )
+    assert (admin_row.token, page_row.token) == (from_admin.token, from_page.token)
+    assert admin_row.detail.endswith("broken: hung") and page_row.detail.endswith("broken: hung")
+
+
+def test_a_superuser_sees_every_associations_attempts_and_leases(client, root, world):
     """Control: the scoping hides another association's, not everything."""
     client.force_login(root)
 
@@ -140,3 +209,4 @@ def test_a_superuser_sees_every_associations_attempts(client, root, world):
         "alice",
         "mallory",
     ]
+    assert client.get(reverse(HOLDERS)).content.decode().count('<tr class="lease"') == 4

@@ -1,4 +1,5 @@
-"""The admin as an operator of one scope sees it: every page and action of the audit.
+"""The admin as an operator of one scope sees it: every page and action of the audit, the
+leases held now, and breaking a lease by its resource name (a first-ever holder included).
 
 A project says what a viewer may see with ``LOCK_SCOPES_CALLABLE``; these tests play a
 project of two tenants, red and blue (``two_tenants``). Rita operates red, with locking's
@@ -16,15 +17,18 @@ from django.urls import reverse
 from locking import Outcome, ViewerScopes, lock_key, record_fence_event
 from locking.models import FenceEvent
 from locking.operators import recorded_scopes, viewer_scopes
+from locking.tests.support import free_port
 
 pytestmark = pytest.mark.django_db
 
-STUCK = timedelta(seconds=60)
+STUCK = timedelta(seconds=45)  # under a minute: its time left reads "N s"
 RED, BLUE = "tenant:red", "tenant:blue"
 # Who operates which tenant, as the project knows it.
 OPERATES = {"rita": RED}
 
 CHANGELIST = "admin:locking_fenceevent_changelist"
+HOLDERS = "admin:locking_fenceevent_holders"
+BREAK = "admin:locking_fenceevent_break"
 
 
 def two_tenants(user, resources) -> ViewerScopes:
@@ -199,11 +203,183 @@ def test_an_attempt_recorded_under_the_viewers_scope_does_not_open_another_scope
     assert not FenceEvent.objects.filter(outcome=Outcome.BROKEN).exists()
 
 
-def test_a_superuser_sees_every_scope(client, django_user_model, tenants):
+# --- A and B: the leases held now, and breaking one by name --------------------------------
+
+
+def test_the_holders_page_lists_the_viewers_leases_a_first_holder_included_and_no_other(
+    client, rita, tenants
+):
+    client.force_login(rita)
+
+    page = client.get(reverse(HOLDERS))
+
+    assert page.status_code == 200
+    html = page.content.decode()
+    rows = dict(re.findall(r'<tr class="lease" data-resource="([^"]+)">(.*?)</tr>', html, re.S))
+    assert sorted(rows) == ["fenced-thing:red:1", "fenced-thing:red:2"]
+    first = rows["fenced-thing:red:2"]  # granted, never released, never recorded
+    assert "red-first-worker" in first
+    assert f"<td>{tenants['red-first'].token}</td>" in first
+    assert re.search(r'<td class="expires-in">[0-9]{1,2} s</td>', first), first  # of 45 s
+    assert '<td class="state">held</td>' in first
+    assert "0:00:" not in html
+    assert "blue-worker" not in html and "blue-first-worker" not in html
+    assert f'href="{reverse(BREAK)}?resource=fenced-thing%3Ared%3A2"' in first
+    assert reverse(HOLDERS) in client.get(reverse(CHANGELIST)).content.decode()  # linked
+
+
+def test_breaking_by_name_another_scopes_lease_is_not_found_and_it_stays(
+    client, rita, tenants, redis_client
+):
+    client.force_login(rita)
+    for resource in ("fenced-thing:blue:1", "fenced-thing:blue:2", "fenced-thing:green:1"):
+        before = lock_value(redis_client, resource)
+        asked = client.get(reverse(BREAK), {"resource": resource})
+        posted = client.post(reverse(BREAK), {"resource": resource, "reason": "mine now"})
+        assert (asked.status_code, posted.status_code) == (404, 404), resource
+        assert "worker" not in asked.content.decode() + posted.content.decode()
+        assert lock_value(redis_client, resource) == before
+    assert not FenceEvent.objects.filter(outcome=Outcome.BROKEN).exists()
+
+
+def test_a_stuck_first_holder_is_broken_by_name_with_a_reason_and_audited(
+    client, rita, tenants, redis_client
+):
+    lease = tenants["red-first"]
+    client.force_login(rita)
+
+    asked = client.get(reverse(BREAK), {"resource": lease.resource})
+    assert asked.status_code == 200
+    assert "red-first-worker" in asked.content.decode()
+    assert lock_value(redis_client, lease.resource) is not None  # nothing before confirming
+
+    done = client.post(reverse(BREAK), {"resource": lease.resource, "reason": " worker hung "})
+
+    assert done.status_code == 302 and done["Location"] == reverse(HOLDERS)
+    assert lock_value(redis_client, lease.resource) is None
+    event = FenceEvent.objects.get(outcome=Outcome.BROKEN)
+    assert (event.resource, event.token, event.actor, event.scope, event.operation, event.ip) == (
+        lease.resource,
+        lease.token,
+        "rita",
+        RED,
+        "break-lease",
+        "127.0.0.1",
+    )
+    assert event.detail.endswith("broken: worker hung") and "red-first-worker" in event.detail
+    messages = [str(m) for m in client.get(reverse(HOLDERS)).context["messages"]]
+    assert messages == [
+        f"Broke the lease of {lease_label('red-first-worker')} on {lease.resource} "
+        f"(token {lease.token})."
+    ]
+
+
+def lease_label(holder: str) -> str:
+    from locking.grant import holder_label
+
+    return holder_label(holder)
+
+
+@pytest.mark.parametrize(
+    ("data", "status", "says"),
+    [
+        ({"resource": "fenced-thing:red:2", "reason": "  "}, 400, "Say why the lease is broken."),
+        ({"resource": "has space", "reason": "x"}, 400, "must be printable"),
+        ({"resource": "", "reason": "x"}, 400, "resource name"),
+        ({"resource": "{brace}", "reason": "x"}, 400, "{"),
+    ],
+)
+def test_breaking_by_name_wants_a_reason_and_a_resource_name(
+    client, rita, tenants, redis_client, data, status, says
+):
+    client.force_login(rita)
+    before = lock_value(redis_client, "fenced-thing:red:2")
+
+    answer = client.post(reverse(BREAK), data)
+
+    assert answer.status_code == status
+    assert says in answer.content.decode()
+    assert lock_value(redis_client, "fenced-thing:red:2") == before
+    assert not FenceEvent.objects.filter(outcome=Outcome.BROKEN).exists()
+
+
+def test_breaking_by_name_a_resource_nobody_holds_says_so(client, rita):
+    client.force_login(rita)
+
+    asked = client.get(reverse(BREAK), {"resource": "fenced-thing:red:9"})
+    done = client.post(reverse(BREAK), {"resource": "fenced-thing:red:9", "reason": "stuck?"})
+
+    assert "No lease held: nothing to break." in asked.content.decode()
+    assert done.status_code == 302
+    messages = [str(m) for m in client.get(reverse(HOLDERS)).context["messages"]]
+    assert messages == ["fenced-thing:red:9 had no lease to break."]
+    assert not FenceEvent.objects.exists()
+
+
+def test_an_operator_who_only_reads_sees_the_holders_but_may_not_break(
+    client, django_user_model, tenants, redis_client
+):
+    client.force_login(operator(django_user_model, "rita", "view_fenceevent"))
+    before = lock_value(redis_client, "fenced-thing:red:2")
+
+    page = client.get(reverse(HOLDERS))
+    assert page.status_code == 200
+    assert "red-first-worker" in page.content.decode()
+    assert 'data-testid="break-lease"' not in page.content.decode()
+    assert client.get(reverse(BREAK), {"resource": "fenced-thing:red:2"}).status_code == 403
+    posted = client.post(reverse(BREAK), {"resource": "fenced-thing:red:2", "reason": "x"})
+    assert posted.status_code == 403
+    assert lock_value(redis_client, "fenced-thing:red:2") == before
+
+
+def test_staff_without_lockings_permissions_get_no_holders_page(client, django_user_model):
+    client.force_login(django_user_model.objects.create_user("sam", is_staff=True))
+    assert client.get(reverse(HOLDERS)).status_code == 403
+    assert client.get(reverse(BREAK), {"resource": "fenced-thing:red:2"}).status_code == 403
+
+
+def test_a_superuser_sees_and_may_break_every_scope(client, django_user_model, tenants):
     """Control: the pages above hide what another scope holds, not everything."""
     client.force_login(django_user_model.objects.create_superuser("root", password="pw"))
 
     assert len(shown(client.get(reverse(CHANGELIST)))) == 2
+    html = client.get(reverse(HOLDERS)).content.decode()
+    assert html.count('<tr class="lease"') == 4
+    assert client.get(reverse(BREAK), {"resource": "fenced-thing:blue:2"}).status_code == 200
+
+
+def test_with_redis_down_the_holders_page_and_a_break_say_so_and_break_nothing(
+    client, rita, settings
+):
+    settings.LOCK_REDIS_URL = f"redis://127.0.0.1:{free_port()}/0"
+    client.force_login(rita)
+
+    page = client.get(reverse(HOLDERS))
+    done = client.post(reverse(BREAK), {"resource": "fenced-thing:red:2", "reason": "hung"})
+
+    assert page.status_code == 503
+    assert "Redis cannot be reached" in page.content.decode()
+    assert done.status_code == 503
+    assert not FenceEvent.objects.exists()
+
+
+# --- a lease without a TTL ------------------------------------------------------------------
+
+
+def test_a_lease_key_without_a_ttl_is_listed_as_never_expiring_and_can_be_broken(
+    client, rita, redis_client
+):
+    """Not written so by locking (a restore, a SET by hand): nothing but a break ends it."""
+    redis_client.set(lock_key("fenced-thing:red:3"), "f00d|1700000000000|restored")
+    client.force_login(rita)
+
+    page = client.get(reverse(HOLDERS)).content.decode()
+    done = client.post(reverse(BREAK), {"resource": "fenced-thing:red:3", "reason": "by hand"})
+
+    assert '<td class="expires-in">never</td>' in page
+    assert '<td class="state">never expires</td>' in page
+    assert done.status_code == 302
+    assert redis_client.exists(lock_key("fenced-thing:red:3")) == 0
 
 
 # --- the default answer: a project that tags no tenants ------------------------------------
@@ -224,10 +400,16 @@ def test_by_default_operators_read_the_attempts_recorded_without_a_scope(
     )
     client.force_login(rita)
     assert shown(client.get(reverse(CHANGELIST))) == ["job:1"]
+    html = client.get(reverse(HOLDERS)).content.decode()
+    assert "job-1-worker" in html and "first-worker" in html and "job-2-worker" not in html
+    assert client.get(reverse(BREAK), {"resource": "job:2"}).status_code == 404
 
     root = django_user_model.objects.create_superuser("root", password="pw")
     client.force_login(root)
     assert sorted(shown(client.get(reverse(CHANGELIST)))) == ["job:1", "job:2"]
+    client.post(reverse(BREAK), {"resource": "job:2", "reason": "stuck"})
+    broken = FenceEvent.objects.get(outcome=Outcome.BROKEN)
+    assert (broken.resource, broken.scope) == ("job:2", "org:1")  # the scope it was recorded in
 
 
 def test_the_default_places_a_resource_in_the_scope_of_its_latest_attempt():
