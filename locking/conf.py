@@ -29,8 +29,8 @@ only what it needs; with none of them set, locks use the Redis on 127.0.0.1:6379
 ``LOCK_SCOPES_CALLABLE``               dotted path of ``f(user, resources) ->
                                        ViewerScopes``: the audit scopes ``user`` may see
                                        in the admin and the scope each resource name is
-                                       in; superusers see all (default
-                                       ``"locking.operators.recorded_scopes"``:
+                                       in; superusers and ``manage.py locks`` see all
+                                       (default ``"locking.operators.recorded_scopes"``:
                                        others see what was recorded without a scope).
 ``LOCK_RECEIVER_SECRET``               the HMAC secret a receiver of fenced calls
                                        (``fenced_receiver``, ``receive_call``) verifies

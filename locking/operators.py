@@ -15,7 +15,8 @@ one way (``client_ip``: ``LOCK_CLIENT_IP_CALLABLE``, else ``REMOTE_ADDR``).
 What an operator may see is the project's to say (``viewer_scopes``): a scope is a tag the
 caller records with each attempt (``Attempt.scope``, e.g. ``"org:12"``), and
 ``LOCK_SCOPES_CALLABLE`` answers which scopes a user may read and which scope a resource
-name is in. The admin shows and breaks only what it allows.
+name is in. The admin shows and breaks only what it allows; ``manage.py locks``, run by
+the operator at the shell, sees every scope.
 """
 
 import ipaddress

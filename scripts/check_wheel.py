@@ -27,7 +27,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 NAME = "django-fenced-writes"
 PROJECT = "django_fenced_writes"  # the name in file names
-# What the app needs at run time: its code, migrations, admin template, management command.
+# What the app needs at run time: its code, migrations, admin templates, management commands.
 REQUIRED = (
     "locking/__init__.py",
     "locking/apps.py",
@@ -37,7 +37,11 @@ REQUIRED = (
     "locking/migrations/__init__.py",
     "locking/migrations/0001_initial.py",
     "locking/management/commands/prune_fence_events.py",
+    "locking/management/commands/locks.py",
     "locking/templates/admin/locking/fenceevent/break_lease.html",
+    "locking/templates/admin/locking/fenceevent/break.html",
+    "locking/templates/admin/locking/fenceevent/change_list.html",
+    "locking/templates/admin/locking/fenceevent/holders.html",
     "locking/README.md",
     "locking/CHANGELOG.md",
 )

@@ -7,8 +7,11 @@ filters and dates, an attempt and its history, the break action, the leases held
 breaking a lease by its name (404 for Oak's, and Oak's lease stays in Redis). The attempts
 are written by the real services; the leases are real stuck holders (granted and never
 released), the first-ever ones before any attempt of their resource was recorded.
+``manage.py locks`` (the shell sees every association) breaks one, audited as the lock
+page's break is.
 """
 
+import getpass
 import re
 from datetime import timedelta
 
@@ -22,6 +25,7 @@ from hoa.models import Complaint, StaffMembership
 from locking import Outcome, lock_key
 from locking.models import FenceEvent
 from tests.charges_support import MONTH
+from tests.harness.processes import run_manage
 from vendors.operations import assignment_resource
 
 pytestmark = pytest.mark.django_db(transaction=True)  # the services commit their attempts
@@ -210,3 +214,35 @@ def test_a_superuser_sees_every_associations_attempts_and_leases(client, root, w
         "mallory",
     ]
     assert client.get(reverse(HOLDERS)).content.decode().count('<tr class="lease"') == 4
+
+
+def test_manage_py_locks_lists_every_association_and_breaks_a_first_holder(
+    world, subprocess_env, redis_client, maple, oak
+):
+    """The operator at the shell sees every association; the break is recorded under the
+    resource's own association, as the lock page records one."""
+    listing = run_manage("locks", env=subprocess_env)
+    lease = world["oak-first"]
+    broke = run_manage("locks", "break", lease.resource, "--reason", "hung", env=subprocess_env)
+
+    assert listing.returncode == 0, listing.stderr
+    lines = listing.stdout.splitlines()
+    assert sorted(line.split()[1] for line in lines if line.startswith("lease ")) == sorted(
+        lease.resource for lease in world.values()
+    )
+    attempts = [line.split() for line in lines if line.startswith("attempt ")]
+    assert [(words[4], words[5], words[-1]) for words in attempts] == [
+        ("committed", charge_resource(oak, MONTH), "mallory"),  # newest first
+        ("committed", charge_resource(maple, MONTH), "alice"),
+    ]
+    assert (broke.returncode, broke.stderr) == (0, "")
+    assert broke.stdout.startswith("Broke the lease of ")
+    assert lock_value(redis_client, lease.resource) is None
+    event = FenceEvent.objects.get(outcome=Outcome.BROKEN)
+    assert (event.resource, event.token, event.actor, event.scope, event.operation) == (
+        lease.resource,
+        lease.token,
+        f"cli:{getpass.getuser()}",
+        f"org:{oak.pk}",
+        "break-lease",
+    )

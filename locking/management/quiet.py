@@ -1,4 +1,6 @@
-"""The shape of ``locking``'s cron commands (``prune_fence_events``).
+"""The shape of ``locking``'s commands: a bad argument is one line (``OneLineCommand``,
+``locks``), and a cron command is quiet on success too (``QuietCommand``,
+``prune_fence_events``).
 
 Unattended (stdout not a terminal, as under cron or a systemd timer) and without ``-v``, a
 command runs at verbosity 0: it prints nothing when it succeeds, since cron mails whatever
@@ -25,7 +27,21 @@ def asks_verbosity(arguments: list[str]) -> bool:
     return any(arg == "-v" or arg.startswith(("-v", "--verbosity")) for arg in arguments)
 
 
-class QuietCommand(BaseCommand):
+class OneLineCommand(BaseCommand):
+    """A command whose bad argument is one line, ``CommandError: …``, and exit 1."""
+
+    def run_from_argv(self, argv):
+        parser = self.create_parser(argv[0], argv[1])
+        parser.called_from_command_line = False  # its error() raises CommandError
+        try:
+            parser.parse_args(argv[2:])
+        except CommandError as exc:
+            self.stderr.write(f"CommandError: {str(exc).removeprefix('Error: ')}")
+            sys.exit(1)
+        super().run_from_argv(argv)
+
+
+class QuietCommand(OneLineCommand):
     """A command cron runs: quiet on success unless asked, one line for a bad argument."""
 
     def create_parser(self, prog_name, subcommand, **kwargs):
@@ -36,13 +52,6 @@ class QuietCommand(BaseCommand):
         return parser
 
     def run_from_argv(self, argv):
-        parser = self.create_parser(argv[0], argv[1])
-        parser.called_from_command_line = False  # its error() raises CommandError
-        try:
-            parser.parse_args(argv[2:])
-        except CommandError as exc:
-            self.stderr.write(f"CommandError: {str(exc).removeprefix('Error: ')}")
-            sys.exit(1)
         if not sys.stdout.isatty() and not asks_verbosity(argv[2:]):
             argv = [*argv, "--verbosity", "0"]
         super().run_from_argv(argv)

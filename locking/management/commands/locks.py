@@ -1,0 +1,211 @@
+"""Who holds which lease, what was attempted lately, and breaking a stuck lease, from the shell.
+
+    manage.py locks                                  # leases held now, then the latest attempts
+    manage.py locks list [PREFIX] [--attempts N]     # only resources that start with PREFIX
+    manage.py locks break RESOURCE --reason "worker-7 hangs on the billing call"
+
+Each prints one line per item; ``--json`` prints one JSON object per line instead (JSON
+Lines: ``kind`` is ``lease``, ``attempt``, ``broken`` or ``not_held``). Exit codes
+(docs/locking.md, "Failure answers"): 0 done, a break of a resource nobody holds included
+(it says so); 1 bad input (a bad resource name, no ``--reason``, an unknown option) or
+Redis or the database unreachable, with one line on stderr and never a traceback.
+
+It runs as the operator at the shell, who sees every scope. A break is ``break_lease``,
+recorded as every page records one: outcome ``broken``, the reason, the broken holder's
+token, the resource's scope (``LOCK_SCOPES_CALLABLE``), and ``cli:<login>`` as who.
+"""
+
+import getpass
+import json
+import os
+
+from django.core.management.base import CommandError
+from django.db import DatabaseError
+from django.utils.translation import gettext as _
+
+from locking.conf import setting
+from locking.exceptions import LockUnavailable
+from locking.keys import validate_resource
+from locking.management.quiet import OneLineCommand
+from locking.models import FenceEvent
+from locking.operators import (
+    HolderInfo,
+    break_lease,
+    broken_message,
+    holders,
+    viewer_scopes,
+)
+
+LIST, BREAK = "list", "break"
+DEFAULT_ATTEMPTS = 20
+# SCAN stops after this many leases (leases live while an operation runs).
+HOLDER_SCAN_LIMIT = 1000
+
+
+class Command(OneLineCommand):
+    help = (
+        "List the leases held now and the latest fenced attempts (locks [list] [PREFIX]), or "
+        "break a stuck lease (locks break RESOURCE --reason ...). Exit 0 done (breaking a "
+        "lease nobody holds says so), 1 bad input or Redis or the database unreachable."
+    )
+
+    def add_arguments(self, parser):
+        parser.add_argument(
+            "action", nargs="?", default=LIST, choices=(LIST, BREAK), help="default: list"
+        )
+        parser.add_argument(
+            "resource",
+            nargs="?",
+            default="",
+            help="list: only resources whose name starts with this; break: the resource",
+        )
+        parser.add_argument(
+            "--reason", default=None, help="break: why, recorded in the audit (required)"
+        )
+        # Parsed as text and checked in handle(): bad input is a one-line error, exit 1.
+        parser.add_argument(
+            "--attempts",
+            default=str(DEFAULT_ATTEMPTS),
+            metavar="N",
+            help=f"list: how many of the latest attempts (default {DEFAULT_ATTEMPTS}, 0: none)",
+        )
+        parser.add_argument(
+            "--json", dest="as_json", action="store_true", help="one JSON object per line"
+        )
+
+    def handle(self, *args, action, resource, reason, attempts, as_json, **options):
+        self.as_json = as_json
+        try:
+            if action == BREAK:
+                self.break_one(resource, reason)
+            else:
+                if reason is not None:
+                    raise CommandError("--reason goes with `locks break RESOURCE`.")
+                self.list(resource, attempt_count(attempts))
+        except LockUnavailable as exc:
+            raise CommandError(f"Redis is unreachable: {first_line(exc.reason)}") from exc
+        except DatabaseError as exc:
+            raise CommandError(f"The database is unreachable: {first_line(exc)}") from exc
+
+    def list(self, prefix: str, attempts: int) -> None:
+        if prefix:
+            checked(prefix)
+        # Redis first: when it is down, nothing is printed but the one line saying so.
+        leases = holders(prefix=prefix, limit=HOLDER_SCAN_LIMIT)
+        events = FenceEvent.objects.using(setting("LOCK_DATABASE"))
+        if prefix:
+            events = events.filter(resource__startswith=prefix)
+        latest = list(events[:attempts]) if attempts else []
+        for lease in leases:
+            self.say(lease_line(lease), kind="lease", **lease_fields(lease))
+        if not leases and not self.as_json:
+            self.say(_("No lease is held."))
+        for event in latest:
+            self.say(attempt_line(event), kind="attempt", **attempt_fields(event))
+        if not latest and attempts and not self.as_json:
+            self.say(_("No attempt is recorded."))
+
+    def break_one(self, resource: str, reason: str | None) -> None:
+        if not resource:
+            raise CommandError("locks break needs the RESOURCE whose lease to break.")
+        checked(resource)
+        if not (reason or "").strip():
+            raise CommandError('locks break needs --reason "…": it is recorded in the audit.')
+        # The shell sees every scope; the audit row still names the resource's own.
+        scope = viewer_scopes(None, [resource]).scope_of(resource)
+        broken = break_lease(resource, by=f"cli:{os_login()}", reason=reason, scope=scope)
+        if broken is None:
+            message = _("Nothing to break: no lease is held on %(resource)s.")
+            self.say(message % {"resource": resource}, kind="not_held", resource=resource)
+            return
+        self.say(broken_message(broken), kind="broken", **lease_fields(broken))
+
+    def say(self, line: str, **fields) -> None:
+        if not self.as_json:
+            self.stdout.write(line)
+        elif fields:
+            self.stdout.write(json.dumps(fields, ensure_ascii=False))
+
+
+def checked(resource: str) -> str:
+    try:
+        return validate_resource(resource)
+    except ValueError as exc:
+        raise CommandError(f"{resource!r} is not a resource name: {exc}.") from None
+
+
+def attempt_count(raw: str) -> int:
+    try:
+        count = int(raw.strip())
+    except ValueError:
+        count = -1
+    if count < 0:
+        raise CommandError(f"--attempts must be a whole number of at least 0, got {raw!r}.")
+    return count
+
+
+def first_line(message) -> str:
+    return (str(message).strip().splitlines() or ["no reason given"])[0]
+
+
+def os_login() -> str:
+    """The shell's login name, recorded as ``cli:<name>`` with the break."""
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):  # no login name and no passwd entry (some containers)
+        return f"uid{os.getuid()}"
+
+
+def lease_line(lease: HolderInfo) -> str:
+    since = f"{lease.acquired_at:%Y-%m-%d %H:%M:%S} UTC" if lease.acquired_at else "?"
+    line = _(
+        "%(resource)s  token %(token)s  held by %(holder)s since %(since)s, "
+        "expires in %(expires_in)s (%(state)s)"
+    ) % {
+        "resource": lease.resource,
+        "token": lease.token if lease.token is not None else "-",
+        "holder": lease.label or lease.owner,
+        "since": since,
+        "expires_in": lease.expires_in,
+        "state": lease.state.label,
+    }
+    return f"lease    {line}"
+
+
+def lease_fields(lease: HolderInfo) -> dict:
+    return {
+        "resource": lease.resource,
+        "token": lease.token,
+        "owner": lease.owner,
+        "holder": lease.label,
+        "acquired_at": lease.acquired_at.isoformat() if lease.acquired_at else None,
+        "expires_in_seconds": round(lease.ttl_left.total_seconds(), 3),
+        "expires_in": lease.expires_in,
+        "state": str(lease.state),
+    }
+
+
+def attempt_line(event: FenceEvent) -> str:
+    line = _("%(at)s UTC  %(outcome)s  %(resource)s  token %(token)s  by %(actor)s%(detail)s") % {
+        "at": f"{event.at:%Y-%m-%d %H:%M:%S}",
+        "outcome": event.outcome,
+        "resource": event.resource,
+        "token": event.token if event.token is not None else "-",
+        "actor": event.actor or "-",
+        "detail": f": {' '.join(event.detail.split())}" if event.detail else "",
+    }
+    return f"attempt  {line}"
+
+
+def attempt_fields(event: FenceEvent) -> dict:
+    return {
+        "at": event.at.isoformat(),
+        "resource": event.resource,
+        "outcome": str(event.outcome),
+        "token": event.token,
+        "actor": event.actor,
+        "operation": event.operation,
+        "scope": event.scope,
+        "ip": event.ip,
+        "detail": event.detail,
+    }
