@@ -17,6 +17,7 @@ or the first request.
 ``locking.E013``   a fenced model whose migrations never install the fence guard
 ``locking.E014``   (a database check) a fenced table whose guard migration is applied but whose
                    triggers are gone
+``locking.E015``   ``LOCK_SCOPES_CALLABLE`` does not import, or is not callable
 ``locking.W002``   a ``LOCK_`` setting that locking does not know (a misspelling?)
 =================  ===========================================================================
 
@@ -221,22 +222,39 @@ def client_ip_callable_imports(app_configs=None, **kwargs):
     path = setting("LOCK_CLIENT_IP_CALLABLE")
     if path is None or path == "":
         return []
+    problem = _callable_problem(path)
+    if problem is None:
+        return []
     hint = (
         "A dotted path to f(request) -> str | None, the address a broken lease is recorded "
         "with, e.g. 'myproject.security.client_ip'; unset, REMOTE_ADDR is used."
     )
-    if not isinstance(path, str):
-        problem = f"is not a dotted path: {path!r}"
-    else:
-        try:
-            found = import_string(path)
-        except ImportError as error:
-            problem = f"does not import: {error}"
-        else:
-            problem = None if callable(found) else f"is not callable: {path!r}"
+    return [Error(f"LOCK_CLIENT_IP_CALLABLE {problem}.", hint=hint, id="locking.E010")]
+
+
+@register()
+def scopes_callable_imports(app_configs=None, **kwargs):
+    """``LOCK_SCOPES_CALLABLE`` is the dotted path of a callable that imports."""
+    problem = _callable_problem(setting("LOCK_SCOPES_CALLABLE"))
     if problem is None:
         return []
-    return [Error(f"LOCK_CLIENT_IP_CALLABLE {problem}.", hint=hint, id="locking.E010")]
+    hint = (
+        "A dotted path to f(user, resources) -> locking.ViewerScopes, what each operator "
+        "sees in the admin, e.g. 'myproject.ops.lock_scopes'; unset, "
+        "'locking.operators.recorded_scopes'."
+    )
+    return [Error(f"LOCK_SCOPES_CALLABLE {problem}.", hint=hint, id="locking.E015")]
+
+
+def _callable_problem(path) -> str | None:
+    """What is wrong with ``path`` as the dotted path of a callable, or None."""
+    if not isinstance(path, str) or not path:
+        return f"is not a dotted path: {path!r}"
+    try:
+        found = import_string(path)
+    except ImportError as error:
+        return f"does not import: {error}"
+    return None if callable(found) else f"is not callable: {path!r}"
 
 
 @register(Tags.urls)

@@ -225,6 +225,30 @@ def test_a_client_ip_callable_that_imports_passes():
     assert locking_ids(LOCK_CLIENT_IP_CALLABLE="locking.operators.client_ip") == []
 
 
+# --- LOCK_SCOPES_CALLABLE: E015 --------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("path", "problem"),
+    [
+        ("no_such_module.lock_scopes", "does not import: No module named 'no_such_module'"),
+        ("locking.operators.no_such_function", 'does not import: Module "locking.operators"'),
+        ("locking.conf.DEFAULTS", "is not callable: 'locking.conf.DEFAULTS'"),
+        (None, "is not a dotted path: None"),
+        ("", "is not a dotted path: ''"),
+    ],
+)
+def test_a_scopes_callable_that_does_not_import_is_e013(path, problem):
+    """Else every page of locking's admin is a 500, and `locks break` a traceback."""
+    [(check_id, message)] = locking_messages(LOCK_SCOPES_CALLABLE=path)
+    assert check_id == "locking.E015"
+    assert message.startswith(f"LOCK_SCOPES_CALLABLE {problem}")
+
+
+def test_a_scopes_callable_that_imports_passes():
+    assert locking_ids(LOCK_SCOPES_CALLABLE="locking.operators.recorded_scopes") == []
+
+
 # --- receivers without a secret: E011 --------------------------------------------------
 
 
