@@ -333,21 +333,28 @@ def _commit(called: list[_Attempt], answers: list) -> None:
 
 
 def _commit_one(attempt: _Attempt) -> None:
-    """``attempt``'s writes in the shared transaction: its ``create`` (a refusal there
-    writes nothing), else the fence and ``commit`` in a savepoint of its own, so that a
-    refusal there (a newer holder's claim, the operation's state check) rolls back this one
-    only; a refusal is kept for after the commit."""
+    """``attempt``'s writes in the shared transaction: its ``create`` (its stale token
+    refused by ``insert_fenced``, which then wrote nothing), else the fence and ``commit``
+    in a savepoint of its own, so that a refusal there (a newer holder's claim, the
+    operation's state check) rolls back this one only; a refusal is kept for after the
+    commit. A refusal ``create`` raises after writing (its statements may have failed) is
+    raised: the shared transaction rolls back, and the caller decides what to run again
+    (``charges.generate_together`` runs its associations one by one)."""
     steps, lease, looked, told = attempt.steps, attempt.leased.lease, attempt.looked, attempt.told
     try:
         with _taking_back(steps, lease, looked, told):
             result = steps.create(lease, looked, told)
-            if result is None:
-                with transaction.atomic():  # a savepoint
-                    advance_fence(steps.fence_row(looked), lease)
-                    result = steps.commit(lease, looked, told)
-    except (Refusal, StaleFencingToken) as exc:
-        attempt.refused = exc
+    except StaleFencingToken as stale:  # insert_fenced refused it: nothing was written
+        attempt.refused = stale
         return
+    if result is None:
+        try:
+            with _taking_back(steps, lease, looked, told), transaction.atomic():  # a savepoint
+                advance_fence(steps.fence_row(looked), lease)
+                result = steps.commit(lease, looked, told)
+        except (Refusal, StaleFencingToken) as exc:
+            attempt.refused = exc
+            return
     lease.record_committed(result.outcome)
     attempt.result = result
 

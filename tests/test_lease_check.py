@@ -79,7 +79,7 @@ def test_an_assignment_stops_before_calling_the_vendor_when_the_lease_ran_out(
     with table_locked("vendors_vendorassignment"):
         attempt = Worker(lambda: assign_vendor(complaint=complaint, vendor=pipe, actor=alice))
         hold_until_the_lease_expires(
-            redis_client, assignment_resource(complaint.pk), 'SELECT "vendors_vendorassignment"'
+            redis_client, assignment_resource(complaint.pk), 'SELECT "hoa_complaint"'
         )
     attempt.join()
 

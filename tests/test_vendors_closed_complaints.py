@@ -284,7 +284,7 @@ def test_closing_ends_the_vendors_assignment_and_tells_the_vendor(complaint, pip
     assert assignment.deactivated_at == complaint.closed_at
     [cancel] = cancellations(dispatch)  # after the close committed
     assert (cancel.path, cancel.token, cancel.idempotency_key) == (
-        "/hook/cancel",
+        "/dispatch/cancel",
         assignment.fence_token,
         idempotency_key(complaint_id=complaint.pk, vendor_id=pipe.pk, replacing_id=None),
     )
