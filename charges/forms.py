@@ -6,11 +6,12 @@ from datetime import date
 
 from django import forms
 from django.conf import settings
+from django.http import Http404
 from django.utils.translation import gettext_lazy as _
 
 from charges import answers
 from charges.exceptions import InvalidMonth
-from charges.models import MonthlyChargeRun
+from charges.models import MonthlyChargeRun, month_label
 from charges.selectors import add_months, current_month
 
 _MONTH_PATTERN = re.compile(r"([0-9]{4})-([0-9]{2})")  # [0-9]: \d also takes "٢٠٢٦-٠٣"
@@ -27,6 +28,20 @@ def parse_month(value: str) -> date:
     if year < 1:
         raise InvalidMonth(value, "year")
     return date(year, month, 1)
+
+
+def month_of_address(segment: str) -> date:
+    """The month a page's address names (``…/charges/<YYYY-MM>/``): one address per month.
+
+    ``YYYY-MM`` exactly is the month's address. Another spelling of a month (``2026-12 ``,
+    `` 2026-12``) is not a second address for it: ``Http404``, as for an id written with a
+    leading zero (``hoa.web.converters``). What is no month at all raises ``InvalidMonth``
+    (the 400 "Not a month" that says how to write one).
+    """
+    month = parse_month(segment)
+    if month_label(month) != segment:
+        raise Http404("not the canonical address of a month")
+    return month
 
 
 def billing_window() -> tuple[date, date]:

@@ -28,9 +28,9 @@ from charges.forms import (
     RunFilterForm,
     billing_window,
     in_billing_window,
+    month_of_address,
     needs_confirmation,
     parse_billing_month,
-    parse_month,
 )
 from charges.models import MonthlyChargeRun, month_label
 from charges.operations import GENERATE_PERMISSION, OPERATION
@@ -123,7 +123,7 @@ class ChargeRunDetailView(OrganizationMixin, TemplateView):
 
     def get(self, request, *args, **kwargs):
         try:
-            self.month = parse_month(kwargs["month"])
+            self.month = month_of_address(kwargs["month"])
         except ChargesError as exc:
             return answer_table.page(request, exc)
         return super().get(request, *args, **kwargs)
@@ -157,12 +157,12 @@ class ChargeRunCsvView(OrganizationMixin, View):
     memory. A month whose charges are not generated is a 404 that says so.
     """
 
-    http_method_names = ["get"]
+    http_method_names = ["get", "head"]
     COLUMNS = ("unit", "amount", "currency")
 
     def get(self, request, *args, **kwargs):
         try:
-            month = parse_month(kwargs["month"])
+            month = month_of_address(kwargs["month"])
         except ChargesError as exc:
             return answer_table.page(request, exc)
         run = (
@@ -179,20 +179,25 @@ class ChargeRunCsvView(OrganizationMixin, View):
                 _("The charges of %(organization)s for %(month)s have not been generated.")
                 % {"organization": self.organization.name, "month": month_name(month)},
             )
+        response = StreamingHttpResponse(
+            self.lines(run) if request.method == "GET" else [],  # HEAD: the headers only
+            content_type="text/csv; charset=utf-8",
+        )
+        filename = f"charges-{self.organization.slug}-{month_label(month)}.csv"
+        response["Content-Disposition"] = f'attachment; filename="{filename}"'
+        return response
+
+    def lines(self, run: MonthlyChargeRun):
         rows = (
             run.charges.order_by("unit__label", "unit_id")
             .values_list("unit__label", "amount")
             .iterator(chunk_size=2000)
         )
         writer = csv.writer(_Echo())
-        lines = itertools.chain(
+        return itertools.chain(
             [writer.writerow(self.COLUMNS)],
             (writer.writerow((_cell(label), amount, settings.CURRENCY)) for label, amount in rows),
         )
-        response = StreamingHttpResponse(lines, content_type="text/csv; charset=utf-8")
-        filename = f"charges-{self.organization.slug}-{month_label(month)}.csv"
-        response["Content-Disposition"] = f'attachment; filename="{filename}"'
-        return response
 
 
 class _Echo:
@@ -217,7 +222,7 @@ class GenerateChargesView(OrganizationMixin, View):
     (a 409 page's address entered again, say) leads to the month's page.
     """
 
-    http_method_names = ["get", "post"]
+    http_method_names = ["get", "head", "post"]
     permission_required = GENERATE_PERMISSION
     operation = OPERATION
 
@@ -225,7 +230,9 @@ class GenerateChargesView(OrganizationMixin, View):
         return redirect("charges:run", self.organization.slug, kwargs["month"])
 
     def post(self, request, *args, **kwargs):
+        month_url = reverse("charges:run", args=[self.organization.slug, kwargs["month"]])
         try:
+            month_of_address(kwargs["month"])  # 404 for another spelling of a month
             month = parse_billing_month(kwargs["month"])
             if needs_confirmation(month) and request.POST.get("confirm") != "yes":
                 return render(
@@ -245,6 +252,6 @@ class GenerateChargesView(OrganizationMixin, View):
                 ip=client_ip(request),
             )
         except ChargesError as exc:
-            return answer_table.page(request, exc)
-        run_url = reverse("charges:run", args=[self.organization.slug, month_label(month)])
-        return answer_table.done(request, result, run_url)
+            # A 409's way back is the month's page, where the retry started.
+            return answer_table.page(request, exc, extra_context={"back_url": month_url})
+        return answer_table.done(request, result, month_url)

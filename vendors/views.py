@@ -43,7 +43,7 @@ class AssignVendorView(ComplaintDetailView):
     past the rate limit. A GET (a 409 page's address entered again) leads to the
     complaint."""
 
-    http_method_names = ["get", "post"]
+    http_method_names = ["get", "head", "post"]
     permission_required = ASSIGN_PERMISSION
     operation = OPERATION
 

@@ -1,9 +1,39 @@
-"""The pages every answer shares: the 303 after a POST, the 409 page, the error pages."""
+"""The pages every answer shares: the 303 after a POST, the 409 page, the error pages.
 
+Each keeps the association's layout (its name, its navigation) when the address is one of
+its pages and the viewer is its staff, and each offers a way back.
+"""
+
+import re
 from collections.abc import Iterable, Mapping
 
 from django.http import HttpResponseRedirect
 from django.shortcuts import render
+
+from hoa.models import Organization
+
+# Every association's pages live under /orgs/<slug>/ (hoa/urls.py).
+_ORGANIZATION_PATH = re.compile(r"/orgs/(?P<slug>[-a-zA-Z0-9_]+)/")
+
+
+def organization_of(request) -> Organization | None:
+    """The association whose page ``request`` is, for the layout of its answer.
+
+    The one the view resolved (``OrganizationMixin`` sets ``request.organization``); else,
+    for an answer given before any view ran (an address that matches nothing, a method the
+    view does not take, an expired form), the one its address names if the viewer is its
+    staff. Another association's name is never shown: it is looked up among the viewer's.
+    """
+    organization = getattr(request, "organization", None)
+    if organization is not None:
+        return organization
+    user = getattr(request, "user", None)
+    match = _ORGANIZATION_PATH.match(request.path_info)
+    if match is None or user is None or not user.is_authenticated:
+        return None
+    organization = Organization.objects.for_user(user).filter(slug=match["slug"]).first()
+    request.organization = organization  # the navigation reads it (context_processors)
+    return organization
 
 
 def conflict(
@@ -36,6 +66,7 @@ def conflict(
         request,
         template_name,
         {
+            "organization": organization_of(request),
             **(extra_context or {}),
             "title": title,
             "message": message,
@@ -77,7 +108,7 @@ def error_page(request, status: int, title: str, message: str, *, back_url: str 
             "title": title,
             "message": message,
             "status": status,
-            "organization": getattr(request, "organization", None),
+            "organization": organization_of(request),
             "back_url": back_url,
         },
         status=status,

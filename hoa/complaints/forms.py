@@ -11,7 +11,7 @@ from hoa.complaints.extensions import extensions
 from hoa.complaints.selectors import UNRESOLVED
 from hoa.complaints.workflow import NOTE_MAX_LENGTH
 from hoa.models import Complaint, Organization, Unit
-from hoa.web.fields import AsciiDateTimeField, has_control_characters
+from hoa.web.fields import AsciiDateTimeField, IdChoiceField, has_control_characters
 
 Status = Complaint.Status
 OUT_OF_DATE = _("This page was out of date. Reload it and try again.")
@@ -63,7 +63,7 @@ class ComplaintForm(forms.Form):
     """A complaint opened from the staff pages: what, where, how urgent, and who reported
     it. ``unit`` is optional (a common area) but must be one of the association's."""
 
-    unit = forms.ModelChoiceField(
+    unit = IdChoiceField(
         queryset=Unit.objects.none(),
         required=False,
         label=_("Unit"),

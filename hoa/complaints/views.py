@@ -65,7 +65,7 @@ class NewComplaintView(OrganizationMixin, TemplateView):
 
     template_name = "hoa/complaints/complaint_new.html"
     permission_required = "hoa.add_complaint"
-    http_method_names = ["get", "post"]
+    http_method_names = ["get", "head", "post"]
 
     def get(self, request, *args, **kwargs):
         form = ComplaintForm(organization=self.organization)
@@ -140,7 +140,7 @@ class ComplaintActionView(ComplaintDetailView):
     """Base of the workflow's POST endpoints; a GET is a 303 to the complaint page."""
 
     permission_required = CHANGE_PERMISSION
-    http_method_names = ["get", "post"]
+    http_method_names = ["get", "head", "post"]
     form_class: type
     form_context_name: str
 

@@ -20,11 +20,11 @@ from django.conf import settings
 from django.http import HttpResponse
 from django.utils.translation import gettext as _
 from django.views.decorators.cache import never_cache
-from django.views.decorators.http import require_GET
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, generate_latest
 from prometheus_client.multiprocess import MultiProcessCollector
 
 from hoa.security.audit import client_ip
+from hoa.security.methods import allow_methods
 
 # Collectors whose ``collect()`` reads the database at scrape time; each needs a
 # ``describe()`` (naming its families without reading anything) so that registering it
@@ -90,7 +90,7 @@ def _refused(status: int) -> HttpResponse:
 
 
 @never_cache
-@require_GET
+@allow_methods("GET", "HEAD")
 def metrics(request):
     """Expose the Prometheus metrics to an allowed scraper; 401/403 to anyone else."""
     expected = settings.METRICS_TOKEN

@@ -32,6 +32,7 @@ from hoa.ops.readiness import pending_migrations
 from hoa.paging import clamped_page
 from hoa.scopes import scope_for_organization
 from hoa.security.audit import Reason, deny_request
+from hoa.security.methods import allow_methods
 from hoa.security.operators import is_operator
 from locking import BreakLeaseForm, FenceLock, LockUnavailable, holder_of, validate_resource
 
@@ -122,12 +123,14 @@ class LockStatusView(LoginRequiredMixin, TemplateView):
 
 
 @never_cache
+@allow_methods("GET", "HEAD")
 def healthz(request):
     """The process is up and serving."""
     return JsonResponse({"status": "ok"})
 
 
 @never_cache
+@allow_methods("GET", "HEAD")
 def readyz(request):
     """PostgreSQL and Redis are reachable and every migration is applied."""
     checks = {}

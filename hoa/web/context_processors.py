@@ -25,6 +25,8 @@ def organization_links(request) -> dict:
     under its address (a month's page under its list, an action's POST under its complaint)."""
     match = getattr(request, "resolver_match", None)
     slug = match.kwargs.get("org_slug") if match else None
+    if slug is None and getattr(request, "organization", None) is not None:
+        slug = request.organization.slug  # an error page of its (hoa.answers.pages)
     if slug is None:
         return {"organization_links": []}
     links = [*FRAME_LINKS, *(link for operation in operations() for link in operation.links)]

@@ -42,7 +42,7 @@ class ApproveBudgetView(OrganizationMixin, View):
     """POST: approve the year's budget once; answer 303, 409, 400, 503, 502 or 429. A GET
     (a 409 page's address entered again) leads to the budgets."""
 
-    http_method_names = ["get", "post"]
+    http_method_names = ["get", "head", "post"]
     permission_required = APPROVE_PERMISSION
     operation = OPERATION
 
