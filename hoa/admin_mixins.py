@@ -1,6 +1,6 @@
 """Admin plumbing of the project: tenant scoping (staff see and edit only their
-organizations' rows), the frame's admins that fenced operations extend, and the read-only
-audit table."""
+organizations' rows), the fence's bookkeeping for operators only, the frame's admins that
+fenced operations extend, and the read-only audit table."""
 
 from django.contrib import admin, messages
 from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
@@ -13,6 +13,11 @@ from django.utils.translation import gettext as _
 from hoa.models import Organization
 from hoa.operations import admin_extensions
 from hoa.security.audit import Reason, deny_request
+from hoa.security.operators import is_operator
+
+# The fence's bookkeeping on the product's rows: locking's ``FencedModel.last_fence_token``
+# and the token an assignment (or any fenced write) was made with.
+FENCING_FIELDS = frozenset({"last_fence_token", "fence_token"})
 
 
 def _scoped_foreignkey(db_field, request, kwargs: dict) -> dict:
@@ -25,9 +30,57 @@ def _scoped_foreignkey(db_field, request, kwargs: dict) -> dict:
     return kwargs
 
 
-class TenantAdminMixin:
+class OperatorFieldsMixin:
+    """Show the fence's bookkeeping (``operator_fields``) to operators only.
+
+    Office staff read the same rows as on their pages, in their words: no fencing token,
+    no recorded token (``hoa.security.operators``: operators are those who read leases,
+    tokens and the fenced attempts). The fields leave every place an admin names them for
+    anyone else: the changelist's columns, filters and search, the change page's fields, and
+    the fields of every inline on it (an operation's too, ``ExtensibleAdmin``).
+    """
+
+    operator_fields = FENCING_FIELDS
+
+    def _for_viewer(self, request, names):
+        if is_operator(request.user):
+            return names
+        return type(names)(name for name in names if name not in self.operator_fields)
+
+    def get_list_display(self, request):
+        return self._for_viewer(request, list(super().get_list_display(request)))
+
+    def get_list_filter(self, request):
+        return self._for_viewer(request, list(super().get_list_filter(request)))
+
+    def get_search_fields(self, request):
+        return self._for_viewer(request, list(super().get_search_fields(request)))
+
+    def get_fields(self, request, obj=None):
+        return self._for_viewer(request, list(super().get_fields(request, obj)))
+
+    def get_readonly_fields(self, request, obj=None):
+        return self._for_viewer(request, list(super().get_readonly_fields(request, obj)))
+
+    def get_inline_instances(self, request, obj=None):
+        # Instances are made per request: narrowing theirs changes nobody else's page.
+        inlines = super().get_inline_instances(request, obj)
+        if is_operator(request.user):
+            return inlines
+        for inline in inlines:
+            for attribute in ("fields", "readonly_fields"):
+                names = getattr(inline, attribute, None)
+                if names:
+                    setattr(inline, attribute, self._for_viewer(request, list(names)))
+        return inlines
+
+
+class TenantAdminMixin(OperatorFieldsMixin):
     """Limit changelists, change pages, actions, filters and foreign-key choices to the
     user's organizations.
+
+    Every association's admin shows the fence's bookkeeping to operators only
+    (``OperatorFieldsMixin``).
 
     The model's default manager must be a ``TenantQuerySet`` manager. Objects of other
     organizations are simply not in the queryset, so their change pages answer 404-style

@@ -39,5 +39,18 @@ def organization_links(request) -> dict:
 
 def viewer(request) -> dict:
     """Whether the viewer is an operator: tokens, leases and fenced attempts are theirs to
-    read; office staff get the same pages without them."""
-    return {"is_operator": is_operator(getattr(request, "user", None))}
+    read; office staff get the same pages without them. And whether the admin has
+    anything for them, which is when the menu offers it."""
+    user = getattr(request, "user", None)
+    return {
+        "is_operator": is_operator(user),
+        "uses_admin": lambda: uses_admin(user),  # asked only where the menu is drawn
+    }
+
+
+def uses_admin(user) -> bool:
+    """Whether the admin shows ``user`` anything: staff status and a permission on some
+    model (office staff write notices there; operators read the fenced attempts)."""
+    if user is None or not (user.is_active and user.is_staff):
+        return False
+    return user.is_superuser or bool(user.get_all_permissions())
