@@ -32,14 +32,20 @@ TEST_ENV := REDIS_URL=redis://127.0.0.1:$(HOA_REDIS_PORT)/1 LOCK_REDIS_URL=redis
 
 .PHONY: help run serve test test-fast test-locking test-locking-matrix test-pgbouncer dist check-deploy lint fmt services stop status migrate seed bench bench-quick faults screenshots clean
 
+# The targets and what they do, with this checkout's host and ports in place of $(HOST),
+# $(PORT), $(HOA_PG_PORT) and $(HOA_REDIS_PORT).
 help: ## list the targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' \
+		-v host='$(HOST)' -v port='$(PORT)' -v pg='$(HOA_PG_PORT)' -v redis='$(HOA_REDIS_PORT)' \
+		'{ gsub(/\$$\(HOST\)/, host, $$2); gsub(/\$$\(PORT\)/, port, $$2); \
+		   gsub(/\$$\(HOA_PG_PORT\)/, pg, $$2); gsub(/\$$\(HOA_REDIS_PORT\)/, redis, $$2); \
+		   printf "  %-12s %s\n", $$1, $$2 }'
 
 $(STAMP): requirements.txt requirements-dev.txt
 	@scripts/bootstrap.sh venv
 	@touch $(STAMP)
 
-services: ## start the project-local PostgreSQL and Redis
+services: ## start the project-local PostgreSQL (:$(HOA_PG_PORT)) and Redis (:$(HOA_REDIS_PORT))
 	@scripts/services.sh start
 
 stop: ## stop the project-local PostgreSQL and Redis (and a `make serve` gunicorn)
@@ -56,12 +62,12 @@ migrate: $(STAMP) services
 seed: migrate
 	@$(DEV_ENV) $(PY) manage.py seed_demo -v 1
 
-run: seed ## set everything up and serve on 127.0.0.1:8000 (development server)
+run: seed ## set everything up and serve on http://$(HOST):$(PORT)/ (development server)
 	@$(DEV_ENV) $(PY) manage.py collectstatic --noinput -v 0
 	@echo "Serving on http://$(HOST):$(PORT)/  (admin: http://$(HOST):$(PORT)/admin/ ; stop with Ctrl-C, then 'make stop')"
 	@$(DEV_ENV) exec $(PY) manage.py runserver $(HOST):$(PORT)
 
-serve: seed ## serve with gunicorn (WEB_CONCURRENCY workers; INSTANCES=N on consecutive ports)
+serve: seed ## serve with gunicorn on :$(PORT) (WEB_CONCURRENCY workers; INSTANCES=N on consecutive ports)
 	@$(DEV_ENV) $(PY) manage.py collectstatic --noinput -v 0
 	@$(DEV_ENV) scripts/serve.sh start
 

@@ -2,7 +2,8 @@
 
 Every variable is optional and defaults to the project-local services that
 ``scripts/services.sh`` starts (PostgreSQL on 127.0.0.1:55432, Redis on
-127.0.0.1:56379). Production runs with ``DEBUG=0`` and must set ``SECRET_KEY``.
+127.0.0.1:56379, or the ports ``HOA_PG_PORT`` and ``HOA_REDIS_PORT`` give them, as ``make``
+does). Production runs with ``DEBUG=0`` and must set ``SECRET_KEY``.
 Code reads ``django.conf.settings``, never ``os.environ``.
 """
 
@@ -122,7 +123,11 @@ TEMPLATES = [
 
 # --- Data stores -------------------------------------------------------------------------
 
-DATABASE_URL = os.environ.get("DATABASE_URL", "postgres://hoa@127.0.0.1:55432/hoa")
+# Without DATABASE_URL / REDIS_URL, a command run by hand (manage.py seed_demo) finds the
+# project-local services on the ports make and scripts/services.sh started them on.
+LOCAL_PG_PORT = os.environ.get("HOA_PG_PORT", "55432")
+LOCAL_REDIS_PORT = os.environ.get("HOA_REDIS_PORT", "56379")
+DATABASE_URL = os.environ.get("DATABASE_URL", f"postgres://hoa@127.0.0.1:{LOCAL_PG_PORT}/hoa")
 DATABASES = {
     "default": dj_database_url.parse(
         DATABASE_URL,
@@ -170,7 +175,7 @@ if os.environ.get("TEST_DATABASE_NAME"):
 # Behind PgBouncer in transaction mode, server-side cursors cannot span transactions.
 DATABASES["default"]["DISABLE_SERVER_SIDE_CURSORS"] = env_bool("DISABLE_SERVER_SIDE_CURSORS", False)
 
-REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:56379/0")
+REDIS_URL = os.environ.get("REDIS_URL", f"redis://127.0.0.1:{LOCAL_REDIS_PORT}/0")
 # The fence lock may live on another Redis (Sentinel, Cluster, one with appendfsync always).
 LOCK_REDIS_URL = os.environ.get("LOCK_REDIS_URL", REDIS_URL)
 REDIS_SOCKET_TIMEOUT_SECONDS = env_number("REDIS_SOCKET_TIMEOUT_SECONDS", 2.0)
