@@ -1,4 +1,4 @@
-"""Which way imports run (ARCHITECTURE.md): the apps use ``locking``'s public names only,
+"""Which way imports run (docs/architecture.md): the apps use ``locking``'s public names only,
 and the frame (``hoa``) names none of the apps built on it.
 
 The apps are not listed here: they are found the way the frame finds them, through the

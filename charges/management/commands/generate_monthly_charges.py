@@ -1,10 +1,10 @@
 """Generate monthly charges from cron: one organization (``--org``) or all (``--all-orgs``).
 
-Exit codes (ARCHITECTURE.md): 0 generated or already generated; 75 (EX_TEMPFAIL) busy or
-superseded by a newer holder, try again later; 1 bad input, Redis down or billing failure.
-Failures are one line on stderr, never a traceback. From cron (stdout not a terminal, no
-``-v``) a success prints nothing; ``-v 1`` prints the summary, ``-v 2`` one line per
-organization.
+Exit codes (the answer table, hoa/answers/table.py): 0 generated or already generated; 75
+(EX_TEMPFAIL) busy or superseded by a newer holder, try again later; 1 bad input, Redis down
+or billing failure. Failures are one line on stderr, never a traceback. From cron (stdout
+not a terminal, no ``-v``) a success prints nothing; ``-v 1`` prints the summary, ``-v 2``
+one line per organization.
 
 ``--all-orgs`` is the month start (``charges.month_start``): every organization, shared with
 other cron hosts running it at the same time, ``--workers N`` processes on this host, up to
