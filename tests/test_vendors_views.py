@@ -110,7 +110,9 @@ def test_complaint_detail_offers_only_vendors_under_contract_today(
     assert page.context["current"].vendor == pipe
     assert [a.vendor for a in page.context["history"]] == [pipe]
     html = page.content.decode()
-    assert 'name="reassign"' in html  # the complaint has a vendor: reassigning is offered
+    # Reassigning is choosing another vendor: the page carries the one it shows, no box.
+    assert 'name="reassign"' not in html
+    assert f'name="replacing" value="{page.context["current"].pk}"' in html
     assert 'action="' + assign_url(complaint) + '"' in html
 
 
@@ -188,16 +190,14 @@ def test_the_assign_form_carries_the_assignment_the_page_shows(complaint, pipe, 
 
 
 @fenced
-def test_reassign_through_the_form_replaces_the_vendor_it_showed(
+def test_the_form_replaces_the_vendor_it_showed_with_no_box_to_tick(
     complaint, pipe, green, alice, dispatch
 ):
     client = client_for(alice)
     client.post(assign_url(complaint), {"vendor": pipe.pk})
     shown = shown_assignment(client.get(detail_url(complaint)))
 
-    response = client.post(
-        assign_url(complaint), {"vendor": green.pk, "reassign": "on", "replacing": shown}
-    )
+    response = client.post(assign_url(complaint), {"vendor": green.pk, "replacing": shown})
 
     assert response.status_code == 303
     assert [a.vendor for a in active_assignments(complaint)] == [green]
@@ -237,9 +237,7 @@ def test_reassign_from_a_page_that_showed_a_replaced_vendor_is_409_naming_the_ne
     ).assignment
     before = state_of(complaint, redis_client)
 
-    response = client.post(
-        assign_url(complaint), {"vendor": bright.pk, "reassign": "on", "replacing": shown}
-    )
+    response = client.post(assign_url(complaint), {"vendor": bright.pk, "replacing": shown})
 
     assert response.status_code == 409
     html = response.content.decode()
@@ -252,7 +250,7 @@ def test_reassign_from_a_page_that_showed_a_replaced_vendor_is_409_naming_the_ne
     # The retry replaces the vendor this page has now shown.
     assert f'<input type="hidden" name="vendor" value="{bright.pk}">' in html
     assert f'<input type="hidden" name="replacing" value="{theirs.pk}">' in html
-    assert '<input type="checkbox" name="reassign" value="on" checked>' in html
+    assert 'name="reassign"' not in html and ">Assign Bright Spark instead</button>" in html
     assert state_of(complaint, redis_client) == before
     assert FenceEvent.objects.order_by("-id").values_list("outcome", "token").first() == (
         "conflict",
@@ -260,9 +258,7 @@ def test_reassign_from_a_page_that_showed_a_replaced_vendor_is_409_naming_the_ne
     )
     assert len(dispatch.received) == 2  # Bright Spark was never called
 
-    retried = client.post(
-        assign_url(complaint), {"vendor": bright.pk, "reassign": "on", "replacing": theirs.pk}
-    )
+    retried = client.post(assign_url(complaint), {"vendor": bright.pk, "replacing": theirs.pk})
 
     assert retried.status_code == 303
     assert [(a.vendor, a.fence_token) for a in active_assignments(complaint)] == [(bright, 4)]
@@ -318,8 +314,9 @@ def test_another_vendor_without_reassign_is_409_naming_the_winner(
     html = response.content.decode()
     assert "Current vendor: Pipe Pros, assigned by alice on " in html
     assert f'<input type="hidden" name="vendor" value="{green.pk}">' in html
-    assert 'name="reassign"' in html and f'action="{assign_url(complaint)}"' in html
-    # Ticking "replace" on this page replaces the vendor it names, knowingly.
+    assert f'action="{assign_url(complaint)}"' in html and 'name="reassign"' not in html
+    assert ">Assign Evergreen instead</button>" in html
+    # The button on this page replaces the vendor it names, knowingly.
     [winner] = active_assignments(complaint)
     assert f'<input type="hidden" name="replacing" value="{winner.pk}">' in html
     assert state_of(complaint, redis_client) == before
@@ -343,6 +340,21 @@ def test_busy_lease_is_409_naming_the_holder_with_a_retry_button(
     assert f'<input type="hidden" name="vendor" value="{pipe.pk}">' in html
     assert state_of(complaint, redis_client) == before
     held.release()
+
+
+@fenced
+def test_the_busy_409_of_a_first_assignment_offers_no_replacing(complaint, pipe, alice, fence_lock):
+    """The page showed no vendor: its retry is the same first assignment, with nothing to
+    replace (it offered "Replace the current vendor" although there was none)."""
+    fence_lock.acquire(assignment_resource(complaint.pk), ttl=timedelta(seconds=30))
+
+    response = client_for(alice).post(assign_url(complaint), {"vendor": pipe.pk, "replacing": ""})
+
+    assert response.status_code == 409
+    html = response.content.decode()
+    assert "Replace" not in html and 'name="reassign"' not in html
+    assert '<input type="hidden" name="replacing" value="">' in html
+    assert ">Try again</button>" in html
 
 
 @pytest.mark.parametrize(

@@ -6,11 +6,12 @@ permission (403), finds the complaint inside that organization (404), validates 
 page's (``hoa.complaints``) POST of the section this app adds to it, so a 400 shows that
 page again with the form's errors.
 
-The form carries the assignment the page showed (``replacing``); a reassignment replaces
-that one only, and a 409 page that shows a newer one offers to replace it knowingly. It
-carries the complaint's status the page showed too (``seen_status``): a closed complaint
-gets no vendor, a 409 when it was closed since the page was shown, else a 400, each in the
-association's layout with a way back to the complaint (whose page shows no assign card).
+The form carries the assignment the page showed (``replacing``, empty for none): the vendor
+chosen replaces that one only, with no box to tick, and a 409 page that shows a newer one
+offers to replace it knowingly. It carries the complaint's status the page showed too
+(``seen_status``): a closed complaint gets no vendor, a 409 when it was closed since the
+page was shown, else a 400, each in the association's layout with a way back to the
+complaint (whose page shows no assign card).
 """
 
 from django.db.models import Q
@@ -55,12 +56,15 @@ class AssignVendorView(ComplaintDetailView):
         form = AssignVendorForm(request.POST, organization=self.organization, complaint=complaint)
         if not form.is_valid():
             return self.render_to_response(self.get_context_data(form=form), status=400)
-        vendor, reassign = form.cleaned_data["vendor"], form.cleaned_data["reassign"]
+        vendor = form.cleaned_data["vendor"]
         # A client that posted no status showed no page: what it decides on is what is now.
         seen_status = form.cleaned_data["seen_status"] or None
         if form.carries_shown_assignment:
-            replacing = form.cleaned_data["replacing"]
+            # The page said what the staff member saw: replacing it is what they asked, and
+            # only it (a vendor assigned since is a 409 naming them). No box to tick.
+            reassign, replacing = True, form.cleaned_data["replacing"]
         else:  # posted by a client that showed no page: what is active now, before the lease
+            reassign = form.cleaned_data["reassign"]
             replacing = selectors.active_assignment(complaint)
         try:
             result = assign_vendor(
@@ -113,7 +117,6 @@ class AssignVendorView(ComplaintDetailView):
                 "organization": self.organization,
                 "complaint": complaint,
                 "vendor": vendor,
-                "reassign": form.cleaned_data["reassign"],
                 "retry_replacing": retry_replacing,
                 "back_url": self.complaint_url(complaint),
             },
