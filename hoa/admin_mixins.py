@@ -2,14 +2,20 @@
 organizations' rows), the fence's bookkeeping for operators only, the frame's admins that
 fenced operations extend, and the read-only audit table."""
 
+from zoneinfo import ZoneInfo
+
+from django.conf import settings
 from django.contrib import admin, messages
 from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
 from django.contrib.admin.options import IS_POPUP_VAR
 from django.contrib.admin.utils import NotRelationField, get_fields_from_path
 from django.core.exceptions import FieldDoesNotExist, ValidationError
+from django.db import models
+from django.utils import timezone
 from django.utils.module_loading import import_string
 from django.utils.translation import gettext as _
 
+from hoa.dates import zone_label
 from hoa.models import Organization
 from hoa.operations import admin_extensions
 from hoa.security.audit import Reason, deny_request
@@ -75,12 +81,58 @@ class OperatorFieldsMixin:
         return inlines
 
 
-class TenantAdminMixin(OperatorFieldsMixin):
+def admin_zone(user) -> ZoneInfo:
+    """The zone the admin shows ``user`` times in, and reads the times they type in.
+
+    Office staff read their association's zone, as on its pages (the one zone of their
+    associations, when they share one). Operators, and anyone whose associations are in
+    several zones, read ``TIME_ZONE``, as on the lock page: the admin's lists span
+    associations. Every time is labelled with its zone either way.
+    """
+    if not is_operator(user):
+        zones = set(Organization.objects.for_user(user).values_list("time_zone", flat=True)[:50])
+        if len(zones) == 1:
+            return ZoneInfo(zones.pop())
+    return ZoneInfo(settings.TIME_ZONE)
+
+
+class ViewerZoneMixin:
+    """Render and read an association's admin pages in the viewer's zone (``admin_zone``),
+    and say the zone beside every date-and-time input."""
+
+    def _in_zone(self, request, view, *args, **kwargs):
+        with timezone.override(admin_zone(request.user)):
+            response = view(request, *args, **kwargs)
+            if hasattr(response, "render") and not response.is_rendered:
+                response.render()  # a TemplateResponse renders here, in the zone
+        return response
+
+    def changelist_view(self, request, extra_context=None):
+        return self._in_zone(request, super().changelist_view, extra_context)
+
+    def changeform_view(self, request, object_id=None, form_url="", extra_context=None):
+        return self._in_zone(request, super().changeform_view, object_id, form_url, extra_context)
+
+    def history_view(self, request, object_id, extra_context=None):
+        return self._in_zone(request, super().history_view, object_id, extra_context)
+
+    def delete_view(self, request, object_id, extra_context=None):
+        return self._in_zone(request, super().delete_view, object_id, extra_context)
+
+    def formfield_for_dbfield(self, db_field, request, **kwargs):
+        field = super().formfield_for_dbfield(db_field, request, **kwargs)
+        if field is not None and isinstance(db_field, models.DateTimeField):
+            zone = _("Time zone: %(zone)s.") % {"zone": zone_label()}
+            field.help_text = f"{field.help_text} {zone}".strip()
+        return field
+
+
+class TenantAdminMixin(ViewerZoneMixin, OperatorFieldsMixin):
     """Limit changelists, change pages, actions, filters and foreign-key choices to the
     user's organizations.
 
     Every association's admin shows the fence's bookkeeping to operators only
-    (``OperatorFieldsMixin``).
+    (``OperatorFieldsMixin``), and its times in the viewer's zone (``ViewerZoneMixin``).
 
     The model's default manager must be a ``TenantQuerySet`` manager. Objects of other
     organizations are simply not in the queryset, so their change pages answer 404-style

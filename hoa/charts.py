@@ -234,6 +234,7 @@ class _TimelineFrame:
             x1=self.label_width,
             x2=self.width - self.right,
             y=self.top + self.lane_height * len(self.lanes) + 16,
-            start=f"{local_start:%Y-%m-%d %H:%M:%S}",
-            end=f"{local_end:%H:%M:%S}" if same_day else f"{local_end:%Y-%m-%d %H:%M:%S}",
+            # Labelled with the zone, as every time on the page is (TIME_ZONE on the lock page).
+            start=f"{local_start:%Y-%m-%d %H:%M:%S %Z}",
+            end=f"{local_end:%H:%M:%S %Z}" if same_day else f"{local_end:%Y-%m-%d %H:%M:%S %Z}",
         )

@@ -264,6 +264,8 @@ LANGUAGE_CODE = "en-us"
 TIME_ZONE = os.environ.get("TIME_ZONE", "UTC")
 USE_I18N = True
 USE_TZ = True
+# One way to show a moment, the admin's too: 2026-12-03 17:44 EST (hoa/formats, hoa.dates).
+FORMAT_MODULE_PATH = ["hoa.formats"]
 
 STATIC_URL = "static/"
 STATIC_ROOT = BASE_DIR / "staticfiles"

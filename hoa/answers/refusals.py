@@ -18,16 +18,18 @@ which implements ``sentence`` for its base error (``functools.singledispatch``):
     @sentence.register
     def _(refusal: ChargesError, audience: Audience) -> str: ...
 
-``refusal.message`` is staff's sentence (pages, admin messages); ``str(refusal)`` is the
-operators' (the command's line, the audit's detail), as Django's ``ValidationError`` renders
-its message when printed.
+``refusal.message`` is staff's sentence (pages, admin messages), in the zone of the page;
+``str(refusal)`` is the operators' (the command's line, the audit's detail), as Django's
+``ValidationError`` renders its message when printed, its times in ``TIME_ZONE``.
 """
 
 from datetime import datetime, timedelta
 from functools import singledispatch
 from typing import ClassVar
 
+from django.conf import settings
 from django.contrib.auth import get_user_model
+from django.utils import timezone
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
@@ -64,7 +66,10 @@ class Refusal(Exception):
     def __str__(self) -> str:
         """The operators' sentence, with the technical facts; what commands print and the
         audit records, naming whom the outside call told in vain."""
-        said = sentence(self, Audience.OPERATORS)
+        # Operators read TIME_ZONE, as on the lock page that shows the audit beside its own
+        # times: a refusal met on an association's page is recorded in it, not in its zone.
+        with timezone.override(settings.TIME_ZONE):
+            said = sentence(self, Audience.OPERATORS)
         if self.told_in_vain is None:
             return said
         told = _("%(party)s was told in vain; %(cancellation)s") % {

@@ -10,6 +10,7 @@ from django.utils.translation import gettext_lazy as _
 from hoa.complaints.extensions import extensions
 from hoa.complaints.selectors import UNRESOLVED
 from hoa.complaints.workflow import NOTE_MAX_LENGTH
+from hoa.dates import zone_label
 from hoa.models import Complaint, Organization, Unit
 from hoa.web.fields import AsciiDateTimeField, IdChoiceField, has_control_characters
 
@@ -141,6 +142,12 @@ class ComplaintSlaForm(forms.Form):
             "max_length": _("Keep the reason under %(limit_value)s characters."),
         },
     )
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        # The zone the time is read in, beside the input (the association's, active here).
+        self.fields["due_at"].help_text = zone_label()
+        self.fields["due_at"].widget.attrs["aria-describedby"] = "sla-zone"
 
     def clean_reason(self):
         return _printable(self.cleaned_data["reason"])

@@ -164,7 +164,9 @@ def _breach_batch(*, now: datetime, batch_size: int) -> int:
             ComplaintEvent(
                 complaint_id=pk,
                 kind=ComplaintEvent.Kind.SLA_BREACHED,
-                detail=f"SLA was due at {due_at.isoformat()}",
+                # The due time it passed, a moment the timeline shows in the reader's zone
+                # (it used to be ISO text in UTC in the event's note).
+                old_due_at=due_at,
                 at=now,
             )
             for pk, due_at in batch

@@ -14,6 +14,7 @@ from django.db import DatabaseError
 from django.utils import timezone
 from django.utils.translation import ngettext
 
+from hoa.dates import when
 from hoa.management.base import CronCommand
 
 
@@ -70,6 +71,5 @@ class PruneCommand(CronCommand):
             rows = ngettext(*(self.would_delete if dry_run else self.deleted), count)
             kept = ngettext("older than %(days)d day", "older than %(days)d days", days)
             self.stdout.write(
-                f"{rows % {'count': count}} {kept % {'days': days}} "
-                f"(before {cutoff:%Y-%m-%d %H:%M} UTC)."
+                f"{rows % {'count': count}} {kept % {'days': days}} (before {when(cutoff)})."
             )
