@@ -40,7 +40,13 @@ def bar_chart(
     height: int = 200,
     value_format=str,
 ) -> SafeString:
-    """Render ``bars`` as an SVG bar chart, one ``<rect class="bar">`` per bar."""
+    """Render ``bars`` as an SVG bar chart, one ``<rect class="bar">`` per bar.
+
+    A second drawing of the same bars follows it, lying down (``narrow_bar_chart``): the
+    one a phone shows (site.css swaps them at 640 px). Scaled down to a phone's width, the
+    upright chart's labels would be 4 px high; the lying one is drawn at about a phone's
+    width, so its labels keep their size.
+    """
     if not bars:
         return format_html('<p class="empty">{}</p>', _("Nothing to chart yet."))
     top, bottom, side = 22, 24, 8
@@ -76,9 +82,9 @@ def bar_chart(
             )
         )
     return format_html(
-        '<svg class="chart bars" viewBox="0 0 {w} {h}" role="img" aria-label="{title}" '
+        '<svg class="chart bars wide" viewBox="0 0 {w} {h}" role="img" aria-label="{title}" '
         'xmlns="http://www.w3.org/2000/svg"><title>{title}</title>'
-        '<line class="axis" x1="{side}" y1="{base}" x2="{right}" y2="{base}"/>{bars}</svg>',
+        '<line class="axis" x1="{side}" y1="{base}" x2="{right}" y2="{base}"/>{bars}</svg>{narrow}',
         w=width,
         h=height,
         title=title,
@@ -86,6 +92,48 @@ def bar_chart(
         right=width - side,
         base=_number(top + plot_height),
         bars=format_html_join("", "{}", ((part,) for part in parts)),
+        narrow=narrow_bar_chart(bars, title=title, value_format=value_format),
+    )
+
+
+def narrow_bar_chart(bars: Sequence[Bar], *, title: str, value_format=str) -> SafeString:
+    """The same bars lying down, one row each (label, bar, value), drawn 340 units wide: at
+    a phone's width its text stays at about its own size."""
+    width, row, label_width, value_width = 340, 22, 104, 56
+    plot_width = width - label_width - value_width
+    highest = max((float(bar.value) for bar in bars), default=0.0) or 1.0
+    rows = []
+    for index, bar in enumerate(bars):
+        value = float(bar.value)
+        y = index * row
+        length = plot_width * max(value, 0.0) / highest
+        shown = value_format(bar.value)
+        rows.append(
+            format_html(
+                "<g><title>{title}</title>"
+                '<text class="value" x="{vx}" y="{ty}">{shown}</text>'
+                '<text class="label" x="{lx}" y="{ty}" text-anchor="end">{label}</text>'
+                '<rect class="hbar {extra}" x="{x}" y="{y}" width="{w}" height="{h}" rx="2"/></g>',
+                title=bar.title or f"{bar.label}: {shown}",
+                lx=label_width - 6,
+                ty=_number(y + row * 0.68),
+                label=bar.label,
+                extra=bar.css_class,
+                x=label_width,
+                y=_number(y + 4),
+                w=_number(length),
+                h=row - 8,
+                vx=_number(label_width + length + 4),
+                shown=shown if value else "",
+            )
+        )
+    return format_html(
+        '<svg class="chart bars narrow" viewBox="0 0 {w} {h}" role="img" aria-label="{title}" '
+        'xmlns="http://www.w3.org/2000/svg"><title>{title}</title>{rows}</svg>',
+        w=width,
+        h=row * len(bars),
+        title=title,
+        rows=format_html_join("", "{}", ((part,) for part in rows)),
     )
 
 

@@ -74,7 +74,8 @@ def test_table_cells_squeezed_to_a_few_pixels_are_crushed_and_overlap(phone):
 
 
 def test_a_word_broken_mid_word_is_a_split_word(phone):
-    body = '<p style="width:45px; word-break:break-all">Evergreen Landscaping</p>'
+    # Each word fits the box (100 px) on a line of its own: break-all breaks it anyway.
+    body = '<p style="width:100px; word-break:break-all">Go Evergreen Landscaping</p>'
     problems = problems_of(phone, body)
     assert any(p.startswith('split word: "Evergreen"') for p in problems)
     assert any(p.startswith('split word: "Landscaping"') for p in problems)
@@ -82,8 +83,40 @@ def test_a_word_broken_mid_word_is_a_split_word(phone):
     # right after a hyphen or a colon.
     assert problems_of(phone, '<p style="width:120px">Evergreen Landscaping</p>') == []
     assert problems_of(phone, '<p style="width:100px">Ruiz-Montgomery</p>') == []
-    hyphen = problems_of(phone, '<p style="width:100px; word-break:break-all">Ruiz-Montgomery</p>')
+    hyphen = problems_of(
+        phone, '<p style="width:150px; word-break:break-all">Ana Ruiz-Montgomery</p>'
+    )
     assert any(p.startswith('split word: "Ruiz-Montgomery"') for p in hyphen)
+
+
+def test_a_word_wider_than_its_box_may_break_a_word_that_fits_may_not(phone):
+    word = "Water" + "x" * 195  # the longest title the form takes, typed without a space
+    assert problems_of(phone, f'<h1 style="overflow-wrap:break-word">{word}</h1>') == []
+    assert problems_of(phone, f'<p style="overflow-wrap:anywhere">A {word} here</p>') == []
+    # In a table cell, the box is what holds the table: the long word breaks in a cell of a
+    # table as wide as the screen, a short one crushed into a narrow cell is still counted.
+    table = (
+        '<table style="width:100%"><tr><td style="overflow-wrap:anywhere">{}</td>'
+        '<td style="white-space:nowrap">overdue by 6 hours</td></tr></table>'
+    )
+    assert problems_of(phone, table.format(word)) == []
+
+
+@pytest.mark.parametrize(
+    ("text", "kind"),
+    [
+        ("2026-12-05", "broken date"),
+        ("2026-12-05 17:44 PST", "broken date"),
+        ("05:04:17 UTC", "broken time"),
+        ("+1 555-0142", "broken phone"),
+    ],
+)
+def test_a_date_a_time_or_a_phone_is_never_broken_even_after_a_hyphen(phone, text, kind):
+    # Broken at a hyphen or a space: where the split-word rule lets a word break.
+    found = problems_of(phone, f'<p style="width:2ch; overflow-wrap:anywhere">{text}</p>')
+    assert kind in kinds(found), found
+    # On one line, nothing to say.
+    assert problems_of(phone, f"<p>Due {text} as agreed.</p>") == []
 
 
 def test_overflow_wrap_anywhere_in_a_crushed_cell_is_a_split_word(phone):
@@ -123,7 +156,7 @@ def test_a_text_box_wider_than_the_viewport_is_too_wide(phone):
 
 
 def test_the_assertion_names_the_problems(phone):
-    phone.set_content('<p style="width:60px; word-break:break-all">Overflowing</p>')
+    phone.set_content('<p style="width:100px; word-break:break-all">An Overflowing</p>')
     with pytest.raises(AssertionError, match=r'split word: "Overflowing"'):
         assert_readable(phone, "the control page")
 

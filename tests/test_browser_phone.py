@@ -1,12 +1,16 @@
 """Every staff page, read on a phone (390 px) and a laptop (1280 px), as office staff and as
 an operator: no text drawn over other text, no crushed cell, no page wider than the screen,
-no word broken mid-word (``tests.harness.layout``, whose control is
-``tests/test_browser_layout_harness.py``).
+no word broken mid-word unless it is wider than its box, no date, time or phone number
+broken at all (``tests.harness.layout``, whose control is
+``tests/test_browser_layout_harness.py``); every table's columns in view at 1280 px; chart
+labels a person can read at 390 px; and nothing axe-core counts as serious or critical
+(``tests.harness.accessibility``).
 
-The data is what makes pages hard to lay out: long titles and vendor names, an overdue
-complaint in "Needs attention", a reporter, a timeline with notes and SLA changes, completed
-charge runs, fenced attempts with epoch-sized tokens, a lease held while the lock pages are
-read.
+The data is what makes pages hard to lay out: long titles and vendor names, the longest
+title and description the form takes typed as one word each, an overdue complaint in
+"Needs attention", a reporter with a phone, a timeline with notes and SLA changes,
+completed charge runs, fenced attempts with epoch-sized tokens, a lease held while the lock
+pages are read.
 """
 
 from datetime import timedelta
@@ -17,18 +21,24 @@ from django.utils import timezone
 from charges.operations import charge_resource
 from charges.selectors import add_months, current_month
 from charges.services import generate_monthly_charges
-from hoa.complaints.workflow import Reporter, add_note, change_sla, open_complaint
+from hoa.complaints.workflow import NOTE_MAX_LENGTH, Reporter, add_note, change_sla, open_complaint
 from hoa.models import Complaint, Unit
 from hoa.scopes import scope_for_organization
 from locking import record_fence_event
+from tests.harness.accessibility import axe_problems
 from tests.harness.layout import layout_problems
 from tests.test_browser_staff import TIMEOUT_MS, chromium, site  # noqa: F401 - fixtures
-from tests.vendors_support import active_vendor
+from tests.vendors_support import active_vendor, vendor_with_contract
 from vendors.services import assign_vendor
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
 EPOCH_TOKEN = 3 * 2**32 + 17
+# The longest title and description the new-complaint form takes, each one unbroken word.
+LONGEST_TITLE = "Water" + "x" * 195
+LONGEST_DESCRIPTION = "Leak" + "y" * (NOTE_MAX_LENGTH - 4)
+# A chart label a person reads: its drawn height in CSS pixels (the issue's were 4 px).
+READABLE_PX = 9
 TITLES = [
     ("Overflowing gutter above the north stairwell", "high"),
     ("Water stain spreading on the lobby ceiling", "normal"),
@@ -56,12 +66,22 @@ def office(alice, olivia, maple, fence_lock):
         )
         for n, (title, priority) in enumerate(TITLES)
     ]
+    longest = open_complaint(
+        organization=maple,
+        unit=units[4],
+        title=LONGEST_TITLE,
+        description=LONGEST_DESCRIPTION,
+        priority="high",
+        reporter=Reporter(name="Ana Ruiz", email="ana@example.org", phone="555-0142"),
+        actor=alice,
+    )
     # The first is overdue: "Needs attention" and the lists say "overdue by …".
     Complaint.objects.filter(pk=complaints[0].pk).update(
         sla_due_at=timezone.now() - timedelta(hours=6, minutes=12)
     )
     gardener = active_vendor("Evergreen Landscaping and Grounds", maple)
     plumber = active_vendor("Pipe Pros Plumbing", maple)
+    vendor_with_contract("Summit Roofing", maple, starts_in_days=10, ends_in_days=300)
     assign_vendor(complaint=complaints[1], vendor=gardener, actor=alice)
     assign_vendor(complaint=complaints[2], vendor=plumber, actor=alice)
     second = Complaint.objects.get(pk=complaints[1].pk)
@@ -88,7 +108,12 @@ def office(alice, olivia, maple, fence_lock):
             scope=scope_for_organization(maple),
             operation="monthly-charges",
         )
-    return {"maple": maple, "complaint": second, "month": add_months(month, -1)}
+    return {
+        "maple": maple,
+        "complaint": second,
+        "longest": longest,
+        "month": add_months(month, -1),
+    }
 
 
 def staff_pages(facts) -> list[str]:
@@ -101,6 +126,7 @@ def staff_pages(facts) -> list[str]:
         f"{org}/complaints/",
         f"{org}/complaints/?status=unresolved&sort=due",
         f"{org}/complaints/{facts['complaint'].pk}/",
+        f"{org}/complaints/{facts['longest'].pk}/",
         f"{org}/complaints/new/",
         f"{org}/charges/",
         f"{org}/charges/{month}/",
@@ -131,11 +157,61 @@ def sign_in(chromium, site, username: str, width: int):  # noqa: F811
     return context, page
 
 
+def columns_out_of_view(page) -> list[str]:
+    """Each table box that hides columns to its side (it scrolls): at 1280 px none may."""
+    return page.evaluate(
+        """() => [...document.querySelectorAll('.table-wrap')]
+          .filter(box => box.scrollWidth > box.clientWidth + 1)
+          .map(box => `columns out of view: ${box.scrollWidth} px in ${box.clientWidth} px`)"""
+    )
+
+
+def small_chart_labels(page) -> list[str]:
+    """Each chart label drawn smaller than a person reads."""
+    return page.evaluate(
+        """(least) => [...document.querySelectorAll('svg.chart text')]
+          .map(text => [text.textContent, text.getBoundingClientRect().height])
+          .filter(([_, height]) => height > 0 && height < least)
+          .map(([label, height]) => `chart label "${label}" is ${height.toFixed(1)} px high`)""",
+        READABLE_PX,
+    )
+
+
+def shadows_and_badges(page) -> list[str]:
+    """A scroll shadow on a table box that does not scroll; a badge ("in order", "not
+    started") drawn on two lines (but one that is a sentence, ``.wraps``)."""
+    return page.evaluate(
+        """() => [
+          ...[...document.querySelectorAll('.table-wrap')]
+            .filter(box => box.scrollWidth <= box.clientWidth + 1)
+            .filter(box => getComputedStyle(box).backgroundImage !== 'none')
+            .map(box => `scroll shadow on a table that fits: ${box.textContent.slice(0, 30)}`),
+          ...[...document.querySelectorAll('.badge:not(.wraps)')]
+            .filter(badge => badge.checkVisibility())
+            .filter(badge => badge.getBoundingClientRect().height
+                             > 1.6 * parseFloat(getComputedStyle(badge).lineHeight))
+            .map(badge => `badge on two lines: "${badge.textContent.trim()}"`),
+        ]"""
+    )
+
+
+def problems_here(page) -> list[str]:
+    """Everything the walk checks on the page as drawn now."""
+    width = page.viewport_size["width"]
+    return [
+        *layout_problems(page),
+        *axe_problems(page),
+        *small_chart_labels(page),
+        *shadows_and_badges(page),
+        *(columns_out_of_view(page) if width >= 1280 else []),
+    ]
+
+
 def walk(page, site, paths) -> dict[str, list[str]]:  # noqa: F811
     found = {}
     for path in paths:
         page.goto(f"{site}{path}")
-        problems = layout_problems(page)
+        problems = problems_here(page)
         if problems:
             found[path] = problems
     return found
@@ -150,12 +226,12 @@ def answers(page, site, facts) -> dict[str, list[str]]:  # noqa: F811
     page.goto(f"{site}{org}/charges/{month}/")
     page.click(f"form[action='{org}/charges/{month}/generate/'] button")
     page.wait_for_selector("[data-testid=conflict]")
-    found["409 of a busy month"] = layout_problems(page)
+    found["409 of a busy month"] = problems_here(page)
     unusual = f"{add_months(current_month(), -6):%Y-%m}"
     page.goto(f"{site}{org}/charges/{unusual}/")
     page.click(f"form[action='{org}/charges/{unusual}/generate/'] button")
     page.wait_for_selector("[data-testid=confirm-month]")
-    found["confirming an unusual month"] = layout_problems(page)
+    found["confirming an unusual month"] = problems_here(page)
     page.goto(f"{site}{org}/complaints/new/")
     # Nothing filled in, past the browser's own checks: a 400 with the form and its errors.
     with page.expect_navigation():
@@ -163,7 +239,7 @@ def answers(page, site, facts) -> dict[str, list[str]]:  # noqa: F811
             "form => { form.noValidate = true; form.requestSubmit(); }"
         )
     page.wait_for_selector(".errorlist")
-    found["a new complaint refused"] = layout_problems(page)
+    found["a new complaint refused"] = problems_here(page)
     return {where: problems for where, problems in found.items() if problems}
 
 
@@ -174,7 +250,7 @@ def test_the_sign_in_pages_are_readable(chromium, site, width):  # noqa: F811
         page = context.new_page()
         for path in ("/accounts/login/", "/accounts/password_reset/"):
             page.goto(f"{site}{path}")
-            assert layout_problems(page) == [], path
+            assert problems_here(page) == [], path
     finally:
         context.close()
 
@@ -186,6 +262,8 @@ def test_every_staff_page_is_readable(chromium, site, office, fence_lock, userna
     paths = staff_pages(office)
     if username == "olivia":
         paths += operator_pages(office)
+    else:
+        paths.append("/ops/locks/")  # office staff's 403, in the site's error page
     resource = charge_resource(office["maple"], current_month())
     try:
         # A lease held while the pages are read: the lock pages list its holder and the

@@ -23,7 +23,9 @@ def test_bar_chart_draws_one_bar_per_value_scaled_to_the_largest():
     bars = [Bar(label=f"M{n}", value=Decimal(n * 100)) for n in range(1, 13)]
     svg = str(bar_chart(bars, title="Totals", height=200))
     heights = bar_heights(svg)
-    assert svg.startswith('<svg class="chart bars"')
+    assert svg.startswith('<svg class="chart bars wide"')
+    # The same bars lying down follow, for a phone: one <rect class="hbar"> each.
+    assert len(re.findall(r'<rect class="hbar', svg)) == 12
     assert len(heights) == 12
     assert heights[-1] == 200 - 22 - 24  # the largest fills the plot
     assert heights[5] == pytest.approx(heights[-1] * 6 / 12, abs=0.1)

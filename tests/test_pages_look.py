@@ -58,11 +58,14 @@ def test_admin_pages_load_the_stylesheet_that_keeps_changelists_in_their_box(cli
 @pytest.mark.parametrize("stylesheet", ["hoa/static/hoa/site.css", "hoa/static/hoa/admin.css"])
 def test_no_stylesheet_breaks_words_or_hyphenates(stylesheet):
     """Words are never broken inside (issue 25, the phone): what cannot fit scrolls in its
-    box. The browser walk (tests/test_browser_phone.py) measures it; this names the cause."""
+    box. The browser walk (tests/test_browser_phone.py) measures it; this names the cause.
+    The one exception is a list's lead cell (issue 37): a word wider than what the other
+    columns leave breaks there, its minimum width keeping ordinary words whole."""
     from pathlib import Path
 
     css = (Path(__file__).resolve().parent.parent / stylesheet).read_text(encoding="utf-8")
     rules = re.sub(r"/\*.*?\*/", "", css, flags=re.S).replace(" ", "")
+    rules = rules.replace(".table-wraptd.lead-cell{overflow-wrap:anywhere;min-width:12rem;}", "")
     for breaking in (
         "overflow-wrap:anywhere",
         "word-break:break-all",

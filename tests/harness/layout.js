@@ -27,6 +27,29 @@
     return `<${el.tagName.toLowerCase()}${id}${cls}> "${text}"`;
   };
 
+  // The box a word is laid out in: the nearest ancestor that is a box of its own, not an
+  // inline run nor a part of a table (a table cell is as wide as its table lets it be, so a
+  // word crushed in a cell is measured against what holds the table).
+  const tableParts = ['table', 'inline-table', 'table-cell', 'table-row', 'table-row-group',
+    'table-header-group', 'table-footer-group', 'table-column', 'table-column-group', 'table-caption'];
+  const boxOf = (el) => {
+    let e = el;
+    while (e && e !== document.body) {
+      const display = getComputedStyle(e).display;
+      if (display !== 'inline' && display !== 'contents' && !tableParts.includes(display)) break;
+      e = e.parentElement;
+    }
+    const style = getComputedStyle(e);
+    return e.clientWidth - parseFloat(style.paddingLeft) - parseFloat(style.paddingRight);
+  };
+  // Dates, times and phone numbers are read as one thing: never broken, anywhere in them
+  // (not even after the hyphen of 2026-12-05 or 555-0142).
+  const UNBROKEN = [
+    ['date', /\d{4}-\d{2}-\d{2}(?:[ T]\d{2}:\d{2}(?::\d{2})?(?: [A-Z]{2,5}(?![A-Za-z])|[+-]\d{2}(?::?\d{2})?)?)?/g],
+    ['time', /(?<![\d:-])\d{1,2}:\d{2}(?::\d{2})?(?: ?[AaPp]\.?[Mm]\.?)?(?: [A-Z]{2,5}(?![A-Za-z]))?/g],
+    ['phone', /(?<![\w-])\+?\(?\d[\d ()./-]{5,}\d(?![\w-])/g],
+  ];
+
   // Every visible text node with its boxes, clipped to its scroll boxes.
   const nodes = [];
   const walker = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT, {
@@ -52,17 +75,34 @@
     // Words on more than one line: a run of non-space characters whose first and last
     // characters are on different lines, broken between two letters or digits. A break
     // after a hyphen, a slash, a colon, a dot or an "@" (a resource name, an e-mail address,
-    // "Ruiz-Montgomery") is where a reader expects one, and is not counted.
+    // "Ruiz-Montgomery") is where a reader expects one, and is not counted; nor is a word
+    // wider than its box (a 200-character title typed without a space), which has to break.
     const text = n.textContent;
     const charBox = (i) => {
       const r = document.createRange();
       r.setStart(n, i); r.setEnd(n, i + 1);
       return r.getBoundingClientRect();
     };
+    const onTwoLines = (from, to) => {
+      const a = charBox(from), b = charBox(to - 1);
+      return a.height && b.height && b.top >= a.bottom - 1;
+    };
+    for (const [kind, pattern] of UNBROKEN) {
+      for (const m of text.matchAll(pattern)) {
+        if (kind === 'phone' && (m[0].match(/\d/g) || []).length < 7) continue;
+        if (onTwoLines(m.index, m.index + m[0].length)) {
+          problems.push(`broken ${kind}: "${m[0]}" of ${describe(n)} is broken across lines`);
+        }
+      }
+    }
+    const box = boxOf(n.parentElement);
     for (const m of text.matchAll(/\S{2,}/g)) {
       const end = m.index + m[0].length;
       const a = charBox(m.index), b = charBox(end - 1);
       if (!a.height || !b.height || b.top < a.bottom - 1) continue;
+      let wide = 0;
+      for (let i = m.index; i < end; i++) wide += charBox(i).width;
+      if (wide > box + 1) continue;  // wider than its box: it has to break somewhere
       let top = a.top;
       for (let i = m.index + 1; i < end; i++) {
         const box = charBox(i);

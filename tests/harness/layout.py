@@ -14,7 +14,14 @@ markup:
   ("Overflowin / g", what ``word-break: break-all``, ``overflow-wrap: anywhere`` or
   hyphenation do in a narrow cell). A break right after a hyphen, slash, colon, dot or "@"
   (``monthly-charges:org:3:2026-12``, an e-mail address, "Ruiz-Montgomery") is where a
-  reader expects one and is not counted.
+  reader expects one and is not counted. Nor is a word wider than its box (a title of 200
+  letters typed without a space): it cannot fit on any line and has to break. Its box is
+  the nearest ancestor that is a box of its own, not an inline run nor a part of a table
+  (a cell is as wide as its table lets it be: a word crushed in a narrow cell is measured
+  against what holds the table, and counted);
+- **broken date, time or phone**: ``2026-12-05``, ``2026-12-05 17:44 PST``, ``17:44`` or
+  ``555-0142`` drawn on more than one line, wherever the break is (after a hyphen or at a
+  space too): each is read as one thing.
 - **crushed**: a table cell narrower than ``CRUSHED_PX`` with text in it (a column four
   pixels wide).
 

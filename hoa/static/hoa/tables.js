@@ -1,0 +1,12 @@
+// Marks each table box that scrolls sideways (data-scrolls), so that only those show the
+// shadow on the side where columns are hidden (site.css). Without JavaScript: no shadow.
+(() => {
+  const mark = () => {
+    for (const box of document.querySelectorAll('.table-wrap')) {
+      box.toggleAttribute('data-scrolls', box.scrollWidth > box.clientWidth + 1);
+    }
+  };
+  document.addEventListener('DOMContentLoaded', mark);
+  window.addEventListener('resize', mark);
+  document.addEventListener('htmx:afterSwap', mark);  // the lock page's refreshed holders
+})();
