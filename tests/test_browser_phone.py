@@ -278,3 +278,40 @@ def test_every_staff_page_is_readable(chromium, site, office, fence_lock, userna
     assert found == {}, "\n".join(
         f"{path}:\n  " + "\n  ".join(problems) for path, problems in found.items()
     )
+
+
+def test_a_complaints_card_keeps_its_number_and_labels_its_sla_date(
+    chromium,  # noqa: F811
+    site,  # noqa: F811
+    office,
+):
+    context, page = sign_in(chromium, site, "alice", 390)
+    try:
+        page.goto(f"{site}/orgs/{office['maple'].slug}/complaints/")
+        row = page.locator(f"tr[data-complaint='{office['longest'].pk}']")
+        number, sla = row.locator("td.number"), row.locator("td[data-label='SLA due']")
+        assert number.is_visible() and number.inner_text() == str(office["longest"].pk)
+        before = "(el) => getComputedStyle(el, '::before').content"
+        assert number.evaluate(before) == '"#"'  # read as "#17"
+        assert sla.is_visible() and sla.evaluate(before) == '"SLA due "'
+    finally:
+        context.close()
+
+
+def test_reassigning_on_the_page_needs_no_box_to_tick(
+    chromium,  # noqa: F811
+    site,  # noqa: F811
+    office,
+):
+    complaint = office["complaint"]  # Evergreen Landscaping is its vendor
+    pipe = active_vendor("Pipe and Drain", office["maple"])
+    context, page = sign_in(chromium, site, "alice", 1280)
+    try:
+        page.goto(f"{site}/orgs/{office['maple'].slug}/complaints/{complaint.pk}/")
+        assert page.locator("input[name=reassign]").count() == 0
+        page.select_option("select[name=vendor]", str(pipe.pk))
+        page.get_by_role("button", name="Assign", exact=True).click()
+        page.wait_for_selector(".msg")
+        assert page.locator(".current-vendor").inner_text() == "Pipe and Drain"
+    finally:
+        context.close()
