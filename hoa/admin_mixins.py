@@ -159,6 +159,10 @@ class TenantAdminMixin(ViewerZoneMixin, OperatorFieldsMixin):
         return (entry, admin.RelatedOnlyFieldListFilter) if fields[-1].is_relation else entry
 
     def get_object(self, request, object_id, from_field=None):
+        if from_field is None and not self._canonical_id(object_id):
+            # /admin/…/017/change/ is not a second address of 17: the admin's "doesn't
+            # exist", as the staff pages' <id:pk> answers 404.
+            return None
         obj = super().get_object(request, object_id, from_field)
         if obj is None and from_field is None and self._ids_elsewhere(request, [object_id]):
             deny_request(
@@ -204,6 +208,14 @@ class TenantAdminMixin(ViewerZoneMixin, OperatorFieldsMixin):
                 reason=Reason.PERMISSION,
                 note=f"action {', '.join(sorted(refused))} on {self.opts.label}",
             )
+
+    def _canonical_id(self, raw_id) -> bool:
+        """Whether ``raw_id`` is written the one way its primary key is (no leading zero,
+        sign, space or other script's digits)."""
+        try:
+            return str(self.opts.pk.to_python(raw_id)) == raw_id
+        except (ValidationError, ValueError, TypeError):
+            return False
 
     def _valid_ids(self, raw_ids) -> set | None:
         """The ids as primary-key values, or ``None`` if any is malformed or out of range."""

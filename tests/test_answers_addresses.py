@@ -97,6 +97,18 @@ def test_a_month_written_another_way_is_no_second_address(alice_client, generate
     assert alice_client.get(f"{generated}{tail if tail != 'generate/' else ''}").status_code == 200
 
 
+@pytest.mark.parametrize("spelling", ["0{pk}", "+{pk}", "%20{pk}", "{pk}%20"])
+def test_an_admin_id_written_another_way_is_no_second_address(alice_client, maple, spelling):
+    complaint = Complaint.objects.create(organization=maple, title="Leak")
+    address = "/admin/hoa/complaint/{}/change/"
+
+    other = alice_client.get(address.format(spelling.format(pk=complaint.pk)))
+
+    assert other.status_code == 302  # the admin's "doesn't exist", to its index
+    assert other["Location"] == "/admin/"
+    assert alice_client.get(address.format(complaint.pk)).status_code == 200
+
+
 def test_the_new_complaints_unit_takes_ascii_digits_only(alice_client, maple):
     unit = maple.units.order_by("pk").first()
     other_script = str(unit.pk).translate(str.maketrans("0123456789", "٠١٢٣٤٥٦٧٨٩"))
