@@ -339,7 +339,7 @@ def _commit_one(attempt: _Attempt) -> None:
     operation's state check) rolls back this one only; a refusal is kept for after the
     commit. A refusal ``create`` raises after writing (its statements may have failed) is
     raised: the shared transaction rolls back, and the caller decides what to run again
-    (``charges.generate_together`` runs its associations one by one)."""
+    (the month start runs its associations one by one)."""
     steps, lease, looked, told = attempt.steps, attempt.leased.lease, attempt.looked, attempt.told
     try:
         with _taking_back(steps, lease, looked, told):
