@@ -10,6 +10,18 @@ one row, the audit row, commit, release.
 
 ``steps`` times the same write step by step (grant, BEGIN + fence UPDATE, row, audit row,
 COMMIT, release, and what is left: Python) to say where the time above the floor goes.
+
+``django`` is the same write as a Django user makes it without a fence (issue 39): one
+``transaction.atomic()`` with the same row and the same audit row, by the same statements
+(the ORM's ``INSERT`` of the row, the audit's own ``INSERT``), committed; no Redis, no fence
+``UPDATE``. The fenced write over it is the fence's price in Django's terms.
+
+``fused`` is a probe of one candidate saving, not a design: ``steps`` with the fence
+``UPDATE`` and the committed audit row in one statement (a data-modifying CTE: the audit row
+is inserted from the ``UPDATE``'s output, so it exists exactly when the fence passed; both
+commit or roll back together anyway). Paired with ``steps`` it measures one round trip
+fewer inside the transaction. Its SQL is written here from the models, so it follows the
+fence's shape (the row check and the epoch check), not every change to it.
 """
 
 import itertools
@@ -19,16 +31,41 @@ from statistics import median
 
 import redis
 from django.db import connection, transaction
+from django.utils import timezone
 
 from bench import fixtures
 from bench.measure import PgRoundTrips, check, result
 from hoa.models import Complaint, ComplaintEvent
 from locking import Attempt, FenceLock, advance_fence, run_fenced
+from locking.models import FenceEpoch, FenceEvent
 
 TTL = timedelta(seconds=30)
 FLOOR_TABLE = "bench_floor_commit"  # the durable commit's one-row table (bench only)
 FLOOR_INSERT = f"INSERT INTO {FLOOR_TABLE} (at) VALUES (now())"  # noqa: S608 - a constant
 STEPS = ("grant", "fence", "row", "audit", "commit", "release")
+FUSED_STEPS = ("grant", "fence_and_audit", "row", "commit", "release")
+# The audit row's columns, as locking's own INSERT writes them.
+AUDIT_COLUMNS = ("resource", "scope", "operation", "token", "outcome", "actor", "detail", "at")
+
+
+def _fused_sql() -> str:
+    """The fence UPDATE (row check, epoch check) and the committed audit row, one statement."""
+    quote = connection.ops.quote_name
+    complaint, epochs, events = Complaint._meta, FenceEpoch._meta, FenceEvent._meta
+    table = quote(complaint.db_table)
+    fence = f"{table}.{quote(complaint.get_field('last_fence_token').column)}"
+    columns = ", ".join(quote(events.get_field(name).column) for name in AUDIT_COLUMNS)
+    values = ", ".join(["%s"] * len(AUDIT_COLUMNS))
+    # Quoted names from the models; every value is a parameter.
+    update = f"UPDATE {table} SET {quote('last_fence_token')} = %s"  # noqa: S608
+    where = f" WHERE {table}.{quote(complaint.pk.column)} = %s AND {fence} < %s"
+    no_newer_epoch = (
+        f" AND NOT EXISTS (SELECT 1 FROM {quote(epochs.db_table)}"  # noqa: S608
+        f" WHERE {quote('resource')} = %s AND {quote('epoch')} > %s)"
+    )
+    log = quote(events.db_table)
+    audit = f"INSERT INTO {log} ({columns}) SELECT {values} FROM fenced"  # noqa: S608
+    return f"WITH fenced AS ({update}{where}{no_newer_epoch} RETURNING 1) {audit}"
 
 
 def _ns() -> int:
@@ -46,6 +83,9 @@ class _FencedWrite:
         self.lock = FenceLock(client, using="default", min_replicas=0)
         self.attempt = Attempt(actor="bench", operation="bench-floor")
         self.steps: dict[str, list[float]] = {step: [] for step in STEPS}
+        self.fused_steps: dict[str, list[float]] = {step: [] for step in FUSED_STEPS}
+        self.fused_sql = _fused_sql()
+        self.unfenced = itertools.count(1)  # the Django write's audit rows: a number each
 
     def _row(self, token: int) -> None:
         ComplaintEvent.objects.create(
@@ -86,6 +126,45 @@ class _FencedWrite:
             self.steps[step].append((end - start) / 1000)
         return (marks[-1] - marks[0]) / 1000
 
+    def django_write(self) -> int:
+        """The same row and audit row in Django's ``atomic()``: no lease, no fence."""
+        from locking.audit import _write_event  # the same audit INSERT as the fenced write
+
+        number = next(self.unfenced)
+        with transaction.atomic():
+            self._row(number)
+            _write_event(
+                resource=self.resource, outcome="committed", token=number,
+                attempt=self.attempt, using="default",
+            )  # fmt: skip
+        return number
+
+    def fused(self) -> float:
+        """``timed_steps`` with the fence UPDATE and the audit row as one statement."""
+        marks = [_ns()]
+        lease = self.lock.acquire(self.resource, ttl=TTL)
+        marks.append(_ns())
+        token, attempt = lease.token, self.attempt
+        with transaction.atomic():
+            with connection.cursor() as cursor:
+                cursor.execute(
+                    self.fused_sql,
+                    [token, self.complaint.pk, token, self.resource, token >> 32,
+                     self.resource, attempt.scope, attempt.operation, token, "committed",
+                     attempt.actor, "", timezone.now()],
+                )  # fmt: skip
+                if cursor.rowcount != 1:
+                    raise RuntimeError(f"the fused fence refused token {token}")
+            marks.append(_ns())
+            self._row(token)
+            marks.append(_ns())
+        marks.append(_ns())
+        lease.release()
+        marks.append(_ns())
+        for step, (start, end) in zip(FUSED_STEPS, itertools.pairwise(marks), strict=True):
+            self.fused_steps[step].append((end - start) / 1000)
+        return (marks[-1] - marks[0]) / 1000
+
 
 def run(*, variant: str = "fenced", redis_url: str, ops: int, warmup: int = 30) -> dict:
     """Time ``ops`` rounds of PING, SELECT 1, a durable one-row commit and a fenced write."""
@@ -103,6 +182,8 @@ def run(*, variant: str = "fenced", redis_url: str, ops: int, warmup: int = 30) 
         "commit": lambda: raw.execute(FLOOR_INSERT),
         "fenced": write,
         "steps": write.timed_steps,
+        "django": write.django_write,
+        "fused": write.fused,
     }
     samples: dict[str, list[float]] = {name: [] for name in floor_ops}
     tokens = []
@@ -117,19 +198,34 @@ def run(*, variant: str = "fenced", redis_url: str, ops: int, warmup: int = 30) 
                     tokens.append(returned)
     with PgRoundTrips(connection) as trips:
         write()
+    with PgRoundTrips(connection) as django_trips:
+        write.django_write()
+    with PgRoundTrips(connection) as fused_trips:
+        write.fused()
     m = {name: median(values) for name, values in samples.items()}
     floor_us = 2 * m["ping"] + m["select1"] + m["commit"]
     steps = {step: round(median(values), 1) for step, values in write.steps.items() if values}
+    fused = {step: round(median(v), 1) for step, v in write.fused_steps.items() if v}
+    # Paired per round: what fusing the fence and the audit row saves over the steps.
+    saved = [a - b for a, b in zip(samples["steps"], samples["fused"], strict=True)]
     metrics = {
         "ping_us": round(m["ping"], 1), "select1_us": round(m["select1"], 1),
         "commit_us": round(m["commit"], 1), "floor_us": round(floor_us, 1),
         "fenced_us": round(m["fenced"], 1), "floor_multiple": round(m["fenced"] / floor_us, 3),
+        "django_us": round(m["django"], 1),
+        "django_multiple": round(m["fenced"] / m["django"], 3),
         "steps_us": steps, "steps_total_us": round(m["steps"], 1),
+        "fused_steps_us": fused, "fused_total_us": round(m["fused"], 1),
+        "fused_saves_us": round(median(saved), 1),
         "fenced_db_round_trips": trips.round_trips,
+        "django_db_round_trips": django_trips.round_trips,
+        "fused_db_round_trips": fused_trips.round_trips,
     }  # fmt: skip
     rising = all(a < b for a, b in itertools.pairwise(tokens))
     events = ComplaintEvent.objects.filter(complaint=write.complaint).count()
-    written = 2 * (warmup + ops) + 1  # the fenced writes and the timed steps
+    # The fenced writes, the timed steps, the Django writes and the fused probe; and one
+    # more of each of the last two, counted.
+    written = 4 * (warmup + ops) + 3
     ok = rising and events == written
     detail = f"{len(tokens)} tokens rising: {rising}; {events} of {written} rows"
     invariant = check("every fenced write committed once, tokens rising", ok, detail)
