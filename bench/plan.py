@@ -1,7 +1,9 @@
 """What ``make bench`` runs, as data: two profiles and one row per group of compared cases.
 
 Each group carries its targets (issue 10). ``FULL`` takes about 30 minutes on the 2-core
-machine (20 of them the month start), ``QUICK`` about 2 (a smoke test, not a result).
+machine (15 of them the month start), ``QUICK`` about 2 (a smoke test, not a result).
+``make bench-scale`` (``bench.scale``) runs the month start's loop and ours at 1,000,
+10,000 and 100,000 associations; ``make bench-load`` (``bench.load``) the busiest hour.
 """
 
 from dataclasses import dataclass, field, make_dataclass
@@ -16,7 +18,6 @@ _PROFILES = {  #           full   quick
     "write_repeats":       (5,    1),
     "vendor_ops":          (150,  30),
     "charge_ops":          (2,    1),
-    "all_orgs_repeats":    (3,    0),  # 0: the group is not part of the profile
     "alt_repeats":         (3,    1),
     "alt_trials":          (10,   2),
     "contention_repeats":  (3,    1),
@@ -27,8 +28,6 @@ _PROFILES = {  #           full   quick
     "associations":        (10_000, 200),  # month start: x 200 units, 2,000,000 charges in full
     "month_start_timeout": (3600, 600),
     "month_start_repeats": (3,    1),  # paired runs: the figures are their median and range
-    "scaling_associations": (1000, 100),  # the capacity model's check: 1, 2, 4 workers
-    "scaling_repeats":     (3,    1),
 }
 # fmt: on
 Profile = make_dataclass("Profile", ["name", *_PROFILES], frozen=True)
@@ -202,24 +201,16 @@ GROUPS = (
              "service", "<=", 0, "bulk_create"),
             ("charge generation (billed) vs COPY (report)",
              "service_billed", "<=", 0, "copy"))),
-    Row("writes", "charges-all-orgs", "all_orgs", "bench.cases.fenced_writes:all_orgs",
-        "all_orgs_repeats",
-        "2c. generate_monthly_charges --all-orgs: 200 organizations x 100 units",
-        "one new month per run; the command forks its own workers",
-        {"workers_1": ("1 worker process", {"workers": 1}),
-         "workers_2": ("2 worker processes", {"workers": 2})},
-        baseline="workers_1", params={"orgs": 200, "units": 100}, redis=False, timeout=300,
-        latency_label="walk", primary="orgs_per_s", higher_is_better=True,
-        columns={"orgs/s": "metrics.orgs_per_s", "result": "metrics.result_digest"},
-        targets=(("--all-orgs, 200 orgs x 100 units: 2 workers >= 1.6x one",
-                  "workers_2", ">=", 1.6, "workers_1"),)),
     Row("month-start", "month-start", "month_start", "bench.cases.fenced_writes:month_start",
         "month_start_repeats",
         "2d. Month start: {p.associations:,} associations x 200 units, one new month",
-        "fixture written with COPY; billing to a local stand-in; wall time of the whole month",
+        "fixture written with COPY; billing to a local stand-in; wall time of the whole month; "
+        "1, 2 (ours) and 4 worker processes: the capacity model's check (docs/capacity.md)",
         {"baseline": "plain: 2 processes, per association COPY in one transaction",
          "ours": "ours: generate_monthly_charges --all-orgs --workers 2",
-         "two_hosts": "two hosts: 2 of those commands at once"},
+         "two_hosts": "two hosts: 2 of those commands at once",
+         "workers_1": ("ours, --workers 1", {"variant": "ours", "workers": 1}),
+         "workers_4": ("ours, --workers 4", {"variant": "ours", "workers": 4})},
         baseline="baseline", params={"associations": "associations"}, redis=False,
         timeout="month_start_timeout", latency_label="wall",
         columns={"assoc/s": "metrics.associations_per_s", "charges/s": "metrics.charges_per_s",
@@ -230,22 +221,11 @@ GROUPS = (
              "ours", "<=", 90, "metrics.seconds", "full"),
             ("month start: peak memory ≤ 250 MB per worker (any process)",
              "ours", "<=", 250, "metrics.peak_rss_mb"),
-            ("month start: two hosts at once vs one (report)", "two_hosts", "<=", 0, "ours"))),
-    Row("month-start", "month-start-workers", "month_workers",
-        "bench.cases.fenced_writes:month_start", "scaling_repeats",
-        "2e. Month start with 1, 2 and 4 worker processes: {p.scaling_associations:,} x 200 units",
-        "one host; the capacity model's check (docs/capacity.md): ratios, not times",
-        {"workers_1": ("--workers 1", {"variant": "ours", "workers": 1}),
-         "workers_2": ("--workers 2", {"variant": "ours", "workers": 2}),
-         "workers_4": ("--workers 4", {"variant": "ours", "workers": 4})},
-        baseline="workers_1", params={"associations": "scaling_associations"}, redis=False,
-        timeout="month_start_timeout", latency_label="wall", primary="associations_per_s",
-        higher_is_better=True,
-        columns={"assoc/s": "metrics.associations_per_s", "charges/s": "metrics.charges_per_s",
-                 "peak MB": "metrics.peak_rss_mb", "exit codes": "metrics.exit_codes"},
-        targets=(
-            ("month start, 2 workers vs 1 (report)", "workers_2", ">=", 0, "workers_1"),
-            ("month start, 4 workers vs 1 (report)", "workers_4", ">=", 0, "workers_1"))),
+            ("month start: two hosts at once vs one (report)", "two_hosts", "<=", 0, "ours"),
+            ("month start: 2 workers ≥ 1.6x one (one worker's wall over two's)",
+             "workers_1", ">=", 1.6, "ours"),
+            ("month start: 4 workers vs one (one worker's wall over four's) (report)",
+             "workers_1", ">=", 0, "workers_4"))),
     Row("alternatives", "alternatives", "alt", "bench.cases.alternatives:run", "alt_repeats",
         "3. Without Redis: a loser during the holder's 200 ms external call",
         "{p.alt_trials} holder/loser trials per process",

@@ -6,8 +6,6 @@ more, untimed.
 
 import contextlib
 import functools
-import hashlib
-import io
 import multiprocessing
 import os
 import resource
@@ -17,7 +15,6 @@ import time
 from decimal import Decimal
 
 from django.conf import settings
-from django.core.management import call_command
 from django.db import connection, connections, transaction
 from django.utils import timezone
 
@@ -203,41 +200,6 @@ def charges(*, variant: str, redis_url: str, units: int, ops: int, warmup: int =
     detail = f"{runs} runs, {charged} charges for {len(months)} months x {units} units"
     invariant = check("one completed run per month, one charge per unit", ok, detail)
     return result(samples, invariant, counts=counts)
-
-
-# -- every organization, one or two worker processes ----------------------------------------
-
-
-def all_orgs(*, workers: int, orgs: int, units: int) -> dict:
-    """Run ``generate_monthly_charges --all-orgs --workers N`` for a new month; time the walk
-    in-process around ``call_command`` (the command forks its workers itself)."""
-    members = [fixtures.organization(f"bench-all-{n:03d}", units=units) for n in range(orgs)]
-    actor = fixtures.staff_user("bench-all-orgs", members[0])
-    for org in members[1:]:
-        fixtures.staff_user(actor.username, org)  # staff of every organization
-    used = MonthlyChargeRun.objects.filter(organization__in=members).order_by("-month").first()
-    # From 2101 on: months no other case uses, so the check below may look at the whole month.
-    month = fixtures.month((used.month.year - 2001) * 12 + used.month.month if used else 1200)
-    connection.close()
-    started = time.perf_counter_ns()  # the command's wall time, in this process
-    call_command(
-        "generate_monthly_charges", all_orgs=True, month=f"{month:%Y-%m}",
-        actor=actor.username, workers=workers, stdout=io.StringIO(),
-    )  # fmt: skip
-    elapsed = since_us(started)
-
-    runs = MonthlyChargeRun.objects.filter(organization__in=members, month=month).completed()
-    charges = MonthlyCharge.objects.filter(run__in=runs)
-    rows = sorted(charges.values_list("run__organization__slug", "unit__label", "amount"))
-    digest = hashlib.sha256(repr([(s, u, str(a)) for s, u, a in rows]).encode()).hexdigest()
-    outsiders = MonthlyChargeRun.objects.filter(month=month).exclude(organization__in=members)
-    ok = runs.count() == orgs and len(rows) == orgs * units and not outsiders.exists()
-    detail = f"{runs.count()} runs, {len(rows)} charges for {orgs} x {units} units"
-    seconds = elapsed / 1e6
-    metrics = {"orgs_per_s": round(orgs / seconds, 1), "seconds": round(seconds, 2)}
-    metrics["result_digest"] = digest[:16]
-    invariant = check("every organization billed once, one charge per unit", ok, detail)
-    return result([elapsed], invariant, metrics=metrics)
 
 
 # -- the month start at scale: every association, 200 units each, one new month -------------
