@@ -11,9 +11,11 @@ import platform
 import shutil
 import socket
 import subprocess
+import sys
 import tempfile
 import threading
 import time
+import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
@@ -79,6 +81,38 @@ class _StandInHandler(BaseHTTPRequestHandler):
 
     def log_message(self, format, *args) -> None:
         pass
+
+
+def start_gunicorn(port: int, run_dir: str, *, secret_key: str, **extra: str) -> subprocess.Popen:
+    """gunicorn with the project's ``gunicorn.conf.py`` on ``port``, production settings over
+    plain HTTP on loopback and the URL conf of ``bench.http_settings`` (the real URLs and
+    the unfenced twins, ``bench.http_baseline``); ``extra``: more of its environment. Returns
+    once ``/healthz`` answers; ``stop()`` ends it."""
+    env = {**os.environ, "PORT": str(port), "GUNICORN_RUN_DIR": run_dir, "WEB_CONCURRENCY": "2"}
+    # Sessions signed with the bench's key; no abuse limits (30 fenced POSTs a minute per
+    # user would shape the result: hoa/settings.py, RATELIMIT_ENABLE).
+    env.update(DEBUG="0", SECRET_KEY=secret_key, ALLOWED_HOSTS="127.0.0.1", STATIC_MANIFEST="0",
+               SECURE_SSL_REDIRECT="0", SESSION_COOKIE_SECURE="0", CSRF_COOKIE_SECURE="0",
+               RATELIMIT_ENABLE="0", LOG_LEVEL="WARNING", **extra)  # fmt: skip
+    env["DJANGO_SETTINGS_MODULE"] = "bench.http_settings"  # every variant: the same URLs
+    env.pop("PROMETHEUS_MULTIPROC_DIR", None)  # gunicorn.conf.py sets one per run dir
+    command = [sys.executable, "-m", "gunicorn", "-c", str(BASE_DIR / "gunicorn.conf.py")]
+    process = subprocess.Popen(
+        command, cwd=BASE_DIR, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+
+    def ready() -> bool:
+        if process.poll() is not None:
+            raise RuntimeError(f"gunicorn exited with {process.returncode}; see {run_dir}")
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=1) as answer:
+            return answer.status == 200
+
+    try:
+        wait_until(ready, timeout=60, what=f"gunicorn on {port}", errors=(OSError,))
+    except BaseException:
+        stop(process, grace=40)
+        raise
+    return process
 
 
 def start_stand_in(path: str) -> tuple[ThreadingHTTPServer, str]:

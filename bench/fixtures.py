@@ -53,6 +53,21 @@ def staff_user(username: str, org: Organization):
     return user
 
 
+def session_key(user) -> str:
+    """A logged-in session of ``user``, written as ``force_login`` writes it (no PBKDF2)."""
+    from importlib import import_module
+
+    from django.conf import settings
+    from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY
+
+    store = import_module(settings.SESSION_ENGINE).SessionStore()
+    store[SESSION_KEY] = str(user.pk)
+    store[BACKEND_SESSION_KEY] = settings.AUTHENTICATION_BACKENDS[0]
+    store[HASH_SESSION_KEY] = user.get_session_auth_hash()
+    store.save()
+    return store.session_key
+
+
 def vendors_with_contracts(org: Organization, count: int) -> list:
     """``count`` vendors, each with a contract with ``org`` that covers today."""
     today = timezone.localdate()

@@ -14,23 +14,19 @@ import os
 import random
 import secrets
 import shutil
-import subprocess
-import sys
 import tempfile
 import threading
 import time
 from collections import Counter
-from importlib import import_module
 from operator import itemgetter
 from pathlib import Path
 
 import requests
 from django.conf import settings
-from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY
 from django.db import connection
 
 from bench import fixtures
-from bench.environment import BASE_DIR, free_port, start_stand_in, stop, wait_until
+from bench.environment import free_port, start_gunicorn, start_stand_in, stop
 from bench.http_baseline import PREFIX
 from bench.measure import check, median, percentile, result, since_us
 from hoa.models import Complaint
@@ -44,47 +40,13 @@ MESSAGES_COOKIE = "messages"  # django.contrib.messages' cookie storage
 HOST = "127.0.0.1"
 
 
-def _start_gunicorn(port: int, run_dir: str, dispatch_url: str) -> subprocess.Popen:
-    env = {**os.environ, "PORT": str(port), "GUNICORN_RUN_DIR": run_dir, "WEB_CONCURRENCY": "2"}
-    # Production settings over plain HTTP on loopback (sessions signed with this process's
-    # key); no abuse limits (30 fenced POSTs a minute per user would shape the result).
-    env.update(DEBUG="0", SECRET_KEY=settings.SECRET_KEY, ALLOWED_HOSTS=HOST, STATIC_MANIFEST="0",
-               SECURE_SSL_REDIRECT="0", SESSION_COOKIE_SECURE="0", CSRF_COOKIE_SECURE="0",
-               VENDOR_DISPATCH_URL=dispatch_url, EXTERNAL_CALL_TIMEOUT_SECONDS="5",
-               RATELIMIT_ENABLE="0", LOG_LEVEL="WARNING")  # fmt: skip
-    env["DJANGO_SETTINGS_MODULE"] = "bench.http_settings"  # both variants: the same URLs
-    env.pop("PROMETHEUS_MULTIPROC_DIR", None)  # gunicorn.conf.py sets one per run dir
-    command = [sys.executable, "-m", "gunicorn", "-c", str(BASE_DIR / "gunicorn.conf.py")]
-    process = subprocess.Popen(
-        command, cwd=BASE_DIR, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-    )
-
-    def ready() -> bool:
-        if process.poll() is not None:
-            raise RuntimeError(f"gunicorn exited with {process.returncode}; see {run_dir}")
-        return requests.get(f"http://{HOST}:{port}/healthz", timeout=1).status_code == 200
-
-    try:
-        wait_until(
-            ready, timeout=60, what=f"gunicorn on {port}", errors=(requests.RequestException,)
-        )
-    except BaseException:
-        stop(process, grace=40)
-        raise
-    return process
-
-
 def _logged_in_session(user) -> requests.Session:
     """A ``requests`` session of ``user`` (as ``force_login`` logs in: no PBKDF2), CSRF set."""
-    store = import_module(settings.SESSION_ENGINE).SessionStore()
-    store[SESSION_KEY] = str(user.pk)
-    store[BACKEND_SESSION_KEY] = settings.AUTHENTICATION_BACKENDS[0]
-    store[HASH_SESSION_KEY] = user.get_session_auth_hash()
-    store.save()
     session = requests.Session()
     # Host-only cookies for 127.0.0.1, as the server sets them, so a cookie the server
     # sends later replaces ours instead of sitting beside it under the same name.
-    session.cookies.set(settings.SESSION_COOKIE_NAME, store.session_key, domain=HOST, path="/")
+    key = fixtures.session_key(user)
+    session.cookies.set(settings.SESSION_COOKIE_NAME, key, domain=HOST, path="/")
     # A CSRF secret of our own: the form field repeats it, as a page's form would.
     session.cookies.set(settings.CSRF_COOKIE_NAME, secrets.token_hex(16), domain=HOST, path="/")
     return session
@@ -157,7 +119,10 @@ def run(*, variant: str, redis_url: str, seconds: float, clients: int) -> dict:
     dispatch, dispatch_url = start_stand_in("dispatch")
     port, run_dir = free_port(), tempfile.mkdtemp(prefix="hoa-bench-gunicorn-")
     base, prefix = f"http://{HOST}:{port}", PREFIX if variant == "baseline" else ""
-    process = _start_gunicorn(port, run_dir, dispatch_url)
+    process = start_gunicorn(
+        port, run_dir, secret_key=settings.SECRET_KEY, VENDOR_DISPATCH_URL=dispatch_url,
+        EXTERNAL_CALL_TIMEOUT_SECONDS="5",
+    )  # fmt: skip
     try:
         sessions = [_logged_in_session(user) for user in users]
         connection.close()
