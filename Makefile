@@ -30,7 +30,7 @@ export BENCH_DATABASE_URL ?= postgres://hoa@127.0.0.1:$(HOA_PG_PORT)/bench_hoa
 # demo data stays in database 0.
 TEST_ENV := REDIS_URL=redis://127.0.0.1:$(HOA_REDIS_PORT)/1 LOCK_REDIS_URL=redis://127.0.0.1:$(HOA_REDIS_PORT)/1
 
-.PHONY: help run serve test test-fast test-locking test-locking-matrix test-pgbouncer dist check-deploy lint fmt services stop status migrate seed bench bench-quick faults screenshots clean
+.PHONY: help run serve test test-fast test-locking test-locking-matrix test-pgbouncer dist check-deploy lint fmt services stop status migrate seed bench bench-quick bench-scale faults screenshots clean
 
 # The targets and what they do, with this checkout's host and ports in place of $(HOST),
 # $(PORT), $(HOA_PG_PORT) and $(HOA_REDIS_PORT).
@@ -126,6 +126,13 @@ bench: $(STAMP) services migrate ## benchmarks: prints a table, writes bench/res
 
 bench-quick: $(STAMP) services migrate ## a short benchmark run (about 2 minutes)
 	@$(PY) -m bench --quick
+
+# The month start at 1,000, 10,000 and 100,000 associations (about 70 minutes and 15 GB at the
+# peak: it says how much before it starts). SCALES=1000,10000 runs a smaller check.
+# Loads pg_stat_statements into the project-local PostgreSQL first (a restart, once).
+bench-scale: $(STAMP) services ## the month start at 1,000 / 10,000 / 100,000 associations: table, chart, goals
+	@scripts/services.sh enable-pg-stat-statements
+	@$(PY) -m bench.scale $(if $(SCALES),--scales $(SCALES)) $(BENCH_SCALE_ARGS)
 
 # Then the model-based checkers (the fence at every way in; a complaint's operations): a
 # long search each, and their controls, each with a fix taken back, which must find the

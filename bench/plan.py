@@ -286,6 +286,51 @@ GROUPS = (
 # fmt: on
 SECTIONS = tuple(dict.fromkeys(row.section for row in GROUPS))
 
+# make bench-scale (bench.scale): the month start's plain loop and ours (group 2d's cases,
+# the same function and labels) at each scale, in a database of their own that the run
+# drops; each case also reads where its time went (bench.diagnose).
+SCALES = (1_000, 10_000, 100_000)
+SCALE_REPEATS = 3
+SCALE_CASES = ("baseline", "ours")
+# A case: its fixture (COPY of 200 units per association), the walk, the check, the
+# diagnosis, the cleanup. The timeout leaves room for a machine 5x slower than estimated.
+SCALE_TIMEOUT = (600, 0.06)  # seconds: fixed, and per association
+# The estimate printed before a run when no earlier run's figures are at hand (a run writes
+# its own fit, which the next one uses). Disk: the database and the WAL at the peak,
+# measured at 1,000 and 10,000 associations (2026-12-05: 0.41 and 1.72 GB). Time per case:
+# the 10,000-association walks of the full make bench of 2026-12-05 (23-31 s) with this
+# machine's fixture, check, diagnosis and cleanup (about 20 s at 10,000).
+SCALE_COST = {
+    "seconds_per_case": 10.0,
+    "seconds_per_association": 0.006,
+    "bytes_fixed": 270_000_000,
+    "bytes_per_association": 145_000,
+}
+SCALE_GOALS = {
+    "ratio": 1.3,  # ours over the plain loop, at every scale
+    "cost_growth": 1.1,  # ours per association: the largest scale over the next smaller
+    "rss_growth": 1.2,  # ours' peak RSS: the largest scale over the smallest
+}
+
+
+def scale_group(associations: int, repeats: int) -> Group:
+    """The loop and ours at ``associations`` x 200 units, ``repeats`` paired runs."""
+    [row] = (row for row in GROUPS if row.id == "month-start")
+    fixed, per_association = SCALE_TIMEOUT
+    timeout = fixed + per_association * associations
+    params = {"associations": associations, "diagnosis": True, "cleanup": "truncate"}
+    cases = [
+        Case(f"scale.{key}", row.cases[key], row.entry, {"variant": key, **params}, True, timeout)
+        for key in SCALE_CASES
+    ]
+    columns = [(header, path) for header, path in row.columns.items() if header != "exit codes"]
+    return Group(
+        f"scale-{associations}", f"Month start: {associations:,} associations x 200 units",
+        cases, repeats, baseline="scale.baseline", latency_label="wall",
+        note="paired runs in make bench-scale's own database; statements and plans recorded",
+        columns=[*columns, ("exit codes", "metrics.exit_codes")],
+    )  # fmt: skip
+
 
 def targets(profile: Profile) -> list[Target]:
     """The targets judged in ``profile``, in plan order."""

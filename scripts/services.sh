@@ -2,6 +2,7 @@
 # Project-local PostgreSQL and Redis for development, tests, benchmarks and CI.
 #
 #   scripts/services.sh start | stop | status | restart-redis [--flush] | stop-redis | start-redis
+#                       | enable-pg-stat-statements
 #
 # Data lives under .local/ (PostgreSQL in .local/pg, Redis in .local/redis). The servers
 # listen on 127.0.0.1 only, on ports that do not clash with system services
@@ -125,6 +126,21 @@ stop_pg() {
     fi
 }
 
+# make bench-scale reads where the month start's time goes from pg_stat_statements, which
+# the server must load at start (shared_preload_libraries): add it to what the cluster
+# loads and restart PostgreSQL, once; a no-op when it is loaded already.
+enable_pg_stat_statements() {
+    local psql=("$(pg_bindir)/psql" -h 127.0.0.1 -p "$PG_PORT" -U postgres -d postgres -v ON_ERROR_STOP=1 -qAt)
+    pg_is_up || start_pg
+    local loaded
+    loaded="$("${psql[@]}" -c "SHOW shared_preload_libraries")"
+    case ",${loaded// /}," in *,pg_stat_statements,*) return ;; esac
+    log "loading pg_stat_statements into PostgreSQL on 127.0.0.1:$PG_PORT (a restart)"
+    "${psql[@]}" -c "ALTER SYSTEM SET shared_preload_libraries = '${loaded:+$loaded,}pg_stat_statements'"
+    stop_pg
+    start_pg
+}
+
 redis_cli() { redis-cli -h 127.0.0.1 -p "$REDIS_PORT" "$@"; }
 redis_is_up() { [ "$(redis_cli ping 2>/dev/null)" = "PONG" ]; }
 
@@ -163,6 +179,7 @@ case "${1:-}" in
     start) ensure_binaries; start_pg; start_redis ;;
     stop) stop_redis; pg_bindir >/dev/null && stop_pg; true ;;
     status) status ;;
+    enable-pg-stat-statements) ensure_binaries; enable_pg_stat_statements ;;
     start-redis) start_redis ;;
     stop-redis) stop_redis ;;
     restart-redis)
@@ -170,5 +187,5 @@ case "${1:-}" in
         # --flush simulates a Redis that restarts without persistence (fence counter lost).
         [ "${2:-}" = "--flush" ] && rm -f "$REDIS_DIR"/dump.rdb "$REDIS_DIR"/appendonly.aof
         start_redis ;;
-    *) echo "usage: $0 start|stop|status|start-redis|stop-redis|restart-redis [--flush]" >&2; exit 2 ;;
+    *) echo "usage: $0 start|stop|status|start-redis|stop-redis|restart-redis [--flush]|enable-pg-stat-statements" >&2; exit 2 ;;
 esac

@@ -16,13 +16,15 @@ from decimal import Decimal
 
 from django.conf import settings
 from django.db import connection, connections, transaction
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from bench import fixtures
+from bench import diagnose, fixtures
 from bench.environment import BASE_DIR, start_stand_in
 from bench.measure import check, result, since_us, time_and_count
 from charges.models import MonthlyCharge, MonthlyChargeRun
 from charges.month_start import CHUNK as MONTH_START_CHUNK
+from charges.month_start import generate_chunk
 from charges.services import generate_monthly_charges
 from hoa.models import Complaint, Organization, Unit, default_time_zone
 from vendors.models import VendorAssignment, VendorContract
@@ -221,6 +223,12 @@ DELETE FROM hoa_organization WHERE slug LIKE %(slug)s;
 DELETE FROM locking_fenceevent WHERE resource LIKE %(resource)s;
 DELETE FROM locking_fenceepoch WHERE resource LIKE %(resource)s
 """
+# The cleanup in make bench-scale's own database, which holds nothing else.
+SCALE_DATABASE_PREFIX = "bench_scale"
+MONTH_START_TRUNCATE = """
+TRUNCATE charges_monthlycharge, charges_monthlychargerun, hoa_unit, hoa_staffmembership,
+         hoa_organization, locking_fenceevent, locking_fenceepoch CASCADE
+"""
 # Associations without exactly one completed run of one charge per unit; all; charges.
 MONTH_START_CHECK_SQL = """
 SELECT count(*) FILTER (WHERE ok IS NOT TRUE), count(*), coalesce(sum(charged), 0)::bigint
@@ -294,8 +302,18 @@ def _copy_associations(count: int) -> list[int]:
     return ids
 
 
-def _delete_associations(month) -> None:
-    """Delete what the fixture and the runs of ``month`` wrote."""
+def _delete_associations(month, cleanup: str = "delete") -> None:
+    """Delete what the fixture and the runs of ``month`` wrote; with ``cleanup="truncate"``
+    empty the tables instead (``make bench-scale``'s own database only: at 100,000
+    associations the ``DELETE``s of 20,000,000 rows each take minutes and leave as much
+    dead space behind)."""
+    if cleanup == "truncate":
+        name = connection.settings_dict["NAME"]
+        if not name.startswith(SCALE_DATABASE_PREFIX):
+            raise SystemExit(f"refusing to empty the tables of {name!r}")
+        with connection.cursor() as cursor:
+            cursor.execute(MONTH_START_TRUNCATE)
+        return
     patterns = {"slug": f"{MONTH_START_SLUG}%", "resource": f"monthly-charges:org:%:{month:%Y-%m}"}
     with connection.cursor() as cursor:
         for statement in MONTH_START_CLEANUP.split(";"):
@@ -318,17 +336,46 @@ def _run_commands(hosts: int, month, workers: int = 2) -> list[int]:
     return codes
 
 
-def month_start(*, variant: str, associations: int, workers: int = 2) -> dict:
+def _diagnosis(variant: str, ids: list[int], month) -> dict:
+    """What the timed part's statements cost (``pg_stat_statements``, read now), and the
+    plans of the statements of one more chunk of the same walk for the next month."""
+    statements = diagnose.snapshot()
+    chunk, started_at = ids[:MONTH_START_CHUNK], timezone.now()
+    following = fixtures.month((month.year - 2001) * 12 + month.month)
+    billing, settings.BILLING_WEBHOOK_URL = start_stand_in("billing")
+    try:
+        with CaptureQueriesContext(connection) as captured:
+            if variant == "baseline":
+                _plain_chunk(chunk, following)
+            else:
+                actor = fixtures.staff_user(MONTH_START_ACTOR, Organization(pk=ids[0]))
+                generate_chunk(chunk, following, actor.pk, "bench", started_at)
+    finally:
+        billing.shutdown()
+    plans = diagnose.explain([query["sql"] for query in captured.captured_queries])
+    return {"statements": statements, "plans": plans}
+
+
+def month_start(
+    *, variant: str, associations: int, workers: int = 2, diagnosis: bool = False,
+    cleanup: str = "delete",
+) -> dict:  # fmt: skip
     """Bill one new month for ``associations`` x 200 units; time it, check it, clean up.
 
     ``variant``: ``baseline`` (the plain 2-process COPY loop), ``ours`` (one host, the
-    command with ``workers`` processes) or ``two_hosts`` (two such commands at once)."""
+    command with ``workers`` processes) or ``two_hosts`` (two such commands at once).
+    ``diagnosis`` (``make bench-scale``): the statements of the timed part and the plans of
+    one more chunk's (``bench.diagnose``), in the metrics; ``cleanup``: ``delete`` the
+    fixture's rows, or ``truncate`` the tables (the scale run's own database)."""
     month = fixtures.month(3600)  # 2301-01: no other case bills it
     with _without_timeouts():
-        _delete_associations(month)  # what a crashed earlier process may have left
+        _delete_associations(month, cleanup)  # what a crashed earlier process may have left
         ids = _copy_associations(associations)
+        diagnosis = diagnosis and diagnose.available()
+        if diagnosis:
+            diagnose.reset()  # the timed part's statements only
     connections.close_all()  # the children open their own
-    codes = []
+    codes, found = [], {}
     try:
         started = time.perf_counter_ns()
         if variant == "baseline":
@@ -344,12 +391,14 @@ def month_start(*, variant: str, associations: int, workers: int = 2) -> dict:
         else:
             codes = _run_commands(2 if variant == "two_hosts" else 1, month, workers)
         elapsed = since_us(started)
-        with _without_timeouts(), connection.cursor() as cursor:
-            cursor.execute(MONTH_START_CHECK_SQL, [month, f"{MONTH_START_SLUG}%"])
-            wrong, checked, charged = cursor.fetchone()
+        with _without_timeouts():
+            found = _diagnosis(variant, ids, month) if diagnosis else {}
+            with connection.cursor() as cursor:
+                cursor.execute(MONTH_START_CHECK_SQL, [month, f"{MONTH_START_SLUG}%"])
+                wrong, checked, charged = cursor.fetchone()
     finally:
         with _without_timeouts():
-            _delete_associations(month)
+            _delete_associations(month, cleanup)
     seconds = elapsed / 1e6
     metrics = {
         "seconds": round(seconds, 2),
@@ -359,6 +408,7 @@ def month_start(*, variant: str, associations: int, workers: int = 2) -> dict:
         # The largest peak RSS of this process's children: it bounds every worker's peak.
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024, 1),
         "exit_codes": ", ".join(map(str, codes)) or "-",
+        **found,
     }
     ok = wrong == 0 and checked == associations
     detail = f"{checked} associations, {wrong} not billed exactly once"

@@ -1,0 +1,140 @@
+"""Where a walk's time goes in PostgreSQL: ``pg_stat_statements`` and ``EXPLAIN (ANALYZE,
+BUFFERS)`` of the walk's own statements (``make bench-scale``, docs/benchmarks.md).
+
+The month-start case snapshots the statements of the database over its timed part only
+(reset just before it, read just after), with ``pg_stat_statements.track = all`` so that
+the statements a trigger or a foreign-key check runs are counted too. It then runs one
+more chunk of the walk in its own process, records the statements Django sent for it and
+explains each distinct one with its real parameters, on the tables as the walk left them,
+inside a transaction that is rolled back. ``grown`` compares two snapshots per
+association: what grew with the scale.
+
+``pg_stat_statements`` must be loaded by the server (``shared_preload_libraries``;
+``scripts/services.sh enable-pg-stat-statements`` does it for the project-local
+PostgreSQL, which ``make bench-scale`` calls) and created in the database; without it the
+snapshots are empty and say so.
+"""
+
+import re
+
+from django.db import DatabaseError, connection, transaction
+
+STATEMENTS_SQL = """
+SELECT s.queryid::text, s.query, s.calls, s.total_exec_time, s.rows, s.shared_blks_hit,
+       s.shared_blks_read, s.shared_blks_dirtied, s.temp_blks_written
+FROM pg_stat_statements s
+WHERE s.dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
+ORDER BY s.total_exec_time DESC
+LIMIT %s
+"""
+RESET_SQL = """
+SELECT pg_stat_statements_reset(0, (SELECT oid FROM pg_database
+                                    WHERE datname = current_database()), 0)
+"""
+COLUMNS = (
+    "queryid", "query", "calls", "total_ms", "rows", "blks_hit", "blks_read", "blks_dirtied",
+    "temp_blks_written",
+)  # fmt: skip
+EXPLAINABLE = ("SELECT", "INSERT", "UPDATE", "DELETE", "WITH")
+# Literals and parameters, as pg_stat_statements replaces them ($1 …) and as Django's
+# client-side binding writes them ('text', 42, 1.5, TRUE, NULL).
+_LITERALS = re.compile(r"\$\d+|'(?:[^']|'')*'|\b\d+(?:\.\d+)?\b|\b(?:TRUE|FALSE|NULL)\b", re.I)
+_LISTS = re.compile(r"\((?:\s*\?\s*,)+\s*\?\s*\)")
+
+
+def available() -> bool:
+    """Whether this database can report its statements (the extension loaded and created)."""
+    try:
+        with transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute("SELECT 1 FROM pg_stat_statements LIMIT 1")
+    except DatabaseError:
+        return False
+    return True
+
+
+def reset() -> None:
+    """Forget this database's statements (the bench's role may: ``bench.scale`` grants it)."""
+    with connection.cursor() as cursor:
+        cursor.execute(RESET_SQL)
+
+
+def snapshot(limit: int = 40) -> list[dict]:
+    """This database's ``limit`` statements that took longest since the last reset."""
+    with connection.cursor() as cursor:
+        cursor.execute(STATEMENTS_SQL, [limit])
+        rows = cursor.fetchall()
+    found = [dict(zip(COLUMNS, row, strict=True)) for row in rows]
+    for entry in found:
+        entry["total_ms"] = round(entry["total_ms"], 3)
+    return found
+
+
+def normalized(sql: str) -> str:
+    """``sql`` with its literals and parameters as ``?`` and its whitespace collapsed, so a
+    statement Django sent and pg_stat_statements' text of it compare equal."""
+    text = _LITERALS.sub("?", " ".join(sql.split()))
+    return _LISTS.sub("(?)", text)
+
+
+def explain(statements: list[str]) -> dict[str, str]:
+    """``EXPLAIN (ANALYZE, BUFFERS)`` of each distinct statement of ``statements`` (the SQL
+    Django sent, parameters in it), each in a transaction rolled back; keyed by
+    ``normalized``. Transaction control and ``COPY`` are not explainable and left out."""
+    plans: dict[str, str] = {}
+    for sql in statements:
+        key = normalized(sql)
+        if key in plans or not sql.lstrip().upper().startswith(EXPLAINABLE):
+            continue
+        try:
+            with transaction.atomic(), connection.cursor() as cursor:
+                cursor.execute(f"EXPLAIN (ANALYZE, BUFFERS) {sql}")
+                plans[key] = "\n".join(line for (line,) in cursor.fetchall())
+                raise _RollBack
+        except _RollBack:
+            pass
+        except DatabaseError as exc:
+            plans[key] = f"(not explained: {exc.__class__.__name__}: {exc})"
+    return plans
+
+
+class _RollBack(Exception):
+    """Leave the atomic block of an explained statement: what it wrote is rolled back."""
+
+
+def per_association(snapshots: list[list[dict]], associations: int) -> dict[str, dict]:
+    """Statements of several runs (one snapshot each) per association, keyed by query
+    text: calls and milliseconds per association, and the sums."""
+    merged: dict[str, dict] = {}
+    for entries in snapshots:
+        for entry in entries:
+            into = merged.setdefault(entry["query"], {"query": entry["query"], "calls": 0})
+            into["calls"] += entry["calls"]
+            into["total_ms"] = into.get("total_ms", 0) + entry["total_ms"]
+            into["blks_read"] = into.get("blks_read", 0) + entry["blks_read"]
+    runs = max(len(snapshots), 1) * associations
+    for into in merged.values():
+        into["calls_per_association"] = round(into["calls"] / runs, 3)
+        into["ms_per_association"] = round(into["total_ms"] / runs, 4)
+    return merged
+
+
+def grown(small: dict[str, dict], large: dict[str, dict], *, factor: float, share: float) -> list:
+    """The statements whose time per association at the larger scale is above ``factor``
+    times the smaller's (or new there), among those that take at least ``share`` of the
+    larger scale's statement time; largest growth in milliseconds first."""
+    total = sum(entry["ms_per_association"] for entry in large.values()) or 1
+    found = []
+    for query, entry in large.items():
+        now = entry["ms_per_association"]
+        before = small.get(query, {}).get("ms_per_association", 0.0)
+        if now / total < share or now <= factor * before:
+            continue
+        found.append(
+            {
+                "query": query, "ms_before": before, "ms_after": now,
+                "calls_before": small.get(query, {}).get("calls_per_association", 0.0),
+                "calls_after": entry["calls_per_association"],
+                "growth": round(now / before, 2) if before else None,
+            }
+        )  # fmt: skip
+    return sorted(found, key=lambda entry: entry["ms_after"] - entry["ms_before"], reverse=True)

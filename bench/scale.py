@@ -1,0 +1,286 @@
+"""``python -m bench.scale [--scales 1000,10000] [--repeats N] [--estimate]``: the month
+start at 1,000, 10,000 and 100,000 associations x 200 units (``make bench-scale``).
+
+At each scale, paired runs of group 2d's two cases: the plain 2-process ``COPY`` loop and
+ours (``generate_monthly_charges --all-orgs --workers 2``), the same case function the
+full ``make bench`` runs at 10,000. Before it starts it says how long the run will take and
+how much disk it will use at the peak (from the last run's measured figures, or the plan's)
+and refuses to start without that much free space. It works in a database of its own
+(``bench_scale``), which it creates and drops, with a private ``redis-server``; it samples
+the database's size and PostgreSQL's WAL meanwhile (the disk it needed, measured).
+
+It prints the goals with PASS / MISS: ours within 1.3x the loop at every scale, the cost
+per association at the largest scale within 1.1x of the next smaller one, ours' peak RSS
+at the largest scale within 1.2x of the smallest. Where a goal misses it writes where the
+time went: the statements whose time per association grew (``pg_stat_statements``) with
+their plans (``EXPLAIN (ANALYZE, BUFFERS)``) at both scales. Writes
+``bench/results/<name>.json``, its table (``.md``) and chart (``.svg``); a run of all
+three scales also ``docs/bench-scale.svg`` and the table in docs/benchmarks.md.
+``BENCH_SCALES`` sets the default scales. Not part of ``make test`` or ``.ci/run``.
+Exits 1 on a broken invariant or a crashed case (FAIL), or when the disk is too small.
+"""
+
+import argparse
+import contextlib
+import functools
+import json
+import os
+import shutil
+import sys
+import threading
+import time
+from datetime import UTC, datetime
+from urllib.parse import urlsplit, urlunsplit
+
+import psycopg
+from psycopg import sql
+
+from bench import environment, plan, report, scale_report
+from bench.environment import BASE_DIR
+from bench.runner import run_group
+
+log = functools.partial(print, file=sys.stderr, flush=True)
+RESULTS = BASE_DIR / "bench" / "results"
+DATABASE = "bench_scale"
+SMALLEST = 50  # one chunk of the walk: the diagnosis explains one
+
+
+def _scales(text: str) -> list[int]:
+    try:
+        scales = sorted({int(part.replace("_", "")) for part in text.replace(",", " ").split()})
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"not a list of numbers: {text!r}") from exc
+    if not scales or scales[0] < SMALLEST:
+        raise argparse.ArgumentTypeError(f"scales of at least {SMALLEST} associations each")
+    return scales
+
+
+def _arguments(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.scale", description=__doc__.split("\n")[0]
+    )
+    default = os.environ.get("BENCH_SCALES") or " ".join(map(str, plan.SCALES))
+    parser.add_argument(
+        "--scales", type=_scales, default=default,
+        help=f"associations per scale, comma-separated (default: {default.replace(' ', ',')})",
+    )  # fmt: skip
+    parser.add_argument("--repeats", type=int, default=plan.SCALE_REPEATS, help="paired runs")
+    parser.add_argument("--name", default="", help="results name (default: scale, or scale-check)")
+    parser.add_argument("--estimate", action="store_true", help="print the estimate and stop")
+    parser.add_argument("--keep-database", action="store_true", help="do not drop bench_scale")
+    args = parser.parse_args(argv)
+    args.full = tuple(args.scales) == plan.SCALES
+    args.name = args.name or ("scale" if args.full else "scale-check")
+    return args
+
+
+def database_url() -> str:
+    """The scale run's own database: ``BENCH_DATABASE_URL``'s server, database ``bench_scale``."""
+    parts = urlsplit(environment.database_url())
+    return urlunsplit(parts._replace(path=f"/{DATABASE}"))
+
+
+def _superuser(url: str, database: str = "postgres") -> psycopg.Connection:
+    """A connection as ``postgres`` to the project-local server (trust on loopback)."""
+    parts = urlsplit(url)
+    netloc = f"postgres@{parts.hostname}:{parts.port or 5432}"
+    target = urlunsplit(parts._replace(scheme="postgresql", netloc=netloc, path=f"/{database}"))
+    return psycopg.connect(target, autocommit=True, connect_timeout=5)
+
+
+# -- how long, how much disk ------------------------------------------------------------------
+
+
+def cost_model() -> tuple[dict, str]:
+    """Seconds and bytes per case, fitted on the last full or check run if there is one."""
+    for name in ("scale", "scale-check"):
+        path = RESULTS / f"{name}.json"
+        earlier = json.loads(path.read_text()) if path.exists() else {}
+        if earlier.get("cost_model"):
+            return earlier["cost_model"], f"from the run of {earlier['started_at']}"
+    return dict(plan.SCALE_COST), "from the figures in bench/plan.py, SCALE_COST"
+
+
+def estimate(scales: list[int], repeats: int, model: dict) -> dict:
+    """The run's wall time and its peak disk, from ``model``."""
+    cases = len(plan.SCALE_CASES) * repeats
+    seconds = sum(
+        cases * (model["seconds_per_case"] + model["seconds_per_association"] * n) for n in scales
+    )
+    peak = model["bytes_fixed"] + model["bytes_per_association"] * max(scales)
+    return {"seconds": round(seconds), "peak_bytes": round(peak)}
+
+
+def _line(points: list[tuple[int, float]], fixed: float) -> tuple[float, float]:
+    """Intercept and slope of the least-squares line through ``points``; through one point,
+    ``fixed`` is taken as the intercept."""
+    if len(points) == 1:
+        (n, value), intercept = points[0], fixed
+        return intercept, max(value - intercept, 0) / n
+    mean_n = sum(n for n, _ in points) / len(points)
+    mean_v = sum(v for _, v in points) / len(points)
+    slope = sum((n - mean_n) * (v - mean_v) for n, v in points)
+    slope /= sum((n - mean_n) ** 2 for n, _ in points)
+    return max(mean_v - slope * mean_n, 0), max(slope, 0)
+
+
+def fit(groups: list[dict]) -> dict | None:
+    """This run's cost model: lines through each scale's seconds per case and its peak disk
+    (the database and the WAL), for the next run's estimate."""
+    if not groups:
+        return None
+    seconds = [(g["associations"], g["seconds"] / (len(g["rows"]) * g["repeats"])) for g in groups]
+    disk = [(g["associations"], g["peak_disk_bytes"]) for g in groups if g["peak_disk_bytes"]]
+    model = dict(plan.SCALE_COST)
+    fixed, per_association = _line(seconds, model["seconds_per_case"])
+    model.update(
+        seconds_per_case=round(fixed, 1), seconds_per_association=round(per_association, 5)
+    )
+    if disk:
+        fixed, per_association = _line(disk, model["bytes_fixed"])
+        model.update(bytes_fixed=round(fixed), bytes_per_association=round(per_association))
+    return model
+
+
+def free_bytes(url: str) -> int | None:
+    """Free space where the server keeps its data, if this process can see that folder."""
+    with contextlib.suppress(psycopg.Error, OSError), _superuser(url) as conn:
+        [directory] = conn.execute("SHOW data_directory").fetchone()
+        return shutil.disk_usage(directory).free
+    return None
+
+
+class DiskSampler:
+    """The database's size plus PostgreSQL's WAL, every ``interval`` s; the peak per label."""
+
+    def __init__(self, url: str, interval: float = 2.0):
+        self.url, self.interval, self.label = url, interval, None
+        self.peaks: dict = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="bench-disk", daemon=True)
+
+    def start(self) -> "DiskSampler":
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(30)
+
+    def _run(self) -> None:
+        with _superuser(self.url) as conn:
+            while not self._stop.wait(self.interval):
+                with contextlib.suppress(psycopg.Error):
+                    [used] = conn.execute(
+                        "SELECT pg_database_size(%s) + (SELECT coalesce(sum(size), 0)"
+                        " FROM pg_ls_waldir())",
+                        [DATABASE],
+                    ).fetchone()
+                    if self.label is not None:
+                        self.peaks[self.label] = max(self.peaks.get(self.label, 0), int(used))
+
+
+# -- the run ----------------------------------------------------------------------------------
+
+
+def prepare(url: str) -> None:
+    """A fresh ``bench_scale``: created, migrated; pg_stat_statements in it, every statement
+    tracked (nested ones too: the foreign-key checks a COPY fires), resettable by the bench."""
+    drop(url)
+    environment.prepare_database(url)
+    role = urlsplit(url).username or "hoa"
+    with _superuser(url, DATABASE) as conn:
+        try:
+            conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+        except psycopg.Error as exc:
+            log(f"bench-scale: no pg_stat_statements ({exc}); statements will not be recorded")
+            return
+        conn.execute(
+            sql.SQL(
+                "GRANT EXECUTE ON FUNCTION pg_stat_statements_reset(oid, oid, bigint) TO {}"
+            ).format(sql.Identifier(role))
+        )
+        conn.execute(
+            sql.SQL("ALTER DATABASE {} SET pg_stat_statements.track = 'all'").format(
+                sql.Identifier(DATABASE)
+            )
+        )
+
+
+def drop(url: str) -> None:
+    with _superuser(url) as conn:
+        conn.execute(
+            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(DATABASE))
+        )
+
+
+def _loaded(url: str) -> bool:
+    with contextlib.suppress(psycopg.Error), _superuser(url) as conn:
+        [libraries] = conn.execute("SHOW shared_preload_libraries").fetchone()
+        return "pg_stat_statements" in libraries.replace(" ", "").split(",")
+    return False
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _arguments(argv)
+    url = database_url()
+    model, source = cost_model()
+    expected = estimate(args.scales, args.repeats, model)
+    free = free_bytes(url)
+    log(scale_report.estimate_text(args.scales, args.repeats, expected, source, free))
+    if free is not None and expected["peak_bytes"] > 0.9 * free:
+        log("bench-scale: not enough free disk for this run; free some or run fewer scales")
+        return 1
+    if args.estimate:
+        return 0
+    if not _loaded(url):
+        log(
+            "bench-scale: pg_stat_statements is not loaded (scripts/services.sh "
+            "enable-pg-stat-statements): the run goes on without the statements"
+        )
+    started, started_at = time.monotonic(), datetime.now(tz=UTC).isoformat(timespec="seconds")
+    redis_server = environment.BenchRedis().start()
+    sampler = DiskSampler(url)
+    groups = []
+    try:
+        env = environment.child_env(database=url, redis_url=redis_server.url)
+        os.environ.update(env)
+        log(f"bench-scale: private Redis on port {redis_server.port}; preparing {DATABASE}")
+        prepare(url)
+        facts = environment.describe(database=url, redis_url=redis_server.url)
+        log(report.environment_summary(facts))
+        sampler.start()
+        for associations in args.scales:
+            group = plan.scale_group(associations, args.repeats)
+            sampler.label = associations
+            log(f"bench-scale: {group.title} ({group.repeats} paired runs)")
+            summary = run_group(group, env, log=log)
+            summary["associations"] = associations
+            summary["peak_disk_bytes"] = sampler.peaks.get(associations)
+            groups.append(summary)
+    finally:
+        sampler.stop()
+        redis_server.stop()
+        if not args.keep_database:
+            with contextlib.suppress(psycopg.Error):
+                drop(url)
+    facts["machine_at_end"] = environment.machine()
+    elapsed = round(time.monotonic() - started, 1)
+    document = scale_report.analyse(groups, plan.SCALE_GOALS)
+    document.update(
+        name=args.name, started_at=started_at, seconds=elapsed, scales=args.scales,
+        repeats=args.repeats, environment=facts, groups=groups,
+        estimate={**expected, "from": source},
+        cost_model=fit(groups),
+        invariant_failures=report.invariant_failures(groups),
+    )  # fmt: skip
+    print(f"\n{scale_report.text(document)}")
+    written = scale_report.write(document, RESULTS, docs=BASE_DIR / "docs" if args.full else None)
+    for path in written:
+        print(f"Wrote {path.relative_to(BASE_DIR)}")
+    print(f"({elapsed:.0f} s; estimated {expected['seconds']:.0f} s)")
+    return 1 if document["invariant_failures"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
