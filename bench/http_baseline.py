@@ -1,27 +1,57 @@
-"""The HTTP case's baseline (URL conf of ``bench.http_settings``): under ``PREFIX``, the
-real assign view and ``assign_vendor`` with one name bound to a stand-in, so it takes every
-check, query and step of theirs, as they change. ``ASSIGNMENT`` checks the actor and runs
-the operation's own steps in the runner's order under a lease that never was (no Redis, no
-audit row), with the fence row's row lock in place of the fence UPDATE (no token recorded).
+"""The unfenced twins of the staff POSTs (URL conf of ``bench.http_settings``): under
+``PREFIX``, the real views and services with one name bound to a stand-in, so that each
+twin takes every check, query and step of the real one, as they change, and leaves out
+only the lease, the fence and the audit (or, for the status change, the serialization).
+
+- ``…/complaints/<id>/assign/`` (the HTTP case, group 5, and the busiest hour): the real
+  assign view and ``assign_vendor``, whose operation's ``begin`` returns an
+  ``_UnfencedCall``: it checks the actor and runs the operation's own steps in the
+  runner's order under a lease that never was (no Redis, no audit row), with the fence
+  row's row lock in place of the fence ``UPDATE`` (no token recorded on it).
+- ``…/charges/<month>/generate/`` (the busiest hour): the real generate view and
+  ``generate_monthly_charges`` the same way. The run row is created pending and completed
+  by the operation's ``commit`` step (its ``create`` step inserts it fenced, which needs a
+  real lease, so the twin takes the path a month whose run exists takes).
+- ``…/complaints/<id>/status/`` (the busiest hour): the real status view; the change is
+  ``change_status_unserialized``, the real transition check and the same ``UPDATE`` and
+  timeline row in one transaction, without the compare-and-swap on the status the page
+  showed: whoever commits last wins.
+
+The twins' calls to the outside carry a token too (the receiving side keeps the highest
+per key): a number from the clock, rising from call to call, that no row records.
 """
 
+import math
+import time
 import types
 
 from django.db import transaction
 from django.urls import path
+from django.utils import timezone
 
+from charges import services as charge_services
+from charges import views as charge_views
+from charges.operations import GENERATION
+from hoa.complaints import views as complaint_views
+from hoa.complaints import workflow
 from hoa.fenced import Call
+from hoa.models import Complaint, ComplaintEvent
 from hoa.urls import handler400, handler403, handler404, handler500, urlpatterns  # noqa: F401
+from locking import Lease
 from vendors import services, views
 from vendors.operations import ASSIGNMENT
 
 PREFIX = "bench/unfenced/"
-TOKEN = 1  # every assignment's fence_token (the column is positive); no row records it
+
+
+def _token() -> int:
+    """A token no holder was granted: microseconds of the clock, rising call after call."""
+    return time.time_ns() // 1000
 
 
 class _UnfencedCall(Call):
     def run(self, steps):
-        lease = types.SimpleNamespace(resource=self.resource, token=TOKEN, check=lambda: None)
+        lease = Lease(self.resource, _token(), "bench-unfenced", _monotonic_deadline=math.inf)
         looked = steps.look(lease)
         told = steps.call_outside(lease, looked) if looked.needs_call else None
         with transaction.atomic():
@@ -29,8 +59,13 @@ class _UnfencedCall(Call):
             return steps.commit(lease, looked, told)
 
 
-def _begin(actor, **given) -> Call:
-    return _UnfencedCall(**vars(ASSIGNMENT.begin(actor, **given)))
+def _unfenced(operation):
+    """``operation`` whose ``begin`` returns an ``_UnfencedCall`` after the same checks."""
+
+    def begin(actor, **given) -> Call:
+        return _UnfencedCall(**vars(operation.begin(actor, **given)))
+
+    return types.SimpleNamespace(begin=begin)
 
 
 def _rebound(function, **names):
@@ -43,13 +78,63 @@ def _rebound(function, **names):
     return rebound
 
 
-unfenced = {"ASSIGNMENT": types.SimpleNamespace(begin=_begin)}
-assign_unfenced = _rebound(services.assign_vendor, **unfenced)
+assign_unfenced = _rebound(services.assign_vendor, ASSIGNMENT=_unfenced(ASSIGNMENT))
+_generation_unfenced = _rebound(charge_services._generation, GENERATION=_unfenced(GENERATION))
+generate_unfenced = _rebound(
+    charge_services.generate_monthly_charges, _generation=_generation_unfenced
+)
+
+
+def change_status_unserialized(*, complaint, seen, to, note, actor, assigned):
+    """``workflow.change_status`` without its compare-and-swap: the same checks, ``UPDATE``
+    and timeline row, by primary key whatever the status is now."""
+    note = note.strip()
+    lands_on = workflow.check_transition(
+        complaint=complaint, seen=seen, to=to, note=note, assigned=assigned
+    )
+    now, closing = timezone.now(), lands_on == Complaint.Status.CLOSED
+    with transaction.atomic():
+        Complaint.objects.filter(pk=complaint.pk).update(
+            status=lands_on,
+            closed_at=now if closing else None,
+            closed_by=actor if closing else None,
+        )
+        event = ComplaintEvent.objects.create(
+            complaint=complaint, kind=ComplaintEvent.Kind.STATUS_CHANGED, from_status=seen,
+            to_status=lands_on, detail=note, actor=actor, actor_label=actor.get_username(),
+            at=now,
+        )  # fmt: skip
+    complaint.status = lands_on
+    return workflow.StatusChange(complaint=complaint, seen=seen, to=lands_on, event=event)
 
 
 class UnfencedAssignView(views.AssignVendorView):
     post = _rebound(views.AssignVendorView.post, assign_vendor=assign_unfenced)
 
 
-ASSIGN = "orgs/<slug:org_slug>/complaints/<int:pk>/assign/"  # the real one's, under PREFIX
-urlpatterns = [*urlpatterns, path(PREFIX + ASSIGN, UnfencedAssignView.as_view())]
+class UnfencedGenerateView(charge_views.GenerateChargesView):
+    post = _rebound(
+        charge_views.GenerateChargesView.post, generate_monthly_charges=generate_unfenced
+    )
+
+
+_unserialized_workflow = types.SimpleNamespace(
+    **{name: getattr(workflow, name) for name in workflow.__all__}
+)
+_unserialized_workflow.change_status = change_status_unserialized
+
+
+class UnserializedStatusView(complaint_views.ChangeStatusView):
+    apply = _rebound(complaint_views.ChangeStatusView.apply, workflow=_unserialized_workflow)
+
+
+# The real ones' paths, under PREFIX.
+ASSIGN = "orgs/<slug:org_slug>/complaints/<int:pk>/assign/"
+GENERATE = "orgs/<slug:org_slug>/charges/<str:month>/generate/"
+STATUS = "orgs/<slug:org_slug>/complaints/<int:pk>/status/"
+urlpatterns = [
+    *urlpatterns,
+    path(PREFIX + ASSIGN, UnfencedAssignView.as_view()),
+    path(PREFIX + GENERATE, UnfencedGenerateView.as_view()),
+    path(PREFIX + STATUS, UnserializedStatusView.as_view()),
+]
