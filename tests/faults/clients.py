@@ -218,8 +218,7 @@ class StaffClient:
                 why = exc.__class__.__name__
                 continue
             for tags, message in _MESSAGE.findall(page.text):
-                verdict = "already_done" if "info" in tags.split() else "done"
-                return verdict, _text(message)[:300]
+                return verdict_of_message(tags), _text(message)[:300]
             why = f"{page.status_code} {_title(page.text)}"
             if page.status_code == 200:
                 break  # the page was shown without a message: no retry brings it back
@@ -230,16 +229,32 @@ class StaffClient:
         if status == 303:
             return self._read_message(response.headers["Location"], timeout)
         detail = _title(response.text)
-        verdict = {409: "refused", 503: "unavailable", 502: "failed"}.get(status)
-        if status == 400 and detail in RULE_REFUSALS:
-            verdict = "refused"
-        if status == 503 and detail == DATABASE_UNAVAILABLE:
-            # The request lost PostgreSQL; if that happened during its COMMIT, the write
-            # may have landed. Only the database can say: the checker accepts either.
-            verdict = "indeterminate"
-        if verdict is None:
-            verdict = "invalid" if status in (400, 403, 404, 429) else "error"
-        return verdict, detail
+        return verdict_of_answer(status, detail), detail
+
+
+def verdict_of_message(tags: str | None) -> str:
+    """The verdict of a 303 by the tags of the message the next page showed (``None``: the
+    message was not read: done or already done)."""
+    if tags is None:
+        return "succeeded"
+    return "already_done" if "info" in tags.split() else "done"
+
+
+def verdict_of_answer(status: int, title: str) -> str:
+    """The verdict of an answer other than a 303 (``status`` 0: none came), by its status
+    and its page's title."""
+    if not status:
+        return "no_answer"
+    verdict = {409: "refused", 503: "unavailable", 502: "failed"}.get(status)
+    if status == 400 and title in RULE_REFUSALS:
+        verdict = "refused"  # the rule table's answer (a vendor for a closed complaint)
+    if status == 503 and title == DATABASE_UNAVAILABLE:
+        # The request lost PostgreSQL; if that happened during its COMMIT, the write
+        # may have landed. Only the database can say: the checker accepts either.
+        verdict = "indeterminate"
+    if verdict is None:
+        verdict = "invalid" if status in (400, 403, 404, 429) else "error"
+    return verdict
 
 
 # -- commands --------------------------------------------------------------------------------
