@@ -30,7 +30,7 @@ export BENCH_DATABASE_URL ?= postgres://hoa@127.0.0.1:$(HOA_PG_PORT)/bench_hoa
 # demo data stays in database 0.
 TEST_ENV := REDIS_URL=redis://127.0.0.1:$(HOA_REDIS_PORT)/1 LOCK_REDIS_URL=redis://127.0.0.1:$(HOA_REDIS_PORT)/1
 
-.PHONY: help run serve test test-fast test-locking test-locking-matrix test-pgbouncer dist check-deploy lint fmt services stop status migrate seed bench bench-quick bench-scale faults screenshots clean
+.PHONY: help run serve test test-fast test-locking test-locking-matrix test-pgbouncer dist check-deploy lint fmt services stop status migrate seed bench bench-quick bench-scale bench-load faults screenshots clean
 
 # The targets and what they do, with this checkout's host and ports in place of $(HOST),
 # $(PORT), $(HOA_PG_PORT) and $(HOA_REDIS_PORT).
@@ -133,6 +133,12 @@ bench-quick: $(STAMP) services migrate ## a short benchmark run (about 2 minutes
 bench-scale: $(STAMP) services ## the month start at 1,000 / 10,000 / 100,000 associations: table, chart, goals
 	@scripts/services.sh enable-pg-stat-statements
 	@$(PY) -m bench.scale $(if $(SCALES),--scales $(SCALES)) $(BENCH_SCALE_ARGS)
+
+# The busiest hour: Locust's 250 staff on gunicorn, fenced and with the unfenced twins, then
+# stepped up to the knee (about 2.5 hours: an hour at 250 staff and six 3-minute steps, twice).
+# QUICK=1: one minute and two 30-second steps each, to check the harness.
+bench-load: $(STAMP) services migrate ## the busiest hour with Locust: p50/p95/p99 per page and action, the knee
+	@$(PY) -m bench.load $(if $(QUICK),--quick) $(BENCH_LOAD_ARGS)
 
 # Then the model-based checkers (the fence at every way in; a complaint's operations): a
 # long search each, and their controls, each with a fix taken back, which must find the

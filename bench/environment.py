@@ -83,6 +83,54 @@ class _StandInHandler(BaseHTTPRequestHandler):
         pass
 
 
+class _ReceivingHandler(_StandInHandler):
+    """The stand-in as a service that checks the token (``locking.receive_call``: the
+    highest token per endpoint and ``Idempotency-Key`` kept, a lower one answered 409), in
+    the bench's database; every call and its verdict recorded in ``server.calls``."""
+
+    def do_POST(self) -> None:
+        from django.db import connections
+        from django.http import HttpResponse
+
+        from locking import receive_call
+
+        body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        headers = dict(self.headers.items())
+        scope = self.path.split("?", 1)[0]
+        try:
+            receipt = receive_call(
+                headers, body, lambda call: HttpResponse(b'{"ok": true}'), scope=scope,
+                secret=self.server.secret,
+            )  # fmt: skip
+            status, content, verdict = (
+                receipt.response.status_code,
+                receipt.response.content,
+                receipt.verdict,
+            )
+        finally:
+            connections.close_all()  # this request's thread ends here
+        self.server.calls.append(
+            {"path": scope, "key": headers.get("Idempotency-Key", ""), "status": status,
+             "token": headers.get("X-Fencing-Token", ""), "verdict": str(verdict)}
+        )  # fmt: skip
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(content)))
+        self.end_headers()
+        self.wfile.write(content)
+
+
+def start_receiver(secret: str) -> tuple[ThreadingHTTPServer, str]:
+    """The receiving stand-in (``_ReceivingHandler``) on a free loopback port, in a daemon
+    thread, Django set up in this process; return it and its base URL (``/billing``,
+    ``/dispatch``: any path is an endpoint)."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _ReceivingHandler)
+    server.daemon_threads = True
+    server.secret, server.calls = secret, []
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server, f"http://127.0.0.1:{server.server_address[1]}"
+
+
 def start_gunicorn(port: int, run_dir: str, *, secret_key: str, **extra: str) -> subprocess.Popen:
     """gunicorn with the project's ``gunicorn.conf.py`` on ``port``, production settings over
     plain HTTP on loopback and the URL conf of ``bench.http_settings`` (the real URLs and

@@ -1,0 +1,299 @@
+"""``python -m bench.load [--quick] [--variants fenced,baseline]``: an office at its busiest
+hour, with Locust (``make bench-load``; docs/capacity.md, docs/benchmarks.md).
+
+For each variant, on a fresh ``bench_hoa`` database and a private ``redis-server``: many
+associations, each with its units, vendors under contract, open complaints and staff (one
+logged-in session each); gunicorn with the project's ``gunicorn.conf.py`` and production
+settings (``DEBUG=0``, ``RATELIMIT_ENABLE=0`` as hoa/settings.py says for load tests: every
+simulated user comes from 127.0.0.1); one stand-in for the billing and dispatch services
+that receives as a real one would (``locking.receive_call``). Locust (``bench/locustfile.py``)
+runs 250 staff paced as the capacity model (four pages and two changes a minute each), then
+steps the staff up until p99 bends: the knee.
+
+``fenced`` posts to the real views; ``baseline`` to their unfenced twins
+(``bench.http_baseline``): the assignment and the month's generation without lease, fence
+and audit, the status change without its compare-and-swap. After the fenced run the fault
+suite's checker reads the history of assignments and generations, what their users were
+told and what the stand-in received (``python -m tests.faults.check``, run as a command:
+the bench imports nothing of the tests).
+
+Prints per variant the steps (requests/s, p50/p95/p99 of all requests) and the first step
+per page and action (p99 where an action has at least 1,000 requests, else median and max;
+a 409 is an answer, not an error), then the goals with PASS / MISS: p99 of each fenced or
+serialized action within 1.2x its baseline, no 5xx, the checker's invariants. Writes
+``bench/results/<name>.json`` and Locust's own CSV and HTML reports beside it
+(``<name>-<variant>_stats.csv`` …). Talks only to 127.0.0.1 and stops every process it
+starts. Exits 1 on a violated invariant or a run that could not be made.
+"""
+
+import argparse
+import functools
+import json
+import os
+import resource
+import secrets
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+import redis
+
+from bench import environment, load_report
+from bench.environment import BASE_DIR, free_port, start_gunicorn, start_receiver, stop
+
+log = functools.partial(print, file=sys.stderr, flush=True)
+RESULTS = BASE_DIR / "bench" / "results"
+UNITS = 200  # per association, as the month start's
+FIRST_MONTH = 1200  # months from 2101-01 on (fixtures.month numbering): none generated yet
+
+# fmt: off
+PROFILES = {  #             full    quick
+    "users":               (250,    250),
+    "associations":        (50,     25),
+    "complaints":          (300,    100),  # open ones per association at the start
+    "vendors":             (4,      4),
+    "base_seconds":        (3600,   60),   # the first step: the busiest hour itself
+    "step_seconds":        (180,    30),   # each step above it, looking for the knee
+    "multiples":           ((2, 4, 6, 8, 12, 16), (2, 4)),
+}
+# fmt: on
+PACING = 15.0  # seconds per task per user: 4 pages and 2 changes a minute
+BEND = 2.0  # a step's p99 over this times the first step's (and over the line): bent
+P99_LINE_MS = 300.0  # the line docs/capacity.md keeps: staff served within a p99 of 300 ms
+SPAWN_RATE = 100  # users started per second at a step
+
+
+def _arguments(argv):
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.load", description=__doc__.split("\n")[0]
+    )
+    parser.add_argument("--quick", action="store_true", help="60 s at 250 staff, two 30 s steps")
+    parser.add_argument("--variants", default="fenced,baseline", help="fenced, baseline or both")
+    parser.add_argument("--name", default="", help="results name (busiest-hour[-quick])")
+    parser.add_argument("--users", type=int, help="staff at the first step")
+    parser.add_argument("--base-seconds", type=float, help="the first step's length")
+    parser.add_argument("--step-seconds", type=float, help="each further step's length")
+    parser.add_argument("--multiples", help="further steps, as multiples of --users: 2,4,8")
+    args = parser.parse_args(argv)
+    column = 1 if args.quick else 0
+    profile = {key: values[column] for key, values in PROFILES.items()}
+    for key in ("users", "base_seconds", "step_seconds"):
+        if getattr(args, key) is not None:
+            profile[key] = getattr(args, key)
+    if args.multiples:
+        profile["multiples"] = tuple(float(m) for m in args.multiples.split(","))
+    args.profile = profile
+    args.variants = [v.strip() for v in args.variants.split(",") if v.strip()]
+    if unknown := set(args.variants) - {"fenced", "baseline"}:
+        parser.error(f"unknown variant(s): {', '.join(sorted(unknown))}")
+    args.name = args.name or ("busiest-hour-quick" if args.quick else "busiest-hour")
+    return args
+
+
+def steps(profile: dict) -> list[tuple[int, float]]:
+    users = profile["users"]
+    return [(users, profile["base_seconds"])] + [
+        (round(users * multiple), profile["step_seconds"]) for multiple in profile["multiples"]
+    ]
+
+
+# -- the office ---------------------------------------------------------------------------------
+
+
+def build_world(profile: dict, users: int) -> dict:
+    """Associations with units, vendors under contract and open complaints, and ``users``
+    staff spread over them round-robin, each with a logged-in session (the database was
+    just emptied)."""
+    from django.conf import settings
+    from django.contrib.auth import get_user_model
+    from django.contrib.auth.hashers import make_password
+
+    from bench import fixtures
+    from hoa.demo import staff_group
+    from hoa.models import StaffMembership, Unit
+
+    associations = []
+    for number in range(profile["associations"]):
+        org = fixtures.organization(f"load-{number:03d}", units=UNITS)
+        vendors = fixtures.vendors_with_contracts(org, profile["vendors"])
+        complaints = fixtures.complaints(org, profile["complaints"], title="Busiest hour")
+        units = list(Unit.objects.filter(organization=org).values_list("pk", flat=True))
+        associations.append(
+            {"slug": org.slug, "id": org.pk, "units": units, "vendors": [v.pk for v in vendors],
+             "complaints": [c.pk for c in complaints]}
+        )  # fmt: skip
+    model = get_user_model()
+    password = make_password(fixtures.BENCH_PASSWORD)
+    staff = model.objects.bulk_create(
+        model(username=f"load-staff-{n:05d}", is_staff=True, password=password)
+        for n in range(users)
+    )
+    through = model.groups.through
+    group = staff_group()
+    through.objects.bulk_create(through(user_id=user.pk, group_id=group.pk) for user in staff)
+    count = len(associations)
+    StaffMembership.objects.bulk_create(
+        StaffMembership(user=user, organization_id=associations[n % count]["id"])
+        for n, user in enumerate(staff)
+    )
+    logins = [
+        {"username": user.username, "association": n % count,
+         "session": fixtures.session_key(user), "csrf": secrets.token_hex(16)}
+        for n, user in enumerate(staff)
+    ]  # fmt: skip
+    return {
+        "associations": associations, "users": logins,
+        "session_cookie": settings.SESSION_COOKIE_NAME, "csrf_cookie": settings.CSRF_COOKIE_NAME,
+    }  # fmt: skip
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU of process ``pid`` and its children, from /proc (0 if gone)."""
+    try:
+        pids = [pid, *Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+        stats = [Path(f"/proc/{p}/stat").read_text().rpartition(")")[2].split() for p in pids]
+    except OSError:
+        return 0.0
+    return sum(int(stat[11]) + int(stat[12]) for stat in stats) / os.sysconf("SC_CLK_TCK")
+
+
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def run_variant(variant: str, profile: dict, plan: list, env: dict, out: Path) -> dict:
+    """One Locust run against ``variant``'s views; what it measured, and its files."""
+    import django
+    from django.db import connections
+
+    django.setup()
+    redis.Redis.from_url(env["REDIS_URL"]).flushall()  # the private one: a fresh office
+    environment.prepare_database(env["DATABASE_URL"])
+    log(f"bench-load: {variant}: building the office")
+    world = build_world(profile, max(users for users, _ in plan))
+    connections.close_all()
+    secret = secrets.token_hex(16)
+    receiver, receiver_url = start_receiver(secret)
+    port, run_dir = free_port(), tempfile.mkdtemp(prefix="hoa-bench-load-")
+    base_url = f"http://127.0.0.1:{port}"
+    reports = out.with_name(f"{out.name}-{variant}")  # Locust's: <name>-<variant>_stats.csv …
+    files = {
+        "world": Path(run_dir) / "world.json", "output": Path(run_dir) / "output.json",
+        "csv": reports, "html": reports.with_name(f"{reports.name}.html"),
+    }  # fmt: skip
+    world.update(
+        base_url=base_url, prefix="bench/unfenced/" if variant == "baseline" else "",
+        first_month=FIRST_MONTH, output=str(files["output"]),
+        plan={"steps": plan, "pacing": PACING, "bend": BEND, "p99_line_ms": P99_LINE_MS,
+              "spawn_rate": SPAWN_RATE},
+    )  # fmt: skip
+    files["world"].write_text(json.dumps(world))
+    gunicorn = locust = None
+    try:
+        gunicorn = start_gunicorn(
+            port, run_dir, secret_key=env["SECRET_KEY"],
+            WEB_CONCURRENCY=os.environ.get("WEB_CONCURRENCY", "2"),
+            BILLING_WEBHOOK_URL=f"{receiver_url}/billing",
+            VENDOR_DISPATCH_URL=f"{receiver_url}/dispatch", WEBHOOK_SIGNING_SECRET=secret,
+            CONN_MAX_AGE="60",
+        )  # fmt: skip
+        command = [
+            sys.executable, "-m", "locust", "-f", str(BASE_DIR / "bench" / "locustfile.py"),
+            "--headless", "--host", base_url, "--csv", str(files["csv"]),
+            "--html", str(files["html"]), "--only-summary", "--loglevel", "WARNING",
+        ]  # fmt: skip
+        seconds = sum(length for _, length in plan)
+        log(f"bench-load: {variant}: Locust, {len(plan)} step(s), up to {seconds / 60:.0f} min")
+        server_cpu, started = _cpu_seconds(gunicorn.pid), time.monotonic()
+        children_cpu = _children_cpu()
+        locust = subprocess.Popen(
+            command, cwd=BASE_DIR, env={**os.environ, "BENCH_LOAD_WORLD": str(files["world"])},
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        try:
+            _, errors = locust.communicate(timeout=seconds + 300)
+        except subprocess.TimeoutExpired:
+            stop(locust)
+            raise RuntimeError("Locust ran past its steps' time") from None
+        wall = time.monotonic() - started
+        server_cpu = _cpu_seconds(gunicorn.pid) - server_cpu
+        load_cpu = _children_cpu() - children_cpu  # Locust's own: the only child waited for
+        if not files["output"].exists():
+            raise RuntimeError(
+                f"Locust wrote no results (exit {locust.returncode}): {errors[-2000:]}"
+            )
+        measured = json.loads(files["output"].read_text())
+    finally:
+        stop(locust)
+        stop(gunicorn, grace=40)
+        receiver.shutdown()
+    measured.update(
+        variant=variant, wall_seconds=round(wall, 1), server_cpu_seconds=round(server_cpu, 1),
+        load_generator_cpu_seconds=round(load_cpu, 1),
+        calls=list(receiver.calls), locust_files=[str(p.relative_to(BASE_DIR)) for p in
+                                                   sorted(RESULTS.glob(f"{files['csv'].name}*"))],
+    )  # fmt: skip
+    if variant == "fenced":
+        measured["checker"] = run_checker(measured, env, Path(run_dir))
+    shutil.rmtree(run_dir, ignore_errors=True)
+    return measured
+
+
+def run_checker(measured: dict, env: dict, folder: Path) -> dict:
+    """The fault suite's checker over the run's assignments and generations, as a command."""
+    history, calls = folder / "history.jsonl", folder / "calls.jsonl"
+    history.write_text("".join(json.dumps(op) + "\n" for op in measured["history"]))
+    calls.write_text("".join(json.dumps(call) + "\n" for call in measured["calls"]))
+    command = [sys.executable, "-m", "tests.faults.check", str(history), "--received", str(calls)]
+    done = subprocess.run(
+        command, cwd=BASE_DIR, env=env, capture_output=True, text=True, timeout=900
+    )
+    lines = (done.stdout + done.stderr).strip().splitlines()
+    log(
+        f"bench-load: checker: {lines[0] if lines else '(no output)'}; {lines[-1] if lines else ''}"
+    )
+    return {"exit_code": done.returncode, "output": lines[-200:]}
+
+
+def main(argv=None) -> int:
+    args = _arguments(argv)
+    plan = steps(args.profile)
+    started, started_at = time.monotonic(), datetime.now(tz=UTC).isoformat(timespec="seconds")
+    total = sum(seconds for _, seconds in plan) * len(args.variants)
+    log(f"bench-load: {', '.join(args.variants)}; steps {plan}; up to {total / 60:.0f} min of load")
+    database, redis_server = environment.database_url(), environment.BenchRedis().start()
+    runs = {}
+    try:
+        env = environment.child_env(database=database, redis_url=redis_server.url)
+        os.environ.update(env)
+        facts = environment.describe(database=database, redis_url=redis_server.url)
+        out = RESULTS / args.name
+        for variant in args.variants:
+            runs[variant] = run_variant(variant, args.profile, plan, env, out)
+    finally:
+        redis_server.stop()
+    facts["machine_at_end"] = environment.machine()
+    document = load_report.analyse(runs, pacing=PACING, line_ms=P99_LINE_MS, bend=BEND)
+    document.update(
+        name=args.name, started_at=started_at, seconds=round(time.monotonic() - started, 1),
+        profile={**args.profile, "pacing": PACING, "bend": BEND, "steps": plan},
+        environment=facts,
+    )  # fmt: skip
+    print(f"\n{load_report.text(document)}")
+    for run in runs.values():  # the raw samples stay in Locust's files, not in the JSON
+        run.pop("samples", None)
+    document["runs"] = runs
+    path = RESULTS / f"{args.name}.json"
+    load_report.write(path, document)
+    print(f"\nWrote {path.relative_to(BASE_DIR)} and Locust's reports beside it")
+    failed = any(t["status"] == "FAIL" for t in document["targets"])
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,217 @@
+"""What ``make bench-load`` reports: per step and per page or action, requests/s and
+p50/p95/p99 (p99 only from 1,000 requests on, else the median and the maximum), answers by
+kind (a 409 is an answer; a 5xx or no answer at all is an error), the knee, and the goals.
+"""
+
+from statistics import median
+
+from bench import report
+from bench.measure import percentile
+
+# The fenced or serialized actions, each compared with its twin.
+ACTIONS = (
+    "action: change status", "action: assign a vendor", "action: reassign a vendor",
+    "action: generate a month",
+)  # fmt: skip
+P99_FROM = 1000  # requests of one name before its p99 means anything
+RATIO = 1.2  # a fenced action's p99 over its twin's
+
+
+def stats(entries: list, seconds: float) -> dict:
+    """``entries``: [ms, status] of one name (or all) in one step, measured for ``seconds``."""
+    times = [ms for ms, _ in entries]
+    statuses = [status for _, status in entries]
+    found = {
+        "requests": len(entries),
+        "per_s": round(len(entries) / seconds, 2) if seconds > 0 else None,
+        "p50_ms": round(percentile(times, 50), 1) if times else None,
+        "p95_ms": round(percentile(times, 95), 1) if times else None,
+        "p99_ms": round(percentile(times, 99), 1) if len(times) >= P99_FROM else None,
+        "median_ms": round(median(times), 1) if times else None,
+        "max_ms": round(max(times), 1) if times else None,
+        "answered_409": statuses.count(409),
+        "answered_4xx": sum(400 <= s < 500 and s != 409 for s in statuses),
+        "errors_5xx": sum(s >= 500 for s in statuses),
+        "no_answer": statuses.count(0),
+    }
+    found["all_p99_ms"] = round(percentile(times, 99), 1) if times else None  # for the knee
+    return found
+
+
+def _steps(run: dict) -> list[dict]:
+    found = []
+    for times, samples in zip(run["steps"], run["samples"], strict=True):
+        if not times or "ended" not in times:
+            continue
+        seconds = times["ended"] - times["measure_from"]
+        everything = [entry for entries in samples.values() for entry in entries]
+        found.append(
+            {
+                "users": times["users"], "seconds": round(seconds, 1),
+                "overall": stats(everything, seconds),
+                "by_name": {name: stats(e, seconds) for name, e in sorted(samples.items())},
+            }
+        )  # fmt: skip
+    return found
+
+
+def knee(steps: list[dict], *, bend: float, line_ms: float) -> dict:
+    """The last step before p99 bent, and the most staff served within ``line_ms``."""
+    first = steps[0]["overall"]["all_p99_ms"] if steps else None
+    bent_at = next(
+        (
+            step for step in steps[1:]
+            if first and step["overall"]["all_p99_ms"] > max(bend * first, line_ms)
+        ),
+        None,
+    )  # fmt: skip
+    before = [step for step in steps if bent_at is None or step["users"] < bent_at["users"]]
+    within = [step["users"] for step in steps if (step["overall"]["all_p99_ms"] or 0) <= line_ms]
+    return {
+        "knee_users": before[-1]["users"] if before and bent_at else None,
+        "bent_at_users": bent_at["users"] if bent_at else None,
+        "served_within_line_users": max(within) if within else None,
+        "line_ms": line_ms,
+        # Over the line from the first step on: the knee is below it, not in these steps.
+        "over_the_line_from_the_first": bool(first and first > line_ms),
+    }
+
+
+def _target(text: str, measured, op: str, limit: float, status: str | None = None, **more):
+    entry = {"section": "load", "text": text, "op": op, "limit": limit, "report_only": False}
+    entry.update(measured=measured, **more)
+    if status is None:
+        if measured is None:
+            status = "MISS"
+        else:
+            status = "PASS" if (measured <= limit if op == "<=" else measured == limit) else "MISS"
+    entry["status"] = status
+    return entry
+
+
+def targets(analysed: dict, runs: dict) -> list[dict]:
+    found = []
+    fenced, baseline = analysed.get("fenced"), analysed.get("baseline")
+    if fenced and baseline and fenced["steps"] and baseline["steps"]:
+        mine, theirs = fenced["steps"][0]["by_name"], baseline["steps"][0]["by_name"]
+        for action in ACTIONS:
+            a, b = mine.get(action), theirs.get(action)
+            if not a or not b:
+                text = f"{action}: p99 ≤ {RATIO}x its twin's"
+                found.append(_target(text, None, "<=", RATIO, detail="no requests in a run"))
+                continue
+            if a["p99_ms"] is not None and b["p99_ms"] is not None:
+                measured, what = a["p99_ms"] / b["p99_ms"], "p99"
+            else:
+                measured, what = a["median_ms"] / b["median_ms"], "median (under 1,000 requests)"
+            text = f"{action}: {what} ≤ {RATIO}x its twin's"
+            found.append(_target(text, round(measured, 3), "<=", RATIO))
+    errors = sum(
+        step["overall"]["errors_5xx"] for run in analysed.values() for step in run["steps"]
+    )
+    found.append(_target("no 5xx in any step of any run", errors, "==", 0))
+    if "fenced" in runs:
+        checker = runs["fenced"].get("checker") or {}
+        ok = checker.get("exit_code") == 0
+        last = (checker.get("output") or ["not run"])[-1]
+        found.append(
+            _target(
+                "the fault suite's invariants hold after the fenced run (tests.faults.check)",
+                last,
+                "==",
+                0,
+                status="PASS" if ok else "FAIL",
+            )
+        )
+    return found
+
+
+def analyse(runs: dict, *, pacing: float, line_ms: float, bend: float = 2.0) -> dict:
+    analysed = {}
+    for variant, run in runs.items():
+        steps = _steps(run)
+        wall = run.get("wall_seconds") or 1
+        requests = run.get("requests") or 1
+        cpu = {
+            "server_ms_per_request": round(1000 * run.get("server_cpu_seconds", 0) / requests, 2),
+            "load_generator_share": round(run.get("load_generator_cpu_seconds", 0) / wall, 3),
+        }
+        analysed[variant] = {
+            "steps": steps, "knee": knee(steps, bend=bend, line_ms=line_ms), "cpu": cpu,
+        }  # fmt: skip
+    return {"analysis": analysed, "targets": targets(analysed, runs)}
+
+
+# -- text ---------------------------------------------------------------------------------------
+
+
+def _ms(value) -> str:
+    return "-" if value is None else f"{value:,.0f}" if value >= 100 else f"{value:.1f}"
+
+
+def steps_table(steps: list[dict]) -> str:
+    headers = ["staff", "s", "req/s", "p50 ms", "p95 ms", "p99 ms", "409", "5xx", "no answer"]
+    lines = [
+        [f"{s['users']:,}", f"{s['seconds']:.0f}", f"{s['overall']['per_s']:.1f}",
+         _ms(s["overall"]["p50_ms"]), _ms(s["overall"]["p95_ms"]),
+         _ms(s["overall"]["all_p99_ms"]), str(s["overall"]["answered_409"]),
+         str(s["overall"]["errors_5xx"]), str(s["overall"]["no_answer"])]
+        for s in steps
+    ]  # fmt: skip
+    return report._table(headers, lines)
+
+
+def names_table(analysed: dict) -> str:
+    """The first step, per page and action, each variant side by side."""
+    variants = [v for v in ("fenced", "baseline") if v in analysed and analysed[v]["steps"]]
+    names = sorted({n for v in variants for n in analysed[v]["steps"][0]["by_name"]})
+    headers = ["page or action"]
+    for variant in variants:
+        headers += [f"{variant} req/s", "n", "p50", "p95", "p99 (or max)", "409", "5xx"]
+    lines = []
+    for name in names:
+        line = [name]
+        for variant in variants:
+            s = analysed[variant]["steps"][0]["by_name"].get(name)
+            if s is None:
+                line += ["-"] * 7
+                continue
+            tail = _ms(s["p99_ms"]) if s["p99_ms"] is not None else f"max {_ms(s['max_ms'])}"
+            line += [f"{s['per_s']:.2f}", str(s["requests"]), _ms(s["p50_ms"]), _ms(s["p95_ms"]),
+                     tail, str(s["answered_409"]), str(s["errors_5xx"])]  # fmt: skip
+        lines.append(line)
+    return report._table(headers, lines)
+
+
+def text(document: dict) -> str:
+    parts = [report.environment_summary(document["environment"])]
+    for variant, found in document["analysis"].items():
+        k = found["knee"]
+        if k["knee_users"]:
+            knee_line = f"knee: {k['knee_users']:,} staff (p99 bent at {k['bent_at_users']:,})"
+        elif k["over_the_line_from_the_first"]:
+            knee_line = "knee: below the first step (its p99 is over the line already)"
+        else:
+            knee_line = "knee: not reached in these steps"
+        cpu = found["cpu"]
+        cpu_line = (
+            f"gunicorn's CPU {cpu['server_ms_per_request']:.1f} ms per request; Locust used "
+            f"{cpu['load_generator_share']:.0%} of one CPU"
+        )
+        served = k["served_within_line_users"]
+        within = f"{served:,} staff" if served else "none of the steps"
+        parts.append(
+            f"Busiest hour, {variant} ({'real views' if variant == 'fenced' else 'twins'}): "
+            f"steps (all requests)\n{steps_table(found['steps'])}\n{knee_line}; "
+            f"within a p99 of {k['line_ms']:.0f} ms: {within}\n{cpu_line}"
+        )
+    parts.append(
+        "First step, per page and action (p99 from 1,000 requests on, else the maximum)\n"
+        + names_table(document["analysis"])
+    )
+    parts.append(report.targets_table(document["targets"]))
+    return "\n\n".join(parts)
+
+
+def write(path, document: dict) -> None:
+    report.write_json(path, document)

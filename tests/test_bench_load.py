@@ -1,0 +1,86 @@
+"""``make bench-load``'s judgement: per page and action its percentiles (p99 only from 1,000
+requests on), answers against errors (a 409 is an answer), the knee, and the goals.
+
+The figures are made up; the harness itself is tried by ``make bench-load QUICK=1``."""
+
+from bench.load_report import knee, stats, targets
+
+
+def _step(users: int, p99: float) -> dict:
+    return {"users": users, "overall": {"all_p99_ms": p99}}
+
+
+def test_p99_is_given_from_1000_requests_on_and_a_409_is_an_answer_not_an_error():
+    few = [[float(ms), 303] for ms in range(1, 998)] + [[5.0, 409], [7.0, 500]]  # 999
+    many = [[float(ms), 200] for ms in range(1, 1001)] + [[3.0, 0]]
+
+    small, large = stats(few, seconds=100), stats(many, seconds=100)
+
+    assert (small["requests"], small["p99_ms"], small["median_ms"], small["max_ms"]) == (
+        999, None, 498.0, 997.0
+    )  # fmt: skip
+    assert (small["answered_409"], small["errors_5xx"], small["no_answer"]) == (1, 1, 0)
+    assert (large["p99_ms"], large["per_s"], large["no_answer"]) == (990.0, 10.01, 1)
+
+
+def test_the_knee_is_the_last_step_before_p99_bends_past_twice_the_first_and_the_line():
+    steps = [_step(250, 120.0), _step(500, 180.0), _step(1000, 260.0), _step(1500, 900.0)]
+
+    found = knee(steps, bend=2.0, line_ms=300.0)
+
+    # 260 ms is over twice 120 but under the line: not bent yet.
+    assert (found["knee_users"], found["bent_at_users"]) == (1000, 1500)
+    assert found["served_within_line_users"] == 1000
+    assert found["over_the_line_from_the_first"] is False
+
+
+def test_a_first_step_over_the_line_puts_the_knee_below_it():
+    found = knee([_step(250, 900.0), _step(500, 1500.0)], bend=2.0, line_ms=300.0)
+
+    assert (found["knee_users"], found["served_within_line_users"]) == (None, None)
+    assert found["over_the_line_from_the_first"] is True
+
+
+def _run(by_name: dict, errors: int = 0) -> dict:
+    return {"steps": [{"by_name": by_name, "overall": {"errors_5xx": errors}}]}
+
+
+def _action(p99, median) -> dict:
+    return {"p99_ms": p99, "median_ms": median}
+
+
+def test_each_fenced_action_is_judged_on_p99_when_both_runs_have_enough_else_the_median():
+    fenced = _run(
+        {"action: change status": _action(130.0, 40.0),
+         "action: assign a vendor": _action(None, 60.0),
+         "action: reassign a vendor": _action(300.0, 70.0)}
+    )  # fmt: skip
+    baseline = _run(
+        {"action: change status": _action(100.0, 35.0),
+         "action: assign a vendor": _action(None, 50.0),
+         "action: reassign a vendor": _action(None, 70.0)},
+        errors=1,
+    )  # fmt: skip
+    checked = {"fenced": {"checker": {"exit_code": 0, "output": ["0 invariant violations"]}}}
+
+    judged = [(t["text"], t["measured"], t["status"]) for t in targets(
+        {"fenced": fenced, "baseline": baseline}, checked)]  # fmt: skip
+
+    assert judged == [
+        ("action: change status: p99 ≤ 1.2x its twin's", 1.3, "MISS"),
+        ("action: assign a vendor: median (under 1,000 requests) ≤ 1.2x its twin's", 1.2, "PASS"),
+        ("action: reassign a vendor: median (under 1,000 requests) ≤ 1.2x its twin's", 1.0,
+         "PASS"),
+        ("action: generate a month: p99 ≤ 1.2x its twin's", None, "MISS"),
+        ("no 5xx in any step of any run", 1, "MISS"),
+        ("the fault suite's invariants hold after the fenced run (tests.faults.check)",
+         "0 invariant violations", "PASS"),
+    ]  # fmt: skip
+
+
+def test_a_violation_found_by_the_checker_fails_the_run():
+    checked = {"fenced": {"checker": {"exit_code": 1, "output": ["1 invariant violations"]}}}
+
+    [*_, invariants] = targets({"fenced": _run({})}, checked)
+
+    assert (invariants["measured"], invariants["status"]) == ("1 invariant violations", "FAIL")
