@@ -67,6 +67,16 @@ P99_LINE_MS = 300.0  # the line docs/capacity.md keeps: staff served within a p9
 SPAWN_RATE = 100  # users started per second at a step
 
 
+def _multiples(text: str) -> tuple[float, ...]:
+    try:
+        found = tuple(float(part) for part in text.split(",") if part.strip())
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"not a list of numbers: {text!r}") from exc
+    if not found or min(found) <= 0:
+        raise argparse.ArgumentTypeError("multiples above 0, comma-separated")
+    return found
+
+
 def _arguments(argv):
     parser = argparse.ArgumentParser(
         prog="python -m bench.load", description=__doc__.split("\n")[0]
@@ -77,7 +87,9 @@ def _arguments(argv):
     parser.add_argument("--users", type=int, help="staff at the first step")
     parser.add_argument("--base-seconds", type=float, help="the first step's length")
     parser.add_argument("--step-seconds", type=float, help="each further step's length")
-    parser.add_argument("--multiples", help="further steps, as multiples of --users: 2,4,8")
+    parser.add_argument(
+        "--multiples", type=_multiples, help="further steps, as multiples of --users: 2,4,8"
+    )
     args = parser.parse_args(argv)
     column = 1 if args.quick else 0
     profile = {key: values[column] for key, values in PROFILES.items()}
@@ -85,7 +97,7 @@ def _arguments(argv):
         if getattr(args, key) is not None:
             profile[key] = getattr(args, key)
     if args.multiples:
-        profile["multiples"] = tuple(float(m) for m in args.multiples.split(","))
+        profile["multiples"] = args.multiples
     args.profile = profile
     args.variants = [v.strip() for v in args.variants.split(",") if v.strip()]
     if unknown := set(args.variants) - {"fenced", "baseline"}:
@@ -275,6 +287,9 @@ def main(argv=None) -> int:
         out = RESULTS / args.name
         for variant in args.variants:
             runs[variant] = run_variant(variant, args.profile, plan, env, out)
+    except RuntimeError as exc:  # gunicorn or Locust did not start or did not finish
+        log(f"bench-load: {exc}")
+        return 1
     finally:
         redis_server.stop()
     facts["machine_at_end"] = environment.machine()
