@@ -48,7 +48,7 @@ REQUIRED = (
 # What the sdist carries besides the package: the guide (MANIFEST.in names the same files;
 # change both when the guide moves to docs/locking/) and locking's tests, every file of
 # TESTS in the checkout.
-SDIST_DOCS = ("docs/locking.md",)
+SDIST_DOCS = ("docs/locking/index.md",)
 TESTS = "locking/tests/"
 # Files of the sdist's top directory that the build itself writes.
 SDIST_TOP = ("PKG-INFO", "pyproject.toml", "setup.cfg", "LICENSE", "MANIFEST.in")

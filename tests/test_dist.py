@@ -119,7 +119,7 @@ def test_the_sdist_holds_locking_with_its_tests_and_guide_and_nothing_of_the_pla
         "PKG-INFO",
         "pyproject.toml",
         "LICENSE",
-        "docs/locking.md",
+        "docs/locking/index.md",
         "locking/py.typed",
         "locking/tests/test_fence.py",
         "locking/tests/requirements.txt",
@@ -137,7 +137,7 @@ def test_the_sdist_holds_locking_with_its_tests_and_guide_and_nothing_of_the_pla
         "docs",
         "locking",
     }
-    assert [name for name in files if name.startswith("docs/")] == ["docs/locking.md"]
+    assert [name for name in files if name.startswith("docs/")] == ["docs/locking/index.md"]
 
 
 @pytest.mark.slow
@@ -145,14 +145,14 @@ def test_the_sdist_check_refuses_the_platform_and_a_missing_test_or_guide(sdist,
     bad = sdist_copy_with(
         sdist,
         tmp_path,
-        drop=("locking/tests/test_fence.py", "docs/locking.md"),
+        drop=("locking/tests/test_fence.py", "docs/locking/index.md"),
         add=("hoa/__init__.py", "tests/test_foundation.py", "README.md"),
     )
     assert CHECK["sdist_problems"](bad) == [
         "not of the locking package, its tests or its guide: hoa/__init__.py",
         "not of the locking package, its tests or its guide: tests/test_foundation.py",
         "not of the locking package, its tests or its guide: README.md",
-        "missing: docs/locking.md",
+        "missing: docs/locking/index.md",
         "missing: locking/tests/test_fence.py",
     ]
 
@@ -271,7 +271,7 @@ def test_check_wheel_command_lists_both_files_and_says_ok(wheel, sdist):
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     assert lines[-1].startswith(f"{sdist.name}: ")
-    assert lines[-1].endswith(" files, locking with its tests and docs/locking.md: OK")
+    assert lines[-1].endswith(" files, locking with its tests and docs/locking/index.md: OK")
     assert f"{wheel.name}: " in result.stdout
     assert " files, the locking package only: OK" in result.stdout
 

@@ -163,7 +163,7 @@ class BreakLeaseView(LoginRequiredMixin, TemplateView):
     """Break a stuck lease: GET asks for a reason naming the holder, POST breaks it.
 
     Safe because the fence is: the next holder's token is larger, so once it commits, the
-    broken holder's late write is refused (docs/locking.md, "Breaking a lease"). Needs
+    broken holder's late write is refused (docs/locking/index.md, "Breaking a lease"). Needs
     ``locking.break_lease`` (403 without, recorded); a resource the viewer may not see is
     a 404, as on the lock status page.
     """
