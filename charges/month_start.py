@@ -43,7 +43,7 @@ from locking import LockUnavailable, Outcome, prepare_fences
 CHUNK = 50
 # Organizations committed in one transaction, each under its own lease (generate_together):
 # one BEGIN and one durable COMMIT for a chunk's, fewer when the billing calls are slow
-# (docs/locking/index.md, "Attempts that commit together").
+# (docs/locking/using.md, "Attempts that commit together").
 TOGETHER = CHUNK
 
 

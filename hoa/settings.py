@@ -181,7 +181,7 @@ LOCK_REDIS_URL = os.environ.get("LOCK_REDIS_URL", REDIS_URL)
 REDIS_SOCKET_TIMEOUT_SECONDS = env_number("REDIS_SOCKET_TIMEOUT_SECONDS", 2.0)
 # The lock's Redis client has the same short timeouts as the cache's (locking/conf.py).
 LOCK_REDIS_SOCKET_TIMEOUT_SECONDS = REDIS_SOCKET_TIMEOUT_SECONDS
-# Replicas that must confirm a grant (WAIT) before it counts; docs/locking/index.md has the table
+# Replicas that must confirm a grant (WAIT) before it counts; docs/locking/epochs.md has the table
 # of what each Redis deployment guarantees with and without it.
 LOCK_REDIS_MIN_REPLICAS = env_number("LOCK_REDIS_MIN_REPLICAS", 0, cast=int)
 LOCK_REDIS_WAIT_TIMEOUT_MS = env_number("LOCK_REDIS_WAIT_TIMEOUT_MS", 100, minimum=1, cast=int)

@@ -83,7 +83,7 @@ def replica_wait_below_the_socket_timeout(app_configs=None, **kwargs):
             f"LOCK_REDIS_WAIT_TIMEOUT_MS ({wait_ms}) is not below the lock's socket timeout "
             f"LOCK_REDIS_SOCKET_TIMEOUT_SECONDS ({socket_seconds:g}s).",
             hint="WAIT shares the grant's connection: keep it well below the socket timeout "
-            "(docs/locking/index.md, Replicas).",
+            "(docs/locking/epochs.md, Replicas).",
             id="locking.E003",
         )
     ]
@@ -132,7 +132,7 @@ def redis_url_is_usable(app_configs=None, **kwargs):
     hint = (
         "A Redis URL: redis://host:port/db, rediss://… (TLS), unix:///path.sock, "
         "redis+sentinel://host:port[,host:port…]/<service>[/db] or "
-        "redis+cluster://host:port[,host:port…] (docs/locking/index.md, settings)."
+        "redis+cluster://host:port[,host:port…] (docs/locking/settings.md)."
     )
     if not isinstance(url, str):
         return [Error(f"{name} is not a string: {url!r}.", hint=hint, id="locking.E007")]
@@ -209,7 +209,7 @@ def numbers_are_positive(app_configs=None, **kwargs):
             Error(
                 f"LOCK_REDIS_MIN_REPLICAS must be a whole number of at least 0, not {replicas!r}.",
                 hint="The replicas that must confirm a grant (WAIT) before it counts; 0 "
-                "waits for none (docs/locking/index.md, Replicas).",
+                "waits for none (docs/locking/epochs.md, Replicas).",
                 id="locking.E009",
             )
         )
@@ -336,7 +336,7 @@ def settings_are_known(app_configs=None, **kwargs):
         hint = (
             f"Did you mean {close[0]}?"
             if close
-            else f"locking reads {', '.join(SETTING_NAMES)} (docs/locking/index.md, settings)."
+            else f"locking reads {', '.join(SETTING_NAMES)} (docs/locking/settings.md)."
         )
         warnings.append(
             CheckWarning(
@@ -396,7 +396,7 @@ def fenced_models_install_the_guard(app_configs=None, **kwargs):
             hint=(
                 f"Add a migration with operations = [InstallFenceGuard("
                 f"{model._meta.model_name!r})] (from locking import InstallFenceGuard): "
-                "docs/locking/index.md, 'The fence guard'."
+                "docs/locking/fence.md, 'The fence guard'."
             ),
             obj=model,
             id="locking.E013",

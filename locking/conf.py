@@ -14,7 +14,7 @@ only what it needs; with none of them set, locks use the Redis on 127.0.0.1:6379
                                        past it a grant is ``LockUnavailable`` (default 2.0).
 ``LOCK_REDIS_MIN_REPLICAS``            replicas that must confirm a grant (``WAIT``) before
                                        it counts; 0 does not wait (default 0). See
-                                       docs/locking/index.md.
+                                       docs/locking/epochs.md.
 ``LOCK_REDIS_WAIT_TIMEOUT_MS``         how long a grant waits for those replicas (default
                                        100).
 ``LOCK_DATABASE``                      database alias of the durable fence epochs, the audit

@@ -22,7 +22,7 @@ Each check is one statement that does two things, in this order:
 The record is what makes the fence hold at every way in: it survives the row (an older
 holder cannot re-create a row a newer one deleted), it counts one resource once whichever
 rows its holders touch, and it tells the same lease from a token Redis handed out twice.
-docs/locking/index.md ("Every way in") lists each entry point with what it checks.
+docs/locking/fence.md ("Every way in") lists each entry point with what it checks.
 """
 
 import functools

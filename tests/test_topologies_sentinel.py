@@ -231,7 +231,7 @@ def test_failover_to_a_replica_that_missed_written_grants_is_covered_by_a_new_ep
 def test_without_min_replicas_a_failover_can_let_an_unwritten_older_grant_win(sentinel, complaint):
     """LOCK_REDIS_MIN_REPLICAS=0 (the default) does not survive a failover that loses
     grants nobody has written yet: the database cannot know their numbers. This pins the
-    behaviour docs/locking/index.md states for that row; set the option to 1 to close it."""
+    behaviour docs/locking/epochs.md states for that row; set the option to 1 to close it."""
     freeze_replication_after(sentinel, complaint, 5)
     lock = FenceLock()
     grant_then_expire = lock.acquire(RESOURCE, ttl=TTL)  # token 6

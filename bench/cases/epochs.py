@@ -1,4 +1,4 @@
-"""Section 1b/1c: what fence safety across Redis data loss costs (docs/locking/index.md, epochs).
+"""Section 1b/1c: what fence safety across Redis data loss costs (docs/locking/epochs.md).
 
 ``fence``: the row's conditional UPDATE alone (what the fence was before it claimed the
 resource's record: ``UPDATE … WHERE last_fence_token < token``, written with Django's

@@ -163,9 +163,9 @@ class BreakLeaseView(LoginRequiredMixin, TemplateView):
     """Break a stuck lease: GET asks for a reason naming the holder, POST breaks it.
 
     Safe because the fence is: the next holder's token is larger, so once it commits, the
-    broken holder's late write is refused (docs/locking/index.md, "Breaking a lease"). Needs
-    ``locking.break_lease`` (403 without, recorded); a resource the viewer may not see is
-    a 404, as on the lock status page.
+    broken holder's late write is refused (docs/locking/operating.md, "Breaking a stuck
+    lease"). Needs ``locking.break_lease`` (403 without, recorded); a resource the viewer
+    may not see is a 404, as on the lock status page.
     """
 
     template_name = "hoa/break_lease.html"

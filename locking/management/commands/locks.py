@@ -6,7 +6,7 @@
 
 Each prints one line per item; ``--json`` prints one JSON object per line instead (JSON
 Lines: ``kind`` is ``lease``, ``attempt``, ``broken`` or ``not_held``). Exit codes
-(docs/locking/index.md, "Failure answers"): 0 done, a break of a resource nobody holds included
+(docs/locking/operating.md, "Failure answers"): 0 done, a break of a resource nobody holds included
 (it says so); 1 bad input (a bad resource name, no ``--reason``, an unknown option) or
 Redis or the database unreachable, with one line on stderr and never a traceback.
 
