@@ -5,8 +5,9 @@
 
 - the wheel holds the locking package and nothing else (no tests, nothing of the platform),
   with what the app needs at run time (migrations, template, checks, command, py.typed);
-- the sdist holds the package, its tests (locking/tests, as in the checkout) and its guide
-  (SDIST_DOCS), and nothing else of the platform;
+- the sdist holds the package, its tests (locking/tests) and its documentation
+  (docs/locking/, the sources of its site), each as in the checkout, and nothing else of the
+  platform;
 - both carry full metadata, the version of their own ``locking.__version__``, and a
   CHANGELOG in step with that version (``changelog_problems``).
 
@@ -45,11 +46,11 @@ REQUIRED = (
     "locking/README.md",
     "locking/CHANGELOG.md",
 )
-# What the sdist carries besides the package: the guide (MANIFEST.in names the same files;
-# change both when the guide moves to docs/locking/) and locking's tests, every file of
-# TESTS in the checkout.
-SDIST_DOCS = ("docs/locking/index.md",)
+# What the sdist carries besides the package, each directory with every file it has in the
+# checkout (MANIFEST.in grafts the same two): locking's tests and its documentation, the
+# Markdown pages and the Sphinx configuration that builds them into its site (`make docs`).
 TESTS = "locking/tests/"
+DOCS = "docs/locking/"
 # Files of the sdist's top directory that the build itself writes.
 SDIST_TOP = ("PKG-INFO", "pyproject.toml", "setup.cfg", "LICENSE", "MANIFEST.in")
 # Every runtime import of locking, with a range (a lower and an upper bound).
@@ -262,11 +263,11 @@ def sdist_files(sdist: Path) -> tuple[str, dict[str, bytes]]:
     return top, files
 
 
-def checkout_tests(root: Path = ROOT) -> list[str]:
-    """Every file of locking's tests in the checkout, as the sdist names it."""
+def checkout_files(directory: str, root: Path = ROOT) -> list[str]:
+    """Every file of ``directory`` (TESTS, DOCS) in the checkout, as the sdist names it."""
     return sorted(
         path.relative_to(root).as_posix()
-        for path in (root / TESTS).rglob("*")
+        for path in (root / directory).rglob("*")
         if path.is_file()
         and not COMPILED.search(path.relative_to(root).as_posix())
         and ".pytest_cache" not in path.parts
@@ -282,13 +283,19 @@ def sdist_problems(sdist: Path, *, root: Path = ROOT) -> list[str]:
     if sdist.name != f"{PROJECT}-{version}.tar.gz" or top != f"{PROJECT}-{version}":
         found.append(f"file or directory name is not that of version {version}: {sdist.name}")
     for name in files:
-        if name in SDIST_TOP or name in SDIST_DOCS or name.startswith(f"{PROJECT}.egg-info/"):
+        if name in SDIST_TOP or name.startswith((DOCS, f"{PROJECT}.egg-info/")):
             continue
         if not name.startswith("locking/"):
-            found.append(f"not of the locking package, its tests or its guide: {name}")
+            found.append(f"not of the locking package, its tests or its docs: {name}")
         elif COMPILED.search(name):
             found.append(f"compiled file: {name}")
-    required = (*REQUIRED, *SDIST_DOCS, *checkout_tests(root), "PKG-INFO", "pyproject.toml")
+    required = (
+        *REQUIRED,
+        *checkout_files(TESTS, root),
+        *checkout_files(DOCS, root),
+        "PKG-INFO",
+        "pyproject.toml",
+    )
     found += [f"missing: {name}" for name in required if name not in files]
     return found + source_problems(files, "PKG-INFO")
 
@@ -310,7 +317,7 @@ def listing(path: Path) -> tuple[list[tuple[int, str]], str]:
         return entries, "the locking package only"
     with tarfile.open(path) as archive:
         entries = [(m.size, m.name) for m in archive.getmembers() if m.isfile()]
-    return entries, f"locking with its tests and {', '.join(SDIST_DOCS)}"
+    return entries, f"locking with its tests and its docs ({DOCS})"
 
 
 def main(argv: list[str]) -> int:

@@ -1,5 +1,5 @@
 """The distribution files of django-fenced-writes (`make dist`): the sdist carries locking
-with its tests and guide, the wheel locking alone; both with full metadata and a CHANGELOG
+with its tests and docs, the wheel locking alone; both with full metadata and a CHANGELOG
 in step with ``locking.__version__``.
 
 Builds both from the checkout as `make dist` does (`python -m build`: the sdist, then the
@@ -109,7 +109,7 @@ def test_the_wheel_holds_the_locking_package_only_with_complete_metadata(wheel):
 
 
 @pytest.mark.slow
-def test_the_sdist_holds_locking_with_its_tests_and_guide_and_nothing_of_the_platform(sdist, wheel):
+def test_the_sdist_holds_locking_with_its_tests_and_docs_and_nothing_of_the_platform(sdist, wheel):
     assert sdist.name == f"django_fenced_writes-{VERSION}.tar.gz"
     assert CHECK["sdist_problems"](sdist) == []
     assert CHECK["pair_problems"](wheel, sdist) == []
@@ -120,6 +120,7 @@ def test_the_sdist_holds_locking_with_its_tests_and_guide_and_nothing_of_the_pla
         "pyproject.toml",
         "LICENSE",
         "docs/locking/index.md",
+        "docs/locking/fence.md",
         "locking/py.typed",
         "locking/tests/test_fence.py",
         "locking/tests/requirements.txt",
@@ -137,23 +138,26 @@ def test_the_sdist_holds_locking_with_its_tests_and_guide_and_nothing_of_the_pla
         "docs",
         "locking",
     }
-    assert [name for name in files if name.startswith("docs/")] == ["docs/locking/index.md"]
+    docs = sorted(name for name in files if name.startswith("docs/"))
+    assert docs == CHECK["checkout_files"]("docs/locking/")
+    assert "docs/locking/index.md" in docs
 
 
 @pytest.mark.slow
-def test_the_sdist_check_refuses_the_platform_and_a_missing_test_or_guide(sdist, tmp_path):
+def test_the_sdist_check_refuses_the_platform_and_a_missing_test_or_page(sdist, tmp_path):
     bad = sdist_copy_with(
         sdist,
         tmp_path,
-        drop=("locking/tests/test_fence.py", "docs/locking/index.md"),
-        add=("hoa/__init__.py", "tests/test_foundation.py", "README.md"),
+        drop=("locking/tests/test_fence.py", "docs/locking/fence.md"),
+        add=("hoa/__init__.py", "tests/test_foundation.py", "README.md", "docs/operations.md"),
     )
     assert CHECK["sdist_problems"](bad) == [
-        "not of the locking package, its tests or its guide: hoa/__init__.py",
-        "not of the locking package, its tests or its guide: tests/test_foundation.py",
-        "not of the locking package, its tests or its guide: README.md",
-        "missing: docs/locking/index.md",
+        "not of the locking package, its tests or its docs: hoa/__init__.py",
+        "not of the locking package, its tests or its docs: tests/test_foundation.py",
+        "not of the locking package, its tests or its docs: README.md",
+        "not of the locking package, its tests or its docs: docs/operations.md",
         "missing: locking/tests/test_fence.py",
+        "missing: docs/locking/fence.md",
     ]
 
 
@@ -271,7 +275,7 @@ def test_check_wheel_command_lists_both_files_and_says_ok(wheel, sdist):
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     assert lines[-1].startswith(f"{sdist.name}: ")
-    assert lines[-1].endswith(" files, locking with its tests and docs/locking/index.md: OK")
+    assert lines[-1].endswith(" files, locking with its tests and its docs (docs/locking/): OK")
     assert f"{wheel.name}: " in result.stdout
     assert " files, the locking package only: OK" in result.stdout
 
