@@ -30,7 +30,7 @@ export BENCH_DATABASE_URL ?= postgres://hoa@127.0.0.1:$(HOA_PG_PORT)/bench_hoa
 # demo data stays in database 0.
 TEST_ENV := REDIS_URL=redis://127.0.0.1:$(HOA_REDIS_PORT)/1 LOCK_REDIS_URL=redis://127.0.0.1:$(HOA_REDIS_PORT)/1
 
-.PHONY: help run serve test test-fast test-locking test-locking-matrix test-pgbouncer dist check-deploy lint fmt services stop status migrate seed bench bench-quick bench-scale bench-load faults screenshots clean
+.PHONY: help run serve test test-fast test-locking test-locking-matrix test-pgbouncer dist docs check-deploy lint fmt services stop status migrate seed bench bench-quick bench-scale bench-load faults screenshots clean
 
 # The targets and what they do, with this checkout's host and ports in place of $(HOST),
 # $(PORT), $(HOA_PG_PORT) and $(HOA_REDIS_PORT).
@@ -93,6 +93,19 @@ dist: $(STAMP) ## build the sdist and wheel of locking (django-fenced-writes) in
 	@rm -rf build django_fenced_writes.egg-info
 	@$(PY) -m twine --no-color check --strict dist/*
 	@$(PY) scripts/check_wheel.py dist/django_fenced_writes-*.whl dist/django_fenced_writes-*.tar.gz
+
+# locking's documentation site: the pages of docs/locking/ (Markdown, MyST) and the API
+# reference from the docstrings of locking.__all__, built by Sphinx with every warning an
+# error (-W: a broken link or anchor, a docstring that does not render, a public name the
+# reference leaves out) into docs/_build/locking/ (git ignores docs/_build/). Open
+# docs/_build/locking/index.html. (DOCS_SRC: tests/test_locking_docs.py builds copies.)
+DOCS_SRC ?= docs/locking
+DOCS_OUT ?= docs/_build/locking
+
+docs: $(STAMP) ## build locking's documentation site into docs/_build/locking/ (warnings are errors)
+	@rm -rf $(DOCS_OUT)
+	@$(VENV)/bin/sphinx-build -W --keep-going -q -b html $(DOCS_SRC) $(DOCS_OUT)
+	@echo "locking's documentation: $(DOCS_OUT)/index.html"
 
 # locking's own tests, as the sdist carries them, against the installed wheel, in fresh
 # virtualenvs under .local/matrix:

@@ -38,10 +38,12 @@ def resource_kind(resource: str) -> str:
 
 
 def lock_key(resource: str) -> str:
+    """Return the Redis key of ``resource``'s lease: ``lock:{<resource>}``."""
     return "lock:{" + resource + "}"
 
 
 def fence_key(resource: str) -> str:
+    """Return the Redis key of ``resource``'s token counter: ``fence:{<resource>}``."""
     return "fence:{" + resource + "}"
 
 

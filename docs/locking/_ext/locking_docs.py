@@ -1,0 +1,45 @@
+"""What locking's documentation site needs beyond Sphinx, MyST and autodoc (docs/locking/conf.py).
+
+**Nothing public left out.** api.md documents each name where ``locking`` exports it
+(``locking.FenceLock``), never by the module that defines it, so those modules can move
+without a page changing (autodoc records the defining path only as the name's canonical
+alias, which follows the code). ``check_api_reference`` warns, so that ``make docs``
+fails, for a name of ``locking.__all__`` that the reference does not document or that has
+no docstring, and for a documented ``locking.X`` that is not public.
+"""
+
+from sphinx.util import logging
+
+import locking
+
+logger = logging.getLogger(__name__)
+
+# Documented beside locking.__all__: the models, which Django loads from locking.models.
+PUBLIC_PREFIXES = ("locking.models.",)
+
+
+def check_api_reference(app, env) -> None:
+    """``env-check-consistency``: every public name documented, with a docstring."""
+    documented = env.get_domain("py").objects
+    for name in locking.__all__:
+        if f"locking.{name}" not in documented:
+            logger.warning(
+                "locking.%s is in locking.__all__ but not in the API reference (api.md)", name
+            )
+        if not (getattr(locking, name).__doc__ or "").strip():
+            logger.warning("locking.%s has no docstring for the API reference", name)
+    for path, entry in documented.items():
+        if entry.aliased or entry.objtype == "module" or path.startswith(PUBLIC_PREFIXES):
+            continue
+        parts = path.split(".")
+        if parts[0] == "locking" and (len(parts) < 2 or parts[1] not in locking.__all__):
+            logger.warning(
+                "%s is documented but is not a public name (locking.__all__)",
+                path,
+                location=entry.docname,
+            )
+
+
+def setup(app):
+    app.connect("env-check-consistency", check_api_reference)
+    return {"version": "1", "parallel_read_safe": True, "parallel_write_safe": True}
