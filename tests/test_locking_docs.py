@@ -7,6 +7,8 @@ Each control builds a copy of docs/locking/ and of the locking package (as the s
 them out) with one thing made wrong, through the same `make docs` (DOCS_SRC, DOCS_OUT).
 """
 
+import html
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -14,11 +16,10 @@ from pathlib import Path
 import pytest
 
 import locking
+from locking import conf
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs" / "locking"
-
-pytestmark = pytest.mark.slow
 
 
 def make_docs(source: Path, out: Path) -> subprocess.CompletedProcess:
@@ -47,6 +48,7 @@ def edit(path: Path, old: str, new: str) -> None:
     path.write_text(text.replace(old, new))
 
 
+@pytest.mark.slow
 def test_the_site_builds_without_a_warning_with_every_page_and_every_public_name(tmp_path):
     result = make_docs(DOCS, tmp_path / "site")
     assert (result.returncode, result.stderr) == (0, "")
@@ -58,6 +60,7 @@ def test_the_site_builds_without_a_warning_with_every_page_and_every_public_name
     assert 'id="locking.lock.FenceLock"' not in api
 
 
+@pytest.mark.slow
 def test_a_broken_link_or_anchor_fails_the_build(tmp_path):
     docs = copy_of_the_docs(tmp_path)
     with (docs / "using.md").open("a") as page:
@@ -69,6 +72,7 @@ def test_a_broken_link_or_anchor_fails_the_build(tmp_path):
     assert "every-way-out" in result.stderr
 
 
+@pytest.mark.slow
 def test_a_docstring_that_does_not_render_fails_the_build(tmp_path):
     docs = copy_of_the_docs(tmp_path)
     edit(
@@ -85,6 +89,7 @@ def test_a_docstring_that_does_not_render_fails_the_build(tmp_path):
     assert "lock_key:3: ERROR: Malformed table." in result.stderr
 
 
+@pytest.mark.slow
 def test_a_public_name_left_out_of_the_api_reference_fails_the_build(tmp_path):
     docs = copy_of_the_docs(tmp_path)
     edit(docs / "api.md", ".. autofunction:: locking.fence_key\n", "")
@@ -93,6 +98,7 @@ def test_a_public_name_left_out_of_the_api_reference_fails_the_build(tmp_path):
     assert "locking.fence_key is in locking.__all__ but not in the API reference" in result.stderr
 
 
+@pytest.mark.slow
 def test_a_public_name_without_a_docstring_fails_the_build(tmp_path):
     docs = copy_of_the_docs(tmp_path)
     keys = tmp_path / "locking" / "keys.py"
@@ -102,3 +108,50 @@ def test_a_public_name_without_a_docstring_fails_the_build(tmp_path):
     result = make_docs(docs, tmp_path / "site")
     assert result.returncode != 0
     assert "locking.lock_key has no docstring for the API reference" in result.stderr
+
+
+def words(text: str) -> str:
+    return " ".join(text.split())
+
+
+def test_every_setting_is_described_once_and_the_docstring_lists_each_with_its_default():
+    assert list(conf.DESCRIPTIONS) == list(conf.SETTING_NAMES)
+    doc = words(conf.__doc__)
+    for name in conf.SETTING_NAMES:
+        entry = f"``{name}`` (default {conf.describe_default(name)}) {conf.DESCRIPTIONS[name]}"
+        assert words(entry) in doc, name
+    assert "``LOCK_FENCE_EVENT_RETENTION_DAYS`` (default ``90``)" in doc
+    assert "``LOCK_REDIS_URL`` (default ``REDIS_URL``, else ``'redis://127.0.0.1:6379/0'``)" in doc
+
+
+def text_of(page: Path) -> str:
+    """A built page's words, without markup; Sphinx's curly apostrophes made straight."""
+    blocks = re.sub(r"</?(?:p|dl|dt|dd|div|li|h\d)\b[^>]*>", " ", page.read_text())
+    return words(html.unescape(re.sub(r"<[^>]+>", "", blocks)).replace("\u2019", "'"))
+
+
+def plain(rest: str) -> str:
+    """reStructuredText's inline literals as the page shows them."""
+    return re.sub(r"``([^`]*)``", r"\1", rest)
+
+
+@pytest.mark.slow
+def test_the_settings_page_is_made_from_locking_conf_and_a_setting_without_a_description_fails(
+    tmp_path,
+):
+    result = make_docs(DOCS, tmp_path / "site")
+    assert (result.returncode, result.stderr) == (0, "")
+    page = text_of(tmp_path / "site" / "settings.html")
+    for name in conf.SETTING_NAMES:
+        described = f"{name} Default: {conf.describe_default(name)} {conf.DESCRIPTIONS[name]}"
+        assert words(plain(described)) in page, name
+
+    docs = copy_of_the_docs(tmp_path / "copy")
+    edit(
+        tmp_path / "copy" / "locking" / "conf.py",
+        '    "LOCK_RECEIVER_SECRET": "",\n}',
+        '    "LOCK_RECEIVER_SECRET": "",\n    "LOCK_NEW_THING": 1,\n}',
+    )
+    result = make_docs(docs, tmp_path / "copy" / "site")
+    assert result.returncode != 0
+    assert "LOCK_NEW_THING has no description in locking.conf.DESCRIPTIONS" in result.stderr

@@ -6,11 +6,18 @@ without a page changing (autodoc records the defining path only as the name's ca
 alias, which follows the code). ``check_api_reference`` warns, so that ``make docs``
 fails, for a name of ``locking.__all__`` that the reference does not document or that has
 no docstring, and for a documented ``locking.X`` that is not public.
+
+**The settings reference from the code.** ``.. locking-settings::`` (settings.md) lists
+every setting locking reads, made from ``locking/conf.py`` as its docstring is
+(``SETTING_NAMES``, ``describe_default``, ``DESCRIPTIONS``); a setting without a
+description warns.
 """
 
 from sphinx.util import logging
+from sphinx.util.docutils import SphinxDirective
 
 import locking
+from locking import conf
 
 logger = logging.getLogger(__name__)
 
@@ -40,6 +47,36 @@ def check_api_reference(app, env) -> None:
             )
 
 
+class LockingSettings(SphinxDirective):
+    """``.. locking-settings::``: each setting, its default and what it is for."""
+
+    def run(self):
+        lines = []
+        for name in conf.SETTING_NAMES:
+            description = conf.DESCRIPTIONS.get(name)
+            if not description:
+                logger.warning(
+                    "%s has no description in locking.conf.DESCRIPTIONS",
+                    name,
+                    location=self.get_location(),
+                )
+            lines += [
+                f"``{name}``",
+                f"   Default: {conf.describe_default(name)}",
+                "",
+                f"   {description or ''}",
+                "",
+            ]
+        for name in sorted(set(conf.DESCRIPTIONS) - set(conf.SETTING_NAMES)):
+            logger.warning(
+                "locking.conf.DESCRIPTIONS describes %s, which locking does not read",
+                name,
+                location=self.get_location(),
+            )
+        return self.parse_text_to_nodes("\n".join(lines))
+
+
 def setup(app):
     app.connect("env-check-consistency", check_api_reference)
+    app.add_directive("locking-settings", LockingSettings)
     return {"version": "1", "parallel_read_safe": True, "parallel_write_safe": True}
