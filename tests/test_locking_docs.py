@@ -155,3 +155,55 @@ def test_the_settings_page_is_made_from_locking_conf_and_a_setting_without_a_des
     result = make_docs(docs, tmp_path / "copy" / "site")
     assert result.returncode != 0
     assert "LOCK_NEW_THING has no description in locking.conf.DESCRIPTIONS" in result.stderr
+
+
+# --- links as the forge renders them: relative paths and GitHub's heading anchors ---
+
+LINK = re.compile(r"(?<!!)\[[^\]]*\]\(([^)\s]+)\)")
+
+
+def github_anchors(markdown: str) -> set[str]:
+    """The anchors GitHub gives the headings of a Markdown file (github-slugger's rule:
+    lower case, punctuation dropped, spaces to hyphens, a repeat numbered)."""
+    anchors: set[str] = set()
+    for heading in re.findall(r"^#{1,6} +(.+?) *$", without_code(markdown), flags=re.M):
+        slug = re.sub(r"[^\w\- ]", "", heading.replace("`", "").lower()).replace(" ", "-")
+        candidate, repeat = slug, 0
+        while candidate in anchors:
+            repeat += 1
+            candidate = f"{slug}-{repeat}"
+        anchors.add(candidate)
+    return anchors
+
+
+def without_code(markdown: str) -> str:
+    """The Markdown outside fenced code blocks."""
+    return re.sub(r"(?ms)^```.*?^```[^\n]*$", "", markdown)
+
+
+def broken_links(path: Path) -> list[str]:
+    found = []
+    for target in LINK.findall(without_code(path.read_text())):
+        if re.match(r"[a-z][a-z0-9+.-]*:", target):
+            continue  # https:, mailto:: not the repository's
+        file_part, _, anchor = target.partition("#")
+        linked = (path.parent / file_part).resolve() if file_part else path
+        if not linked.exists():
+            found.append(f"{path.relative_to(ROOT)}: {target} (no such file)")
+        elif anchor and linked.suffix == ".md" and anchor not in github_anchors(linked.read_text()):
+            found.append(f"{path.relative_to(ROOT)}: {target} (no such heading)")
+    return found
+
+
+LOCKING_MARKDOWN = [*sorted(DOCS.glob("*.md")), ROOT / "locking" / "README.md"]
+
+
+def test_every_link_of_locking_s_docs_works_in_the_repository():
+    assert [problem for path in LOCKING_MARKDOWN for problem in broken_links(path)] == []
+
+
+def test_the_import_list_on_the_first_page_is_locking_s_whole_public_interface():
+    index = (DOCS / "index.md").read_text()
+    statement = re.sub(r"#.*", "", index.split("from locking import (", 1)[1])
+    listed = re.findall(r"\b[A-Za-z_]\w*\b", statement.split(")", 1)[0])
+    assert sorted(listed) == sorted(locking.__all__)
