@@ -207,3 +207,13 @@ def test_the_import_list_on_the_first_page_is_locking_s_whole_public_interface()
     statement = re.sub(r"#.*", "", index.split("from locking import (", 1)[1])
     listed = re.findall(r"\b[A-Za-z_]\w*\b", statement.split(")", 1)[0])
     assert sorted(listed) == sorted(locking.__all__)
+
+
+def test_the_package_readme_links_every_page_of_the_documentation():
+    readme = ROOT / "locking" / "README.md"
+    linked = {
+        (readme.parent / target.partition("#")[0]).resolve()
+        for target in LINK.findall(without_code(readme.read_text()))
+    }
+    assert [page.name for page in sorted(DOCS.glob("*.md")) if page.resolve() not in linked] == []
+    assert "make docs" in readme.read_text() and "docs/_build/locking/" in readme.read_text()
