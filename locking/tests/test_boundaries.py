@@ -154,7 +154,7 @@ def test_the_test_models_need_no_new_migration():
     call_command("makemigrations", "locking_testapp", "--check", "--dry-run", verbosity=0)
 
 
-# docs/locking/internals.md, "Inside the app": one job per module, none over 450 lines. Read it here
+# docs/locking/internals.md, "The modules": one job per module, none over 450 lines. Read it here
 # so that a module that outgrows its job is split (as lease.py was: its signal and its
 # keep-alive thread have modules of their own), not the rule quietly dropped.
 MODULE_LINES = 450
