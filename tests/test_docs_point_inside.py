@@ -1,9 +1,9 @@
 """No comment or doc points readers outside the repository (issue 37, item 8).
 
 Every ``*.md`` a tracked file names exists in the checkout (beside the file, at the root,
-in ``docs/`` or in ``locking/``), and nothing points at the steering folder (``shared/``)
-or at the ``ARCHITECTURE.md`` the repository does not have: a reader who follows a pointer
-finds what it names.
+in ``docs/``, in ``docs/locking/`` or in ``locking/``), and nothing points at the steering
+folder (``shared/``) or at the ``ARCHITECTURE.md`` the repository does not have: a reader
+who follows a pointer finds what it names.
 """
 
 import re
@@ -24,7 +24,7 @@ def tracked_text_files() -> list[Path]:
 
 
 def resolves(name: str, where: Path) -> bool:
-    bases = (where.parent, ROOT, ROOT / "docs", ROOT / "locking")
+    bases = (where.parent, ROOT, ROOT / "docs", ROOT / "docs" / "locking", ROOT / "locking")
     return any((base / name).is_file() for base in bases)
 
 

@@ -64,11 +64,11 @@ def test_the_site_builds_without_a_warning_with_every_page_and_every_public_name
 def test_a_broken_link_or_anchor_fails_the_build(tmp_path):
     docs = copy_of_the_docs(tmp_path)
     with (docs / "using.md").open("a") as page:
-        page.write("\nSee [the fence](fences.md) and [its table](fence.md#every-way-out).\n")
+        page.write("\nSee [the fence](fences) and [its table](fence.md#every-way-out).\n")
     result = make_docs(docs, tmp_path / "site")
     assert result.returncode != 0
     assert "using.md" in result.stderr
-    assert "fences.md" in result.stderr
+    assert "cross-reference target not found: 'fences'" in result.stderr
     assert "every-way-out" in result.stderr
 
 

@@ -40,7 +40,7 @@ extensions = [
 exclude_patterns = ["_ext"]
 root_doc = "index"
 
-# Markdown: GitHub's heading anchors (page.md#every-way-in works on the forge and here),
+# Markdown: GitHub's heading anchors (fence.md#every-way-in works on the forge and here),
 # ```mermaid fences drawn as diagrams.
 myst_heading_anchors = 3
 myst_fence_as_directive = ["mermaid"]
