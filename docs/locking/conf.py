@@ -35,7 +35,7 @@ extensions = [
     "myst_parser",
     "sphinx.ext.autodoc",
     "sphinxcontrib.mermaid",
-    "locking_docs",  # _ext/locking_docs.py: the settings table, the API reference's checks
+    "locking_docs",  # _ext/locking_docs.py: the settings reference, the API reference's checks
 ]
 exclude_patterns = ["_ext"]
 root_doc = "index"
