@@ -60,7 +60,7 @@ from locking import (
 from locking.conf import setting
 from locking.guard import install_sql, uninstall_sql
 from locking.models import FenceEpoch
-from locking.tests.stepping import Holder, Stepping
+from locking.tests.stepping import SEARCH, Holder, Stepping
 from locking.tests.testapp.models import Box, FencedThing, FencedWrite
 
 RESOURCE = "fenced-thing:model"
@@ -330,7 +330,7 @@ def _its_own(holder: Holder, exc: BaseException) -> bool:
     return "one row; it matched" in str(exc)
 
 
-def _search(machine, *, examples: int = EXAMPLES, phases=tuple(Phase)) -> None:
+def _search(machine, *, examples: int = EXAMPLES, phases=SEARCH) -> None:
     run_state_machine_as_test(
         machine,
         settings=settings(
@@ -372,7 +372,6 @@ class WithoutTheClaim(FenceModel):
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("machine", [WithoutTheGuard, WithoutTheClaim], ids=lambda m: m.control)
 def test_the_checker_finds_a_fix_taken_back(machine):
-    """Without shrinking (a concurrent example replays close to, not exactly, as it ran)."""
     with pytest.raises(AssertionError) as found:
         _search(machine, examples=CONTROL_EXAMPLES, phases=(Phase.generate,))
     print(f"{machine.control}: the checker found: {found.value}")
