@@ -36,7 +36,6 @@ from hypothesis import strategies as st
 from hypothesis.stateful import (
     RuleBasedStateMachine,
     invariant,
-    precondition,
     rule,
     run_state_machine_as_test,
 )
@@ -96,16 +95,16 @@ class ComplaintModel(RuleBasedStateMachine):
 
     # -- the steps -------------------------------------------------------------------------
 
-    @precondition(lambda self: self.stepping.live() < MAX_HOLDERS)
     @rule(plan=st.sampled_from(PLANS), take_over=st.booleans())
     def start(self, plan, take_over):
         """A staff member reads the complaint and asks for a change; with ``take_over`` the
         lease of an assignment in flight has run out (its holder paused past its TTL)."""
+        if self.stepping.live() >= MAX_HOLDERS:
+            return  # a no-op, not a precondition: see step()
         if take_over:
             self.redis.pexpire(lock_key(self.resource), 0)
         self.stepping.start(plan, self._run)
 
-    @precondition(lambda self: bool(self.stepping.ready()))
     @rule(
         pick=st.integers(min_value=0, max_value=MAX_HOLDERS - 1),
         statements=st.sampled_from([1, 1, 1, 3, 12]),
@@ -113,6 +112,11 @@ class ComplaintModel(RuleBasedStateMachine):
     def step(self, pick, statements):
         """The ``pick``-th staff member at a hold point sends its next statements: mostly
         one, sometimes a few, sometimes the whole change."""
+        if not self.stepping.ready():
+            # A no-op, not a precondition: which holders are at a hold point is the
+            # threads' state, not the drawn data, and a rule enabled by one run and not
+            # the next made Hypothesis stop with FlakyStrategyDefinition under load.
+            return
         self.stepping.step(pick, statements)
 
     @rule()

@@ -42,7 +42,6 @@ from hypothesis import strategies as st
 from hypothesis.stateful import (
     RuleBasedStateMachine,
     invariant,
-    precondition,
     rule,
     run_state_machine_as_test,
 )
@@ -125,16 +124,16 @@ class FenceModel(RuleBasedStateMachine):
 
     # -- the steps -------------------------------------------------------------------------
 
-    @precondition(lambda self: self.stepping.live() < MAX_HOLDERS)
     @rule(choice=st.integers(min_value=0, max_value=len(PLANS) - 1), take_over=st.booleans())
     def start(self, choice, take_over):
         """A new holder; with ``take_over`` the current holder has paused past its TTL."""
+        if self.stepping.live() >= MAX_HOLDERS:
+            return  # a no-op, not a precondition: see step()
         plan = self.plans[choice % len(self.plans)]
         if take_over:
             self.redis.pexpire(lock_key(RESOURCE), 0)
         self._after(self.stepping.start(plan, self._run))
 
-    @precondition(lambda self: bool(self.stepping.ready()))
     @rule(
         pick=st.integers(min_value=0, max_value=MAX_HOLDERS - 1),
         statements=st.sampled_from([1, 1, 1, 3, 12]),
@@ -142,6 +141,11 @@ class FenceModel(RuleBasedStateMachine):
     def step(self, pick, statements):
         """The holder ``pick`` (among those at a hold point) sends its next statements:
         mostly one, sometimes a few, sometimes its whole plan."""
+        if not self.stepping.ready():
+            # A no-op, not a precondition: which holders are at a hold point is the
+            # threads' state, not the drawn data, and a rule enabled by one run and not
+            # the next made Hypothesis stop with FlakyStrategyDefinition under load.
+            return
         self.stepping.step(pick, statements)
         for holder in self.stepping.holders:
             self._after(holder)

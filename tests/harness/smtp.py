@@ -8,7 +8,7 @@ connection before answering (``drop = True``: the client cannot know whether it 
 
 import asyncio
 import threading
-from email import message_from_bytes
+from email import message_from_bytes, policy
 from email.message import Message
 
 from aiosmtpd.controller import Controller
@@ -40,7 +40,9 @@ class Mailbox:
         self._held.set()
 
     async def handle_DATA(self, server, session, envelope):
-        message = message_from_bytes(envelope.content)
+        # The default policy unfolds headers, as a mail client reads them: a Message-ID
+        # longer than a line arrives folded (its id grows with the row's pk).
+        message = message_from_bytes(envelope.content, policy=policy.default)
         self.received.append(message)
         if not self._held.is_set():
             self.waiting.release()
