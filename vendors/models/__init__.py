@@ -1,0 +1,22 @@
+"""Vendors, their contracts with associations, and their assignments to complaints.
+
+Split by concern; every model is importable from ``vendors.models``, as the migrations
+name them.
+"""
+
+from vendors.models.assignments import VendorAssignment, VendorAssignmentQuerySet
+from vendors.models.contracts import (
+    Vendor,
+    VendorContract,
+    VendorContractQuerySet,
+    VendorQuerySet,
+)
+
+__all__ = [
+    "Vendor",
+    "VendorAssignment",
+    "VendorAssignmentQuerySet",
+    "VendorContract",
+    "VendorContractQuerySet",
+    "VendorQuerySet",
+]
