@@ -66,6 +66,7 @@ CRON_JOBS = [
     ("forget_reporters",),
     ("sla_sweep",),
     ("publish_notices",),
+    ("record_insurance_lapses",),
     ("generate_monthly_charges", "--org", "maple-court", "--month", MONTH_ARG),
 ]
 

@@ -26,7 +26,7 @@ class VendorAdmin(TenantAdminMixin, admin.ModelAdmin):
 
 @admin.register(VendorContract)
 class VendorContractAdmin(TenantAdminMixin, admin.ModelAdmin):
-    list_display = ["vendor", "organization", "starts_on", "ends_on"]
+    list_display = ["vendor", "organization", "starts_on", "ends_on", "insurance_expires_on"]
     list_filter = ["organization"]
     search_fields = ["vendor__name"]
     list_select_related = ["vendor", "organization"]

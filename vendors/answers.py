@@ -29,6 +29,7 @@ from vendors.exceptions import (
     DispatchFailed,
     LockServiceUnavailable,
     NotAllowed,
+    VendorNotInsured,
     VendorsError,
 )
 from vendors.models import Vendor, VendorAssignment, VendorContract
@@ -46,6 +47,8 @@ def _sentence(refusal: VendorsError, audience: Audience) -> str:
             return contract_not_active(
                 refusal.vendor, refusal.organization, refusal.day, refusal.contract
             )
+        case VendorNotInsured():
+            return not_insured(refusal.vendor, refusal.organization, refusal.insured_until)
         case AssignmentBusy():
             return busy(refusal, audience)
         case AssignmentSuperseded():
@@ -150,6 +153,23 @@ def contract_not_active(
         **values,
         "day": contract.ends_on.isoformat(),
     }
+
+
+def not_insured(vendor: Vendor, organization: Organization, insured_until: date | None) -> str:
+    """An uninsured vendor, refused by assignment and by payment alike."""
+    values = {"vendor": vendor.name, "organization": organization.name}
+    if insured_until is None:
+        return (
+            _(
+                "%(vendor)s has no insurance certificate on file with %(organization)s: record "
+                "its expiry on the vendor's contract before assigning or paying them."
+            )
+            % values
+        )
+    return _(
+        "%(vendor)s's insurance certificate with %(organization)s lapsed on %(day)s: record "
+        "the new certificate on the vendor's contract before assigning or paying them."
+    ) % {**values, "day": insured_until.isoformat()}
 
 
 def busy(refusal: AssignmentBusy, audience: Audience = Audience.STAFF) -> str:

@@ -61,16 +61,28 @@ def section(request, complaint: Complaint) -> dict:
 
 
 def timeline(complaint: Complaint) -> list[TimelineEntry]:
-    """Every assignment of the complaint, as a line of its timeline."""
-    return [
+    """Every assignment of the complaint, and every lapse of an assigned vendor's insurance
+    recorded while it was assigned, as lines of its timeline."""
+    history = list(selectors.assignment_history(complaint))
+    entries = [
         TimelineEntry(
             at=assignment.assigned_at,
             kind="assignment",
             template="vendors/_timeline_assignment.html",
             item=assignment,
         )
-        for assignment in selectors.assignment_history(complaint)
+        for assignment in history
     ]
+    entries += [
+        TimelineEntry(
+            at=lapse.recorded_at,
+            kind="insurance_lapsed",
+            template="vendors/_timeline_lapse.html",
+            item=lapse,
+        )
+        for lapse in selectors.lapses_while_assigned(complaint, history)
+    ]
+    return entries
 
 
 COMPLAINTS = ComplaintExtension(

@@ -1,8 +1,10 @@
 """The vendors' part of the demo data (``manage.py seed_demo``). Idempotent.
 
-Contracts with current, past and future windows; and, for an association none of whose
-complaints has a vendor yet, vendors assigned to some of its older open complaints through
-the fenced service (real tokens, recorded attempts), half of those then in progress.
+Contracts with current, past and future windows, with their insurance certificates (one
+lapsing within 30 days, one lapsed under a current contract); and, for an association none
+of whose complaints has a vendor yet, insured vendors assigned to some of its older open
+complaints through the fenced service (real tokens, recorded attempts), half of those then
+in progress.
 """
 
 from datetime import timedelta
@@ -20,22 +22,29 @@ def seed_demo(organizations: dict[str, Organization]) -> None:
     """Vendors under contract with the demo associations: current, past and future windows;
     then some of their open complaints assigned."""
     today = timezone.localdate()
-    year = timedelta(days=365)
+    year, day = timedelta(days=365), timedelta(days=1)
+    # name, trade, associations, contract from and to, insurance certificate until
     vendors = [
-        ("Pipe Pros Plumbing", "plumbing", ["maple-court", "oak-ridge"], -year, year),
-        ("Evergreen Landscaping", "landscaping", ["maple-court"], -year, year),
-        ("Bright Spark Electric", "electrical", ["maple-court"], -2 * year, -year),
-        ("Summit Roofing", "roofing", ["oak-ridge"], timedelta(days=30), year),
-        ("Oakline Handyman", "general", ["oak-ridge"], -year, year),
+        ("Pipe Pros Plumbing", "plumbing", ["maple-court", "oak-ridge"], -year, year, year),
+        ("Evergreen Landscaping", "landscaping", ["maple-court"], -year, year, 20 * day),
+        ("Bright Spark Electric", "electrical", ["maple-court"], -2 * year, -year, -year),
+        # Under contract, but its certificate lapsed: it cannot be assigned or paid.
+        ("Keystone Masonry", "masonry", ["maple-court"], -year, year, -12 * day),
+        ("Summit Roofing", "roofing", ["oak-ridge"], 30 * day, year, year),
+        ("Oakline Handyman", "general", ["oak-ridge"], -year, year, year),
     ]
-    for name, trade, slugs, starts, ends in vendors:
+    for name, trade, slugs, starts, ends, insured in vendors:
         vendor, _ = Vendor.objects.get_or_create(name=name, defaults={"trade": trade})
         for slug in slugs:
             if slug in organizations:
                 VendorContract.objects.get_or_create(
                     vendor=vendor,
                     organization=organizations[slug],
-                    defaults={"starts_on": today + starts, "ends_on": today + ends},
+                    defaults={
+                        "starts_on": today + starts,
+                        "ends_on": today + ends,
+                        "insurance_expires_on": today + insured,
+                    },
                 )
     for organization in organizations.values():
         _assign_some(organization)
@@ -54,10 +63,11 @@ def _assign_some(organization: Organization) -> None:
         .order_by("user__username")
         .first()
     )
+    today = timezone.localdate()
     contracted = [
         contract.vendor
-        for contract in VendorContract.objects.active_on(timezone.localdate())
-        .filter(organization=organization)
+        for contract in VendorContract.objects.active_on(today)
+        .filter(organization=organization, insurance_expires_on__gte=today)
         .select_related("vendor")
         .order_by("vendor__name")
     ]

@@ -169,3 +169,19 @@ class ClosedSinceViewed(RefusedAtCommit):
 
     def __init__(self, *, complaint: Complaint, seen: str, now_assigned: VendorAssignment | None):
         super().__init__(complaint=complaint, now_assigned=now_assigned, seen=seen)
+
+
+class VendorNotInsured(VendorsError):
+    """``vendor``'s latest insurance certificate with ``organization`` expired before
+    ``day`` (``insured_until``), or none is on file (``None``): it may not be assigned or
+    paid; nothing locked."""
+
+    answer = Answer.BAD_REQUEST
+    title = gettext_lazy("Insurance lapsed")
+
+    def __init__(
+        self, *, vendor: Vendor, organization: Organization, day: date, insured_until: date | None
+    ):
+        super().__init__(
+            vendor=vendor, organization=organization, day=day, insured_until=insured_until
+        )

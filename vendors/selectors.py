@@ -8,7 +8,7 @@ from django.utils.translation import gettext as _
 
 from hoa.models import Complaint, Organization
 from hoa.operations import ResourceInfo
-from vendors.models import VendorAssignment, VendorContract
+from vendors.models import InsuranceLapse, VendorAssignment, VendorContract
 
 UNASSIGNED = "none"  # the vendor filter's "unassigned"
 
@@ -58,6 +58,29 @@ def assignment_history(complaint: Complaint) -> QuerySet:
     return complaint.assignments.select_related("vendor", "assigned_by").order_by(
         "-assigned_at", "-pk"
     )
+
+
+def lapses_while_assigned(complaint: Complaint, history: list[VendorAssignment]) -> list:
+    """The insurance lapses of the complaint's vendors recorded while each was assigned to
+    it (``history``: its assignments), oldest first."""
+    if not history:
+        return []
+    lapses = InsuranceLapse.objects.filter(
+        organization_id=complaint.organization_id,
+        vendor_id__in={assignment.vendor_id for assignment in history},
+    ).select_related("vendor")
+    return [
+        lapse
+        for lapse in lapses.order_by("recorded_at", "pk")
+        if any(
+            assignment.vendor_id == lapse.vendor_id
+            and assignment.assigned_at <= lapse.recorded_at
+            and (
+                assignment.deactivated_at is None or lapse.recorded_at <= assignment.deactivated_at
+            )
+            for assignment in history
+        )
+    ]
 
 
 def contracts_of(organization: Organization) -> QuerySet:

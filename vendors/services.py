@@ -61,6 +61,7 @@ from vendors.exceptions import (
     ContractNotActive,
     RefusedAtCommit,
 )
+from vendors.insurance import check_insured
 from vendors.models import Vendor, VendorAssignment
 from vendors.operations import ASSIGNMENT, assignment_resource
 from vendors.selectors import assignment_state
@@ -137,8 +138,8 @@ def assign_vendor(
     closed complaint is refused: ``ComplaintClosed`` when the caller saw it closed,
     ``ClosedSinceViewed`` when it was closed since.
 
-    Raises ``NotAllowed``, ``ComplaintClosed`` and ``ContractNotActive`` before anything is
-    locked;
+    Raises ``NotAllowed``, ``ComplaintClosed``, ``ContractNotActive`` and
+    ``VendorNotInsured`` before anything is locked;
     ``AssignmentBusy``, ``LockServiceUnavailable``, ``DispatchFailed``,
     ``AssignmentSuperseded``, ``AssignmentLeaseLost``, ``AlreadyAssigned``,
     ``ChangedSinceViewed``, ``ClosedSinceViewed`` and ``AssignmentChanged`` with nothing
@@ -416,6 +417,7 @@ def _look_before_calling(
 def _check_contract(vendor: Vendor, organization: Organization, day: date) -> None:
     contracts = vendor.contracts_with(organization)
     if any(contract.covers(day) for contract in contracts):
+        check_insured(vendor, organization, day, contracts)  # and insured (VendorNotInsured)
         return
     upcoming = [c for c in contracts if c.starts_on > day]
     nearest = (

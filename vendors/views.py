@@ -25,7 +25,7 @@ from hoa.complaints.views import ComplaintDetailView
 from hoa.security.ratelimits import limit_fenced_posts
 from hoa.web.access import client_ip
 from hoa.web.lists import FilteredListView
-from vendors import answers, selectors
+from vendors import answers, insurance, selectors
 from vendors.exceptions import (
     AssignmentSuperseded,
     ChangedSinceViewed,
@@ -124,7 +124,9 @@ class AssignVendorView(ComplaintDetailView):
 
 
 class VendorListView(FilteredListView):
-    """The organization's vendors with their contract windows, searchable by name and trade."""
+    """The organization's vendors with their contract windows and insurance, searchable by
+    name and trade; above them, the vendors whose certificate lapses within 30 days, has
+    lapsed, or is not on file."""
 
     template_name = "vendors/vendor_list.html"
     context_object_name = "contracts"
@@ -140,7 +142,13 @@ class VendorListView(FilteredListView):
         return contracts
 
     def get_context_data(self, **kwargs):
-        return super().get_context_data(today=timezone.localdate(), **kwargs)
+        today = timezone.localdate()
+        return super().get_context_data(
+            today=today,
+            lapsing=list(insurance.lapsing(self.organization, today=today)),
+            lapsing_days=insurance.LAPSING_WITHIN.days,
+            **kwargs,
+        )
 
 
 def _field_value(assignment) -> str:

@@ -127,6 +127,7 @@ def seed_world(*, users: int = 24) -> World:
                     defaults={
                         "starts_on": today - timedelta(days=365),
                         "ends_on": today + timedelta(days=365),
+                        "insurance_expires_on": today + timedelta(days=365),
                     },
                 )
         usernames = []

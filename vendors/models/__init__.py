@@ -1,4 +1,5 @@
-"""Vendors, their contracts with associations, and their assignments to complaints.
+"""Vendors, their contracts with associations (and insurance), and their assignments to
+complaints.
 
 Split by concern; every model is importable from ``vendors.models``, as the migrations
 name them.
@@ -6,6 +7,7 @@ name them.
 
 from vendors.models.assignments import VendorAssignment, VendorAssignmentQuerySet
 from vendors.models.contracts import (
+    InsuranceLapse,
     Vendor,
     VendorContract,
     VendorContractQuerySet,
@@ -13,6 +15,7 @@ from vendors.models.contracts import (
 )
 
 __all__ = [
+    "InsuranceLapse",
     "Vendor",
     "VendorAssignment",
     "VendorAssignmentQuerySet",
