@@ -1,8 +1,9 @@
 """Vendors held to their insurance (issue 38, item 3): an uninsured vendor is not assigned,
 the vendors page shows what lapses within 30 days, and the daily job records each lapse
-once, shown on the timeline of the complaints the vendor is assigned to."""
+once, on the invoices' and the complaints' timelines."""
 
 from datetime import timedelta
+from decimal import Decimal
 
 import pytest
 from django.db import transaction
@@ -14,10 +15,11 @@ from hoa.models import Complaint
 from locking import advisory_lock
 from locking.models import FenceEvent
 from tests.harness.processes import run_manage
+from tests.invoices_support import approve, assignment_of, record, timeline
 from tests.vendors_support import active_vendor, state_of, uninsured_vendor, vendor_with_contract
 from vendors.exceptions import VendorNotInsured
 from vendors.insurance import LAPSES_LOCK, record_lapses
-from vendors.models import InsuranceLapse, VendorContract
+from vendors.models import InsuranceLapse, Invoice, VendorContract
 from vendors.services import assign_vendor
 
 pytestmark = pytest.mark.django_db
@@ -136,8 +138,17 @@ def test_the_vendors_page_shows_what_lapses_within_30_days(client, alice, maple,
 
 
 @pytest.mark.django_db(transaction=True)
-def test_the_daily_job_records_each_lapse_once(maple, oak, pipe):
-    active_vendor("Bright Spark", maple, insured_for_days=5)
+def test_the_daily_job_records_each_lapse_once_on_the_owed_invoices_timelines(
+    alice, bob, maple, pipe
+):
+    lapsing = active_vendor("Bright Spark", maple, insured_for_days=5)
+    owed = record(assignment_of(maple, lapsing), alice, number="B-1")
+    approved = approve(
+        record(assignment_of(maple, lapsing), alice, number="B-2", amount=Decimal("75.00")), bob
+    )
+    voided = record(assignment_of(maple, lapsing), alice, number="B-3", amount=Decimal("80.00"))
+    Invoice.objects.filter(pk=voided.pk).update(status=Invoice.Status.VOID)
+    insured = record(assignment_of(maple, pipe), alice, number="P-1")
     uninsured_vendor("Never", maple, lapsed_days_ago=None)  # no certificate: no date lapses
 
     assert record_lapses().lapses == 0  # nothing has lapsed yet
@@ -146,10 +157,20 @@ def test_the_daily_job_records_each_lapse_once(maple, oak, pipe):
     again = record_lapses(now=later + timedelta(days=1))
 
     expired_on = timezone.localdate() + timedelta(days=5)
-    assert (first.lapses, again.lapses) == (1, 0)
+    assert (first.lapses, first.invoice_events, again.lapses) == (1, 2, 0)
     assert list(InsuranceLapse.objects.values_list("vendor__name", "expired_on")) == [
         ("Bright Spark", expired_on)
     ]
+    for invoice in (owed, approved):
+        assert timeline(invoice)[-1] == (
+            "insurance_lapsed",
+            "system",
+            "",
+            "",
+            expired_on.isoformat(),
+        )
+    assert [kind for kind, *_ in timeline(voided)] == ["recorded"]
+    assert [kind for kind, *_ in timeline(insured)] == ["recorded"]
 
 
 @pytest.mark.django_db(transaction=True)

@@ -7,7 +7,7 @@ class VendorsConfig(AppConfig):
 
     def ready(self):
         from hoa.operations import register
-        from vendors import answers  # noqa: F401  (renders the refusals' sentences)
+        from vendors import answers, invoice_answers  # noqa: F401  (render the refusals)
         from vendors.operations import ASSIGNMENT
 
         register(ASSIGNMENT)

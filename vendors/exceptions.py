@@ -1,11 +1,15 @@
-"""What vendor assignment refuses on purpose. Nothing was written in any of these cases.
+"""What vendor assignment, the invoice workflow and the payment of invoices refuse on
+purpose. Nothing was written in any of these cases.
 
-Each class says which kind of answer it is and carries facts; ``vendors.answers`` renders its
-sentences when a page, the admin or the command asks (``hoa.answers.refusals``). The lock
-refusals carry the attempt's subject: the ``complaint``.
+Each class says which kind of answer it is and carries facts; ``vendors.answers`` (vendor
+assignment) and ``vendors.invoice_answers`` (``InvoicesError``: invoices and their payment)
+render their sentences when a page, the admin or the command asks
+(``hoa.answers.refusals``). The lock refusals carry the attempt's subject: the
+``complaint``, or the ``invoice``.
 """
 
 from datetime import date
+from enum import StrEnum
 
 from django.utils.translation import gettext_lazy
 
@@ -21,7 +25,7 @@ from hoa.answers.refusals import (
 from hoa.answers.table import Answer
 from hoa.models import Complaint, Organization
 from locking import Outcome
-from vendors.models import Vendor, VendorAssignment, VendorContract
+from vendors.models import Invoice, Vendor, VendorAssignment, VendorContract
 
 
 class VendorsError(Refusal):
@@ -185,3 +189,81 @@ class VendorNotInsured(VendorsError):
         super().__init__(
             vendor=vendor, organization=organization, day=day, insured_until=insured_until
         )
+
+
+# -- invoices --------------------------------------------------------------------------------
+
+
+class InvoicesError(VendorsError):
+    """Base of what the invoice workflow and the payment of invoices refuse on purpose;
+    ``vendors.invoice_answers`` renders their sentences."""
+
+
+class InvoiceRule(StrEnum):
+    """The rule a refused change of an invoice breaks (``vendors.invoice_answers.RULES``)."""
+
+    NUMBER_REQUIRED = "number-required"
+    NUMBER_TOO_LONG = "number-too-long"
+    AMOUNT_NOT_POSITIVE = "amount-not-positive"
+    AMOUNT_TOO_LARGE = "amount-too-large"
+    AMOUNT_CENTS = "amount-cents"
+    AMOUNT_UNCHANGED = "amount-unchanged"
+    DUE_BEFORE_ISSUED = "due-before-issued"
+    NOT_FROM_HERE = "not-from-here"
+    ALREADY_APPROVED_BY_YOU = "already-approved-by-you"
+    SECOND_NOT_RECORDER = "second-not-recorder"
+    CONFIRM_NOT_DUPLICATE = "confirm-not-duplicate"
+    SAY_WHY = "say-why"
+    REASON_TOO_LONG = "reason-too-long"
+    NOT_A_PDF = "not-a-pdf"
+    PDF_TOO_LARGE = "pdf-too-large"
+    NOT_APPROVED = "not-approved"
+
+
+class InvoiceRefused(InvoicesError):
+    """The change breaks ``rule``; ``facts`` fill its sentence. Nothing was written. 400."""
+
+    answer = Answer.BAD_REQUEST
+    title = gettext_lazy("This change is not allowed")
+
+    def __init__(self, rule: InvoiceRule, **facts):
+        super().__init__(rule=rule, facts=facts)
+
+
+class InvoiceNotAllowed(InvoicesError, NotPermitted):
+    """The actor may not ``action`` (record, approve, void…) invoices of ``organization``."""
+
+
+class DuplicateInvoiceNumber(InvoicesError):
+    """``vendor`` already has an invoice numbered ``number`` in the association
+    (``existing``); nothing was written. 400."""
+
+    answer = Answer.BAD_REQUEST
+    title = gettext_lazy("Invoice already recorded")
+
+    def __init__(self, *, vendor: Vendor, number: str, existing: Invoice | None):
+        super().__init__(vendor=vendor, number=number, existing=existing)
+
+
+class InvoiceChanged(InvoicesError):
+    """Someone changed the invoice since the page was shown (``seen``, its version then):
+    it is ``current`` now. Nothing was written. 409."""
+
+    answer = Answer.RETRY
+    outcome = Outcome.CONFLICT
+    title = gettext_lazy("The invoice changed meanwhile")
+
+    def __init__(self, *, invoice: Invoice, seen: int, current: Invoice):
+        super().__init__(invoice=invoice, seen=seen, current=current)
+
+
+class PaymentSent(InvoicesError):
+    """A payment of the invoice was sent to the payment service (it is claimed): nothing
+    but paying it may change it now. Nothing was written. 409."""
+
+    answer = Answer.RETRY
+    outcome = Outcome.CONFLICT
+    title = gettext_lazy("A payment was sent")
+
+    def __init__(self, *, invoice: Invoice):
+        super().__init__(invoice=invoice)

@@ -8,11 +8,12 @@ file is not insured either. An uninsured vendor may not be assigned to a complai
 with ``VendorNotInsured`` before anything is locked.
 
 ``record_lapses`` is the daily job (``manage.py record_insurance_lapses``): it records each
-certificate that has lapsed once (``InsuranceLapse``); the complaint pages show it on the
+certificate that has lapsed once (``InsuranceLapse``), and writes the lapse on the timeline
+of every invoice the association still owes the vendor; the complaint pages show it on the
 timeline of the complaints the vendor is assigned to (``vendors.complaint_pages``). Any
 number of hosts may run it: a pass takes a PostgreSQL advisory lock, and a host that finds
 it taken skips its pass; a lapse is recorded once whatever passes overlap (a unique
-constraint).
+constraint), and its timeline lines with it, in one transaction.
 """
 
 import logging
@@ -27,7 +28,7 @@ from django.utils import timezone
 from hoa.models import Organization
 from locking import advisory_lock
 from vendors.exceptions import VendorNotInsured
-from vendors.models import InsuranceLapse, Vendor, VendorContract
+from vendors.models import InsuranceLapse, Invoice, InvoiceEvent, Vendor, VendorContract
 
 logger = logging.getLogger(__name__)
 
@@ -64,6 +65,7 @@ def lapsing(organization: Organization, *, today: date, within: timedelta = LAPS
 class LapseResult:
     acquired: bool
     lapses: int = 0
+    invoice_events: int = 0
 
     @property
     def skipped(self) -> bool:
@@ -71,7 +73,8 @@ class LapseResult:
 
 
 def record_lapses(*, now: datetime | None = None, wait: timedelta | None = None) -> LapseResult:
-    """Record every certificate that has lapsed and is not recorded yet, once."""
+    """Record every certificate that has lapsed and is not recorded yet, once, with a
+    line on the timeline of each invoice its association still owes the vendor."""
     if transaction.get_connection().in_atomic_block:
         raise transaction.TransactionManagementError(
             "record_lapses commits its own pass; do not call it inside transaction.atomic()."
@@ -86,13 +89,16 @@ def record_lapses(*, now: datetime | None = None, wait: timedelta | None = None)
             return LapseResult(acquired=False)
         lapses = _new_lapses(now)
         InsuranceLapse.objects.bulk_create(lapses, ignore_conflicts=True)
+        events = [event for lapse in lapses for event in _invoice_events(lapse, now)]
+        InvoiceEvent.objects.bulk_create(events)
     logger.log(
         logging.INFO if lapses else logging.DEBUG,
-        "insurance lapses recorded: %d",
+        "insurance lapses recorded: %d (%d invoice timelines)",
         len(lapses),
+        len(events),
         extra={"resource": LAPSES_LOCK, "outcome": "done", "lapses": len(lapses)},
     )
-    return LapseResult(acquired=True, lapses=len(lapses))
+    return LapseResult(acquired=True, lapses=len(lapses), invoice_events=len(events))
 
 
 def _new_lapses(now: datetime) -> list[InsuranceLapse]:
@@ -119,3 +125,19 @@ def _new_lapses(now: datetime) -> list[InsuranceLapse]:
             )
         )
     return lapses
+
+
+def _invoice_events(lapse: InsuranceLapse, now: datetime) -> list[InvoiceEvent]:
+    owed = Invoice.objects.owed().filter(
+        organization_id=lapse.organization_id, vendor_id=lapse.vendor_id
+    )
+    return [
+        InvoiceEvent(
+            invoice_id=invoice_id,
+            kind=InvoiceEvent.Kind.INSURANCE_LAPSED,
+            at=now,
+            actor_label=SYSTEM,
+            note=lapse.expired_on.isoformat(),
+        )
+        for invoice_id in owed.values_list("pk", flat=True)
+    ]

@@ -66,8 +66,14 @@ ASSIGNMENT = FencedOperation(
             queryset="vendors.selectors.with_current_vendor",
         ),
     ),
-    staff_permissions=tuple(
-        f"vendors.view_{model}" for model in ("vendor", "vendorcontract", "vendorassignment")
+    staff_permissions=(
+        *(f"vendors.view_{model}" for model in ("vendor", "vendorcontract", "vendorassignment")),
+        # The invoice workflow (vendors.invoices), until payment declares its own.
+        "vendors.view_invoice",
+        "vendors.add_invoice",
+        "vendors.change_invoice",
+        "vendors.approve_invoice",
+        "vendors.void_invoice",
     ),
     seed_demo=demo.seed_demo,
 )

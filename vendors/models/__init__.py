@@ -1,5 +1,5 @@
-"""Vendors, their contracts with associations (and insurance), and their assignments to
-complaints.
+"""Vendors, their contracts with associations (and insurance), their assignments to
+complaints, the invoices they send for them and the payments of those invoices.
 
 Split by concern; every model is importable from ``vendors.models``, as the migrations
 name them.
@@ -13,13 +13,29 @@ from vendors.models.contracts import (
     VendorContractQuerySet,
     VendorQuerySet,
 )
+from vendors.models.invoices import (
+    DEFAULT_APPROVAL_THRESHOLD,
+    ApprovalPolicy,
+    Invoice,
+    InvoiceApproval,
+    InvoiceDocument,
+    InvoiceEvent,
+)
+from vendors.models.payments import VendorPayment
 
 __all__ = [
+    "DEFAULT_APPROVAL_THRESHOLD",
+    "ApprovalPolicy",
     "InsuranceLapse",
+    "Invoice",
+    "InvoiceApproval",
+    "InvoiceDocument",
+    "InvoiceEvent",
     "Vendor",
     "VendorAssignment",
     "VendorAssignmentQuerySet",
     "VendorContract",
     "VendorContractQuerySet",
+    "VendorPayment",
     "VendorQuerySet",
 ]

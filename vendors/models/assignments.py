@@ -172,6 +172,9 @@ class VendorAssignment(models.Model):
             models.CheckConstraint(
                 condition=Q(fence_token__gt=0), name="assignment_token_positive"
             ),
+            # What an invoice's composite foreign key points at: it bills this assignment
+            # and names its vendor (vendors 0007).
+            models.UniqueConstraint(fields=["id", "vendor"], name="assignment_of_vendor"),
         ]
 
     def __str__(self):
