@@ -111,3 +111,53 @@ def timeline(invoice: Invoice) -> list[tuple]:
     """The invoice's timeline, oldest first: ``(kind, actor, from, to, note)``."""
     rows = InvoiceEvent.objects.filter(invoice=invoice).order_by("at", "pk")
     return list(rows.values_list("kind", "actor_label", "from_status", "to_status", "note"))
+
+
+@pytest.fixture
+def payments(http_stub, settings):
+    """The payment service, pointed at the stand-in (which pays a key once)."""
+    settings.VENDOR_PAYMENT_URL = http_stub.url
+    return http_stub
+
+
+@pytest.fixture
+def approved(assignment, alice, bob) -> Invoice:
+    """Pipe Pros's invoice of 250.00, recorded by alice and approved by bob."""
+    return approve(record(assignment, alice, number="PAY-1"), bob)
+
+
+def paid_keys(stub) -> list[tuple[str, int]]:
+    """What the stand-in payment service paid: ``(idempotency key, token)``, in order."""
+    return [(paid.idempotency_key, paid.token) for paid in stub.payments]
+
+
+def payment_calls(stub) -> list[tuple[int, int, str]]:
+    """The payment calls the stand-in received: ``(token, status, verdict)``, in order."""
+    return [
+        (request.token, request.status, request.verdict)
+        for request in stub.received
+        if request.idempotency_key.startswith("vendor-payment:")
+    ]
+
+
+def payment_events(invoice: Invoice) -> list[tuple[str, int | None]]:
+    """The audit's ``(outcome, token)`` of the invoice's payment attempts, oldest first."""
+    from locking.models import FenceEvent
+    from vendors.operations import payment_resource
+
+    rows = FenceEvent.objects.filter(resource=payment_resource(invoice.pk)).order_by("at", "id")
+    return list(rows.values_list("outcome", "token"))
+
+
+def paid_state(invoice: Invoice) -> tuple:
+    """What a payment writes: ``(status, claim, fence, payments as (token, reference))``."""
+    from vendors.models import VendorPayment
+
+    invoice.refresh_from_db()
+    recorded = VendorPayment.objects.filter(invoice=invoice).order_by("pk")
+    return (
+        invoice.status,
+        invoice.payment_claim,
+        invoice.last_fence_token,
+        list(recorded.values_list("fence_token", "reference")),
+    )

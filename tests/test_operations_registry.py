@@ -48,9 +48,9 @@ def operator(alice):
 # -- the registry ------------------------------------------------------------------------------
 
 
-def test_the_three_operations_register_in_their_dashboard_order():
+def test_the_four_operations_register_in_their_dashboard_order():
     names = [operation.name for operation in operations.operations()]
-    assert names == ["vendor-assignment", "monthly-charges", "budget-approval"]
+    assert names == ["vendor-assignment", "vendor-payment", "monthly-charges", "budget-approval"]
 
 
 def test_a_budget_lease_is_described_scanned_and_its_token_recorded(maple, budget):
@@ -207,9 +207,10 @@ def test_breaking_a_budget_lease_fences_out_its_holder(
 
 
 def test_the_lease_ttl_check_names_the_budget_lease_and_its_setting(settings):
-    settings.EXTERNAL_CALL_TIMEOUT_SECONDS = 20  # above half of vendors' and budgets' 30 s
+    # Above half of the assignment's, the payment's and the budgets' 30 s.
+    settings.EXTERNAL_CALL_TIMEOUT_SECONDS = 20
     warned = [m.msg for m in checks.run_checks() if m.id == "hoa.W001"]
-    assert len(warned) == 2
+    assert len(warned) == 3
     assert any("budget-approval (30s, BUDGETS_LOCK_TTL_SECONDS)" in msg for msg in warned)
 
     settings.BUDGETS_LOCK_TTL_SECONDS = 60  # the setting overrides the declaration

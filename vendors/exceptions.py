@@ -267,3 +267,62 @@ class PaymentSent(InvoicesError):
 
     def __init__(self, *, invoice: Invoice):
         super().__init__(invoice=invoice)
+
+
+# -- paying an invoice (the fenced operation) --------------------------------------------------
+
+
+class PaymentNotAllowed(InvoicesError, NotPermitted):
+    """The actor may not pay this organization's invoices."""
+
+
+class PaymentBusy(InvoicesError, Busy):
+    """Another attempt is paying this invoice right now."""
+
+    title = gettext_lazy("Payment in progress")
+
+
+class PaymentSuperseded(InvoicesError, Superseded):
+    """A newer attempt took over while this one was paused past its lease."""
+
+    title = gettext_lazy("A newer payment took over")
+
+
+class PaymentLeaseLost(InvoicesError, LeaseRanOut):
+    """The lease was lost (or could not be confirmed) before the payment service was called."""
+
+    title = gettext_lazy("Stopped before paying")
+
+
+class PaymentLockServiceUnavailable(InvoicesError, LockServiceDown):
+    """Redis could not be reached: no lease, nothing paid."""
+
+
+class PaymentFailed(InvoicesError, CallFailed):
+    """The payment service refused the payment, failed or timed out."""
+
+    title = gettext_lazy("The payment service failed")
+
+
+class PaymentServiceNotConfigured(InvoicesError):
+    """``VENDOR_PAYMENT_URL`` is not set: nothing can be paid (never skipped, so that no
+    payment is recorded that did not happen). 503; nothing locked."""
+
+    answer = Answer.UNAVAILABLE
+    title = gettext_lazy("No payment service")
+
+    def __init__(self, *, invoice: Invoice):
+        super().__init__(invoice=invoice)
+
+
+class InvoiceChangedBeforePaying(InvoicesError):
+    """Between the caller's look and the payment's claim, the invoice stopped being payable
+    (voided, rejected, its amount changed: now ``current``); the payment service was not
+    called. 409, audited as a conflict."""
+
+    answer = Answer.RETRY
+    outcome = Outcome.CONFLICT
+    title = gettext_lazy("The invoice changed meanwhile")
+
+    def __init__(self, *, invoice: Invoice, current: Invoice):
+        super().__init__(invoice=invoice, current=current)

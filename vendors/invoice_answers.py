@@ -3,25 +3,38 @@ place for the staff pages, the admin and the commands. Translated, with named pl
 
 ``sentence`` renders every ``InvoicesError`` (``vendors.exceptions``) from its facts. The
 invoice workflow has nothing to hide from staff: they and operators read the same
-sentences.
+sentences. A payment that is busy or overtaken speaks to two audiences
+(``hoa.answers.table.Audience``): staff on pages and admin messages, without fencing
+tokens, hosts or lease lifetimes; operators in the command's output and the audit, with
+them.
 """
 
-from django.utils.translation import gettext as _
-from django.utils.translation import gettext_lazy
+import math
 
-from hoa.answers.refusals import sentence
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy, ngettext
+
+from hoa.answers.refusals import person_holding, sentence
 from hoa.answers.table import Audience
 from hoa.web.money import format_money
 from vendors.exceptions import (
     DuplicateInvoiceNumber,
     InvoiceChanged,
+    InvoiceChangedBeforePaying,
     InvoiceNotAllowed,
     InvoiceRefused,
     InvoiceRule,
     InvoicesError,
+    PaymentBusy,
+    PaymentFailed,
+    PaymentLeaseLost,
+    PaymentLockServiceUnavailable,
+    PaymentNotAllowed,
     PaymentSent,
+    PaymentServiceNotConfigured,
+    PaymentSuperseded,
 )
-from vendors.models import Invoice, InvoiceEvent
+from vendors.models import Invoice, InvoiceEvent, VendorPayment
 
 Rule = InvoiceRule
 
@@ -95,7 +108,108 @@ def _sentence(refusal: InvoicesError, audience: Audience) -> str:
                 "have paid it: it can no longer be changed, only paid. Pay it again to settle "
                 "it; nothing was saved."
             ) % {"invoice": refusal.invoice.pk}
+        case PaymentNotAllowed():
+            return _("%(actor)s may not pay invoices of %(organization)s.") % {
+                "actor": refusal.actor,
+                "organization": refusal.organization.name,
+            }
+        case PaymentServiceNotConfigured():
+            return _(
+                "No payment service is configured (VENDOR_PAYMENT_URL), so invoice "
+                "#%(invoice)s was not paid; nothing was saved."
+            ) % {"invoice": refusal.invoice.pk}
+        case PaymentBusy():
+            return payment_busy(refusal, audience)
+        case PaymentSuperseded():
+            return payment_superseded(refusal, audience)
+        case PaymentLeaseLost():
+            return _(
+                "Paying invoice #%(invoice)s took too long and was stopped before the payment "
+                "service was called; nothing was paid or saved. Try again."
+            ) % {"invoice": refusal.invoice.pk}
+        case PaymentLockServiceUnavailable():
+            return _(
+                "The lock service (Redis) is unavailable, so invoice #%(invoice)s was not "
+                "paid: %(reason)s"
+            ) % {"invoice": refusal.invoice.pk, "reason": refusal.reason}
+        case PaymentFailed():
+            return _(
+                "The payment service did not confirm the payment of invoice #%(invoice)s "
+                "(%(reason)s); nothing was saved. Pay it again: the service pays an invoice "
+                "once, however often it is asked."
+            ) % {"invoice": refusal.invoice.pk, "reason": refusal.reason}
+        case InvoiceChangedBeforePaying():
+            return _(
+                "Invoice #%(invoice)s changed before it was paid: it is now %(status)s, for "
+                "%(amount)s; nothing was paid."
+            ) % {
+                "invoice": refusal.current.pk,
+                "status": refusal.current.get_status_display().lower(),
+                "amount": format_money(refusal.current.amount),
+            }
     raise TypeError(f"no sentence for {type(refusal).__name__}")
+
+
+def payment_busy(refusal: PaymentBusy, audience: Audience = Audience.STAFF) -> str:
+    invoice = refusal.invoice.pk
+    if audience is Audience.OPERATORS:
+        return _(
+            "Invoice #%(invoice)s is being paid by %(holder)s right now; try again in "
+            "%(seconds)d seconds."
+        ) % {
+            "invoice": invoice,
+            "holder": refusal.holder or _("another worker"),
+            "seconds": max(1, math.ceil(refusal.retry_after.total_seconds())),
+        }
+    if person := person_holding(refusal.holder):
+        return _(
+            "Another staff member (%(person)s) is paying invoice #%(invoice)s; this usually "
+            "takes a few seconds."
+        ) % {"invoice": invoice, "person": person}
+    return _("Another worker is paying invoice #%(invoice)s; this usually takes a few seconds.") % {
+        "invoice": invoice
+    }
+
+
+def payment_superseded(refusal: PaymentSuperseded, audience: Audience = Audience.STAFF) -> str:
+    invoice = refusal.invoice.pk
+    if audience is Audience.OPERATORS:
+        return _(
+            "A newer payment of invoice #%(invoice)s (token %(recorded)s) took over while "
+            "this one (token %(token)s) was paused past its lease; nothing of this one was "
+            "saved."
+        ) % {"invoice": invoice, "recorded": refusal.recorded, "token": refusal.token}
+    return _(
+        "Someone else took over paying invoice #%(invoice)s while this attempt was waiting; "
+        "nothing of this attempt was saved. Look at the invoice to see where it stands."
+    ) % {"invoice": invoice}
+
+
+def payment_message(
+    payment: VendorPayment,
+    *,
+    paid: bool,
+    token: int | None = None,
+    audience: Audience = Audience.STAFF,
+) -> str:
+    """What a successful payment did; operators (the command's line) also read the token."""
+    values = {
+        "invoice": payment.invoice_id,
+        "vendor": payment.invoice.vendor.name,
+        "amount": format_money(payment.amount, payment.currency),
+        "reference": payment.reference,
+    }
+    if paid:
+        said = _("Paid %(vendor)s %(amount)s for invoice #%(invoice)s (reference %(reference)s).")
+    else:
+        said = _(
+            "Invoice #%(invoice)s was already paid: %(vendor)s, %(amount)s (reference "
+            "%(reference)s)."
+        )
+    said %= values
+    if audience is Audience.OPERATORS and paid and token is not None:
+        said = f"{said[:-1]} (token {token})."
+    return said
 
 
 def rule(name: InvoiceRule, facts: dict) -> str:
@@ -175,3 +289,45 @@ def change_message(invoice: Invoice, event: InvoiceEvent) -> str:
         case InvoiceEvent.Kind.VOIDED:
             return _("Invoice #%(invoice)s is void.") % values
     return _("Invoice #%(invoice)s changed.") % values
+
+
+# -- the payment run (vendors.payment_run) ------------------------------------------------------
+
+
+def payment_run_summary(run) -> str:
+    """The payment run's summary line (``-v 1``)."""
+    line = ngettext(
+        "%(total)d invoice to pay: %(paid)d paid, %(already)d already paid, %(changed)d "
+        "changed meanwhile, %(failed)d failed",
+        "%(total)d invoices to pay: %(paid)d paid, %(already)d already paid, %(changed)d "
+        "changed meanwhile, %(failed)d failed",
+        run.total,
+    ) % {
+        "total": run.total,
+        "paid": run.paid,
+        "already": run.already,
+        "changed": run.changed,
+        "failed": run.failed,
+    }
+    if run.held:
+        line += _(", %(count)d unfinished") % {"count": len(run.held)}
+    return line + "."
+
+
+def payment_run_unfinished(run) -> str:
+    """Why the payment run did not finish: a service down, failures, or still busy."""
+    if run.unavailable:
+        return run.unavailable
+    if run.failed:
+        return ngettext(
+            "%(count)d invoice could not be paid; see the lines above.",
+            "%(count)d invoices could not be paid; see the lines above.",
+            run.failed,
+        ) % {"count": run.failed}
+    return ngettext(
+        "%(count)d invoice was still being paid elsewhere after waiting %(wait)g s; run "
+        "again later to confirm.",
+        "%(count)d invoices were still being paid elsewhere after waiting %(wait)g s; run "
+        "again later to confirm.",
+        len(run.held),
+    ) % {"count": len(run.held), "wait": run.wait.total_seconds()}

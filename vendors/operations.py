@@ -1,9 +1,11 @@
-"""Vendor assignment, declared once: what the frame and the runner know of it.
+"""Vendor assignment and vendor payment, each declared once: what the frame and the runner
+know of them.
 
-The lock resource is ``vendor-assignment:complaint:<id>``: one lease per complaint, never
-wider. The organization is the complaint's, not in the name, so the lock status page scans
-the one prefix (bounded) and keeps the leases of the viewer's complaints.
-``VendorsConfig.ready()`` registers ``ASSIGNMENT``.
+The lock resources are ``vendor-assignment:complaint:<id>`` (one lease per complaint) and
+``vendor-payment:invoice:<id>`` (one per invoice), never wider. The organization is the
+complaint's or the invoice's, not in the name, so the lock status page scans each prefix
+once (bounded) and keeps the leases of the viewer's associations.
+``VendorsConfig.ready()`` registers ``ASSIGNMENT`` and ``PAYMENT``.
 """
 
 import re
@@ -21,6 +23,12 @@ from vendors.exceptions import (
     DispatchFailed,
     LockServiceUnavailable,
     NotAllowed,
+    PaymentBusy,
+    PaymentFailed,
+    PaymentLeaseLost,
+    PaymentLockServiceUnavailable,
+    PaymentNotAllowed,
+    PaymentSuperseded,
 )
 
 OPERATION = "vendor-assignment"
@@ -68,12 +76,41 @@ ASSIGNMENT = FencedOperation(
     ),
     staff_permissions=(
         *(f"vendors.view_{model}" for model in ("vendor", "vendorcontract", "vendorassignment")),
-        # The invoice workflow (vendors.invoices), until payment declares its own.
-        "vendors.view_invoice",
-        "vendors.add_invoice",
-        "vendors.change_invoice",
-        "vendors.approve_invoice",
-        "vendors.void_invoice",
     ),
     seed_demo=demo.seed_demo,
+)
+
+
+PAYMENT_OPERATION = "vendor-payment"
+PAY_PERMISSION = "vendors.pay_invoice"
+PAYMENT_PREFIX = f"{PAYMENT_OPERATION}:invoice:"
+
+
+def payment_resource(invoice_id: int) -> str:
+    return f"{PAYMENT_PREFIX}{int(invoice_id)}"
+
+
+PAYMENT = FencedOperation(
+    name=PAYMENT_OPERATION,
+    permission=PAY_PERMISSION,
+    resource=re.compile(r"vendor-payment:invoice:(?P<invoice>[0-9]{1,18})"),
+    example=f"{PAYMENT_PREFIX}1",
+    refusals=Refusals(
+        not_permitted=PaymentNotAllowed,
+        busy=PaymentBusy,
+        superseded=PaymentSuperseded,
+        lease_ran_out=PaymentLeaseLost,
+        lock_service_down=PaymentLockServiceUnavailable,
+        call_failed=PaymentFailed,
+    ),
+    ttl=timedelta(seconds=30),
+    ttl_setting="VENDOR_PAYMENT_LOCK_TTL_SECONDS",
+    describe=selectors.describe_payment_resources,
+    scan_prefixes=lambda organization_ids: [PAYMENT_PREFIX],
+    order=15,
+    staff_permissions=(
+        # The invoice workflow (vendors.invoices) that leads to a payment.
+        *(f"vendors.{action}_invoice" for action in ("view", "add", "change", "approve", "void")),
+        "vendors.view_vendorpayment",
+    ),
 )

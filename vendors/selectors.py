@@ -8,7 +8,7 @@ from django.utils.translation import gettext as _
 
 from hoa.models import Complaint, Organization
 from hoa.operations import ResourceInfo
-from vendors.models import InsuranceLapse, VendorAssignment, VendorContract
+from vendors.models import InsuranceLapse, Invoice, VendorAssignment, VendorContract
 
 UNASSIGNED = "none"  # the vendor filter's "unassigned"
 
@@ -111,3 +111,34 @@ def describe_resources(matches: dict[str, re.Match]) -> dict[str, ResourceInfo]:
             else "",
         )
     return described
+
+
+def describe_payment_resources(matches: dict[str, re.Match]) -> dict[str, ResourceInfo]:
+    """The lock status page's view of ``vendor-payment:invoice:<id>`` names."""
+    ids = {resource: int(match["invoice"]) for resource, match in matches.items()}
+    invoices = Invoice.objects.select_related("organization", "vendor", "assignment").in_bulk(
+        set(ids.values())
+    )
+    described = {}
+    for resource, invoice_id in ids.items():
+        invoice = invoices.get(invoice_id)
+        organization = invoice.organization if invoice else None
+        described[resource] = ResourceInfo(
+            resource=resource,
+            organization=organization,
+            description=_("Payment of invoice #%(id)s %(vendor)s %(number)s")
+            % {
+                "id": invoice_id,
+                "vendor": invoice.vendor.name if invoice else "",
+                "number": invoice.number if invoice else "",
+            },
+            recorded_token=invoice.last_fence_token if invoice else None,
+            url=invoice_url(invoice) if invoice else "",
+        )
+    return described
+
+
+def invoice_url(invoice: Invoice) -> str:
+    """The page of the complaint the invoice bills for."""
+    complaint = invoice.assignment.complaint_id
+    return reverse("complaints:complaint", args=[invoice.organization.slug, complaint])

@@ -95,7 +95,6 @@ class Migration(migrations.Migration):
             name='VendorPayment',
             fields=[
                 ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('last_fence_token', models.BigIntegerField(default=0, editable=False)),
                 ('amount', models.DecimalField(decimal_places=2, max_digits=12, verbose_name='amount')),
                 ('currency', models.CharField(max_length=3, verbose_name='currency')),
                 ('reference', models.CharField(max_length=200, verbose_name='payment reference')),

@@ -7,7 +7,6 @@ from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
 from hoa.tenancy import TenantQuerySet
-from locking.models import FencedModel
 from vendors.models.invoices import Invoice
 
 
@@ -15,11 +14,11 @@ class VendorPaymentQuerySet(TenantQuerySet):
     tenant_path = "invoice__organization"
 
 
-class VendorPayment(FencedModel):
+class VendorPayment(models.Model):
     """What the payment service paid for an invoice, recorded in the transaction that
-    checks the fence and the invoice's state (``vendors.payments``). One per invoice: the
-    row is inserted with the payment's fencing token on it (``insert_fenced``), and a later
-    holder finds it and answers "already paid"."""
+    checks the fence (on the invoice's row) and the invoice's state (``vendors.payments``).
+    One per invoice (a one-to-one key): a later holder finds it and answers "already
+    paid". ``fence_token`` is the token of the lease it was recorded under."""
 
     invoice = models.OneToOneField(Invoice, on_delete=models.PROTECT, related_name="payment")
     amount = models.DecimalField(_("amount"), max_digits=12, decimal_places=2)
