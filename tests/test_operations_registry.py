@@ -106,6 +106,7 @@ def test_navigation_links_to_the_budgets_among_the_other_operations(client, alic
         ("charges/", ""),
         ("complaints/", ""),
         ("vendors/", ""),
+        ("invoices/", ""),
         ("budgets/", 'aria-current="page"'),
     ]
 

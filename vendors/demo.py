@@ -8,12 +8,22 @@ in progress.
 """
 
 from datetime import timedelta
+from decimal import Decimal
 
+from django.conf import settings
+from django.db.models import F
 from django.utils import timezone
 
 from hoa.complaints import workflow
 from hoa.models import Complaint, Organization, StaffMembership
-from vendors.models import Vendor, VendorAssignment, VendorContract
+from vendors.models import (
+    Invoice,
+    InvoiceEvent,
+    Vendor,
+    VendorAssignment,
+    VendorContract,
+    VendorPayment,
+)
 
 ASSIGNED_PER_ASSOCIATION = 10
 
@@ -92,3 +102,114 @@ def _assign_some(organization: Organization) -> None:
                 actor=member.user,
                 assigned=True,
             )
+
+
+def seed_invoices(organizations: dict[str, Organization]) -> None:
+    """Invoices of the demo associations' assignments in every state, recorded and changed
+    through the workflow (so each has its timeline): received, overdue, approved once of
+    two, approved, paid, rejected, void, and a possible duplicate awaiting confirmation."""
+    from vendors import invoices  # the workflow imports the models this module seeds
+
+    for organization in organizations.values():
+        if Invoice.objects.filter(organization=organization).exists():
+            continue  # seeded before (or invoices recorded by someone trying the demo)
+        staff = list(
+            StaffMembership.objects.filter(organization=organization)
+            .select_related("user")
+            .order_by("user__username")
+        )
+        assignments = list(
+            VendorAssignment.objects.filter(complaint__organization=organization)
+            .select_related("vendor", "complaint")
+            .order_by("pk")
+        )
+        if len(staff) < 2 or not assignments:
+            continue
+        recorder, approver = staff[0].user, staff[1].user
+        _seed_invoices_of(organization, assignments, recorder, approver, invoices)
+
+
+def _seed_invoices_of(organization, assignments, recorder, approver, invoices) -> None:
+    today = timezone.localdate()
+    # number, amount, issued (days ago), due in (days), what becomes of it
+    plan = [
+        ("INV-1041", "185.00", 12, 18, "received"),
+        ("INV-1042", "420.00", 45, -15, "received"),  # overdue
+        ("INV-1043", "2350.00", 9, 21, "approved-once"),  # above the threshold: one of two
+        ("INV-1044", "640.00", 20, 10, "approved"),
+        ("INV-1045", "310.00", 30, 0, "paid"),
+        ("INV-1046", "95.00", 25, 5, "rejected"),
+        ("INV-1047", "150.00", 15, 15, "void"),
+        ("INV-1048", "185.00", 12, 18, "received"),  # same vendor, amount, date as INV-1041
+    ]
+    first = assignments[0]
+    for index, (number, amount, issued, due, becomes) in enumerate(plan):
+        # The possible duplicate bills the same assignment as the invoice it repeats.
+        repeats = number in ("INV-1041", "INV-1048")
+        assignment = first if repeats else assignments[index % len(assignments)]
+        invoice = invoices.record_invoice(
+            assignment=assignment,
+            number=number,
+            amount=Decimal(amount),
+            issued_on=today - timedelta(days=issued),
+            due_on=today + timedelta(days=due),
+            actor=recorder,
+        ).invoice
+        if becomes in ("approved-once", "approved", "paid"):
+            invoice = invoices.approve_invoice(
+                invoice=invoice, seen=invoice.version, actor=approver
+            ).invoice
+        if becomes in ("approved", "paid") and invoice.status != Invoice.Status.APPROVED:
+            invoice = invoices.approve_invoice(
+                invoice=invoice, seen=invoice.version, actor=recorder
+            ).invoice
+        if becomes == "paid":
+            _record_demo_payment(invoice, approver)
+        elif becomes == "rejected":
+            invoices.reject_invoice(
+                invoice=invoice,
+                seen=invoice.version,
+                reason="The work was not finished; the vendor will send a new invoice.",
+                actor=approver,
+            )
+        elif becomes == "void":
+            invoices.void_invoice(
+                invoice=invoice,
+                seen=invoice.version,
+                reason="Recorded against the wrong complaint.",
+                actor=recorder,
+            )
+
+
+def _record_demo_payment(invoice: Invoice, actor) -> None:
+    """A payment as the fenced payment records it, without a payment service to call (the
+    demo runs without one): the invoice claimed and paid, the payment and its timeline."""
+    now = timezone.now()
+    Invoice.objects.filter(pk=invoice.pk).update(
+        status=Invoice.Status.PAID,
+        payment_claim=1,
+        payment_claimed_at=now,
+        version=F("version") + 1,
+    )
+    VendorPayment.objects.create(
+        invoice=invoice,
+        amount=invoice.amount,
+        currency=settings.CURRENCY,
+        reference=f"DEMO-{invoice.pk:06d}",
+        paid_at=now,
+        paid_by=actor,
+        actor_label=f"{actor.get_username()} via seed_demo",
+        fence_token=1,
+    )
+    for kind in (InvoiceEvent.Kind.PAYMENT_SENT, InvoiceEvent.Kind.PAID):
+        InvoiceEvent.objects.create(
+            invoice=invoice,
+            kind=kind,
+            at=now,
+            actor=actor,
+            actor_label=f"{actor.get_username()} via seed_demo",
+            from_status=Invoice.Status.APPROVED if kind == InvoiceEvent.Kind.PAID else "",
+            to_status=Invoice.Status.PAID if kind == InvoiceEvent.Kind.PAID else "",
+            note=f"DEMO-{invoice.pk:06d}" if kind == InvoiceEvent.Kind.PAID else "",
+            amount_after=invoice.amount,
+        )

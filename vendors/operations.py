@@ -14,8 +14,8 @@ from datetime import timedelta
 
 from django.utils.translation import gettext_lazy as _
 
-from hoa.operations import AdminExtension, FencedOperation, Link, Refusals
-from vendors import complaint_pages, demo, selectors
+from hoa.operations import AdminExtension, FencedOperation, Link, Panel, Refusals
+from vendors import complaint_pages, demo, invoice_selectors, selectors
 from vendors.exceptions import (
     AssignmentBusy,
     AssignmentLeaseLost,
@@ -108,9 +108,15 @@ PAYMENT = FencedOperation(
     describe=selectors.describe_payment_resources,
     scan_prefixes=lambda organization_ids: [PAYMENT_PREFIX],
     order=15,
+    links=(Link(_("Invoices"), "vendors:invoices", order=35),),
+    dashboard=Panel(
+        context=invoice_selectors.dashboard_context, stats="vendors/_dashboard_invoices.html"
+    ),
+    complaints=complaint_pages.INVOICES,
     staff_permissions=(
         # The invoice workflow (vendors.invoices) that leads to a payment.
         *(f"vendors.{action}_invoice" for action in ("view", "add", "change", "approve", "void")),
         "vendors.view_vendorpayment",
     ),
+    seed_demo=demo.seed_invoices,
 )

@@ -45,6 +45,7 @@ from hoa.fenced import FencedSteps, run_together
 from locking import Lease, Outcome, StaleFencingToken
 from vendors import invoice_answers
 from vendors.exceptions import (
+    InvoiceChanged,
     InvoiceChangedBeforePaying,
     InvoiceRefused,
     InvoiceRule,
@@ -89,12 +90,16 @@ class PaymentResult:
         )
 
 
-def pay_invoice(*, invoice: Invoice, actor, via: str = "", ip: str | None = None) -> PaymentResult:
+def pay_invoice(
+    *, invoice: Invoice, actor, via: str = "", ip: str | None = None, seen: int | None = None
+) -> PaymentResult:
     """Pay ``invoice`` (approved) exactly once, under its fenced lease.
 
     ``actor`` is the user asking (staff of the invoice's association with
     ``vendors.pay_invoice``, or a superuser), or ``None`` for the deployment's operator at
     the shell; ``via`` says where the request came from (``cli:ops``) for the audit trail.
+    ``seen``: the invoice's version on the page that asked; an invoice no longer payable
+    since then is ``InvoiceChanged`` (409), not a bad request.
 
     Raises, before anything is locked: ``PaymentNotAllowed``,
     ``PaymentServiceNotConfigured``, ``InvoiceRefused`` (not approved), ``VendorNotInsured``.
@@ -102,7 +107,7 @@ def pay_invoice(*, invoice: Invoice, actor, via: str = "", ip: str | None = None
     ``PaymentLeaseLost``, ``InvoiceChangedBeforePaying``, ``PaymentFailed``,
     ``PaymentSuperseded``. All are ``VendorsError``.
     """
-    call, steps = _payment(invoice, actor, via=via, ip=ip)
+    call, steps = _payment(invoice, actor, via=via, ip=ip, seen=seen)
     return call.run(steps)
 
 
@@ -125,7 +130,7 @@ def pay_together(invoices: list[Invoice], *, actor, via: str = "") -> list:
     return answers
 
 
-def _payment(invoice: Invoice, actor, *, via: str, ip: str | None = None):
+def _payment(invoice: Invoice, actor, *, via: str, ip: str | None = None, seen=None):
     """The permitted call and its steps, or the refusal made before the lease."""
     organization = invoice.organization
     resource = payment_resource(invoice.pk)
@@ -133,6 +138,8 @@ def _payment(invoice: Invoice, actor, *, via: str, ip: str | None = None):
     if not settings.VENDOR_PAYMENT_URL:
         raise PaymentServiceNotConfigured(invoice=invoice)
     if invoice.status not in (Status.APPROVED, Status.PAID):
+        if seen is not None and seen != invoice.version:  # it changed after the page
+            raise InvoiceChanged(invoice=invoice, seen=seen, current=invoice)
         raise InvoiceRefused(InvoiceRule.NOT_APPROVED, status=invoice.status)
     if invoice.status == Status.APPROVED:
         check_insured(invoice.vendor, organization, today_of(organization))

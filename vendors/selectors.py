@@ -116,9 +116,7 @@ def describe_resources(matches: dict[str, re.Match]) -> dict[str, ResourceInfo]:
 def describe_payment_resources(matches: dict[str, re.Match]) -> dict[str, ResourceInfo]:
     """The lock status page's view of ``vendor-payment:invoice:<id>`` names."""
     ids = {resource: int(match["invoice"]) for resource, match in matches.items()}
-    invoices = Invoice.objects.select_related("organization", "vendor", "assignment").in_bulk(
-        set(ids.values())
-    )
+    invoices = Invoice.objects.select_related("organization", "vendor").in_bulk(set(ids.values()))
     described = {}
     for resource, invoice_id in ids.items():
         invoice = invoices.get(invoice_id)
@@ -139,6 +137,4 @@ def describe_payment_resources(matches: dict[str, re.Match]) -> dict[str, Resour
 
 
 def invoice_url(invoice: Invoice) -> str:
-    """The page of the complaint the invoice bills for."""
-    complaint = invoice.assignment.complaint_id
-    return reverse("complaints:complaint", args=[invoice.organization.slug, complaint])
+    return reverse("vendors:invoice", args=[invoice.organization.slug, invoice.pk])
