@@ -43,7 +43,9 @@ from vendors.payments import PaymentResult, pay_invoice
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-SHORT_TTL = 0.3  # seconds: long enough to be granted, short enough to expire mid-call
+SHORT_TTL = (
+    1.0  # seconds: long enough to be granted and claim under load, short enough to expire mid-call
+)
 Status = Invoice.Status
 
 

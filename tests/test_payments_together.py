@@ -109,7 +109,7 @@ def test_a_payer_overtaken_inside_a_batch_rolls_back_only_its_own_invoice(
     lease; a newer payer records that payment meanwhile. The batch's fence on the second
     invoice then refuses its older token in the invoice's savepoint; the first and third,
     in the same transaction, are paid."""
-    settings.VENDOR_PAYMENT_LOCK_TTL_SECONDS = 0.3
+    settings.VENDOR_PAYMENT_LOCK_TTL_SECONDS = 1.0
     second = three[1]
     key = idempotency_key(second.pk)
     gate = payments.hold(lambda r: r.idempotency_key == key and r.token == 1, answered=True)
