@@ -25,11 +25,11 @@ from django.contrib.auth.models import Permission
 from django.db import transaction
 from django.utils import timezone
 
-from charges.exceptions import GenerationBusy
 from charges.models import MonthlyChargeRun
 from charges.operations import charge_resource
 from charges.selectors import add_months, current_month
 from charges.services import generate_monthly_charges
+from hoa.answers.refusals import Busy
 from hoa.complaints.workflow import add_note, change_sla, change_status
 from hoa.demo import DEMO_PASSWORD, seed_demo, staff_group
 from hoa.models import Complaint, Organization, StaffMembership
@@ -58,7 +58,7 @@ def _history(lock: FenceLock) -> dict:
 
     # A busy attempt: the cron host holds this month's lease while Alice tries.
     busy = lock.acquire(charge_resource(maple, month), ttl=timedelta(seconds=30), holder="cron")
-    with busy, contextlib.suppress(GenerationBusy):
+    with busy, contextlib.suppress(Busy):
         generate_monthly_charges(organization=maple, month=month, actor=alice)
 
     # A paused holder: its lease was re-granted to a newer holder, whose write is recorded;

@@ -17,11 +17,11 @@ from django.db import transaction
 from django.utils import timezone
 
 from hoa import operations
+from hoa.answers.refusals import Busy
 from hoa.demo import seed_demo, staff_group
 from hoa.operations import ResourceInfo
 from locking import StaleFencingToken, advance_fence, lock_key
 from locking.models import FenceEvent
-from tests.budgets.exceptions import ApprovalBusy
 from tests.budgets.models import AnnualBudget
 from tests.budgets.operations import APPROVAL, budget_resource
 from tests.budgets_support import AMOUNT, YEAR, approve, state_of
@@ -169,7 +169,7 @@ def test_metrics_count_budget_approvals_under_their_operation_label(
     approve(maple)
     with (
         fence_lock.acquire(budget_resource(maple, YEAR), ttl=LEASE),
-        pytest.raises(ApprovalBusy),
+        pytest.raises(Busy),
     ):
         approve(maple)
     _status, after, body = scrape(client)

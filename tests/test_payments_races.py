@@ -12,6 +12,7 @@ import threading
 import pytest
 from django.db import transaction
 
+from hoa.answers.refusals import Busy, CallFailed, Superseded
 from hoa.models import StaffMembership
 from locking import lock_key
 from locking.epochs import first_token
@@ -29,13 +30,7 @@ from tests.invoices_support import (
 )
 from tests.vendors_support import WAIT, Worker
 from vendors import invoices
-from vendors.exceptions import (
-    InvoiceChangedBeforePaying,
-    PaymentBusy,
-    PaymentFailed,
-    PaymentSent,
-    PaymentSuperseded,
-)
+from vendors.exceptions import InvoiceChangedBeforePaying, PaymentSent
 from vendors.models import Invoice, VendorPayment
 from vendors.operations import payment_resource
 from vendors.payment_client import idempotency_key
@@ -82,7 +77,7 @@ def test_two_staff_paying_at_once_one_pays_and_the_other_is_told_who_holds_it(
 
     won, lost = winner.outcome(), loser.outcome()
     assert isinstance(won, PaymentResult) and (won.outcome, won.token) == ("committed", 1)
-    assert isinstance(lost, PaymentBusy)
+    assert isinstance(lost, Busy)
     assert lost.holder.startswith(f"{winner.name} on ")
     assert paid_keys(payments) == [(idempotency_key(approved.pk), 1)]
     assert VendorPayment.objects.count() == 1
@@ -107,7 +102,7 @@ def test_a_paused_payer_whose_payment_went_through_is_refused_and_money_leaves_o
     late = paused.outcome()
 
     assert (newer.outcome, newer.token) == ("committed", 2)
-    assert isinstance(late, PaymentSuperseded)
+    assert isinstance(late, Superseded)
     assert (late.token, late.recorded) == (1, 2)
     [payment] = VendorPayment.objects.all()
     assert (payment.fence_token, payment.paid_by) == (2, bob)
@@ -135,7 +130,7 @@ def test_a_paused_payers_late_call_is_refused_by_the_service_after_a_newer_one_p
     late = paused.outcome()
 
     assert (newer.outcome, newer.token) == ("committed", 2)
-    assert isinstance(late, PaymentSuperseded)
+    assert isinstance(late, Superseded)
     assert paid_keys(payments) == [(idempotency_key(approved.pk), 2)]
     assert payment_calls(payments) == [(2, 200, "accepted"), (1, 409, "stale")]
     assert paid_state(approved)[:3] == (Status.PAID, 2, 2)
@@ -182,7 +177,7 @@ def test_paying_again_after_redis_lost_its_data_pays_on_the_first_call(
     counter. The next grant starts epoch 1 before any call: its token is above every token
     of epoch 0, and the service, which had kept nothing, pays once."""
     payments.status = 503
-    with pytest.raises(PaymentFailed):
+    with pytest.raises(CallFailed):
         pay_invoice(invoice=approved, actor=alice)
     payments.status = None
     redis_client.flushdb()  # restarted without persistence: the counter and the lease gone
@@ -296,7 +291,7 @@ def test_eight_payers_of_one_invoice_at_once_money_leaves_once(
     gate.release()
     outcomes = [worker.outcome() for worker in workers]
 
-    assert sorted(type(outcome).__name__ for outcome in outcomes) == ["PaymentBusy"] * 7 + [
+    assert sorted(type(outcome).__name__ for outcome in outcomes) == ["Busy"] * 7 + [
         "PaymentResult"
     ]
     assert len(payments.payments) == 1 and len(payments.received) == 1

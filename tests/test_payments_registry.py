@@ -9,12 +9,12 @@ from django.contrib.auth.models import Permission
 from django.db import transaction
 
 from hoa import operations
+from hoa.answers.refusals import Busy
 from hoa.demo import staff_group
 from locking import StaleFencingToken, advance_fence, lock_key
 from locking.models import FenceEvent
 from tests.invoices_support import paid_state
 from tests.test_topologies_metrics import scrape, value
-from vendors.exceptions import PaymentBusy
 from vendors.models import Invoice
 from vendors.operations import PAYMENT, payment_resource
 from vendors.payments import pay_invoice
@@ -70,7 +70,7 @@ def test_metrics_count_payments_under_their_operation_label(
     _status, before, _body = scrape(client)
     pay_invoice(invoice=approved, actor=alice)
     other = Invoice.objects.get(pk=approved.pk)
-    with fence_lock.acquire(payment_resource(other.pk), ttl=LEASE), pytest.raises(PaymentBusy):
+    with fence_lock.acquire(payment_resource(other.pk), ttl=LEASE), pytest.raises(Busy):
         pay_invoice(invoice=other, actor=alice)
     _status, after, body = scrape(client)
 

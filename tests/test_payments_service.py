@@ -8,6 +8,7 @@ from django.core import checks
 from django.db import connection
 from django.http import HttpResponse
 
+from hoa.answers.refusals import Busy, CallFailed, LockServiceDown, NotPermitted
 from hoa.models import AccessDenial
 from locking.models import FenceEvent
 from tests.charges_support import dead_redis_url
@@ -26,10 +27,6 @@ from vendors import invoices
 from vendors.exceptions import (
     InvoiceRefused,
     InvoiceRule,
-    PaymentBusy,
-    PaymentFailed,
-    PaymentLockServiceUnavailable,
-    PaymentNotAllowed,
     PaymentSent,
     PaymentServiceNotConfigured,
     VendorNotInsured,
@@ -191,7 +188,7 @@ def test_an_actor_who_may_not_pay_is_refused_and_recorded(
     approved, payments, redis_client, request, persona
 ):
     actor = request.getfixturevalue(persona)
-    with pytest.raises(PaymentNotAllowed) as refused:
+    with pytest.raises(NotPermitted) as refused:
         pay_invoice(invoice=approved, actor=actor)
     assert refused.value.message == f"{persona} may not pay invoices of Maple Court."
     assert AccessDenial.objects.filter(operation="vendor-payment", actor=persona).count() == 1
@@ -208,7 +205,7 @@ def test_a_held_lease_answers_busy_naming_the_holder_and_nothing_is_told(
     holder = fence_lock.acquire(
         payment_resource(approved.pk), ttl=timedelta(seconds=30), holder="bob at the desk"
     )
-    with pytest.raises(PaymentBusy) as busy:
+    with pytest.raises(Busy) as busy:
         pay_invoice(invoice=approved, actor=alice)
     holder.release()
 
@@ -226,7 +223,7 @@ def test_a_held_lease_answers_busy_naming_the_holder_and_nothing_is_told(
 
 def test_redis_down_is_unavailable_and_nothing_is_written(approved, payments, alice, settings):
     settings.LOCK_REDIS_URL = dead_redis_url()
-    with pytest.raises(PaymentLockServiceUnavailable) as refused:
+    with pytest.raises(LockServiceDown) as refused:
         pay_invoice(invoice=approved, actor=alice)
     assert refused.value.answer == "unavailable"
     assert paid_state(approved) == (Status.APPROVED, None, 0, [])
@@ -262,7 +259,7 @@ def test_a_failed_payment_call_records_nothing_but_the_claim_and_paying_again_se
     be voided), and paying it again asks the service, which pays a key once."""
     working = payments._kept
     breaks(payments)
-    with pytest.raises(PaymentFailed) as failed:
+    with pytest.raises(CallFailed) as failed:
         pay_invoice(invoice=approved, actor=alice)
 
     assert failed.value.answer == "upstream-failed"

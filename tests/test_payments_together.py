@@ -13,6 +13,7 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
+from hoa.answers.refusals import Busy, CallFailed, Superseded
 from locking import FenceLock, Outcome, lock_key
 from tests.charges_support import Worker
 from tests.harness.waiting import wait_until
@@ -24,7 +25,6 @@ from tests.invoices_support import (
     payment_events,
     record,
 )
-from vendors.exceptions import PaymentBusy, PaymentFailed, PaymentSuperseded
 from vendors.models import Invoice
 from vendors.operations import payment_resource
 from vendors.payment_client import idempotency_key
@@ -83,7 +83,7 @@ def test_a_busy_invoice_in_a_batch_is_answered_busy_and_the_others_are_paid(thre
     finally:
         held.release()
 
-    assert isinstance(answers[1], PaymentBusy)
+    assert isinstance(answers[1], Busy)
     assert [answers[0].outcome, answers[2].outcome] == [Outcome.COMMITTED] * 2
     assert paid_state(three[1]) == (Status.APPROVED, None, 0, [])
     assert sorted(key for key, _ in paid_keys(payments)) == sorted(
@@ -97,7 +97,7 @@ def test_a_failed_call_in_a_batch_costs_the_others_nothing(three, payments):
 
     answers = pay_together(three, actor=None, via="cron-a")
 
-    assert isinstance(answers[0], PaymentFailed)
+    assert isinstance(answers[0], CallFailed)
     assert [answers[1].outcome, answers[2].outcome] == [Outcome.COMMITTED] * 2
     assert paid_state(three[0]) == (Status.APPROVED, 1, 0, [])  # claimed: in doubt
 
@@ -126,7 +126,7 @@ def test_a_payer_overtaken_inside_a_batch_rolls_back_only_its_own_invoice(
     assert batch.error is None
     first_answer, second_answer, third_answer = batch.result
     assert (newer.outcome, newer.token) == (Outcome.COMMITTED, 2)
-    assert isinstance(second_answer, PaymentSuperseded)
+    assert isinstance(second_answer, Superseded)
     assert (second_answer.token, second_answer.recorded) == (1, 2)
     assert [first_answer.outcome, third_answer.outcome] == [Outcome.COMMITTED] * 2
     assert paid_state(second)[:3] == (Status.PAID, 2, 2)

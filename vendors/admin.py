@@ -6,7 +6,7 @@ from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
 from hoa.admin_actions import answer_each, applying, ask
-from hoa.admin_mixins import TenantAdminMixin, TenantInlineMixin
+from hoa.admin_mixins import AdminExtension, TenantAdminMixin, TenantInlineMixin, extend
 from hoa.models import Organization
 from hoa.web.access import client_ip
 from hoa.web.money import format_money
@@ -22,7 +22,7 @@ from vendors.models import (
     VendorContract,
     VendorPayment,
 )
-from vendors.operations import PAY_PERMISSION
+from vendors.operations import ASSIGN_PERMISSION, PAY_PERMISSION
 from vendors.payments import pay_invoice
 
 
@@ -89,8 +89,8 @@ class VendorAssignmentInline(admin.TabularInline):
         return False
 
 
-# hoa does not know about vendors: ASSIGNMENT declares these for the Complaint admin
-# (``AdminExtension``), and the frame's admin installs them.
+# hoa does not know about vendors: what follows extends the frame's Complaint admin (the
+# ``extend`` call below), and the frame's admin installs it.
 
 
 @admin.display(description=gettext_lazy("vendor"), ordering="current_vendor_name")
@@ -142,6 +142,18 @@ def assign_vendor(modeladmin, request, queryset):
         title=_("Assign a vendor"),
         organization=organization,
     )
+
+
+extend(
+    AdminExtension(
+        "hoa.Complaint",
+        permission=ASSIGN_PERMISSION,
+        actions=(assign_vendor,),
+        columns=(current_vendor,),
+        inlines=(VendorAssignmentInline,),
+        queryset=selectors.with_current_vendor,
+    )
+)
 
 
 # -- invoices and their payment -----------------------------------------------------------------

@@ -1,11 +1,12 @@
-"""What vendor assignment, the invoice workflow and the payment of invoices refuse on
-purpose. Nothing was written in any of these cases.
+"""What vendor assignment, the invoice workflow and the payment of invoices refuse by
+their own rules. Nothing was written in any of these cases.
 
 Each class says which kind of answer it is and carries facts; ``vendors.answers`` (vendor
 assignment) and ``vendors.invoice_answers`` (``InvoicesError``: invoices and their payment)
 render their sentences when a page, the admin or the command asks
-(``hoa.answers.refusals``). The lock refusals carry the attempt's subject: the
-``complaint``, or the ``invoice``.
+(``hoa.answers.refusals``). The refusals every fenced operation shares (busy, superseded,
+not permitted…) are the frame's, carrying the attempt's subject: the ``complaint``, or the
+``invoice``; the same two modules say them (``FencedOperation.answers``).
 """
 
 from datetime import date
@@ -13,15 +14,7 @@ from enum import StrEnum
 
 from django.utils.translation import gettext_lazy
 
-from hoa.answers.refusals import (
-    Busy,
-    CallFailed,
-    LeaseRanOut,
-    LockServiceDown,
-    NotPermitted,
-    Refusal,
-    Superseded,
-)
+from hoa.answers.refusals import Refusal
 from hoa.answers.table import Answer
 from hoa.models import Complaint, Organization
 from locking import Outcome
@@ -30,10 +23,6 @@ from vendors.models import Invoice, Vendor, VendorAssignment, VendorContract
 
 class VendorsError(Refusal):
     """Base class of everything vendor assignment refuses on purpose."""
-
-
-class NotAllowed(VendorsError, NotPermitted):
-    """The actor may not assign vendors for this organization."""
 
 
 class ContractNotActive(VendorsError):
@@ -59,34 +48,6 @@ class ContractNotActive(VendorsError):
     @property
     def starts_later(self) -> bool:
         return self.contract is not None and self.contract.starts_on > self.day
-
-
-class AssignmentBusy(VendorsError, Busy):
-    """Another attempt holds the complaint's lease right now."""
-
-    title = gettext_lazy("Assignment in progress")
-
-
-class AssignmentSuperseded(VendorsError, Superseded):
-    """A newer attempt took over while this one was paused past its lease."""
-
-    title = gettext_lazy("A newer assignment took over")
-
-
-class AssignmentLeaseLost(VendorsError, LeaseRanOut):
-    """The lease was lost (or could not be confirmed) before the vendor was called."""
-
-    title = gettext_lazy("Stopped before calling the vendor")
-
-
-class LockServiceUnavailable(VendorsError, LockServiceDown):
-    """Redis could not be reached: no lease, nothing assigned."""
-
-
-class DispatchFailed(VendorsError, CallFailed):
-    """The vendor dispatch service refused the assignment, failed or timed out."""
-
-    title = gettext_lazy("Vendor dispatch failed")
 
 
 class RefusedAtCommit(VendorsError):
@@ -230,8 +191,13 @@ class InvoiceRefused(InvoicesError):
         super().__init__(rule=rule, facts=facts)
 
 
-class InvoiceNotAllowed(InvoicesError, NotPermitted):
-    """The actor may not ``action`` (record, approve, void…) invoices of ``organization``."""
+class InvoiceNotAllowed(InvoicesError):
+    """The actor may not ``action`` (record, approve, void…) invoices of ``organization``.
+    403, recorded as an ``AccessDenial``."""
+
+    answer = Answer.FORBIDDEN
+    outcome = Outcome.DENIED
+    title = gettext_lazy("Not allowed")
 
 
 class DuplicateInvoiceNumber(InvoicesError):
@@ -270,38 +236,6 @@ class PaymentSent(InvoicesError):
 
 
 # -- paying an invoice (the fenced operation) --------------------------------------------------
-
-
-class PaymentNotAllowed(InvoicesError, NotPermitted):
-    """The actor may not pay this organization's invoices."""
-
-
-class PaymentBusy(InvoicesError, Busy):
-    """Another attempt is paying this invoice right now."""
-
-    title = gettext_lazy("Payment in progress")
-
-
-class PaymentSuperseded(InvoicesError, Superseded):
-    """A newer attempt took over while this one was paused past its lease."""
-
-    title = gettext_lazy("A newer payment took over")
-
-
-class PaymentLeaseLost(InvoicesError, LeaseRanOut):
-    """The lease was lost (or could not be confirmed) before the payment service was called."""
-
-    title = gettext_lazy("Stopped before paying")
-
-
-class PaymentLockServiceUnavailable(InvoicesError, LockServiceDown):
-    """Redis could not be reached: no lease, nothing paid."""
-
-
-class PaymentFailed(InvoicesError, CallFailed):
-    """The payment service refused the payment, failed or timed out."""
-
-    title = gettext_lazy("The payment service failed")
 
 
 class PaymentServiceNotConfigured(InvoicesError):

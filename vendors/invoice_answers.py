@@ -1,7 +1,8 @@
 """How the answers of invoices and their payment read to a person: one
 place for the staff pages, the admin and the commands. Translated, with named placeholders.
 
-``sentence`` renders every ``InvoicesError`` (``vendors.exceptions``) from its facts. The
+``refusal_sentence`` renders every ``InvoicesError`` (``vendors.exceptions``) from its
+facts, and the kinds every operation shares when they refuse a payment (``PAYMENT.answers``). The
 invoice workflow has nothing to hide from staff: they and operators read the same
 sentences. A payment that is busy or overtaken speaks to two audiences
 (``hoa.answers.table.Audience``): staff on pages and admin messages, without fencing
@@ -14,7 +15,17 @@ import math
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy, ngettext
 
-from hoa.answers.refusals import person_holding, sentence
+from hoa.answers.refusals import (
+    Busy,
+    CallFailed,
+    LeaseRanOut,
+    LockServiceDown,
+    NotPermitted,
+    Refusal,
+    Superseded,
+    person_holding,
+    sentence,
+)
 from hoa.answers.table import Audience
 from hoa.web.money import format_money
 from vendors.exceptions import (
@@ -25,14 +36,8 @@ from vendors.exceptions import (
     InvoiceRefused,
     InvoiceRule,
     InvoicesError,
-    PaymentBusy,
-    PaymentFailed,
-    PaymentLeaseLost,
-    PaymentLockServiceUnavailable,
-    PaymentNotAllowed,
     PaymentSent,
     PaymentServiceNotConfigured,
-    PaymentSuperseded,
 )
 from vendors.models import Invoice, InvoiceEvent, VendorPayment
 
@@ -78,8 +83,8 @@ SAY_WHY = {
 }
 
 
-@sentence.register
-def _sentence(refusal: InvoicesError, audience: Audience) -> str:
+@sentence.register(InvoicesError)
+def refusal_sentence(refusal: Refusal, audience: Audience) -> str:
     """What staff and operators read for a refusal of the invoice workflow (the same)."""
     match refusal:
         case InvoiceRefused():
@@ -108,7 +113,7 @@ def _sentence(refusal: InvoicesError, audience: Audience) -> str:
                 "have paid it: it can no longer be changed, only paid. Pay it again to settle "
                 "it; nothing was saved."
             ) % {"invoice": refusal.invoice.pk}
-        case PaymentNotAllowed():
+        case NotPermitted():
             return _("%(actor)s may not pay invoices of %(organization)s.") % {
                 "actor": refusal.actor,
                 "organization": refusal.organization.name,
@@ -118,21 +123,21 @@ def _sentence(refusal: InvoicesError, audience: Audience) -> str:
                 "No payment service is configured (VENDOR_PAYMENT_URL), so invoice "
                 "#%(invoice)s was not paid; nothing was saved."
             ) % {"invoice": refusal.invoice.pk}
-        case PaymentBusy():
+        case Busy():
             return payment_busy(refusal, audience)
-        case PaymentSuperseded():
+        case Superseded():
             return payment_superseded(refusal, audience)
-        case PaymentLeaseLost():
+        case LeaseRanOut():
             return _(
                 "Paying invoice #%(invoice)s took too long and was stopped before the payment "
                 "service was called; nothing was paid or saved. Try again."
             ) % {"invoice": refusal.invoice.pk}
-        case PaymentLockServiceUnavailable():
+        case LockServiceDown():
             return _(
                 "The lock service (Redis) is unavailable, so invoice #%(invoice)s was not "
                 "paid: %(reason)s"
             ) % {"invoice": refusal.invoice.pk, "reason": refusal.reason}
-        case PaymentFailed():
+        case CallFailed():
             return _(
                 "The payment service did not confirm the payment of invoice #%(invoice)s "
                 "(%(reason)s); nothing was saved. Pay it again: the service pays an invoice "
@@ -150,7 +155,7 @@ def _sentence(refusal: InvoicesError, audience: Audience) -> str:
     raise TypeError(f"no sentence for {type(refusal).__name__}")
 
 
-def payment_busy(refusal: PaymentBusy, audience: Audience = Audience.STAFF) -> str:
+def payment_busy(refusal: Busy, audience: Audience = Audience.STAFF) -> str:
     invoice = refusal.invoice.pk
     if audience is Audience.OPERATORS:
         return _(
@@ -171,7 +176,7 @@ def payment_busy(refusal: PaymentBusy, audience: Audience = Audience.STAFF) -> s
     }
 
 
-def payment_superseded(refusal: PaymentSuperseded, audience: Audience = Audience.STAFF) -> str:
+def payment_superseded(refusal: Superseded, audience: Audience = Audience.STAFF) -> str:
     invoice = refusal.invoice.pk
     if audience is Audience.OPERATORS:
         return _(

@@ -24,13 +24,13 @@ from django.views.generic import TemplateView
 
 from hoa.answers import table as answer_table
 from hoa.answers.pages import error_page
+from hoa.answers.refusals import Refusal
 from hoa.answers.table import Answer
 from hoa.models import Complaint
 from hoa.security.ratelimits import limit_fenced_posts
 from hoa.web.access import OrganizationMixin, client_ip
 from hoa.web.lists import FilteredListView, first_error
 from vendors import invoice_selectors, invoices
-from vendors.exceptions import VendorsError
 from vendors.insurance import today_of
 from vendors.invoice_forms import (
     AmountForm,
@@ -220,7 +220,7 @@ class InvoiceChangeView(InvoiceDetailView):
             return self.refused(form)
         try:
             change = self.change(invoice, form.cleaned_data)
-        except VendorsError as exc:
+        except Refusal as exc:
             if exc.answer is Answer.BAD_REQUEST:  # the form's own mistake: said next to it
                 form.add_error(None, exc.message)
                 return self.refused(form)
@@ -370,7 +370,7 @@ class RecordInvoiceView(OrganizationMixin, TemplateView):
                 actor=request.user,
                 pdf=data["pdf"],
             )
-        except VendorsError as exc:
+        except Refusal as exc:
             if exc.answer is Answer.BAD_REQUEST:
                 form.add_error(None, exc.message)
                 return self.render_to_response(self.get_context_data(form=form), status=400)

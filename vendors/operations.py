@@ -14,22 +14,8 @@ from datetime import timedelta
 
 from django.utils.translation import gettext_lazy as _
 
-from hoa.operations import AdminExtension, FencedOperation, Link, Panel, Refusals
-from vendors import complaint_pages, demo, invoice_selectors, selectors
-from vendors.exceptions import (
-    AssignmentBusy,
-    AssignmentLeaseLost,
-    AssignmentSuperseded,
-    DispatchFailed,
-    LockServiceUnavailable,
-    NotAllowed,
-    PaymentBusy,
-    PaymentFailed,
-    PaymentLeaseLost,
-    PaymentLockServiceUnavailable,
-    PaymentNotAllowed,
-    PaymentSuperseded,
-)
+from hoa.operations import FencedOperation, Link, Panel
+from vendors import answers, complaint_pages, demo, invoice_answers, invoice_selectors, selectors
 
 OPERATION = "vendor-assignment"
 ASSIGN_PERMISSION = complaint_pages.ASSIGN_PERMISSION
@@ -50,14 +36,7 @@ ASSIGNMENT = FencedOperation(
     # Ids of at most 18 digits fit a bigint; [0-9], not \d (other scripts' digits).
     resource=re.compile(r"vendor-assignment:complaint:(?P<complaint>[0-9]{1,18})"),
     example=f"{PREFIX}1",
-    refusals=Refusals(
-        not_permitted=NotAllowed,
-        busy=AssignmentBusy,
-        superseded=AssignmentSuperseded,
-        lease_ran_out=AssignmentLeaseLost,
-        lock_service_down=LockServiceUnavailable,
-        call_failed=DispatchFailed,
-    ),
+    answers=answers.refusal_sentence,
     ttl=timedelta(seconds=30),
     ttl_setting="VENDOR_LOCK_TTL_SECONDS",
     describe=selectors.describe_resources,
@@ -65,15 +44,6 @@ ASSIGNMENT = FencedOperation(
     order=10,
     links=(Link(_("Vendors"), "vendors:vendors", order=30),),
     complaints=complaint_pages.COMPLAINTS,
-    admin=(
-        AdminExtension(
-            "hoa.Complaint",
-            actions=("vendors.admin.assign_vendor",),
-            columns=("vendors.admin.current_vendor",),
-            inlines=("vendors.admin.VendorAssignmentInline",),
-            queryset="vendors.selectors.with_current_vendor",
-        ),
-    ),
     staff_permissions=(
         *(f"vendors.view_{model}" for model in ("vendor", "vendorcontract", "vendorassignment")),
     ),
@@ -95,14 +65,7 @@ PAYMENT = FencedOperation(
     permission=PAY_PERMISSION,
     resource=re.compile(r"vendor-payment:invoice:(?P<invoice>[0-9]{1,18})"),
     example=f"{PAYMENT_PREFIX}1",
-    refusals=Refusals(
-        not_permitted=PaymentNotAllowed,
-        busy=PaymentBusy,
-        superseded=PaymentSuperseded,
-        lease_ran_out=PaymentLeaseLost,
-        lock_service_down=PaymentLockServiceUnavailable,
-        call_failed=PaymentFailed,
-    ),
+    answers=invoice_answers.refusal_sentence,
     ttl=timedelta(seconds=30),
     ttl_setting="VENDOR_PAYMENT_LOCK_TTL_SECONDS",
     describe=selectors.describe_payment_resources,

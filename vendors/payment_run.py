@@ -19,10 +19,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
 
+from hoa.answers.refusals import Refusal
 from hoa.answers.table import Answer
 from locking import Outcome
 from vendors import invoice_answers
-from vendors.exceptions import InvoiceRefused, InvoiceRule, VendorsError
+from vendors.exceptions import InvoiceRefused, InvoiceRule
 from vendors.insurance import today_of
 from vendors.models import Invoice
 from vendors.payments import pay_together
@@ -161,7 +162,7 @@ def _pay(run: PaymentRun, invoices: list[Invoice], actor, via: str, on_outcome) 
 def _outcome(invoice: Invoice, answer) -> InvoiceOutcome:
     """An invoice's result or refusal as the run counts it."""
     slug = invoice.organization.slug
-    if not isinstance(answer, VendorsError):
+    if not isinstance(answer, Refusal):
         return InvoiceOutcome(invoice.pk, slug, answer.outcome, answer.answer, str(answer))
     if isinstance(answer, InvoiceRefused) and answer.rule == InvoiceRule.NOT_APPROVED:
         kind = Outcome.CONFLICT  # voided or rejected since the run read it

@@ -15,7 +15,7 @@ lease (``hoa.fenced``, the runner every operation shares):
    here, before the service hears of it (``InvoiceChangedBeforePaying``). Then the payment
    call: one POST, its ``Idempotency-Key`` the invoice's, its token the lease's.
 3. ``fence_row`` and ``commit``, in one transaction: ``advance_fence`` on the invoice row (a
-   holder whose lease was taken over: ``PaymentSuperseded``), then the state check (a
+   holder whose lease was taken over: ``Superseded``), then the state check (a
    payment recorded by another holder: already paid), then the ``VendorPayment`` with the
    service's reference and the lease's token, the invoice paid, its timeline line.
 
@@ -40,7 +40,8 @@ from django.db import transaction
 from django.db.models import F, QuerySet
 from django.utils import timezone
 
-from hoa.answers.table import Answer, Audience
+from hoa.answers.refusals import Refusal
+from hoa.answers.table import Audience, Done
 from hoa.fenced import FencedSteps, run_together
 from locking import Lease, Outcome, StaleFencingToken
 from vendors import invoice_answers
@@ -50,7 +51,6 @@ from vendors.exceptions import (
     InvoiceRefused,
     InvoiceRule,
     PaymentServiceNotConfigured,
-    VendorsError,
 )
 from vendors.insurance import check_insured, today_of
 from vendors.models import Invoice, InvoiceEvent, VendorPayment
@@ -63,7 +63,7 @@ Status = Invoice.Status
 
 
 @dataclass(frozen=True)
-class PaymentResult:
+class PaymentResult(Done):
     """What a successful call did: paid the invoice now, or found it paid."""
 
     payment: VendorPayment
@@ -73,10 +73,6 @@ class PaymentResult:
     @property
     def paid(self) -> bool:
         return self.outcome == Outcome.COMMITTED
-
-    @property
-    def answer(self) -> Answer:
-        return Answer.DONE if self.paid else Answer.ALREADY_DONE
 
     @property
     def message(self) -> str:
@@ -101,11 +97,10 @@ def pay_invoice(
     ``seen``: the invoice's version on the page that asked; an invoice no longer payable
     since then is ``InvoiceChanged`` (409), not a bad request.
 
-    Raises, before anything is locked: ``PaymentNotAllowed``,
-    ``PaymentServiceNotConfigured``, ``InvoiceRefused`` (not approved), ``VendorNotInsured``.
-    Under the lease, with nothing written: ``PaymentBusy``, ``PaymentLockServiceUnavailable``,
-    ``PaymentLeaseLost``, ``InvoiceChangedBeforePaying``, ``PaymentFailed``,
-    ``PaymentSuperseded``. All are ``VendorsError``.
+    Raises, before anything is locked: ``NotPermitted``, ``PaymentServiceNotConfigured``,
+    ``InvoiceRefused`` (not approved), ``InvoiceChanged``, ``VendorNotInsured``. Under the
+    lease, with nothing written: ``Busy``, ``LockServiceDown``, ``LeaseRanOut``,
+    ``InvoiceChangedBeforePaying``, ``CallFailed``, ``Superseded``. All are ``Refusal``.
     """
     call, steps = _payment(invoice, actor, via=via, ip=ip, seen=seen)
     return call.run(steps)
@@ -121,7 +116,7 @@ def pay_together(invoices: list[Invoice], *, actor, via: str = "") -> list:
     for place, invoice in enumerate(invoices):
         try:
             calls.append(_payment(invoice, actor, via=via))
-        except VendorsError as refusal:  # refused before the lease (uninsured, not allowed)
+        except Refusal as refusal:  # refused before the lease (uninsured, not allowed)
             answers[place] = refusal
         else:
             places.append(place)

@@ -22,6 +22,7 @@ from django.core.management.base import CommandError
 from django.utils.translation import gettext as _
 
 from hoa.answers import table as answer_table
+from hoa.answers.refusals import Refusal
 from hoa.management.base import (
     ServiceCommand,
     active_user,
@@ -31,7 +32,6 @@ from hoa.management.base import (
 )
 from hoa.models import Organization
 from hoa.security.audit import shown
-from vendors.exceptions import VendorsError
 from vendors.models import Invoice
 from vendors.operations import PAYMENT
 from vendors.payment_run import InvoiceOutcome, pay_approved
@@ -104,7 +104,7 @@ class Command(ServiceCommand):
             raise CommandError(_("No invoice with id %(id)s.") % {"id": invoice_id})
         try:
             result = pay_invoice(invoice=invoice, actor=user, via=via)
-        except VendorsError as exc:
+        except Refusal as exc:
             raise answer_table.command_error(exc) from exc
         if self.verbosity >= 1:
             self.stdout.write(str(result))
