@@ -26,6 +26,7 @@ from django.conf import settings
 from django.utils.translation import gettext_lazy
 
 from hoa.integrations.webhooks import ExternalCallFailed, post_fenced
+from locking import Lease
 from vendors.models import Invoice
 
 # Whom a payment tells, as an audit line names it.
@@ -66,14 +67,17 @@ def payment_payload(invoice: Invoice) -> dict:
     }
 
 
-def send_payment(*, invoice: Invoice, token: int) -> PaymentReceipt:
-    """POST the payment once; return the service's reference. Raise ``StaleAtReceiver``
-    (it has a newer call for the invoice) or ``ExternalCallFailed``."""
+def send_payment(*, invoice: Invoice, lease: Lease) -> PaymentReceipt:
+    """POST the payment once under ``lease``; return the service's reference. Raise
+    ``StaleAtReceiver`` (it has a newer call for the invoice) or ``ExternalCallFailed``."""
     url = settings.VENDOR_PAYMENT_URL
     if not url:
         raise ExternalCallFailed(url, "VENDOR_PAYMENT_URL is not set")
     call = post_fenced(
-        url, payment_payload(invoice), idempotency_key=idempotency_key(invoice.pk), token=token
+        url,
+        payment_payload(invoice),
+        idempotency_key=idempotency_key(invoice.pk),
+        token=lease.token,  # the lease itself once post_fenced takes it (issue 35)
     )
     try:
         reference = json.loads(call.content)["reference"]

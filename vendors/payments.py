@@ -178,7 +178,7 @@ class Payment(FencedSteps):
         if not self._claim(lease, looked.invoice):
             return None  # paid meanwhile by an older holder: the commit finds its payment
         lease.check()  # the claim took a round trip: still ours?
-        return send_payment(invoice=looked.invoice, token=lease.token)
+        return send_payment(invoice=looked.invoice, lease=lease)
 
     def _claim(self, lease: Lease, seen: Invoice) -> bool:
         """Mark the invoice sent for payment, committed before the service hears of it, if
