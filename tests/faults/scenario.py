@@ -189,9 +189,15 @@ class Scenario:
     def void(self, invoice: int, org=MAPLE) -> Op | None:
         """A void of ``invoice`` as a person who looked at it now would post it; ``None``
         when it cannot be voided any more (paid, void): nobody would be offered the form."""
+        from django.db import DatabaseError, close_old_connections
+
         from vendors.models import Invoice
 
-        status, version = Invoice.objects.values_list("status", "version").get(pk=invoice)
+        try:  # the page a person voids from: not shown while the database is away
+            status, version = Invoice.objects.values_list("status", "version").get(pk=invoice)
+        except DatabaseError:
+            close_old_connections()
+            return None
         if status not in Invoice.OWED_STATUSES:
             return None
         op = Op(kind="void", org=org, org_id=self.world.org_id(org), invoice=invoice)
