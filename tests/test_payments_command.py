@@ -26,7 +26,7 @@ from tests.invoices_support import (
     payment_events,
     record,
 )
-from tests.vendors_support import active_vendor, uninsured_vendor
+from tests.vendors_support import Worker, active_vendor, uninsured_vendor
 from vendors.models import Invoice, VendorPayment
 from vendors.operations import payment_resource
 from vendors.payment_client import idempotency_key
@@ -167,6 +167,51 @@ def test_a_payer_frozen_after_its_grant_is_refused_when_woken_and_never_calls(
     assert paid_keys(payments) == [(idempotency_key(approved.pk), 2)]
     assert paid_state(approved)[:3] == (Status.PAID, 2, 2)
     assert payment_events(approved) == [("committed", 2), ("stale", 1)]
+
+
+@pytest.mark.slow
+def test_a_payer_whose_lease_was_lost_is_stopped_by_a_newer_claim_before_it_calls(
+    approved, env, payments, redis_client, settings
+):
+    """Frozen before it read its grant (token 1, a long lease by its own clock), the command
+    loses its lease in Redis (the key is gone, as after a failover). A newer payer (token 2)
+    claims the invoice and is inside its own call, not yet committed, when the command is
+    woken: its lease still looks good to it and the fence has not moved, so only the claim
+    can stop it. Its claim finds the newer one and it exits 75 before calling; the newer
+    payer pays. The service heard one call."""
+    url = urlsplit(settings.LOCK_REDIS_URL)
+    proxy = TcpProxy(url.port, name="lock-redis").start()
+    resource = payment_resource(approved.pk)
+    grant = proxy.tap(b"lock:{" + resource.encode() + b"}", reply_prefix=GRANTED, hold=True)
+    proxied = urlunsplit(url._replace(netloc=f"127.0.0.1:{proxy.port}"))
+    child_env = {**env, "LOCK_REDIS_URL": proxied, "VENDOR_PAYMENT_LOCK_TTL_SECONDS": "120"}
+    newer_call = payments.hold(lambda request: request.token == 2)
+    payer = start_manage(COMMAND, "--invoice", approved.pk, "--skip-checks", env=child_env)
+    newer = Worker(lambda: pay_invoice(invoice=approved, actor=None, via="holder-b"))
+    try:
+        grant.wait_arrived(60)  # Redis granted token 1; the reply waits in the proxy
+        freeze(payer.pid)
+        grant.release()
+        redis_client.delete(lock_key(resource))  # the lease is lost; the payer cannot know
+        newer.start()
+        newer_call.wait_arrived(1, timeout=60)  # B has claimed the invoice, is inside its call
+        thaw(payer.pid)
+        stdout, stderr = payer.communicate(timeout=60)
+        newer_call.release()
+        result = newer.outcome()
+    finally:
+        newer_call.release()
+        thaw(payer.pid)
+        stop_process(payer)
+        proxy.stop()
+
+    assert (payer.returncode, stdout) == (EXIT_TEMPFAIL, "")
+    assert stderr.startswith(f"CommandError: A newer payment of invoice #{approved.pk} (token 2)")
+    assert (result.outcome, result.token) == ("committed", 2)
+    assert payment_calls(payments) == [(2, 200, "accepted")]  # the woken one never called
+    assert paid_keys(payments) == [(idempotency_key(approved.pk), 2)]
+    assert paid_state(approved)[:3] == (Status.PAID, 2, 2)
+    assert payment_events(approved) == [("stale", 1), ("committed", 2)]
 
 
 @pytest.mark.slow

@@ -9,11 +9,13 @@ lease (``hoa.fenced``, the runner every operation shares):
 1. ``look``: the invoice and its payment; a paid invoice needs no call (already paid), a
    token at or below the one the invoice records cannot win (refused before any call).
 2. ``call_outside``: first the claim, committed on its own: one conditional ``UPDATE`` that
-   marks the invoice as sent for payment (``payment_claim``) if it is still approved for
-   the amount the look read. From then on the invoice cannot be voided, rejected or
-   changed (``vendors.invoices``); a void that won the row first makes this attempt stop
-   here, before the service hears of it (``InvoiceChangedBeforePaying``). Then the payment
-   call: one POST, its ``Idempotency-Key`` the invoice's, its token the lease's.
+   marks the invoice as sent for payment (``payment_claim``, the lease's token) if it is
+   still approved for the amount the look read and no newer holder claimed it. From then
+   on the invoice cannot be voided, rejected or changed (``vendors.invoices``); a void that
+   won the row first makes this attempt stop here, before the service hears of it
+   (``InvoiceChangedBeforePaying``), and so does a newer holder's claim (superseded: a
+   paused payer woken after its lease never calls). Then the payment call: one POST, its
+   ``Idempotency-Key`` the invoice's, its token the lease's.
 3. ``fence_row`` and ``commit``, in one transaction: ``advance_fence`` on the invoice row (a
    holder whose lease was taken over: ``Superseded``), then the state check (a
    payment recorded by another holder: already paid), then the ``VendorPayment`` with the
@@ -37,7 +39,7 @@ from dataclasses import dataclass
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import F, QuerySet
+from django.db.models import F, Q, QuerySet
 from django.utils import timezone
 
 from hoa.answers.refusals import Refusal
@@ -182,13 +184,16 @@ class Payment(FencedSteps):
 
     def _claim(self, lease: Lease, seen: Invoice) -> bool:
         """Mark the invoice sent for payment, committed before the service hears of it, if
-        it is still approved for the amount the look read; return whether it was. A paid
-        invoice: ``False``; anything else refuses, nothing told."""
+        it is still approved for the amount the look read and no newer holder claimed it;
+        return whether it did. A paid invoice: ``False`` (the commit finds its payment). A
+        newer holder's claim: ``StaleFencingToken``, before any call (this one was paused
+        past its lease). Anything else refuses, nothing told."""
         now = timezone.now()
+        unclaimed = Q(payment_claim__isnull=True) | Q(payment_claim__lte=lease.token)
         with transaction.atomic():
             claimed = (
                 self.rows()
-                .filter(status=Status.APPROVED, amount=seen.amount)
+                .filter(unclaimed, status=Status.APPROVED, amount=seen.amount)
                 .update(
                     payment_claim=lease.token,
                     payment_claimed_at=now,
@@ -199,6 +204,8 @@ class Payment(FencedSteps):
                 current = self.rows().select_related("vendor").get()
                 if current.status == Status.PAID:
                     return False
+                if current.payment_claim is not None and current.payment_claim > lease.token:
+                    raise StaleFencingToken(lease.token, current.payment_claim)
                 raise InvoiceChangedBeforePaying(invoice=self.invoice, current=current)
             InvoiceEvent.objects.create(
                 invoice_id=seen.pk,
