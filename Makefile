@@ -15,7 +15,7 @@ DEV_ENV := DEBUG=$${DEBUG:-1}
 # `make run`'s stand-in payment service (scripts/payment_standin.py) listens on the next port;
 # the server and the stand-in share a development signing secret unless one is set.
 PAYMENT_PORT ?= $(shell echo $$(($(PORT) + 1)))
-DEV_PAYMENT_ENV := VENDOR_PAYMENT_URL=$${VENDOR_PAYMENT_URL:-http://$(HOST):$(PAYMENT_PORT)/pay} \
+DEV_PAYMENT_ENV := VENDOR_PAYMENT_URL=$${VENDOR_PAYMENT_URL:-http://$(HOST):$(PAYMENT_PORT)/payment} \
 	WEBHOOK_SIGNING_SECRET=$${WEBHOOK_SIGNING_SECRET:-development-only-webhook-signing-secret}
 PYTEST_ARGS ?=
 # `make test` runs the suite on this many pytest-xdist workers (the tests mostly wait on

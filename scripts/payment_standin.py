@@ -35,7 +35,7 @@ from django.http import JsonResponse  # noqa: E402
 
 from locking import receive_call  # noqa: E402
 
-SCOPE = "/pay"
+SCOPE = "payment"  # the endpoint the platform seals its payment calls for
 
 
 def reference_of(idempotency_key: str) -> str:

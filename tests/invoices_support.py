@@ -12,6 +12,7 @@ from django.utils import timezone
 from hoa.models import Complaint, Organization, StaffMembership
 from vendors import invoices
 from vendors.models import Invoice, InvoiceApproval, InvoiceEvent, Vendor, VendorAssignment
+from vendors.payment_client import PAYMENT_ENDPOINT
 
 AMOUNT = Decimal("250.00")  # below the default threshold: one approval
 LARGE = Decimal("4800.00")  # above it: two approvals
@@ -116,7 +117,7 @@ def timeline(invoice: Invoice) -> list[tuple]:
 @pytest.fixture
 def payments(http_stub, settings):
     """The payment service, pointed at the stand-in (which pays a key once)."""
-    settings.VENDOR_PAYMENT_URL = http_stub.url
+    settings.VENDOR_PAYMENT_URL = http_stub.url_for(PAYMENT_ENDPOINT)
     return http_stub
 
 

@@ -29,7 +29,7 @@ from tests.invoices_support import (
 from tests.vendors_support import Worker, active_vendor, uninsured_vendor
 from vendors.models import Invoice, VendorPayment
 from vendors.operations import payment_resource
-from vendors.payment_client import idempotency_key
+from vendors.payment_client import PAYMENT_ENDPOINT, idempotency_key
 from vendors.payments import pay_invoice
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -44,7 +44,11 @@ GRANTED = b"*4\r\n:1\r\n"
 @pytest.fixture
 def env(subprocess_env, payments):
     # LOG_LEVEL=ERROR keeps the INFO logs of a success off stderr: a refusal is one line.
-    return {**subprocess_env, "VENDOR_PAYMENT_URL": payments.url, "LOG_LEVEL": "ERROR"}
+    return {
+        **subprocess_env,
+        "VENDOR_PAYMENT_URL": payments.url_for(PAYMENT_ENDPOINT),
+        "LOG_LEVEL": "ERROR",
+    }
 
 
 def wait_for_lease_to_expire(redis_client, invoice) -> None:

@@ -137,12 +137,13 @@ def test_a_paused_payers_late_call_is_refused_by_the_service_after_a_newer_one_p
     assert payment_events(approved) == [("committed", 2), ("stale", 1)]
 
 
-def test_the_older_payer_committing_first_is_caught_by_the_state_check(
+def test_an_older_payer_whose_call_returned_first_cannot_commit_after_a_newer_ones_claim(
     approved, payments, alice, bob, redis_client, settings
 ):
-    """A (token 1) and B (token 2) are both inside their calls; A commits first (1 > 0 is
-    legal), then B's fence passes (2 > 1) and its state check finds A's payment: already
-    paid. The service paid once."""
+    """A (token 1) and B (token 2) are both inside their calls: the service paid on A's and
+    answered B's, a replacement, with the same payment. A's call returns first, but B's
+    claim is committed on the resource's record: A's fence is refused, nothing of it
+    written; B records the payment, under its token. The service paid once."""
     settings.VENDOR_PAYMENT_LOCK_TTL_SECONDS = SHORT_TTL
     gate_a = payments.hold(lambda request: request.token == 1, answered=True)
     gate_b = payments.hold(lambda request: request.token == 2, answered=True)
@@ -159,15 +160,12 @@ def test_the_older_payer_committing_first_is_caught_by_the_state_check(
     gate_b.release()
     second = newer.outcome()
 
-    assert (first.outcome, first.token) == ("committed", 1)
-    assert (second.outcome, second.token, second.payment.pk) == (
-        "already_done",
-        2,
-        first.payment.pk,
-    )
-    assert paid_keys(payments) == [(idempotency_key(approved.pk), 1)]
-    assert paid_state(approved) == (Status.PAID, 2, 2, [(1, first.payment.reference)])
-    assert payment_events(approved) == [("committed", 1), ("already_done", 2)]
+    assert isinstance(first, Superseded) and (first.token, first.recorded) == (1, 2)
+    assert (second.outcome, second.token) == ("committed", 2)
+    assert payment_calls(payments) == [(1, 200, "accepted"), (2, 200, "replaced")]
+    assert paid_keys(payments) == [(idempotency_key(approved.pk), 1)]  # paid once
+    assert paid_state(approved) == (Status.PAID, 2, 2, [(2, second.payment.reference)])
+    assert payment_events(approved) == [("stale", 1), ("committed", 2)]
 
 
 def test_paying_again_after_redis_lost_its_data_pays_on_the_first_call(

@@ -65,9 +65,10 @@ def test_a_batch_pays_each_invoice_once_with_its_own_token_in_one_transaction(th
     for invoice in three:
         assert paid_state(invoice)[:3] == (Status.PAID, 1, 1)
         assert payment_events(invoice) == [("committed", 1)]
-    # One COMMIT for the three payments, besides each claim's own before its call.
+    # One COMMIT for the three payments, besides the runner's claims on the resources'
+    # records (one transaction for the three) and each invoice's claim before its call.
     commits = [q["sql"] for q in statements.captured_queries if q["sql"] == "COMMIT"]
-    assert len(commits) == 3 + 1
+    assert len(commits) == 1 + 3 + 1
     # Again: each one is already paid, and the service is asked nothing.
     again = pay_together(refreshed(three), actor=None, via="cron-a")
     assert [answer.outcome for answer in again] == [Outcome.ALREADY_DONE] * 3

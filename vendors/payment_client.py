@@ -29,6 +29,9 @@ from hoa.integrations.webhooks import ExternalCallFailed, post_fenced
 from locking import Lease
 from vendors.models import Invoice
 
+# The endpoint the call is sealed for: the payment service's receiver checks it is its own.
+PAYMENT_ENDPOINT = "payment"
+
 # Whom a payment tells, as an audit line names it.
 PAYMENT_SERVICE = gettext_lazy("the payment service")
 
@@ -77,7 +80,8 @@ def send_payment(*, invoice: Invoice, lease: Lease) -> PaymentReceipt:
         url,
         payment_payload(invoice),
         idempotency_key=idempotency_key(invoice.pk),
-        token=lease.token,  # the lease itself once post_fenced takes it (issue 35)
+        token=lease,
+        endpoint=PAYMENT_ENDPOINT,
     )
     try:
         reference = json.loads(call.content)["reference"]

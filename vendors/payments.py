@@ -6,15 +6,19 @@ unset one refuses: no payment is ever skipped), the invoice's state and the vend
 insurance, all before anything is locked; then one attempt's steps under the invoice's
 lease (``hoa.fenced``, the runner every operation shares):
 
+0. The runner's claim on the resource's record (``claim_fence``, committed on its own): a
+   holder whose lease a newer one has claimed since stops here, and from now on no older
+   holder can commit.
 1. ``look``: the invoice and its payment; a paid invoice needs no call (already paid), a
    token at or below the one the invoice records cannot win (refused before any call).
-2. ``call_outside``: first the claim, committed on its own: one conditional ``UPDATE`` that
-   marks the invoice as sent for payment (``payment_claim``, the lease's token) if it is
-   still approved for the amount the look read and no newer holder claimed it. From then
-   on the invoice cannot be voided, rejected or changed (``vendors.invoices``); a void that
-   won the row first makes this attempt stop here, before the service hears of it
-   (``InvoiceChangedBeforePaying``), and so does a newer holder's claim (superseded: a
-   paused payer woken after its lease never calls). Then the payment call: one POST, its
+2. ``call_outside``: first the invoice's claim, committed on its own: one conditional
+   ``UPDATE`` that marks the invoice as sent for payment (``payment_claim``, the lease's
+   token) if it is still approved for the amount the look read and no newer holder
+   claimed it. From then on the invoice cannot be voided, rejected or changed
+   (``vendors.invoices``); a void that won the row first makes this attempt stop here,
+   before the service hears of it (``InvoiceChangedBeforePaying``), and so does a newer
+   holder's claim (superseded: a paused payer woken after its lease never calls). Then
+   the payment call: one POST sealed for the ``payment`` endpoint, its
    ``Idempotency-Key`` the invoice's, its token the lease's.
 3. ``fence_row`` and ``commit``, in one transaction: ``advance_fence`` on the invoice row (a
    holder whose lease was taken over: ``Superseded``), then the state check (a
@@ -57,7 +61,7 @@ from vendors.exceptions import (
 from vendors.insurance import check_insured, today_of
 from vendors.models import Invoice, InvoiceEvent, VendorPayment
 from vendors.operations import PAYMENT, payment_resource
-from vendors.payment_client import PaymentReceipt, send_payment
+from vendors.payment_client import PAYMENT_ENDPOINT, PaymentReceipt, send_payment
 
 logger = logging.getLogger(__name__)
 
@@ -158,7 +162,7 @@ class Payment(FencedSteps):
     actor: object  # the user, or None for the operator at the shell
     by: str  # who asked, as the audit records it
 
-    endpoint = "payment"
+    endpoint = PAYMENT_ENDPOINT
 
     @property
     def subject(self) -> dict:
