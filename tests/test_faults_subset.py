@@ -380,7 +380,7 @@ def _payment_record(invoice: int, token: int) -> ReceivedCall:
     """The stand-in's record of the invoice's key: the highest token it accepted."""
     now = timezone.now()
     return ReceivedCall.objects.create(
-        scope="/payment",
+        scope="payment",
         idempotency_key=f"vendor-payment:invoice:{invoice}",
         token=token,
         content_digest="0" * 64,

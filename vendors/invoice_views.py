@@ -88,7 +88,7 @@ class InvoiceCsvView(OrganizationMixin, View):
     newest invoice first; streamed, never held in memory.
     """
 
-    http_method_names = ["get"]
+    http_method_names = ["get", "head"]
     permission_required = VIEW_PERMISSION
     COLUMNS = (
         "invoice",
@@ -204,7 +204,7 @@ class InvoiceChangeView(InvoiceDetailView):
     """A POST that changes the invoice; a GET (a 409 page's address entered again) leads
     to the invoice. Subclasses name the form, its prefix and the service call."""
 
-    http_method_names = ["get", "post"]
+    http_method_names = ["get", "head", "post"]
     form_class: type
     form_name = ""
     prefix = None
@@ -307,7 +307,7 @@ class InvoicePdfView(OrganizationMixin, View):
     """``GET …/invoices/<id>/invoice.pdf``: the invoice's PDF, to staff of its association
     only (404 otherwise), as a download: never rendered in the site's origin."""
 
-    http_method_names = ["get"]
+    http_method_names = ["get", "head"]
     permission_required = VIEW_PERMISSION
 
     def get_queryset(self):
@@ -331,7 +331,7 @@ class RecordInvoiceView(OrganizationMixin, TemplateView):
     billed: the form (GET), then 303 to the new invoice, or 400 with the form's errors."""
 
     template_name = "vendors/invoice_new.html"
-    http_method_names = ["get", "post"]
+    http_method_names = ["get", "head", "post"]
     permission_required = invoices.RECORD_PERMISSION
 
     def get_queryset(self):
