@@ -12,6 +12,11 @@ PORT ?= 8000
 # Local development runs with DEBUG on (and its development SECRET_KEY); production sets
 # DEBUG=0 and SECRET_KEY itself.
 DEV_ENV := DEBUG=$${DEBUG:-1}
+# `make run`'s stand-in payment service (scripts/payment_standin.py) listens on the next port;
+# the server and the stand-in share a development signing secret unless one is set.
+PAYMENT_PORT ?= $(shell echo $$(($(PORT) + 1)))
+DEV_PAYMENT_ENV := VENDOR_PAYMENT_URL=$${VENDOR_PAYMENT_URL:-http://$(HOST):$(PAYMENT_PORT)/payment} \
+	WEBHOOK_SIGNING_SECRET=$${WEBHOOK_SIGNING_SECRET:-development-only-webhook-signing-secret}
 PYTEST_ARGS ?=
 # `make test` runs the suite on this many pytest-xdist workers (the tests mostly wait on
 # barriers, children and servers, so more workers than cores pays); 0 runs it serially.
@@ -50,6 +55,7 @@ services: ## start the project-local PostgreSQL (:$(HOA_PG_PORT)) and Redis (:$(
 
 stop: ## stop the project-local PostgreSQL and Redis (and a `make serve` gunicorn)
 	@scripts/serve.sh stop || true
+	@if [ -f .local/payment-standin.pid ]; then kill "$$(cat .local/payment-standin.pid)" 2>/dev/null || true; rm -f .local/payment-standin.pid; fi
 	@scripts/services.sh stop
 
 status: ## show whether the local services are up
@@ -64,8 +70,9 @@ seed: migrate
 
 run: seed ## set everything up and serve on http://$(HOST):$(PORT)/ (development server)
 	@$(DEV_ENV) $(PY) manage.py collectstatic --noinput -v 0
+	@$(DEV_ENV) $(DEV_PAYMENT_ENV) $(PY) scripts/payment_standin.py --host $(HOST) --port $(PAYMENT_PORT) --pid-file .local/payment-standin.pid &
 	@echo "Serving on http://$(HOST):$(PORT)/  (admin: http://$(HOST):$(PORT)/admin/ ; stop with Ctrl-C, then 'make stop')"
-	@$(DEV_ENV) exec $(PY) manage.py runserver $(HOST):$(PORT)
+	@$(DEV_ENV) $(DEV_PAYMENT_ENV) exec $(PY) manage.py runserver $(HOST):$(PORT)
 
 serve: seed ## serve with gunicorn on :$(PORT) (WEB_CONCURRENCY workers; INSTANCES=N on consecutive ports)
 	@$(DEV_ENV) $(PY) manage.py collectstatic --noinput -v 0

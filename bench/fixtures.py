@@ -71,7 +71,12 @@ def session_key(user) -> str:
 def vendors_with_contracts(org: Organization, count: int) -> list:
     """``count`` vendors, each with a contract with ``org`` that covers today."""
     today = timezone.localdate()
-    window = {"starts_on": today - timedelta(days=365), "ends_on": today + timedelta(days=365)}
+    window = {
+        "starts_on": today - timedelta(days=365),
+        "ends_on": today + timedelta(days=365),
+        # Insured: an uninsured vendor is not assigned (vendors.insurance).
+        "insurance_expires_on": today + timedelta(days=365),
+    }
     found = []
     for number in range(1, count + 1):
         vendor, _ = Vendor.objects.get_or_create(

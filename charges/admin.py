@@ -1,11 +1,12 @@
 """The charges admin: runs and charges (read-only), and "Generate charges for a month…" on
 the Organization changelist.
 
-``hoa`` does not know about charges: ``GENERATION`` declares the action for the Organization
-admin (``AdminExtension``), and the frame's admin offers it to users with the operation's
-permission. It has the shape of Django's ``delete_selected`` (``hoa.admin_actions``): its
-first POST shows an intermediate page to choose the month; its submit runs the service once
-per selected organization and reports each with the level its answer deserves.
+``hoa`` does not know about charges: this module adds the action to the Organization admin
+(``hoa.admin_mixins.extend``), and the frame's admin offers it to users with the
+operation's permission. It has the shape of Django's ``delete_selected``
+(``hoa.admin_actions``): its first POST shows an intermediate page to choose the month; its
+submit runs the service once per selected organization and reports each with the level its
+answer deserves.
 """
 
 from django.contrib import admin
@@ -16,10 +17,11 @@ from django.utils.translation import gettext_lazy
 from charges.exceptions import InvalidMonth
 from charges.forms import ConfirmedMonthForm, parse_month
 from charges.models import MonthlyCharge, MonthlyChargeRun, month_label
+from charges.operations import GENERATE_PERMISSION
 from charges.selectors import current_month
 from charges.services import generate_monthly_charges
 from hoa.admin_actions import answer_each, applying, ask
-from hoa.admin_mixins import TenantAdminMixin
+from hoa.admin_mixins import AdminExtension, TenantAdminMixin, extend
 from hoa.dates import month_name
 from hoa.web.access import client_ip
 from hoa.web.money import format_money
@@ -51,6 +53,14 @@ def generate_charges_for_month(modeladmin, request, queryset):
         "charges/admin/generate_charges.html",
         title=_("Generate charges for a month"),
     )
+
+
+# On the frame's Organization admin, for users with the operation's permission.
+extend(
+    AdminExtension(
+        "hoa.Organization", permission=GENERATE_PERMISSION, actions=(generate_charges_for_month,)
+    )
+)
 
 
 class MonthFilter(admin.SimpleListFilter):

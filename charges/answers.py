@@ -1,10 +1,11 @@
 """How each answer of charge generation reads to a person: one place for the staff page,
 the admin action and the command. Translated, with named placeholders.
 
-``sentence`` renders every refusal of charge generation (``charges.exceptions``) from its
-facts, when an edge asks. ``busy`` and ``superseded`` speak to two audiences
-(``hoa.answers.table.Audience``): staff on pages and admin messages, without tokens, hosts
-or lease lifetimes; operators in the command's output and the audit, with them.
+``refusal_sentence`` renders every refusal of charge generation from its facts, when an
+edge asks: its own (``charges.exceptions``) and the kinds every operation shares.
+``busy`` and ``superseded`` speak to two audiences (``hoa.answers.table.Audience``): staff
+on pages and admin messages, without tokens, hosts or lease lifetimes; operators in the
+command's output and the audit, with them.
 """
 
 import math
@@ -13,19 +14,19 @@ from datetime import date
 from django.utils.translation import gettext as _
 from django.utils.translation import ngettext
 
-from charges.exceptions import (
-    BillingFailed,
-    ChargesError,
-    GenerationBusy,
-    GenerationLeaseLost,
-    GenerationSuperseded,
-    InvalidMonth,
-    LockServiceUnavailable,
-    NotAllowed,
-    UnitsChanged,
-)
+from charges.exceptions import ChargesError, InvalidMonth, UnitsChanged
 from charges.models import MonthlyChargeRun
-from hoa.answers.refusals import person_holding, sentence
+from hoa.answers.refusals import (
+    Busy,
+    CallFailed,
+    LeaseRanOut,
+    LockServiceDown,
+    NotPermitted,
+    Refusal,
+    Superseded,
+    person_holding,
+    sentence,
+)
 from hoa.answers.table import Audience
 from hoa.dates import month_name
 from hoa.models import Organization
@@ -33,28 +34,29 @@ from hoa.security.audit import shown
 from hoa.web.money import format_money
 
 
-@sentence.register
-def _sentence(refusal: ChargesError, audience: Audience) -> str:
-    """What ``audience`` reads for a refusal of charge generation."""
+@sentence.register(ChargesError)
+def refusal_sentence(refusal: Refusal, audience: Audience) -> str:
+    """What ``audience`` reads for a refusal of charge generation: its own (a
+    ``ChargesError``) and the kinds every operation shares (``GENERATION.answers``)."""
     match refusal:
         case InvalidMonth(window=(first, last)):
             return outside_window(refusal.value, first, last)
         case InvalidMonth():
             return not_a_month(refusal.value, refusal.why)
-        case NotAllowed():
+        case NotPermitted():
             return not_allowed(actor=refusal.actor, organization=refusal.organization)
-        case GenerationBusy():
+        case Busy():
             return busy(refusal, audience)
-        case GenerationSuperseded():
+        case Superseded():
             return superseded(refusal, audience)
-        case GenerationLeaseLost():
+        case LeaseRanOut():
             return lease_lost(organization=refusal.organization, month=refusal.month)
-        case LockServiceUnavailable():
+        case LockServiceDown():
             return _(
                 "The lock service (Redis) is unavailable, so the charges for "
                 "%(organization)s, %(month)s were not generated: %(reason)s"
             ) % {**_facts(refusal.organization, refusal.month), "reason": refusal.reason}
-        case BillingFailed():
+        case CallFailed():
             return _(
                 "The billing system did not accept the charges for %(organization)s, "
                 "%(month)s (%(reason)s); nothing was written."
@@ -106,7 +108,7 @@ def not_allowed(*, actor: str, organization: Organization) -> str:
     }
 
 
-def busy(refusal: GenerationBusy, audience: Audience = Audience.STAFF) -> str:
+def busy(refusal: Busy, audience: Audience = Audience.STAFF) -> str:
     facts = _facts(refusal.organization, refusal.month)
     if audience is Audience.OPERATORS:
         return _(
@@ -131,7 +133,7 @@ def busy(refusal: GenerationBusy, audience: Audience = Audience.STAFF) -> str:
     )
 
 
-def superseded(refusal: GenerationSuperseded, audience: Audience = Audience.STAFF) -> str:
+def superseded(refusal: Superseded, audience: Audience = Audience.STAFF) -> str:
     facts = _facts(refusal.organization, refusal.month)
     if audience is Audience.OPERATORS:
         return _(

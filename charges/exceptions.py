@@ -1,21 +1,13 @@
-"""What charge generation refuses on purpose. Nothing was written in any of these cases.
+"""What charge generation refuses by its own rules; nothing was written.
 
-Each class says which kind of answer it is and carries facts; ``charges.answers`` renders
-its sentences when a page, the admin or the command asks (``hoa.answers.refusals``). The
-lock refusals carry the attempt's subject: ``organization`` and ``month``.
+The refusals every fenced operation shares (busy, superseded, not permitted…) are the
+frame's (``hoa.answers.refusals``), carrying the attempt's subject: ``organization`` and
+``month``. ``charges.answers`` renders both when a page, the admin or the command asks.
 """
 
 from django.utils.translation import gettext_lazy
 
-from hoa.answers.refusals import (
-    Busy,
-    CallFailed,
-    LeaseRanOut,
-    LockServiceDown,
-    NotPermitted,
-    Refusal,
-    Superseded,
-)
+from hoa.answers.refusals import Refusal
 from hoa.answers.table import Answer
 from locking import Outcome
 
@@ -40,38 +32,6 @@ class InvalidMonth(ChargesError, ValueError):
         if self.window is not None:
             return gettext_lazy("Outside the billing window")
         return gettext_lazy("Not a month")
-
-
-class NotAllowed(ChargesError, NotPermitted):
-    """The actor may not generate this organization's charges."""
-
-
-class GenerationBusy(ChargesError, Busy):
-    """Another holder is generating these charges right now."""
-
-    title = gettext_lazy("Charges are being generated")
-
-
-class GenerationSuperseded(ChargesError, Superseded):
-    """A newer holder took over while this attempt was paused past its lease."""
-
-    title = gettext_lazy("A newer holder took over")
-
-
-class GenerationLeaseLost(ChargesError, LeaseRanOut):
-    """The lease was lost (or could not be confirmed) before the billing call."""
-
-    title = gettext_lazy("Stopped before billing")
-
-
-class LockServiceUnavailable(ChargesError, LockServiceDown):
-    """Redis could not be reached: no lease, nothing generated."""
-
-
-class BillingFailed(ChargesError, CallFailed):
-    """The billing system refused the run, failed or timed out."""
-
-    title = gettext_lazy("The billing system failed")
 
 
 class UnitsChanged(ChargesError):

@@ -30,11 +30,11 @@ from django.utils import timezone
 
 from charges import answers
 from charges.billing import ChargeLine
-from charges.exceptions import ChargesError
 from charges.models import MonthlyChargeRun
 from charges.operations import charge_resource
 from charges.selectors import current_month
 from charges.services import generate_monthly_charges, generate_together, units_ahead
+from hoa.answers.refusals import Refusal
 from hoa.answers.table import Answer
 from hoa.models import Organization
 from locking import LockUnavailable, Outcome, prepare_fences
@@ -233,7 +233,7 @@ def generate_for(
         answer = generate_monthly_charges(
             organization=organization, month=month, actor=user, via=via, lines=lines
         )
-    except ChargesError as refusal:  # each one raised here declares its outcome
+    except Refusal as refusal:  # each one raised here declares its outcome
         answer = refusal
     return _outcome(organization, month, answer, started_at)
 
@@ -243,7 +243,7 @@ def _outcome(organization: Organization, month: date, answer, started_at: dateti
     before ``started_at`` (the walk's start) was done before, not by another worker of
     this month start."""
     facts = (organization.pk, organization.slug, month)
-    if isinstance(answer, ChargesError):
+    if isinstance(answer, Refusal):
         return OrgOutcome(*facts, answer.outcome, str(answer))
     completed_at = answer.run.completed_at
     before = (

@@ -12,17 +12,9 @@ from datetime import date, timedelta
 
 from django.utils.translation import gettext_lazy as _
 
-from charges import selectors
-from charges.exceptions import (
-    BillingFailed,
-    GenerationBusy,
-    GenerationLeaseLost,
-    GenerationSuperseded,
-    LockServiceUnavailable,
-    NotAllowed,
-)
+from charges import answers, selectors
 from charges.models import month_label
-from hoa.operations import AdminExtension, FencedOperation, Link, Panel, Refusals
+from hoa.operations import FencedOperation, Link, Panel
 
 OPERATION = "monthly-charges"
 GENERATE_PERMISSION = "charges.generate_charges"
@@ -45,14 +37,7 @@ GENERATION = FencedOperation(
     # ours. [0-9], not \d, which also matches other scripts' digits.
     resource=re.compile(r"monthly-charges:org:(?P<org>[0-9]{1,18}):(?P<month>[0-9]{4}-[0-9]{2})"),
     example=f"{PREFIX}1:2026-01",
-    refusals=Refusals(
-        not_permitted=NotAllowed,
-        busy=GenerationBusy,
-        superseded=GenerationSuperseded,
-        lease_ran_out=GenerationLeaseLost,
-        lock_service_down=LockServiceUnavailable,
-        call_failed=BillingFailed,
-    ),
+    answers=answers.refusal_sentence,
     ttl=timedelta(seconds=60),
     ttl_setting="CHARGES_LOCK_TTL_SECONDS",
     describe=selectors.describe_resources,
@@ -64,9 +49,6 @@ GENERATION = FencedOperation(
         stats="charges/_dashboard_stats.html",
         summary="charges/_organization_summary.html",
         organization_annotations=selectors.organization_annotations,
-    ),
-    admin=(
-        AdminExtension("hoa.Organization", actions=("charges.admin.generate_charges_for_month",)),
     ),
     staff_permissions=("charges.view_monthlychargerun", "charges.view_monthlycharge"),
 )

@@ -7,17 +7,17 @@ reads top to bottom: check the actor, then run one attempt's steps under a fence
 
 1. ``look``: this month's run, and the units to bill unless it is completed.
 2. ``call_outside``: one billing call carrying the token and the idempotency key (failure:
-   ``BillingFailed``, nothing written). A completed run is final: nothing to bill.
+   ``CallFailed``, nothing written). A completed run is final: nothing to bill.
 3. In one transaction: ``create``, when the look found no run (a month's first attempt,
    as at every month start): the run inserted completed, with its totals and the lease's
    token on it (``insert_fenced``), then its charges (COPY). Otherwise, or when another
    holder inserted the run meanwhile, ``fence_row`` and ``commit``: the run row if there
    is none yet (``INSERT … ON CONFLICT DO NOTHING``), ``advance_fence`` on it (a holder
-   whose lease was re-granted: ``GenerationSuperseded``), then the state check (a
+   whose lease was re-granted: ``Superseded``), then the state check (a
    completed run: already generated), then the charges and the run's totals.
 
 Actors: a user must be staff of the organization and hold ``charges.generate_charges``
-(``NotAllowed``, recorded as an ``AccessDenial``, otherwise); ``None`` is the deployment's
+(``NotPermitted``, recorded as an ``AccessDenial``, otherwise); ``None`` is the deployment's
 operator at the shell.
 """
 
@@ -31,17 +31,18 @@ from django.utils import timezone
 
 from charges import answers, billing
 from charges.billing import ChargeLine
-from charges.exceptions import ChargesError, InvalidMonth, UnitsChanged
+from charges.exceptions import InvalidMonth, UnitsChanged
 from charges.models import MonthlyCharge, MonthlyChargeRun
 from charges.operations import GENERATION, charge_resource
-from hoa.answers.table import Answer
+from hoa.answers.refusals import Refusal
+from hoa.answers.table import Done
 from hoa.fenced import FencedSteps, run_together
 from hoa.models import Organization, Unit
 from locking import Lease, Outcome, insert_fenced
 
 
 @dataclass(frozen=True)
-class ChargeRunResult:
+class ChargeRunResult(Done):
     """What a successful call did: generated the run now, or found it already generated."""
 
     run: MonthlyChargeRun
@@ -51,10 +52,6 @@ class ChargeRunResult:
     @property
     def generated(self) -> bool:
         return self.outcome == Outcome.COMMITTED
-
-    @property
-    def answer(self) -> Answer:
-        return Answer.DONE if self.generated else Answer.ALREADY_DONE
 
     @property
     def message(self) -> str:
@@ -94,8 +91,8 @@ def generate_together(
     its own; one ``BEGIN`` and one ``COMMIT`` for all, or for as many as were billed while
     the first lease had half its time left); the month start's way.
 
-    Return, in order, each one's ``ChargeRunResult`` or its refusal (a ``ChargesError``,
-    not raised).
+    Return, in order, each one's ``ChargeRunResult`` or its refusal (a ``Refusal``, not
+    raised).
 
     A unit removed while the batch was billed (``UnitsChanged``: one association's charges
     would name it) leaves nothing of the batch committed; each of its associations then
@@ -106,7 +103,7 @@ def generate_together(
     for place, (organization, month, lines) in enumerate(batch):
         try:
             calls.append(_generation(organization, month, actor, via=via, lines=lines))
-        except ChargesError as refusal:
+        except Refusal as refusal:
             answers[place] = refusal
         else:
             places.append(place)
@@ -122,13 +119,13 @@ def generate_together(
     return answers
 
 
-def _alone(organization, month, actor, *, via) -> "ChargeRunResult | ChargesError":
+def _alone(organization, month, actor, *, via) -> "ChargeRunResult | Refusal":
     """One association of a batch again, on its own, its units read under its lease."""
     try:
         return generate_monthly_charges(
             organization=organization, month=month, actor=actor, via=via
         )
-    except ChargesError as refusal:
+    except Refusal as refusal:
         return refusal
 
 

@@ -22,7 +22,6 @@ from django.views import View
 from django.views.generic import TemplateView
 
 from charges import answers
-from charges.exceptions import ChargesError
 from charges.forms import (
     MonthForm,
     RunFilterForm,
@@ -38,6 +37,7 @@ from charges.selectors import current_month, monthly_totals
 from charges.services import generate_monthly_charges
 from hoa.answers import table as answer_table
 from hoa.answers.pages import error_page
+from hoa.answers.refusals import Refusal
 from hoa.charts import Bar, bar_chart
 from hoa.dates import month_name
 from hoa.security.ratelimits import limit_fenced_posts
@@ -124,7 +124,7 @@ class ChargeRunDetailView(OrganizationMixin, TemplateView):
     def get(self, request, *args, **kwargs):
         try:
             self.month = month_of_address(kwargs["month"])
-        except ChargesError as exc:
+        except Refusal as exc:
             return answer_table.page(request, exc)
         return super().get(request, *args, **kwargs)
 
@@ -163,7 +163,7 @@ class ChargeRunCsvView(OrganizationMixin, View):
     def get(self, request, *args, **kwargs):
         try:
             month = month_of_address(kwargs["month"])
-        except ChargesError as exc:
+        except Refusal as exc:
             return answer_table.page(request, exc)
         run = (
             MonthlyChargeRun.objects.for_organization(self.organization)
@@ -251,7 +251,7 @@ class GenerateChargesView(OrganizationMixin, View):
                 actor=request.user,
                 ip=client_ip(request),
             )
-        except ChargesError as exc:
+        except Refusal as exc:
             # A 409's way back is the month's page, where the retry started.
             return answer_table.page(request, exc, extra_context={"back_url": month_url})
         return answer_table.done(request, result, month_url)

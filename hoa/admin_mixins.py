@@ -1,7 +1,9 @@
 """Admin plumbing of the project: tenant scoping (staff see and edit only their
 organizations' rows), the fence's bookkeeping for operators only, the frame's admins that
-fenced operations extend, and the read-only audit table."""
+the apps built on it extend, and the read-only audit table."""
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from zoneinfo import ZoneInfo
 
 from django.conf import settings
@@ -11,19 +13,53 @@ from django.contrib.admin.options import IS_POPUP_VAR
 from django.contrib.admin.utils import NotRelationField, get_fields_from_path
 from django.core.exceptions import FieldDoesNotExist, ValidationError
 from django.db import models
+from django.db.models import QuerySet
 from django.utils import timezone
-from django.utils.module_loading import import_string
 from django.utils.translation import gettext as _
 
 from hoa.dates import zone_label
 from hoa.models import Organization
-from hoa.operations import admin_extensions
 from hoa.security.audit import Reason, deny_request
 from hoa.security.operators import is_operator
 
 # The fence's bookkeeping on the product's rows: locking's ``FencedModel.last_fence_token``
 # and the token an assignment (or any fenced write) was made with.
 FENCING_FIELDS = frozenset({"last_fence_token", "fence_token"})
+
+
+@dataclass(frozen=True)
+class AdminExtension:
+    """What an app adds to the admin of a model of the frame (``"hoa.Complaint"``): actions
+    (Django's ``(modeladmin, request, queryset)``, offered to users with ``permission``),
+    list columns, inlines, and the ``queryset`` annotation its columns read.
+
+    Registered from the app's ``admin`` module with ``extend``, as ``admin.site.register``
+    is: the action calls the app's service, so only there can it be named without a
+    dotted path."""
+
+    model: str
+    permission: str
+    actions: tuple[Callable, ...] = ()
+    columns: tuple[Callable, ...] = ()
+    inlines: tuple[type, ...] = ()
+    queryset: Callable[[QuerySet], QuerySet] | None = None
+
+
+_extensions: list[AdminExtension] = []
+
+
+def extend(extension: AdminExtension) -> AdminExtension:
+    """Add ``extension`` to the admin of its model (from an app's ``admin`` module, which
+    Django's admin imports at start-up); the same extension twice is added once."""
+    if extension not in _extensions:
+        _extensions.append(extension)
+    return extension
+
+
+def extensions_of(model) -> list[AdminExtension]:
+    """What the apps add to the admin of ``model``."""
+    label = model._meta.label
+    return [extension for extension in _extensions if extension.model == label]
 
 
 def _scoped_foreignkey(db_field, request, kwargs: dict) -> dict:
@@ -197,9 +233,9 @@ class TenantAdminMixin(ViewerZoneMixin, OperatorFieldsMixin):
         declared = {"delete_selected"}
         declared |= {a if isinstance(a, str) else a.__name__ for a in self.actions or []}
         declared |= {
-            path.rpartition(".")[2]
-            for extension, _permission in admin_extensions(self.model)
-            for path in extension.actions
+            action.__name__
+            for extension in extensions_of(self.model)
+            for action in extension.actions
         }
         refused = (set(request.POST.getlist("action")) & declared) - set(self.get_actions(request))
         if refused:
@@ -253,43 +289,40 @@ class TenantAdminMixin(ViewerZoneMixin, OperatorFieldsMixin):
 
 
 class ExtensibleAdmin:
-    """The admin of a frame model, with what the fenced operations add to it.
+    """The admin of a frame model, with what the apps add to it (``extend``).
 
-    An operation declares an ``AdminExtension`` for a model of the frame (the Organization
-    admin gains an action per organization, the Complaint admin a column, an inline and an
-    action per complaint); this mixin installs each on the admin it
-    extends: its actions for users with the operation's permission, its columns after the
-    admin's own, its inlines, and the annotations its columns read. No app unregisters
-    another's admin to subclass it, so two operations extending one admin both show.
+    An app registers an ``AdminExtension`` for a model of the frame (the Organization admin
+    gains an action per organization, the Complaint admin a column, an inline and an action
+    per complaint); this mixin installs each on the admin it extends: its actions for users
+    with the extension's permission, its columns after the admin's own, its inlines, and
+    the annotations its columns read. No app unregisters another's admin to subclass it, so
+    two apps extending one admin both show.
     """
-
-    def _extensions(self):
-        return admin_extensions(self.model)
 
     def get_actions(self, request):
         actions = super().get_actions(request)
         if self.actions is None or IS_POPUP_VAR in request.GET:
             return actions
-        for extension, permission in self._extensions():
-            if request.user.has_perm(permission):
-                for path in extension.actions:
-                    function, name, description = self.get_action(import_string(path))
+        for extension in extensions_of(self.model):
+            if request.user.has_perm(extension.permission):
+                for action in extension.actions:
+                    function, name, description = self.get_action(action)
                     actions[name] = (function, name, description)
         return actions
 
     def get_list_display(self, request):
-        columns = [import_string(path) for ext, _perm in self._extensions() for path in ext.columns]
+        columns = [column for ext in extensions_of(self.model) for column in ext.columns]
         return [*super().get_list_display(request), *columns]
 
     def get_inlines(self, request, obj):
-        inlines = [import_string(path) for ext, _perm in self._extensions() for path in ext.inlines]
+        inlines = [inline for ext in extensions_of(self.model) for inline in ext.inlines]
         return [*super().get_inlines(request, obj), *inlines]
 
     def get_queryset(self, request):
         queryset = super().get_queryset(request)
-        for extension, _permission in self._extensions():
-            if extension.queryset:
-                queryset = import_string(extension.queryset)(queryset)
+        for extension in extensions_of(self.model):
+            if extension.queryset is not None:
+                queryset = extension.queryset(queryset)
         return queryset
 
 

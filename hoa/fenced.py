@@ -38,8 +38,9 @@ the argument with both orders.
 month start's chunk of associations), each under its own lease: their claims in one
 transaction, their calls one by one, their commits in one transaction.
 
-locking's refusals (busy, superseded, lease lost, Redis down) are raised as the operation's
-own classes (``FencedOperation.refusals``), carrying the steps' ``subject``. Superseded
+locking's refusals (busy, superseded, lease lost, Redis down) are raised as the shared
+refusals (``hoa.answers.refusals``), carrying the operation and the steps' ``subject``.
+Superseded
 covers both refusals of a stale token: by the fence (``StaleFencingToken``) and by the
 service the outside call went to (its 409: ``StaleAtReceiver``, a ``StaleFencingToken``
 that the webhook client raises), so a late call refused there is answered 409 / exit 75
@@ -56,7 +57,14 @@ from typing import TYPE_CHECKING, Any
 from django.db import transaction
 from django.db.models import QuerySet
 
-from hoa.answers.refusals import Refusal
+from hoa.answers.refusals import (
+    Busy,
+    CallFailed,
+    LeaseRanOut,
+    LockServiceDown,
+    Refusal,
+    Superseded,
+)
 from hoa.integrations.webhooks import ExternalCallFailed
 from hoa.models import Organization
 from hoa.scopes import scope_for_organization
@@ -75,7 +83,7 @@ from locking import (
 )
 
 if TYPE_CHECKING:
-    from hoa.operations import FencedOperation, Refusals
+    from hoa.operations import FencedOperation
 
 
 def actor_label(actor, via: str = "") -> str:
@@ -159,7 +167,7 @@ class Call:
 
     def run(self, steps: FencedSteps):
         """Run ``steps`` under a fresh lease on the resource; return ``commit``'s result."""
-        under_lease = partial(_run_steps, steps, self.operation.refusals)
+        under_lease = partial(_run_steps, steps, self.operation)
         try:
             return run_fenced(
                 self.resource, under_lease, ttl=self.operation.lease_ttl, attempt=self.attempt
@@ -168,19 +176,18 @@ class Call:
             raise self.refusal(exc, steps) from exc
 
     def refusal(self, exc: Exception, steps: FencedSteps) -> Refusal:
-        """locking's refusal ``exc`` as the operation's own, carrying the steps' subject."""
-        refusals, subject = self.operation.refusals, steps.subject
+        """locking's refusal ``exc`` as the shared refusal, carrying the operation and the
+        steps' subject."""
+        subject = {"operation": self.operation, **steps.subject}
         match exc:
             case LockHeld():
-                return refusals.busy.held(exc, **subject)
+                return Busy.held(exc, **subject)
             case StaleFencingToken():
-                return refusals.superseded.refused(self.resource, exc, **subject)
+                return Superseded.refused(self.resource, exc, **subject)
             case LeaseLost():
-                return refusals.lease_ran_out.lost(exc, **subject)
+                return LeaseRanOut.lost(exc, **subject)
             case LockUnavailable():
-                return refusals.lock_service_down(
-                    resource=self.resource, reason=exc.reason, **subject
-                )
+                return LockServiceDown(resource=self.resource, reason=exc.reason, **subject)
         raise TypeError(f"not a refusal of locking: {exc!r}")
 
 
@@ -299,7 +306,7 @@ def _call_outside_until_half_time(claimed: list[_Attempt], answers: list) -> tup
             lease = attempt.leased.lease
             try:
                 attempt.told = _call_outside(
-                    attempt.steps, attempt.call.operation.refusals, lease, attempt.looked
+                    attempt.steps, attempt.call.operation, lease, attempt.looked
                 )
             except (Refusal, LeaseLost, StaleFencingToken) as exc:
                 attempt.refused = exc
@@ -391,11 +398,11 @@ def _refusal_or_rerun(call: Call, steps: FencedSteps, leased: LeasedAttempt, exc
     raise exc
 
 
-def _run_steps(steps: FencedSteps, refusals: "Refusals", lease: Lease):
+def _run_steps(steps: FencedSteps, operation: "FencedOperation", lease: Lease):
     """The steps in their order, under ``lease`` (``run_fenced``'s work)."""
     claim_fence(lease)  # one statement, committed on its own: durable before any call
     looked = steps.look(lease)  # after the claim: every older holder's commit is visible
-    told = _call_outside(steps, refusals, lease, looked) if looked.needs_call else None
+    told = _call_outside(steps, operation, lease, looked) if looked.needs_call else None
     with _taking_back(steps, lease, looked, told), transaction.atomic():
         return _commit_steps(steps, lease, looked, told)
 
@@ -424,10 +431,12 @@ def _taking_back(steps: FencedSteps, lease: Lease, looked, told) -> Iterator[Non
         raise
 
 
-def _call_outside(steps: FencedSteps, refusals: "Refusals", lease: Lease, looked):
+def _call_outside(steps: FencedSteps, operation: "FencedOperation", lease: Lease, looked):
     lease.check()  # not worth a call if the lease is lost or uncertain: LeaseLost
     try:
         with span("external-call", lease=lease, attributes={"endpoint": steps.endpoint}):
             return steps.call_outside(lease, looked)
     except ExternalCallFailed as exc:
-        raise refusals.call_failed(reason=exc.reason, status=exc.status, **steps.subject) from exc
+        raise CallFailed(
+            operation=operation, reason=exc.reason, status=exc.status, **steps.subject
+        ) from exc

@@ -10,13 +10,12 @@ and checks)::
         permission="keys.hand_over",                 # what staff need to run it
         resource=re.compile(r"key-handover:unit:(?P<unit>[0-9]{1,18})"),
         example="key-handover:unit:1",
-        refusals=Refusals(not_permitted=NotAllowed, busy=HandoverBusy, …),
+        answers=answers.refusal_sentence,            # the sentences of its refusals
         ttl=timedelta(seconds=30), ttl_setting="KEYS_LOCK_TTL_SECONDS",
         describe=selectors.describe_resources,      # resource names -> ResourceInfo
         scan_prefixes=lambda organization_ids: ["key-handover:unit:"],
         links=(Link(_("Keys"), "keys:handovers"),),
         dashboard=Panel(stats="keys/_dashboard_stats.html", context=selectors.panel),
-        admin=(AdminExtension("hoa.Unit", actions=("keys.admin.hand_over",)),),
         seed_demo=demo.seed_demo,
     )
 
@@ -26,13 +25,16 @@ and checks)::
 
 The frame finds it here: the lock status page describes its resource names
 (``describe_resources``, ``scan_prefixes``), the dashboard and the organization list show its
-panel, the navigation its links, the admin of the models it acts on its actions, columns and
-inlines (``hoa.admin_mixins.ExtensibleAdmin``), the complaint pages what it adds to them
-(``hoa.complaints.extensions``), ``seed_demo`` its demo data and the staff
-group's permissions, and the check ``hoa.W001`` its lease TTL. Its services run it:
-``begin`` checks the actor, and the ``Call`` it returns runs the operation's steps under a
-lease (``hoa.fenced``). Adding an operation touches ``INSTALLED_APPS``, the root URLconf and
-the new app.
+panel, the navigation its links, the complaint pages what it adds to them
+(``hoa.complaints.extensions``), ``seed_demo`` its demo data and the staff group's
+permissions, and the check ``hoa.W001`` its lease TTL. Its services run it: ``begin`` checks
+the actor, and the ``Call`` it returns runs the operation's steps under a lease
+(``hoa.fenced``). The refusals every operation shares (busy, superseded, lease ran out, lock
+service down, the outside failed, not permitted) are the frame's own classes, raised with
+the operation, whose ``answers`` says them. What an operation adds to the admin of a frame
+model is registered from its app's ``admin`` module (``hoa.admin_mixins.extend``), as Django's
+``admin.site.register`` is. Adding an operation touches ``INSTALLED_APPS``, the root URLconf
+and the new app.
 """
 
 import re
@@ -44,14 +46,8 @@ from typing import TYPE_CHECKING
 from django.conf import settings
 from django.http import HttpRequest
 
-from hoa.answers.refusals import (
-    Busy,
-    CallFailed,
-    LeaseRanOut,
-    LockServiceDown,
-    NotPermitted,
-    Superseded,
-)
+from hoa.answers.refusals import NotPermitted, Refusal
+from hoa.answers.table import Audience
 from hoa.fenced import Call, actor_label
 from hoa.models import Organization
 from hoa.security.audit import Reason, record_denial
@@ -101,38 +97,6 @@ class Panel:
     organization_annotations: Callable[[], dict] | None = None
 
 
-@dataclass(frozen=True)
-class AdminExtension:
-    """What an operation adds to the admin of a model of another app (``"hoa.Complaint"``):
-    actions (Django's ``(modeladmin, request, queryset)``, offered to users with the
-    operation's permission), list columns, inlines, and the ``queryset`` annotation its
-    columns show.
-
-    Each is the dotted path of a name in the app's ``admin`` module: an action calls the
-    app's service, which uses the declaration, so the declaration cannot import it.
-    """
-
-    model: str
-    actions: tuple[str, ...] = ()
-    columns: tuple[str, ...] = ()
-    inlines: tuple[str, ...] = ()
-    queryset: str = ""
-
-
-@dataclass(frozen=True)
-class Refusals:
-    """The operation's refusals of the kinds every operation shares, written as its app's
-    classes (``class GenerationBusy(ChargesError, Busy)``), so its callers' one ``except``
-    catches them."""
-
-    not_permitted: type[NotPermitted]
-    busy: type[Busy]
-    superseded: type[Superseded]
-    lease_ran_out: type[LeaseRanOut]
-    lock_service_down: type[LockServiceDown]
-    call_failed: type[CallFailed]
-
-
 # -- the declaration ------------------------------------------------------------------------
 
 
@@ -145,7 +109,9 @@ class FencedOperation:
     # Full match of its resource names; its named groups are what ``describe`` reads.
     resource: re.Pattern
     example: str  # a resource name, for a form's placeholder
-    refusals: Refusals
+    # The sentence ``audience`` reads for a refusal of the operation: the app's answers
+    # (the one it registers for its base error, which also says the shared kinds).
+    answers: Callable[[Refusal, Audience], str]
     ttl: timedelta  # the lease's lifetime, unless ``ttl_setting`` is set
     # The Django setting (seconds) that overrides ``ttl``; hoa/settings.py reads any
     # <NAME>_LOCK_TTL_SECONDS from the environment.
@@ -157,7 +123,6 @@ class FencedOperation:
     order: int = 100  # place on the dashboard and in the navigation
     links: tuple[Link, ...] = ()
     dashboard: Panel = field(default_factory=Panel)
-    admin: tuple[AdminExtension, ...] = ()
     # What it adds to the complaint pages and workflow (hoa.complaints.extensions).
     complaints: "ComplaintExtension | None" = None
     # Permissions the demo's staff group gets besides ``permission``.
@@ -178,7 +143,7 @@ class FencedOperation:
         where the request came from) and return the call that runs the operation.
 
         A user must be staff of ``organization`` with the operation's permission; a refusal
-        is recorded as an ``AccessDenial`` and raised as the operation's ``not_permitted``.
+        is recorded as an ``AccessDenial`` and raised as ``NotPermitted``.
         """
         label = actor_label(actor, via)
         if actor is not None and not (
@@ -193,7 +158,9 @@ class FencedOperation:
                 organization=organization,
                 operation=self.name,
             )
-            raise self.refusals.not_permitted(actor=actor.get_username(), organization=organization)
+            raise NotPermitted(
+                actor=actor.get_username(), organization=organization, operation=self
+            )
         return Call(self, resource=resource, organization=organization, label=label, ip=ip)
 
 
@@ -252,16 +219,4 @@ def staff_permissions() -> list[str]:
         name
         for operation in operations()
         for name in (*operation.staff_permissions, operation.permission)
-    ]
-
-
-def admin_extensions(model) -> list[tuple[AdminExtension, str]]:
-    """What the operations add to the admin of ``model``, each with the permission that
-    offers its actions (its operation's)."""
-    label = model._meta.label
-    return [
-        (extension, operation.permission)
-        for operation in operations()
-        for extension in operation.admin
-        if extension.model == label
     ]

@@ -210,10 +210,14 @@ SESSION_CACHE_SECONDS = env_number("SESSION_CACHE_SECONDS", 300, minimum=1, cast
 
 BILLING_WEBHOOK_URL = os.environ.get("BILLING_WEBHOOK_URL", "")
 VENDOR_DISPATCH_URL = os.environ.get("VENDOR_DISPATCH_URL", "")
+# Unlike the two above, never skipped when unset: paying an invoice is refused (503, exit 1)
+# and `check --deploy` reports an error (vendors.E001).
+VENDOR_PAYMENT_URL = os.environ.get("VENDOR_PAYMENT_URL", "")
 WEBHOOK_SIGNING_SECRET = os.environ.get("WEBHOOK_SIGNING_SECRET", "")
 EXTERNAL_CALL_TIMEOUT_SECONDS = env_number("EXTERNAL_CALL_TIMEOUT_SECONDS", 10.0)
 # Each fenced operation declares its lease TTL and the setting that overrides it
-# (CHARGES_LOCK_TTL_SECONDS: 60 s, VENDOR_LOCK_TTL_SECONDS: 30 s); any <NAME>_LOCK_TTL_SECONDS
+# (CHARGES_LOCK_TTL_SECONDS: 60 s, VENDOR_LOCK_TTL_SECONDS: 30 s,
+# VENDOR_PAYMENT_LOCK_TTL_SECONDS: 30 s); any <NAME>_LOCK_TTL_SECONDS
 # in the environment becomes that setting, so a new operation needs no line here.
 globals().update(
     {

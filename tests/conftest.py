@@ -22,6 +22,7 @@ from tests.budgets_support import board, budget  # noqa: F401 (fixtures)
 from tests.charges_support import dead_redis_url
 from tests.harness.http import HttpStub
 from tests.harness.processes import django_database_url
+from tests.invoices_support import approved, assignment, bob, carol, payments  # noqa: F401
 from tests.vendors_support import active_vendor
 
 # Under ``make test-pgbouncer`` a client owns no server backend between its transactions, so

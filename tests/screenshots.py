@@ -25,11 +25,11 @@ from django.contrib.auth.models import Permission
 from django.db import transaction
 from django.utils import timezone
 
-from charges.exceptions import GenerationBusy
 from charges.models import MonthlyChargeRun
 from charges.operations import charge_resource
 from charges.selectors import add_months, current_month
 from charges.services import generate_monthly_charges
+from hoa.answers.refusals import Busy
 from hoa.complaints.workflow import add_note, change_sla, change_status
 from hoa.demo import DEMO_PASSWORD, seed_demo, staff_group
 from hoa.models import Complaint, Organization, StaffMembership
@@ -38,7 +38,7 @@ from hoa.security.operators import is_operator
 from locking import FenceLock, StaleFencingToken, advance_fence, record_fence_event
 from tests.harness.registry import operations_removed
 from tests.test_browser_staff import chromium, site  # noqa: F401 - fixtures
-from vendors.models import Vendor, VendorContract
+from vendors.models import Invoice, Vendor, VendorContract
 from vendors.operations import assignment_resource
 from vendors.services import assign_vendor
 
@@ -58,7 +58,7 @@ def _history(lock: FenceLock) -> dict:
 
     # A busy attempt: the cron host holds this month's lease while Alice tries.
     busy = lock.acquire(charge_resource(maple, month), ttl=timedelta(seconds=30), holder="cron")
-    with busy, contextlib.suppress(GenerationBusy):
+    with busy, contextlib.suppress(Busy):
         generate_monthly_charges(organization=maple, month=month, actor=alice)
 
     # A paused holder: its lease was re-granted to a newer holder, whose write is recorded;
@@ -69,7 +69,7 @@ def _history(lock: FenceLock) -> dict:
     newer = lock.acquire(resource, ttl=timedelta(seconds=5), wait=timedelta(seconds=2))
     run = MonthlyChargeRun.objects.filter(organization=maple, month=last)
     with transaction.atomic():
-        advance_fence(run, newer.token)
+        advance_fence(run, newer)
     newer.release()
     record_fence_event(
         resource=resource,
@@ -82,7 +82,7 @@ def _history(lock: FenceLock) -> dict:
     )
     try:
         with transaction.atomic():
-            advance_fence(run, old.token)
+            advance_fence(run, old)
     except StaleFencingToken as exc:
         record_fence_event(
             resource=resource,
@@ -231,6 +231,18 @@ def test_take_screenshots(chromium, site, redis_client, product_only):  # noqa: 
     page.locator("#timeline").screenshot(path=OUT / "complaint-timeline.png")
     page.goto(f"{site}/orgs/{maple.slug}/complaints/?status=unresolved&overdue=yes&sort=due")
     page.screenshot(path=OUT / "complaints-filtered.png", full_page=True)
+    # Invoices: the association's list, and one invoice waiting for a second approval
+    # (the demo's largest one still received or approved), with its timeline.
+    page.goto(f"{site}/orgs/{maple.slug}/invoices/")
+    page.screenshot(path=OUT / "invoices.png", full_page=True)
+    shown = (
+        Invoice.objects.filter(assignment__complaint__organization=maple)
+        .filter(status__in=["received", "approved"])
+        .order_by("-amount", "pk")
+        .first()
+    )
+    page.goto(f"{site}/orgs/{maple.slug}/invoices/{shown.pk}/")
+    page.screenshot(path=OUT / "invoice.png", full_page=True)
     page.goto(f"{site}/orgs/{maple.slug}/no-such-page/")
     page.screenshot(path=OUT / "not-found.png")
 
@@ -241,6 +253,7 @@ def test_take_screenshots(chromium, site, redis_client, product_only):  # noqa: 
     for name, path in (
         ("dashboard-390.png", f"/orgs/{maple.slug}/"),
         ("complaints-390.png", f"/orgs/{maple.slug}/complaints/"),
+        ("invoices-390.png", f"/orgs/{maple.slug}/invoices/"),
         ("complaint-390.png", f"/orgs/{maple.slug}/complaints/{facts['complaints'][0].pk}/"),
     ):
         phone_page.goto(f"{site}{path}")

@@ -14,6 +14,7 @@ pages are read.
 """
 
 from datetime import timedelta
+from decimal import Decimal
 
 import pytest
 from django.utils import timezone
@@ -29,6 +30,8 @@ from tests.harness.accessibility import axe_problems
 from tests.harness.layout import layout_problems
 from tests.test_browser_staff import TIMEOUT_MS, chromium, site  # noqa: F401 - fixtures
 from tests.vendors_support import active_vendor, vendor_with_contract
+from vendors import invoices
+from vendors.models import VendorAssignment
 from vendors.services import assign_vendor
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.django_db(transaction=True)]
@@ -108,11 +111,26 @@ def office(alice, olivia, maple, fence_lock):
             scope=scope_for_organization(maple),
             operation="monthly-charges",
         )
+    # Invoices: one waiting with a possible duplicate, one approved with a PDF, one paid.
+    assignment = VendorAssignment.objects.get(complaint=complaints[2])
+    today = timezone.localdate()
+    bill = {
+        "assignment": assignment,
+        "amount": Decimal("1875.40"),
+        "issued_on": today - timedelta(days=12),
+        "due_on": today - timedelta(days=2),
+        "actor": alice,
+    }
+    first = invoices.record_invoice(number="PPP-2026-000184/A", **bill).invoice
+    invoices.record_invoice(number="PPP-2026-000185/B", **bill)
+    invoices.approve_invoice(invoice=first, seen=first.version, actor=olivia)
     return {
         "maple": maple,
         "complaint": second,
         "longest": longest,
         "month": add_months(month, -1),
+        "invoice": first,
+        "billed": complaints[2],
     }
 
 
@@ -132,6 +150,11 @@ def staff_pages(facts) -> list[str]:
         f"{org}/charges/{month}/",
         f"{org}/charges/{empty}/",
         f"{org}/vendors/",
+        f"{org}/invoices/",
+        f"{org}/invoices/?overdue=yes&waiting=me",
+        f"{org}/invoices/{facts['invoice'].pk}/",
+        f"{org}/complaints/{facts['billed'].pk}/",
+        f"{org}/complaints/{facts['billed'].pk}/invoices/new/",
         f"{org}/no-such-page/",
     ]
 

@@ -155,6 +155,7 @@ def test_two_staff_members_assign_different_vendors_at_once_and_the_loser_sees_a
             organization=maple,
             starts_on=today - timedelta(days=30),
             ends_on=today + timedelta(days=30),
+            insurance_expires_on=today + timedelta(days=365),
         )
     settings.VENDOR_DISPATCH_URL = http_stub.url_for("dispatch")
     # The first dispatch call hangs here: its sender holds the lease until the test says so.
@@ -176,7 +177,7 @@ def test_two_staff_members_assign_different_vendors_at_once_and_the_loser_sees_a
     alice_page.wait_for_selector(".msg, [data-testid=conflict], [data-testid=error]")
 
     conflict = bob_page.locator("[data-testid=conflict]")
-    assert conflict.locator("h1").inner_text() == "Assignment in progress"
+    assert conflict.locator("h1").inner_text() == "Being done right now"
     assert conflict.locator("p.message").inner_text() == (
         f"Another staff member (alice) is assigning a vendor to complaint #{complaint.pk}; "
         "this usually takes a few seconds."

@@ -11,20 +11,19 @@ from datetime import timedelta
 
 import pytest
 
+from hoa.answers.refusals import (
+    Busy,
+    CallFailed,
+    LeaseRanOut,
+    LockServiceDown,
+    NotPermitted,
+    Superseded,
+)
 from hoa.models import AccessDenial
 from locking import FenceLock, Outcome, fence_key, lock_key
-from tests.budgets.exceptions import (
-    AmountChanged,
-    ApprovalBusy,
-    ApprovalLeaseLost,
-    ApprovalSuperseded,
-    LockServiceUnavailable,
-    NoBudget,
-    NotAllowed,
-    NotificationFailed,
-)
+from tests.budgets.exceptions import AmountChanged, NoBudget
 from tests.budgets.models import AnnualBudget
-from tests.budgets.operations import budget_resource
+from tests.budgets.operations import APPROVAL, budget_resource
 from tests.budgets_support import (
     AMOUNT,
     YEAR,
@@ -86,7 +85,7 @@ def test_a_user_must_be_staff_of_the_organization_with_the_permission(
     maple, budget, board, mallory, viewer, alice
 ):
     for outsider in (mallory, viewer):
-        with pytest.raises(NotAllowed) as refused:
+        with pytest.raises(NotPermitted) as refused:
             approve(maple, actor=outsider)
         assert refused.value.organization == maple
     assert str(refused.value) == "viewer may not approve the budgets of Maple Court."
@@ -113,7 +112,7 @@ def test_a_busy_budget_is_refused_naming_the_holder_and_writes_nothing(maple, bu
     held = FenceLock().acquire(
         budget_resource(maple, YEAR), ttl=timedelta(seconds=30), holder="bob at the front desk"
     )
-    with pytest.raises(ApprovalBusy) as refused:
+    with pytest.raises(Busy) as refused:
         approve(maple)
     held.release()
 
@@ -133,7 +132,7 @@ def test_a_failed_notification_writes_nothing_and_is_recorded_as_failed(
     else:
         settings.EXTERNAL_CALL_TIMEOUT_SECONDS = 0.2
         board.delay = 1
-    with pytest.raises(NotificationFailed) as refused:
+    with pytest.raises(CallFailed) as refused:
         approve(maple)
     assert ("(HTTP 500)" if failure == "status" else "(timed out)") in str(refused.value)
     assert state_of(budget) == DRAFT  # the transaction, fence included, never ran
@@ -142,7 +141,7 @@ def test_a_failed_notification_writes_nothing_and_is_recorded_as_failed(
 
 def test_redis_down_is_reported_and_writes_nothing(maple, budget, board, settings):
     settings.LOCK_REDIS_URL = dead_redis_url()
-    with pytest.raises(LockServiceUnavailable) as refused:
+    with pytest.raises(LockServiceDown) as refused:
         approve(maple)
     assert "The lock service (Redis) is unavailable" in str(refused.value)
     assert state_of(budget) == DRAFT
@@ -153,7 +152,8 @@ def test_redis_down_is_reported_and_writes_nothing(maple, budget, board, setting
 def test_a_lease_that_ran_out_before_the_call_is_told_in_the_budgets_words(maple):
     """The runner's ``lease.check()`` before the call is charges' and vendors' to prove
     (tests/test_lease_check.py); the refusal it raises here is the budgets' own."""
-    refused = ApprovalLeaseLost(
+    refused = LeaseRanOut(
+        operation=APPROVAL,
         resource=budget_resource(maple, YEAR),
         token=3,
         reason="expired",
@@ -184,7 +184,7 @@ def test_eight_concurrent_approvals_approve_once_and_every_loser_is_busy(maple, 
         worker.join()
 
     outcomes = Counter(
-        Outcome.BUSY if isinstance(w.error, ApprovalBusy) else w.result.outcome for w in workers
+        Outcome.BUSY if isinstance(w.error, Busy) else w.result.outcome for w in workers
     )
     assert outcomes == {Outcome.BUSY: 7, Outcome.COMMITTED: 1}
     [winner] = [w.result for w in workers if w.result is not None]
@@ -206,7 +206,7 @@ def test_a_paused_holder_is_refused_by_the_fence_after_a_newer_holder_approves(
     holder_a.join()
 
     assert (newer.outcome, newer.token) == (Outcome.COMMITTED, 2)
-    assert isinstance(holder_a.error, ApprovalSuperseded)
+    assert isinstance(holder_a.error, Superseded)
     assert (holder_a.error.token, holder_a.error.recorded) == (1, 2)
     assert "A newer holder (token 2) took over the 2027 budget" in str(holder_a.error)
     assert state_of(budget) == ("approved", "holder-b", 2, AMOUNT)

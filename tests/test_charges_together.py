@@ -15,12 +15,6 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from charges.exceptions import (
-    BillingFailed,
-    GenerationBusy,
-    GenerationSuperseded,
-    LockServiceUnavailable,
-)
 from charges.models import MonthlyCharge, MonthlyChargeRun
 from charges.operations import GENERATION, charge_resource
 from charges.services import (
@@ -29,6 +23,7 @@ from charges.services import (
     generate_monthly_charges,
     generate_together,
 )
+from hoa.answers.refusals import Busy, CallFailed, LockServiceDown, Superseded
 from hoa.fenced import run_together
 from hoa.models import Organization, Unit
 from locking import FenceLock, Outcome
@@ -96,7 +91,7 @@ def test_a_busy_association_in_a_batch_is_answered_busy_and_the_others_commit(
     finally:
         held.release()
 
-    assert isinstance(answers[1], GenerationBusy)
+    assert isinstance(answers[1], Busy)
     assert "bob" in str(answers[1])
     assert [answers[0].outcome, answers[2].outcome] == [Outcome.COMMITTED] * 2
     assert completed_by(maple) == completed_by(cedar) == "cron-a"
@@ -130,7 +125,7 @@ def test_a_holder_overtaken_inside_a_batch_rolls_back_only_its_own_association(
     assert batch.error is None
     maple_answer, oak_answer, cedar_answer = batch.result
     assert (newer.outcome, newer.token) == (Outcome.COMMITTED, 2)
-    assert isinstance(oak_answer, GenerationSuperseded)
+    assert isinstance(oak_answer, Superseded)
     assert (oak_answer.token, oak_answer.recorded) == (1, 2)
     assert [maple_answer.outcome, cedar_answer.outcome] == [Outcome.COMMITTED] * 2
     assert completed_by(maple) == completed_by(cedar) == "cron-a"
@@ -184,7 +179,7 @@ def test_redis_down_at_a_grant_answers_the_rest_of_the_batch_without_trying_them
     settings.LOCK_REDIS_URL = dead_redis_url()
     answers = together(maple, oak, cedar)
 
-    assert [type(answer) for answer in answers] == [LockServiceUnavailable] * 3
+    assert [type(answer) for answer in answers] == [LockServiceDown] * 3
     # One attempt was made and recorded; nothing written, nobody billed.
     assert list(FenceEvent.objects.values_list("outcome", flat=True)) == ["unavailable"]
     assert not MonthlyChargeRun.objects.exists()
@@ -201,9 +196,9 @@ class RefusedAfterWriting(ChargeRun):
     def commit(self, lease, looked, told):
         first = self.organization.units.order_by("pk").first()
         Unit.objects.filter(pk=first.pk).update(label="half-written")
-        raise BillingFailed(
-            reason="refused after writing", status=None, organization=self.organization,
-            month=self.month,
+        raise CallFailed(
+            operation=GENERATION, reason="refused after writing", status=None,
+            organization=self.organization, month=self.month,
         )  # fmt: skip
 
 
@@ -220,7 +215,7 @@ def test_a_refusal_after_writes_in_a_batch_rolls_back_its_own_savepoint_only(map
 
     refused, committed = run_together([(calls[0], refusing), (calls[1], billing_oak)])
 
-    assert isinstance(refused, BillingFailed)
+    assert isinstance(refused, CallFailed)
     assert committed.outcome == Outcome.COMMITTED
     assert sorted(maple.units.values_list("label", flat=True)) == labels  # taken back
     assert completed_by(oak) == "cron-a"  # committed in the same transaction

@@ -66,6 +66,8 @@ CRON_JOBS = [
     ("forget_reporters",),
     ("sla_sweep",),
     ("publish_notices",),
+    ("record_insurance_lapses",),
+    ("pay_approved_invoices", "--all-orgs"),
     ("generate_monthly_charges", "--org", "maple-court", "--month", MONTH_ARG),
 ]
 
@@ -87,6 +89,10 @@ def test_a_cron_job_that_succeeds_prints_and_logs_nothing(maple, cron_env, comma
         (("prune_access_denials",), "Deleted 1 access denial older than 90 days (before "),
         (("forget_reporters",), "Erased the contact of 0 reporters (closed before "),
         (("sla_sweep",), "SLA sweep: 0 complaints marked breached."),
+        (
+            ("pay_approved_invoices", "--all-orgs"),
+            "0 invoices to pay: 0 paid, 0 already paid, 0 changed meanwhile, 0 failed.",
+        ),
         (
             ("generate_monthly_charges", "--org", "maple-court", "--month", MONTH_ARG),
             "Generated 10 charges for Maple Court, March 2026",

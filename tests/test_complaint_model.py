@@ -40,7 +40,7 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from hoa.complaints.exceptions import ComplaintsError
+from hoa.answers.refusals import Refusal
 from hoa.complaints.rules import RULES, Change
 from hoa.complaints.workflow import add_note, change_sla, change_status
 from hoa.models import Complaint, ComplaintEvent, Organization
@@ -48,7 +48,6 @@ from locking import fence_key, lock_key
 from locking.conf import setting
 from locking.tests.stepping import SEARCH, Holder, Stepping
 from tests.vendors_support import active_vendor
-from vendors.exceptions import VendorsError
 from vendors.models import VendorAssignment
 from vendors.operations import assignment_resource
 from vendors.services import assign_vendor
@@ -61,7 +60,7 @@ Status = Complaint.Status
 
 # What a staff member may be told instead of "done": every refusal of the rules and of the
 # fenced operation is an answer (a 4xx page, a warning), never a failure of the test.
-EXPECTED = (ComplaintsError, VendorsError)
+EXPECTED = (Refusal,)
 
 PLANS = (
     "close", "reopen", "resolve", "in_progress", "note", "sla",

@@ -30,6 +30,8 @@ SCHEDULED = {
     "hoa-prune-access-denials": "prune_access_denials",
     "hoa-forget-reporters": "forget_reporters",
     "hoa-send-reporter-emails": "send_reporter_emails",
+    "hoa-insurance-lapses": "record_insurance_lapses",
+    "hoa-pay-approved-invoices": "pay_approved_invoices",
 }
 
 # -- metric names in PromQL -------------------------------------------------------------
@@ -218,6 +220,14 @@ def test_the_month_start_runs_daily_at_noon_utc_on_all_associations():
     assert timer["OnCalendar"] == "*-*-* 12:00:00 UTC"
     assert timer["Persistent"] == "true"
     exec_start = unit(UNITS / "hoa-month-start.service")["Service"]["ExecStart"]
+    assert "--all-orgs" in shlex.split(exec_start)
+
+
+def test_the_payment_run_pays_every_association_daily_after_every_zone_began_its_day():
+    timer = unit(UNITS / "hoa-pay-approved-invoices.timer")["Timer"]
+    assert timer["OnCalendar"] == "*-*-* 13:00:00 UTC"
+    assert timer["Persistent"] == "true"
+    exec_start = unit(UNITS / "hoa-pay-approved-invoices.service")["Service"]["ExecStart"]
     assert "--all-orgs" in shlex.split(exec_start)
 
 

@@ -3,7 +3,8 @@
 The first test plays one seed of ``tests/faults/scenarios/nemesis2.py`` against real
 processes it starts itself: a private Redis primary and replica behind a proxy
 (``LOCK_REDIS_MIN_REPLICAS=1``), a proxy to this test database, five fenced-write client
-processes, two gunicorn instances with production settings and eight staff clients. It
+processes, two gunicorn instances with production settings and eight staff clients (charges,
+assignments, payments and voids of invoices). It
 fails Redis over (once while replication lags), partitions Redis and PostgreSQL, and
 freezes and wipes, one round of each; then every checker must find nothing. PostgreSQL
 restarts need the suite's own cluster and run in ``make faults`` only; so does the control
@@ -32,6 +33,7 @@ from tests.faults.scenarios.nemesis2 import Nemesis2Plan, check_http_answers, pl
 from tests.faults.seed import seed_world
 from tests.faults.stack import Stack, StackOptions
 from tests.harness.processes import django_database_url
+from vendors.models import VendorPayment
 
 SCHEDULE = ("failover", "redis-partition", "pg-partition", "pause-wipe", "failover")
 
@@ -69,6 +71,11 @@ def test_a_round_of_every_fault_kind_under_staff_load_finds_no_violation(stack):
     assert counts["writes"] >= 5, context
     assert counts["http requests"] >= 8, context
     assert counts["violations"] == 0, context
+    # Payments ran under the faults too, and money left for some of the invoices, once each
+    # (the checker's rules for payments found nothing above).
+    pays = [op for op in result.ops if op.kind == "pay"]
+    assert pays and any(op.verdict in ("done", "already_done") for op in pays), context
+    assert VendorPayment.objects.filter(invoice__number__startswith="F-").exists(), context
 
 
 # -- the new rules catch what they must ------------------------------------------------------

@@ -29,7 +29,7 @@ from tests.faults.seed import World, seed_world
 from tests.faults.stack import Stack, StackOptions
 from tests.harness.http import Received
 from tests.harness.processes import django_database_url
-from vendors.models import VendorAssignment
+from vendors.models import Invoice, VendorAssignment, VendorPayment
 
 # One worker runs the module: its module-scoped stack (two gunicorn instances) starts
 # once, not once per worker.
@@ -362,4 +362,81 @@ def test_checker_gives_a_reassignment_row_to_the_reassign_request_not_an_open_un
         f"vendor-assignment:complaint:{complaint}: assignment "
         f"{VendorAssignment.objects.get(complaint_id=complaint, active=True).pk} replaced "
         "another without a reassign request"
+    ]
+
+
+# -- the checker of payments: money leaves once --------------------------------------------------
+
+
+def _payment_call(invoice: int, token: int, status: int, verdict: str) -> Received:
+    headers = {
+        "Idempotency-Key": f"vendor-payment:invoice:{invoice}",
+        "X-Fencing-Token": str(token),
+    }
+    return Received("/payment", headers, b"", status=status, verdict=verdict)
+
+
+def _payment_record(invoice: int, token: int) -> ReceivedCall:
+    """The stand-in's record of the invoice's key: the highest token it accepted."""
+    now = timezone.now()
+    return ReceivedCall.objects.create(
+        scope="payment",
+        idempotency_key=f"vendor-payment:invoice:{invoice}",
+        token=token,
+        content_digest="0" * 64,
+        body=b"{}",
+        first_received_at=now,
+        received_at=now,
+    )
+
+
+def _pay_op(world: World, invoice: int, **fields) -> Op:
+    return _op(world, kind="pay", invoice=invoice, **fields)
+
+
+def test_checker_accepts_a_payment_made_once_and_answered_again(world):
+    invoice = world.approved_invoice("faults-maple")
+    Invoice.objects.filter(pk=invoice).update(status="paid", payment_claim=2)
+    VendorPayment.objects.create(
+        invoice_id=invoice, amount=1, currency="USD", reference="R", fence_token=2,
+        actor_label="faults-02",
+    )  # fmt: skip
+    _payment_record(invoice, 2)
+    calls = [_payment_call(invoice, 1, 200, "accepted"), _payment_call(invoice, 2, 200, "replaced")]
+    told = [
+        _pay_op(world, invoice, user="faults-01", verdict="refused"),  # paused, superseded
+        _pay_op(world, invoice, user="faults-02", verdict="done"),
+        _pay_op(world, invoice, user="faults-03", verdict="already_done"),
+    ]
+    assert check_history(told, received=calls, units=_units(world)) == []
+
+
+def test_checker_flags_money_leaving_twice_and_a_void_invoice_paid(world):
+    twice = world.approved_invoice("faults-maple")
+    Invoice.objects.filter(pk=twice).update(status="paid", payment_claim=2)
+    VendorPayment.objects.create(
+        invoice_id=twice, amount=1, currency="USD", reference="R", fence_token=2,
+        actor_label="faults-02",
+    )  # fmt: skip
+    voided = world.approved_invoice("faults-maple")
+    Invoice.objects.filter(pk=voided).update(status="void")
+    _payment_record(twice, 2)
+    _payment_record(voided, 3)
+    calls = [
+        _payment_call(twice, 1, 200, "accepted"),
+        _payment_call(twice, 2, 200, "accepted"),  # paid again: the replacement was not told
+        _payment_call(voided, 3, 200, "accepted"),
+    ]
+    told = [
+        _pay_op(world, twice, user="faults-02", verdict="done"),
+        _pay_op(world, voided, user="faults-04", verdict="done"),
+        _op(world, kind="void", invoice=voided, user="faults-05", verdict="done"),
+    ]
+
+    problems = check_history(told, received=calls, units=_units(world))
+
+    assert problems == [
+        f"vendor-payment:invoice:{twice}: the payment service paid 2 times",
+        f"vendor-payment:invoice:{voided}: a void invoice was sent for payment",
+        f"vendor-payment:invoice:{voided}: faults-04 was told done but nothing is paid",
     ]

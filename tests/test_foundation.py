@@ -52,6 +52,9 @@ def test_check_deploy_has_no_errors_with_production_environment():
         DEBUG="0",
         SECRET_KEY="x" * 20 + "a-real-production-secret-0123456789-abcdefghijklmnop",
         ALLOWED_HOSTS="hoa.example.org",
+        # Without a payment service check --deploy fails (vendors.E001): it is set, as in
+        # a deployment that pays its vendors.
+        VENDOR_PAYMENT_URL="https://payments.example.org/pay",
     )
     assert result.returncode == 0, result.stderr
     # The one warning left (HSTS preload) is explained in docs/security.md.

@@ -12,16 +12,15 @@ import psycopg
 import pytest
 from django.db import connection
 
-from charges.exceptions import ChargesError, GenerationLeaseLost
 from charges.models import MonthlyChargeRun
 from charges.operations import charge_resource
 from charges.services import generate_monthly_charges
+from hoa.answers.refusals import LeaseRanOut
 from hoa.models import Complaint
 from locking import lock_key
 from locking.models import FenceEvent
 from tests.charges_support import MONTH, Worker, waiting_statements
 from tests.harness.waiting import wait_until
-from vendors.exceptions import AssignmentLeaseLost, VendorsError
 from vendors.models import VendorAssignment
 from vendors.operations import assignment_resource
 from vendors.services import assign_vendor
@@ -62,8 +61,8 @@ def test_charges_stop_before_billing_when_the_lease_ran_out(
         )
     attempt.join()
 
-    assert isinstance(attempt.error, GenerationLeaseLost)
-    assert isinstance(attempt.error, ChargesError)  # the callers' one except catches it
+    assert isinstance(attempt.error, LeaseRanOut)  # the callers' one except Refusal catches it
+    assert attempt.error.operation.name == "monthly-charges"
     assert "stopped before the billing call; nothing was sent or written" in str(attempt.error)
     assert http_stub.received == []
     assert not MonthlyChargeRun.objects.completed().exists()
@@ -83,8 +82,8 @@ def test_an_assignment_stops_before_calling_the_vendor_when_the_lease_ran_out(
         )
     attempt.join()
 
-    assert isinstance(attempt.error, AssignmentLeaseLost)
-    assert isinstance(attempt.error, VendorsError)
+    assert isinstance(attempt.error, LeaseRanOut)
+    assert attempt.error.operation.name == "vendor-assignment"
     assert dispatch.received == []
     assert not VendorAssignment.objects.exists()
     event = FenceEvent.objects.get()

@@ -17,11 +17,11 @@ from django.db import transaction
 from django.utils import timezone
 
 from hoa import operations
+from hoa.answers.refusals import Busy
 from hoa.demo import seed_demo, staff_group
 from hoa.operations import ResourceInfo
 from locking import StaleFencingToken, advance_fence, lock_key
 from locking.models import FenceEvent
-from tests.budgets.exceptions import ApprovalBusy
 from tests.budgets.models import AnnualBudget
 from tests.budgets.operations import APPROVAL, budget_resource
 from tests.budgets_support import AMOUNT, YEAR, approve, state_of
@@ -48,9 +48,9 @@ def operator(alice):
 # -- the registry ------------------------------------------------------------------------------
 
 
-def test_the_three_operations_register_in_their_dashboard_order():
+def test_the_four_operations_register_in_their_dashboard_order():
     names = [operation.name for operation in operations.operations()]
-    assert names == ["vendor-assignment", "monthly-charges", "budget-approval"]
+    assert names == ["vendor-assignment", "vendor-payment", "monthly-charges", "budget-approval"]
 
 
 def test_a_budget_lease_is_described_scanned_and_its_token_recorded(maple, budget):
@@ -106,6 +106,7 @@ def test_navigation_links_to_the_budgets_among_the_other_operations(client, alic
         ("charges/", ""),
         ("complaints/", ""),
         ("vendors/", ""),
+        ("invoices/", ""),
         ("budgets/", 'aria-current="page"'),
     ]
 
@@ -168,7 +169,7 @@ def test_metrics_count_budget_approvals_under_their_operation_label(
     approve(maple)
     with (
         fence_lock.acquire(budget_resource(maple, YEAR), ttl=LEASE),
-        pytest.raises(ApprovalBusy),
+        pytest.raises(Busy),
     ):
         approve(maple)
     _status, after, body = scrape(client)
@@ -207,9 +208,10 @@ def test_breaking_a_budget_lease_fences_out_its_holder(
 
 
 def test_the_lease_ttl_check_names_the_budget_lease_and_its_setting(settings):
-    settings.EXTERNAL_CALL_TIMEOUT_SECONDS = 20  # above half of vendors' and budgets' 30 s
+    # Above half of the assignment's, the payment's and the budgets' 30 s.
+    settings.EXTERNAL_CALL_TIMEOUT_SECONDS = 20
     warned = [m.msg for m in checks.run_checks() if m.id == "hoa.W001"]
-    assert len(warned) == 2
+    assert len(warned) == 3
     assert any("budget-approval (30s, BUDGETS_LOCK_TTL_SECONDS)" in msg for msg in warned)
 
     settings.BUDGETS_LOCK_TTL_SECONDS = 60  # the setting overrides the declaration

@@ -10,13 +10,14 @@ from datetime import date, timedelta
 
 import pytest
 
-from charges.exceptions import GenerationBusy, GenerationSuperseded
-from hoa.answers.refusals import Refusal, person_holding, sentence
+from charges.operations import GENERATION
+from hoa.answers.refusals import Busy, Refusal, Superseded, person_holding, sentence
 from hoa.models import Complaint
 from locking import LockHeld, StaleFencingToken
 from vendors import answers as vendor_answers
-from vendors.exceptions import AlreadyAssigned, AssignmentBusy
+from vendors.exceptions import AlreadyAssigned
 from vendors.models import VendorAssignment
+from vendors.operations import ASSIGNMENT
 
 MONTH = date(2026, 3, 1)
 LEASE = timedelta(seconds=30)
@@ -51,7 +52,7 @@ def test_person_holding_names_only_a_user(alice, label, person):
 def test_busy_tells_staff_the_persons_name_and_operators_the_holder_label(alice, maple, fence_lock):
     lock = held_by(fence_lock, "alice")
 
-    exc = GenerationBusy.held(lock, organization=maple, month=MONTH)
+    exc = Busy.held(lock, operation=GENERATION, organization=maple, month=MONTH)
 
     assert exc.message == (
         "Another staff member (alice) is generating the charges for Maple Court, March 2026; "
@@ -70,8 +71,8 @@ def test_busy_by_a_process_that_is_no_person_tells_staff_another_worker(
 ):
     lock = held_by(fence_lock, "nightly-cron")
 
-    charges = GenerationBusy.held(lock, organization=maple, month=MONTH)
-    vendors = AssignmentBusy.held(lock, complaint=complaint)
+    charges = Busy.held(lock, operation=GENERATION, organization=maple, month=MONTH)
+    vendors = Busy.held(lock, operation=ASSIGNMENT, complaint=complaint)
 
     assert charges.message.startswith("Another worker is generating the charges for Maple")
     assert vendors.message == (
@@ -84,7 +85,7 @@ def test_busy_by_a_process_that_is_no_person_tells_staff_another_worker(
 def test_superseded_keeps_the_tokens_for_operators_only(maple):
     stale = StaleFencingToken(token=4, recorded=5)
 
-    exc = GenerationSuperseded.refused("r", stale, organization=maple, month=MONTH)
+    exc = Superseded.refused("r", stale, operation=GENERATION, organization=maple, month=MONTH)
 
     assert "token" not in exc.message
     assert exc.message.startswith("Someone else took over generating the charges for Maple")
@@ -125,7 +126,7 @@ def test_a_refusal_is_made_without_a_query_and_rendered_when_asked(
     lock = held_by(fence_lock, "alice")
 
     with django_assert_num_queries(0):
-        exc = GenerationBusy.held(lock, organization=maple, month=MONTH)
+        exc = Busy.held(lock, operation=GENERATION, organization=maple, month=MONTH)
     assert (exc.holder, exc.token, exc.resource) == (lock.holder, lock.token, lock.resource)
     with django_assert_num_queries(1):
         assert "(alice)" in exc.message

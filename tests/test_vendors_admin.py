@@ -143,7 +143,7 @@ def test_a_rival_paused_in_its_dispatch_is_refused_once_the_action_claimed_and_i
     action_gate.release()
     answered = action.outcome()
 
-    assert (type(lost).__name__, lost.token, lost.recorded) == ("AssignmentSuperseded", 2, 3)
+    assert (type(lost).__name__, lost.token, lost.recorded) == ("Superseded", 2, 3)
     assert answered.redirect_chain == [(CHANGELIST, 302)]
     [(level, text)] = texts(answered)
     assert level == "success" and text.startswith(

@@ -6,6 +6,7 @@ from io import StringIO
 import pytest
 from django.core.management import CommandError, call_command
 
+from hoa.answers.refusals import Superseded
 from hoa.models import Complaint
 from hoa.operations import operations
 from locking.models import FenceEvent
@@ -21,7 +22,6 @@ from tests.vendors_support import (
     state_of,
     vendor_with_contract,
 )
-from vendors.exceptions import AssignmentSuperseded
 from vendors.models import VendorAssignment
 from vendors.operations import assignment_resource
 from vendors.services import assign_vendor
@@ -129,7 +129,7 @@ def test_a_rival_paused_in_its_dispatch_is_refused_once_the_command_claimed_and_
             command.kill()
             command.wait()
 
-    assert isinstance(lost, AssignmentSuperseded)
+    assert isinstance(lost, Superseded)
     assert (lost.token, lost.recorded) == (2, 3)
     assert command.returncode == 0, stderr
     assert one_line(stdout).startswith(

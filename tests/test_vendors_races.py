@@ -9,6 +9,7 @@ import threading
 
 import pytest
 
+from hoa.answers.refusals import Busy, Superseded
 from hoa.models import Complaint
 from locking.epochs import first_token
 from locking.models import FenceEvent
@@ -24,12 +25,7 @@ from tests.vendors_support import (
     events_of,
     wait_for_lease_to_expire,
 )
-from vendors.exceptions import (
-    AlreadyAssigned,
-    AssignmentBusy,
-    AssignmentSuperseded,
-    ChangedSinceViewed,
-)
+from vendors.exceptions import AlreadyAssigned, ChangedSinceViewed
 from vendors.models import VendorAssignment
 from vendors.operations import assignment_resource
 from vendors.selectors import active_assignment
@@ -75,7 +71,7 @@ def test_two_concurrent_assignments_of_different_vendors_never_both_succeed(
     won, lost = winner.outcome(), loser.outcome()
     assert isinstance(won, AssignmentResult)
     assert (won.outcome, won.token) == ("committed", 1)
-    assert isinstance(lost, AssignmentBusy)
+    assert isinstance(lost, Busy)
     assert lost.holder.startswith("alice on ")
     assert lost.busy.token == 1  # the counter the winner was granted
     assert [a.vendor.name for a in active_assignments(complaint)] == [winner.name]
@@ -103,7 +99,7 @@ def test_paused_holder_resuming_after_a_takeover_is_rejected_and_the_newer_assig
     late = paused.outcome()
 
     assert (newer.outcome, newer.token) == ("committed", 2)
-    assert isinstance(late, AssignmentSuperseded)
+    assert isinstance(late, Superseded)
     assert (late.token, late.recorded) == (1, 2)
     [active] = active_assignments(complaint)
     assert (active.vendor, active.fence_token) == (green, 2)
@@ -144,7 +140,7 @@ def test_an_older_holder_back_from_its_call_after_a_newer_ones_claim_is_refused(
     second = newer.outcome()
 
     assert seen is None
-    assert isinstance(first, AssignmentSuperseded)
+    assert isinstance(first, Superseded)
     assert (first.token, first.recorded) == (1, 2)
     assert (second.outcome, second.token) == ("committed", 2)
     [active] = active_assignments(complaint)
@@ -270,7 +266,7 @@ def test_two_reassignments_decided_against_the_same_assignment_exactly_one_commi
     gates[bright].release()
     seen_second, won = second.outcome()
 
-    assert isinstance(lost, AssignmentSuperseded)
+    assert isinstance(lost, Superseded)
     assert (lost.token, lost.recorded) == (2, 3)
     assert seen_second.pk == shown.pk
     assert (won.outcome, won.token, won.replaced.pk) == ("committed", 3, shown.pk)

@@ -5,6 +5,7 @@ from datetime import timedelta
 import pytest
 from django.db import connection
 
+from hoa.answers.refusals import Busy, CallFailed, NotPermitted
 from hoa.models import AccessDenial, Complaint
 from locking.models import FenceEvent
 from tests.harness.pg import round_trips
@@ -18,14 +19,7 @@ from tests.vendors_support import (
     vendor_with_contract,
 )
 from vendors.dispatch import idempotency_key
-from vendors.exceptions import (
-    AlreadyAssigned,
-    AssignmentBusy,
-    ChangedSinceViewed,
-    ContractNotActive,
-    DispatchFailed,
-    NotAllowed,
-)
+from vendors.exceptions import AlreadyAssigned, ChangedSinceViewed, ContractNotActive
 from vendors.models import VendorAssignment
 from vendors.operations import assignment_resource
 from vendors.services import assign_vendor
@@ -319,7 +313,7 @@ def test_failed_dispatch_writes_nothing_and_records_failed(
     dispatch.status = 503
     before = state_of(complaint, redis_client)
 
-    with pytest.raises(DispatchFailed) as failed:
+    with pytest.raises(CallFailed) as failed:
         assign_vendor(complaint=complaint, vendor=pipe, actor=alice)
 
     assert (failed.value.status, failed.value.reason) == (503, "HTTP 503")
@@ -353,7 +347,7 @@ def test_a_held_lease_answers_busy_naming_the_holder_and_writes_nothing(
     )
     before = state_of(complaint, redis_client)
 
-    with pytest.raises(AssignmentBusy) as busy:
+    with pytest.raises(Busy) as busy:
         assign_vendor(complaint=complaint, vendor=pipe, actor=alice)
 
     assert busy.value.holder.startswith("bob on ")
@@ -416,7 +410,7 @@ def test_an_actor_who_is_not_permitted_staff_of_the_association_is_refused(
     actor = request.getfixturevalue(persona)
     before = state_of(complaint, redis_client)
 
-    with pytest.raises(NotAllowed):
+    with pytest.raises(NotPermitted):
         assign_vendor(complaint=complaint, vendor=pipe, actor=actor, ip="10.0.0.9")
 
     assert state_of(complaint, redis_client) == before

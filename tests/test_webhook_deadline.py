@@ -14,8 +14,8 @@ import time
 import pytest
 from django.core import checks
 
-from charges.exceptions import BillingFailed
 from charges.services import generate_monthly_charges
+from hoa.answers.refusals import CallFailed
 from hoa.integrations.webhooks import ExternalCallFailed, post_fenced
 from locking import FencingToken
 from tests.charges_support import MONTH
@@ -126,7 +126,7 @@ def test_a_billing_call_ends_before_the_lease_the_check_accepts(settings, trickl
 
     billing.send_charge_run = send_and_watch
     try:
-        with pytest.raises(BillingFailed) as failed:
+        with pytest.raises(CallFailed) as failed:
             generate_monthly_charges(organization=maple, month=MONTH, actor=alice)
     finally:
         billing.send_charge_run = sent

@@ -24,9 +24,16 @@ WAIT = 30
 
 
 def vendor_with_contract(
-    name: str, organization: Organization, *, starts_in_days: int, ends_in_days: int
+    name: str,
+    organization: Organization,
+    *,
+    starts_in_days: int,
+    ends_in_days: int,
+    insured_for_days: int | None = 365,
 ) -> Vendor:
-    """A vendor whose contract with ``organization`` runs from today+starts to today+ends."""
+    """A vendor whose contract with ``organization`` runs from today+starts to today+ends,
+    its insurance certificate valid until today+``insured_for_days`` (``None``: none on
+    file)."""
     today = timezone.localdate()
     vendor = Vendor.objects.create(name=name, trade="plumbing", email=f"{name[:20]}@example.org")
     VendorContract.objects.create(
@@ -34,12 +41,28 @@ def vendor_with_contract(
         organization=organization,
         starts_on=today + timedelta(days=starts_in_days),
         ends_on=today + timedelta(days=ends_in_days),
+        insurance_expires_on=(
+            today + timedelta(days=insured_for_days) if insured_for_days is not None else None
+        ),
     )
     return vendor
 
 
-def active_vendor(name: str, organization: Organization) -> Vendor:
-    return vendor_with_contract(name, organization, starts_in_days=-30, ends_in_days=30)
+def active_vendor(name: str, organization: Organization, *, insured_for_days=365) -> Vendor:
+    return vendor_with_contract(
+        name,
+        organization,
+        starts_in_days=-30,
+        ends_in_days=30,
+        insured_for_days=insured_for_days,
+    )
+
+
+def uninsured_vendor(name: str, organization: Organization, *, lapsed_days_ago: int | None):
+    """A vendor under contract today whose certificate lapsed ``lapsed_days_ago`` days ago
+    (``None``: none on file)."""
+    insured = -lapsed_days_ago if lapsed_days_ago is not None else None
+    return active_vendor(name, organization, insured_for_days=insured)
 
 
 def lock_keys(redis_client) -> list[str]:

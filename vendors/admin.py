@@ -1,14 +1,29 @@
+from decimal import Decimal
+
+from django import forms
 from django.contrib import admin, messages
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
 from hoa.admin_actions import answer_each, applying, ask
-from hoa.admin_mixins import TenantAdminMixin, TenantInlineMixin
+from hoa.admin_mixins import AdminExtension, TenantAdminMixin, TenantInlineMixin, extend
 from hoa.models import Organization
 from hoa.web.access import client_ip
+from hoa.web.money import format_money
 from vendors import selectors, services
 from vendors.forms import AssignVendorForm
-from vendors.models import Vendor, VendorAssignment, VendorContract
+from vendors.models import (
+    ApprovalPolicy,
+    Invoice,
+    InvoiceApproval,
+    InvoiceEvent,
+    Vendor,
+    VendorAssignment,
+    VendorContract,
+    VendorPayment,
+)
+from vendors.operations import ASSIGN_PERMISSION, PAY_PERMISSION
+from vendors.payments import pay_invoice
 
 
 class VendorContractInline(TenantInlineMixin, admin.TabularInline):
@@ -26,7 +41,7 @@ class VendorAdmin(TenantAdminMixin, admin.ModelAdmin):
 
 @admin.register(VendorContract)
 class VendorContractAdmin(TenantAdminMixin, admin.ModelAdmin):
-    list_display = ["vendor", "organization", "starts_on", "ends_on"]
+    list_display = ["vendor", "organization", "starts_on", "ends_on", "insurance_expires_on"]
     list_filter = ["organization"]
     search_fields = ["vendor__name"]
     list_select_related = ["vendor", "organization"]
@@ -74,8 +89,8 @@ class VendorAssignmentInline(admin.TabularInline):
         return False
 
 
-# hoa does not know about vendors: ASSIGNMENT declares these for the Complaint admin
-# (``AdminExtension``), and the frame's admin installs them.
+# hoa does not know about vendors: what follows extends the frame's Complaint admin (the
+# ``extend`` call below), and the frame's admin installs it.
 
 
 @admin.display(description=gettext_lazy("vendor"), ordering="current_vendor_name")
@@ -127,3 +142,173 @@ def assign_vendor(modeladmin, request, queryset):
         title=_("Assign a vendor"),
         organization=organization,
     )
+
+
+extend(
+    AdminExtension(
+        "hoa.Complaint",
+        permission=ASSIGN_PERMISSION,
+        actions=(assign_vendor,),
+        columns=(current_vendor,),
+        inlines=(VendorAssignmentInline,),
+        queryset=selectors.with_current_vendor,
+    )
+)
+
+
+# -- invoices and their payment -----------------------------------------------------------------
+
+
+class PayInvoicesForm(forms.Form):
+    """The intermediate page's confirmation: money leaves when it is submitted."""
+
+
+@admin.action(description=gettext_lazy("Pay the selected invoices…"), permissions=["pay"])
+def pay_invoices(modeladmin, request, queryset):
+    """Ask for a confirmation (the invoices and their total), then pay each once: the fenced
+    payment, as the staff page and the nightly run make it."""
+    chosen = list(queryset.select_related("organization", "vendor").order_by("pk"))
+    form = PayInvoicesForm(request.POST if applying(request) else None)
+    if form.is_bound and form.is_valid():
+        ip = client_ip(request)
+        answer_each(
+            modeladmin,
+            request,
+            chosen,
+            lambda invoice: pay_invoice(invoice=invoice, actor=request.user, ip=ip),
+        )
+        return None
+    return ask(
+        modeladmin,
+        request,
+        queryset,
+        form,
+        "vendors/admin/pay_invoices.html",
+        title=_("Pay invoices"),
+        invoices=chosen,
+        total=sum((invoice.amount for invoice in chosen), Decimal("0.00")),
+    )
+
+
+class InvoiceApprovalInline(admin.TabularInline):
+    """Who approved what, voided approvals included; read-only (the workflow writes them)."""
+
+    model = InvoiceApproval
+    extra = 0
+    can_delete = False
+    fields = readonly_fields = ["approver", "amount", "at", "voided_at"]
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+
+class InvoiceEventInline(admin.TabularInline):
+    """The invoice's timeline, newest first, read-only."""
+
+    model = InvoiceEvent
+    extra = 0
+    can_delete = False
+    verbose_name_plural = gettext_lazy("Timeline")
+    fields = readonly_fields = [
+        "at",
+        "kind",
+        "actor_label",
+        "from_status",
+        "to_status",
+        "amount_before",
+        "amount_after",
+        "note",
+    ]
+    ordering = ["-at", "-pk"]
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+
+@admin.register(Invoice)
+class InvoiceAdmin(TenantAdminMixin, admin.ModelAdmin):
+    """Invoices, read-only here: recording, approving, changing, rejecting and voiding are
+    the staff pages' (each a compare-and-swap on what the person saw, on the timeline);
+    paying is the action, the same fenced payment as the page's and the nightly run's."""
+
+    list_display = [
+        "pk",
+        "vendor",
+        "number",
+        "amount_with_currency",
+        "issued_on",
+        "due_on",
+        "status",
+        "organization",
+    ]
+    list_filter = ["status", "organization", "vendor"]
+    search_fields = ["number", "vendor__name"]
+    list_select_related = ["vendor", "organization"]
+    date_hierarchy = "issued_on"
+    actions = [pay_invoices]
+    inlines = [InvoiceApprovalInline, InvoiceEventInline]
+    fields = readonly_fields = [
+        "organization",
+        "vendor",
+        "assignment",
+        "number",
+        "amount_with_currency",
+        "issued_on",
+        "due_on",
+        "status",
+        "version",
+        "recorded_by",
+        "recorded_at",
+        "possible_duplicate_of",
+        "duplicate_confirmed_by",
+        "payment_claimed_at",
+        "last_fence_token",
+    ]
+
+    @admin.display(description=gettext_lazy("amount"), ordering="amount")
+    def amount_with_currency(self, invoice: Invoice) -> str:
+        return format_money(invoice.amount)
+
+    def has_pay_permission(self, request) -> bool:
+        return request.user.has_perm(PAY_PERMISSION)
+
+    def has_add_permission(self, request):
+        return False  # recorded from the complaint's page, against one of its assignments
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False  # the record of what was billed, approved and paid
+
+
+@admin.register(VendorPayment)
+class VendorPaymentAdmin(TenantAdminMixin, admin.ModelAdmin):
+    list_display = ["invoice", "amount", "currency", "reference", "paid_at", "actor_label"]
+    list_filter = ["invoice__organization"]
+    search_fields = ["reference", "invoice__number", "invoice__vendor__name"]
+    list_select_related = ["invoice__vendor"]
+    readonly_fields = [f.name for f in VendorPayment._meta.fields]
+
+    def has_add_permission(self, request):
+        return False  # recorded by the fenced payment only
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+
+@admin.register(ApprovalPolicy)
+class ApprovalPolicyAdmin(TenantAdminMixin, admin.ModelAdmin):
+    """Each association's approval threshold (above it: two approvals)."""
+
+    list_display = ["organization", "approval_threshold", "updated_at"]
+    list_select_related = ["organization"]

@@ -12,33 +12,39 @@ from datetime import date
 
 from django.utils.translation import gettext as _
 
-from hoa.answers.refusals import person_holding, sentence
+from hoa.answers.refusals import (
+    Busy,
+    CallFailed,
+    LeaseRanOut,
+    LockServiceDown,
+    NotPermitted,
+    Refusal,
+    Superseded,
+    person_holding,
+    sentence,
+)
 from hoa.answers.table import Audience
 from hoa.dates import when
 from hoa.models import Complaint, Organization
 from vendors.exceptions import (
     AlreadyAssigned,
-    AssignmentBusy,
     AssignmentChanged,
-    AssignmentLeaseLost,
-    AssignmentSuperseded,
     ChangedSinceViewed,
     ClosedSinceViewed,
     ComplaintClosed,
     ContractNotActive,
-    DispatchFailed,
-    LockServiceUnavailable,
-    NotAllowed,
+    VendorNotInsured,
     VendorsError,
 )
 from vendors.models import Vendor, VendorAssignment, VendorContract
 
 
-@sentence.register
-def _sentence(refusal: VendorsError, audience: Audience) -> str:
-    """What ``audience`` reads for a refusal of vendor assignment."""
+@sentence.register(VendorsError)
+def refusal_sentence(refusal: Refusal, audience: Audience) -> str:
+    """What ``audience`` reads for a refusal of vendor assignment: its own (a
+    ``VendorsError``) and the kinds every operation shares (``ASSIGNMENT.answers``)."""
     match refusal:
-        case NotAllowed():
+        case NotPermitted():
             return _("You may not assign vendors for %(organization)s.") % {
                 "organization": refusal.organization.name
             }
@@ -46,20 +52,22 @@ def _sentence(refusal: VendorsError, audience: Audience) -> str:
             return contract_not_active(
                 refusal.vendor, refusal.organization, refusal.day, refusal.contract
             )
-        case AssignmentBusy():
+        case VendorNotInsured():
+            return not_insured(refusal.vendor, refusal.organization, refusal.insured_until)
+        case Busy():
             return busy(refusal, audience)
-        case AssignmentSuperseded():
+        case Superseded():
             return superseded(refusal, audience)
-        case AssignmentLeaseLost():
+        case LeaseRanOut():
             return _(
                 "Assigning a vendor to complaint #%(complaint)s took too long and was stopped "
                 "before the vendor was called; nothing was saved. Try again."
             ) % {"complaint": refusal.complaint.pk}
-        case LockServiceUnavailable():
+        case LockServiceDown():
             return _("The lock service is unavailable (%(reason)s); nothing was saved.") % {
                 "reason": refusal.reason
             }
-        case DispatchFailed():
+        case CallFailed():
             return _(
                 "The vendor dispatch service did not accept the assignment (%(reason)s); "
                 "nothing was saved. Try again later."
@@ -152,7 +160,24 @@ def contract_not_active(
     }
 
 
-def busy(refusal: AssignmentBusy, audience: Audience = Audience.STAFF) -> str:
+def not_insured(vendor: Vendor, organization: Organization, insured_until: date | None) -> str:
+    """An uninsured vendor, refused by assignment and by payment alike."""
+    values = {"vendor": vendor.name, "organization": organization.name}
+    if insured_until is None:
+        return (
+            _(
+                "%(vendor)s has no insurance certificate on file with %(organization)s: record "
+                "its expiry on the vendor's contract before assigning or paying them."
+            )
+            % values
+        )
+    return _(
+        "%(vendor)s's insurance certificate with %(organization)s lapsed on %(day)s: record "
+        "the new certificate on the vendor's contract before assigning or paying them."
+    ) % {**values, "day": insured_until.isoformat()}
+
+
+def busy(refusal: Busy, audience: Audience = Audience.STAFF) -> str:
     complaint = refusal.complaint
     if audience is Audience.OPERATORS:
         return _(
@@ -174,7 +199,7 @@ def busy(refusal: AssignmentBusy, audience: Audience = Audience.STAFF) -> str:
     ) % {"complaint": complaint.pk}
 
 
-def superseded(refusal: AssignmentSuperseded, audience: Audience = Audience.STAFF) -> str:
+def superseded(refusal: Superseded, audience: Audience = Audience.STAFF) -> str:
     complaint = refusal.complaint
     if audience is Audience.OPERATORS:
         return _(
@@ -237,7 +262,7 @@ def assignment_changed(
 # -- the staff page's 409, which offers to retry knowingly --------------------------------
 
 
-def conflict_message(refusal: VendorsError, vendor: Vendor) -> str:
+def conflict_message(refusal: Refusal, vendor: Vendor) -> str:
     """What the staff page's 409 says above its retry button."""
     match refusal:
         case AlreadyAssigned():

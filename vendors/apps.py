@@ -7,7 +7,12 @@ class VendorsConfig(AppConfig):
 
     def ready(self):
         from hoa.operations import register
-        from vendors import answers  # noqa: F401  (renders the refusals' sentences)
-        from vendors.operations import ASSIGNMENT
+        from vendors import (  # noqa: F401  (render the refusals)
+            answers,
+            checks,
+            invoice_answers,
+        )
+        from vendors.operations import ASSIGNMENT, PAYMENT
 
         register(ASSIGNMENT)
+        register(PAYMENT)

@@ -1,8 +1,11 @@
-"""What vendor assignment adds to the complaint pages and workflow (``hoa.complaints``).
+"""What vendor assignment and vendor payment add to the complaint pages and workflow
+(``hoa.complaints``).
 
 Declared in ``ASSIGNMENT`` (``vendors.operations``) as its ``ComplaintExtension``: the
 guard that makes "in progress" wait for a vendor, the list's vendor column and filter, the
-complaint page's vendor facts and assign form, and the assignments on the timeline.
+complaint page's vendor facts and assign form, and the assignments (and the assigned
+vendors' insurance lapses) on the timeline. ``PAYMENT`` declares ``INVOICES``: among the
+complaint's facts, the invoices its vendors sent, and the way to record one.
 """
 
 from django import forms
@@ -61,16 +64,28 @@ def section(request, complaint: Complaint) -> dict:
 
 
 def timeline(complaint: Complaint) -> list[TimelineEntry]:
-    """Every assignment of the complaint, as a line of its timeline."""
-    return [
+    """Every assignment of the complaint, and every lapse of an assigned vendor's insurance
+    recorded while it was assigned, as lines of its timeline."""
+    history = list(selectors.assignment_history(complaint))
+    entries = [
         TimelineEntry(
             at=assignment.assigned_at,
             kind="assignment",
             template="vendors/_timeline_assignment.html",
             item=assignment,
         )
-        for assignment in selectors.assignment_history(complaint)
+        for assignment in history
     ]
+    entries += [
+        TimelineEntry(
+            at=lapse.recorded_at,
+            kind="insurance_lapsed",
+            template="vendors/_timeline_lapse.html",
+            item=lapse,
+        )
+        for lapse in selectors.lapses_while_assigned(complaint, history)
+    ]
+    return entries
 
 
 COMPLAINTS = ComplaintExtension(
@@ -88,4 +103,24 @@ COMPLAINTS = ComplaintExtension(
         card="vendors/_complaint_card.html",
     ),
     timeline=timeline,
+)
+
+
+RECORD_INVOICE_PERMISSION = "vendors.add_invoice"
+
+
+def invoices_section(request, complaint: Complaint) -> dict:
+    """The complaint page's invoices: those of its assignments, and whether the viewer
+    may record one (the complaint has had a vendor)."""
+    from vendors import invoice_selectors  # it reads invoices: imported when asked
+
+    return {
+        "complaint_invoices": list(invoice_selectors.of_complaint(complaint)),
+        "can_record_invoice": request.user.has_perm(RECORD_INVOICE_PERMISSION)
+        and complaint.assignments.exists(),
+    }
+
+
+INVOICES = ComplaintExtension(
+    section=Section(context=invoices_section, facts="vendors/_complaint_invoice_facts.html")
 )

@@ -1,35 +1,28 @@
-"""What vendor assignment refuses on purpose. Nothing was written in any of these cases.
+"""What vendor assignment, the invoice workflow and the payment of invoices refuse by
+their own rules. Nothing was written in any of these cases.
 
-Each class says which kind of answer it is and carries facts; ``vendors.answers`` renders its
-sentences when a page, the admin or the command asks (``hoa.answers.refusals``). The lock
-refusals carry the attempt's subject: the ``complaint``.
+Each class says which kind of answer it is and carries facts; ``vendors.answers`` (vendor
+assignment) and ``vendors.invoice_answers`` (``InvoicesError``: invoices and their payment)
+render their sentences when a page, the admin or the command asks
+(``hoa.answers.refusals``). The refusals every fenced operation shares (busy, superseded,
+not permitted…) are the frame's, carrying the attempt's subject: the ``complaint``, or the
+``invoice``; the same two modules say them (``FencedOperation.answers``).
 """
 
 from datetime import date
+from enum import StrEnum
 
 from django.utils.translation import gettext_lazy
 
-from hoa.answers.refusals import (
-    Busy,
-    CallFailed,
-    LeaseRanOut,
-    LockServiceDown,
-    NotPermitted,
-    Refusal,
-    Superseded,
-)
+from hoa.answers.refusals import Refusal
 from hoa.answers.table import Answer
 from hoa.models import Complaint, Organization
 from locking import Outcome
-from vendors.models import Vendor, VendorAssignment, VendorContract
+from vendors.models import Invoice, Vendor, VendorAssignment, VendorContract
 
 
 class VendorsError(Refusal):
     """Base class of everything vendor assignment refuses on purpose."""
-
-
-class NotAllowed(VendorsError, NotPermitted):
-    """The actor may not assign vendors for this organization."""
 
 
 class ContractNotActive(VendorsError):
@@ -55,34 +48,6 @@ class ContractNotActive(VendorsError):
     @property
     def starts_later(self) -> bool:
         return self.contract is not None and self.contract.starts_on > self.day
-
-
-class AssignmentBusy(VendorsError, Busy):
-    """Another attempt holds the complaint's lease right now."""
-
-    title = gettext_lazy("Assignment in progress")
-
-
-class AssignmentSuperseded(VendorsError, Superseded):
-    """A newer attempt took over while this one was paused past its lease."""
-
-    title = gettext_lazy("A newer assignment took over")
-
-
-class AssignmentLeaseLost(VendorsError, LeaseRanOut):
-    """The lease was lost (or could not be confirmed) before the vendor was called."""
-
-    title = gettext_lazy("Stopped before calling the vendor")
-
-
-class LockServiceUnavailable(VendorsError, LockServiceDown):
-    """Redis could not be reached: no lease, nothing assigned."""
-
-
-class DispatchFailed(VendorsError, CallFailed):
-    """The vendor dispatch service refused the assignment, failed or timed out."""
-
-    title = gettext_lazy("Vendor dispatch failed")
 
 
 class RefusedAtCommit(VendorsError):
@@ -169,3 +134,129 @@ class ClosedSinceViewed(RefusedAtCommit):
 
     def __init__(self, *, complaint: Complaint, seen: str, now_assigned: VendorAssignment | None):
         super().__init__(complaint=complaint, now_assigned=now_assigned, seen=seen)
+
+
+class VendorNotInsured(VendorsError):
+    """``vendor``'s latest insurance certificate with ``organization`` expired before
+    ``day`` (``insured_until``), or none is on file (``None``): it may not be assigned or
+    paid; nothing locked."""
+
+    answer = Answer.BAD_REQUEST
+    title = gettext_lazy("Insurance lapsed")
+
+    def __init__(
+        self, *, vendor: Vendor, organization: Organization, day: date, insured_until: date | None
+    ):
+        super().__init__(
+            vendor=vendor, organization=organization, day=day, insured_until=insured_until
+        )
+
+
+# -- invoices --------------------------------------------------------------------------------
+
+
+class InvoicesError(VendorsError):
+    """Base of what the invoice workflow and the payment of invoices refuse on purpose;
+    ``vendors.invoice_answers`` renders their sentences."""
+
+
+class InvoiceRule(StrEnum):
+    """The rule a refused change of an invoice breaks (``vendors.invoice_answers.RULES``)."""
+
+    NUMBER_REQUIRED = "number-required"
+    NUMBER_TOO_LONG = "number-too-long"
+    AMOUNT_NOT_POSITIVE = "amount-not-positive"
+    AMOUNT_TOO_LARGE = "amount-too-large"
+    AMOUNT_CENTS = "amount-cents"
+    AMOUNT_UNCHANGED = "amount-unchanged"
+    DUE_BEFORE_ISSUED = "due-before-issued"
+    NOT_FROM_HERE = "not-from-here"
+    ALREADY_APPROVED_BY_YOU = "already-approved-by-you"
+    SECOND_NOT_RECORDER = "second-not-recorder"
+    CONFIRM_NOT_DUPLICATE = "confirm-not-duplicate"
+    SAY_WHY = "say-why"
+    REASON_TOO_LONG = "reason-too-long"
+    NOT_A_PDF = "not-a-pdf"
+    PDF_TOO_LARGE = "pdf-too-large"
+    NOT_APPROVED = "not-approved"
+
+
+class InvoiceRefused(InvoicesError):
+    """The change breaks ``rule``; ``facts`` fill its sentence. Nothing was written. 400."""
+
+    answer = Answer.BAD_REQUEST
+    title = gettext_lazy("This change is not allowed")
+
+    def __init__(self, rule: InvoiceRule, **facts):
+        super().__init__(rule=rule, facts=facts)
+
+
+class InvoiceNotAllowed(InvoicesError):
+    """The actor may not ``action`` (record, approve, void…) invoices of ``organization``.
+    403, recorded as an ``AccessDenial``."""
+
+    answer = Answer.FORBIDDEN
+    outcome = Outcome.DENIED
+    title = gettext_lazy("Not allowed")
+
+
+class DuplicateInvoiceNumber(InvoicesError):
+    """``vendor`` already has an invoice numbered ``number`` in the association
+    (``existing``); nothing was written. 400."""
+
+    answer = Answer.BAD_REQUEST
+    title = gettext_lazy("Invoice already recorded")
+
+    def __init__(self, *, vendor: Vendor, number: str, existing: Invoice | None):
+        super().__init__(vendor=vendor, number=number, existing=existing)
+
+
+class InvoiceChanged(InvoicesError):
+    """Someone changed the invoice since the page was shown (``seen``, its version then):
+    it is ``current`` now. Nothing was written. 409."""
+
+    answer = Answer.RETRY
+    outcome = Outcome.CONFLICT
+    title = gettext_lazy("The invoice changed meanwhile")
+
+    def __init__(self, *, invoice: Invoice, seen: int, current: Invoice):
+        super().__init__(invoice=invoice, seen=seen, current=current)
+
+
+class PaymentSent(InvoicesError):
+    """A payment of the invoice was sent to the payment service (it is claimed): nothing
+    but paying it may change it now. Nothing was written. 409."""
+
+    answer = Answer.RETRY
+    outcome = Outcome.CONFLICT
+    title = gettext_lazy("A payment was sent")
+
+    def __init__(self, *, invoice: Invoice):
+        super().__init__(invoice=invoice)
+
+
+# -- paying an invoice (the fenced operation) --------------------------------------------------
+
+
+class PaymentServiceNotConfigured(InvoicesError):
+    """``VENDOR_PAYMENT_URL`` is not set: nothing can be paid (never skipped, so that no
+    payment is recorded that did not happen). 503; nothing locked."""
+
+    answer = Answer.UNAVAILABLE
+    title = gettext_lazy("No payment service")
+
+    def __init__(self, *, invoice: Invoice):
+        super().__init__(invoice=invoice)
+
+
+class InvoiceChangedBeforePaying(InvoicesError):
+    """Between the caller's look and the payment's claim, the invoice stopped being payable
+    (voided, rejected, its amount changed: now ``current``); the payment service was not
+    called. 409, audited as a conflict."""
+
+    answer = Answer.RETRY
+    outcome = Outcome.CONFLICT
+    title = gettext_lazy("The invoice changed meanwhile")
+
+    def __init__(self, *, invoice: Invoice, current: Invoice):
+        super().__init__(invoice=invoice, current=current)

@@ -1,9 +1,11 @@
-"""Vendor assignment, declared once: what the frame and the runner know of it.
+"""Vendor assignment and vendor payment, each declared once: what the frame and the runner
+know of them.
 
-The lock resource is ``vendor-assignment:complaint:<id>``: one lease per complaint, never
-wider. The organization is the complaint's, not in the name, so the lock status page scans
-the one prefix (bounded) and keeps the leases of the viewer's complaints.
-``VendorsConfig.ready()`` registers ``ASSIGNMENT``.
+The lock resources are ``vendor-assignment:complaint:<id>`` (one lease per complaint) and
+``vendor-payment:invoice:<id>`` (one per invoice), never wider. The organization is the
+complaint's or the invoice's, not in the name, so the lock status page scans each prefix
+once (bounded) and keeps the leases of the viewer's associations.
+``VendorsConfig.ready()`` registers ``ASSIGNMENT`` and ``PAYMENT``.
 """
 
 import re
@@ -12,16 +14,8 @@ from datetime import timedelta
 
 from django.utils.translation import gettext_lazy as _
 
-from hoa.operations import AdminExtension, FencedOperation, Link, Refusals
-from vendors import complaint_pages, demo, selectors
-from vendors.exceptions import (
-    AssignmentBusy,
-    AssignmentLeaseLost,
-    AssignmentSuperseded,
-    DispatchFailed,
-    LockServiceUnavailable,
-    NotAllowed,
-)
+from hoa.operations import FencedOperation, Link, Panel
+from vendors import answers, complaint_pages, demo, invoice_answers, invoice_selectors, selectors
 
 OPERATION = "vendor-assignment"
 ASSIGN_PERMISSION = complaint_pages.ASSIGN_PERMISSION
@@ -42,14 +36,7 @@ ASSIGNMENT = FencedOperation(
     # Ids of at most 18 digits fit a bigint; [0-9], not \d (other scripts' digits).
     resource=re.compile(r"vendor-assignment:complaint:(?P<complaint>[0-9]{1,18})"),
     example=f"{PREFIX}1",
-    refusals=Refusals(
-        not_permitted=NotAllowed,
-        busy=AssignmentBusy,
-        superseded=AssignmentSuperseded,
-        lease_ran_out=AssignmentLeaseLost,
-        lock_service_down=LockServiceUnavailable,
-        call_failed=DispatchFailed,
-    ),
+    answers=answers.refusal_sentence,
     ttl=timedelta(seconds=30),
     ttl_setting="VENDOR_LOCK_TTL_SECONDS",
     describe=selectors.describe_resources,
@@ -57,17 +44,42 @@ ASSIGNMENT = FencedOperation(
     order=10,
     links=(Link(_("Vendors"), "vendors:vendors", order=30),),
     complaints=complaint_pages.COMPLAINTS,
-    admin=(
-        AdminExtension(
-            "hoa.Complaint",
-            actions=("vendors.admin.assign_vendor",),
-            columns=("vendors.admin.current_vendor",),
-            inlines=("vendors.admin.VendorAssignmentInline",),
-            queryset="vendors.selectors.with_current_vendor",
-        ),
-    ),
-    staff_permissions=tuple(
-        f"vendors.view_{model}" for model in ("vendor", "vendorcontract", "vendorassignment")
+    staff_permissions=(
+        *(f"vendors.view_{model}" for model in ("vendor", "vendorcontract", "vendorassignment")),
     ),
     seed_demo=demo.seed_demo,
+)
+
+
+PAYMENT_OPERATION = "vendor-payment"
+PAY_PERMISSION = "vendors.pay_invoice"
+PAYMENT_PREFIX = f"{PAYMENT_OPERATION}:invoice:"
+
+
+def payment_resource(invoice_id: int) -> str:
+    return f"{PAYMENT_PREFIX}{int(invoice_id)}"
+
+
+PAYMENT = FencedOperation(
+    name=PAYMENT_OPERATION,
+    permission=PAY_PERMISSION,
+    resource=re.compile(r"vendor-payment:invoice:(?P<invoice>[0-9]{1,18})"),
+    example=f"{PAYMENT_PREFIX}1",
+    answers=invoice_answers.refusal_sentence,
+    ttl=timedelta(seconds=30),
+    ttl_setting="VENDOR_PAYMENT_LOCK_TTL_SECONDS",
+    describe=selectors.describe_payment_resources,
+    scan_prefixes=lambda organization_ids: [PAYMENT_PREFIX],
+    order=15,
+    links=(Link(_("Invoices"), "vendors:invoices", order=35),),
+    dashboard=Panel(
+        context=invoice_selectors.dashboard_context, stats="vendors/_dashboard_invoices.html"
+    ),
+    complaints=complaint_pages.INVOICES,
+    staff_permissions=(
+        # The invoice workflow (vendors.invoices) that leads to a payment.
+        *(f"vendors.{action}_invoice" for action in ("view", "add", "change", "approve", "void")),
+        "vendors.view_vendorpayment",
+    ),
+    seed_demo=demo.seed_invoices,
 )

@@ -8,7 +8,7 @@ from django.utils.translation import gettext as _
 
 from hoa.models import Complaint, Organization
 from hoa.operations import ResourceInfo
-from vendors.models import VendorAssignment, VendorContract
+from vendors.models import InsuranceLapse, Invoice, VendorAssignment, VendorContract
 
 UNASSIGNED = "none"  # the vendor filter's "unassigned"
 
@@ -60,6 +60,29 @@ def assignment_history(complaint: Complaint) -> QuerySet:
     )
 
 
+def lapses_while_assigned(complaint: Complaint, history: list[VendorAssignment]) -> list:
+    """The insurance lapses of the complaint's vendors recorded while each was assigned to
+    it (``history``: its assignments), oldest first."""
+    if not history:
+        return []
+    lapses = InsuranceLapse.objects.filter(
+        organization_id=complaint.organization_id,
+        vendor_id__in={assignment.vendor_id for assignment in history},
+    ).select_related("vendor")
+    return [
+        lapse
+        for lapse in lapses.order_by("recorded_at", "pk")
+        if any(
+            assignment.vendor_id == lapse.vendor_id
+            and assignment.assigned_at <= lapse.recorded_at
+            and (
+                assignment.deactivated_at is None or lapse.recorded_at <= assignment.deactivated_at
+            )
+            for assignment in history
+        )
+    ]
+
+
 def contracts_of(organization: Organization) -> QuerySet:
     """The organization's vendor contracts, by vendor, newest window first."""
     return (
@@ -88,3 +111,30 @@ def describe_resources(matches: dict[str, re.Match]) -> dict[str, ResourceInfo]:
             else "",
         )
     return described
+
+
+def describe_payment_resources(matches: dict[str, re.Match]) -> dict[str, ResourceInfo]:
+    """The lock status page's view of ``vendor-payment:invoice:<id>`` names."""
+    ids = {resource: int(match["invoice"]) for resource, match in matches.items()}
+    invoices = Invoice.objects.select_related("organization", "vendor").in_bulk(set(ids.values()))
+    described = {}
+    for resource, invoice_id in ids.items():
+        invoice = invoices.get(invoice_id)
+        organization = invoice.organization if invoice else None
+        described[resource] = ResourceInfo(
+            resource=resource,
+            organization=organization,
+            description=_("Payment of invoice #%(id)s %(vendor)s %(number)s")
+            % {
+                "id": invoice_id,
+                "vendor": invoice.vendor.name if invoice else "",
+                "number": invoice.number if invoice else "",
+            },
+            recorded_token=invoice.last_fence_token if invoice else None,
+            url=invoice_url(invoice) if invoice else "",
+        )
+    return described
+
+
+def invoice_url(invoice: Invoice) -> str:
+    return reverse("vendors:invoice", args=[invoice.organization.slug, invoice.pk])

@@ -41,7 +41,7 @@ from enum import Enum, auto
 from django.db.models import OuterRef, QuerySet, Subquery
 from django.utils import timezone
 
-from hoa.answers.table import Answer, Audience
+from hoa.answers.table import Audience, Done
 from hoa.complaints.reporters import Kind as ReporterKind
 from hoa.complaints.reporters import tell_reporter
 from hoa.complaints.rules import RULES, Change, allows
@@ -61,6 +61,7 @@ from vendors.exceptions import (
     ContractNotActive,
     RefusedAtCommit,
 )
+from vendors.insurance import check_insured
 from vendors.models import Vendor, VendorAssignment
 from vendors.operations import ASSIGNMENT, assignment_resource
 from vendors.selectors import assignment_state
@@ -69,7 +70,7 @@ logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
-class AssignmentResult:
+class AssignmentResult(Done):
     """What ``assign_vendor`` did. ``outcome`` is the FenceEvent outcome it recorded."""
 
     assignment: VendorAssignment  # the active assignment of the vendor asked for
@@ -81,10 +82,6 @@ class AssignmentResult:
     @property
     def already_done(self) -> bool:
         return self.outcome == Outcome.ALREADY_DONE
-
-    @property
-    def answer(self) -> Answer:
-        return Answer.ALREADY_DONE if self.already_done else Answer.DONE
 
     @property
     def message(self) -> str:
@@ -137,12 +134,12 @@ def assign_vendor(
     closed complaint is refused: ``ComplaintClosed`` when the caller saw it closed,
     ``ClosedSinceViewed`` when it was closed since.
 
-    Raises ``NotAllowed``, ``ComplaintClosed`` and ``ContractNotActive`` before anything is
-    locked;
-    ``AssignmentBusy``, ``LockServiceUnavailable``, ``DispatchFailed``,
-    ``AssignmentSuperseded``, ``AssignmentLeaseLost``, ``AlreadyAssigned``,
-    ``ChangedSinceViewed``, ``ClosedSinceViewed`` and ``AssignmentChanged`` with nothing
-    written: all ``VendorsError`` (``vendors.exceptions``).
+    Raises ``NotPermitted``, ``ComplaintClosed``, ``ContractNotActive`` and
+    ``VendorNotInsured`` before anything is locked; ``Busy``, ``LockServiceDown``,
+    ``CallFailed``, ``Superseded``, ``LeaseRanOut`` (the kinds every operation shares,
+    ``hoa.answers.refusals``), ``AlreadyAssigned``, ``ChangedSinceViewed``,
+    ``ClosedSinceViewed`` and ``AssignmentChanged`` (``vendors.exceptions``) with nothing
+    written: all ``Refusal``.
     """
     replacing = _what_the_caller_saw(complaint, reassign, replacing)
     organization = complaint.organization
@@ -416,6 +413,7 @@ def _look_before_calling(
 def _check_contract(vendor: Vendor, organization: Organization, day: date) -> None:
     contracts = vendor.contracts_with(organization)
     if any(contract.covers(day) for contract in contracts):
+        check_insured(vendor, organization, day, contracts)  # and insured (VendorNotInsured)
         return
     upcoming = [c for c in contracts if c.starts_on > day]
     nearest = (

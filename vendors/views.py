@@ -20,19 +20,14 @@ from django.utils import timezone
 from django.utils.decorators import method_decorator
 
 from hoa.answers import table as answer_table
+from hoa.answers.refusals import Refusal, Superseded
 from hoa.answers.table import Answer
 from hoa.complaints.views import ComplaintDetailView
 from hoa.security.ratelimits import limit_fenced_posts
 from hoa.web.access import client_ip
 from hoa.web.lists import FilteredListView
-from vendors import answers, selectors
-from vendors.exceptions import (
-    AssignmentSuperseded,
-    ChangedSinceViewed,
-    ClosedSinceViewed,
-    ComplaintClosed,
-    VendorsError,
-)
+from vendors import answers, insurance, selectors
+from vendors.exceptions import ChangedSinceViewed, ClosedSinceViewed, ComplaintClosed
 from vendors.forms import AssignVendorForm, VendorFilterForm
 from vendors.operations import ASSIGN_PERMISSION, OPERATION
 from vendors.services import assign_vendor
@@ -76,7 +71,7 @@ class AssignVendorView(ComplaintDetailView):
                 seen_status=seen_status,
                 ip=client_ip(request),
             )
-        except VendorsError as exc:
+        except Refusal as exc:
             if isinstance(exc, ComplaintClosed | ClosedSinceViewed):  # no form to try again
                 return answer_table.page(
                     request,
@@ -93,13 +88,13 @@ class AssignVendorView(ComplaintDetailView):
             return answer_table.page(request, exc)
         return answer_table.done(request, result, self.complaint_url(complaint))
 
-    def conflict(self, exc: VendorsError, form):
+    def conflict(self, exc: Refusal, form):
         """The loser's 409: who holds the lease or which assignment won, and a retry that
         replaces the assignment this page names (the person has now seen it), else the one
         the refused form had shown (or, like this request, none)."""
         complaint, vendor = self.object, form.cleaned_data["vendor"]
         winner = getattr(exc, "now_assigned", None)
-        if isinstance(exc, AssignmentSuperseded):  # name the assignment that won
+        if isinstance(exc, Superseded):  # name the assignment that won
             winner = selectors.active_assignment(complaint)
         if winner is not None or isinstance(exc, ChangedSinceViewed):
             retry_replacing = _field_value(winner)
@@ -124,7 +119,9 @@ class AssignVendorView(ComplaintDetailView):
 
 
 class VendorListView(FilteredListView):
-    """The organization's vendors with their contract windows, searchable by name and trade."""
+    """The organization's vendors with their contract windows and insurance, searchable by
+    name and trade; above them, the vendors whose certificate lapses within 30 days, has
+    lapsed, or is not on file."""
 
     template_name = "vendors/vendor_list.html"
     context_object_name = "contracts"
@@ -140,7 +137,13 @@ class VendorListView(FilteredListView):
         return contracts
 
     def get_context_data(self, **kwargs):
-        return super().get_context_data(today=timezone.localdate(), **kwargs)
+        today = timezone.localdate()
+        return super().get_context_data(
+            today=today,
+            lapsing=list(insurance.lapsing(self.organization, today=today)),
+            lapsing_days=insurance.LAPSING_WITHIN.days,
+            **kwargs,
+        )
 
 
 def _field_value(assignment) -> str:

@@ -2,21 +2,23 @@
 
 One hierarchy, rooted at ``Refusal``. The kinds every fenced operation shares are written
 here once (``NotPermitted``, ``Busy``, ``Superseded``, ``LeaseRanOut``, ``LockServiceDown``,
-``CallFailed``); each app subclasses them under its own base error, so its callers keep one
-``except``::
-
-    class ChargesError(Refusal): ...
-    class GenerationBusy(ChargesError, Busy):
-        title = gettext_lazy("Charges are being generated")
+``CallFailed``), and raised as they are: ``FencedOperation.begin`` and the runner
+(``hoa.fenced``) raise them with the ``operation`` they refused and its subject. An app
+writes classes only for the refusals of its own rules (``ContractNotActive``,
+``InvalidMonth``), under its own base error. Callers keep one ``except Refusal``.
 
 A refusal carries facts, never sentences: the kind's own (the holder, the tokens, the
 reason) and its subject, the facts of the operation it refused (``organization`` and
 ``month``, ``complaint``), as attributes. Nothing is queried or translated when one is
 made. The sentence is rendered when an edge asks for it, by the app's ``answers`` module,
-which implements ``sentence`` for its base error (``functools.singledispatch``)::
+which implements ``sentence`` for its base error (``functools.singledispatch``) and renders
+the shared kinds of its operation too (``FencedOperation.answers``, the same function)::
 
-    @sentence.register
-    def _(refusal: ChargesError, audience: Audience) -> str: ...
+    @sentence.register(ChargesError)
+    def refusal_sentence(refusal: Refusal, audience: Audience) -> str:
+        match refusal:
+            case Busy(): ...
+            case InvalidMonth(): ...
 
 ``refusal.message`` is staff's sentence (pages, admin messages), in the zone of the page;
 ``str(refusal)`` is the operators' (the command's line, the audit's detail), as Django's
@@ -25,7 +27,7 @@ which implements ``sentence`` for its base error (``functools.singledispatch``):
 
 from datetime import datetime, timedelta
 from functools import singledispatch
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
@@ -35,6 +37,9 @@ from django.utils.translation import gettext_lazy
 
 from hoa.answers.table import Answer, Audience
 from locking import LeaseLost, LockHeld, Outcome, StaleFencingToken
+
+if TYPE_CHECKING:
+    from hoa.operations import FencedOperation
 
 
 class Refusal(Exception):
@@ -90,7 +95,19 @@ def sentence(refusal: Refusal, audience: Audience) -> str:
 # -- the kinds every fenced operation shares ----------------------------------------------
 
 
-class NotPermitted(Refusal):
+class OperationRefusal(Refusal):
+    """A refusal every fenced operation shares, raised by the frame with the ``operation``
+    it refused (its ``FencedOperation``), which renders its sentence (``answers``)."""
+
+    operation: "FencedOperation"
+
+
+@sentence.register
+def _operation_sentence(refusal: OperationRefusal, audience: Audience) -> str:
+    return refusal.operation.answers(refusal, audience)
+
+
+class NotPermitted(OperationRefusal):
     """The actor is not staff of the organization, or lacks the operation's permission.
 
     Refused before any lease and recorded as an ``AccessDenial``. Facts: ``actor`` (the
@@ -102,7 +119,7 @@ class NotPermitted(Refusal):
     title = gettext_lazy("Not allowed")
 
 
-class Busy(Refusal):
+class Busy(OperationRefusal):
     """Another holder has the lease right now.
 
     Facts: ``resource``; ``holder``, the holder's label (``alice on web-1 pid 42``);
@@ -113,6 +130,7 @@ class Busy(Refusal):
 
     answer = Answer.RETRY
     outcome = Outcome.BUSY
+    title = gettext_lazy("Being done right now")
 
     def __init__(
         self,
@@ -143,12 +161,13 @@ class Busy(Refusal):
         )
 
 
-class Superseded(Refusal):
+class Superseded(OperationRefusal):
     """This attempt's lease ran out and a newer holder took over: the fence refused
     ``token`` because ``recorded`` (a newer grant's) was already written."""
 
     answer = Answer.RETRY
     outcome = Outcome.STALE
+    title = gettext_lazy("Someone else took over")
 
     def __init__(self, *, resource: str, token: int, recorded: int, **subject):
         super().__init__(**subject)
@@ -159,12 +178,13 @@ class Superseded(Refusal):
         return cls(resource=resource, token=stale.token, recorded=stale.recorded, **subject)
 
 
-class LeaseRanOut(Refusal):
+class LeaseRanOut(OperationRefusal):
     """The lease was lost, or could not be confirmed, before the external call
     (``lease.check()``): the attempt stopped before telling anyone."""
 
     answer = Answer.RETRY
     outcome = Outcome.LOST
+    title = gettext_lazy("Stopped before it was done")
 
     def __init__(self, *, resource: str, token: int, reason: str, **subject):
         super().__init__(**subject)
@@ -175,7 +195,7 @@ class LeaseRanOut(Refusal):
         return cls(resource=lost.resource, token=lost.token, reason=lost.reason, **subject)
 
 
-class LockServiceDown(Refusal):
+class LockServiceDown(OperationRefusal):
     """The lock service (Redis) could not be reached; ``reason`` says how it failed."""
 
     answer = Answer.UNAVAILABLE
@@ -187,12 +207,13 @@ class LockServiceDown(Refusal):
         self.resource, self.reason = resource, reason
 
 
-class CallFailed(Refusal):
-    """The operation's external call (billing, dispatch) refused, failed or timed out:
-    ``reason``, and the HTTP ``status`` when there was one."""
+class CallFailed(OperationRefusal):
+    """The operation's external call (billing, dispatch, payment) refused, failed or timed
+    out: ``reason``, and the HTTP ``status`` when there was one."""
 
     answer = Answer.UPSTREAM_FAILED
     outcome = Outcome.FAILED
+    title = gettext_lazy("An outside service failed")
 
     def __init__(self, *, reason: str, status: int | None = None, **subject):
         super().__init__(**subject)

@@ -37,6 +37,7 @@ from django.core.exceptions import PermissionDenied
 from django.core.management.base import CommandError
 
 from hoa.answers.pages import conflict, error_page, see_other
+from locking import Outcome
 
 if TYPE_CHECKING:
     from hoa.answers.refusals import Refusal
@@ -60,6 +61,18 @@ class Answer(StrEnum):
     FORBIDDEN = "forbidden"  # the person may not do this
     UPSTREAM_FAILED = "upstream-failed"  # an external system refused or failed
     UNAVAILABLE = "unavailable"  # the lock service (Redis) cannot be reached
+
+
+class Done:
+    """What every fenced operation's result shares: its ``outcome`` (committed now, or
+    already done) says which kind of answer it is. A result dataclass subclasses it and
+    adds what it did (``run``, ``assignment``, ``payment``), ``outcome`` and ``token``."""
+
+    outcome: Outcome
+
+    @property
+    def answer(self) -> "Answer":
+        return Answer.DONE if self.outcome == Outcome.COMMITTED else Answer.ALREADY_DONE
 
 
 @dataclass(frozen=True)

@@ -69,6 +69,7 @@ class ExternalCallFailed(Exception):
 class CallResult:
     skipped: bool
     status: int | None = None
+    content: bytes = b""  # the receiver's answer (the payment service's reference)
 
 
 # -- the deadline ------------------------------------------------------------------------
@@ -207,4 +208,4 @@ def post_fenced(
         )
     if not 200 <= response.status_code < 300:
         raise ExternalCallFailed(url, f"HTTP {response.status_code}", response.status_code)
-    return CallResult(skipped=False, status=response.status_code)
+    return CallResult(skipped=False, status=response.status_code, content=response.content)

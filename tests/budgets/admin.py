@@ -1,11 +1,12 @@
 """The budgets admin: the budgets (drafts editable, approved ones final), and "Approve the
 budget of a year…" on the Organization changelist.
 
-``hoa`` does not know about budgets: ``APPROVAL`` declares the action for the Organization
-admin (``AdminExtension``), and the frame's admin offers it, next to any other operation's,
-to users with the operation's permission. It has the shape of Django's ``delete_selected``
-(``hoa.admin_actions``): its first POST asks for the year; its submit runs the service once
-per selected organization and reports each with the level its answer deserves.
+``hoa`` does not know about budgets: this module adds the action to the Organization admin
+(``hoa.admin_mixins.extend``), and the frame's admin offers it, next to any other
+operation's, to users with the operation's permission. It has the shape of Django's
+``delete_selected`` (``hoa.admin_actions``): its first POST asks for the year; its submit
+runs the service once per selected organization and reports each with the level its answer
+deserves.
 """
 
 from django.contrib import admin
@@ -15,10 +16,11 @@ from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
 from hoa.admin_actions import answer_each, applying, ask
-from hoa.admin_mixins import TenantAdminMixin
+from hoa.admin_mixins import AdminExtension, TenantAdminMixin, extend
 from hoa.web.access import client_ip
 from tests.budgets.forms import YearForm
 from tests.budgets.models import AnnualBudget
+from tests.budgets.operations import APPROVE_PERMISSION
 from tests.budgets.services import approve_budget
 
 
@@ -48,6 +50,13 @@ def approve_budget_for_year(modeladmin, request, queryset):
         "budgets/admin/approve_budget.html",
         title=_("Approve the budget of a year"),
     )
+
+
+extend(
+    AdminExtension(
+        "hoa.Organization", permission=APPROVE_PERMISSION, actions=(approve_budget_for_year,)
+    )
+)
 
 
 @admin.register(AnnualBudget)

@@ -11,27 +11,26 @@ import math
 
 from django.utils.translation import gettext as _
 
-from hoa.answers.refusals import person_holding, sentence
+from hoa.answers.refusals import (
+    Busy,
+    CallFailed,
+    LeaseRanOut,
+    LockServiceDown,
+    NotPermitted,
+    Refusal,
+    Superseded,
+    person_holding,
+    sentence,
+)
 from hoa.answers.table import Audience
 from hoa.security.audit import shown
 from hoa.web.money import format_money
-from tests.budgets.exceptions import (
-    AmountChanged,
-    ApprovalBusy,
-    ApprovalLeaseLost,
-    ApprovalSuperseded,
-    BudgetsError,
-    InvalidYear,
-    LockServiceUnavailable,
-    NoBudget,
-    NotAllowed,
-    NotificationFailed,
-)
+from tests.budgets.exceptions import AmountChanged, BudgetsError, InvalidYear, NoBudget
 from tests.budgets.models import AnnualBudget
 
 
-@sentence.register
-def _sentence(refusal: BudgetsError, audience: Audience) -> str:
+@sentence.register(BudgetsError)
+def refusal_sentence(refusal: Refusal, audience: Audience) -> str:
     """What ``audience`` reads for a refusal of budget approval."""
     match refusal:
         case InvalidYear():
@@ -40,26 +39,26 @@ def _sentence(refusal: BudgetsError, audience: Audience) -> str:
             }
         case NoBudget():
             return _("%(organization)s has no budget for %(year)s to approve.") % _facts(refusal)
-        case NotAllowed():
+        case NotPermitted():
             return _("%(actor)s may not approve the budgets of %(organization)s.") % {
                 "actor": refusal.actor,
                 "organization": refusal.organization.name,
             }
-        case ApprovalBusy():
+        case Busy():
             return busy(refusal, audience)
-        case ApprovalSuperseded():
+        case Superseded():
             return superseded(refusal, audience)
-        case ApprovalLeaseLost():
+        case LeaseRanOut():
             return _(
                 "Approving the %(year)s budget of %(organization)s took too long and was "
                 "stopped before the board was notified; nothing was sent or written. Try again."
             ) % _facts(refusal)
-        case LockServiceUnavailable():
+        case LockServiceDown():
             return _(
                 "The lock service (Redis) is unavailable, so the %(year)s budget of "
                 "%(organization)s was not approved: %(reason)s"
             ) % {**_facts(refusal), "reason": refusal.reason}
-        case NotificationFailed():
+        case CallFailed():
             return _(
                 "The board could not be notified of the %(year)s budget of %(organization)s "
                 "(%(reason)s); nothing was approved."
@@ -69,11 +68,11 @@ def _sentence(refusal: BudgetsError, audience: Audience) -> str:
     raise TypeError(f"no sentence for {type(refusal).__name__}")
 
 
-def _facts(refusal: BudgetsError) -> dict:
+def _facts(refusal: Refusal) -> dict:
     return {"organization": refusal.organization.name, "year": refusal.year}
 
 
-def busy(refusal: ApprovalBusy, audience: Audience) -> str:
+def busy(refusal: Busy, audience: Audience) -> str:
     facts = _facts(refusal)
     if audience is Audience.OPERATORS:
         return _(
@@ -98,7 +97,7 @@ def busy(refusal: ApprovalBusy, audience: Audience) -> str:
     )
 
 
-def superseded(refusal: ApprovalSuperseded, audience: Audience) -> str:
+def superseded(refusal: Superseded, audience: Audience) -> str:
     facts = _facts(refusal)
     if audience is Audience.OPERATORS:
         return _(

@@ -11,16 +11,8 @@ from datetime import timedelta
 
 from django.utils.translation import gettext_lazy as _
 
-from hoa.operations import AdminExtension, FencedOperation, Link, Panel, Refusals
-from tests.budgets import demo, selectors
-from tests.budgets.exceptions import (
-    ApprovalBusy,
-    ApprovalLeaseLost,
-    ApprovalSuperseded,
-    LockServiceUnavailable,
-    NotAllowed,
-    NotificationFailed,
-)
+from hoa.operations import FencedOperation, Link, Panel
+from tests.budgets import answers, demo, selectors
 
 OPERATION = "budget-approval"
 APPROVE_PERMISSION = "budgets.approve_budget"
@@ -42,14 +34,7 @@ APPROVAL = FencedOperation(
     # Ids of at most 18 digits fit a bigint; [0-9], not \d (other scripts' digits).
     resource=re.compile(r"budget-approval:org:(?P<org>[0-9]{1,18}):(?P<year>[0-9]{4})"),
     example=f"{PREFIX}1:2027",
-    refusals=Refusals(
-        not_permitted=NotAllowed,
-        busy=ApprovalBusy,
-        superseded=ApprovalSuperseded,
-        lease_ran_out=ApprovalLeaseLost,
-        lock_service_down=LockServiceUnavailable,
-        call_failed=NotificationFailed,
-    ),
+    answers=answers.refusal_sentence,
     ttl=timedelta(seconds=30),
     ttl_setting="BUDGETS_LOCK_TTL_SECONDS",
     describe=selectors.describe_resources,
@@ -57,11 +42,6 @@ APPROVAL = FencedOperation(
     order=30,
     links=(Link(_("Budgets"), "budgets:budgets", order=40),),
     dashboard=Panel(context=selectors.dashboard_context, stats="budgets/_dashboard_stats.html"),
-    admin=(
-        AdminExtension(
-            "hoa.Organization", actions=("tests.budgets.admin.approve_budget_for_year",)
-        ),
-    ),
     staff_permissions=("budgets.view_annualbudget",),
     seed_demo=demo.seed_demo,
 )

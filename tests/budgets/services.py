@@ -7,14 +7,14 @@ every operation shares), in this order:
 
 1. ``look``: the budget as it is now; an approved one is final, nothing to notify.
 2. ``call_outside``: one board notification carrying the token and the idempotency key
-   (failure: ``NotificationFailed``, nothing written).
+   (failure: ``CallFailed``, nothing written).
 3. ``fence_row`` and ``commit``, in one transaction: ``advance_fence`` on the budget row (a
-   holder whose lease was re-granted: ``ApprovalSuperseded``), then the state check (already
+   holder whose lease was re-granted: ``Superseded``), then the state check (already
    approved: done; an amount other than the one the board was told: ``AmountChanged``),
    then the approval.
 
 Actors: a user must be staff of the organization and hold ``budgets.approve_budget``
-(``NotAllowed``, recorded as an ``AccessDenial``, otherwise); ``None`` is the deployment's
+(``NotPermitted``, recorded as an ``AccessDenial``, otherwise); ``None`` is the deployment's
 operator at the shell.
 """
 
@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from django.db.models import QuerySet
 from django.utils import timezone
 
-from hoa.answers.table import Answer
+from hoa.answers.table import Done
 from hoa.fenced import FencedSteps
 from hoa.models import Organization
 from locking import Lease, Outcome
@@ -34,7 +34,7 @@ from tests.budgets.operations import APPROVAL, budget_resource
 
 
 @dataclass(frozen=True)
-class ApprovalResult:
+class ApprovalResult(Done):
     """What a successful call did: approved the budget now, or found it approved."""
 
     budget: AnnualBudget
@@ -44,10 +44,6 @@ class ApprovalResult:
     @property
     def approved(self) -> bool:
         return self.outcome == Outcome.COMMITTED
-
-    @property
-    def answer(self) -> Answer:
-        return Answer.DONE if self.approved else Answer.ALREADY_DONE
 
     @property
     def message(self) -> str:

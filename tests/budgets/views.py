@@ -14,10 +14,10 @@ from django.views import View
 from django.views.generic import ListView
 
 from hoa.answers import table as answer_table
+from hoa.answers.refusals import Refusal
 from hoa.security.ratelimits import limit_fenced_posts
 from hoa.web.access import OrganizationMixin, client_ip
 from tests.budgets import selectors
-from tests.budgets.exceptions import BudgetsError
 from tests.budgets.forms import parse_year
 from tests.budgets.operations import APPROVE_PERMISSION, OPERATION
 from tests.budgets.services import approve_budget
@@ -57,7 +57,7 @@ class ApproveBudgetView(OrganizationMixin, View):
                 actor=request.user,
                 ip=client_ip(request),
             )
-        except BudgetsError as exc:
+        except Refusal as exc:
             return answer_table.page(request, exc)
         budgets_url = reverse("budgets:budgets", args=[self.organization.slug])
         return answer_table.done(request, result, budgets_url)

@@ -43,6 +43,16 @@ The complaint's rules (one complaint that assignments and status changes both re
     event belongs to one of those or to a request with no clear answer, and ordering the
     events by their time is ordering them by their ids (taken under the row lock).
 
+Vendor payment (one invoice)
+  - money leaves once: the payment service paid the invoice's key at most once (its first
+    accepted call; a replacement pays nothing), and at most one payment is recorded;
+  - the invoice is paid exactly when a payment is recorded, and a recorded payment is one
+    the service made, under a token the service accepted;
+  - a void invoice was never sent for payment;
+  - every success is in the database (a client told "paid" or "already paid" finds the
+    payment, recorded before its answer; at most one was told "paid", and it wrote it);
+    a client told the invoice is void finds it void, and a void one had a void told so.
+
 The stand-in (locking's receiver)
   - kept, per key, the highest token it accepted: its record holds the largest token
     answered 2xx, and every call it refused as stale (409) carried a lower one.
@@ -78,7 +88,7 @@ def check_history(ops: list[Op], *, received: list, units: dict[int, int]) -> li
     by_resource: dict[str, list[Op]] = defaultdict(list)
     by_complaint: dict[int, list[Op]] = defaultdict(list)
     for op in ops:
-        if op.kind in ("charges", "assign"):
+        if op.kind in ("charges", "assign", "pay", "void"):
             by_resource[op.resource].append(op)
         if op.kind in ("assign", "status"):
             by_complaint[op.complaint].append(op)
@@ -88,6 +98,8 @@ def check_history(ops: list[Op], *, received: list, units: dict[int, int]) -> li
         first = resource_ops[0]
         if first.kind == "charges":
             found = _check_charges(first.org_id, first.month, resource_ops, calls, units)
+        elif first.kind in ("pay", "void"):
+            found = _check_payment(first.invoice, resource_ops, received, calls)
         else:
             found = _check_assignment(first.complaint, resource_ops, calls)
         violations += [f"{resource}: {line}" for line in found]
@@ -434,6 +446,76 @@ def _one_event_per_change(rows, events, status_ops: list[Op]) -> list[str]:
                 f"{op.user} was told {op.status_from} to {op.status_to} was done; no event of it"
             )
     return problems
+
+
+# -- vendor payment --------------------------------------------------------------------------
+
+
+def _check_payment(invoice_id, ops, received, calls) -> list[str]:
+    from vendors.models import Invoice, VendorPayment
+
+    problems = []
+    invoice = Invoice.objects.get(pk=invoice_id)
+    payments = list(VendorPayment.objects.filter(invoice_id=invoice_id))
+    key = f"vendor-payment:invoice:{invoice_id}"
+    # A key's first accepted call is the one the stand-in paid; a replacement pays nothing.
+    paid_calls = [r for r in received if _key_of(r) == key and r.verdict == "accepted"]
+    if len(paid_calls) > 1:
+        problems.append(f"the payment service paid {len(paid_calls)} times")
+    if len(payments) > 1:
+        problems.append(f"{len(payments)} payments recorded")
+    if (invoice.status == Invoice.Status.PAID) != bool(payments):
+        problems.append(f"the invoice is {invoice.status} with {len(payments)} payments recorded")
+    if invoice.status == Invoice.Status.VOID and (paid_calls or invoice.payment_claim):
+        problems.append("a void invoice was sent for payment")
+    if payments and received and not paid_calls:
+        problems.append("a payment was recorded that the payment service never made")
+    payment = payments[0] if payments else None
+    if payment is not None and calls and payment.fence_token not in calls.get(key, set()):
+        problems.append(
+            f"the payment was recorded under token {payment.fence_token}, which the service "
+            "never accepted"
+        )
+
+    pays = [op for op in ops if op.kind == "pay"]
+    voids = [op for op in ops if op.kind == "void"]
+    done = [op for op in pays if op.verdict == "done"]
+    if len(done) > 1:
+        problems.append(
+            "more than one client was told it paid the invoice: "
+            + ", ".join(f"{op.client or op.user} ({op.via})" for op in done)
+        )
+    for op in pays:
+        if op.verdict not in SUCCESS:
+            continue
+        if payment is None:
+            problems.append(f"{op.user} was told {op.verdict} but nothing is paid")
+        elif payment.paid_at.timestamp() > op.ended + SLACK:
+            problems.append(f"{op.user} was told {op.verdict} before the payment was recorded")
+    if payment is not None:
+        writer = payment.actor_label.split(" ", 1)[0]
+        moment = payment.paid_at.timestamp()
+        candidates = [op for op in pays if op.user == writer and _in_window(moment, op)]
+        if not candidates:
+            problems.append(
+                f"the payment was recorded by {payment.actor_label!r}, whom no client was"
+            )
+        elif not any(op.verdict in WRITERS for op in candidates):
+            told = ", ".join(sorted({op.verdict for op in candidates}))
+            problems.append(f"{writer} was told {told}, yet its payment is in the database")
+    voided = [op for op in voids if op.verdict == "done"]
+    if voided and invoice.status != Invoice.Status.VOID:
+        problems.append(f"{voided[0].user} was told the invoice is void; it is {invoice.status}")
+    if invoice.status == Invoice.Status.VOID and not any(op.verdict in WRITERS for op in voids):
+        problems.append("the invoice is void, yet no client that voided it was told so")
+    return problems
+
+
+def _key_of(request) -> str:
+    try:
+        return request.idempotency_key
+    except (KeyError, ValueError):
+        return ""
 
 
 def summarize(ops: list[Op]) -> dict[str, int]:

@@ -6,18 +6,21 @@ timestamps the app writes), and what the client was told, reduced to one verdict
 =============  =========================================================================
 verdict        meaning (HTTP / command)
 =============  =========================================================================
-done           303 with a success message / exit 0 "Generated…", "…is assigned…", "…is closed now"
-already_done   303 with an info message / exit 0 "already generated", "already the vendor"
+done           303 with a success message / exit 0 "Generated…", "…is assigned…", "…is closed
+               now", "Paid…"
+already_done   303 with an info message / exit 0 "already generated", "already the vendor",
+               "already paid"
 succeeded      303 whose message could not be read (its page stayed unavailable): done or
                already done, the checker accepts either
 refused        409 / exit 75: busy, superseded by a newer holder, assigned to another, the
-               status changed; 400 / exit 1 "This complaint is closed" (a vendor for a
-               closed complaint: the rule table's answer, nothing written)
+               status changed, changed since looked (an invoice voided, or sent for
+               payment); 400 / exit 1 "This complaint is closed" (a vendor for a closed
+               complaint: the rule table's answer, nothing written)
 unavailable    503 / exit 1 naming Redis or PostgreSQL: nothing was written
 indeterminate  503 naming the database ("Temporarily unavailable"): PostgreSQL went away
                or did not answer, perhaps during the COMMIT; the write may be there or not
                (Jepsen's ``info``)
-failed         502 / exit 1 naming the billing or dispatch service: nothing was written
+failed         502 / exit 1 naming the billing, dispatch or payment service
 invalid        400, 403, 404, 429 / any other exit 1
 error          500 or a traceback: a clear answer was owed and not given
 no_answer      the connection broke or the client gave up: the outcome is unknown
@@ -48,6 +51,7 @@ RULE_REFUSALS = ("This complaint is closed",)
 _TAGS = re.compile(r"<[^>]+>")
 # The title of hoa.ops.middleware's 503 page (the database, not the lock service).
 DATABASE_UNAVAILABLE = "Temporarily unavailable"
+NEVER_SEEN = {"seen": str(2**31 - 1)}
 MESSAGE_READS = 8
 MESSAGE_RETRY_SECONDS = 0.5
 
@@ -56,7 +60,7 @@ MESSAGE_RETRY_SECONDS = 0.5
 class Op:
     """One request and what its client was told."""
 
-    kind: str  # "charges", "assign", "status", or "nemesis" (scenario 9's fenced writes)
+    kind: str  # "charges", "assign", "status", "pay", "void", or "nemesis" (scenario 9's)
     org: str
     org_id: int
     client: str = ""
@@ -71,6 +75,8 @@ class Op:
     wish: str = ""
     status_from: str = ""
     status_to: str = ""
+    invoice: int | None = None
+    seen: int | None = None  # a void's version of the invoice, read just before
     started: float = field(default_factory=time.time)
     ended: float = 0.0
     verdict: str = ""
@@ -85,6 +91,8 @@ class Op:
             return f"nemesis:complaint:{self.complaint}"
         if self.kind == "status":
             return f"complaint:{self.complaint}"
+        if self.kind in ("pay", "void"):
+            return f"vendor-payment:invoice:{self.invoice}"
         return f"vendor-assignment:complaint:{self.complaint}"
 
     def as_dict(self) -> dict:
@@ -147,6 +155,13 @@ class StaffClient:
             # The month is chosen by the scenario: confirmed, as the page's button does.
             url = f"/orgs/{op.org}/charges/{op.month}/generate/"
             return self._post(op, url, {"confirm": "yes"}, timeout)
+        if op.kind == "pay":
+            # A version the page never showed: an invoice no longer payable is then always
+            # "changed since you looked" (409), never a 400.
+            return self._post(op, f"/orgs/{op.org}/invoices/{op.invoice}/pay/", NEVER_SEEN, timeout)
+        if op.kind == "void":
+            data = {"void-seen": str(op.seen), "void-reason": "nemesis: sent twice"}
+            return self._post(op, f"/orgs/{op.org}/invoices/{op.invoice}/void/", data, timeout)
         data = {"vendor": str(op.vendor)}
         if op.reassign:
             data["reassign"] = "on"

@@ -183,6 +183,32 @@ class Scenario:
             kind="status", org=org, org_id=self.world.org_id(org), complaint=complaint, wish=wish
         )
 
+    def pay(self, invoice: int, org=MAPLE) -> Op:
+        return Op(kind="pay", org=org, org_id=self.world.org_id(org), invoice=invoice)
+
+    def void(self, invoice: int, org=MAPLE) -> Op | None:
+        """A void of ``invoice`` as a person who looked at it now would post it; ``None``
+        when it cannot be voided any more (paid, void): nobody would be offered the form."""
+        from django.db import DatabaseError, close_old_connections
+
+        from vendors.models import Invoice
+
+        try:  # the page a person voids from: not shown while the database is away
+            status, version = Invoice.objects.values_list("status", "version").get(pk=invoice)
+        except DatabaseError:
+            close_old_connections()
+            return None
+        if status not in Invoice.OWED_STATUSES:
+            return None
+        op = Op(kind="void", org=org, org_id=self.world.org_id(org), invoice=invoice)
+        op.seen = version
+        return op
+
+    def invoice(self, org: str = MAPLE) -> int:
+        """A fresh approved invoice of ``org``: a complaint no scenario used, its vendor,
+        and the invoice as the workflow leaves it once approved."""
+        return self.world.approved_invoice(org)
+
     def month(self, org: str = MAPLE) -> str:
         return self.world.take_month(org)
 

@@ -66,6 +66,39 @@ class World:
             if not used.exists():
                 return f"{month:%Y-%m}"
 
+    def approved_invoice(self, slug: str) -> int:
+        """A fresh approved invoice of ``slug``: one of its vendors sent to a complaint no
+        scenario used (written as the fenced assignment writes it), then the invoice,
+        approved, as the workflow leaves it."""
+        from decimal import Decimal
+
+        from django.db import transaction
+        from django.utils import timezone
+
+        from hoa.models import Complaint
+        from vendors.models import Invoice, VendorAssignment
+
+        complaint = self.take_complaint(slug)
+        vendor = self.vendors[complaint % len(self.vendors)]
+        today = timezone.localdate()
+        with transaction.atomic():
+            Complaint.objects.filter(pk=complaint).update(last_fence_token=1)
+            assignment = VendorAssignment.objects.create(
+                complaint_id=complaint, vendor_id=vendor, fence_token=1
+            )
+            invoice = Invoice.objects.create(
+                organization_id=self.org_id(slug),
+                assignment=assignment,
+                vendor_id=vendor,
+                number=f"F-{complaint}",
+                amount=Decimal("100.00") + complaint % 50,
+                issued_on=today,
+                due_on=today,
+                status=Invoice.Status.APPROVED,
+                version=2,
+            )
+        return invoice.pk
+
     def take_complaint(self, slug: str) -> int:
         """A complaint of ``slug`` that no scenario has used yet."""
         with _TAKING:
@@ -121,14 +154,20 @@ def seed_world(*, users: int = 24) -> World:
             vendor, _ = Vendor.objects.get_or_create(name=name, defaults={"trade": "general"})
             vendor_ids.append(vendor.pk)
             for slug in organizations:
-                VendorContract.objects.get_or_create(
+                contract, _ = VendorContract.objects.get_or_create(
                     vendor=vendor,
                     organization_id=organizations[slug]["id"],
                     defaults={
                         "starts_on": today - timedelta(days=365),
                         "ends_on": today + timedelta(days=365),
+                        "insurance_expires_on": today + timedelta(days=365),
                     },
                 )
+                # A world seeded before certificates were kept, or one that ran out since:
+                # insured vendors, or their assignments and payments would be refused.
+                if (contract.insurance_expires_on or today) <= today + timedelta(days=30):
+                    contract.insurance_expires_on = today + timedelta(days=365)
+                    contract.save(update_fields=["insurance_expires_on"])
         usernames = []
         for number in range(users):
             username = f"{USER_PREFIX}{number:02d}"

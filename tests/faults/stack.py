@@ -186,10 +186,12 @@ class Stack:
                 "VENDOR_DISPATCH_URL": f"{self.external_url}/dispatch"
                 if self.external_proxy
                 else "",
+                "VENDOR_PAYMENT_URL": f"{self.external_url}/payment" if self.external_proxy else "",
                 "EXTERNAL_CALL_TIMEOUT_SECONDS": f"{self.options.external_timeout:g}",
                 "WEBHOOK_SIGNING_SECRET": self.options.webhook_secret,
                 "CHARGES_LOCK_TTL_SECONDS": ttl,
                 "VENDOR_LOCK_TTL_SECONDS": ttl,
+                "VENDOR_PAYMENT_LOCK_TTL_SECONDS": ttl,
                 # Persistent connections, checked at the start of each request: what a
                 # production deployment runs, and what a PostgreSQL restart tests.
                 "CONN_MAX_AGE": "60",

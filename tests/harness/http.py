@@ -12,11 +12,16 @@ was sealed for that endpoint, and keeps, per endpoint and ``Idempotency-Key``, t
 accepted in ``locking.models.ReceivedCall`` (the Django database of the process it runs
 in): a higher token replaces the record, a lower one is answered 409, a replay gets the
 first answer. Dispatch calls are also fenced per complaint (``fenced_resource``). That
-record is the billing (or dispatch) record the tests count. A test can still force an
+record is the billing (or dispatch) record the tests count. A payment call (its key
+``vendor-payment:invoice:<id>``) pays the invoice the first time its key is accepted and
+never again: a later call that replaces it (a higher token, ``call.replaces``) is answered
+with the same payment's reference, unpaid; ``payments`` lists what was paid, once the
+receiver's transaction committed. A test can still force an
 answer (``status``, or ``status_for`` returning a status; ``None`` lets the receiver
 answer), or make a stand-in that only records (``HttpStub(receiver=False)``).
 """
 
+import hashlib
 import json
 import threading
 import time
@@ -97,6 +102,8 @@ class HttpStub:
         self.gates: list[Gate] = []
         self.receiver = receiver
         self.secret = secret
+        # What the payment stand-in paid: one entry per invoice, or it paid twice.
+        self.payments: list[Paid] = []
         self._lock = threading.Lock()
         stub = self
 
@@ -159,6 +166,27 @@ class HttpStub:
         self.server.shutdown()
         self.server.server_close()
 
+    def _kept(self, call):
+        """What the stand-in service does with an accepted call: the receiver's record of
+        it (locking's ``ReceivedCall``) is the billing or dispatch record; a payment call
+        also pays, on its key's first acceptance only."""
+        from django.db import transaction
+        from django.http import HttpResponse, JsonResponse
+
+        if not call.idempotency_key.startswith("vendor-payment:"):
+            return HttpResponse(OK, content_type="application/json")
+        reference = payment_reference(call.idempotency_key)
+        if call.replaces is None:  # the key's first call: pay, once the receiver commits
+            paid = Paid(
+                call.idempotency_key, call.token, call.payload["invoice"]["amount"], reference
+            )
+            transaction.on_commit(lambda: self._paid(paid))
+        return JsonResponse({"reference": reference, "paid": call.replaces is None})
+
+    def _paid(self, paid: "Paid") -> None:
+        with self._lock:
+            self.payments.append(paid)
+
     def _answer(self, request: Received) -> tuple[int, str, bytes, str, dict]:
         forced = self.status_for(request) if self.status_for else None
         if forced is None:
@@ -173,7 +201,7 @@ class HttpStub:
             receipt = receive_call(
                 request.headers,
                 request.body,
-                _kept,
+                self._kept,
                 scope=endpoint_of(request.path),
                 resource=fenced_resource,
                 secret=self.secret,
@@ -215,9 +243,16 @@ def fenced_resource(idempotency_key: str) -> str | None:
     return None
 
 
-def _kept(call):
-    """What the stand-in service does with an accepted call: the receiver's record of it
-    (locking's ``ReceivedCall``) is the billing or dispatch record; it answers ok."""
-    from django.http import HttpResponse
+@dataclass(frozen=True)
+class Paid:
+    """A payment the stand-in payment service made."""
 
-    return HttpResponse(OK, content_type="application/json")
+    idempotency_key: str
+    token: int
+    amount: str
+    reference: str
+
+
+def payment_reference(idempotency_key: str) -> str:
+    """The stand-in's reference for the payment of a key: the same for every call of it."""
+    return "PAY-" + hashlib.sha256(idempotency_key.encode()).hexdigest()[:12].upper()

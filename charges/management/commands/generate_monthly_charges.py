@@ -20,12 +20,12 @@ from django.core.management.base import CommandError
 from django.utils.translation import gettext as _
 from django.utils.translation import ngettext
 
-from charges.exceptions import ChargesError
 from charges.forms import parse_billing_month
 from charges.month_start import OrgOutcome, month_of, start_month
 from charges.operations import GENERATION
 from charges.services import generate_monthly_charges
 from hoa.answers import table as answer_table
+from hoa.answers.refusals import Refusal
 from hoa.management.base import (
     ServiceCommand,
     active_user,
@@ -75,7 +75,7 @@ class Command(ServiceCommand):
         try:
             # Without --month: each association's current month, in its own time zone.
             month = None if month is None else parse_billing_month(month)
-        except ChargesError as exc:
+        except Refusal as exc:
             raise answer_table.command_error(exc) from exc
         if workers < 1:
             raise CommandError(_("--workers must be at least 1."))
@@ -107,7 +107,7 @@ class Command(ServiceCommand):
                 actor=user,
                 via=via,
             )
-        except ChargesError as exc:
+        except Refusal as exc:
             raise answer_table.command_error(exc) from exc
         if self.verbosity >= 1:
             self.stdout.write(str(result))

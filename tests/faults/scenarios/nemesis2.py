@@ -28,9 +28,9 @@ The system under test (``Nemesis2Stack``): a Redis primary and replica behind a 
 (tests/faults/redis_pair.py) with ``LOCK_REDIS_MIN_REPLICAS=1``; PostgreSQL behind a proxy;
 five nemesis client processes (tests/faults/nemesis_client.py) writing one fenced row; two
 gunicorn instances with production settings (``DEBUG=0``, a ``SECRET_KEY``) and eight staff
-clients posting charge generations, vendor assignments and status changes (close, reopen,
-resolve, in progress: each read from the complaint page first, as a person does) on a few
-hot resources.
+clients posting charge generations, vendor assignments, status changes (close, reopen,
+resolve, in progress: each read from the complaint page first, as a person does), invoice
+payments and (now and then) voids of those invoices on a few hot resources.
 
 What is checked, per seed:
 
@@ -88,8 +88,14 @@ KINDS = ("pause-wipe", "failover", "redis-partition", "pg-partition", "pg-restar
 # The status changes the staff load asks for, each when the complaint page offers it (else
 # the first change it offers): closes and reopens are the ones that meet assignments.
 STATUS_WISHES = ("closed", "closed", "open", "in_progress", "resolved")
-HTTP_KINDS = ("charges", "assign", "status")
-OPERATIONS = {"charges": "generate-charges", "assign": "assign-vendor", "status": "change-status"}
+HTTP_KINDS = ("charges", "assign", "status", "pay", "void")
+OPERATIONS = {
+    "charges": "generate-charges",
+    "assign": "assign-vendor",
+    "status": "change-status",
+    "pay": "pay-invoice",
+    "void": "void-invoice",
+}
 # After a fault heals, answers may still come from it this long (a reconnect, a request
 # that was already waiting); a 503 later than that is a violation.
 WINDOW_SLACK = 3.0
@@ -244,15 +250,17 @@ class Nemesis2Stack:
 
 
 class _HttpLoad:
-    """Staff clients posting generations, assignments and status changes on a few hot
-    resources: the complaints are the same for the last two, so closes and reopens race
-    assignments."""
+    """Staff clients posting generations, assignments, status changes, payments and voids
+    on a few hot resources (each seed's own: three months, four complaints, four approved
+    invoices): the complaints are the same for assignments and status changes, so closes
+    and reopens race assignments; voids race the payments of one invoice."""
 
     def __init__(self, s: Scenario, system: Nemesis2Stack, users: list[str], seed: int):
         self.s = s
         self.stop_event = threading.Event()
         self.months = [s.month(MAPLE) for _ in range(3)]
         self.complaints = [s.complaint(MAPLE) for _ in range(4)]
+        self.invoices = [s.invoice(MAPLE) for _ in range(4)]
         self.threads = []
         for index, user in enumerate(users):
             app = system.apps[index % len(system.apps)]
@@ -276,14 +284,20 @@ class _HttpLoad:
             draw = rng.random()
             if draw < 0.3:
                 op = self.s.charges(MAPLE, month=rng.choice(self.months))
-            elif draw < 0.65:
+            elif draw < 0.5:
                 op = self.s.assign(
                     rng.choice(self.complaints),
                     rng.choice(self.s.world.vendors),
                     reassign=rng.random() < 0.3,
                 )
-            else:
+            elif draw < 0.75:
                 op = self.s.status(rng.choice(self.complaints), wish=rng.choice(STATUS_WISHES))
+            elif draw < 0.96:
+                op = self.s.pay(rng.choice(self.invoices))
+            else:  # now and then a void races the payments of one invoice
+                op = self.s.void(rng.choice(self.invoices))
+                if op is None:
+                    continue
             self.s.send(client, op, timeout=30)
             self.stop_event.wait(rng.uniform(0, 0.05))
 

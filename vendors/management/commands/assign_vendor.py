@@ -16,6 +16,7 @@ import re
 from django.core.management.base import CommandError
 
 from hoa.answers import table as answer_table
+from hoa.answers.refusals import Refusal
 from hoa.management.base import (
     ServiceCommand,
     active_user,
@@ -25,7 +26,6 @@ from hoa.management.base import (
 )
 from hoa.models import Complaint
 from vendors import selectors
-from vendors.exceptions import VendorsError
 from vendors.models import Vendor
 from vendors.services import assign_vendor
 
@@ -77,7 +77,7 @@ class Command(ServiceCommand):
                 replacing=replacing,
                 via=f"cli:{os_user()}",
             )
-        except VendorsError as exc:
+        except Refusal as exc:
             raise answer_table.command_error(exc) from exc
         if options["verbosity"] >= 1:
             self.stdout.write(str(result))

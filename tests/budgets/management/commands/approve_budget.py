@@ -9,6 +9,7 @@ from django.core.management.base import CommandError
 from django.utils.translation import gettext as _
 
 from hoa.answers import table as answer_table
+from hoa.answers.refusals import Refusal
 from hoa.management.base import (
     ServiceCommand,
     active_user,
@@ -18,7 +19,6 @@ from hoa.management.base import (
 )
 from hoa.models import Organization
 from hoa.security.audit import shown
-from tests.budgets.exceptions import BudgetsError
 from tests.budgets.forms import parse_year
 from tests.budgets.services import approve_budget
 
@@ -38,7 +38,7 @@ class Command(ServiceCommand):
     def handle(self, *args, org, year, actor, **options):
         try:
             year = parse_year(year)
-        except BudgetsError as exc:
+        except Refusal as exc:
             raise answer_table.command_error(exc) from exc
         require_services()
         organization = Organization.objects.filter(slug=org).first()
@@ -51,7 +51,7 @@ class Command(ServiceCommand):
                 actor=active_user(actor),
                 via=f"cli:{os_user()}",
             )
-        except BudgetsError as exc:
+        except Refusal as exc:
             raise answer_table.command_error(exc) from exc
         if options["verbosity"] >= 1:
             self.stdout.write(result.message)

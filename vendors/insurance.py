@@ -1,0 +1,143 @@
+"""Vendors held to their insurance: the rule, what lapses soon, and the daily job.
+
+A vendor's insurance with an association is its latest certificate on file there: the
+latest ``insurance_expires_on`` of its contracts with the association. It has lapsed once
+that day is past in the association's own time zone, and a vendor with no certificate on
+file is not insured either. An uninsured vendor may not be assigned to a complaint
+(``vendors.services.assign_vendor``) or paid (``vendors.payments.pay_invoice``): both refuse
+with ``VendorNotInsured`` before anything is locked.
+
+``record_lapses`` is the daily job (``manage.py record_insurance_lapses``): it records each
+certificate that has lapsed once (``InsuranceLapse``), and writes the lapse on the timeline
+of every invoice the association still owes the vendor; the complaint pages show it on the
+timeline of the complaints the vendor is assigned to (``vendors.complaint_pages``). Any
+number of hosts may run it: a pass takes a PostgreSQL advisory lock, and a host that finds
+it taken skips its pass; a lapse is recorded once whatever passes overlap (a unique
+constraint), and its timeline lines with it, in one transaction.
+"""
+
+import logging
+from dataclasses import dataclass
+from datetime import date, datetime, timedelta
+from zoneinfo import ZoneInfo
+
+from django.db import transaction
+from django.db.models import Max
+from django.utils import timezone
+
+from hoa.models import Organization
+from locking import advisory_lock
+from vendors.exceptions import VendorNotInsured
+from vendors.models import InsuranceLapse, Invoice, InvoiceEvent, Vendor, VendorContract
+
+logger = logging.getLogger(__name__)
+
+# How far ahead the vendors page warns of certificates that lapse.
+LAPSING_WITHIN = timedelta(days=30)
+LAPSES_LOCK = "vendors:insurance-lapses"
+SYSTEM = "system"
+
+
+def check_insured(vendor: Vendor, organization: Organization, day: date, contracts=None) -> None:
+    """Raise ``VendorNotInsured`` unless ``vendor``'s latest certificate with
+    ``organization`` is valid on ``day`` (the association's today); ``contracts``: the
+    vendor's contracts with it, if already read."""
+    insured_until = vendor.insured_until(organization, contracts)
+    if insured_until is None or insured_until < day:
+        raise VendorNotInsured(
+            vendor=vendor, organization=organization, day=day, insured_until=insured_until
+        )
+
+
+def today_of(organization: Organization) -> date:
+    """The association's today, in its own time zone."""
+    return timezone.localdate(timezone=organization.zone)
+
+
+def lapsing(organization: Organization, *, today: date, within: timedelta = LAPSING_WITHIN):
+    """The association's vendors whose certificate lapses within ``within`` of ``today``
+    or has lapsed, or who have none on file: rows of ``vendor_id``, ``vendor__name``,
+    ``insured_until``, soonest first."""
+    return VendorContract.objects.insurance_lapsing(organization, today=today, within=within)
+
+
+@dataclass(frozen=True)
+class LapseResult:
+    acquired: bool
+    lapses: int = 0
+    invoice_events: int = 0
+
+    @property
+    def skipped(self) -> bool:
+        return not self.acquired
+
+
+def record_lapses(*, now: datetime | None = None, wait: timedelta | None = None) -> LapseResult:
+    """Record every certificate that has lapsed and is not recorded yet, once, with a
+    line on the timeline of each invoice its association still owes the vendor."""
+    if transaction.get_connection().in_atomic_block:
+        raise transaction.TransactionManagementError(
+            "record_lapses commits its own pass; do not call it inside transaction.atomic()."
+        )
+    now = now or timezone.now()
+    with transaction.atomic(), advisory_lock(LAPSES_LOCK, wait=wait) as acquired:
+        if not acquired:
+            logger.debug(
+                "insurance lapses skipped: another pass is running",
+                extra={"resource": LAPSES_LOCK, "outcome": "skipped"},
+            )
+            return LapseResult(acquired=False)
+        lapses = _new_lapses(now)
+        InsuranceLapse.objects.bulk_create(lapses, ignore_conflicts=True)
+        events = [event for lapse in lapses for event in _invoice_events(lapse, now)]
+        InvoiceEvent.objects.bulk_create(events)
+    logger.log(
+        logging.INFO if lapses else logging.DEBUG,
+        "insurance lapses recorded: %d (%d invoice timelines)",
+        len(lapses),
+        len(events),
+        extra={"resource": LAPSES_LOCK, "outcome": "done", "lapses": len(lapses)},
+    )
+    return LapseResult(acquired=True, lapses=len(lapses), invoice_events=len(events))
+
+
+def _new_lapses(now: datetime) -> list[InsuranceLapse]:
+    """The lapses not recorded yet: per vendor and association, the latest certificate,
+    past in the association's time zone. The advisory lock keeps passes apart, so the
+    lapses read as missing here are this pass's to record."""
+    # A day ahead of UTC's date covers every zone's today; each is then checked in its own.
+    latest = (
+        VendorContract.objects.filter(insurance_expires_on__isnull=False)
+        .values("vendor_id", "organization_id", "organization__time_zone")
+        .annotate(insured_until=Max("insurance_expires_on"))
+        .filter(insured_until__lte=now.date() + timedelta(days=1))
+    )
+    recorded = set(InsuranceLapse.objects.values_list("vendor_id", "organization_id", "expired_on"))
+    lapses = []
+    for row in latest:
+        key = (row["vendor_id"], row["organization_id"], row["insured_until"])
+        zone = ZoneInfo(row["organization__time_zone"])
+        if key in recorded or row["insured_until"] >= timezone.localdate(now, timezone=zone):
+            continue
+        lapses.append(
+            InsuranceLapse(
+                vendor_id=key[0], organization_id=key[1], expired_on=key[2], recorded_at=now
+            )
+        )
+    return lapses
+
+
+def _invoice_events(lapse: InsuranceLapse, now: datetime) -> list[InvoiceEvent]:
+    owed = Invoice.objects.owed().filter(
+        organization_id=lapse.organization_id, vendor_id=lapse.vendor_id
+    )
+    return [
+        InvoiceEvent(
+            invoice_id=invoice_id,
+            kind=InvoiceEvent.Kind.INSURANCE_LAPSED,
+            at=now,
+            actor_label=SYSTEM,
+            note=lapse.expired_on.isoformat(),
+        )
+        for invoice_id in owed.values_list("pk", flat=True)
+    ]

@@ -1,0 +1,338 @@
+"""How the answers of invoices and their payment read to a person: one
+place for the staff pages, the admin and the commands. Translated, with named placeholders.
+
+``refusal_sentence`` renders every ``InvoicesError`` (``vendors.exceptions``) from its
+facts, and the kinds every operation shares when they refuse a payment (``PAYMENT.answers``). The
+invoice workflow has nothing to hide from staff: they and operators read the same
+sentences. A payment that is busy or overtaken speaks to two audiences
+(``hoa.answers.table.Audience``): staff on pages and admin messages, without fencing
+tokens, hosts or lease lifetimes; operators in the command's output and the audit, with
+them.
+"""
+
+import math
+
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy, ngettext
+
+from hoa.answers.refusals import (
+    Busy,
+    CallFailed,
+    LeaseRanOut,
+    LockServiceDown,
+    NotPermitted,
+    Refusal,
+    Superseded,
+    person_holding,
+    sentence,
+)
+from hoa.answers.table import Audience
+from hoa.web.money import format_money
+from vendors.exceptions import (
+    DuplicateInvoiceNumber,
+    InvoiceChanged,
+    InvoiceChangedBeforePaying,
+    InvoiceNotAllowed,
+    InvoiceRefused,
+    InvoiceRule,
+    InvoicesError,
+    PaymentSent,
+    PaymentServiceNotConfigured,
+)
+from vendors.models import Invoice, InvoiceEvent, VendorPayment
+
+Rule = InvoiceRule
+
+RULES = {
+    Rule.NUMBER_REQUIRED: gettext_lazy("Enter the vendor's invoice number."),
+    Rule.NUMBER_TOO_LONG: gettext_lazy("Keep the invoice number under %(max)s characters."),
+    Rule.AMOUNT_NOT_POSITIVE: gettext_lazy("The amount must be more than zero."),
+    Rule.AMOUNT_TOO_LARGE: gettext_lazy("The amount must be at most %(max)s."),
+    Rule.AMOUNT_CENTS: gettext_lazy("The amount has at most two decimals (cents)."),
+    Rule.AMOUNT_UNCHANGED: gettext_lazy("The invoice is already for %(amount)s."),
+    Rule.DUE_BEFORE_ISSUED: gettext_lazy(
+        "The due date must be on or after the invoice date (%(issued_on)s)."
+    ),
+    Rule.ALREADY_APPROVED_BY_YOU: gettext_lazy(
+        "You have approved this invoice already; a second approval must come from someone else."
+    ),
+    Rule.SECOND_NOT_RECORDER: gettext_lazy(
+        "You recorded this invoice, so the second approval must come from someone else."
+    ),
+    Rule.REASON_TOO_LONG: gettext_lazy("Keep the reason under %(max)s characters."),
+    Rule.NOT_A_PDF: gettext_lazy("The file is not a PDF. Attach the invoice as a PDF."),
+    Rule.PDF_TOO_LARGE: gettext_lazy("The PDF is larger than %(megabytes)s MB."),
+    Rule.NOT_APPROVED: gettext_lazy(
+        "Only an approved invoice can be paid; this one is %(status)s."
+    ),
+}
+
+ACTIONS = {
+    "record": gettext_lazy("record"),
+    "approve": gettext_lazy("approve"),
+    "change": gettext_lazy("change"),
+    "reject": gettext_lazy("reject"),
+    "void": gettext_lazy("void"),
+    "pay": gettext_lazy("pay"),
+}
+
+SAY_WHY = {
+    "change": gettext_lazy("Say why the amount changes."),
+    "reject": gettext_lazy("Say why the invoice is rejected."),
+    "void": gettext_lazy("Say why the invoice is voided."),
+}
+
+
+@sentence.register(InvoicesError)
+def refusal_sentence(refusal: Refusal, audience: Audience) -> str:
+    """What staff and operators read for a refusal of the invoice workflow (the same)."""
+    match refusal:
+        case InvoiceRefused():
+            return rule(refusal.rule, refusal.facts)
+        case InvoiceNotAllowed():
+            return _("%(actor)s may not %(action)s invoices of %(organization)s.") % {
+                "actor": refusal.actor,
+                "action": ACTIONS[refusal.action],
+                "organization": refusal.organization.name,
+            }
+        case DuplicateInvoiceNumber():
+            return _(
+                "%(vendor)s's invoice %(number)s is already recorded (invoice #%(existing)s, "
+                "%(status)s); nothing was saved."
+            ) % {
+                "vendor": refusal.vendor.name,
+                "number": refusal.number,
+                "existing": refusal.existing.pk,
+                "status": refusal.existing.get_status_display(),
+            }
+        case InvoiceChanged():
+            return invoice_changed(refusal.current)
+        case PaymentSent():
+            return _(
+                "A payment of invoice #%(invoice)s was sent to the payment service, which may "
+                "have paid it: it can no longer be changed, only paid. Pay it again to settle "
+                "it; nothing was saved."
+            ) % {"invoice": refusal.invoice.pk}
+        case NotPermitted():
+            return _("%(actor)s may not pay invoices of %(organization)s.") % {
+                "actor": refusal.actor,
+                "organization": refusal.organization.name,
+            }
+        case PaymentServiceNotConfigured():
+            return _(
+                "No payment service is configured (VENDOR_PAYMENT_URL), so invoice "
+                "#%(invoice)s was not paid; nothing was saved."
+            ) % {"invoice": refusal.invoice.pk}
+        case Busy():
+            return payment_busy(refusal, audience)
+        case Superseded():
+            return payment_superseded(refusal, audience)
+        case LeaseRanOut():
+            return _(
+                "Paying invoice #%(invoice)s took too long and was stopped before the payment "
+                "service was called; nothing was paid or saved. Try again."
+            ) % {"invoice": refusal.invoice.pk}
+        case LockServiceDown():
+            return _(
+                "The lock service (Redis) is unavailable, so invoice #%(invoice)s was not "
+                "paid: %(reason)s"
+            ) % {"invoice": refusal.invoice.pk, "reason": refusal.reason}
+        case CallFailed():
+            return _(
+                "The payment service did not confirm the payment of invoice #%(invoice)s "
+                "(%(reason)s); nothing was saved. Pay it again: the service pays an invoice "
+                "once, however often it is asked."
+            ) % {"invoice": refusal.invoice.pk, "reason": refusal.reason}
+        case InvoiceChangedBeforePaying():
+            return _(
+                "Invoice #%(invoice)s changed before it was paid: it is now %(status)s, for "
+                "%(amount)s; nothing was paid."
+            ) % {
+                "invoice": refusal.current.pk,
+                "status": refusal.current.get_status_display().lower(),
+                "amount": format_money(refusal.current.amount),
+            }
+    raise TypeError(f"no sentence for {type(refusal).__name__}")
+
+
+def payment_busy(refusal: Busy, audience: Audience = Audience.STAFF) -> str:
+    invoice = refusal.invoice.pk
+    if audience is Audience.OPERATORS:
+        return _(
+            "Invoice #%(invoice)s is being paid by %(holder)s right now; try again in "
+            "%(seconds)d seconds."
+        ) % {
+            "invoice": invoice,
+            "holder": refusal.holder or _("another worker"),
+            "seconds": max(1, math.ceil(refusal.retry_after.total_seconds())),
+        }
+    if person := person_holding(refusal.holder):
+        return _(
+            "Another staff member (%(person)s) is paying invoice #%(invoice)s; this usually "
+            "takes a few seconds."
+        ) % {"invoice": invoice, "person": person}
+    return _("Another worker is paying invoice #%(invoice)s; this usually takes a few seconds.") % {
+        "invoice": invoice
+    }
+
+
+def payment_superseded(refusal: Superseded, audience: Audience = Audience.STAFF) -> str:
+    invoice = refusal.invoice.pk
+    if audience is Audience.OPERATORS:
+        return _(
+            "A newer payment of invoice #%(invoice)s (token %(recorded)s) took over while "
+            "this one (token %(token)s) was paused past its lease; nothing of this one was "
+            "saved."
+        ) % {"invoice": invoice, "recorded": refusal.recorded, "token": refusal.token}
+    return _(
+        "Someone else took over paying invoice #%(invoice)s while this attempt was waiting; "
+        "nothing of this attempt was saved. Look at the invoice to see where it stands."
+    ) % {"invoice": invoice}
+
+
+def payment_message(
+    payment: VendorPayment,
+    *,
+    paid: bool,
+    token: int | None = None,
+    audience: Audience = Audience.STAFF,
+) -> str:
+    """What a successful payment did; operators (the command's line) also read the token."""
+    values = {
+        "invoice": payment.invoice_id,
+        "vendor": payment.invoice.vendor.name,
+        "amount": format_money(payment.amount, payment.currency),
+        "reference": payment.reference,
+    }
+    if paid:
+        said = _("Paid %(vendor)s %(amount)s for invoice #%(invoice)s (reference %(reference)s).")
+    else:
+        said = _(
+            "Invoice #%(invoice)s was already paid: %(vendor)s, %(amount)s (reference "
+            "%(reference)s)."
+        )
+    said %= values
+    if audience is Audience.OPERATORS and paid and token is not None:
+        said = f"{said[:-1]} (token {token})."
+    return said
+
+
+def rule(name: InvoiceRule, facts: dict) -> str:
+    """The sentence of a broken rule, its facts filled in."""
+    match name:
+        case Rule.NOT_FROM_HERE:
+            return _("An invoice that is %(status)s cannot be %(done)s.") % {
+                "status": Invoice.Status(facts["status"]).label.lower(),
+                "done": _done(facts["action"]),
+            }
+        case Rule.SAY_WHY:
+            return str(SAY_WHY[facts["action"]])
+        case Rule.CONFIRM_NOT_DUPLICATE:
+            other = facts["other"]
+            return _(
+                "This invoice has the same vendor, amount and date as invoice #%(other)s "
+                "(number %(number)s): confirm that it is not the same bill before approving."
+            ) % {"other": other.pk, "number": other.number}
+        case Rule.AMOUNT_TOO_LARGE | Rule.AMOUNT_UNCHANGED:
+            key = "max" if name == Rule.AMOUNT_TOO_LARGE else "amount"
+            return RULES[name] % {key: format_money(facts[key])}
+        case Rule.PDF_TOO_LARGE:
+            return RULES[name] % {"megabytes": facts["limit"] // (1024 * 1024)}
+        case Rule.DUE_BEFORE_ISSUED:
+            return RULES[name] % {"issued_on": facts["issued_on"].isoformat()}
+        case Rule.NOT_APPROVED:
+            return RULES[name] % {"status": Invoice.Status(facts["status"]).label.lower()}
+    return RULES[name] % facts
+
+
+def _done(action: str) -> str:
+    return {
+        "approve": _("approved"),
+        "change": _("changed"),
+        "reject": _("rejected"),
+        "void": _("voided"),
+        "pay": _("paid"),
+    }.get(action, action)
+
+
+def invoice_changed(current: Invoice) -> str:
+    return _(
+        "Invoice #%(invoice)s changed since you looked: it is now %(status)s, for %(amount)s; "
+        "nothing was saved. Look at it again and decide."
+    ) % {
+        "invoice": current.pk,
+        "status": current.get_status_display().lower(),
+        "amount": format_money(current.amount),
+    }
+
+
+def change_message(invoice: Invoice, event: InvoiceEvent) -> str:
+    """What a change of the workflow did, for the page's message after the 303."""
+    values = {"invoice": invoice.pk, "number": invoice.number, "vendor": invoice.vendor.name}
+    match event.kind:
+        case InvoiceEvent.Kind.RECORDED:
+            said = _("Recorded %(vendor)s's invoice %(number)s as invoice #%(invoice)s.") % values
+            if invoice.possible_duplicate_of_id:
+                said += " " + _(
+                    "It has the same vendor, amount and date as invoice #%(other)s: its "
+                    "approval will ask you to confirm it is not the same bill."
+                ) % {"other": invoice.possible_duplicate_of_id}
+            return said
+        case InvoiceEvent.Kind.APPROVED if event.to_status:
+            return _("Invoice #%(invoice)s is approved: it can be paid.") % values
+        case InvoiceEvent.Kind.APPROVED:
+            return (
+                _("You approved invoice #%(invoice)s; it needs a second approval by someone else.")
+                % values
+            )
+        case InvoiceEvent.Kind.AMOUNT_CHANGED:
+            return _(
+                "Invoice #%(invoice)s is now for %(amount)s; it needs its approvals again."
+            ) % {**values, "amount": format_money(invoice.amount)}
+        case InvoiceEvent.Kind.REJECTED:
+            return _("Invoice #%(invoice)s is rejected.") % values
+        case InvoiceEvent.Kind.VOIDED:
+            return _("Invoice #%(invoice)s is void.") % values
+    return _("Invoice #%(invoice)s changed.") % values
+
+
+# -- the payment run (vendors.payment_run) ------------------------------------------------------
+
+
+def payment_run_summary(run) -> str:
+    """The payment run's summary line (``-v 1``)."""
+    line = ngettext(
+        "%(total)d invoice to pay: %(paid)d paid, %(already)d already paid, %(changed)d "
+        "changed meanwhile, %(failed)d failed",
+        "%(total)d invoices to pay: %(paid)d paid, %(already)d already paid, %(changed)d "
+        "changed meanwhile, %(failed)d failed",
+        run.total,
+    ) % {
+        "total": run.total,
+        "paid": run.paid,
+        "already": run.already,
+        "changed": run.changed,
+        "failed": run.failed,
+    }
+    if run.held:
+        line += _(", %(count)d unfinished") % {"count": len(run.held)}
+    return line + "."
+
+
+def payment_run_unfinished(run) -> str:
+    """Why the payment run did not finish: a service down, failures, or still busy."""
+    if run.unavailable:
+        return run.unavailable
+    if run.failed:
+        return ngettext(
+            "%(count)d invoice could not be paid; see the lines above.",
+            "%(count)d invoices could not be paid; see the lines above.",
+            run.failed,
+        ) % {"count": run.failed}
+    return ngettext(
+        "%(count)d invoice was still being paid elsewhere after waiting %(wait)g s; run "
+        "again later to confirm.",
+        "%(count)d invoices were still being paid elsewhere after waiting %(wait)g s; run "
+        "again later to confirm.",
+        len(run.held),
+    ) % {"count": len(run.held), "wait": run.wait.total_seconds()}

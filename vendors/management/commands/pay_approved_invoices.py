@@ -1,0 +1,151 @@
+"""Pay approved vendor invoices from cron: one (``--invoice ID``), one association's
+(``--org SLUG``) or every association's (``--all-orgs``), each exactly once.
+
+Exit codes (the answer table): 0 every invoice paid (or already paid, or changed meanwhile:
+voided, rejected, its amount changed); 75 (EX_TEMPFAIL) some still being paid by another
+host at the deadline, or (``--invoice``) busy or superseded; 1 bad input, an invoice that
+could not be paid (the payment service failed, the vendor is uninsured: one line each on
+stderr), Redis down, or no payment service (``VENDOR_PAYMENT_URL`` unset). Failures are one
+line, never a traceback. From cron (stdout not a terminal, no ``-v``) success prints
+nothing; ``-v 1`` prints the summary, ``-v 2`` one line per invoice.
+
+``--org`` and ``--all-orgs`` pay the approved invoices due within ``--due-within`` days of
+each association's today (default 0: due today or overdue), those of ``--actor``'s
+associations if given, shared with other cron hosts running it at the same time (up to
+``--wait`` seconds for the invoices another host holds).
+"""
+
+import re
+from datetime import timedelta
+
+from django.core.management.base import CommandError
+from django.utils.translation import gettext as _
+
+from hoa.answers import table as answer_table
+from hoa.answers.refusals import Refusal
+from hoa.management.base import (
+    ServiceCommand,
+    active_user,
+    add_actor_argument,
+    os_user,
+    require_services,
+)
+from hoa.models import Organization
+from hoa.security.audit import shown
+from vendors.models import Invoice
+from vendors.operations import PAYMENT
+from vendors.payment_run import InvoiceOutcome, pay_approved
+from vendors.payments import pay_invoice
+
+_ID = re.compile(r"[0-9]{1,19}")
+MAX_DUE_WITHIN = 366
+
+
+class Command(ServiceCommand):
+    help = (
+        "Pay approved vendor invoices exactly once: one (--invoice ID), one association's "
+        "(--org SLUG) or every association's (--all-orgs), those due within --due-within "
+        "days. Exit 0 done, 75 busy elsewhere (try again later), 1 bad input, a failed "
+        "payment, Redis down or no payment service."
+    )
+
+    def add_arguments(self, parser):
+        target = parser.add_mutually_exclusive_group(required=True)
+        target.add_argument("--invoice", metavar="ID", help="the invoice's id")
+        target.add_argument("--org", metavar="SLUG", help="the association's slug")
+        target.add_argument(
+            "--all-orgs",
+            action="store_true",
+            help="every association (those of --actor if given)",
+        )
+        parser.add_argument(
+            "--due-within",
+            metavar="DAYS",
+            default="0",
+            help="with --org or --all-orgs: pay the invoices due within DAYS of each "
+            "association's today (default 0: due today or overdue)",
+        )
+        parser.add_argument(
+            "--wait",
+            type=float,
+            metavar="SECONDS",
+            help="with --org or --all-orgs: how long to wait for invoices another host is "
+            "paying (default: three times the lease TTL, VENDOR_PAYMENT_LOCK_TTL_SECONDS)",
+        )
+        add_actor_argument(parser)
+
+    def handle(self, *args, invoice, org, all_orgs, due_within, wait, actor, **options):
+        invoice_id = _parse_id(invoice) if invoice is not None else None
+        days = _parse_days(due_within)
+        if wait is None:
+            wait = 3 * PAYMENT.lease_ttl.total_seconds()
+        elif wait < 0:
+            raise CommandError(_("--wait must not be negative."))
+        self.verbosity = options["verbosity"]
+        require_services()
+        user = active_user(actor)
+        via = f"cli:{os_user()}"
+        if invoice_id is not None:
+            self._one(invoice_id, user, via)
+            return
+        if org:
+            organizations = Organization.objects.filter(slug=org)
+            if not organizations.exists():
+                raise CommandError(_('Unknown organization "%(slug)s".') % {"slug": shown(org)})
+        else:
+            organizations = Organization.objects.for_user(user) if user else Organization.objects
+        self._many(organizations.order_by("pk"), user, via, days, wait)
+
+    def _one(self, invoice_id: int, user, via: str) -> None:
+        invoice = (
+            Invoice.objects.select_related("organization", "vendor").filter(pk=invoice_id).first()
+        )
+        if invoice is None:
+            raise CommandError(_("No invoice with id %(id)s.") % {"id": invoice_id})
+        try:
+            result = pay_invoice(invoice=invoice, actor=user, via=via)
+        except Refusal as exc:
+            raise answer_table.command_error(exc) from exc
+        if self.verbosity >= 1:
+            self.stdout.write(str(result))
+
+    def _many(self, organizations, user, via: str, days: int, wait: float) -> None:
+        run = pay_approved(
+            organizations=organizations,
+            actor=user,
+            via=via,
+            due_within=timedelta(days=days),
+            wait=timedelta(seconds=wait),
+            on_outcome=lambda outcome, run: self._show(outcome),
+        )
+        if run.unavailable:
+            raise CommandError(run.message)
+        if self.verbosity >= 1:
+            self.stdout.write(run.summary)
+        exit_code = answer_table.ANSWERS[run.answer].exit_code
+        if exit_code:
+            raise CommandError(run.message, returncode=exit_code)
+
+    def _show(self, outcome: InvoiceOutcome) -> None:
+        line = f"{outcome.organization}: {outcome.message}"
+        if outcome.failed:
+            self.stderr.write(line)
+        elif self.verbosity >= 2 and not outcome.held_elsewhere:
+            self.stdout.write(line)
+
+
+def _parse_id(raw: str) -> int:
+    value = raw.strip()
+    if not _ID.fullmatch(value) or not 0 < int(value) < 2**63:
+        raise CommandError(f"--invoice must be a positive whole number, got {shown(raw)!r}.")
+    return int(value)
+
+
+def _parse_days(raw: str) -> int:
+    value = raw.strip()
+    if not value.isascii() or not value.isdigit() or int(value) > MAX_DUE_WITHIN:
+        raise CommandError(
+            _("--due-within must be a whole number of days from 0 to %(max)d, got %(raw)r.")
+            % {"max": MAX_DUE_WITHIN, "raw": shown(raw)}
+        )
+    return int(value)

@@ -1,0 +1,92 @@
+"""The payment client: ask the payment service to pay one approved invoice.
+
+One POST per fenced attempt, made before the attempt's transaction, to
+``VENDOR_PAYMENT_URL``, bounded by ``EXTERNAL_CALL_TIMEOUT_SECONDS``, signed and fenced like
+every outside call (hoa/integrations/webhooks.py). Unlike billing and dispatch it is never
+skipped: with no URL there is no payment, and ``vendors.payments`` refuses before the lease
+(this module raises too, as the backstop).
+
+- ``Idempotency-Key: vendor-payment:invoice:<id>``: one key per invoice, for every try of
+  paying it (a retry after a timeout, a second worker after a lease expired, the nightly
+  batch after a payment left in doubt). The service pays a key at most once.
+- ``X-Fencing-Token``: the lease's token. The service keeps the highest token per key and
+  refuses lower ones (409): a paused payer's late call is refused there.
+
+What the service must do (docs/operations.md, "The payment service"), as the stand-in of
+the tests and of ``make run`` does with locking's receiver: pay on a key's first call
+and answer ``{"reference": "<its reference for the transfer>"}``; answer a later call
+with a higher token for the same key (the receiver's ``call.replaces``) with the payment
+it made, without paying again; answer a lower token 409.
+"""
+
+import json
+from dataclasses import dataclass
+
+from django.conf import settings
+from django.utils.translation import gettext_lazy
+
+from hoa.integrations.webhooks import ExternalCallFailed, post_fenced
+from locking import Lease
+from vendors.models import Invoice
+
+# The endpoint the call is sealed for: the payment service's receiver checks it is its own.
+PAYMENT_ENDPOINT = "payment"
+
+# Whom a payment tells, as an audit line names it.
+PAYMENT_SERVICE = gettext_lazy("the payment service")
+
+
+@dataclass(frozen=True)
+class PaymentReceipt:
+    """The payment service's answer: its reference for the transfer. Read as whom the
+    call told (an audit line's "the payment service was told in vain")."""
+
+    reference: str
+
+    def __str__(self) -> str:
+        return str(PAYMENT_SERVICE)
+
+
+def idempotency_key(invoice_id: int) -> str:
+    """The key of every try of paying one invoice."""
+    return f"vendor-payment:invoice:{int(invoice_id)}"
+
+
+def payment_payload(invoice: Invoice) -> dict:
+    """The JSON body: the same for every try of paying the invoice (no clock values)."""
+    organization, vendor = invoice.organization, invoice.vendor
+    return {
+        "event": "invoice.pay",
+        "organization": {"id": organization.pk, "slug": organization.slug},
+        "vendor": {"id": vendor.pk, "name": vendor.name, "email": vendor.email},
+        "invoice": {
+            "id": invoice.pk,
+            "number": invoice.number,
+            "amount": str(invoice.amount),
+            "currency": settings.CURRENCY,
+            "issued_on": invoice.issued_on.isoformat(),
+            "due_on": invoice.due_on.isoformat(),
+        },
+    }
+
+
+def send_payment(*, invoice: Invoice, lease: Lease) -> PaymentReceipt:
+    """POST the payment once under ``lease``; return the service's reference. Raise
+    ``StaleAtReceiver`` (it has a newer call for the invoice) or ``ExternalCallFailed``."""
+    url = settings.VENDOR_PAYMENT_URL
+    if not url:
+        raise ExternalCallFailed(url, "VENDOR_PAYMENT_URL is not set")
+    call = post_fenced(
+        url,
+        payment_payload(invoice),
+        idempotency_key=idempotency_key(invoice.pk),
+        token=lease,
+        endpoint=PAYMENT_ENDPOINT,
+    )
+    try:
+        reference = json.loads(call.content)["reference"]
+    except (ValueError, TypeError, KeyError):
+        reference = None
+    if not isinstance(reference, str) or not 0 < len(reference) <= 200:
+        raise ExternalCallFailed(url, "an answer without a payment reference", call.status)
+    return PaymentReceipt(reference=reference)

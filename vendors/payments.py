@@ -1,0 +1,267 @@
+"""Paying an approved vendor invoice, exactly once, under a fenced lease: the third fenced
+operation (``vendor-payment:invoice:<id>``).
+
+``pay_invoice`` reads top to bottom: the actor's permission, the payment service's URL (an
+unset one refuses: no payment is ever skipped), the invoice's state and the vendor's
+insurance, all before anything is locked; then one attempt's steps under the invoice's
+lease (``hoa.fenced``, the runner every operation shares):
+
+0. The runner's claim on the resource's record (``claim_fence``, committed on its own): a
+   holder whose lease a newer one has claimed since stops here, and from now on no older
+   holder can commit.
+1. ``look``: the invoice and its payment; a paid invoice needs no call (already paid), a
+   token at or below the one the invoice records cannot win (refused before any call).
+2. ``call_outside``: first the invoice's claim, committed on its own: one conditional
+   ``UPDATE`` that marks the invoice as sent for payment (``payment_claim``, the lease's
+   token) if it is still approved for the amount the look read and no newer holder
+   claimed it. From then on the invoice cannot be voided, rejected or changed
+   (``vendors.invoices``); a void that won the row first makes this attempt stop here,
+   before the service hears of it (``InvoiceChangedBeforePaying``), and so does a newer
+   holder's claim (superseded: a paused payer woken after its lease never calls). Then
+   the payment call: one POST sealed for the ``payment`` endpoint, its
+   ``Idempotency-Key`` the invoice's, its token the lease's.
+3. ``fence_row`` and ``commit``, in one transaction: ``advance_fence`` on the invoice row (a
+   holder whose lease was taken over: ``Superseded``), then the state check (a
+   payment recorded by another holder: already paid), then the ``VendorPayment`` with the
+   service's reference and the lease's token, the invoice paid, its timeline line.
+
+Why money leaves once: the service pays a key at most once and refuses a token lower than
+one it has seen; every try of an invoice carries the same key; the database records one
+payment per invoice, under the fence. A holder paused inside its call whose payment went
+through is overtaken by the next holder, whose call (a higher token) gets the same
+payment's reference back and records it; the paused one is refused by the fence. A holder
+that dies after its claim leaves the invoice "sent for payment": paying it again (the page,
+the admin, the nightly batch) asks the service, which answers with the payment it made, or
+pays now. docs/architecture.md, "A third operation", has the argument in full.
+
+``pay_together`` pays several invoices, each under its own lease, committed together
+(``hoa.fenced.run_together``): the nightly ``pay_approved_invoices --all-orgs``.
+"""
+
+import logging
+from dataclasses import dataclass
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import F, Q, QuerySet
+from django.utils import timezone
+
+from hoa.answers.refusals import Refusal
+from hoa.answers.table import Audience, Done
+from hoa.fenced import FencedSteps, run_together
+from locking import Lease, Outcome, StaleFencingToken
+from vendors import invoice_answers
+from vendors.exceptions import (
+    InvoiceChanged,
+    InvoiceChangedBeforePaying,
+    InvoiceRefused,
+    InvoiceRule,
+    PaymentServiceNotConfigured,
+)
+from vendors.insurance import check_insured, today_of
+from vendors.models import Invoice, InvoiceEvent, VendorPayment
+from vendors.operations import PAYMENT, payment_resource
+from vendors.payment_client import PAYMENT_ENDPOINT, PaymentReceipt, send_payment
+
+logger = logging.getLogger(__name__)
+
+Status = Invoice.Status
+
+
+@dataclass(frozen=True)
+class PaymentResult(Done):
+    """What a successful call did: paid the invoice now, or found it paid."""
+
+    payment: VendorPayment
+    outcome: Outcome  # COMMITTED or ALREADY_DONE: what the audit records
+    token: int
+
+    @property
+    def paid(self) -> bool:
+        return self.outcome == Outcome.COMMITTED
+
+    @property
+    def message(self) -> str:
+        """Staff's sentence (pages, admin messages)."""
+        return invoice_answers.payment_message(self.payment, paid=self.paid)
+
+    def __str__(self) -> str:
+        """The operators' sentence (the command's line), with the token."""
+        return invoice_answers.payment_message(
+            self.payment, paid=self.paid, token=self.token, audience=Audience.OPERATORS
+        )
+
+
+def pay_invoice(
+    *, invoice: Invoice, actor, via: str = "", ip: str | None = None, seen: int | None = None
+) -> PaymentResult:
+    """Pay ``invoice`` (approved) exactly once, under its fenced lease.
+
+    ``actor`` is the user asking (staff of the invoice's association with
+    ``vendors.pay_invoice``, or a superuser), or ``None`` for the deployment's operator at
+    the shell; ``via`` says where the request came from (``cli:ops``) for the audit trail.
+    ``seen``: the invoice's version on the page that asked; an invoice no longer payable
+    since then is ``InvoiceChanged`` (409), not a bad request.
+
+    Raises, before anything is locked: ``NotPermitted``, ``PaymentServiceNotConfigured``,
+    ``InvoiceRefused`` (not approved), ``InvoiceChanged``, ``VendorNotInsured``. Under the
+    lease, with nothing written: ``Busy``, ``LockServiceDown``, ``LeaseRanOut``,
+    ``InvoiceChangedBeforePaying``, ``CallFailed``, ``Superseded``. All are ``Refusal``.
+    """
+    call, steps = _payment(invoice, actor, via=via, ip=ip, seen=seen)
+    return call.run(steps)
+
+
+def pay_together(invoices: list[Invoice], *, actor, via: str = "") -> list:
+    """``pay_invoice`` for each invoice, committed together (``hoa.fenced.run_together``:
+    each under its own lease, each told to the service on its own; one ``BEGIN`` and one
+    ``COMMIT`` for all, or for as many as were paid while the first lease had half its time
+    left). Return, in order, each one's ``PaymentResult`` or refusal (not raised)."""
+    answers: list = [None] * len(invoices)
+    calls, places = [], []
+    for place, invoice in enumerate(invoices):
+        try:
+            calls.append(_payment(invoice, actor, via=via))
+        except Refusal as refusal:  # refused before the lease (uninsured, not allowed)
+            answers[place] = refusal
+        else:
+            places.append(place)
+    for place, answer in zip(places, run_together(calls), strict=True):
+        answers[place] = answer
+    return answers
+
+
+def _payment(invoice: Invoice, actor, *, via: str, ip: str | None = None, seen=None):
+    """The permitted call and its steps, or the refusal made before the lease."""
+    organization = invoice.organization
+    resource = payment_resource(invoice.pk)
+    call = PAYMENT.begin(actor, organization=organization, resource=resource, via=via, ip=ip)
+    if not settings.VENDOR_PAYMENT_URL:
+        raise PaymentServiceNotConfigured(invoice=invoice)
+    if invoice.status not in (Status.APPROVED, Status.PAID):
+        if seen is not None and seen != invoice.version:  # it changed after the page
+            raise InvoiceChanged(invoice=invoice, seen=seen, current=invoice)
+        raise InvoiceRefused(InvoiceRule.NOT_APPROVED, status=invoice.status)
+    if invoice.status == Status.APPROVED:
+        check_insured(invoice.vendor, organization, today_of(organization))
+    return call, Payment(invoice=invoice, actor=actor, by=call.label)
+
+
+@dataclass(frozen=True)
+class Looked:
+    invoice: Invoice  # as the look read it: what the call tells the service
+    payment: VendorPayment | None  # recorded by an earlier attempt
+    needs_call: bool
+
+
+@dataclass(frozen=True)
+class Payment(FencedSteps):
+    """One attempt to pay ``invoice``, as the runner's steps (``hoa.fenced``)."""
+
+    invoice: Invoice
+    actor: object  # the user, or None for the operator at the shell
+    by: str  # who asked, as the audit records it
+
+    endpoint = PAYMENT_ENDPOINT
+
+    @property
+    def subject(self) -> dict:
+        return {"invoice": self.invoice}
+
+    def rows(self) -> QuerySet:
+        return Invoice.objects.filter(pk=self.invoice.pk)
+
+    def look(self, lease: Lease) -> Looked:
+        invoice = self.rows().select_related("organization", "vendor").get()
+        if lease.token <= invoice.last_fence_token:
+            # A newer holder has fenced the invoice (or the Redis counter went behind, which
+            # run_fenced tells apart): not worth a call. The fence in the commit decides.
+            raise StaleFencingToken(lease.token, invoice.last_fence_token)
+        payment = VendorPayment.objects.filter(invoice=invoice).first()
+        return Looked(invoice=invoice, payment=payment, needs_call=payment is None)
+
+    def call_outside(self, lease: Lease, looked: Looked) -> PaymentReceipt | None:
+        if not self._claim(lease, looked.invoice):
+            return None  # paid meanwhile by an older holder: the commit finds its payment
+        lease.check()  # the claim took a round trip: still ours?
+        return send_payment(invoice=looked.invoice, lease=lease)
+
+    def _claim(self, lease: Lease, seen: Invoice) -> bool:
+        """Mark the invoice sent for payment, committed before the service hears of it, if
+        it is still approved for the amount the look read and no newer holder claimed it;
+        return whether it did. A paid invoice: ``False`` (the commit finds its payment). A
+        newer holder's claim: ``StaleFencingToken``, before any call (this one was paused
+        past its lease). Anything else refuses, nothing told."""
+        now = timezone.now()
+        unclaimed = Q(payment_claim__isnull=True) | Q(payment_claim__lte=lease.token)
+        with transaction.atomic():
+            claimed = (
+                self.rows()
+                .filter(unclaimed, status=Status.APPROVED, amount=seen.amount)
+                .update(
+                    payment_claim=lease.token,
+                    payment_claimed_at=now,
+                    version=F("version") + 1,
+                )
+            )
+            if not claimed:
+                current = self.rows().select_related("vendor").get()
+                if current.status == Status.PAID:
+                    return False
+                if current.payment_claim is not None and current.payment_claim > lease.token:
+                    raise StaleFencingToken(lease.token, current.payment_claim)
+                raise InvoiceChangedBeforePaying(invoice=self.invoice, current=current)
+            InvoiceEvent.objects.create(
+                invoice_id=seen.pk,
+                kind=InvoiceEvent.Kind.PAYMENT_SENT,
+                at=now,
+                actor=self.actor,
+                actor_label=self.by[:200],
+                amount_after=seen.amount,
+            )
+        return True
+
+    def fence_row(self, looked: Looked) -> QuerySet:
+        return self.rows()
+
+    def commit(self, lease: Lease, looked: Looked, told: PaymentReceipt | None) -> PaymentResult:
+        # The fence UPDATE holds the invoice's row lock: what is read now is the latest
+        # committed state, and nobody changes it before we commit.
+        payment = VendorPayment.objects.filter(invoice_id=self.invoice.pk).first()
+        if payment is not None:  # another holder recorded it: the service paid once
+            payment.invoice = looked.invoice
+            return PaymentResult(payment=payment, outcome=Outcome.ALREADY_DONE, token=lease.token)
+        now = timezone.now()
+        invoice = looked.invoice
+        # Claimed (by this attempt or a newer one) and approved: nothing else moves it.
+        if told is None or not self.rows().filter(status=Status.APPROVED).update(
+            status=Status.PAID, version=F("version") + 1
+        ):
+            raise InvoiceChangedBeforePaying(invoice=self.invoice, current=self.rows().get())
+        payment = VendorPayment.objects.create(
+            invoice=invoice,
+            amount=invoice.amount,
+            currency=settings.CURRENCY,
+            reference=told.reference,
+            paid_at=now,
+            paid_by=self.actor,
+            actor_label=self.by[:200],
+            fence_token=lease.token,
+        )
+        InvoiceEvent.objects.create(
+            invoice_id=invoice.pk,
+            kind=InvoiceEvent.Kind.PAID,
+            at=now,
+            actor=self.actor,
+            actor_label=self.by[:200],
+            from_status=Status.APPROVED,
+            to_status=Status.PAID,
+            note=told.reference,
+            amount_after=invoice.amount,
+        )
+        invoice.status = Status.PAID
+        logger.info(
+            "invoice paid",
+            extra={"invoice": invoice.pk, "token": lease.token, "reference": told.reference},
+        )
+        return PaymentResult(payment=payment, outcome=Outcome.COMMITTED, token=lease.token)
