@@ -10,12 +10,11 @@ INSERT_STATEMENT = {
     "charges": 'COPY "charges_monthlycharge"',
     "assign": 'INSERT INTO "vendors_vendorassignment"',
 }
-# What a rival waits on behind a holder paused before its commit: the fence row's lock (a
-# new charge run's row is created in that transaction: the rival's insert of it waits).
-FENCE_UPDATE = {
-    "charges": 'INSERT INTO "charges_monthlychargerun"',
-    "assign": 'UPDATE "hoa_complaint"',
-}
+# What a rival waits on behind a holder paused before its commit: its claim on the
+# resource's fence record (locking_fenceepoch), whose row the paused holder's fence
+# statement locked in its uncommitted transaction. The runner claims before the look and
+# the call (hoa/fenced.py, issue 35), so the rival waits there, having called no one.
+CLAIM_STATEMENT = 'WITH claim AS (INSERT INTO "locking_fenceepoch"'
 
 
 def racing_ops(s: Scenario, kind: str):

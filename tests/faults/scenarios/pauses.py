@@ -13,7 +13,7 @@ import signal
 
 from tests.faults.scenario import Scenario, grant_pid, scenario
 from tests.faults.scenarios.common import (
-    FENCE_UPDATE,
+    CLAIM_STATEMENT,
     INSERT_STATEMENT,
     INSERT_TARGET,
     billing_records,
@@ -109,8 +109,8 @@ def pause_before_commit(s: Scenario, kind: str) -> None:
             table.release()  # the INSERT completes; COMMIT waits for a frozen process
             s.wait_lock_gone(first.resource)
             rival_future = s.send_later(s.client(1), second)
-            # The rival passes acquire and its external call, then waits for our row lock.
-            s.wait_blocked(FENCE_UPDATE[kind])
+            # The rival passes acquire, then its claim waits for our fence record's lock.
+            s.wait_blocked(CLAIM_STATEMENT)
     first = paused.result(60)
     rival = rival_future.result(60)
     # The paused holder's fence UPDATE ran before the takeover, so its commit is legal;
@@ -119,8 +119,8 @@ def pause_before_commit(s: Scenario, kind: str) -> None:
     s.expect_verdict(rival, "already_done" if kind == "charges" else "refused")
     s.fact("database", stored(first))
     s.observe(
-        f"paused holder told {first.verdict} ({first.status}); rival (blocked on the row "
-        f"lock) told {rival.verdict} ({rival.status})"
+        f"paused holder told {first.verdict} ({first.status}); rival (its claim blocked on "
+        f"the fence record) told {rival.verdict} ({rival.status})"
     )
 
 
@@ -184,8 +184,8 @@ def _1d_assign(s):
     "1c-charges",
     group=1,
     title="Pause past TTL after the fence UPDATE, before COMMIT (charges)",
-    expected="paused holder commits (its fence ran first); rival waits on the row lock, "
-    "then answers already generated",
+    expected="paused holder commits (its fence ran first); rival's claim waits on the fence "
+    "record's lock, then it answers already generated",
 )
 def _1c_charges(s):
     pause_before_commit(s, "charges")
@@ -195,8 +195,8 @@ def _1c_charges(s):
     "1c-assign",
     group=1,
     title="Pause past TTL after the fence UPDATE, before COMMIT (vendor)",
-    expected="paused holder commits; rival waits on the row lock, then is refused: "
-    "assigned to another vendor",
+    expected="paused holder commits; rival's claim waits on the fence record's lock, then "
+    "it is refused: assigned to another vendor",
 )
 def _1c_assign(s):
     pause_before_commit(s, "assign")
