@@ -141,6 +141,9 @@ def main(argv=None) -> int:
             print(f"logs: {stack.run_dir}", file=sys.stderr)
         return 2
     finally:
+        # A scenario that failed keeps the servers' logs: a 5xx's traceback is only there.
+        kept = options.keep_logs or any(not result.ok for result in results)
+        stack.options.keep_logs = kept
         stack.stop()
     from tests.faults.report import print_table, write_history, write_json
 
@@ -150,7 +153,7 @@ def main(argv=None) -> int:
     if options.history:
         write_history(options.history, results)
         print(f"wrote {options.history}")
-    if options.keep_logs:
+    if kept:
         print(f"logs kept in {stack.run_dir}")
     failed = [result for result in results if not result.ok]
     return 1 if failed else 0
