@@ -16,6 +16,7 @@ from io import StringIO
 from urllib.parse import urlsplit
 
 import pytest
+from django.core import signing
 from django.core.management import call_command
 from django.test import Client
 from django.urls import reverse
@@ -302,6 +303,16 @@ def test_the_opt_out_link_needs_no_login_and_stops_that_complaints_emails_only(
     send_reporter_emails()
     assert [subject(m) for m in mail.messages] == [f"Complaint #{other.pk} is closed · Maple Court"]
     assert anonymous.post(path).status_code == 200  # saying it twice changes nothing
+
+
+def test_the_opt_out_link_is_the_same_whenever_it_is_made(complaint, monkeypatch):
+    """The body's link is written when the change commits, the List-Unsubscribe header's
+    when the email is sent: a timestamped token gave one email two links whenever a
+    second passed between them (seen once in a full run)."""
+    made_at_commit = reporters.opt_out_url(complaint)
+    monkeypatch.setattr(signing.TimestampSigner, "timestamp", lambda self: "later")
+    assert reporters.opt_out_url(complaint) == made_at_commit
+    assert reporters.complaint_of(made_at_commit.rstrip("/").rsplit("/", 1)[1]) == complaint
 
 
 @pytest.mark.parametrize("token", ["nope", "x" * 300, "eyJjb21wbGFpbnQiOjF9:forged:sig"])
