@@ -98,7 +98,7 @@ def main() -> None:
     server = ThreadingHTTPServer((options.host, options.port), Handler)
     server.daemon_threads = True
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # make stop: clean up below
-    print(f"payment stand-in on http://{options.host}:{options.port}{SCOPE}", file=sys.stderr)
+    print(f"payment stand-in on http://{options.host}:{options.port}/{SCOPE}", file=sys.stderr)
     try:
         server.serve_forever()
     except KeyboardInterrupt:
