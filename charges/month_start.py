@@ -35,7 +35,7 @@ from charges.operations import charge_resource
 from charges.selectors import current_month
 from charges.services import generate_monthly_charges, generate_together, units_ahead
 from hoa.answers.refusals import Refusal
-from hoa.answers.table import Answer
+from hoa.answers.table import BatchDone
 from hoa.models import Organization
 from locking import LockUnavailable, Outcome, prepare_fences
 
@@ -72,7 +72,7 @@ class OrgOutcome:
 
 
 @dataclass
-class MonthStart:
+class MonthStart(BatchDone):
     """What the walk came to: generated here, already done before it started, done by
     another worker during it, failed, still held elsewhere at the deadline, or stopped
     because Redis is down."""
@@ -89,22 +89,10 @@ class MonthStart:
     unavailable: str = ""  # why the walk stopped: the lock service is down
 
     @property
-    def answer(self) -> Answer:
-        if self.unavailable:
-            return Answer.UNAVAILABLE
-        if self.failed:
-            return Answer.PARTLY_FAILED
-        return Answer.RETRY if self.held else Answer.DONE
-
-    @property
     def summary(self) -> str:
         return answers.month_start_summary(self)
 
-    @property
-    def message(self) -> str:
-        """Why the walk did not finish (``answer`` is not ``DONE``); else its summary."""
-        if self.answer is Answer.DONE:
-            return self.summary
+    def unfinished(self) -> str:
         return answers.month_start_unfinished(self)
 
     def count(self, outcome: OrgOutcome) -> None:

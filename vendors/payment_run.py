@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 
 from hoa.answers.refusals import Refusal
-from hoa.answers.table import Answer
+from hoa.answers.table import Answer, BatchDone
 from locking import Outcome
 from vendors import invoice_answers
 from vendors.exceptions import InvoiceRefused, InvoiceRule
@@ -56,7 +56,7 @@ class InvoiceOutcome:
 
 
 @dataclass
-class PaymentRun:
+class PaymentRun(BatchDone):
     """What the run came to: paid here, found paid, changed meanwhile (voided, rejected…),
     failed, still held elsewhere at the deadline, or stopped (Redis down, no service)."""
 
@@ -70,22 +70,10 @@ class PaymentRun:
     unavailable: str = ""
 
     @property
-    def answer(self) -> Answer:
-        if self.unavailable:
-            return Answer.UNAVAILABLE
-        if self.failed:
-            return Answer.PARTLY_FAILED
-        return Answer.RETRY if self.held else Answer.DONE
-
-    @property
     def summary(self) -> str:
         return invoice_answers.payment_run_summary(self)
 
-    @property
-    def message(self) -> str:
-        """Why the run did not finish (``answer`` is not ``DONE``); else its summary."""
-        if self.answer is Answer.DONE:
-            return self.summary
+    def unfinished(self) -> str:
         return invoice_answers.payment_run_unfinished(self)
 
     def count(self, outcome: InvoiceOutcome) -> None:
