@@ -86,8 +86,8 @@ from locking.operators import (
     holders,
 )
 from locking.outcomes import HolderState, LeaseState, Outcome
-from locking.receiver import CallVerdict, Receipt, fenced_receiver, receive_call
-from locking.signing import FencedCall, SealedCall, seal_call, verify_signature
+from locking.receiving.receiver import CallVerdict, Receipt, fenced_receiver, receive_call
+from locking.receiving.signing import FencedCall, SealedCall, seal_call, verify_signature
 from locking.tokens import FencingToken
 from locking.tracing import span
 

@@ -68,7 +68,7 @@ from django.views.decorators.http import require_POST
 
 from locking import metrics
 from locking.conf import setting
-from locking.signing import DEFAULT_TOLERANCE_SECONDS, FencedCall, open_call, seal_answer
+from locking.receiving.signing import DEFAULT_TOLERANCE_SECONDS, FencedCall, open_call, seal_answer
 
 logger = logging.getLogger(__name__)
 

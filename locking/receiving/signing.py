@@ -4,7 +4,7 @@ A holder that must tell another service something under its lease makes one POST
 
 - ``Idempotency-Key``: the business key, the same for every try of the same change;
 - ``X-Fencing-Token``: the lease's token, so the receiver can refuse a holder older than
-  one it has already accepted (locking/receiver.py);
+  one it has already accepted (locking/receiving/receiver.py);
 - ``X-Timestamp``: when it was sent (seconds since the epoch);
 - ``X-Signature: sha256=<hex HMAC-SHA256 of the body>``, keyed with the secret both sides
   share (omitted when the sender has none: a receiver then refuses the call).
