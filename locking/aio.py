@@ -6,7 +6,7 @@ serves sync and async callers alike (``FenceLock().aacquire``, ``lease.arelease`
 same script constants (one text, one SHA), the same answers, the same grant order — a
 new epoch is recorded in the database first (locking/epochs.py, through
 ``sync_to_async(thread_sensitive=True)``), then the grant. What a grant's reply means is
-shared with the sync lock (locking/grant.py); the mixins use the concrete classes'
+shared with the sync lock (locking/scripts.py); the mixins use the concrete classes'
 ``client``, ``min_replicas`` and ``replica_timeout_ms`` (``FenceLock``) and their
 bookkeeping (``Lease._extended``, ``_renewal_ttl``, ``_release_failed``, ``_mark_lost``).
 
@@ -28,22 +28,22 @@ from locking import tracing
 from locking.connection import amoved, async_node_client_for, get_async_lock_redis
 from locking.epochs import astart_epoch
 from locking.exceptions import LeaseLost, LockHeld, LockUnavailable
-from locking.grant import (
+from locking.keys import fence_key, holder_label, lock_key, new_owner, validate_resource
+from locking.outcomes import LeaseState
+from locking.scripts import (
+    ACQUIRE_LUA,
     UNSEEDABLE,
+    Scripts,
     backoff_seconds,
     epoch_cause,
     grant_keys_args,
-    holder_label,
-    new_owner,
-    positive_ms,
+    scripts_for,
     seed_poll_seconds,
     text,
     unavailable,
     unconfirmed,
 )
-from locking.keys import fence_key, lock_key, validate_resource
-from locking.outcomes import LeaseState
-from locking.scripts import ACQUIRE_LUA, Scripts, scripts_for
+from locking.tenure import positive_ms
 
 if TYPE_CHECKING:
     from locking.lease import AuditHook, Lease

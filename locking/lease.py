@@ -34,12 +34,12 @@ from redis.exceptions import RedisError
 from locking import metrics, tracing
 from locking.aio import AsyncLeaseMixin
 from locking.exceptions import LeaseLost, LeaseUncertain
-from locking.grant import from_ms, positive_ms, require_timedelta
 from locking.keepalive import KeepAlive
-from locking.keys import lock_key
+from locking.keys import from_ms, lock_key
 from locking.outcomes import LeaseState, LossCause, Outcome
 from locking.scripts import run_script
 from locking.signal import _SIGNAL_CONDITIONS, LostSignal
+from locking.tenure import positive_ms, require_timedelta
 from locking.tokens import FencingToken
 
 if TYPE_CHECKING:

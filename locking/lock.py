@@ -6,8 +6,8 @@ in grant order (no other grant can slip between the SET and the INCR) and a cras
 leave a lease without a token. The lease itself is only an efficiency measure; safety comes
 from the token checked by ``advance_fence`` in the database transaction.
 
-The scripts are in locking/scripts.py, the lock value and what a grant's reply means in
-locking/grant.py, the granted ``Lease`` in locking/lease.py. Every operation has an async
+The scripts and what a grant's reply means are in locking/scripts.py, the lock value in
+locking/keys.py, the granted ``Lease`` in locking/lease.py. Every operation has an async
 twin (``aacquire``, ``Lease.arelease``…) in locking/aio.py that runs the same script
 constants on a ``redis.asyncio`` client. The durable epochs a grant may record first are in
 locking/epochs.py; the operators' view and hand (``holders``, ``break_lease``) in
@@ -28,24 +28,24 @@ from locking.conf import setting
 from locking.connection import forget_slots, get_lock_redis, moved, node_client_for
 from locking.epochs import start_epoch
 from locking.exceptions import LockHeld, LockUnavailable
-from locking.grant import (
+from locking.keys import fence_key, holder_label, new_owner, validate_resource
+from locking.lease import AuditHook, Lease
+from locking.scripts import (
+    ACQUIRE_LUA,
     SEEDING_CLAIM_MS,
     UNSEEDABLE,
     backoff_seconds,
     busy,
     epoch_cause,
     grant_keys,
-    holder_label,
-    new_owner,
+    run_script,
+    scripts_for,
     seed_poll_seconds,
     text,
-    ttl_ms_of,
     unavailable,
     unconfirmed,
 )
-from locking.keys import fence_key, validate_resource
-from locking.lease import AuditHook, Lease
-from locking.scripts import ACQUIRE_LUA, run_script, scripts_for
+from locking.tenure import ttl_ms_of
 
 logger = logging.getLogger(__name__)
 

@@ -36,10 +36,16 @@ from locking import tracing
 from locking.audit import record_fence_event
 from locking.conf import setting
 from locking.exceptions import LockUnavailable
-from locking.grant import parse_lock_value, text
-from locking.keys import fence_key, lock_key, resource_from_lock_key, validate_resource
+from locking.keys import (
+    fence_key,
+    lock_key,
+    parse_lock_value,
+    resource_from_lock_key,
+    validate_resource,
+)
 from locking.lock import FenceLock
 from locking.outcomes import HolderState, Outcome
+from locking.scripts import text
 
 logger = logging.getLogger(__name__)
 

@@ -26,8 +26,7 @@ from locking import (
 )
 from locking.connection import get_async_lock_redis
 from locking.epochs import astart_epoch, current_epoch, first_token
-from locking.grant import holder_label
-from locking.keys import seed_key
+from locking.keys import holder_label, seed_key
 from locking.models import FenceEvent
 from locking.tests.support import async_wait_until, closed_port, run_async
 from locking.tests.testapp.models import FencedThing
