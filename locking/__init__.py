@@ -61,7 +61,6 @@ __version__ = "2.0.0"
 
 from locking.advisory import advisory_key, advisory_lock
 from locking.audit import Attempt, record_fence_event
-from locking.epochs import prepare_fences
 from locking.exceptions import (
     LeaseLost,
     LeaseUncertain,
@@ -75,7 +74,7 @@ from locking.fence import aadvance_fence, advance_fence, claim_fence, insert_fen
 from locking.guard import InstallFenceGuard
 from locking.keys import fence_key, lock_key, validate_resource
 from locking.lease import Lease
-from locking.lock import FenceLock
+from locking.lock import FenceLock, prepare_fences
 from locking.operation import LeasedAttempt, arun_fenced, run_fenced
 from locking.operators import (
     BreakLeaseForm,

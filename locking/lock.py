@@ -10,7 +10,8 @@ The scripts and what a grant's reply means are in locking/scripts.py, the lock v
 locking/keys.py, the granted ``Lease`` in locking/lease.py. Every operation has an async
 twin (``aacquire``, ``Lease.arelease``…) in locking/aio.py that runs the same script
 constants on a ``redis.asyncio`` client. The durable epochs a grant may record first are in
-locking/epochs.py; the operators' view and hand (``holders``, ``break_lease``) in
+locking/epochs.py; ``prepare_fences`` (below) records a batch's first ones at once, as
+their first grants would. The operators' view and hand (``holders``, ``break_lease``) in
 locking/operators.py.
 """
 
@@ -18,18 +19,20 @@ import contextlib
 import functools
 import logging
 import time
+from collections.abc import Iterable
 from datetime import timedelta
 
 from redis.exceptions import MovedError, NoScriptError, RedisError
 
-from locking import tracing
+from locking import metrics, tracing
 from locking.aio import AsyncFenceLockMixin
 from locking.conf import setting
 from locking.connection import forget_slots, get_lock_redis, moved, node_client_for
-from locking.epochs import start_epoch
+from locking.epochs import begin_first_epochs, first_token, start_epoch
 from locking.exceptions import LockHeld, LockUnavailable
 from locking.keys import fence_key, holder_label, new_owner, validate_resource
 from locking.lease import AuditHook, Lease
+from locking.outcomes import EpochCause
 from locking.scripts import (
     ACQUIRE_LUA,
     SEEDING_CLAIM_MS,
@@ -312,3 +315,37 @@ class FenceLock(AsyncFenceLockMixin):
             "fence counter raised to a new epoch",
             extra={"resource": resource, "token": counter},
         )
+
+
+def prepare_fences(resources: Iterable[str], *, lock: FenceLock | None = None) -> int:
+    """Record the first epoch of every resource in ``resources`` that never had one, in
+    one database commit, and seed their counters in one pipeline; return how many.
+
+    A batch's answer to a cost of its first grants: a resource's first grant finds no
+    counter, so on its own it records epoch 0 (a commit) before granting. A job about to
+    take thousands of new resources (a month of charges for every association) calls this
+    once per chunk instead. The safety argument is the grant's own: the epoch is durable
+    before any token of it exists, and seeding only creates a missing counter. Resources
+    that have an epoch are untouched. ``lock`` gives the Redis and the database (default:
+    the configured ones). Raises ``LockUnavailable`` if Redis is down (their grants would
+    answer the same).
+    """
+    client = lock.client if lock is not None else get_lock_redis()
+    using = lock.using if lock is not None else setting("LOCK_DATABASE")
+    resources = list(resources)
+    for resource in resources:
+        validate_resource(resource)
+    new = begin_first_epochs(resources, using=using)
+    if not new:
+        return 0
+    for resource in new:  # the epoch each one's first grant would have started
+        metrics.epochs_started(resource, EpochCause.FIRST_GRANT)
+    try:
+        # Epoch 0 starts at 0: "raise to at least its first token" is "create if missing".
+        pipe = client.pipeline(transaction=False)
+        for resource in new:
+            pipe.set(fence_key(resource), first_token(0), nx=True)
+        pipe.execute()
+    except RedisError as exc:
+        raise LockUnavailable(new[0], str(exc)) from exc
+    return len(new)
