@@ -8,7 +8,7 @@ new epoch is recorded in the database first (locking/epochs.py, through
 ``sync_to_async(thread_sensitive=True)``), then the grant. What a grant's reply means is
 shared with the sync lock (locking/scripts.py); the mixins use the concrete classes'
 ``client``, ``min_replicas`` and ``replica_timeout_ms`` (``FenceLock``) and their
-bookkeeping (``Lease._extended``, ``_renewal_ttl``, ``_release_failed``, ``_mark_lost``).
+state (``Lease._tenure``: locking/tenure.py).
 
 A ``redis.asyncio`` connection belongs to the event loop that opened it, so the client is
 the one given (``FenceLock(async_client=…)``) or the running loop's own
@@ -46,7 +46,8 @@ from locking.scripts import (
 from locking.tenure import positive_ms
 
 if TYPE_CHECKING:
-    from locking.lease import AuditHook, Lease
+    from locking.lease import Lease
+    from locking.tenure import AuditHook
 
 logger = logging.getLogger(__name__)
 
@@ -201,16 +202,18 @@ class AsyncLeaseMixin:
 
     async def arelease(self) -> bool:
         """``release()`` for async code, on the lock's ``redis.asyncio`` client."""
-        self._done_with()
+        self._tenure.end()
         with tracing.operation_span("locking.release", self.resource, token=self.token) as span:
             try:
                 script = self._lock.async_scripts().release
                 released = bool(await script(keys=[lock_key(self.resource)], args=[self._value]))
             except (RedisError, RedisClusterException) as exc:
-                self._release_failed(exc)
+                logger.warning(
+                    "could not release lease; it will expire",
+                    extra={"resource": self.resource, "token": self.token, "error": str(exc)},
+                )
                 released = False
             span.set_attribute(tracing.RELEASED, released)
-        self._set_released()
         return released
 
     async def aextend(self, ttl: timedelta) -> bool:
@@ -225,8 +228,8 @@ class AsyncLeaseMixin:
                 await script(keys=[lock_key(self.resource)], args=[self._value, ttl_ms])
             )
         except (RedisError, RedisClusterException) as exc:
-            return self._extended(False, ttl, started, error=exc)
-        return self._extended(extended, ttl, started)
+            return self._tenure.renewed(False, ttl, started, error=exc)
+        return self._tenure.renewed(extended, ttl, started)
 
     def akeep_alive(
         self, ttl: timedelta | None = None, *, cancel: bool = False
@@ -240,7 +243,7 @@ class AsyncLeaseMixin:
         awaiting, not work already handed to a thread: a fenced commit running in
         ``sync_to_async`` finishes or is refused by the fence, as without cancellation.
         """
-        return AsyncKeepAlive(self, self._renewal_ttl(ttl), cancel=cancel)
+        return AsyncKeepAlive(self, self._tenure.renewal_ttl(ttl), cancel=cancel)
 
 
 class AsyncKeepAlive:
@@ -287,7 +290,7 @@ class AsyncKeepAlive:
         lease = self.lease
         while True:
             try:
-                await asyncio.wait_for(self._stop.wait(), lease._renewal_pause(self.ttl))
+                await asyncio.wait_for(self._stop.wait(), lease._tenure.renewal_pause(self.ttl))
                 return  # the block ended
             except TimeoutError:
                 pass

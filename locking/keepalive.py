@@ -40,7 +40,7 @@ class KeepAlive:
 
     def _run(self) -> None:
         lease = self.lease
-        while not self._stop.wait(lease._renewal_pause(self.ttl)):
+        while not self._stop.wait(lease._tenure.renewal_pause(self.ttl)):
             if lease.state is not LeaseState.LOST and lease.extend(self.ttl):
                 continue
             if lease.state is LeaseState.LOST:

@@ -16,7 +16,6 @@ locking/operators.py.
 """
 
 import contextlib
-import functools
 import logging
 import time
 from collections.abc import Iterable
@@ -31,7 +30,7 @@ from locking.connection import forget_slots, get_lock_redis, moved, node_client_
 from locking.epochs import begin_first_epochs, first_token, start_epoch
 from locking.exceptions import LockHeld, LockUnavailable
 from locking.keys import fence_key, holder_label, new_owner, validate_resource
-from locking.lease import AuditHook, Lease
+from locking.lease import Lease
 from locking.outcomes import EpochCause
 from locking.scripts import (
     ACQUIRE_LUA,
@@ -48,15 +47,9 @@ from locking.scripts import (
     unavailable,
     unconfirmed,
 )
-from locking.tenure import ttl_ms_of
+from locking.tenure import AuditHook, ttl_ms_of, ttl_of
 
 logger = logging.getLogger(__name__)
-
-
-@functools.lru_cache(maxsize=64)
-def _ttl_of(ttl_ms: int) -> timedelta:
-    # A handful of TTLs per deployment: one timedelta each, not one per grant.
-    return timedelta(milliseconds=ttl_ms)
 
 
 class FenceLock(AsyncFenceLockMixin):
@@ -202,31 +195,19 @@ class FenceLock(AsyncFenceLockMixin):
     ) -> "Lease":
         """Turn a grant reply (1: granted, 0: held) into a ``Lease`` or ``LockHeld``."""
         if reply[0] == 1:
-            token = int(reply[1])
-            ttl_s = ttl_ms / 1000
-            # Positional (a keyword call costs more, and this runs on every grant): resource,
-            # token, owner, expires_at (made when first read, from _expires_ms), _lock,
-            # _value, _monotonic_deadline, lost (made when first used), _ttl, audit,
-            # _expired_by, _doubt, _expires_ms. Counted from before the request was sent,
-            # the lease is surely still ours until _monotonic_deadline (never later than
-            # Redis's own expiry); counted from the reply, surely gone after _expired_by.
             lease = Lease(
-                resource,
-                token,
-                owner,
-                None,
-                self,
-                reply[2],
-                started + ttl_s,
-                None,
-                _ttl_of(ttl_ms),
-                audit,
-                time.monotonic() + ttl_s,
-                None,
-                int(reply[3]) + ttl_ms,
+                resource=resource,
+                token=int(reply[1]),
+                owner=owner,
+                value=reply[2],
+                lock=self,
+                ttl=ttl_of(ttl_ms),
+                started=started,
+                expires_ms=int(reply[3]) + ttl_ms,
+                audit=audit,
             )
             if logger.isEnabledFor(logging.DEBUG):  # no record built on the hot path
-                logger.debug("lease granted", extra={"resource": resource, "token": token})
+                logger.debug("lease granted", extra={"resource": resource, "token": lease.token})
             return lease
         raise busy(resource, reply)
 
