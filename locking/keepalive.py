@@ -1,5 +1,5 @@
 """Keeping a lease alive from a thread: ``with lease.keep_alive():`` (the async twin is
-``AsyncKeepAlive`` in locking/aio.py)."""
+``AsyncKeepAlive`` in locking/asyncio/lease.py)."""
 
 import logging
 import threading

@@ -11,26 +11,36 @@ is the fencing token checked by ``advance_fence``; it is what the holder can kno
 import logging
 import time
 from datetime import timedelta
-from typing import TYPE_CHECKING, Self
+from typing import Protocol, Self
 
+import redis
+from redis.cluster import RedisCluster
 from redis.exceptions import RedisError
 
 from locking import tracing
-from locking.aio import AsyncLeaseMixin
 from locking.keepalive import KeepAlive
 from locking.keys import lock_key
 from locking.outcomes import LeaseState
-from locking.scripts import run_script
-from locking.tenure import BaseLease, positive_ms
-
-if TYPE_CHECKING:
-    from locking.lock import FenceLock
+from locking.scripts import Scripts, run_script
+from locking.tenure import BaseLease, Granter, positive_ms
 
 # The lease's own log (locking/tenure.py writes to it too).
 logger = logging.getLogger(__name__)
 
 
-class Lease(AsyncLeaseMixin, BaseLease):
+class GrantingLock(Granter, Protocol):
+    """What a lease uses of the ``FenceLock`` that granted it: its client and scripts, to
+    release and extend; its database, for the fence. (A protocol, not the class: the lock
+    imports this module, so this one does not import the lock.)"""
+
+    @property
+    def client(self) -> "redis.Redis | RedisCluster": ...
+
+    @property
+    def scripts(self) -> Scripts: ...
+
+
+class Lease(BaseLease):
     """A granted lease. Use it as a context manager to release it on exit.
 
     ``state`` is ``HELD``, ``UNCERTAIN`` or ``LOST`` (locking/tenure.py). ``lost`` is a
@@ -41,7 +51,7 @@ class Lease(AsyncLeaseMixin, BaseLease):
     """
 
     __slots__ = ()
-    _lock: "FenceLock"
+    _lock: GrantingLock
 
     def __enter__(self) -> Self:
         return self

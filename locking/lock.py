@@ -7,12 +7,13 @@ leave a lease without a token. The lease itself is only an efficiency measure; s
 from the token checked by ``advance_fence`` in the database transaction.
 
 The scripts and what a grant's reply means are in locking/scripts.py, the lock value in
-locking/keys.py, the granted ``Lease`` in locking/lease.py. Every operation has an async
-twin (``aacquire``, ``Lease.arelease``…) in locking/aio.py that runs the same script
-constants on a ``redis.asyncio`` client. The durable epochs a grant may record first are in
-locking/epochs.py; ``prepare_fences`` (below) records a batch's first ones at once, as
-their first grants would. The operators' view and hand (``holders``, ``break_lease``) in
-locking/operators.py.
+locking/keys.py, the granted ``Lease`` in locking/lease.py. The async lock
+(``AsyncFenceLock``, locking/asyncio/lock.py) is a class of its own, as redis-py keeps
+``redis/asyncio/lock.py`` beside ``redis/lock.py``: it runs the same scripts on a
+``redis.asyncio`` client and reads their replies with the same functions. The durable
+epochs a grant may record first are in locking/epochs.py; ``prepare_fences`` (below)
+records a batch's first ones at once, as their first grants would. The operators' view
+and hand (``holders``, ``break_lease``) are in locking/operators.py.
 """
 
 import contextlib
@@ -21,10 +22,11 @@ import time
 from collections.abc import Iterable
 from datetime import timedelta
 
+import redis
+from redis.cluster import RedisCluster
 from redis.exceptions import MovedError, NoScriptError, RedisError
 
 from locking import metrics, tracing
-from locking.aio import AsyncFenceLockMixin
 from locking.conf import setting
 from locking.connection import forget_slots, get_lock_redis, moved, node_client_for
 from locking.epochs import begin_first_epochs, first_token, start_epoch
@@ -52,7 +54,28 @@ from locking.tenure import AuditHook, ttl_ms_of, ttl_of
 logger = logging.getLogger(__name__)
 
 
-class FenceLock(AsyncFenceLockMixin):
+def replica_rule(min_replicas: int | None, replica_timeout: timedelta | None) -> tuple[int, int]:
+    """How many replicas must confirm a grant and how long ``WAIT`` waits for them (ms):
+    what is given, else the settings (``LOCK_REDIS_MIN_REPLICAS``,
+    ``LOCK_REDIS_WAIT_TIMEOUT_MS``), read only for what is not given, so that a lock with
+    every argument given works without Django settings (benchmarks, scripts)."""
+    if min_replicas is None:
+        min_replicas = setting("LOCK_REDIS_MIN_REPLICAS")
+    min_replicas = int(min_replicas)
+    if replica_timeout is None and min_replicas:
+        replica_timeout = timedelta(milliseconds=int(setting("LOCK_REDIS_WAIT_TIMEOUT_MS")))
+    timeout_ms = max(int(replica_timeout.total_seconds() * 1000), 1) if replica_timeout else 0
+    return min_replicas, timeout_ms
+
+
+def log_reseed(resource: str, counter: int) -> None:
+    """What ``reseed`` (and its async twin) logs: the counter raised to a new epoch."""
+    logger.warning(
+        "fence counter raised to a new epoch", extra={"resource": resource, "token": counter}
+    )
+
+
+class FenceLock:
     """Grants leases with fencing tokens on the configured Redis.
 
     ``FenceLock()`` uses the client that ``LOCK_REDIS_URL`` configures; pass ``client`` to
@@ -60,23 +83,14 @@ class FenceLock(AsyncFenceLockMixin):
     EVALSHA, so acquire, release and extend are one round trip each. Two cases add work to
     a grant: a counter Redis lost (or a resource's first grant) records a new epoch in the
     database first (locking/epochs.py), and with ``min_replicas`` the grant and a ``WAIT``
-    for that many replicas go in one pipeline on one connection.
-
-    The async methods (``aacquire``, ``Lease.arelease``/``aextend``…; locking/aio.py) run
-    the same scripts on a ``redis.asyncio`` client: ``async_client`` if given, else one
-    built from the same settings for the running event loop (locking/connection.py). A
-    ``redis.asyncio`` connection belongs to the loop that opened it, so one ``FenceLock``
-    serves any loop.
-    Both clients must reach the same Redis: given ``client``, the async methods need
-    ``async_client`` too (they refuse to fall back on the settings' Redis).
+    for that many replicas go in one pipeline on one connection. Async code uses
+    ``AsyncFenceLock`` (locking/asyncio/lock.py), the same on ``redis.asyncio``.
     """
 
     # Built per operation (run_fenced): slots make building, reading and dropping one
     # cheaper (one allocation, no __dict__), ~1 µs of a lock cycle on a loaded loopback.
     __slots__ = (
         "__weakref__",
-        "_async_client",
-        "_client_given",
         "client",
         "min_replicas",
         "replica_timeout_ms",
@@ -86,35 +100,19 @@ class FenceLock(AsyncFenceLockMixin):
 
     def __init__(
         self,
-        client=None,
+        client: "redis.Redis | RedisCluster | None" = None,
         *,
-        async_client=None,
         using: str | None = None,
         min_replicas: int | None = None,
         replica_timeout: timedelta | None = None,
     ):
         # Built per operation by run_fenced: settings and the client are read from caches
         # (locking/conf.py, locking/connection.py), the scripts kept per client.
-        if client is None:
-            self._client_given = False
-            client = get_lock_redis()
-        else:
-            self._client_given = True
-        self.client = client
+        self.client = client = client if client is not None else get_lock_redis()
         # The lock's scripts on its client; its leases release and extend with them too.
         self.scripts = scripts_for(client)
-        self._async_client = async_client
-        # Settings are read only for what is not passed: a FenceLock with every argument
-        # given works without Django settings (benchmarks, scripts).
         self.using = using or setting("LOCK_DATABASE")
-        if min_replicas is None:
-            min_replicas = setting("LOCK_REDIS_MIN_REPLICAS")
-        self.min_replicas = min_replicas = int(min_replicas)
-        if replica_timeout is None and min_replicas:
-            replica_timeout = timedelta(milliseconds=int(setting("LOCK_REDIS_WAIT_TIMEOUT_MS")))
-        self.replica_timeout_ms = (
-            max(int(replica_timeout.total_seconds() * 1000), 1) if replica_timeout else 0
-        )
+        self.min_replicas, self.replica_timeout_ms = replica_rule(min_replicas, replica_timeout)
 
     # -- grants --------------------------------------------------------------------------
 
@@ -287,15 +285,8 @@ class FenceLock(AsyncFenceLockMixin):
             counter = int(self.scripts.reseed(keys=[fence_key(resource)], args=[int(at_least)]))
         except RedisError as exc:
             raise LockUnavailable(resource, str(exc)) from exc
-        self._reseeded(resource, counter)
+        log_reseed(resource, counter)
         return counter
-
-    @staticmethod
-    def _reseeded(resource: str, counter: int) -> None:
-        logger.warning(
-            "fence counter raised to a new epoch",
-            extra={"resource": resource, "token": counter},
-        )
 
 
 def prepare_fences(resources: Iterable[str], *, lock: FenceLock | None = None) -> int:

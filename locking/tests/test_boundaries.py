@@ -1,9 +1,12 @@
 """locking stands alone: it imports nothing of the project, and ``__all__`` is its interface."""
 
+import functools
+import inspect
 import re
 import subprocess
 import sys
 from pathlib import Path
+from types import FunctionType
 
 import pytest
 from django.core.management import call_command
@@ -100,6 +103,8 @@ def test_importing_all_of_locking_imports_nothing_of_the_project():
 
 def test_all_is_the_documented_interface_and_every_name_resolves():
     assert sorted(locking.__all__) == [
+        "AsyncFenceLock",
+        "AsyncLease",
         "Attempt",
         "BreakLeaseForm",
         "CallVerdict",
@@ -180,3 +185,50 @@ def test_the_length_rule_finds_a_long_module_and_skips_tests_and_migrations(tmp_
         (tmp_path / name).write_text("x = 1\n" * 5)
     (tmp_path / "short.py").write_text("x = 1\n" * 4)
     assert modules_over(4, tmp_path) == ["long.py: 5 lines"]
+
+
+# Issue 36 item 6: a lease is a small class, built with keywords. Everything it has counts,
+# its bases' included (a mixin's methods are the class's methods), properties too.
+LEASE_METHODS = 15
+
+
+def methods_of(cls: type) -> list[str]:
+    """Every method and property ``cls`` has, inherited ones included (``object``'s not)."""
+    kinds = (FunctionType, property, staticmethod, classmethod, functools.cached_property)
+    return sorted(
+        {
+            name
+            for klass in cls.__mro__
+            if klass is not object
+            for name, value in vars(klass).items()
+            if isinstance(value, kinds)
+        }
+    )
+
+
+@pytest.mark.parametrize("lease_class", [locking.Lease, locking.AsyncLease])
+def test_a_lease_has_at_most_15_methods_and_a_keyword_only_constructor(lease_class):
+    assert len(methods_of(lease_class)) <= LEASE_METHODS, methods_of(lease_class)
+    parameters = list(inspect.signature(lease_class).parameters.values())
+    assert parameters and {p.kind for p in parameters} == {inspect.Parameter.KEYWORD_ONLY}
+
+
+def test_the_method_count_sees_a_mixins_methods_and_properties():
+    """Control."""
+
+    class Mixin:
+        def mixed(self): ...
+
+    class Base:
+        @property
+        def read(self): ...
+
+        @staticmethod
+        def static(): ...
+
+    class Counted(Mixin, Base):
+        slot = 1
+
+        def __init__(self): ...
+
+    assert methods_of(Counted) == ["__init__", "mixed", "read", "static"]
