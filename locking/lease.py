@@ -6,9 +6,12 @@ own lock value), so it can never touch another holder's lease, and tells its ``T
 (locking/tenure.py) what Redis answered: ``state``, ``check()``, ``lost`` and ``on_lost``
 are the ``BaseLease``'s, shared with the ``AsyncLease``. None of this is the safety, which
 is the fencing token checked by ``advance_fence``; it is what the holder can know.
+``KeepAlive`` is the thread ``lease.keep_alive()`` renews it from (the async twin is
+``AsyncKeepAlive``, beside ``AsyncLease``).
 """
 
 import logging
+import threading
 import time
 from datetime import timedelta
 from typing import Protocol, Self
@@ -18,7 +21,6 @@ from redis.cluster import RedisCluster
 from redis.exceptions import RedisError
 
 from locking import tracing
-from locking.keepalive import KeepAlive
 from locking.keys import lock_key
 from locking.outcomes import LeaseState
 from locking.scripts import Scripts, run_script
@@ -102,7 +104,7 @@ class Lease(BaseLease):
             return tenure.renewed(False, ttl, started, error=exc)
         return tenure.renewed(extended, ttl, started)
 
-    def keep_alive(self, ttl: timedelta | None = None) -> KeepAlive:
+    def keep_alive(self, ttl: timedelta | None = None) -> "KeepAlive":
         """Extend the lease every ttl/3 in a background thread while the block runs.
 
         A renewal that fails makes the lease ``UNCERTAIN`` within one interval plus the
@@ -120,3 +122,39 @@ class Lease(BaseLease):
         Redis's clock, which this host's clock may not agree with.
         """
         return KeepAlive(self, self._tenure.renewal_ttl(ttl))
+
+
+class KeepAlive:
+    """Background renewal of a lease, in a thread, until the block ends or the lease is lost.
+
+    A renewal that fails leaves the lease ``UNCERTAIN`` and the thread trying again; one
+    that Redis refuses, or the TTL surely passing, makes it ``LOST`` and stops the thread.
+    """
+
+    def __init__(self, lease: Lease, ttl: timedelta):
+        self.lease = lease
+        self.ttl = ttl
+        self._stop = threading.Event()
+        self._thread = threading.Thread(
+            target=self._run, name=f"keep-alive {lease.resource}", daemon=True
+        )
+
+    def __enter__(self) -> Lease:
+        self._thread.start()
+        return self.lease
+
+    def __exit__(self, *exc_info) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        lease = self.lease
+        while not self._stop.wait(lease._tenure.renewal_pause(self.ttl)):
+            if lease.state is not LeaseState.LOST and lease.extend(self.ttl):
+                continue
+            if lease.state is LeaseState.LOST:
+                logger.warning(
+                    "lease lost during keep-alive",
+                    extra={"resource": lease.resource, "token": lease.token},
+                )
+                return
