@@ -1,5 +1,6 @@
 """locking stands alone: it imports nothing of the project, and ``__all__`` is its interface."""
 
+import ast
 import functools
 import inspect
 import re
@@ -232,3 +233,122 @@ def test_the_method_count_sees_a_mixins_methods_and_properties():
         def __init__(self): ...
 
     assert methods_of(Counted) == ["__init__", "mixed", "read", "static"]
+
+
+# Issue 36 item 6: locking's modules import each other in no loop. The graph is read from
+# the source with ast, tests and migrations left out. An edge is every import a module
+# makes of another of locking's modules, wherever it stands: at the top, inside a function
+# (a late import that only dodges a loop at run time is still the loop), or under ``if
+# TYPE_CHECKING:`` (a loop a type checker must untangle is still a loop a reader must).
+# ``from locking.x import y`` is an edge to ``locking.x.y`` when that is a module, else to
+# ``locking.x``. Importing ``locking.x.y`` also runs the package ``locking.x`` first; that
+# is Python's order, not something the module names, so it is no edge (a package's
+# ``__init__`` that re-exports its modules would otherwise be in a loop with each).
+
+
+def module_graph(package: Path) -> dict[str, set[str]]:
+    """Each module of ``package`` and the modules of ``package`` it imports."""
+
+    def name_of(path: Path) -> str:
+        parts = list(path.relative_to(package.parent).with_suffix("").parts)
+        return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+    modules = {
+        name_of(path): path
+        for path in sorted(package.rglob("*.py"))
+        if not {"tests", "migrations"} & set(path.relative_to(package).parts)
+    }
+    graph = {}
+    for name, path in modules.items():
+        here = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+        edges = set()
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                edges |= {alias.name for alias in node.names if alias.name in modules}
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:  # relative: from the module's package, up level - 1
+                    up = here[: len(here) - node.level + 1]
+                    base = ".".join([*up, *([node.module] if node.module else [])])
+                for alias in node.names:
+                    if f"{base}.{alias.name}" in modules:
+                        edges.add(f"{base}.{alias.name}")
+                    elif base in modules:
+                        edges.add(base)
+        graph[name] = edges - {name}
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The loops of ``graph``: each strongly connected set of more than one module (or a
+    module that imports itself), sorted (Tarjan's algorithm, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found = []
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        while work:
+            node, edges = work[-1]
+            for target in edges:
+                if target not in index:
+                    index[target] = low[target] = len(index)
+                    stack.append(target)
+                    work.append((target, iter(sorted(graph.get(target, ())))))
+                    break
+                if target in stack:
+                    low[node] = min(low[node], index[target])
+            else:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[node])
+                if low[node] == index[node]:
+                    component = []
+                    while True:
+                        member = stack.pop()
+                        component.append(member)
+                        if member == node:
+                            break
+                    if len(component) > 1 or node in graph.get(node, ()):
+                        found.append(sorted(component))
+    return sorted(found)
+
+
+def test_locking_modules_import_each_other_in_no_cycle():
+    graph = module_graph(PACKAGE)
+    assert {"locking.lock", "locking.lease", "locking.asyncio.lock"} <= graph.keys()
+    assert cycles(graph) == []
+
+
+def test_the_cycle_rule_counts_late_and_type_checking_imports(tmp_path):
+    """Control: a loop closed by an import inside a function, one closed under ``if
+    TYPE_CHECKING:``, and one through ``from pkg import module`` are each found; a
+    package's ``__init__`` importing its own modules, and a name imported from a
+    package's ``__init__``, are not loops."""
+    files = {
+        "__init__.py": "from pkg.sub import thing\n",
+        "a.py": "from pkg import b\n",
+        "b.py": "def late():\n    from pkg.a import x\n",
+        "c.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from pkg.d import D\n",
+        "d.py": "import pkg.c\n",
+        "e.py": "from pkg.sub.f import y\n",
+        "sub/__init__.py": "from pkg.sub.f import y\nthing = 1\n",
+        "sub/f.py": "from . import g\n",
+        "sub/g.py": "from pkg import e\n",
+        "tests/test_x.py": "import pkg.h\n",
+        "h.py": "import pkg.tests.test_x\n",
+    }
+    for name, text in files.items():
+        (tmp_path / "pkg" / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "pkg" / name).write_text(text)
+    graph = module_graph(tmp_path / "pkg")
+    assert graph["pkg.sub.f"] == {"pkg.sub.g"}  # a relative import, resolved
+    assert cycles(graph) == [
+        ["pkg.a", "pkg.b"],
+        ["pkg.c", "pkg.d"],
+        ["pkg.e", "pkg.sub.f", "pkg.sub.g"],
+    ]
