@@ -136,43 +136,26 @@ class FenceLock:
         keys = grant_keys(resource)  # ValueError for a bad name, before Redis is touched
         ttl_ms = ttl_ms_of(ttl)
         label = holder_label(holder)
-        if tracing.no_provider():  # the usual case: no span to open, not even a no-op one
-            if not wait:
-                return self._try_acquire(resource, keys, ttl_ms, label, audit)
-            return self._acquire_waiting(resource, keys, ttl_ms, label, audit, wait)
-        with tracing.operation_span("locking.acquire", resource) as span:
-            lease = self._acquire_waiting(resource, keys, ttl_ms, label, audit, wait)
-            span.set_attribute(tracing.FENCE_TOKEN, lease.token)
-            return lease
-
-    def _acquire_waiting(self, resource, keys, ttl_ms, label, audit, wait) -> "Lease":
         deadline = time.monotonic() + wait.total_seconds() if wait else None
-        attempt = 0
-        while True:
-            try:
-                return self._try_acquire(resource, keys, ttl_ms, label, audit)
-            except LockHeld:
-                remaining = deadline - time.monotonic() if deadline is not None else 0
-                if remaining <= 0:
-                    raise
-                time.sleep(backoff_seconds(attempt, remaining))
-                attempt += 1
+        with tracing.operation_span("locking.acquire", resource) as span:
+            attempt = 0
+            while True:
+                try:
+                    lease = self._try_acquire(resource, keys, ttl_ms, label, audit)
+                except LockHeld:
+                    remaining = deadline - time.monotonic() if deadline is not None else 0
+                    if remaining <= 0:
+                        raise
+                    time.sleep(backoff_seconds(attempt, remaining))
+                    attempt += 1
+                else:
+                    span.set_attribute(tracing.FENCE_TOKEN, lease.token)
+                    return lease
 
     def _try_acquire(self, resource: str, keys, ttl_ms: int, label: str, audit) -> "Lease":
         owner = new_owner()
         started = time.monotonic()
-        if self.min_replicas:
-            reply = self._grant(resource, keys, owner, ttl_ms, label, floor="")
-        else:  # the normal grant, inlined: one EVALSHA (``_grant`` without replicas)
-            try:
-                reply = run_script(
-                    self.client,
-                    self.scripts.acquire,
-                    keys,
-                    (owner, ttl_ms, label, "", SEEDING_CLAIM_MS),
-                )
-            except RedisError as exc:
-                raise unavailable(resource, exc) from exc
+        reply = self._grant(resource, keys, owner, ttl_ms, label, floor="")
         while reply[0] == 3:
             time.sleep(seed_poll_seconds(reply))
             started = time.monotonic()
@@ -222,10 +205,10 @@ class FenceLock:
         failover to a replica that lacks it could hand its token out again, so it must
         never be used.
         """
-        args = [owner, ttl_ms, label, floor, SEEDING_CLAIM_MS]
+        args = (owner, ttl_ms, label, floor, SEEDING_CLAIM_MS)
         try:
             if not self.min_replicas:
-                return self.scripts.acquire(keys=keys, args=args)
+                return run_script(self.client, self.scripts.acquire, keys, args)
             reply, confirmed = self._grant_and_wait(keys, args)
         except RedisError as exc:
             raise unavailable(resource, exc) from exc
@@ -242,7 +225,7 @@ class FenceLock:
             )
         return reply
 
-    def _grant_and_wait(self, keys: list, args: list) -> tuple[list, int]:
+    def _grant_and_wait(self, keys: tuple, args: tuple) -> tuple[list, int]:
         # A MOVED answer means the script did not run (the slot has a new owner, e.g. after
         # a failover): ask that owner once. A NOSCRIPT one, that a restarted node forgot it.
         for _ in range(3):
