@@ -9,7 +9,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 from locking.outcomes import Outcome
-from locking.tokens import fencing_token_of
+from locking.tokens import LeaseOrToken, fencing_token_of
 
 if TYPE_CHECKING:
     from locking.receiving.signing import SealedCall
@@ -66,6 +66,8 @@ class StaleFencingToken(LockError):
     """
 
     outcome = Outcome.STALE
+    # The token recorded instead; ``None`` only for a receiver's refusal that did not say.
+    recorded: int | None
 
     def __init__(self, token: int, recorded: int, *, epoch: int | None = None):
         self.token = token
@@ -110,7 +112,7 @@ class StaleAtReceiver(StaleFencingToken):
     @classmethod
     def from_answer(
         cls,
-        token,
+        token: LeaseOrToken,
         content: bytes,
         *,
         headers: Mapping[str, str],

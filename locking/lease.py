@@ -143,7 +143,7 @@ class KeepAlive:
         self._thread.start()
         return self.lease
 
-    def __exit__(self, *exc_info) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self._stop.set()
         self._thread.join()
 

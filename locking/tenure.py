@@ -34,7 +34,7 @@ import logging
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
-from typing import Protocol, Self
+from typing import Protocol, Self, TypeVar
 
 from locking import metrics
 from locking.exceptions import LeaseLost, LeaseUncertain
@@ -42,6 +42,8 @@ from locking.keys import from_ms
 from locking.outcomes import LeaseState, LossCause, Outcome
 from locking.signal import SIGNAL_CONDITIONS, LostSignal
 from locking.tokens import FencingToken
+
+R = TypeVar("R")
 
 # The lease's own log, whichever module writes it: what an operator filters on.
 logger = logging.getLogger("locking.lease")
@@ -327,7 +329,7 @@ class BaseLease:
         check (the fence is that)."""
         return self._tenure.state is LeaseState.HELD
 
-    def on_lost(self, callback: Callable[[Self], object]) -> Callable[[Self], object]:
+    def on_lost(self, callback: Callable[[Self], R]) -> Callable[[Self], R]:
         """Call ``callback(lease)`` once when the lease is lost; at once if it already is.
 
         The callback runs in the thread (or event loop) that noticed the loss — a

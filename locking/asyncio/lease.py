@@ -138,7 +138,12 @@ class AsyncKeepAlive:
         self._renewal = asyncio.create_task(self._run(), name=f"keep-alive {self.lease.resource}")
         return self.lease
 
-    async def __aexit__(self, exc_type, exc, traceback) -> None:
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
         self._stop.set()
         await self._renewal  # at most one extend in flight, bounded by the socket timeout
         if not self._cancelled_by_us:
