@@ -24,8 +24,12 @@ against a copy of the wheel without `py.typed`, which must fail, and for that re
 (mypy: "missing library stubs or py.typed marker"); a control that passes means the run
 could not have failed, and fails the matrix.
 
-The test databases (test_locking_matrix_*, test_locking_example) and Redis databases 2 and
-3 are the matrix's own, so a matrix run never meets `make test`'s (Redis database 1).
+The test databases (test_locking_matrix_*, test_locking_example) are the matrix's own, and
+so is its Redis: a redis-server it starts on a free port and stops by its pid. Not the
+worktree's, where `make test`'s pytest-xdist worker gwN has database 1 + N
+(locking/tests/workers.py) and flushes it around every test: with the matrix on databases 2
+and 3 of that server, a `make test` running beside it emptied them under a matrix test (a
+lease gone before the child process could break it).
 Exits 1 with one line per failed combination or typing step.
 """
 
@@ -34,19 +38,21 @@ import json
 import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
 import tarfile
 import tempfile
 import time
 import zipfile
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 MATRIX_DIR = ROOT / ".local" / "matrix"
 PG_PORT = os.environ.get("HOA_PG_PORT", "55432")
-REDIS_PORT = os.environ.get("HOA_REDIS_PORT", "56379")
 TYPING_TOOLS = ("mypy", "django-stubs", "django-stubs-ext")
 # The lowest version of every declared dependency (pyproject.toml's lower bounds).
 LOWEST = (
@@ -272,7 +278,46 @@ def run_suite(
     return f"{closing} (wall {elapsed:.0f} s)"
 
 
-def run_combination(combination: Combination, wheel: Path, tests: Path) -> list[tuple[str, str]]:
+@contextmanager
+def own_redis(directory: Path, timeout: float = 10) -> Iterator[str]:
+    """A redis-server of the matrix's own on a free loopback port, without persistence, in
+    ``directory``; yields its URL (no database), stops it by its pid after the block."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    process = subprocess.Popen(
+        [shutil.which("redis-server") or "redis-server", "--bind", "127.0.0.1",
+         "--port", str(port), "--dir", str(directory), "--save", "", "--appendonly", "no"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + timeout
+        while not _answers_ping(port):
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise MatrixError(f"redis-server on port {port} did not start")
+            time.sleep(0.05)
+        yield f"redis://127.0.0.1:{port}"
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout)
+
+
+def _answers_ping(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.5) as sock:
+            sock.sendall(b"PING\r\n")
+            return sock.recv(16).startswith(b"+PONG")
+    except OSError:
+        return False  # not listening yet
+
+
+def run_combination(
+    combination: Combination, wheel: Path, tests: Path, *, redis_url: str
+) -> list[tuple[str, str]]:
     venv = prepare_venv(combination, wheel, tests)
     tag = combination.name.replace(".", "").replace("-", "_")
     results = []
@@ -288,8 +333,8 @@ def run_combination(combination: Combination, wheel: Path, tests: Path) -> list[
             tests="locking_tests",
             env={
                 "TEST_DATABASE_NAME": f"test_locking_matrix_{tag}",
-                "LOCK_REDIS_URL": f"redis://127.0.0.1:{REDIS_PORT}/2",
-                "REDIS_URL": f"redis://127.0.0.1:{REDIS_PORT}/2",
+                "LOCK_REDIS_URL": f"{redis_url}/1",
+                "REDIS_URL": f"{redis_url}/1",
             },
         )
         results.append((f"{combination.name} locking's tests", closing))
@@ -304,7 +349,7 @@ def run_combination(combination: Combination, wheel: Path, tests: Path) -> list[
                 tests="invoices",
                 env={
                     "TEST_DATABASE_NAME": "test_locking_example",
-                    "LOCK_REDIS_URL": f"redis://127.0.0.1:{REDIS_PORT}/3",
+                    "LOCK_REDIS_URL": f"{redis_url}/2",
                     "EXPECT_DJANGO": combination.requirements[0].split(">=")[1].split(",")[0],
                 },
             )
@@ -425,16 +470,21 @@ def main(argv: list[str]) -> int:
             return 1
     MATRIX_DIR.mkdir(parents=True, exist_ok=True)
     results, failures = [], []
-    with tempfile.TemporaryDirectory(prefix="locking-matrix-sdist-") as unpacked:
+    with (
+        tempfile.TemporaryDirectory(prefix="locking-matrix-sdist-") as unpacked,
+        ExitStack() as stack,
+    ):
         try:
             tests = unpack_tests(sdist, Path(unpacked))
+            redis_url = stack.enter_context(own_redis(Path(unpacked)))
         except MatrixError as error:
             print(f"locking_matrix: {error}", file=sys.stderr)
             return 1
         log(f"locking's tests from {sdist.name}, the package from {wheel.name}")
+        log(f"Redis of the matrix's own: {redis_url}")
         for combination in COMBINATIONS:
             try:
-                results += run_combination(combination, wheel, tests)
+                results += run_combination(combination, wheel, tests, redis_url=redis_url)
             except MatrixError as error:
                 failures.append(str(error))
                 results.append((combination.name, f"FAILED: {error}"))
