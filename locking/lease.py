@@ -68,18 +68,10 @@ class Lease(BaseLease):
         ``lost`` (the lease is no longer usable) without calling ``on_lost`` callbacks.
         """
         self._tenure.end()
-        lock = self._lock
+        if tracing.no_provider():  # the span only where a tracer is set (FenceLock.acquire)
+            return _delete_if_ours(self)
         with tracing.operation_span("locking.release", self.resource, token=self.token) as span:
-            try:
-                script = lock.scripts.release
-                reply = run_script(lock.client, script, (lock_key(self.resource),), (self._value,))
-                released = reply == 1
-            except RedisError as exc:
-                logger.warning(
-                    "could not release lease; it will expire",
-                    extra={"resource": self.resource, "token": self.token, "error": str(exc)},
-                )
-                released = False
+            released = _delete_if_ours(self)
             span.set_attribute(tracing.RELEASED, released)
         return released
 
@@ -122,6 +114,21 @@ class Lease(BaseLease):
         Redis's clock, which this host's clock may not agree with.
         """
         return KeepAlive(self, self._tenure.renewal_ttl(ttl))
+
+
+def _delete_if_ours(lease: Lease) -> bool:
+    """The release script on ``lease``'s lock key and value: True if it deleted it, False if
+    the key is gone or another's, or Redis did not answer (the lease then expires)."""
+    lock = lease._lock
+    try:
+        keys, args = (lock_key(lease.resource),), (lease._value,)
+        return run_script(lock.client, lock.scripts.release, keys, args) == 1
+    except RedisError as exc:
+        logger.warning(
+            "could not release lease; it will expire",
+            extra={"resource": lease.resource, "token": lease.token, "error": str(exc)},
+        )
+        return False
 
 
 class KeepAlive:

