@@ -117,7 +117,10 @@ docs: $(STAMP) ## build locking's documentation site into docs/_build/locking/ (
 # locking's own tests, as the sdist carries them, against the installed wheel, in fresh
 # virtualenvs under .local/matrix:
 # Python 3.11 + Django 5.2 (lowest declared dependencies), 3.12 + Django 6.0, 3.13 + Django
-# 6.1 (and the example project). Test databases test_locking_matrix_*, Redis databases 2, 3.
+# 6.1 (and the example project). Test databases test_locking_matrix_*; a redis-server of its
+# own (make test's workers flush databases 1 + N of the worktree's).
+# Then mypy --strict --disallow-any-expr on locking/tests/typing/consumer.py against the
+# installed wheel (must pass) and against a copy without py.typed (must fail).
 test-locking-matrix: dist services ## locking's tests against the installed wheel on Python 3.11-3.13 x Django 5.2-6.1
 	@$(PY) scripts/locking_matrix.py dist/django_fenced_writes-*.whl dist/django_fenced_writes-*.tar.gz
 

@@ -36,9 +36,10 @@ documented interface (docs/locking/index.md)::
         ...writes...
     lease.release()
 
-The same from async code: ``lease = await FenceLock().aacquire(...)``, ``await
-aadvance_fence(queryset, lease, write)`` (the fence and the writes in one transaction,
-in ``sync_to_async``), ``await lease.arelease()``; or ``arun_fenced`` for the whole flow.
+The same from async code, with classes of their own as redis-py has them: ``lease = await
+AsyncFenceLock().acquire(...)``, ``await aadvance_fence(queryset, lease, write)`` (the fence
+and the writes in one transaction, in ``sync_to_async``), ``await lease.release()``; or
+``arun_fenced`` for the whole flow.
 ``LeasedAttempt`` is ``run_fenced`` in two halves, for attempts that commit together.
 ``lease.state`` is ``LeaseState.HELD``, ``UNCERTAIN`` or ``LOST``; ``lease.check()`` raises
 ``LeaseLost`` once the lease is lost (``LeaseUncertain``, a ``LeaseLost``, while the holder
@@ -60,8 +61,8 @@ earlier call, a lower one is answered 409, which the sender raises as
 __version__ = "2.0.0"
 
 from locking.advisory import advisory_key, advisory_lock
+from locking.asyncio import AsyncFenceLock, AsyncLease
 from locking.audit import Attempt, record_fence_event
-from locking.epochs import prepare_fences
 from locking.exceptions import (
     LeaseLost,
     LeaseUncertain,
@@ -75,7 +76,7 @@ from locking.fence import aadvance_fence, advance_fence, claim_fence, insert_fen
 from locking.guard import InstallFenceGuard
 from locking.keys import fence_key, lock_key, validate_resource
 from locking.lease import Lease
-from locking.lock import FenceLock
+from locking.lock import FenceLock, prepare_fences
 from locking.operation import LeasedAttempt, arun_fenced, run_fenced
 from locking.operators import (
     BreakLeaseForm,
@@ -86,12 +87,14 @@ from locking.operators import (
     holders,
 )
 from locking.outcomes import HolderState, LeaseState, Outcome
-from locking.receiver import CallVerdict, Receipt, fenced_receiver, receive_call
-from locking.signing import FencedCall, SealedCall, seal_call, verify_signature
+from locking.receiving.receiver import CallVerdict, Receipt, fenced_receiver, receive_call
+from locking.receiving.signing import FencedCall, SealedCall, seal_call, verify_signature
 from locking.tokens import FencingToken
 from locking.tracing import span
 
 __all__ = [
+    "AsyncFenceLock",
+    "AsyncLease",
     "Attempt",
     "BreakLeaseForm",
     "CallVerdict",

@@ -8,6 +8,7 @@ also safe behind PgBouncer in transaction mode, unlike session-level advisory lo
 import hashlib
 import random
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import timedelta
 
@@ -29,7 +30,9 @@ def advisory_key(name: str) -> int:
 
 
 @contextmanager
-def advisory_lock(name: str, *, using: str = "default", wait: timedelta | None = None):
+def advisory_lock(
+    name: str, *, using: str = "default", wait: timedelta | None = None
+) -> Iterator[bool]:
     """Try to take the transaction-level advisory lock ``name``; yield whether we got it.
 
     Must run inside ``transaction.atomic()``: the lock lasts until that transaction ends.

@@ -21,7 +21,8 @@ from locking.exceptions import LockHeld, LockUnavailable, StaleAtReceiver, Stale
 from locking.outcomes import HasOutcome, Outcome, RefusedBy
 
 if TYPE_CHECKING:
-    from locking.lease import Lease
+    from locking.models import FenceEvent
+    from locking.tenure import BaseLease
 
 logger = logging.getLogger(__name__)
 
@@ -47,8 +48,9 @@ def record_fence_event(
     operation: str = "",
     ip: str | None = None,
     using: str | None = None,
-):
-    """Write one ``FenceEvent`` and log it. Call it after the operation's transaction ended.
+) -> "FenceEvent | None":
+    """Write one ``FenceEvent`` and log it (``None``: the database refused the write). Call
+    it after the operation's transaction ended.
 
     A rejected write rolls back its own transaction; recording the rejection outside that
     transaction is what keeps the rejection on record. Never raises on a database error:
@@ -100,12 +102,12 @@ class AttemptAudit:
             self._span = span
             yield span
 
-    def granted(self, lease: "Lease") -> None:
+    def granted(self, lease: "BaseLease") -> None:
         metrics.lease_granted(self.attempt.operation)
         if self._span is not None:
             self._span.set_attribute(tracing.FENCE_TOKEN, lease.token)
 
-    def in_transaction(self, outcome: Outcome, lease: "Lease") -> None:
+    def in_transaction(self, outcome: Outcome, lease: "BaseLease") -> None:
         """Write the committed attempt's row inside the work's transaction (``Lease.
         record_committed``): one write and one commit fewer than recording it after.
 
@@ -126,13 +128,13 @@ class AttemptAudit:
         )
         connection.on_commit(lambda: setattr(self, "_written", lease.token))
 
-    def finished(self, result: object, lease: "Lease") -> None:
+    def finished(self, result: object, lease: "BaseLease") -> None:
         # ``isinstance(result, HasOutcome)`` by hand: a runtime Protocol check costs ~7 µs
         # per call here, a measurable part of a fenced write.
         outcome = getattr(result, "outcome", Outcome.COMMITTED)
         self._record(outcome, lease.token, written=self._written == lease.token)
 
-    def refused(self, exc: HasOutcome, lease: "Lease | None") -> None:
+    def refused(self, exc: HasOutcome, lease: "BaseLease | None") -> None:
         """Record an exception with the outcome it declares, and the facts it carries."""
         match exc:
             case LockHeld():

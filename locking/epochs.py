@@ -24,23 +24,16 @@ exact below 2**53; past it grants are refused with ``LockUnavailable``).
 """
 
 import logging
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING
 
 from asgiref.sync import sync_to_async
 from django.db import connections
-from redis.exceptions import RedisError
 
 from locking import metrics
 from locking.conf import setting
-from locking.connection import get_lock_redis
 from locking.exceptions import LockUnavailable
-from locking.keys import fence_key, validate_resource
 from locking.outcomes import EpochCause
-
-if TYPE_CHECKING:
-    from locking.lock import FenceLock
 
 logger = logging.getLogger(__name__)
 
@@ -150,40 +143,6 @@ async def astart_epoch(
     return await sync_to_async(start_epoch, thread_sensitive=True)(
         resource, above=above, using=using, cause=cause
     )
-
-
-def prepare_fences(resources: Iterable[str], *, lock: "FenceLock | None" = None) -> int:
-    """Record the first epoch of every resource in ``resources`` that never had one, in
-    one database commit, and seed their counters in one pipeline; return how many.
-
-    A batch's answer to a cost of its first grants: a resource's first grant finds no
-    counter, so on its own it records epoch 0 (a commit) before granting. A job about to
-    take thousands of new resources (a month of charges for every association) calls this
-    once per chunk instead. The safety argument is the grant's own: the epoch is durable
-    before any token of it exists, and seeding only creates a missing counter. Resources
-    that have an epoch are untouched. ``lock`` gives the Redis and the database (default:
-    the configured ones). Raises ``LockUnavailable`` if Redis is down (their grants would
-    answer the same).
-    """
-    client = lock.client if lock is not None else get_lock_redis()
-    using = lock.using if lock is not None else setting("LOCK_DATABASE")
-    resources = list(resources)
-    for resource in resources:
-        validate_resource(resource)
-    new = begin_first_epochs(resources, using=using)
-    if not new:
-        return 0
-    for resource in new:  # the epoch each one's first grant would have started
-        metrics.epochs_started(resource, EpochCause.FIRST_GRANT)
-    try:
-        # Epoch 0 starts at 0: "raise to at least its first token" is "create if missing".
-        pipe = client.pipeline(transaction=False)
-        for resource in new:
-            pipe.set(fence_key(resource), first_token(0), nx=True)
-        pipe.execute()
-    except RedisError as exc:
-        raise LockUnavailable(new[0], str(exc)) from exc
-    return len(new)
 
 
 @contextmanager

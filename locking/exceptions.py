@@ -9,10 +9,10 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 from locking.outcomes import Outcome
-from locking.tokens import fencing_token_of
+from locking.tokens import LeaseOrToken, fencing_token_of
 
 if TYPE_CHECKING:
-    from locking.signing import SealedCall
+    from locking.receiving.signing import SealedCall
 
 
 class LockError(Exception):
@@ -66,6 +66,8 @@ class StaleFencingToken(LockError):
     """
 
     outcome = Outcome.STALE
+    # The token recorded instead; ``None`` only for a receiver's refusal that did not say.
+    recorded: int | None
 
     def __init__(self, token: int, recorded: int, *, epoch: int | None = None):
         self.token = token
@@ -93,7 +95,7 @@ class StaleAtReceiver(StaleFencingToken):
     counter is below ``accepted`` (and ``accepted`` is a token of an epoch the resource
     has had) it starts a new epoch above it and tries once more, as for a refusal by the
     fence. Raised by the sender's client (``from_answer``), for the answer of locking's
-    receiver (locking/receiver.py) or any that answers 409 so.
+    receiver (locking/receiving/receiver.py) or any that answers 409 so.
     """
 
     def __init__(self, token: int, accepted: int | None, *, url: str = ""):
@@ -110,7 +112,7 @@ class StaleAtReceiver(StaleFencingToken):
     @classmethod
     def from_answer(
         cls,
-        token,
+        token: LeaseOrToken,
         content: bytes,
         *,
         headers: Mapping[str, str],
@@ -122,11 +124,11 @@ class StaleAtReceiver(StaleFencingToken):
         ``sent`` under ``token`` (the lease, or its ``fencing_token``).
 
         ``accepted`` is taken only from an answer signed with ``secret`` that names the
-        call ``sent`` (``locking.signing.open_answer``) and only when it is above the
+        call ``sent`` (``locking.receiving.signing.open_answer``) and only when it is above the
         refused token: anyone on the HTTP path can send a 409, and the number it states
         decides whether this holder starts a new epoch above it.
         """
-        from locking.signing import open_answer
+        from locking.receiving.signing import open_answer
 
         fencing = fencing_token_of(token, taken_by="StaleAtReceiver.from_answer")
         facts = open_answer(headers, content, sent=sent, secret=secret)

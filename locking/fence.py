@@ -29,7 +29,7 @@ import functools
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import NoReturn, TypeVar
+from typing import TYPE_CHECKING, NoReturn, TypeVar
 
 from asgiref.sync import sync_to_async
 from django.core.exceptions import EmptyResultSet
@@ -42,7 +42,10 @@ from locking import savepoints, tracing
 from locking.conf import setting
 from locking.epochs import epoch_of
 from locking.exceptions import StaleFencingToken
-from locking.tokens import FencingToken, fencing_token_of
+from locking.tokens import FencingToken, LeaseOrToken, fencing_token_of
+
+if TYPE_CHECKING:
+    from django.db.models import Model, QuerySet
 
 logger = logging.getLogger(__name__)
 
@@ -62,7 +65,7 @@ _CLAIM = (
 )
 
 
-def advance_fence(queryset, lease) -> None:
+def advance_fence(queryset: "QuerySet[Model]", lease: LeaseOrToken) -> None:
     """Record the lease's token on the one row of ``queryset``, or raise ``StaleFencingToken``.
 
     ``lease`` is the ``Lease`` (or its ``fencing_token``); a bare ``int`` raises
@@ -156,7 +159,7 @@ def _stale(fencing: FencingToken, on_row: int, records) -> StaleFencingToken:
     return StaleFencingToken(fencing.token, recorded)
 
 
-def claim_fence(lease) -> None:
+def claim_fence(lease: LeaseOrToken) -> None:
     """Record the lease's token on its resource's durable record, or raise
     ``StaleFencingToken``: the fence, with no row to fence.
 
@@ -277,7 +280,7 @@ def _pk_subquery(queryset, alias: str) -> tuple[str, tuple]:
     return query.get_compiler(using=alias).as_sql()
 
 
-def insert_fenced(instance, lease) -> bool:
+def insert_fenced(instance: "Model", lease: LeaseOrToken) -> bool:
     """Insert ``instance``, a new row that carries the fence, with the lease's token on it.
 
     ``lease`` as for ``advance_fence`` (a bare ``int`` raises ``TypeError``). True:
@@ -371,7 +374,9 @@ def _insert_statement(model, alias: str, with_pk: bool) -> _InsertStatement:
     return _InsertStatement(sql=sql, fields=fields)
 
 
-async def aadvance_fence(queryset, lease, write: Callable[[], T]) -> T:
+async def aadvance_fence(
+    queryset: "QuerySet[Model]", lease: LeaseOrToken, write: Callable[[], T]
+) -> T:
     """Advance the fence and run ``write()`` in one transaction; return what it returns.
 
     The async form of::

@@ -27,9 +27,15 @@ System check ``locking.E013`` names a fenced model whose migrations never instal
 ``locking.E014`` a migrated table that lacks its triggers.
 """
 
+from typing import TYPE_CHECKING
+
 from django.db.migrations.operations.base import Operation
 
 from locking.savepoints import UNDONE_SETTING
+
+if TYPE_CHECKING:
+    from django.db.backends.base.schema import BaseDatabaseSchemaEditor
+    from django.db.migrations.state import ProjectState
 
 NEVER_BACK = "locking_fence_never_back"
 UNDONE = "locking_fence_undone"
@@ -94,13 +100,19 @@ class InstallFenceGuard(Operation):
     def __init__(self, model_name: str):
         self.model_name = model_name
 
-    def deconstruct(self):
+    def deconstruct(self) -> tuple[str, list[str], dict[str, object]]:
         return (self.__class__.__name__, [self.model_name], {})
 
-    def state_forwards(self, app_label, state):
+    def state_forwards(self, app_label: str, state: "ProjectState") -> None:
         pass
 
-    def database_forwards(self, app_label, schema_editor, from_state, to_state):
+    def database_forwards(
+        self,
+        app_label: str,
+        schema_editor: "BaseDatabaseSchemaEditor",
+        from_state: "ProjectState",
+        to_state: "ProjectState",
+    ) -> None:
         model = to_state.apps.get_model(app_label, self.model_name)
         if not self.allow_migrate_model(schema_editor.connection.alias, model):
             return
@@ -110,18 +122,24 @@ class InstallFenceGuard(Operation):
         for statement in install_sql(opts.db_table, column, opts.pk.column, quote):
             schema_editor.execute(statement, params=None)
 
-    def database_backwards(self, app_label, schema_editor, from_state, to_state):
+    def database_backwards(
+        self,
+        app_label: str,
+        schema_editor: "BaseDatabaseSchemaEditor",
+        from_state: "ProjectState",
+        to_state: "ProjectState",
+    ) -> None:
         model = from_state.apps.get_model(app_label, self.model_name)
         if not self.allow_migrate_model(schema_editor.connection.alias, model):
             return
         for statement in uninstall_sql(model._meta.db_table, schema_editor.quote_name):
             schema_editor.execute(statement, params=None)
 
-    def describe(self):
+    def describe(self) -> str:
         return f"Install locking's fence guard on {self.model_name}"
 
     @property
-    def migration_name_fragment(self):
+    def migration_name_fragment(self) -> str:
         return f"fence_guard_{self.model_name.lower()}"
 
 

@@ -6,57 +6,76 @@ in grant order (no other grant can slip between the SET and the INCR) and a cras
 leave a lease without a token. The lease itself is only an efficiency measure; safety comes
 from the token checked by ``advance_fence`` in the database transaction.
 
-The scripts are in locking/scripts.py, the lock value and what a grant's reply means in
-locking/grant.py, the granted ``Lease`` in locking/lease.py. Every operation has an async
-twin (``aacquire``, ``Lease.arelease``…) in locking/aio.py that runs the same script
-constants on a ``redis.asyncio`` client. The durable epochs a grant may record first are in
-locking/epochs.py; the operators' view and hand (``holders``, ``break_lease``) in
-locking/operators.py.
+The scripts and what a grant's reply means are in locking/scripts.py, the lock value in
+locking/keys.py, the granted ``Lease`` in locking/lease.py. The async lock
+(``AsyncFenceLock``, locking/asyncio/lock.py) is a class of its own, as redis-py keeps
+``redis/asyncio/lock.py`` beside ``redis/lock.py``: it runs the same scripts on a
+``redis.asyncio`` client and reads their replies with the same functions. The durable
+epochs a grant may record first are in locking/epochs.py; ``prepare_fences`` (below)
+records a batch's first ones at once, as their first grants would. The operators' view
+and hand (``holders``, ``break_lease``) are in locking/operators.py.
 """
 
 import contextlib
-import functools
 import logging
 import time
+from collections.abc import Iterable
 from datetime import timedelta
 
+import redis
+from redis.cluster import RedisCluster
 from redis.exceptions import MovedError, NoScriptError, RedisError
 
-from locking import tracing
-from locking.aio import AsyncFenceLockMixin
+from locking import metrics, tracing
 from locking.conf import setting
 from locking.connection import forget_slots, get_lock_redis, moved, node_client_for
-from locking.epochs import start_epoch
+from locking.epochs import begin_first_epochs, first_token, start_epoch
 from locking.exceptions import LockHeld, LockUnavailable
-from locking.grant import (
+from locking.keys import fence_key, holder_label, new_owner, validate_resource
+from locking.lease import Lease
+from locking.outcomes import EpochCause
+from locking.scripts import (
+    ACQUIRE_LUA,
     SEEDING_CLAIM_MS,
     UNSEEDABLE,
     backoff_seconds,
     busy,
     epoch_cause,
     grant_keys,
-    holder_label,
-    new_owner,
+    run_script,
+    scripts_for,
     seed_poll_seconds,
     text,
-    ttl_ms_of,
     unavailable,
     unconfirmed,
 )
-from locking.keys import fence_key, validate_resource
-from locking.lease import AuditHook, Lease
-from locking.scripts import ACQUIRE_LUA, run_script, scripts_for
+from locking.tenure import AuditHook, ttl_ms_of, ttl_of
 
 logger = logging.getLogger(__name__)
 
 
-@functools.lru_cache(maxsize=64)
-def _ttl_of(ttl_ms: int) -> timedelta:
-    # A handful of TTLs per deployment: one timedelta each, not one per grant.
-    return timedelta(milliseconds=ttl_ms)
+def replica_rule(min_replicas: int | None, replica_timeout: timedelta | None) -> tuple[int, int]:
+    """How many replicas must confirm a grant and how long ``WAIT`` waits for them (ms):
+    what is given, else the settings (``LOCK_REDIS_MIN_REPLICAS``,
+    ``LOCK_REDIS_WAIT_TIMEOUT_MS``), read only for what is not given, so that a lock with
+    every argument given works without Django settings (benchmarks, scripts)."""
+    if min_replicas is None:
+        min_replicas = setting("LOCK_REDIS_MIN_REPLICAS")
+    min_replicas = int(min_replicas)
+    if replica_timeout is None and min_replicas:
+        replica_timeout = timedelta(milliseconds=int(setting("LOCK_REDIS_WAIT_TIMEOUT_MS")))
+    timeout_ms = max(int(replica_timeout.total_seconds() * 1000), 1) if replica_timeout else 0
+    return min_replicas, timeout_ms
 
 
-class FenceLock(AsyncFenceLockMixin):
+def log_reseed(resource: str, counter: int) -> None:
+    """What ``reseed`` (and its async twin) logs: the counter raised to a new epoch."""
+    logger.warning(
+        "fence counter raised to a new epoch", extra={"resource": resource, "token": counter}
+    )
+
+
+class FenceLock:
     """Grants leases with fencing tokens on the configured Redis.
 
     ``FenceLock()`` uses the client that ``LOCK_REDIS_URL`` configures; pass ``client`` to
@@ -64,23 +83,14 @@ class FenceLock(AsyncFenceLockMixin):
     EVALSHA, so acquire, release and extend are one round trip each. Two cases add work to
     a grant: a counter Redis lost (or a resource's first grant) records a new epoch in the
     database first (locking/epochs.py), and with ``min_replicas`` the grant and a ``WAIT``
-    for that many replicas go in one pipeline on one connection.
-
-    The async methods (``aacquire``, ``Lease.arelease``/``aextend``…; locking/aio.py) run
-    the same scripts on a ``redis.asyncio`` client: ``async_client`` if given, else one
-    built from the same settings for the running event loop (locking/connection.py). A
-    ``redis.asyncio`` connection belongs to the loop that opened it, so one ``FenceLock``
-    serves any loop.
-    Both clients must reach the same Redis: given ``client``, the async methods need
-    ``async_client`` too (they refuse to fall back on the settings' Redis).
+    for that many replicas go in one pipeline on one connection. Async code uses
+    ``AsyncFenceLock`` (locking/asyncio/lock.py), the same on ``redis.asyncio``.
     """
 
     # Built per operation (run_fenced): slots make building, reading and dropping one
     # cheaper (one allocation, no __dict__), ~1 µs of a lock cycle on a loaded loopback.
     __slots__ = (
         "__weakref__",
-        "_async_client",
-        "_client_given",
         "client",
         "min_replicas",
         "replica_timeout_ms",
@@ -90,35 +100,19 @@ class FenceLock(AsyncFenceLockMixin):
 
     def __init__(
         self,
-        client=None,
+        client: "redis.Redis | RedisCluster | None" = None,
         *,
-        async_client=None,
         using: str | None = None,
         min_replicas: int | None = None,
         replica_timeout: timedelta | None = None,
     ):
         # Built per operation by run_fenced: settings and the client are read from caches
         # (locking/conf.py, locking/connection.py), the scripts kept per client.
-        if client is None:
-            self._client_given = False
-            client = get_lock_redis()
-        else:
-            self._client_given = True
-        self.client = client
+        self.client = client = client if client is not None else get_lock_redis()
         # The lock's scripts on its client; its leases release and extend with them too.
         self.scripts = scripts_for(client)
-        self._async_client = async_client
-        # Settings are read only for what is not passed: a FenceLock with every argument
-        # given works without Django settings (benchmarks, scripts).
         self.using = using or setting("LOCK_DATABASE")
-        if min_replicas is None:
-            min_replicas = setting("LOCK_REDIS_MIN_REPLICAS")
-        self.min_replicas = min_replicas = int(min_replicas)
-        if replica_timeout is None and min_replicas:
-            replica_timeout = timedelta(milliseconds=int(setting("LOCK_REDIS_WAIT_TIMEOUT_MS")))
-        self.replica_timeout_ms = (
-            max(int(replica_timeout.total_seconds() * 1000), 1) if replica_timeout else 0
-        )
+        self.min_replicas, self.replica_timeout_ms = replica_rule(min_replicas, replica_timeout)
 
     # -- grants --------------------------------------------------------------------------
 
@@ -142,16 +136,18 @@ class FenceLock(AsyncFenceLockMixin):
         keys = grant_keys(resource)  # ValueError for a bad name, before Redis is touched
         ttl_ms = ttl_ms_of(ttl)
         label = holder_label(holder)
-        if tracing.no_provider():  # the usual case: no span to open, not even a no-op one
-            if not wait:
-                return self._try_acquire(resource, keys, ttl_ms, label, audit)
-            return self._acquire_waiting(resource, keys, ttl_ms, label, audit, wait)
+        # The span only where a tracer provider is set: a no-op one (entered, exited, given
+        # the token) is a third of a µs, two per lock cycle, a few per cent of the budget
+        # the lock cycle keeps against its bare scripts (docs/benchmarks.md).
+        if tracing.no_provider():
+            return self._acquire(resource, keys, ttl_ms, label, audit, wait)
         with tracing.operation_span("locking.acquire", resource) as span:
-            lease = self._acquire_waiting(resource, keys, ttl_ms, label, audit, wait)
+            lease = self._acquire(resource, keys, ttl_ms, label, audit, wait)
             span.set_attribute(tracing.FENCE_TOKEN, lease.token)
             return lease
 
-    def _acquire_waiting(self, resource, keys, ttl_ms, label, audit, wait) -> "Lease":
+    def _acquire(self, resource: str, keys, ttl_ms: int, label: str, audit, wait) -> "Lease":
+        """Try to grant; while busy, retry until ``wait`` runs out (at once without it)."""
         deadline = time.monotonic() + wait.total_seconds() if wait else None
         attempt = 0
         while True:
@@ -167,18 +163,7 @@ class FenceLock(AsyncFenceLockMixin):
     def _try_acquire(self, resource: str, keys, ttl_ms: int, label: str, audit) -> "Lease":
         owner = new_owner()
         started = time.monotonic()
-        if self.min_replicas:
-            reply = self._grant(resource, keys, owner, ttl_ms, label, floor="")
-        else:  # the normal grant, inlined: one EVALSHA (``_grant`` without replicas)
-            try:
-                reply = run_script(
-                    self.client,
-                    self.scripts.acquire,
-                    keys,
-                    (owner, ttl_ms, label, "", SEEDING_CLAIM_MS),
-                )
-            except RedisError as exc:
-                raise unavailable(resource, exc) from exc
+        reply = self._grant(resource, keys, owner, ttl_ms, label, floor="")
         while reply[0] == 3:
             time.sleep(seed_poll_seconds(reply))
             started = time.monotonic()
@@ -199,31 +184,19 @@ class FenceLock(AsyncFenceLockMixin):
     ) -> "Lease":
         """Turn a grant reply (1: granted, 0: held) into a ``Lease`` or ``LockHeld``."""
         if reply[0] == 1:
-            token = int(reply[1])
-            ttl_s = ttl_ms / 1000
-            # Positional (a keyword call costs more, and this runs on every grant): resource,
-            # token, owner, expires_at (made when first read, from _expires_ms), _lock,
-            # _value, _monotonic_deadline, lost (made when first used), _ttl, audit,
-            # _expired_by, _doubt, _expires_ms. Counted from before the request was sent,
-            # the lease is surely still ours until _monotonic_deadline (never later than
-            # Redis's own expiry); counted from the reply, surely gone after _expired_by.
             lease = Lease(
-                resource,
-                token,
-                owner,
-                None,
-                self,
-                reply[2],
-                started + ttl_s,
-                None,
-                _ttl_of(ttl_ms),
-                audit,
-                time.monotonic() + ttl_s,
-                None,
-                int(reply[3]) + ttl_ms,
+                resource=resource,
+                token=int(reply[1]),
+                owner=owner,
+                value=reply[2],
+                lock=self,
+                ttl=ttl_of(ttl_ms),
+                started=started,
+                expires_ms=int(reply[3]) + ttl_ms,
+                audit=audit,
             )
             if logger.isEnabledFor(logging.DEBUG):  # no record built on the hot path
-                logger.debug("lease granted", extra={"resource": resource, "token": token})
+                logger.debug("lease granted", extra={"resource": resource, "token": lease.token})
             return lease
         raise busy(resource, reply)
 
@@ -240,10 +213,10 @@ class FenceLock(AsyncFenceLockMixin):
         failover to a replica that lacks it could hand its token out again, so it must
         never be used.
         """
-        args = [owner, ttl_ms, label, floor, SEEDING_CLAIM_MS]
+        args = (owner, ttl_ms, label, floor, SEEDING_CLAIM_MS)
         try:
             if not self.min_replicas:
-                return self.scripts.acquire(keys=keys, args=args)
+                return run_script(self.client, self.scripts.acquire, keys, args)
             reply, confirmed = self._grant_and_wait(keys, args)
         except RedisError as exc:
             raise unavailable(resource, exc) from exc
@@ -260,7 +233,7 @@ class FenceLock(AsyncFenceLockMixin):
             )
         return reply
 
-    def _grant_and_wait(self, keys: list, args: list) -> tuple[list, int]:
+    def _grant_and_wait(self, keys: tuple, args: tuple) -> tuple[list, int]:
         # A MOVED answer means the script did not run (the slot has a new owner, e.g. after
         # a failover): ask that owner once. A NOSCRIPT one, that a restarted node forgot it.
         for _ in range(3):
@@ -303,12 +276,39 @@ class FenceLock(AsyncFenceLockMixin):
             counter = int(self.scripts.reseed(keys=[fence_key(resource)], args=[int(at_least)]))
         except RedisError as exc:
             raise LockUnavailable(resource, str(exc)) from exc
-        self._reseeded(resource, counter)
+        log_reseed(resource, counter)
         return counter
 
-    @staticmethod
-    def _reseeded(resource: str, counter: int) -> None:
-        logger.warning(
-            "fence counter raised to a new epoch",
-            extra={"resource": resource, "token": counter},
-        )
+
+def prepare_fences(resources: Iterable[str], *, lock: FenceLock | None = None) -> int:
+    """Record the first epoch of every resource in ``resources`` that never had one, in
+    one database commit, and seed their counters in one pipeline; return how many.
+
+    A batch's answer to a cost of its first grants: a resource's first grant finds no
+    counter, so on its own it records epoch 0 (a commit) before granting. A job about to
+    take thousands of new resources (a month of charges for every association) calls this
+    once per chunk instead. The safety argument is the grant's own: the epoch is durable
+    before any token of it exists, and seeding only creates a missing counter. Resources
+    that have an epoch are untouched. ``lock`` gives the Redis and the database (default:
+    the configured ones). Raises ``LockUnavailable`` if Redis is down (their grants would
+    answer the same).
+    """
+    client = lock.client if lock is not None else get_lock_redis()
+    using = lock.using if lock is not None else setting("LOCK_DATABASE")
+    resources = list(resources)
+    for resource in resources:
+        validate_resource(resource)
+    new = begin_first_epochs(resources, using=using)
+    if not new:
+        return 0
+    for resource in new:  # the epoch each one's first grant would have started
+        metrics.epochs_started(resource, EpochCause.FIRST_GRANT)
+    try:
+        # Epoch 0 starts at 0: "raise to at least its first token" is "create if missing".
+        pipe = client.pipeline(transaction=False)
+        for resource in new:
+            pipe.set(fence_key(resource), first_token(0), nx=True)
+        pipe.execute()
+    except RedisError as exc:
+        raise LockUnavailable(new[0], str(exc)) from exc
+    return len(new)

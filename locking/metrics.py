@@ -10,8 +10,8 @@ The safety metrics of leases and epochs are counted where they happen, for every
 the lock (with or without ``run_fenced``), labelled by ``resource_kind``: the resource name
 up to its first ``:`` (``monthly-charges``, ``vendor-assignment``). Epochs started, by
 cause; how long work ran past its lease's TTL (at release); leases that became uncertain,
-and lost, by reason. A receiver of fenced calls (locking/receiver.py) counts its decisions
-by receiver and verdict. Resource names (one per organization and month, one per
+and lost, by reason. A receiver of fenced calls (locking/receiving/receiver.py) counts its
+decisions by receiver and verdict. Resource names (one per organization and month, one per
 complaint) would create a time series per resource and must never become a label; the
 audit table (``FenceEvent``) and the logs carry them instead. docs/operations.md lists
 every name and label for alerting rules.

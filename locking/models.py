@@ -102,7 +102,7 @@ class FenceEpoch(models.Model):
 
 
 class ReceivedCall(models.Model):
-    """The receiving side's record of one ``Idempotency-Key`` (locking/receiver.py): the
+    """The receiving side's record of one ``Idempotency-Key`` (locking/receiving/receiver.py): the
     highest fencing token accepted for it, what that call carried and what it was answered.
 
     Written only by ``receive_call``'s conditional statement: a call with a higher token

@@ -21,6 +21,7 @@ from asgiref.sync import sync_to_async
 from django.db import connections
 from django.db.transaction import TransactionManagementError
 
+from locking.asyncio import AsyncFenceLock, AsyncLease
 from locking.audit import Attempt, AttemptAudit
 from locking.conf import setting
 from locking.epochs import astart_epoch, current_epoch, epoch_of, start_epoch
@@ -94,17 +95,17 @@ def run_fenced(
 
 async def arun_fenced(
     resource: str,
-    work: Callable[[Lease], Awaitable[T]],
+    work: Callable[[AsyncLease], Awaitable[T]],
     *,
     ttl: timedelta,
     attempt: Attempt,
-    lock: FenceLock | None = None,
+    lock: AsyncFenceLock | None = None,
     using: str | None = None,
 ) -> T:
     """``run_fenced`` for async code: ``await work(lease)`` under a fresh lease.
 
-    The same flow and answers: grant (``aacquire``), work, the audit record, the one retry
-    when the Redis counter is behind, release (``arelease``). ``work`` is a coroutine
+    The same flow and answers on an ``AsyncFenceLock``: grant, work, the audit record, the
+    one retry when the Redis counter is behind, release. ``work`` is a coroutine
     function; it makes its external call with an async client, then commits with
     ``aadvance_fence(queryset, lease, write)`` (one transaction in
     ``sync_to_async(thread_sensitive=True)``; Django's transactions are synchronous). The
@@ -115,25 +116,27 @@ async def arun_fenced(
         raise TransactionManagementError(
             "arun_fenced() opens its own transaction; do not call it inside transaction.atomic()."
         )
-    lock = lock or FenceLock()
+    lock = lock or AsyncFenceLock()
     audit = AttemptAudit(resource, attempt, using=using)
     record = sync_to_async(_call, thread_sensitive=True)
-    lease: Lease | None = None
+    lease: AsyncLease | None = None
     with audit.span():
         try:
-            lease = await lock.aacquire(
+            lease = await lock.acquire(
                 resource, ttl=ttl, holder=attempt.actor, audit=audit.in_transaction
             )
             audit.granted(lease)
             try:
                 result = await work(lease)
             except StaleFencingToken as stale:
-                if not counter_is_behind(await lock.acurrent_token(resource), stale) or not (
-                    await sync_to_async(_believable, thread_sensitive=True)(lock, resource, stale)
+                if not counter_is_behind(await lock.current_token(resource), stale) or not (
+                    await sync_to_async(_believable, thread_sensitive=True)(
+                        lock.using, resource, stale
+                    )
                 ):
                     raise
                 await record(audit.counter_behind, stale)
-                await lease.arelease()
+                await lease.release()
                 lease = None  # released: nothing to release should the new grant fail
                 lease = await _aregrant_above(stale, lock, audit, ttl=ttl)
                 result = await work(lease)
@@ -146,7 +149,7 @@ async def arun_fenced(
             return result
         finally:
             if lease is not None:
-                await lease.arelease()
+                await lease.release()
 
 
 class LeasedAttempt:
@@ -253,15 +256,15 @@ def _regrant_above(
 
 
 async def _aregrant_above(
-    stale: StaleFencingToken, lock: FenceLock, audit: AttemptAudit, *, ttl: timedelta
-) -> Lease:
+    stale: StaleFencingToken, lock: AsyncFenceLock, audit: AttemptAudit, *, ttl: timedelta
+) -> AsyncLease:
     """``_regrant_above`` for ``arun_fenced``."""
     resource = audit.resource
     floor = await astart_epoch(
         resource, above=stale.recorded, using=lock.using, cause=EpochCause.COUNTER_BEHIND
     )
-    await lock.areseed(resource, floor)
-    lease = await lock.aacquire(
+    await lock.reseed(resource, floor)
+    lease = await lock.acquire(
         resource, ttl=ttl, holder=audit.attempt.actor, audit=audit.in_transaction
     )
     audit.granted(lease)
@@ -271,11 +274,11 @@ async def _aregrant_above(
 def _counter_behind(lock: FenceLock, resource: str, stale: StaleFencingToken) -> bool:
     """``counter_is_behind``, with the Redis counter read now, for a number to believe."""
     return counter_is_behind(lock.current_token(resource), stale) and _believable(
-        lock, resource, stale
+        lock.using, resource, stale
     )
 
 
-def _believable(lock: FenceLock, resource: str, stale: StaleFencingToken) -> bool:
+def _believable(using: str, resource: str, stale: StaleFencingToken) -> bool:
     """Whether the token ``stale`` says was recorded can have been granted: a receiver's
     ``accepted`` comes from the network (signed, but a receiver's bug or a leaked secret
     could state anything), and a new epoch is started above it. No token of an epoch
@@ -284,7 +287,7 @@ def _believable(lock: FenceLock, resource: str, stale: StaleFencingToken) -> boo
     """
     if not isinstance(stale, StaleAtReceiver) or stale.recorded is None:
         return True
-    return epoch_of(stale.recorded) <= current_epoch(resource, using=lock.using)
+    return epoch_of(stale.recorded) <= current_epoch(resource, using=using)
 
 
 def _in_atomic_block(using: str) -> bool:

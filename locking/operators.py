@@ -24,9 +24,11 @@ import logging
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any
 
 from django import forms
 from django.db.models import QuerySet
+from django.http import HttpRequest
 from django.utils.module_loading import import_string
 from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
@@ -36,10 +38,19 @@ from locking import tracing
 from locking.audit import record_fence_event
 from locking.conf import setting
 from locking.exceptions import LockUnavailable
-from locking.grant import parse_lock_value, text
-from locking.keys import fence_key, lock_key, resource_from_lock_key, validate_resource
+from locking.keys import (
+    fence_key,
+    lock_key,
+    parse_lock_value,
+    resource_from_lock_key,
+    validate_resource,
+)
 from locking.lock import FenceLock
 from locking.outcomes import HolderState, Outcome
+from locking.scripts import text
+
+if TYPE_CHECKING:
+    from locking.models import FenceEvent
 
 logger = logging.getLogger(__name__)
 
@@ -117,7 +128,7 @@ class ViewerScopes:
     def may_see(self, resource: str) -> bool:
         return self.visible is None or self.scope_of(resource) in self.visible
 
-    def events(self, queryset: QuerySet) -> QuerySet:
+    def events(self, queryset: "QuerySet[FenceEvent]") -> "QuerySet[FenceEvent]":
         """``queryset`` (of ``FenceEvent``) narrowed to the visible scopes, in SQL."""
         if self.visible is None:
             return queryset
@@ -284,7 +295,7 @@ class BreakLeaseForm(forms.Form):
         error_messages={"required": _("Say why the lease is broken.")},
     )
 
-    def __init__(self, *args, resource_field: bool = True, **kwargs):
+    def __init__(self, *args: Any, resource_field: bool = True, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         if not resource_field:
             del self.fields["resource"]
@@ -297,7 +308,7 @@ class BreakLeaseForm(forms.Form):
 
     def break_lease(
         self,
-        request,
+        request: HttpRequest,
         resource: str | None = None,
         *,
         scope: str = "",

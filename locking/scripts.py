@@ -5,13 +5,26 @@ share a hash slot (``lock:{r}``, ``fence:{r}``, ``seed:{r}``; see locking/keys.p
 is one round trip on a single server, Sentinel or Cluster. The header comment of each
 constant says what ``KEYS`` and ``ARGV`` it takes and what it returns. They are registered
 once per client (``register_script``: EVALSHA, with a reload when a restarted Redis forgot
-them) and shared by the sync and the async lock: one text, one SHA, both APIs.
+them) and shared by the sync and the async lock: one text, one SHA, both APIs. So is what
+the grant script's replies mean (``busy``, ``epoch_cause``…) and how long to wait after one
+before trying again (``backoff_seconds``, ``seed_poll_seconds``): each lock sends the script
+its own way and reads the answer with the same functions.
 """
 
+import functools
+import logging
+import random
 import weakref
+from datetime import UTC, datetime, timedelta
 from typing import NamedTuple
 
 from redis.exceptions import NoScriptError
+
+from locking.exceptions import LockHeld, LockUnavailable
+from locking.keys import fence_key, lock_key, parse_lock_value, seed_key, validate_resource
+from locking.outcomes import EpochCause
+
+logger = logging.getLogger(__name__)
 
 # KEYS[1] = lock:{resource}, KEYS[2] = fence:{resource}, KEYS[3] = seed:{resource}
 # ARGV[1] = owner id (random), ARGV[2] = ttl in ms, ARGV[3] = holder label,
@@ -150,3 +163,95 @@ def run_script(client, script, keys, args):
     except NoScriptError:
         script.sha = client.script_load(script.script)
         return client.evalsha(script.sha, len(keys), *keys, *args)
+
+
+# -- the grant script's arguments and replies (ACQUIRE_LUA's header says what each is) ----
+
+# Recording a new epoch is one database round trip; a claim outlives it comfortably. A
+# caller that finds another's claim polls at most this often.
+SEEDING_CLAIM_MS = 2000
+SEEDING_POLL_MS = 5
+
+# Backoff for acquire(wait=...): full jitter between 0 and an exponentially growing cap.
+BACKOFF_BASE_SECONDS = 0.01
+BACKOFF_CAP_SECONDS = 0.25
+
+# What the grant script's reply (and the replicas' confirmation) leaves unavailable.
+UNSEEDABLE = "the fence counter could not be reseeded"
+
+
+def grant_keys_args(resource, owner, ttl_ms, label, floor) -> tuple[tuple, list]:
+    """The keys and arguments of the grant script (``ACQUIRE_LUA`` above)."""
+    return grant_keys(resource), [owner, ttl_ms, label, floor, SEEDING_CLAIM_MS]
+
+
+def grant_keys(resource: str) -> tuple[str, str, str]:
+    """``(lock:{r}, fence:{r}, seed:{r})`` of a valid resource name, else ``ValueError``.
+
+    Built once per resource (a process grants the same few again and again); a bad name
+    raises every time (an exception is never cached)."""
+    try:
+        return _grant_keys(resource)
+    except TypeError:  # unhashable: not a string, which validate_resource says
+        validate_resource(resource)
+        raise
+
+
+@functools.lru_cache(maxsize=4096)
+def _grant_keys(resource: str) -> tuple[str, str, str]:
+    validate_resource(resource)
+    return lock_key(resource), fence_key(resource), seed_key(resource)
+
+
+def text(raw) -> str:
+    """A Redis reply as ``str`` (a client without ``decode_responses`` answers bytes)."""
+    return raw.decode() if isinstance(raw, bytes) else str(raw)
+
+
+def backoff_seconds(attempt: int, remaining: float) -> float:
+    """Full jitter between 0 and an exponentially growing cap, never past the deadline."""
+    cap = min(BACKOFF_CAP_SECONDS, BACKOFF_BASE_SECONDS * 2**attempt)
+    return min(remaining, random.uniform(0, cap))
+
+
+def seed_poll_seconds(reply: list) -> float:
+    # Another caller is recording the new epoch: a few milliseconds, normally. If it died,
+    # its claim expires and the next attempt here records the epoch instead.
+    return min(max(int(reply[1]), 1), SEEDING_POLL_MS) / 1000
+
+
+def epoch_cause(reply: list) -> EpochCause:
+    """Why a grant script's "record an epoch" reply (``{2, 'lost'|'full', counter}``) asks."""
+    return EpochCause.SEQUENCE_EXHAUSTED if text(reply[1]) == "full" else EpochCause.COUNTER_LOST
+
+
+def busy(resource: str, reply: list) -> LockHeld:
+    """The answer to a grant script's "held" reply (``{0, value, PTTL, counter}``)."""
+    holder_owner, acquired_at, holder = parse_lock_value(text(reply[1]))
+    retry_after = timedelta(milliseconds=max(int(reply[2]), 0))
+    return LockHeld(
+        resource,
+        holder=holder or holder_owner,
+        retry_after=retry_after,
+        acquired_at=acquired_at,
+        expires_at=datetime.now(tz=UTC) + retry_after,
+        token=int(reply[3]) if reply[3] is not None else None,
+    )
+
+
+def unavailable(resource: str, exc: Exception) -> LockUnavailable:
+    logger.warning("lock service unavailable", extra={"resource": resource, "error": str(exc)})
+    return LockUnavailable(resource, str(exc) or exc.__class__.__name__)
+
+
+def unconfirmed(
+    resource: str, reply: list, confirmed: int, *, min_replicas: int, timeout_ms: int
+) -> LockUnavailable:
+    logger.warning(
+        "grant not confirmed by replicas; released",
+        extra={"resource": resource, "token": int(reply[1]), "replicas": confirmed},
+    )
+    return LockUnavailable(
+        resource,
+        f"{confirmed} of {min_replicas} replicas confirmed the grant within {timeout_ms} ms",
+    )

@@ -1,27 +1,25 @@
 """The signal that a lease was lost: ``lease.lost``, a ``threading.Event`` set at most once.
 
-A ``Lease`` (locking/lease.py) owns one; the keep-alives and ``check()`` set it when the
-lease is ``LOST``, its release sets it quietly, and the callbacks registered with
-``Lease.on_lost`` run once, on a loss only.
+A lease's ``Tenure`` (locking/tenure.py) owns one; the keep-alives and ``check()`` set it
+when the lease is ``LOST``, its release sets it quietly, and the callbacks registered with
+``on_lost`` run once, on a loss only. It knows the lease by its resource and token (what it
+logs and counts): the callbacks come bound to the lease they are told about.
 """
 
 import logging
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 from locking import metrics
 from locking.outcomes import LossCause
-
-if TYPE_CHECKING:
-    from locking.lease import Lease
 
 # The lease's own log, as before the signal had a module of its own.
 logger = logging.getLogger("locking.lease")
 
 
-# Guards the lazy creation of every signal's condition (LostSignal._cond, _set_flag).
-_SIGNAL_CONDITIONS = threading.Lock()
+# Guards the lazy creation of every signal, and of every signal's condition
+# (Tenure.lost; LostSignal._cond, _set_flag).
+SIGNAL_CONDITIONS = threading.Lock()
 
 
 class LostSignal(threading.Event):
@@ -34,15 +32,16 @@ class LostSignal(threading.Event):
     first (that is the end of the work, not a loss).
     """
 
-    def __init__(self):
+    def __init__(self, resource: str, token: int):
         # Not ``Event.__init__``: its ``Condition`` is built on first use (``_cond``), since
         # most leases are released without anyone ever waiting on their signal, and a
         # Condition per lease is a measurable part of a lock cycle.
         self._flag = False
         self.reason = ""
         self._guard = threading.Lock()
-        self._callbacks: list[Callable[[Lease], object]] = []
-        self._lease: Lease | None = None
+        self.resource = resource
+        self.token = token
+        self._callbacks: list[Callable[[], object]] = []
         self._fired = False  # the callbacks ran
         self._quiet = False  # released by its holder: there is no loss to report
 
@@ -51,7 +50,7 @@ class LostSignal(threading.Event):
         """The Event's condition, made by the first waiter or setter that needs it."""
         cond = self.__dict__.get("_lazy_cond")
         if cond is None:
-            with _SIGNAL_CONDITIONS:
+            with SIGNAL_CONDITIONS:
                 cond = self.__dict__.setdefault("_lazy_cond", threading.Condition(threading.Lock()))
         return cond
 
@@ -59,7 +58,7 @@ class LostSignal(threading.Event):
         """``Event.set`` without making a condition that nobody waits on: with none made
         (under the guard that makes them), no thread can be waiting, so the flag alone
         will do; a waiter that comes later reads it."""
-        with _SIGNAL_CONDITIONS:
+        with SIGNAL_CONDITIONS:
             if "_lazy_cond" not in self.__dict__:
                 self._flag = True
                 return
@@ -73,8 +72,8 @@ class LostSignal(threading.Event):
 
     def set(self) -> None:
         """Mark the lease lost by hand (e.g. the work learned it elsewhere)."""
-        if self._mark("marked lost by its holder", notify=True) and self._lease is not None:
-            metrics.lease_lost(self._lease.resource, LossCause.MARKED)
+        if self._mark("marked lost by its holder", notify=True):
+            metrics.lease_lost(self.resource, LossCause.MARKED)
 
     def clear(self) -> None:
         raise RuntimeError("a lost lease stays lost: acquire a new one")
@@ -100,21 +99,22 @@ class LostSignal(threading.Event):
             self._fired = True
             callbacks = list(self._callbacks)
         for callback in callbacks:
-            _run_callback(callback, self._lease)
+            self._run(callback)
         return newly
 
-    def _add_callback(self, callback: Callable[["Lease"], object]) -> None:
+    def _add_callback(self, callback: Callable[[], object]) -> None:
+        """Run ``callback()`` once on a loss (at once if there was one): ``on_lost``'s,
+        bound to its lease."""
         with self._guard:
             self._callbacks.append(callback)
             run_now = self._fired
         if run_now:
-            _run_callback(callback, self._lease)
+            self._run(callback)
 
-
-def _run_callback(callback: Callable[["Lease"], object], lease: "Lease") -> None:
-    try:
-        callback(lease)
-    except Exception:  # a callback's bug must not stop the keep-alive that called it
-        logger.exception(
-            "on_lost callback failed", extra={"resource": lease.resource, "token": lease.token}
-        )
+    def _run(self, callback: Callable[[], object]) -> None:
+        try:
+            callback()
+        except Exception:  # a callback's bug must not stop the keep-alive that called it
+            logger.exception(
+                "on_lost callback failed", extra={"resource": self.resource, "token": self.token}
+            )

@@ -12,6 +12,7 @@ plain value that can cross a process boundary), and refuse a bare ``int`` with a
 """
 
 from dataclasses import dataclass
+from typing import Protocol
 
 from locking.keys import validate_resource
 
@@ -31,7 +32,7 @@ class FencingToken:
     owner: str
     using: str | None = None
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         validate_resource(self.resource)
         if type(self.token) is not int or self.token <= 0:
             raise ValueError(f"a fencing token is a positive int, got {self.token!r}")
@@ -42,7 +43,19 @@ class FencingToken:
         return self.token
 
 
-def fencing_token_of(value, *, taken_by: str) -> FencingToken:
+class HasFencingToken(Protocol):
+    """What carries a grant's fencing token: a ``Lease`` or an ``AsyncLease`` (a protocol,
+    so that this module, which the leases import, names neither)."""
+
+    @property
+    def fencing_token(self) -> FencingToken: ...
+
+
+# What every entry point that takes a token takes, as its annotation says it.
+LeaseOrToken = HasFencingToken | FencingToken
+
+
+def fencing_token_of(value: object, *, taken_by: str) -> FencingToken:
     """``value`` as a ``FencingToken``: a lease gives its own; anything else is refused.
 
     ``taken_by`` names the entry point, for the message. A bare ``int`` (``lease.token``)

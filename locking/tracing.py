@@ -28,6 +28,7 @@ Attributes (``locking.*``):
 import os
 from collections.abc import Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager, nullcontext
+from typing import Protocol
 
 from opentelemetry import trace
 from opentelemetry.environment_variables import OTEL_PYTHON_TRACER_PROVIDER
@@ -137,11 +138,21 @@ def _recording_span(
             raise
 
 
+class _Held(Protocol):
+    """What ``span`` reads of a lease (``Lease`` or ``AsyncLease``)."""
+
+    @property
+    def resource(self) -> str: ...
+
+    @property
+    def token(self) -> int: ...
+
+
 @contextmanager
 def span(
     name: str,
     *,
-    lease=None,
+    lease: _Held | None = None,
     resource: str | None = None,
     attributes: Mapping[str, object] | None = None,
 ) -> Iterator[Span]:

@@ -16,9 +16,21 @@ conftest), and runs them with their own settings. The example project
 (locking/tests/example_project, which knows nothing of the platform) runs the same way on
 the combination that names it.
 
-The test databases (test_locking_matrix_*, test_locking_example) and Redis databases 2 and
-3 are the matrix's own, so a matrix run never meets `make test`'s (Redis database 1).
-Exits 1 with one line per failed combination.
+Then the types, as an adopter's type checker reads the installed wheel: `mypy --strict
+--disallow-any-expr` on the sdist's locking/tests/typing/consumer.py (every public name,
+each in an `assert_type`), in a virtualenv of its own with the wheel, Django and the mypy
+and django-stubs of requirements-dev.txt: it must pass. And the control: the same run
+against a copy of the wheel without `py.typed`, which must fail, and for that reason
+(mypy: "missing library stubs or py.typed marker"); a control that passes means the run
+could not have failed, and fails the matrix.
+
+The test databases (test_locking_matrix_*, test_locking_example) are the matrix's own, and
+so is its Redis: a redis-server it starts on a free port and stops by its pid. Not the
+worktree's, where `make test`'s pytest-xdist worker gwN has database 1 + N
+(locking/tests/workers.py) and flushes it around every test: with the matrix on databases 2
+and 3 of that server, a `make test` running beside it emptied them under a matrix test (a
+lease gone before the child process could break it).
+Exits 1 with one line per failed combination or typing step.
 """
 
 import hashlib
@@ -26,19 +38,22 @@ import json
 import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
 import tarfile
 import tempfile
 import time
 import zipfile
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 MATRIX_DIR = ROOT / ".local" / "matrix"
 PG_PORT = os.environ.get("HOA_PG_PORT", "55432")
-REDIS_PORT = os.environ.get("HOA_REDIS_PORT", "56379")
+TYPING_TOOLS = ("mypy", "django-stubs", "django-stubs-ext")
 # The lowest version of every declared dependency (pyproject.toml's lower bounds).
 LOWEST = (
     "Django==5.2",
@@ -59,6 +74,15 @@ class Combination:
     requirements: tuple[str, ...]
     example: bool = False
 
+
+# The typing run: which Python, what it installs besides the wheel (pinned in the project's
+# requirements: Django as the project runs it, the type checker and Django's stubs), how
+# mypy is called, and what the control's failure must say.
+TYPING_PYTHON = "3.11"
+TYPING_REQUIREMENTS = {"requirements.txt": ("django",), "requirements-dev.txt": TYPING_TOOLS}
+MYPY = ("-m", "mypy", "--strict", "--disallow-any-expr", "--no-incremental")
+NOT_TYPED = "module is installed, but missing library stubs or py.typed marker"
+CONSUMER = Path("typing") / "consumer.py"
 
 COMBINATIONS = (
     Combination("py3.11-django5.2-lowest", "3.11", LOWEST),
@@ -254,7 +278,46 @@ def run_suite(
     return f"{closing} (wall {elapsed:.0f} s)"
 
 
-def run_combination(combination: Combination, wheel: Path, tests: Path) -> list[tuple[str, str]]:
+@contextmanager
+def own_redis(directory: Path, timeout: float = 10) -> Iterator[str]:
+    """A redis-server of the matrix's own on a free loopback port, without persistence, in
+    ``directory``; yields its URL (no database), stops it by its pid after the block."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    process = subprocess.Popen(
+        [shutil.which("redis-server") or "redis-server", "--bind", "127.0.0.1",
+         "--port", str(port), "--dir", str(directory), "--save", "", "--appendonly", "no"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + timeout
+        while not _answers_ping(port):
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise MatrixError(f"redis-server on port {port} did not start")
+            time.sleep(0.05)
+        yield f"redis://127.0.0.1:{port}"
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout)
+
+
+def _answers_ping(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.5) as sock:
+            sock.sendall(b"PING\r\n")
+            return sock.recv(16).startswith(b"+PONG")
+    except OSError:
+        return False  # not listening yet
+
+
+def run_combination(
+    combination: Combination, wheel: Path, tests: Path, *, redis_url: str
+) -> list[tuple[str, str]]:
     venv = prepare_venv(combination, wheel, tests)
     tag = combination.name.replace(".", "").replace("-", "_")
     results = []
@@ -270,8 +333,8 @@ def run_combination(combination: Combination, wheel: Path, tests: Path) -> list[
             tests="locking_tests",
             env={
                 "TEST_DATABASE_NAME": f"test_locking_matrix_{tag}",
-                "LOCK_REDIS_URL": f"redis://127.0.0.1:{REDIS_PORT}/2",
-                "REDIS_URL": f"redis://127.0.0.1:{REDIS_PORT}/2",
+                "LOCK_REDIS_URL": f"{redis_url}/1",
+                "REDIS_URL": f"{redis_url}/1",
             },
         )
         results.append((f"{combination.name} locking's tests", closing))
@@ -286,12 +349,109 @@ def run_combination(combination: Combination, wheel: Path, tests: Path) -> list[
                 tests="invoices",
                 env={
                     "TEST_DATABASE_NAME": "test_locking_example",
-                    "LOCK_REDIS_URL": f"redis://127.0.0.1:{REDIS_PORT}/3",
+                    "LOCK_REDIS_URL": f"{redis_url}/2",
                     "EXPECT_DJANGO": combination.requirements[0].split(">=")[1].split(",")[0],
                 },
             )
             results.append((f"{combination.name} example project", closing))
     return results
+
+
+def pinned(requirements: Path, names: tuple[str, ...]) -> list[str]:
+    """The ``name==version`` lines of ``requirements`` for ``names``; every one must be there."""
+    found = {}
+    for line in requirements.read_text().splitlines():
+        name, equals, version = line.split("#")[0].strip().partition("==")
+        if equals and name.split("[")[0].lower() in names:
+            found[name.split("[")[0].lower()] = f"{name}=={version.strip()}"
+    missing = sorted(set(names) - found.keys())
+    if missing:
+        raise MatrixError(f"typing: {requirements.name} pins no {', '.join(missing)}")
+    return [found[name] for name in names]
+
+
+def without_py_typed(wheel: Path, into: Path) -> Path:
+    """A copy of ``wheel`` (same file name) without ``locking/py.typed`` or its RECORD line."""
+    copy = into / wheel.name
+    with zipfile.ZipFile(wheel) as source, zipfile.ZipFile(copy, "w", zipfile.ZIP_DEFLATED) as out:
+        for item in source.infolist():
+            if item.filename == "locking/py.typed":
+                continue
+            data = source.read(item.filename)
+            if item.filename.endswith(".dist-info/RECORD"):
+                lines = data.decode().splitlines(keepends=True)
+                data = "".join(x for x in lines if not x.startswith("locking/py.typed,")).encode()
+            out.writestr(item, data)
+    return copy
+
+
+def typing_venv(name: str, wheel: Path) -> Path:
+    """A virtualenv with ``wheel`` (no extras), Django and the type checker, for mypy to read
+    the package as an adopter's does: installed, from site-packages. Reused if unchanged."""
+    python = interpreter(TYPING_PYTHON)
+    requirements = [
+        pin for file, names in TYPING_REQUIREMENTS.items() for pin in pinned(ROOT / file, names)
+    ]
+    venv = MATRIX_DIR / name
+    stamp_text = json.dumps([str(python), wheel_digest(wheel), requirements])
+    stamp = venv / ".matrix-stamp"
+    if stamp.is_file() and stamp.read_text() == stamp_text:
+        log(f"{name}: reusing {venv.relative_to(ROOT)}")
+        return venv
+    log(f"{name}: creating {venv.relative_to(ROOT)} with {python}")
+    shutil.rmtree(venv, ignore_errors=True)
+    if run([python, "-m", "venv", venv]).returncode != 0:
+        raise MatrixError(f"{name}: could not create a virtualenv with {python}")
+    pip = [venv / "bin" / "python", "-m", "pip", "--disable-pip-version-check", "-q", "install"]
+    result = run([*pip, wheel.resolve(), *requirements], capture_output=True, text=True)
+    if result.returncode != 0:
+        sys.stderr.write((result.stdout + result.stderr)[-5000:])
+        raise MatrixError(f"{name}: pip failed: {wheel.name} {' '.join(requirements)}")
+    stamp.write_text(stamp_text)
+    return venv
+
+
+def mypy(venv: Path, consumer: Path) -> tuple[int, list[str]]:
+    """Run mypy on ``consumer`` alone, in a directory of its own (no configuration file of
+    the checkout's applies); return its exit status and its lines."""
+    with tempfile.TemporaryDirectory(prefix="locking-typing-") as tmp:
+        shutil.copy(consumer, Path(tmp) / consumer.name)
+        result = run(
+            [venv / "bin" / "python", *MYPY, consumer.name],
+            cwd=tmp,
+            capture_output=True,
+            text=True,
+            env={k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "MYPYPATH")},
+        )
+    return result.returncode, (result.stdout + result.stderr).strip().splitlines()
+
+
+def check_types(wheel: Path, tests: Path) -> list[tuple[str, str]]:
+    """mypy on the consumer against the wheel (must pass) and against its copy without
+    ``py.typed`` (the control: must fail, for that reason)."""
+    consumer = tests / CONSUMER
+    if not consumer.is_file():
+        raise MatrixError(f"typing: the sdist carries no locking/tests/{CONSUMER}")
+    command = f"mypy {' '.join(MYPY[2:4])}"
+    status, lines = mypy(typing_venv("typing", wheel), consumer)
+    if status != 0:
+        print("\n".join(lines[-60:]))
+        raise MatrixError(f"typing: {command} on {CONSUMER.name} failed: {lines[-1:]}")
+    log(f"typing: {command} {CONSUMER.name}: {lines[-1]}")
+    with tempfile.TemporaryDirectory(prefix="locking-typing-control-") as tmp:
+        control = without_py_typed(wheel, Path(tmp))
+        status, control_lines = mypy(typing_venv("typing-control", control), consumer)
+    refusal = next((line for line in control_lines if NOT_TYPED in line), None)
+    if status == 0:
+        raise MatrixError("typing control: mypy passed without py.typed: the run cannot fail")
+    if refusal is None:
+        print("\n".join(control_lines[-20:]))
+        raise MatrixError(f"typing control: mypy failed, but not for py.typed: {control_lines[:1]}")
+    log(f"typing control (the wheel without py.typed): exit {status}: {refusal}")
+    return [
+        (f"typing: {command}", lines[-1]),
+        ("typing control: the wheel without py.typed", f"exit {status} as it must: {refusal}"),
+    ]
 
 
 def main(argv: list[str]) -> int:
@@ -310,19 +470,29 @@ def main(argv: list[str]) -> int:
             return 1
     MATRIX_DIR.mkdir(parents=True, exist_ok=True)
     results, failures = [], []
-    with tempfile.TemporaryDirectory(prefix="locking-matrix-sdist-") as unpacked:
+    with (
+        tempfile.TemporaryDirectory(prefix="locking-matrix-sdist-") as unpacked,
+        ExitStack() as stack,
+    ):
         try:
             tests = unpack_tests(sdist, Path(unpacked))
+            redis_url = stack.enter_context(own_redis(Path(unpacked)))
         except MatrixError as error:
             print(f"locking_matrix: {error}", file=sys.stderr)
             return 1
         log(f"locking's tests from {sdist.name}, the package from {wheel.name}")
+        log(f"Redis of the matrix's own: {redis_url}")
         for combination in COMBINATIONS:
             try:
-                results += run_combination(combination, wheel, tests)
+                results += run_combination(combination, wheel, tests, redis_url=redis_url)
             except MatrixError as error:
                 failures.append(str(error))
                 results.append((combination.name, f"FAILED: {error}"))
+        try:
+            results += check_types(wheel, tests)
+        except MatrixError as error:
+            failures.append(str(error))
+            results.append(("typing", f"FAILED: {error}"))
     print()
     for name, closing in results:
         print(f"  {name:<45} {closing}")

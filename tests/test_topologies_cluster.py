@@ -23,6 +23,7 @@ from redis.crc import key_slot
 
 from hoa.models import Complaint, ComplaintEvent
 from locking import (
+    AsyncFenceLock,
     Attempt,
     FenceLock,
     LockHeld,
@@ -364,8 +365,8 @@ def test_grants_wait_for_the_replica_of_their_own_shard_sync_and_async(
     lock = FenceLock()
 
     async def async_grant(name: str) -> int:
-        lease = await lock.aacquire(name, ttl=TTL)
-        await lease.arelease()
+        lease = await AsyncFenceLock().acquire(name, ttl=TTL)
+        await lease.release()
         return lease.token
 
     with lock.acquire(resource, ttl=TTL) as lease:

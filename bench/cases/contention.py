@@ -21,7 +21,7 @@ from bench.measure import check, median, percentile, result, since_us
 from hoa.models import Complaint
 from locking import FenceLock, LockHeld, StaleFencingToken, advance_fence
 
-# The same constants as locking.lock's wait= backoff (private there, so restated here).
+# The same constants as locking.scripts's wait= backoff (restated: bench imports no internals).
 BACKOFF_BASE_SECONDS = 0.01
 BACKOFF_CAP_SECONDS = 0.25
 # Every commit, in commit order (id order).

@@ -1,7 +1,7 @@
 """Outbound webhook calls shared by the billing and dispatch clients.
 
-One POST per fenced attempt, sealed by ``locking.seal_call`` (locking/signing.py: the one
-implementation of the envelope, shared with locking's receiver), carrying:
+One POST per fenced attempt, sealed by ``locking.seal_call`` (locking/receiving/signing.py:
+the one implementation of the envelope, shared with locking's receiver), carrying:
 
 - ``Idempotency-Key``: the business key, so the receiver can collapse retries;
 - ``X-Fencing-Token``: the lease's token, so the receiver can refuse a stale holder;

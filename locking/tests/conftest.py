@@ -7,7 +7,11 @@ import pytest
 
 import locking
 from locking.conf import setting
-from locking.tests.fixtures import fence_lock, redis_client  # noqa: F401 (fixtures)
+from locking.tests.fixtures import (  # noqa: F401 (fixtures)
+    async_fence_lock,
+    fence_lock,
+    redis_client,
+)
 from locking.tests.workers import make_group_scheduler
 
 # Its own project with its own settings: make test-locking-matrix runs it on its own.

@@ -4,7 +4,7 @@ receiver's record of an accepted token.
 locking's own tests get these fixtures from their conftest; a project's test suite may
 import them into its own ``conftest.py``::
 
-    from locking.tests.fixtures import fence_lock, redis_client  # noqa: F401
+    from locking.tests.fixtures import async_fence_lock, fence_lock, redis_client  # noqa: F401
 """
 
 from collections.abc import Iterator
@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from django.db import connections
 
-from locking import FenceLock
+from locking import AsyncFenceLock, FenceLock
 from locking.conf import setting
 from locking.tests.support import PrivateRedis
 
@@ -93,3 +93,9 @@ def redis_client(request, django_db_setup, django_db_blocker):
 @pytest.fixture
 def fence_lock():
     return FenceLock()
+
+
+@pytest.fixture
+def async_fence_lock():
+    """The async lock on the same Redis (the running event loop's client of it)."""
+    return AsyncFenceLock()

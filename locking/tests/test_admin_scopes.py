@@ -275,7 +275,7 @@ def test_a_stuck_first_holder_is_broken_by_name_with_a_reason_and_audited(
 
 
 def lease_label(holder: str) -> str:
-    from locking.grant import holder_label
+    from locking.keys import holder_label
 
     return holder_label(holder)
 

@@ -13,8 +13,8 @@ from datetime import timedelta
 import pytest
 
 from locking import (
+    AsyncFenceLock,
     Attempt,
-    FenceLock,
     LeaseLost,
     LockHeld,
     LockUnavailable,
@@ -26,8 +26,7 @@ from locking import (
 )
 from locking.connection import get_async_lock_redis
 from locking.epochs import astart_epoch, current_epoch, first_token
-from locking.grant import holder_label
-from locking.keys import seed_key
+from locking.keys import holder_label, seed_key
 from locking.models import FenceEvent
 from locking.tests.support import async_wait_until, closed_port, run_async
 from locking.tests.testapp.models import FencedThing
@@ -75,12 +74,12 @@ def evalsha_calls(client) -> int:
 # --- leases -------------------------------------------------------------------------------
 
 
-def test_aacquire_grants_and_arelease_deletes_the_lease_once(fence_lock, redis_client):
+def test_the_async_lock_grants_and_release_deletes_the_lease_once(async_fence_lock, redis_client):
     async def scenario():
-        lease = await fence_lock.aacquire("monthly-charges:org:1", ttl=TTL, holder="alice")
+        lease = await async_fence_lock.acquire("monthly-charges:org:1", ttl=TTL, holder="alice")
         stored = redis_client.get(lock_key(lease.resource)).decode()
-        first = await lease.arelease()
-        second = await lease.arelease()
+        first = await lease.release()
+        second = await lease.release()
         return lease, stored, first, second
 
     lease, stored, first, second = run_async(scenario)
@@ -94,10 +93,10 @@ def test_aacquire_grants_and_arelease_deletes_the_lease_once(fence_lock, redis_c
     assert int(redis_client.get(fence_key(lease.resource))) == 1
 
 
-def test_async_with_releases_the_lease_when_the_block_raises(fence_lock, redis_client):
+def test_async_with_releases_the_lease_when_the_block_raises(async_fence_lock, redis_client):
     async def scenario():
         with pytest.raises(RuntimeError):
-            async with await fence_lock.aacquire("r:1", ttl=TTL):
+            async with await async_fence_lock.acquire("r:1", ttl=TTL):
                 assert redis_client.exists(lock_key("r:1")) == 1
                 raise RuntimeError("work failed")
 
@@ -106,15 +105,15 @@ def test_async_with_releases_the_lease_when_the_block_raises(fence_lock, redis_c
     assert redis_client.exists(lock_key("r:1")) == 0
 
 
-def test_aextend_resets_the_expiry_and_is_refused_once_the_lease_is_not_ours(
-    fence_lock, redis_client
+def test_async_extend_resets_the_expiry_and_is_refused_once_the_lease_is_not_ours(
+    async_fence_lock, redis_client
 ):
     async def scenario():
-        lease = await fence_lock.aacquire("r:1", ttl=timedelta(seconds=2))
-        extended = await lease.aextend(TTL)
+        lease = await async_fence_lock.acquire("r:1", ttl=timedelta(seconds=2))
+        extended = await lease.extend(TTL)
         pttl = redis_client.pttl(lock_key("r:1"))
         redis_client.delete(lock_key("r:1"))
-        refused = await lease.aextend(TTL)
+        refused = await lease.extend(TTL)
         return lease, extended, pttl, refused
 
     lease, extended, pttl, refused = run_async(scenario)
@@ -125,11 +124,11 @@ def test_aextend_resets_the_expiry_and_is_refused_once_the_lease_is_not_ours(
     assert lease.lost.reason == "extend refused: the lease expired or has another holder"
 
 
-def test_second_aacquire_gets_lock_held_naming_the_holder(fence_lock, redis_client):
+def test_a_second_async_acquire_gets_lock_held_naming_the_holder(async_fence_lock, redis_client):
     async def scenario():
         return await asyncio.gather(
-            fence_lock.aacquire("r:1", ttl=TTL, holder="alice"),
-            fence_lock.aacquire("r:1", ttl=TTL, holder="bob"),
+            async_fence_lock.acquire("r:1", ttl=TTL, holder="alice"),
+            async_fence_lock.acquire("r:1", ttl=TTL, holder="bob"),
             return_exceptions=True,
         )
 
@@ -148,19 +147,21 @@ def test_second_aacquire_gets_lock_held_naming_the_holder(fence_lock, redis_clie
 
 
 @pytest.mark.private_redis  # counts EVALSHA in INFO
-def test_aacquire_with_wait_gets_the_lease_once_the_holder_releases(fence_lock, redis_client):
+def test_async_acquire_with_wait_gets_the_lease_once_the_holder_releases(
+    async_fence_lock, redis_client
+):
     async def scenario():
-        holder = await fence_lock.aacquire("r:1", ttl=TTL)
+        holder = await async_fence_lock.acquire("r:1", ttl=TTL)
         before = evalsha_calls(redis_client)
         waiter = asyncio.create_task(
-            fence_lock.aacquire("r:1", ttl=TTL, wait=timedelta(seconds=WAIT))
+            async_fence_lock.acquire("r:1", ttl=TTL, wait=timedelta(seconds=WAIT))
         )
         # Proof that the waiter is retrying against the held lease, not yet granted.
         await async_wait_until(
             lambda: evalsha_calls(redis_client) >= before + 3, what="the waiter to retry"
         )
         assert not waiter.done()
-        await holder.arelease()
+        await holder.release()
         return holder, await waiter
 
     holder, granted = run_async(scenario)
@@ -175,25 +176,14 @@ def test_unreachable_redis_is_lock_unavailable(redis_client):
         client = redis.asyncio.Redis.from_url(
             f"redis://127.0.0.1:{closed_port()}/0", socket_timeout=0.2, socket_connect_timeout=0.2
         )
-        lock = FenceLock(async_client=client)
+        lock = AsyncFenceLock(client)
         try:
             with pytest.raises(LockUnavailable):
-                await lock.aacquire("r:1", ttl=TTL)
+                await lock.acquire("r:1", ttl=TTL)
         finally:
             await client.aclose()
 
     run_async(scenario)
-
-
-def test_a_lock_given_its_own_client_refuses_async_calls_without_an_async_one(redis_client):
-    lock = FenceLock(client=redis_client)
-
-    async def scenario():
-        with pytest.raises(TypeError, match="pass async_client= too"):
-            await lock.aacquire("r:1", ttl=TTL)
-
-    run_async(scenario)
-    assert redis_client.exists(lock_key("r:1")) == 0
 
 
 def test_the_loops_client_is_built_from_the_lock_settings_once_per_loop(settings):
@@ -213,11 +203,13 @@ def test_the_loops_client_is_built_from_the_lock_settings_once_per_loop(settings
 # --- epochs -------------------------------------------------------------------------------
 
 
-def test_a_lost_counter_starts_a_new_epoch_before_the_async_grant(fence_lock, redis_client):
+def test_a_lost_counter_starts_a_new_epoch_before_the_async_grant(
+    fence_lock, async_fence_lock, redis_client
+):
     fence_lock.acquire("r:1", ttl=TTL).release()  # epoch 0, token 1
     redis_client.flushdb()  # Redis lost everything
 
-    lease = run_async(lambda: fence_lock.aacquire("r:1", ttl=TTL))
+    lease = run_async(lambda: async_fence_lock.acquire("r:1", ttl=TTL))
 
     assert lease.token == first_token(1) + 1
     assert current_epoch("r:1") == 1
@@ -226,7 +218,7 @@ def test_a_lost_counter_starts_a_new_epoch_before_the_async_grant(fence_lock, re
 
 @pytest.mark.private_redis  # counts EVALSHA in INFO
 def test_an_async_grant_waits_for_another_callers_epoch_instead_of_recording_its_own(
-    fence_lock, redis_client
+    fence_lock, async_fence_lock, redis_client
 ):
     fence_lock.acquire("r:1", ttl=TTL).release()  # epoch 0, token 1
     redis_client.flushdb()
@@ -234,7 +226,7 @@ def test_an_async_grant_waits_for_another_callers_epoch_instead_of_recording_its
 
     async def scenario():
         before = evalsha_calls(redis_client)
-        grant = asyncio.create_task(fence_lock.aacquire("r:1", ttl=TTL))
+        grant = asyncio.create_task(async_fence_lock.acquire("r:1", ttl=TTL))
         # The grant script answers "another caller is recording the epoch" (3): it polls.
         await async_wait_until(
             lambda: evalsha_calls(redis_client) >= before + 3, what="the grant to poll"
@@ -242,7 +234,7 @@ def test_an_async_grant_waits_for_another_callers_epoch_instead_of_recording_its
         assert not grant.done()
         # The other caller records epoch 1 and seeds the counter with it.
         floor = await astart_epoch("r:1")
-        await fence_lock.areseed("r:1", floor)
+        await async_fence_lock.reseed("r:1", floor)
         redis_client.delete(seed_key("r:1"))
         return await grant
 
@@ -320,13 +312,13 @@ def test_arun_fenced_retries_once_when_the_counter_is_behind(thing, resource, re
     ]
 
 
-def test_a_write_that_raises_rolls_the_fence_back_with_it(thing, resource, fence_lock):
+def test_a_write_that_raises_rolls_the_fence_back_with_it(thing, resource, async_fence_lock):
     def write():
         FencedThing.objects.filter(pk=thing.pk).update(name="half")
         raise ValueError("the write failed")
 
     async def scenario():
-        async with await fence_lock.aacquire(resource, ttl=TTL) as lease:
+        async with await async_fence_lock.acquire(resource, ttl=TTL) as lease:
             with pytest.raises(ValueError):
                 await aadvance_fence(fenced(thing), lease, write)
 
@@ -358,8 +350,8 @@ def test_a_paused_async_holder_is_refused_after_a_newer_holder_committed(
         await async_wait_until(
             lambda: not redis_client.exists(lock_key(resource)), what="the first lease to expire"
         )
-        lock = FenceLock()
-        async with await lock.aacquire(resource, ttl=TTL, holder="second") as second:
+        lock = AsyncFenceLock()
+        async with await lock.acquire(resource, ttl=TTL, holder="second") as second:
             await aadvance_fence(fenced(thing), second, rename(thing, "second"))
         wake.set()
         with pytest.raises(StaleFencingToken) as caught:
@@ -376,19 +368,19 @@ def test_a_paused_async_holder_is_refused_after_a_newer_holder_committed(
     assert events(resource) == [("stale", 1, "a newer holder recorded token 2")]
 
 
-# --- akeep_alive --------------------------------------------------------------------------
+# --- keep_alive --------------------------------------------------------------------------
 
 
-def test_akeep_alive_holds_a_short_lease_past_its_ttl(fence_lock, redis_client):
+def test_async_keep_alive_holds_a_short_lease_past_its_ttl(async_fence_lock, redis_client):
     async def scenario():
-        lease = await fence_lock.aacquire("r:1", ttl=SHORT)
-        async with lease.akeep_alive() as kept:
+        lease = await async_fence_lock.acquire("r:1", ttl=SHORT)
+        async with lease.keep_alive() as kept:
             assert kept is lease
             deadline = asyncio.get_running_loop().time() + 3 * SHORT.total_seconds()
             while asyncio.get_running_loop().time() < deadline:
                 await asyncio.sleep(0.05)
             still_ours = redis_client.get(lock_key("r:1")).decode().startswith(lease.owner)
-        return lease, still_ours, await lease.arelease()
+        return lease, still_ours, await lease.release()
 
     lease, still_ours, released = run_async(scenario)
 
@@ -397,9 +389,9 @@ def test_akeep_alive_holds_a_short_lease_past_its_ttl(fence_lock, redis_client):
     assert lease.lost.reason == "released"
 
 
-def test_akeep_alive_cancels_the_work_when_the_lease_is_lost(fence_lock, redis_client):
+def test_async_keep_alive_cancels_the_work_when_the_lease_is_lost(async_fence_lock, redis_client):
     async def scenario():
-        lease = await fence_lock.aacquire("r:1", ttl=SHORT)
+        lease = await async_fence_lock.acquire("r:1", ttl=SHORT)
         lost_calls: list = []
         lease.on_lost(lost_calls.append)
         started = asyncio.Event()
@@ -407,7 +399,7 @@ def test_akeep_alive_cancels_the_work_when_the_lease_is_lost(fence_lock, redis_c
         went_on: list[str] = []
 
         async def work():
-            async with lease.akeep_alive(cancel=True):
+            async with lease.keep_alive(cancel=True):
                 started.set()
                 await never.wait()  # a slow external call
                 went_on.append("after the call")
@@ -427,10 +419,10 @@ def test_akeep_alive_cancels_the_work_when_the_lease_is_lost(fence_lock, redis_c
     assert isinstance(lost.__cause__, asyncio.CancelledError)
 
 
-def test_akeep_alive_without_cancel_only_marks_the_lease_lost(fence_lock, redis_client):
+def test_async_keep_alive_without_cancel_only_marks_the_lease_lost(async_fence_lock, redis_client):
     async def scenario():
-        lease = await fence_lock.aacquire("r:1", ttl=SHORT)
-        async with lease.akeep_alive():
+        lease = await async_fence_lock.acquire("r:1", ttl=SHORT)
+        async with lease.keep_alive():
             redis_client.delete(lock_key("r:1"))
             await async_wait_until(lease.lost.is_set, what="the keep-alive to notice")
             with pytest.raises(LeaseLost):
@@ -440,13 +432,13 @@ def test_akeep_alive_without_cancel_only_marks_the_lease_lost(fence_lock, redis_
     assert run_async(scenario) == "the block ran to its end"
 
 
-def test_a_cancellation_from_elsewhere_stays_a_cancellation(fence_lock, redis_client):
+def test_a_cancellation_from_elsewhere_stays_a_cancellation(async_fence_lock, redis_client):
     async def scenario():
-        lease = await fence_lock.aacquire("r:1", ttl=TTL)
+        lease = await async_fence_lock.acquire("r:1", ttl=TTL)
         started = asyncio.Event()
 
         async def work():
-            async with lease.akeep_alive(cancel=True):
+            async with lease.keep_alive(cancel=True):
                 started.set()
                 await asyncio.Event().wait()
 
@@ -455,7 +447,7 @@ def test_a_cancellation_from_elsewhere_stays_a_cancellation(fence_lock, redis_cl
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
-        return lease, await lease.arelease()
+        return lease, await lease.release()
 
     lease, released = run_async(scenario)
 

@@ -1,9 +1,13 @@
 """locking stands alone: it imports nothing of the project, and ``__all__`` is its interface."""
 
+import ast
+import functools
+import inspect
 import re
 import subprocess
 import sys
 from pathlib import Path
+from types import FunctionType
 
 import pytest
 from django.core.management import call_command
@@ -100,6 +104,8 @@ def test_importing_all_of_locking_imports_nothing_of_the_project():
 
 def test_all_is_the_documented_interface_and_every_name_resolves():
     assert sorted(locking.__all__) == [
+        "AsyncFenceLock",
+        "AsyncLease",
         "Attempt",
         "BreakLeaseForm",
         "CallVerdict",
@@ -155,8 +161,8 @@ def test_the_test_models_need_no_new_migration():
 
 
 # docs/locking/internals.md, "The modules": one job per module, none over 450 lines. Read it here
-# so that a module that outgrows its job is split (as lease.py was: its signal and its
-# keep-alive thread have modules of their own), not the rule quietly dropped.
+# so that a module that outgrows its job is split (as lease.py was: the state its holder can
+# know is tenure.py's, its lost signal signal.py's), not the rule quietly dropped.
 MODULE_LINES = 450
 
 
@@ -180,3 +186,169 @@ def test_the_length_rule_finds_a_long_module_and_skips_tests_and_migrations(tmp_
         (tmp_path / name).write_text("x = 1\n" * 5)
     (tmp_path / "short.py").write_text("x = 1\n" * 4)
     assert modules_over(4, tmp_path) == ["long.py: 5 lines"]
+
+
+# Issue 36 item 6: a lease is a small class, built with keywords. Everything it has counts,
+# its bases' included (a mixin's methods are the class's methods), properties too.
+LEASE_METHODS = 15
+
+
+def methods_of(cls: type) -> list[str]:
+    """Every method and property ``cls`` has, inherited ones included (``object``'s not)."""
+    kinds = (FunctionType, property, staticmethod, classmethod, functools.cached_property)
+    return sorted(
+        {
+            name
+            for klass in cls.__mro__
+            if klass is not object
+            for name, value in vars(klass).items()
+            if isinstance(value, kinds)
+        }
+    )
+
+
+@pytest.mark.parametrize("lease_class", [locking.Lease, locking.AsyncLease])
+def test_a_lease_has_at_most_15_methods_and_a_keyword_only_constructor(lease_class):
+    assert len(methods_of(lease_class)) <= LEASE_METHODS, methods_of(lease_class)
+    parameters = list(inspect.signature(lease_class).parameters.values())
+    assert parameters and {p.kind for p in parameters} == {inspect.Parameter.KEYWORD_ONLY}
+
+
+def test_the_method_count_sees_a_mixins_methods_and_properties():
+    """Control."""
+
+    class Mixin:
+        def mixed(self): ...
+
+    class Base:
+        @property
+        def read(self): ...
+
+        @staticmethod
+        def static(): ...
+
+    class Counted(Mixin, Base):
+        slot = 1
+
+        def __init__(self): ...
+
+    assert methods_of(Counted) == ["__init__", "mixed", "read", "static"]
+
+
+# Issue 36 item 6: locking's modules import each other in no loop. The graph is read from
+# the source with ast, tests and migrations left out. An edge is every import a module
+# makes of another of locking's modules, wherever it stands: at the top, inside a function
+# (a late import that only dodges a loop at run time is still the loop), or under ``if
+# TYPE_CHECKING:`` (a loop a type checker must untangle is still a loop a reader must).
+# ``from locking.x import y`` is an edge to ``locking.x.y`` when that is a module, else to
+# ``locking.x``. Importing ``locking.x.y`` also runs the package ``locking.x`` first; that
+# is Python's order, not something the module names, so it is no edge (a package's
+# ``__init__`` that re-exports its modules would otherwise be in a loop with each).
+
+
+def module_graph(package: Path) -> dict[str, set[str]]:
+    """Each module of ``package`` and the modules of ``package`` it imports."""
+
+    def name_of(path: Path) -> str:
+        parts = list(path.relative_to(package.parent).with_suffix("").parts)
+        return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+    modules = {
+        name_of(path): path
+        for path in sorted(package.rglob("*.py"))
+        if not {"tests", "migrations"} & set(path.relative_to(package).parts)
+    }
+    graph = {}
+    for name, path in modules.items():
+        here = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+        edges = set()
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                edges |= {alias.name for alias in node.names if alias.name in modules}
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:  # relative: from the module's package, up level - 1
+                    up = here[: len(here) - node.level + 1]
+                    base = ".".join([*up, *([node.module] if node.module else [])])
+                for alias in node.names:
+                    if f"{base}.{alias.name}" in modules:
+                        edges.add(f"{base}.{alias.name}")
+                    elif base in modules:
+                        edges.add(base)
+        graph[name] = edges - {name}
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The loops of ``graph``: each strongly connected set of more than one module (or a
+    module that imports itself), sorted (Tarjan's algorithm, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found = []
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        while work:
+            node, edges = work[-1]
+            for target in edges:
+                if target not in index:
+                    index[target] = low[target] = len(index)
+                    stack.append(target)
+                    work.append((target, iter(sorted(graph.get(target, ())))))
+                    break
+                if target in stack:
+                    low[node] = min(low[node], index[target])
+            else:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[node])
+                if low[node] == index[node]:
+                    component = []
+                    while True:
+                        member = stack.pop()
+                        component.append(member)
+                        if member == node:
+                            break
+                    if len(component) > 1 or node in graph.get(node, ()):
+                        found.append(sorted(component))
+    return sorted(found)
+
+
+def test_locking_modules_import_each_other_in_no_cycle():
+    graph = module_graph(PACKAGE)
+    assert {"locking.lock", "locking.lease", "locking.asyncio.lock"} <= graph.keys()
+    assert cycles(graph) == []
+
+
+def test_the_cycle_rule_counts_late_and_type_checking_imports(tmp_path):
+    """Control: a loop closed by an import inside a function, one closed under ``if
+    TYPE_CHECKING:``, and one through ``from pkg import module`` are each found; a
+    package's ``__init__`` importing its own modules, and a name imported from a
+    package's ``__init__``, are not loops."""
+    files = {
+        "__init__.py": "from pkg.sub import thing\n",
+        "a.py": "from pkg import b\n",
+        "b.py": "def late():\n    from pkg.a import x\n",
+        "c.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from pkg.d import D\n",
+        "d.py": "import pkg.c\n",
+        "e.py": "from pkg.sub.f import y\n",
+        "sub/__init__.py": "from pkg.sub.f import y\nthing = 1\n",
+        "sub/f.py": "from . import g\n",
+        "sub/g.py": "from pkg import e\n",
+        "tests/test_x.py": "import pkg.h\n",
+        "h.py": "import pkg.tests.test_x\n",
+    }
+    for name, text in files.items():
+        (tmp_path / "pkg" / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "pkg" / name).write_text(text)
+    graph = module_graph(tmp_path / "pkg")
+    assert graph["pkg.sub.f"] == {"pkg.sub.g"}  # a relative import, resolved
+    assert cycles(graph) == [
+        ["pkg.a", "pkg.b"],
+        ["pkg.c", "pkg.d"],
+        ["pkg.e", "pkg.sub.f", "pkg.sub.g"],
+    ]

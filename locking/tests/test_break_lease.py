@@ -26,7 +26,7 @@ from locking import (
     lock_key,
     run_fenced,
 )
-from locking.grant import holder_label
+from locking.keys import holder_label
 from locking.models import FenceEvent
 from locking.operators import client_ip
 from locking.tests.testapp.models import FencedThing

@@ -7,7 +7,7 @@ from datetime import timedelta
 import pytest
 
 from locking import HolderState, holder_of, holders, lock_key
-from locking.grant import holder_label
+from locking.keys import holder_label
 from locking.operators import duration_text
 
 

@@ -21,6 +21,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from locking import (
+    AsyncFenceLock,
     Attempt,
     FenceLock,
     LeaseLost,
@@ -68,11 +69,17 @@ def partitioned_lock(proxy) -> FenceLock:
         socket_connect_timeout=SOCKET_TIMEOUT,
         retry=Retry(NoBackoff(), 0),
     )
-    return FenceLock(client=client, async_client=async_client_through(proxy))
+    return FenceLock(client=client)
+
+
+@pytest.fixture
+def async_partitioned_lock(proxy) -> AsyncFenceLock:
+    """The same for async code: a ``redis.asyncio`` client through the proxy (its
+    connections are opened on first use, by the event loop that uses them)."""
+    return AsyncFenceLock(async_client_through(proxy))
 
 
 def async_client_through(proxy: PartitionProxy) -> redis.asyncio.Redis:
-    # Its connections are opened on first use, by the event loop that uses them.
     return redis.asyncio.Redis(
         port=proxy.port,
         db=db_number(),
@@ -249,18 +256,18 @@ def test_run_fenced_stops_an_uncertain_lease_before_the_external_call_and_record
     assert (thing.name, thing.last_fence_token) == ("before", 0)
 
 
-# --- akeep_alive --------------------------------------------------------------------------
+# --- the async keep-alive -----------------------------------------------------------------
 
 
-def test_akeep_alive_rides_out_a_short_partition_without_cancelling_its_block(
-    partitioned_lock, proxy
+def test_async_keep_alive_rides_out_a_short_partition_without_cancelling_its_block(
+    async_partitioned_lock, proxy
 ):
     ttl = timedelta(seconds=6)
-    lease = partitioned_lock.acquire(RESOURCE, ttl=ttl)
     seen: list[LeaseState] = []
 
-    async def scenario() -> str:
-        async with lease.akeep_alive(cancel=True):
+    async def scenario():
+        lease = await async_partitioned_lock.acquire(RESOURCE, ttl=ttl)
+        async with lease.keep_alive(cancel=True):
             proxy.partition()
             started = time.monotonic()
             await async_wait_until(
@@ -274,31 +281,31 @@ def test_akeep_alive_rides_out_a_short_partition_without_cancelling_its_block(
                 lambda: lease.state is LeaseState.HELD, what="held", timeout=ttl.total_seconds()
             )
             seen.append(lease.state)
-        await partitioned_lock.async_client.aclose()
-        return "the block ran to its end"
+        lost_after_the_block = lease.lost.is_set()
+        released = await lease.release()
+        await async_partitioned_lock.client.aclose()
+        return "the block ran to its end", lost_after_the_block, released
 
-    assert run_async(scenario) == "the block ran to its end"
+    assert run_async(scenario) == ("the block ran to its end", False, True)
     assert seen == [LeaseState.UNCERTAIN, LeaseState.HELD]
-    assert not lease.lost.is_set()
-    assert lease.release() is True
 
 
-def test_akeep_alive_cancels_its_block_only_once_the_partition_outlasts_the_ttl(
-    partitioned_lock, proxy, redis_client
+def test_async_keep_alive_cancels_its_block_only_once_the_partition_outlasts_the_ttl(
+    async_partitioned_lock, proxy, redis_client
 ):
     ttl = timedelta(seconds=3)
-    lease = partitioned_lock.acquire(RESOURCE, ttl=ttl)
     states: list[LeaseState] = []
 
     async def scenario() -> None:
+        lease = await async_partitioned_lock.acquire(RESOURCE, ttl=ttl)
         try:
-            async with lease.akeep_alive(cancel=True):
+            async with lease.keep_alive(cancel=True):
                 proxy.partition()
                 while True:  # the block's work, looking at its lease now and then
                     states.append(lease.state)
                     await asyncio.sleep(0.05)
         finally:
-            await partitioned_lock.async_client.aclose()
+            await async_partitioned_lock.client.aclose()
 
     with pytest.raises(LeaseLost) as caught:
         run_async(scenario)

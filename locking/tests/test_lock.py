@@ -26,7 +26,7 @@ from locking import (
     lock_key,
     validate_resource,
 )
-from locking.grant import holder_label, new_owner
+from locking.keys import holder_label, new_owner
 from locking.models import FenceEpoch
 from locking.tests.support import PrivateRedis, free_port, wait_until
 

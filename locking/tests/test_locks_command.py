@@ -13,7 +13,7 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from locking import Outcome, lock_key, record_fence_event
-from locking.grant import holder_label
+from locking.keys import holder_label
 from locking.models import FenceEvent
 from locking.tests.support import free_port, run_django
 

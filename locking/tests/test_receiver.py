@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from locking import CallVerdict, FencingToken, receive_call, seal_call
 from locking.models import ReceivedCall, ReceivedFence
-from locking.signing import open_answer
+from locking.receiving.signing import open_answer
 from locking.tests.testapp.models import FencedThing
 from locking.tests.urls import RECEIVER_SECRET as SECRET
 from locking.tests.urls import billing_view

@@ -8,8 +8,8 @@ import pytest
 from asgiref.sync import async_to_sync
 
 from locking import (
+    AsyncFenceLock,
     Attempt,
-    FenceLock,
     LeasedAttempt,
     LeaseState,
     arun_fenced,
@@ -35,11 +35,11 @@ def nothing_granted(redis_client) -> bool:
 
 
 @pytest.mark.parametrize("ttl", NOT_TIMEDELTAS)
-def test_acquire_and_aacquire_refuse_a_ttl_that_is_not_a_timedelta(fence_lock, redis_client, ttl):
+def test_both_locks_refuse_a_ttl_that_is_not_a_timedelta(fence_lock, redis_client, ttl):
     with pytest.raises(TypeError) as sync_error:
         fence_lock.acquire(RESOURCE, ttl=ttl)
     with pytest.raises(TypeError) as async_error:
-        async_to_sync(FenceLock().aacquire)(RESOURCE, ttl=ttl)
+        async_to_sync(AsyncFenceLock().acquire)(RESOURCE, ttl=ttl)
 
     assert str(sync_error.value) == str(async_error.value) == MESSAGE
     assert nothing_granted(redis_client)
@@ -71,11 +71,12 @@ def test_run_fenced_arun_fenced_and_leased_attempt_refuse_it_before_the_grant_an
 @pytest.mark.parametrize("ttl", [5, 2.5, "5"])
 def test_extend_and_keep_alive_refuse_it_and_leave_the_lease_held(fence_lock, redis_client, ttl):
     lease = fence_lock.acquire(RESOURCE, ttl=LONG)
+    async_lease = async_to_sync(AsyncFenceLock().acquire)(f"{RESOURCE}:async", ttl=LONG)
     calls = {
         "extend": lambda: lease.extend(ttl),
-        "aextend": lambda: async_to_sync(lease.aextend)(ttl),
         "keep_alive": lambda: lease.keep_alive(ttl),
-        "akeep_alive": lambda: lease.akeep_alive(ttl),
+        "async extend": lambda: async_to_sync(async_lease.extend)(ttl),
+        "async keep_alive": lambda: async_lease.keep_alive(ttl),
     }
     messages = {}
     for name, call in calls.items():
@@ -84,5 +85,6 @@ def test_extend_and_keep_alive_refuse_it_and_leave_the_lease_held(fence_lock, re
         messages[name] = str(error.value)
 
     assert messages == dict.fromkeys(calls, MESSAGE)
-    assert lease.state is LeaseState.HELD
+    assert lease.state is async_lease.state is LeaseState.HELD
     assert lease.release() is True
+    assert async_to_sync(async_lease.release)() is True

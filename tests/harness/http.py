@@ -222,7 +222,7 @@ class HttpStub:
 
 
 OK = b'{"ok": true}'
-# What the receiver signs its refusals with (locking.signing.seal_answer).
+# What the receiver signs its refusals with (locking.receiving.signing.seal_answer).
 SIGNED_ANSWER_HEADERS = ("X-Signature", "X-Timestamp")
 
 

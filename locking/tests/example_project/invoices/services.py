@@ -6,7 +6,16 @@ from datetime import timedelta
 from django.db import transaction
 
 from invoices.models import Invoice
-from locking import Attempt, Lease, Outcome, aadvance_fence, advance_fence, arun_fenced, run_fenced
+from locking import (
+    AsyncLease,
+    Attempt,
+    Lease,
+    Outcome,
+    aadvance_fence,
+    advance_fence,
+    arun_fenced,
+    run_fenced,
+)
 
 TTL = timedelta(seconds=30)
 
@@ -27,7 +36,7 @@ def _mark_sent(invoice_id: int, token: int) -> int:
     )
 
 
-def _result(sent: int, lease: Lease) -> SendResult:
+def _result(sent: int, lease: Lease | AsyncLease) -> SendResult:
     return SendResult(lease.token, Outcome.COMMITTED if sent else Outcome.ALREADY_DONE)
 
 
@@ -51,7 +60,7 @@ def send_invoice(*, invoice_id: int, actor: str) -> SendResult:
 async def asend_invoice(*, invoice_id: int, actor: str) -> SendResult:
     """``send_invoice`` from async code: the fence and the write in one transaction."""
 
-    async def work(lease: Lease) -> SendResult:
+    async def work(lease: AsyncLease) -> SendResult:
         lease.check()
         sent = await aadvance_fence(
             Invoice.objects.filter(pk=invoice_id),

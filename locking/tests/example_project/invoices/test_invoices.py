@@ -14,6 +14,7 @@ from django.db import connection, transaction
 from invoices.models import Invoice
 from invoices.services import asend_invoice, resource_of, send_invoice
 from locking import (
+    AsyncFenceLock,
     FenceLock,
     LockHeld,
     Outcome,
@@ -115,7 +116,7 @@ def test_the_async_api_grants_fences_and_runs_the_whole_flow(invoice):
 
     async def main():
         try:
-            lease = await FenceLock().aacquire(resource, ttl=timedelta(seconds=30))
+            lease = await AsyncFenceLock().acquire(resource, ttl=timedelta(seconds=30))
             async with lease:
                 written = await aadvance_fence(
                     Invoice.objects.filter(pk=invoice.pk),

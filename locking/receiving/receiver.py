@@ -58,6 +58,7 @@ import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from functools import wraps
+from typing import Concatenate, ParamSpec
 
 from django.core.exceptions import ImproperlyConfigured
 from django.db import connections, transaction
@@ -68,7 +69,7 @@ from django.views.decorators.http import require_POST
 
 from locking import metrics
 from locking.conf import setting
-from locking.signing import DEFAULT_TOLERANCE_SECONDS, FencedCall, open_call, seal_answer
+from locking.receiving.signing import DEFAULT_TOLERANCE_SECONDS, FencedCall, open_call, seal_answer
 
 logger = logging.getLogger(__name__)
 
@@ -78,6 +79,10 @@ UNVERIFIED_STATUS = 401
 
 # What a receiver's handler does with a call: returns the answer (2xx keeps it).
 Handler = Callable[[FencedCall], HttpResponse]
+
+P = ParamSpec("P")
+# The view ``fenced_receiver`` decorates: ``view(request, call, *args, **kwargs)``.
+ReceivingView = Callable[Concatenate[HttpRequest, FencedCall, P], HttpResponse]
 
 
 class CallVerdict(TextChoices):
@@ -301,7 +306,7 @@ def fenced_receiver(
     secret: str | None = None,
     tolerance: int = DEFAULT_TOLERANCE_SECONDS,
     using: str | None = None,
-):
+) -> Callable[[ReceivingView[P]], Callable[Concatenate[HttpRequest, P], HttpResponse]]:
     """Decorate a Django view that receives fenced calls: ``view(request, call, ...)``.
 
     The view runs only for a call that is accepted or replaces an older one (``call.
@@ -311,11 +316,11 @@ def fenced_receiver(
     the caller) and accepts POST only. Arguments as ``receive_call``.
     """
 
-    def decorate(view):
+    def decorate(view: ReceivingView[P]) -> Callable[Concatenate[HttpRequest, P], HttpResponse]:
         @csrf_exempt
         @require_POST
         @wraps(view)
-        def receiving(request: HttpRequest, *args, **kwargs) -> HttpResponse:
+        def receiving(request: HttpRequest, *args: P.args, **kwargs: P.kwargs) -> HttpResponse:
             receipt = receive_call(
                 request.headers,
                 request.body,

@@ -4,7 +4,7 @@ A holder that must tell another service something under its lease makes one POST
 
 - ``Idempotency-Key``: the business key, the same for every try of the same change;
 - ``X-Fencing-Token``: the lease's token, so the receiver can refuse a holder older than
-  one it has already accepted (locking/receiver.py);
+  one it has already accepted (locking/receiving/receiver.py);
 - ``X-Timestamp``: when it was sent (seconds since the epoch);
 - ``X-Signature: sha256=<hex HMAC-SHA256 of the body>``, keyed with the secret both sides
   share (omitted when the sender has none: a receiver then refuses the call).
@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 
 from django.core.serializers.json import DjangoJSONEncoder
 
-from locking.tokens import fencing_token_of
+from locking.tokens import LeaseOrToken, fencing_token_of
 
 KEY_HEADER = "Idempotency-Key"
 TOKEN_HEADER = "X-Fencing-Token"  # noqa: S105 - a header name, not a secret
@@ -71,7 +71,7 @@ class FencedCall:
     idempotency_key: str
     token: int
     sent_at: int
-    payload: dict
+    payload: dict[str, object]
     endpoint: str
     body: bytes = field(repr=False)
     replaces: int | None = None
@@ -91,10 +91,10 @@ def sign(body: bytes, secret: str) -> str:
 
 
 def seal_call(
-    payload: dict,
+    payload: Mapping[str, object],
     *,
     idempotency_key: str,
-    token,
+    token: LeaseOrToken,
     secret: str,
     endpoint: str,
     sent_at: int | None = None,
@@ -243,7 +243,7 @@ def _signed_json(body, timestamp, signature, secret, *, tolerance: int) -> dict 
 # -- answers ------------------------------------------------------------------------------
 
 
-def seal_answer(facts: dict, *, call: FencedCall, secret: str) -> SealedCall:
+def seal_answer(facts: Mapping[str, object], *, call: FencedCall, secret: str) -> SealedCall:
     """Sign a receiver's answer to ``call``: ``facts`` (e.g. ``{"refused": "stale",
     "accepted": 12}``) plus the call's key, token and endpoint, so that the sender can
     tell the answer is to its own call (``open_answer``)."""
@@ -269,7 +269,7 @@ def open_answer(
     sent: SealedCall,
     secret: str,
     tolerance: int = DEFAULT_TOLERANCE_SECONDS,
-) -> dict | None:
+) -> dict[str, object] | None:
     """The facts of a receiver's answer to the call ``sent``, if the answer is signed with
     ``secret``, recent, and names that call (its key, token and endpoint); else ``None``:
     then the answer's status is all the sender may act on."""

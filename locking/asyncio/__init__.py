@@ -1,0 +1,19 @@
+"""The async API of locking, on ``redis.asyncio``: ``AsyncFenceLock`` and ``AsyncLease``.
+
+Classes of their own, as redis-py keeps ``redis/asyncio/lock.py`` beside ``redis/lock.py``:
+the same Lua scripts (one text, one SHA), the same reading of their replies
+(locking/scripts.py) and the same lease state (locking/tenure.py) as the sync
+``FenceLock`` and ``Lease``, with ``await`` where those block::
+
+    lease = await AsyncFenceLock().acquire(resource, ttl=timedelta(seconds=30))
+    async with lease:                          # released on exit
+        async with lease.keep_alive(cancel=True):
+            ...
+
+Import both from ``locking``.
+"""
+
+from locking.asyncio.lease import AsyncLease
+from locking.asyncio.lock import AsyncFenceLock
+
+__all__ = ["AsyncFenceLock", "AsyncLease"]
