@@ -34,7 +34,7 @@ from vendors.services import AssignmentResult, assign_vendor
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-SHORT_TTL = 0.3  # seconds: long enough to be granted, short enough to expire mid-call
+SHORT_TTL = 1.0  # seconds: outlives a grant, a look and a claim under a loaded make test; expires mid-call
 
 
 @pytest.fixture
