@@ -34,7 +34,7 @@ from vendors.services import AssignmentResult, assign_vendor
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-SHORT_TTL = 1.0  # seconds: outlives a grant, a look and a claim under a loaded make test; expires mid-call
+SHORT_TTL = 1.0  # seconds: outlives a grant, a look and a claim under load; expires mid-call
 
 
 @pytest.fixture
