@@ -277,7 +277,7 @@ class FenceEventAdmin(admin.ModelAdmin):
             _("Break a lease"),
             form=form,
             resource=resource,
-            holder=holder,
+            holders=[(resource, holder)],
             problem=problem,
             holders_url=self._url("holders"),
             changelist_url=self._url("changelist"),
