@@ -464,3 +464,11 @@ def test_arun_fenced_refuses_to_run_inside_atomic(thing, resource):
 
     with transaction.atomic(), pytest.raises(TransactionManagementError):
         run_async(lambda: arun_fenced(resource, work, ttl=TTL, attempt=ALICE))
+
+
+def test_aadvance_fence_refuses_a_bare_token_and_writes_nothing(thing):
+    """Issue 35, point 1, on the async side: a bare int carries no resource or epoch."""
+    with pytest.raises(TypeError, match=r"aadvance_fence\(\) takes the lease"):
+        run_async(lambda: aadvance_fence(fenced(thing), 7, rename(thing, "bare")))
+    thing.refresh_from_db()
+    assert (thing.name, thing.last_fence_token) == ("before", 0)
