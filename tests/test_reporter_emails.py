@@ -28,7 +28,7 @@ from hoa.complaints.workflow import Reporter, change_status, open_complaint
 from hoa.jobs.reporter_mail import SendResult, claim_batch, send_claimed, send_reporter_emails
 from hoa.models import Complaint, ReporterEmail
 from hoa.settings import email_settings
-from tests.harness.smtp import MailServer
+from tests.harness.smtp import MailServer, message_id
 from tests.vendors_support import WAIT, Worker
 from vendors.services import assign_vendor
 
@@ -150,7 +150,7 @@ def test_the_sender_hands_each_email_to_the_mail_server_once_as_the_association(
     [message] = mail.messages
     assert mail.recipients == [["ana@example.org"]]
     assert message["From"] == "Maple Court <hoa@maple.example>"
-    assert message["Message-ID"] == row.message_id
+    assert message_id(message) == row.message_id
     assert subject(message) == f"Complaint #{complaint.pk} is resolved · Maple Court"
     body = message.get_payload(decode=True).decode()
     assert "What happened: it was marked resolved on" in body
@@ -161,6 +161,22 @@ def test_the_sender_hands_each_email_to_the_mail_server_once_as_the_association(
     row.refresh_from_db()
     assert (row.state, row.attempts) == (State.SENT, 1) and row.sent_at is not None
     assert send_reporter_emails().sent == 0 and len(mail.received) == 1  # once
+
+
+def test_a_message_id_longer_than_a_line_arrives_folded_and_reads_as_queued(
+    complaint, alice, mail, settings
+):
+    """Django folds a header past 78 characters. A short domain gets there from a
+    five-digit complaint pk (a busy database, or CI's); a long one on any pk."""
+    settings.DEFAULT_FROM_EMAIL = "HOA office <hoa@maple-court-homeowners-association.example>"
+    change_status(complaint=complaint, seen=S.OPEN, to=S.RESOLVED, note="Dried.", actor=alice)
+    [row] = ReporterEmail.objects.all()
+
+    assert send_reporter_emails().sent == 1
+
+    [message] = mail.messages
+    assert len(f"Message-ID: {row.message_id}") > 78
+    assert message_id(message) == row.message_id
 
 
 def test_two_senders_at_once_hand_each_email_over_once(complaint, maple, alice, mail):
@@ -182,7 +198,7 @@ def test_two_senders_at_once_hand_each_email_over_once(complaint, maple, alice, 
     a_result = a.outcome()
 
     assert (a_result.sent, b.sent) == (2, 0)
-    ids = [message["Message-ID"] for message in mail.received]
+    ids = [message_id(message) for message in mail.received]
     assert sorted(ids) == sorted(ReporterEmail.objects.values_list("message_id", flat=True))
     assert set(ReporterEmail.objects.values_list("state", flat=True)) == {State.SENT}
 
@@ -221,7 +237,7 @@ def test_a_temporary_refusal_is_retried_later_with_the_same_message_id(complaint
     ReporterEmail.objects.update(next_attempt_at=timezone.now())
 
     assert send_reporter_emails().sent == 1
-    assert [m["Message-ID"] for m in mail.received] == [row.message_id] * 2
+    assert [message_id(m) for m in mail.received] == [row.message_id] * 2
     assert len(mail.messages) == 1
 
 

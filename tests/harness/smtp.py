@@ -41,7 +41,8 @@ class Mailbox:
 
     async def handle_DATA(self, server, session, envelope):
         # The default policy unfolds headers, as a mail client reads them: a Message-ID
-        # longer than a line arrives folded (its id grows with the row's pk).
+        # longer than a line arrives folded (its id grows with the row's pk). Read one
+        # with message_id(): the unfolded value keeps the fold's leading space.
         message = message_from_bytes(envelope.content, policy=policy.default)
         self.received.append(message)
         if not self._held.is_set():
@@ -54,6 +55,18 @@ class Mailbox:
             self.messages.append(message)
             self.recipients.append(list(envelope.rcpt_tos))
         return self.answer
+
+
+def message_id(message) -> str:
+    """A received message's Message-ID as the sender wrote it.
+
+    Django folds a header longer than 78 characters, and a Message-ID of
+    ``<reporter-{pk}-{uuid}@{domain}>`` is longer from a five-digit pk on a short domain:
+    ``Message-ID:`` ends the first line and the id starts the next with a space. The space
+    is folding white space, no part of the id (RFC 5322, 3.6.4), but the ``email``
+    package's unfolded value keeps it.
+    """
+    return str(message["Message-ID"]).strip()
 
 
 class MailServer:
