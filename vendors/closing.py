@@ -18,12 +18,10 @@ assignment's end is what the database keeps either way; the timeline shows it.
 """
 
 import logging
-from functools import partial
-
-from django.db import transaction
 
 from hoa.integrations.webhooks import ExternalCallFailed
 from hoa.models import Complaint
+from hoa.transactions import on_commit_robust
 from locking import FencingToken, StaleAtReceiver
 from vendors.dispatch import CancelReason, cancel_dispatch
 from vendors.models import VendorAssignment
@@ -38,7 +36,7 @@ def end_on_close(complaint: Complaint, *, at, actor) -> None:
     tell its vendor once the close has committed."""
     ended = VendorAssignment.objects.end_active(complaint.pk, at=at, because=Ended.CLOSED)
     if ended is not None:
-        transaction.on_commit(partial(tell_vendor_closed, ended), robust=True)
+        on_commit_robust(tell_vendor_closed, ended)
 
 
 def tell_vendor_closed(assignment_id: int) -> str:

@@ -27,7 +27,6 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from functools import partial
 
 from django.db import DatabaseError, InterfaceError, connection, transaction
 from django.db.transaction import TransactionManagementError
@@ -35,6 +34,7 @@ from django.utils import timezone
 
 from hoa.jobs.delivery import deliver_notice
 from hoa.models import Complaint, ComplaintEvent, Notice
+from hoa.transactions import on_commit_robust
 from locking import advisory_lock
 
 logger = logging.getLogger(__name__)
@@ -188,7 +188,7 @@ def _publish_batch(*, now: datetime, batch_size: int) -> tuple[int, int]:
         for notice_id in notice_ids:
             # robust: one failed delivery must not stop the others; the next pass retries
             # it as stranded (published_at set, delivered_at empty).
-            transaction.on_commit(partial(_deliver, notice_id, delivered), robust=True)
+            on_commit_robust(_deliver, notice_id, delivered)
     return len(notice_ids), len(delivered)
 
 
