@@ -58,6 +58,8 @@ def test_a_round_of_every_fault_kind_under_staff_load_finds_no_violation(stack):
     result = run_scenario(stack, world, spec, lambda s: play(s, plan))
     counts = result.facts["counts"]
     context = "\n".join([result.observed, *result.violations, *result.surprises])
+    if result.violations or result.surprises:
+        context += "\n" + "\n".join(stack.server_errors())
     assert result.violations == [], context
     assert result.surprises == [], context
     assert counts["rounds by kind"] == {

@@ -19,6 +19,7 @@ refuses a lower one with 409. The harness itself talks to Redis and PostgreSQL
 directly, to look at what really happened.
 """
 
+import json
 import logging
 import os
 import secrets
@@ -125,6 +126,8 @@ class Stack:
                 "PORT": str(app.port),
                 "GUNICORN_RUN_DIR": str(self.run_dir / "gunicorn"),
                 "PROMETHEUS_MULTIPROC_DIR": str(self.run_dir / f"prometheus-{app.port}"),
+                # One line per event, a traceback inside it: what server_errors() reads.
+                "LOG_FORMAT": "json",
             }
             self.apps.append(app.start())
         return self
@@ -146,6 +149,23 @@ class Stack:
             self.postgres.destroy()
         if not self.options.keep_logs:
             shutil.rmtree(self.run_dir, ignore_errors=True)
+
+    def server_errors(self, limit: int = 3) -> list[str]:
+        """The last ``limit`` 5xx the app instances logged, each with its traceback.
+
+        A test that finds a 500 in the clients' answers says only "Something went wrong";
+        what went wrong is in the app's log, which is deleted with the run directory.
+        """
+        found = []
+        for path in sorted(self.run_dir.glob("gunicorn-*.log")):
+            for line in path.read_text(errors="replace").splitlines():
+                if '"level": "ERROR"' in line and '"exception"' in line:
+                    try:
+                        entry = json.loads(line)
+                    except ValueError:
+                        continue
+                    found.append(f"{path.name} {entry.get('message')}\n{entry['exception']}")
+        return found[-limit:]
 
     # -- what children get --------------------------------------------------------------------
 
