@@ -25,6 +25,7 @@ from locking import (
     StaleFencingToken,
     advance_fence,
     fence_key,
+    lock_key,
     run_fenced,
 )
 from locking.epochs import first_token
@@ -176,11 +177,14 @@ def freeze_replication_after(sentinel, complaint, notes: int) -> None:
     """Write ``notes`` notes, wait for the replica to have them, then cut it off."""
     for number in range(notes):
         assert write_note(complaint, number) == number + 1
+    # WAIT returns once the replica acknowledged every write the master made so far, the
+    # last lease's release included. Polling for the counter alone once muted the replica
+    # between the fifth grant and its release (CI, 2026-12-05): the promoted replica then
+    # still held a lease nobody held, and the next grant met LockHeld.
+    assert sentinel.master.client().wait(1, 10_000) == 1
     replica = sentinel.replica.client()
-    wait_until(
-        lambda: replica.get(fence_key(RESOURCE)) == str(notes).encode(),
-        what=f"the replica to reach token {notes}",
-    )
+    assert replica.get(fence_key(RESOURCE)) == str(notes).encode()
+    assert replica.get(lock_key(RESOURCE)) is None
     # The replica stops hearing from the master; the master keeps acknowledging writes.
     sentinel.replication_proxy.set_mode("mute")
 
@@ -235,7 +239,7 @@ def test_without_min_replicas_a_failover_can_let_an_unwritten_older_grant_win(se
     freeze_replication_after(sentinel, complaint, 5)
     lock = FenceLock()
     grant_then_expire = lock.acquire(RESOURCE, ttl=TTL)  # token 6
-    sentinel.master.client().pexpire("lock:{" + RESOURCE + "}", 0)
+    sentinel.master.client().pexpire(lock_key(RESOURCE), 0)
     paused = lock.acquire(RESOURCE, ttl=TTL)  # token 7: its holder pauses before writing
     assert (grant_then_expire.token, paused.token) == (6, 7)
 
@@ -258,9 +262,9 @@ def test_with_min_replicas_no_grant_made_before_a_failover_wins_after_it(
     lock = FenceLock()
     paused = lock.acquire(RESOURCE, ttl=TTL)  # confirmed by the replica
     assert paused.token > tokens[-1]
-    sentinel.master.client().pexpire("lock:{" + RESOURCE + "}", 0)  # it pauses past its TTL
+    sentinel.master.client().pexpire(lock_key(RESOURCE), 0)  # it pauses past its TTL
     wait_until(
-        lambda: sentinel.replica.client().get("lock:{" + RESOURCE + "}") is None,
+        lambda: sentinel.replica.client().get(lock_key(RESOURCE)) is None,
         what="the replica to see the lease expire",
     )
     sentinel.replication_proxy.set_mode("mute")
@@ -268,7 +272,7 @@ def test_with_min_replicas_no_grant_made_before_a_failover_wins_after_it(
     # A grant the replica cannot confirm is released and refused: its token is never used.
     with pytest.raises(LockUnavailable, match="0 of 1 replicas confirmed"):
         lock.acquire(RESOURCE, ttl=TTL)
-    assert sentinel.master.client().get("lock:{" + RESOURCE + "}") is None
+    assert sentinel.master.client().get(lock_key(RESOURCE)) is None
     refused = paused.token + 1
     assert int(sentinel.master.client().get(fence_key(RESOURCE))) == refused
 
