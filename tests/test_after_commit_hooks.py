@@ -7,7 +7,9 @@ the committed close answered 500 (CI met it with PostgreSQL partitioned under th
 the hook could not read the assignment). ``on_commit_robust`` names the function it wraps.
 """
 
+import ast
 import logging
+from pathlib import Path
 
 import django
 import psycopg
@@ -80,3 +82,33 @@ def test_a_close_whose_vendor_cannot_be_told_is_still_a_close(maple, pipe, alice
     [failed] = [r.getMessage() for r in caplog.records if r.getMessage().startswith("Error")]
     assert failed.startswith("Error calling tell_vendor_closed in on_commit()")
     assert "lock timeout" in failed
+
+
+def robust_hooks_outside_the_helper(source: str) -> list[int]:
+    """Lines of ``source`` that call ``on_commit(…, robust=True)`` directly."""
+    return [
+        node.lineno
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.Call)
+        and getattr(node.func, "attr", getattr(node.func, "id", None)) == "on_commit"
+        and any(k.arg == "robust" for k in node.keywords)
+    ]
+
+
+def test_every_robust_hook_of_the_project_goes_through_on_commit_robust():
+    """A robust hook passed as a bare partial is the 500 above; a new call site outside
+    hoa/transactions.py would bring it back on Django 5.2. (The finder itself is checked on
+    the form that failed.)"""
+    assert robust_hooks_outside_the_helper(
+        "transaction.on_commit(partial(refuse, 'x'), robust=True)"
+    ) == [1]
+    root = Path(__file__).resolve().parent.parent
+    helper = root / "hoa" / "transactions.py"
+    found = {
+        str(path.relative_to(root)): lines
+        for package in ("hoa", "charges", "vendors", "locking")
+        for path in (root / package).rglob("*.py")
+        if path != helper and "tests" not in path.parts
+        if (lines := robust_hooks_outside_the_helper(path.read_text()))
+    }
+    assert found == {}
