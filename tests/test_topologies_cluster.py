@@ -438,7 +438,12 @@ def test_without_min_replicas_a_shard_failover_hands_an_unreplicated_token_out_a
     primary = cluster.primary_of(lock_key(FAILOVER_RESOURCE))
     replica = cluster.replica_of(primary)
     assert [write_note(complaint, n) for n in range(3)] == [1, 2, 3]
-    wait_until(lambda: counter_on(replica) == 3, what="the replica to have token 3")
+    # Every write so far on the replica, the third lease's release included (a counter
+    # polled alone can stop the replica between a grant and its release: the promoted
+    # replica would then hold a lease nobody holds).
+    with primary.client(socket_timeout=5) as client:
+        assert client.wait(1, 10_000) == 1
+    assert counter_on(replica) == 3
     replica.stop(kill=True)
 
     holder = holder_child(complaint, subprocess_env, min_replicas=0)
