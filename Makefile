@@ -150,8 +150,8 @@ bench: $(STAMP) services migrate ## benchmarks: prints a table, writes bench/res
 bench-quick: $(STAMP) services migrate ## a short benchmark run (about 2 minutes)
 	@$(PY) -m bench --quick
 
-# The month start at 1,000, 10,000 and 100,000 associations (about 70 minutes and 15 GB at the
-# peak: it says how much before it starts). SCALES=1000,10000 runs a smaller check.
+# The month start at 1,000, 10,000 and 100,000 associations (58 minutes and 7.5 GB at the peak
+# when last measured: it says how much before it starts). SCALES=1000,10000 runs a smaller check.
 # Loads pg_stat_statements into the project-local PostgreSQL first (a restart, once).
 bench-scale: $(STAMP) services ## the month start at 1,000 / 10,000 / 100,000 associations: table, chart, goals
 	@scripts/services.sh enable-pg-stat-statements
