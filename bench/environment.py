@@ -96,7 +96,10 @@ class _ReceivingHandler(_StandInHandler):
 
         body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
         headers = dict(self.headers.items())
-        scope = self.path.split("?", 1)[0]
+        # The endpoint the sender's seal names: /billing is "billing", /dispatch/cancel
+        # "dispatch-cancel" (locking.seal_call covers it since the fence-edges work).
+        path = self.path.split("?", 1)[0]
+        scope = path.strip("/").replace("/", "-")
         try:
             receipt = receive_call(
                 headers, body, lambda call: HttpResponse(b'{"ok": true}'), scope=scope,
@@ -110,7 +113,7 @@ class _ReceivingHandler(_StandInHandler):
         finally:
             connections.close_all()  # this request's thread ends here
         self.server.calls.append(
-            {"path": scope, "key": headers.get("Idempotency-Key", ""), "status": status,
+            {"path": path, "key": headers.get("Idempotency-Key", ""), "status": status,
              "token": headers.get("X-Fencing-Token", ""), "verdict": str(verdict)}
         )  # fmt: skip
         self.send_response(status)

@@ -1,9 +1,19 @@
 """``make bench-load``'s judgement: per page and action its percentiles (p99 only from 1,000
 requests on), answers against errors (a 409 is an answer), the knee, and the goals.
 
-The figures are made up; the harness itself is tried by ``make bench-load QUICK=1``."""
+The figures are made up; the harness itself is tried by ``make bench-load QUICK=1``, and its
+stand-in for the outside services against what the project really sends."""
 
+from datetime import timedelta
+
+import pytest
+
+from bench.environment import start_receiver
 from bench.load_report import knee, stats, targets
+from charges.billing import ENDPOINT as BILLING_ENDPOINT
+from hoa.integrations.webhooks import post_fenced
+from locking import FenceLock
+from vendors.dispatch import CANCEL_ENDPOINT, DISPATCH_ENDPOINT
 
 
 def _step(users: int, p99: float) -> dict:
@@ -84,3 +94,29 @@ def test_a_violation_found_by_the_checker_fails_the_run():
     [*_, invariants] = targets({"fenced": _run({})}, checked)
 
     assert (invariants["measured"], invariants["status"]) == ("1 invariant violations", "FAIL")
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize(
+    ("path", "endpoint"),
+    [("/billing", BILLING_ENDPOINT), ("/dispatch", DISPATCH_ENDPOINT),
+     ("/dispatch/cancel", CANCEL_ENDPOINT)],
+)  # fmt: skip
+def test_the_stand_in_accepts_what_the_project_seals_for_its_endpoint(settings, path, endpoint):
+    """The busiest hour's stand-in receives as locking's receiver, scoped to the endpoint
+    each path is. It once scoped to the path itself ("/billing"), which no seal names: every
+    billing and dispatch call was refused, and the fenced run answered 502 throughout."""
+    secret = "bench-load-stand-in"
+    settings.WEBHOOK_SIGNING_SECRET = secret
+    server, url = start_receiver(secret)
+    lease = FenceLock().acquire(f"bench-load:stand-in:{endpoint}", ttl=timedelta(seconds=10))
+    try:
+        post_fenced(f"{url}{path}", {"n": 1}, idempotency_key="k-1", token=lease, endpoint=endpoint)
+    finally:
+        lease.release()
+        server.shutdown()
+        server.server_close()
+
+    [call] = server.calls
+    assert (call["path"], call["status"], call["token"]) == (path, 200, str(lease.token))
+    assert call["verdict"] == "accepted"
