@@ -275,7 +275,22 @@ def run_suite(
         sys.stderr.write(result.stderr[-5000:])
         raise MatrixError(f"{combination.name} {tests}: {closing} (exit {result.returncode})")
     log(f"{combination.name} {tests}: {closing} (wall {elapsed:.0f} s)")
+    for line in warnings_summary(lines):  # a passing run's warnings: an adopter sees them too
+        log(f"{combination.name} {tests}: {line}")
     return f"{closing} (wall {elapsed:.0f} s)"
+
+
+def warnings_summary(lines: list[str], limit: int = 20) -> list[str]:
+    """The lines of pytest's "warnings summary" section, at most ``limit``."""
+    found, inside = [], False
+    for line in lines:
+        if "warnings summary" in line:
+            inside = True
+        elif inside and (line.startswith("-- Docs:") or line.startswith("=")):
+            break
+        elif inside:
+            found.append(line.strip())
+    return found[:limit]
 
 
 @contextmanager
