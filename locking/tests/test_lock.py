@@ -83,6 +83,9 @@ def test_acquire_grants_a_lease_with_token_owner_and_expiry(fence_lock, redis_cl
     assert lease.probably_valid
 
 
+# Python 3.12+ warns on any fork() of a process with threads (the suite's clients have
+# some); this child only writes three ids to a pipe and leaves with os._exit.
+@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded:DeprecationWarning")
 def test_owner_ids_never_repeat_in_a_process_nor_in_a_forked_child():
     # Owner ids are a random per-process prefix and a counter (no random bytes per grant):
     # a forked child (a gunicorn worker, a month-start worker) must draw its own prefix.
