@@ -32,6 +32,9 @@ proc_name = f"hoa-{PORT}"
 pidfile = str(RUN_DIR / f"{PORT}.pid")
 errorlog = str(RUN_DIR / f"{PORT}.log")
 accesslog = str(RUN_DIR / f"{PORT}.access.log")
+# gunicorn's default line plus the request's time in microseconds, last: what the server
+# itself took, which a client's figure (a load generator's, too) adds its own wait to.
+access_log_format = '%(h)s %(l)s %(u)s %(t)s "%(r)s" %(s)s %(b)s "%(f)s" "%(a)s" %(D)s'
 # One control socket per instance (gunicornc -s <path>); the default path is per user.
 control_socket = str(RUN_DIR / f"{PORT}.ctl")
 # Django's log lines (LOG_FORMAT=json or plain) go to stderr; keep them in the error log.
