@@ -134,11 +134,14 @@ def start_receiver(secret: str) -> tuple[ThreadingHTTPServer, str]:
     return server, f"http://127.0.0.1:{server.server_address[1]}"
 
 
-def start_gunicorn(port: int, run_dir: str, *, secret_key: str, **extra: str) -> subprocess.Popen:
+def start_gunicorn(
+    port: int, run_dir: str, *, secret_key: str, args: tuple[str, ...] = (), **extra: str
+) -> subprocess.Popen:
     """gunicorn with the project's ``gunicorn.conf.py`` on ``port``, production settings over
     plain HTTP on loopback and the URL conf of ``bench.http_settings`` (the real URLs and
-    the unfenced twins, ``bench.http_baseline``); ``extra``: more of its environment. Returns
-    once ``/healthz`` answers; ``stop()`` ends it."""
+    the unfenced twins, ``bench.http_baseline``); ``args``: more of its command line (over
+    the file's settings); ``extra``: more of its environment. Returns once ``/healthz``
+    answers; ``stop()`` ends it."""
     env = {**os.environ, "PORT": str(port), "GUNICORN_RUN_DIR": run_dir, "WEB_CONCURRENCY": "2"}
     # Sessions signed with the bench's key; no abuse limits (30 fenced POSTs a minute per
     # user would shape the result: hoa/settings.py, RATELIMIT_ENABLE).
@@ -147,7 +150,7 @@ def start_gunicorn(port: int, run_dir: str, *, secret_key: str, **extra: str) ->
                RATELIMIT_ENABLE="0", LOG_LEVEL="WARNING", **extra)  # fmt: skip
     env["DJANGO_SETTINGS_MODULE"] = "bench.http_settings"  # every variant: the same URLs
     env.pop("PROMETHEUS_MULTIPROC_DIR", None)  # gunicorn.conf.py sets one per run dir
-    command = [sys.executable, "-m", "gunicorn", "-c", str(BASE_DIR / "gunicorn.conf.py")]
+    command = [sys.executable, "-m", "gunicorn", "-c", str(BASE_DIR / "gunicorn.conf.py"), *args]
     process = subprocess.Popen(
         command, cwd=BASE_DIR, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )

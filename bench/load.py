@@ -19,8 +19,12 @@ the bench imports nothing of the tests).
 
 Prints per variant the steps (requests/s, p50/p95/p99 of all requests) and the first step
 per page and action (p99 where an action has at least 1,000 requests, else median and max;
-a 409 is an answer, not an error), then the goals with PASS / MISS: p99 of each fenced or
-serialized action within 1.2x its baseline, no 5xx, the checker's invariants. Writes
+a 409 is an answer, not an error), each twice: as Locust measured them, and as the server
+took them (gunicorn's access log with each request's time and the name Locust sent in
+``X-Bench-Name``; on a small machine Locust's own wait is most of its figure, see
+docs/benchmarks.md). Then the goals with PASS / MISS: the server's p99 of each fenced or
+serialized action within 1.2x its baseline's (Locust's ratio beside it), no 5xx, the
+checker's invariants. Writes
 ``bench/results/<name>.json`` and Locust's own CSV and HTML reports beside it
 (``<name>-<variant>_stats.csv`` …). Talks only to 127.0.0.1 and stops every process it
 starts. Exits 1 on a violated invariant or a run that could not be made.
@@ -212,7 +216,7 @@ def run_variant(variant: str, profile: dict, plan: list, env: dict, out: Path) -
             WEB_CONCURRENCY=os.environ.get("WEB_CONCURRENCY", "2"),
             BILLING_WEBHOOK_URL=f"{receiver_url}/billing",
             VENDOR_DISPATCH_URL=f"{receiver_url}/dispatch", WEBHOOK_SIGNING_SECRET=secret,
-            CONN_MAX_AGE="60",
+            CONN_MAX_AGE="60", args=("--access-logformat", load_report.ACCESS_LOG_FORMAT),
         )  # fmt: skip
         command = [
             sys.executable, "-m", "locust", "-f", str(BASE_DIR / "bench" / "locustfile.py"),
@@ -244,6 +248,11 @@ def run_variant(variant: str, profile: dict, plan: list, env: dict, out: Path) -
         stop(locust)
         stop(gunicorn, grace=40)
         receiver.shutdown()
+    access_log = Path(run_dir) / f"{port}.access.log"  # gunicorn.conf.py names it
+    with access_log.open(encoding="utf-8", errors="replace") as lines:
+        measured["server_samples"] = load_report.server_samples(
+            lines, measured["steps"], measured["clock_offset"]
+        )
     measured.update(
         variant=variant, wall_seconds=round(wall, 1), server_cpu_seconds=round(server_cpu, 1),
         load_generator_cpu_seconds=round(load_cpu, 1),
@@ -302,6 +311,7 @@ def main(argv=None) -> int:
     print(f"\n{load_report.text(document)}")
     for run in runs.values():  # the raw samples stay in Locust's files, not in the JSON
         run.pop("samples", None)
+        run.pop("server_samples", None)
     document["runs"] = runs
     path = RESULTS / f"{args.name}.json"
     load_report.write(path, document)

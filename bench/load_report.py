@@ -1,8 +1,14 @@
 """What ``make bench-load`` reports: per step and per page or action, requests/s and
 p50/p95/p99 (p99 only from 1,000 requests on, else the median and the maximum), answers by
 kind (a 409 is an answer; a 5xx or no answer at all is an error), the knee, and the goals.
+
+Each figure twice: as Locust measured it (the client's time, which on a small machine is
+mostly the load generator's own wait) and as the server took it (gunicorn's access log, each
+request named by Locust's ``X-Bench-Name`` header). The goals are judged on the server's
+times; Locust's ratios are reported beside them.
 """
 
+from datetime import datetime
 from statistics import median
 
 from bench import report
@@ -38,9 +44,43 @@ def stats(entries: list, seconds: float) -> dict:
     return found
 
 
-def _steps(run: dict) -> list[dict]:
+# The access log line bench.load asks gunicorn for: when the request ended (to the second),
+# its status, the server's time in microseconds, and the name Locust gave it.
+ACCESS_LOG_FORMAT = "%(t)s|%(s)s|%(D)s|%({x-bench-name}i)s"
+_STAMP = "[%d/%b/%Y:%H:%M:%S %z]"
+
+
+def server_samples(lines, steps: list[dict], clock_offset: float) -> list[dict[str, list]]:
+    """The access log's named requests as Locust's samples are kept: per step, name ->
+    [[ms, status], …], for those that ended in the step's measured window (``steps``: the
+    locustfile's, on its monotonic clock; ``clock_offset``: wall minus monotonic)."""
+    windows = [
+        (times["measure_from"] + clock_offset, times["ended"] + clock_offset)
+        if times and "ended" in times else None
+        for times in steps
+    ]  # fmt: skip
+    found: list[dict[str, list]] = [{} for _ in steps]
+    for line in lines:
+        try:
+            stamp, status, micros, name = line.rstrip("\n").split("|", 3)
+            ended = datetime.strptime(stamp, _STAMP).timestamp()
+            entry = [round(int(micros) / 1000, 2), int(status)]
+        except ValueError:
+            continue  # not a line of this format
+        if name == "-":
+            continue  # not Locust's (the health check that waited for the server)
+        # The stamp is truncated to the second: a window starts at its second.
+        index = next((n for n, w in enumerate(windows) if w and int(w[0]) <= ended < w[1]), None)
+        if index is not None:
+            found[index].setdefault(name, []).append(entry)
+    return found
+
+
+def _steps(run: dict, key: str = "samples") -> list[dict]:
     found = []
-    for times, samples in zip(run["steps"], run["samples"], strict=True):
+    if not run.get(key):
+        return []
+    for times, samples in zip(run["steps"], run[key], strict=True):
         if not times or "ended" not in times:
             continue
         seconds = times["ended"] - times["measure_from"]
@@ -77,10 +117,15 @@ def knee(steps: list[dict], *, bend: float, line_ms: float) -> dict:
     }
 
 
-def _target(text: str, measured, op: str, limit: float, status: str | None = None, **more):
-    entry = {"section": "load", "text": text, "op": op, "limit": limit, "report_only": False}
-    entry.update(measured=measured, **more)
-    if status is None:
+def _target(
+    text: str, measured, op: str, limit: float, status: str | None = None,
+    report_only: bool = False, **more,
+):  # fmt: skip
+    entry = {"section": "load", "text": text, "op": op, "limit": limit}
+    entry.update(measured=measured, report_only=report_only, **more)
+    if report_only:
+        status = "INFO"
+    elif status is None:
         if measured is None:
             status = "MISS"
         else:
@@ -89,23 +134,40 @@ def _target(text: str, measured, op: str, limit: float, status: str | None = Non
     return entry
 
 
-def targets(analysed: dict, runs: dict) -> list[dict]:
+def _against_twins(fenced: list, baseline: list, *, clock: str, report_only: bool) -> list:
+    """Each fenced or serialized action's p99 (its median under 1,000 requests) over its
+    twin's, in the first step, on one ``clock``: the server's or Locust's."""
+    if not fenced or not baseline:
+        return []
     found = []
-    fenced, baseline = analysed.get("fenced"), analysed.get("baseline")
-    if fenced and baseline and fenced["steps"] and baseline["steps"]:
-        mine, theirs = fenced["steps"][0]["by_name"], baseline["steps"][0]["by_name"]
-        for action in ACTIONS:
-            a, b = mine.get(action), theirs.get(action)
-            if not a or not b:
-                text = f"{action}: p99 ≤ {RATIO}x its twin's"
-                found.append(_target(text, None, "<=", RATIO, detail="no requests in a run"))
-                continue
-            if a["p99_ms"] is not None and b["p99_ms"] is not None:
-                measured, what = a["p99_ms"] / b["p99_ms"], "p99"
-            else:
-                measured, what = a["median_ms"] / b["median_ms"], "median (under 1,000 requests)"
-            text = f"{action}: {what} ≤ {RATIO}x its twin's"
-            found.append(_target(text, round(measured, 3), "<=", RATIO))
+    mine, theirs = fenced[0]["by_name"], baseline[0]["by_name"]
+    for action in ACTIONS:
+        a, b = mine.get(action), theirs.get(action)
+        if not a or not b:
+            text = f"{action}: {clock} p99 ≤ {RATIO}x its twin's"
+            found.append(
+                _target(text, None, "<=", RATIO, report_only=report_only,
+                        detail="no requests in a run")
+            )  # fmt: skip
+            continue
+        if a["p99_ms"] is not None and b["p99_ms"] is not None:
+            measured, what = a["p99_ms"] / b["p99_ms"], "p99"
+        else:
+            measured, what = a["median_ms"] / b["median_ms"], "median (under 1,000 requests)"
+        text = f"{action}: {clock} {what} ≤ {RATIO}x its twin's"
+        found.append(_target(text, round(measured, 3), "<=", RATIO, report_only=report_only))
+    return found
+
+
+def targets(analysed: dict, runs: dict) -> list[dict]:
+    fenced, baseline = analysed.get("fenced") or {}, analysed.get("baseline") or {}
+    found = _against_twins(
+        fenced.get("server_steps"), baseline.get("server_steps"), clock="server",
+        report_only=False,
+    )  # fmt: skip
+    found += _against_twins(
+        fenced.get("steps"), baseline.get("steps"), clock="Locust's", report_only=True
+    )
     errors = sum(
         step["overall"]["errors_5xx"] for run in analysed.values() for step in run["steps"]
     )
@@ -136,8 +198,10 @@ def analyse(runs: dict, *, pacing: float, line_ms: float, bend: float = 2.0) -> 
             "server_ms_per_request": round(1000 * run.get("server_cpu_seconds", 0) / requests, 2),
             "load_generator_share": round(run.get("load_generator_cpu_seconds", 0) / wall, 3),
         }
+        server = _steps(run, "server_samples")
         analysed[variant] = {
             "steps": steps, "knee": knee(steps, bend=bend, line_ms=line_ms), "cpu": cpu,
+            "server_steps": server, "server_knee": knee(server, bend=bend, line_ms=line_ms),
         }  # fmt: skip
     return {"analysis": analysed, "targets": targets(analysed, runs)}
 
@@ -161,10 +225,11 @@ def steps_table(steps: list[dict]) -> str:
     return report._table(headers, lines)
 
 
-def names_table(analysed: dict) -> str:
-    """The first step, per page and action, each variant side by side."""
-    variants = [v for v in ("fenced", "baseline") if v in analysed and analysed[v]["steps"]]
-    names = sorted({n for v in variants for n in analysed[v]["steps"][0]["by_name"]})
+def names_table(analysed: dict, key: str = "steps") -> str:
+    """The first step, per page and action, each variant side by side (``key``: Locust's
+    steps or the server's)."""
+    variants = [v for v in ("fenced", "baseline") if v in analysed and analysed[v].get(key)]
+    names = sorted({n for v in variants for n in analysed[v][key][0]["by_name"]})
     headers = ["page or action"]
     for variant in variants:
         headers += [f"{variant} req/s", "n", "p50", "p95", "p99 (or max)", "409", "5xx"]
@@ -172,7 +237,7 @@ def names_table(analysed: dict) -> str:
     for name in names:
         line = [name]
         for variant in variants:
-            s = analysed[variant]["steps"][0]["by_name"].get(name)
+            s = analysed[variant][key][0]["by_name"].get(name)
             if s is None:
                 line += ["-"] * 7
                 continue
@@ -200,15 +265,26 @@ def text(document: dict) -> str:
         )
         served = k["served_within_line_users"]
         within = f"{served:,} staff" if served else "none of the steps"
+        title = f"Busiest hour, {variant} ({'real views' if variant == 'fenced' else 'twins'})"
         parts.append(
-            f"Busiest hour, {variant} ({'real views' if variant == 'fenced' else 'twins'}): "
-            f"steps (all requests)\n{steps_table(found['steps'])}\n{knee_line}; "
+            f"{title}: steps (all requests), as Locust measured them\n"
+            f"{steps_table(found['steps'])}\n{knee_line}; "
             f"within a p99 of {k['line_ms']:.0f} ms: {within}\n{cpu_line}"
         )
-    parts.append(
-        "First step, per page and action (p99 from 1,000 requests on, else the maximum)\n"
-        + names_table(document["analysis"])
-    )
+        if found.get("server_steps"):
+            s = found["server_knee"]["served_within_line_users"]
+            parts.append(
+                f"{title}: the same steps as the server took them (gunicorn's access log)\n"
+                f"{steps_table(found['server_steps'])}\n"
+                f"within a p99 of {k['line_ms']:.0f} ms: {f'{s:,} staff' if s else 'none'}"
+            )
+    clocks = (("as Locust measured it", "steps"), ("as the server took it", "server_steps"))
+    for clock, key in clocks:
+        if any(found.get(key) for found in document["analysis"].values()):
+            parts.append(
+                f"First step, per page and action, {clock} (p99 from 1,000 requests on, else "
+                f"the maximum)\n" + names_table(document["analysis"], key)
+            )
     parts.append(report.targets_table(document["targets"]))
     return "\n\n".join(parts)
 

@@ -33,6 +33,9 @@ WORLD = json.loads(Path(os.environ["BENCH_LOAD_WORLD"]).read_text())
 PLAN = WORLD["plan"]
 PREFIX = WORLD["prefix"]  # "": the real POSTs; the baseline's twins: "bench/unfenced/"
 HOST = "127.0.0.1"
+# Each request names itself to the server too: gunicorn's access log then gives the
+# server's own time per page and action (bench.load), beside the time Locust measured.
+NAME_HEADER = "X-Bench-Name"
 
 _MESSAGE = re.compile(r'<li class="msg ([a-z ]+)"[^>]*>(.*?)</li>', re.S)
 _TITLE = re.compile(r"<h1[^>]*>(.*?)</h1>", re.S)
@@ -86,7 +89,10 @@ def _write(**_kwargs):
         user.settle(None)  # a message never read: done or already done, the checker takes either
     if STEP_TIMES[STEP["index"]]:
         STEP_TIMES[STEP["index"]].setdefault("ended", time.monotonic())
-    out = {"steps": STEP_TIMES, "samples": SAMPLES, "history": HISTORY, **COUNTED}
+    # The steps' times are monotonic; bench.load places the server's log lines by the wall.
+    offset = time.time() - time.monotonic()
+    out = {"steps": STEP_TIMES, "samples": SAMPLES, "history": HISTORY, "clock_offset": offset,
+           **COUNTED}  # fmt: skip
     Path(WORLD["output"]).write_text(json.dumps(out))
 
 
@@ -152,7 +158,10 @@ class Staff(HttpUser):
     # -- requests -------------------------------------------------------------------------------
 
     def page(self, path: str, name: str) -> str:
-        with self.client.get(path, name=name, catch_response=True, allow_redirects=False) as answer:
+        with self.client.get(
+            path, name=name, headers={NAME_HEADER: name}, catch_response=True,
+            allow_redirects=False,
+        ) as answer:  # fmt: skip
             if answer.status_code != 200:
                 answer.failure(f"{answer.status_code}")
                 return ""
@@ -164,7 +173,9 @@ class Staff(HttpUser):
     def post(self, path: str, name: str, data: dict, op: dict | None = None):
         url = f"/{PREFIX}{path.lstrip('/')}"
         started = time.time()
-        headers = {"X-CSRFToken": self.csrf, "Referer": f"{WORLD['base_url']}{path}"}
+        headers = {
+            "X-CSRFToken": self.csrf, "Referer": f"{WORLD['base_url']}{path}", NAME_HEADER: name,
+        }  # fmt: skip
         with self.client.post(
             url, data=data, name=name, headers=headers, allow_redirects=False, catch_response=True
         ) as answer:
