@@ -3,6 +3,7 @@ commandstats``; sent: ``MONITOR``), PostgreSQL round trips (libpq's protocol tra
 See docs/benchmarks.md, "Counted, not guessed"."""
 
 import math
+import os
 import statistics
 import tempfile
 import threading
@@ -173,3 +174,77 @@ def time_and_count(operation, items: list, warmup: int, ops: int, redis_url: str
         "redis_executed": executed,
     }  # fmt: skip
     return samples, counts
+
+
+class PeakMemory:
+    """The largest peak RSS (``VmHWM``) among processes, polled from /proc in a thread while
+    the block runs: ``roots`` themselves and every process under them (``children=True``:
+    only those under them). ``mb`` is the peak once the block has ended.
+
+    Not ``getrusage(RUSAGE_CHILDREN)``: a child spawned by ``subprocess`` starts on its
+    parent's memory (vfork or fork, then exec), and Linux keeps that memory's high-water
+    mark as the child's own ``ru_maxrss`` (``exec_mmap``). A command started from the case's
+    process would report the case's peak (its fixtures), not its own; ``VmHWM`` is the
+    process's own memory since its exec. Each process counts with its last reading: until
+    its exec a vforked child shows its parent's memory, and the high-water mark only grows
+    after it. Growth in a process's last ``every`` seconds is missed, nothing else."""
+
+    def __init__(self, *roots: int, children: bool = False, every: float = 0.1):
+        self.roots, self.children, self.every = list(roots), children, every
+        self._last: dict[int, int] = {}  # pid -> its last VmHWM (kB)
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._poll, daemon=True)
+
+    @property
+    def mb(self) -> float:
+        return round(max(self._last.values(), default=0) / 1024, 1)
+
+    def __enter__(self) -> "PeakMemory":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._done.set()
+        self._thread.join()
+
+    def _poll(self) -> None:
+        while True:
+            self._sample()
+            if self._done.wait(self.every):
+                return
+
+    def _sample(self) -> None:
+        pids = [] if self.children else list(self.roots)
+        level = list(self.roots)
+        while level:  # the tree, level by level
+            below = []
+            for pid in level:
+                below += _children(pid)
+            pids += below
+            level = below
+        for pid in pids:
+            if kb := _high_water_kb(pid):
+                self._last[pid] = kb
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+        found = []
+        for task in tasks:
+            with open(f"/proc/{pid}/task/{task}/children") as listed:
+                found += [int(child) for child in listed.read().split()]
+        return found
+    except OSError:  # ended meanwhile
+        return []
+
+
+def _high_water_kb(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/status") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return 0

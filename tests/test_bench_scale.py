@@ -4,11 +4,16 @@ calls grown, the plans it explains, the estimate it gives, and the cleanup it re
 Speed is never asserted here; the figures are made up and the database is the test one.
 """
 
+import os
+import subprocess
+import sys
+
 import pytest
 from django.db import connection
 
 from bench import diagnose, scale, scale_report
 from bench.cases.fenced_writes import _delete_associations
+from bench.measure import PeakMemory
 from bench.plan import SCALE_GOALS
 from hoa.models import Organization
 
@@ -140,3 +145,25 @@ def test_the_fitted_cost_model_goes_through_the_measured_scales():
         "seconds_per_case": 15.0, "seconds_per_association": 0.005,
         "bytes_fixed": 300_000_000, "bytes_per_association": 100_000,
     }  # fmt: skip
+
+
+_GRANDCHILD = """
+import subprocess, sys, time
+held = b"\\x01" * (80 << 20)  # touched, so resident
+child = "import time; held = b'\\\\x01' * (120 << 20); time.sleep(1.0)"
+subprocess.run([sys.executable, "-c", child], check=True)
+"""
+
+
+def test_peak_memory_is_each_walk_process_own_not_the_memory_it_was_started_from():
+    """A command started from the case's process: its peak is its own (and its workers'),
+    not the case's fixtures. ``ru_maxrss`` of children once gave the case's own peak,
+    +30 MB at 100,000 associations (an RSS goal missed by the harness, not the walk)."""
+    ballast = b"\x01" * (300 << 20)  # the case's own peak: far above the command's
+    del ballast
+
+    with PeakMemory(os.getpid(), children=True) as peak:
+        subprocess.run([sys.executable, "-c", _GRANDCHILD], check=True)
+
+    # The grandchild's 120 MB, found under the child; not this process's 300 MB.
+    assert 120 < peak.mb < 300

@@ -8,7 +8,6 @@ import contextlib
 import functools
 import multiprocessing
 import os
-import resource
 import subprocess
 import sys
 import time
@@ -21,7 +20,7 @@ from django.utils import timezone
 
 from bench import diagnose, fixtures
 from bench.environment import BASE_DIR, start_stand_in
-from bench.measure import check, result, since_us, time_and_count
+from bench.measure import PeakMemory, check, result, since_us, time_and_count
 from charges.models import MonthlyCharge, MonthlyChargeRun
 from charges.month_start import CHUNK as MONTH_START_CHUNK
 from charges.month_start import generate_chunk
@@ -376,21 +375,26 @@ def month_start(
             diagnose.reset()  # the timed part's statements only
     connections.close_all()  # the children open their own
     codes, found = [], {}
+    # Every process the walk runs in (the loop's pool, or the command and its workers).
+    peak = PeakMemory(os.getpid(), children=True)
     try:
-        started = time.perf_counter_ns()
-        if variant == "baseline":
-            # Per association 2b's COPY variant: no lease, fence, audit or billing. In
-            # chunks of the command's size, each replanning the charges' foreign-key check
-            # as the command does: a plain loop left with the plan of a near-empty runs
-            # table scans it for every charge (docs/benchmarks.md, "What grew with the
-            # batch"), and the baseline would be slow for a reason ours no longer has.
-            chunks = [ids[n : n + MONTH_START_CHUNK] for n in range(0, len(ids), MONTH_START_CHUNK)]
-            copy_chunk = functools.partial(_plain_chunk, month=month)
-            with multiprocessing.get_context("fork").Pool(2) as pool:
-                pool.map(copy_chunk, chunks, chunksize=1)
-        else:
-            codes = _run_commands(2 if variant == "two_hosts" else 1, month, workers)
-        elapsed = since_us(started)
+        with peak:
+            started = time.perf_counter_ns()
+            if variant == "baseline":
+                # Per association 2b's COPY variant: no lease, fence, audit or billing. In
+                # chunks of the command's size, each replanning the charges' foreign-key
+                # check as the command does: a plain loop left with the plan of a
+                # near-empty runs table scans it for every charge (docs/benchmarks.md,
+                # "What grew with the batch"), and the baseline would be slow for a reason
+                # ours no longer has.
+                size = MONTH_START_CHUNK
+                chunks = [ids[n : n + size] for n in range(0, len(ids), size)]
+                copy_chunk = functools.partial(_plain_chunk, month=month)
+                with multiprocessing.get_context("fork").Pool(2) as pool:
+                    pool.map(copy_chunk, chunks, chunksize=1)
+            else:
+                codes = _run_commands(2 if variant == "two_hosts" else 1, month, workers)
+            elapsed = since_us(started)  # before the poller stops
         with _without_timeouts():
             found = _diagnosis(variant, ids, month) if diagnosis else {}
             with connection.cursor() as cursor:
@@ -405,8 +409,8 @@ def month_start(
         "associations_per_s": round(checked / seconds, 1),
         "charges_per_s": round(charged / seconds, 1),
         "charges": charged,
-        # The largest peak RSS of this process's children: it bounds every worker's peak.
-        "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024, 1),
+        # The largest of the walk's processes (bench.measure.PeakMemory says why not rusage).
+        "peak_rss_mb": peak.mb,
         "exit_codes": ", ".join(map(str, codes)) or "-",
         **found,
     }
