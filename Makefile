@@ -159,7 +159,7 @@ bench-scale: $(STAMP) services ## the month start at 1,000 / 10,000 / 100,000 as
 
 # The busiest hour: Locust's 250 staff on gunicorn, fenced and with the unfenced twins, then
 # stepped up to the knee (about 2.5 hours: an hour at 250 staff and six 3-minute steps, twice).
-# QUICK=1: one minute and two 30-second steps each, to check the harness.
+# QUICK=1: two minutes and two one-minute steps each, to check the harness.
 bench-load: $(STAMP) services migrate ## the busiest hour with Locust: p50/p95/p99 per page and action, the knee
 	@$(PY) -m bench.load $(if $(QUICK),--quick) $(BENCH_LOAD_ARGS)
 

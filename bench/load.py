@@ -60,15 +60,18 @@ PROFILES = {  #             full    quick
     "associations":        (50,     25),
     "complaints":          (300,    100),  # open ones per association at the start
     "vendors":             (4,      4),
-    "base_seconds":        (3600,   60),   # the first step: the busiest hour itself
-    "step_seconds":        (180,    30),   # each step above it, looking for the knee
-    "multiples":           ((2, 4, 6, 8, 12, 16), (2, 4)),
+    "base_seconds":        (3600,   120),  # the first step: the busiest hour itself
+    "step_seconds":        (180,    60),   # each step above it, looking for the knee
+    "multiples":           ((2, 3, 4, 6, 8, 12), (1.2, 1.4)),
 }
 # fmt: on
 PACING = 15.0  # seconds per task per user: 4 pages and 2 changes a minute
 BEND = 2.0  # a step's p99 over this times the first step's (and over the line): bent
 P99_LINE_MS = 300.0  # the line docs/capacity.md keeps: staff served within a p99 of 300 ms
-SPAWN_RATE = 100  # users started per second at a step
+# Users started per second at a step. Slowly: Locust started at 100 a second adds tens of
+# milliseconds to every later request of its users (a trivial app at 100 users: median
+# 37 ms at 100/s, 9 ms at 5/s, 1.3 ms from plain gevent; docs/benchmarks.md).
+SPAWN_RATE = 5
 
 
 def _multiples(text: str) -> tuple[float, ...]:
@@ -85,7 +88,7 @@ def _arguments(argv):
     parser = argparse.ArgumentParser(
         prog="python -m bench.load", description=__doc__.split("\n")[0]
     )
-    parser.add_argument("--quick", action="store_true", help="60 s at 250 staff, two 30 s steps")
+    parser.add_argument("--quick", action="store_true", help="2 min at 250 staff, two 1 min steps")
     parser.add_argument("--variants", default="fenced,baseline", help="fenced, baseline or both")
     parser.add_argument("--name", default="", help="results name (busiest-hour[-quick])")
     parser.add_argument("--users", type=int, help="staff at the first step")

@@ -173,6 +173,11 @@ class Staff(HttpUser):
     def post(self, path: str, name: str, data: dict, op: dict | None = None):
         url = f"/{PREFIX}{path.lstrip('/')}"
         started = time.time()
+        if op is not None:
+            # Recorded before it is sent, as "no answer" until one comes: a request the test's
+            # stop cuts off may still commit, and the checker must find its client.
+            op.update(started=started, ended=started, status=0)
+            HISTORY.append(op)
         headers = {
             "X-CSRFToken": self.csrf, "Referer": f"{WORLD['base_url']}{path}", NAME_HEADER: name,
         }  # fmt: skip
@@ -186,13 +191,12 @@ class Staff(HttpUser):
                 answer.success()  # 303, and 4xx answers: what staff are told
             text = answer.text or ""
         if op is not None:
-            op.update(started=started, ended=time.time(), status=status)
+            op.update(ended=time.time(), status=status)
             if status == 303:
                 self.pending = op  # its message is on the next page
             else:
                 title = _TITLE.search(text)
                 op["title"] = _text(title.group(1))[:200] if title else ""
-            HISTORY.append(op)
         return status, answer
 
     def settle(self, page: str | None) -> None:

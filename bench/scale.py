@@ -15,7 +15,8 @@ at the largest scale within 1.2x of the smallest. Where a goal misses it writes 
 time went: the statements whose time per association grew (``pg_stat_statements``) with
 their plans (``EXPLAIN (ANALYZE, BUFFERS)``) at both scales. Writes
 ``bench/results/<name>.json``, its table (``.md``) and chart (``.svg``); a run of all
-three scales also ``docs/bench-scale.svg`` and the table in docs/benchmarks.md.
+three scales with the default repeats also ``docs/bench-scale.svg`` and the table in
+docs/benchmarks.md.
 ``BENCH_SCALES`` sets the default scales. Not part of ``make test`` or ``.ci/run``.
 Exits 1 on a broken invariant or a crashed case (FAIL), or when the disk is too small.
 """
@@ -69,7 +70,8 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--estimate", action="store_true", help="print the estimate and stop")
     parser.add_argument("--keep-database", action="store_true", help="do not drop bench_scale")
     args = parser.parse_args(argv)
-    args.full = tuple(args.scales) == plan.SCALES
+    # Only the full run (every scale, every repeat) writes the docs' table and chart.
+    args.full = tuple(args.scales) == plan.SCALES and args.repeats == plan.SCALE_REPEATS
     args.name = args.name or ("scale" if args.full else "scale-check")
     return args
 
