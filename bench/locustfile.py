@@ -268,11 +268,16 @@ class Staff(HttpUser):
         if not _VENDOR_SELECT.search(page):
             return  # no assign form on this complaint (a closed one)
         shown = _REPLACING.search(page)
+        replacing = (shown.group(1) or "") if shown else ""
         vendor = random.choice(self.org["vendors"])
-        data = {"vendor": str(vendor), "replacing": (shown.group(1) or "") if shown else ""}
+        data = {"vendor": str(vendor), "replacing": replacing}
         if reassign:
             data["reassign"] = "on"
-        op = self._op("assign", complaint=complaint, vendor=vendor, reassign=reassign)
+        # The page's form replaces the assignment it showed, box or not (vendors/views.py):
+        # a request that carries one is a reassignment, whichever task picked the complaint
+        # (another user may have assigned it since this one's list was drawn).
+        op = self._op("assign", complaint=complaint, vendor=vendor,
+                      reassign=reassign or bool(replacing))  # fmt: skip
         name = "action: reassign a vendor" if reassign else "action: assign a vendor"
         status, _ = self.post(f"{path}assign/", name, data, op)
         if status == 303 and complaint in _unassigned[self.association]:
