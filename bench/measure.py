@@ -177,9 +177,9 @@ def time_and_count(operation, items: list, warmup: int, ops: int, redis_url: str
 
 
 class PeakMemory:
-    """The largest peak RSS (``VmHWM``) among processes, polled from /proc in a thread while
-    the block runs: ``roots`` themselves and every process under them (``children=True``:
-    only those under them). ``mb`` is the peak once the block has ended.
+    """The largest peak RSS (``VmHWM``) among the processes under ``root`` (its children,
+    theirs, …), polled from /proc in a thread while the block runs; ``mb`` is the peak once
+    the block has ended.
 
     Not ``getrusage(RUSAGE_CHILDREN)``: a child spawned by ``subprocess`` starts on its
     parent's memory (vfork or fork, then exec), and Linux keeps that memory's high-water
@@ -189,8 +189,8 @@ class PeakMemory:
     its exec a vforked child shows its parent's memory, and the high-water mark only grows
     after it. Growth in a process's last ``every`` seconds is missed, nothing else."""
 
-    def __init__(self, *roots: int, children: bool = False, every: float = 0.1):
-        self.roots, self.children, self.every = list(roots), children, every
+    def __init__(self, root: int, every: float = 0.1):
+        self.root, self.every = root, every
         self._last: dict[int, int] = {}  # pid -> its last VmHWM (kB)
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._poll, daemon=True)
@@ -214,17 +214,12 @@ class PeakMemory:
                 return
 
     def _sample(self) -> None:
-        pids = [] if self.children else list(self.roots)
-        level = list(self.roots)
+        level = _children(self.root)
         while level:  # the tree, level by level
-            below = []
             for pid in level:
-                below += _children(pid)
-            pids += below
-            level = below
-        for pid in pids:
-            if kb := _high_water_kb(pid):
-                self._last[pid] = kb
+                if kb := _high_water_kb(pid):
+                    self._last[pid] = kb
+            level = [child for pid in level for child in _children(pid)]
 
 
 def _children(pid: int) -> list[int]:

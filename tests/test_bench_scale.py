@@ -162,7 +162,7 @@ def test_peak_memory_is_each_walk_process_own_not_the_memory_it_was_started_from
     ballast = b"\x01" * (300 << 20)  # the case's own peak: far above the command's
     del ballast
 
-    with PeakMemory(os.getpid(), children=True) as peak:
+    with PeakMemory(os.getpid()) as peak:
         subprocess.run([sys.executable, "-c", _GRANDCHILD], check=True)
 
     # The grandchild's 120 MB, found under the child; not this process's 300 MB.

@@ -376,7 +376,7 @@ def month_start(
     connections.close_all()  # the children open their own
     codes, found = [], {}
     # Every process the walk runs in (the loop's pool, or the command and its workers).
-    peak = PeakMemory(os.getpid(), children=True)
+    peak = PeakMemory(os.getpid())
     try:
         with peak:
             started = time.perf_counter_ns()
