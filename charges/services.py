@@ -37,7 +37,8 @@ from charges.operations import GENERATION, charge_resource
 from hoa.answers.refusals import Refusal
 from hoa.answers.table import Done
 from hoa.fenced import FencedSteps, run_together
-from hoa.models import Organization, Unit
+from hoa.jobs.settling import SETTLE_VIA, Settled, settled_by
+from hoa.models import Organization, OutsideCall, Unit
 from locking import Lease, Outcome, insert_fenced
 
 
@@ -182,6 +183,7 @@ class ChargeRun(FencedSteps):
     lines: list[ChargeLine] | None = None  # the units as ``units_ahead`` read them, if it did
 
     endpoint = "billing"
+    party = billing.BILLING_SYSTEM
 
     @property
     def subject(self) -> dict:
@@ -295,3 +297,15 @@ def _copy_charges(run: MonthlyChargeRun, lines: list[ChargeLine], now: datetime)
     rows = "".join(f"{head}{line.unit_id:d}\t{line.amount:f}{tail}" for line in lines)
     with connection.connection.cursor() as cursor, cursor.copy(statement) as copy:
         copy.write(rows)
+
+
+def settle_unknown(call: OutsideCall) -> Settled:
+    """Settle a billing call whose outcome was unknown: generate the run again, by the same
+    key (the billing system collapses it to the run it got, or bills it now)."""
+    match = GENERATION.resource.fullmatch(call.resource)
+    month = date.fromisoformat(f"{match['month']}-01")
+    return settled_by(
+        lambda: generate_monthly_charges(
+            organization=call.organization, month=month, actor=None, via=SETTLE_VIA
+        )
+    )

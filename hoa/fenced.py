@@ -13,15 +13,18 @@ recovery) and calls the steps in this order, the same for every operation:
    resource's durable record, one statement committed on its own (a holder whose lease
    was re-granted learns it here), then ``look(lease)`` reads what the decision needs.
 2. ``call_outside(lease, looked)``: after ``lease.check()`` (a lease lost or uncertain
-   tells nobody), in the ``external-call`` span; a failed call is the operation's
-   ``call_failed`` refusal and nothing more is written.
+   tells nobody), in the ``external-call`` span. A refused call is the operation's
+   ``CallFailed`` and nothing more is written; a call whose outcome is unknown (a
+   timeout, a lost connection, a redirect, a 5xx) is recorded (``hoa.models.OutsideCall``,
+   committed on its own) and answered ``OutcomeUnknown``: settled later by the same key.
 3. **The commit**, one ``transaction.atomic()``: ``create(lease, looked, told)`` first, when
    the row that carries the fence is not there yet: it inserts that row with the token on
    it (``insert_fenced``) and writes, in one statement fewer. Otherwise (or when another
    holder created the row meanwhile) ``advance_fence`` on ``fence_row(looked)`` (the same
    grant passes; a newer holder's claim made this one stale), then ``commit(lease, looked,
    told)``: the state check and the writes. The attempt's audit row commits with them.
-4. A refusal raised by ``commit`` after the outside was told: ``take_back`` sends the
+4. A refusal at the commit after the outside was told, whoever refused (the operation's
+   state check, or the fence: a newer holder overtook this one): ``take_back`` sends the
    best-effort cancellation, and the refusal records whom it told in vain.
 
 Why the claim commits before the call: the outside system and the database must keep the
@@ -62,11 +65,12 @@ from hoa.answers.refusals import (
     CallFailed,
     LeaseRanOut,
     LockServiceDown,
+    OutcomeUnknown,
     Refusal,
     Superseded,
 )
-from hoa.integrations.webhooks import ExternalCallFailed
-from hoa.models import Organization
+from hoa.integrations.webhooks import ExternalCallFailed, ExternalCallUnknown
+from hoa.models import Organization, record_unknown
 from hoa.scopes import scope_for_organization
 from locking import (
     Attempt,
@@ -104,6 +108,7 @@ class FencedSteps:
     """
 
     endpoint: str = ""
+    party: str = ""  # whom the call tells, as staff read it ("the payment service")
 
     @property
     def subject(self) -> dict[str, Any]:
@@ -167,7 +172,7 @@ class Call:
 
     def run(self, steps: FencedSteps):
         """Run ``steps`` under a fresh lease on the resource; return ``commit``'s result."""
-        under_lease = partial(_run_steps, steps, self.operation)
+        under_lease = partial(_run_steps, steps, self)
         try:
             return run_fenced(
                 self.resource, under_lease, ttl=self.operation.lease_ttl, attempt=self.attempt
@@ -181,14 +186,19 @@ class Call:
         subject = {"operation": self.operation, **steps.subject}
         match exc:
             case LockHeld():
-                return Busy.held(exc, **subject)
+                refusal: Refusal = Busy.held(exc, **subject)
             case StaleFencingToken():
-                return Superseded.refused(self.resource, exc, **subject)
+                refusal = Superseded.refused(self.resource, exc, **subject)
             case LeaseLost():
-                return LeaseRanOut.lost(exc, **subject)
+                refusal = LeaseRanOut.lost(exc, **subject)
             case LockUnavailable():
-                return LockServiceDown(resource=self.resource, reason=exc.reason, **subject)
-        raise TypeError(f"not a refusal of locking: {exc!r}")
+                refusal = LockServiceDown(resource=self.resource, reason=exc.reason, **subject)
+            case _:
+                raise TypeError(f"not a refusal of locking: {exc!r}")
+        told = getattr(exc, "told_in_vain", None)  # set by _taking_back: overtaken after a call
+        if told is not None:
+            refusal.told_in_vain, refusal.cancellation = told, exc.cancellation
+        return refusal
 
 
 LOCKING_REFUSALS = (LockHeld, StaleFencingToken, LeaseLost, LockUnavailable)
@@ -305,9 +315,7 @@ def _call_outside_until_half_time(claimed: list[_Attempt], answers: list) -> tup
         if attempt.looked.needs_call:
             lease = attempt.leased.lease
             try:
-                attempt.told = _call_outside(
-                    attempt.steps, attempt.call.operation, lease, attempt.looked
-                )
+                attempt.told = _call_outside(attempt.steps, attempt.call, lease, attempt.looked)
             except (Refusal, LeaseLost, StaleFencingToken) as exc:
                 attempt.refused = exc
     return claimed, [], []
@@ -398,11 +406,11 @@ def _refusal_or_rerun(call: Call, steps: FencedSteps, leased: LeasedAttempt, exc
     raise exc
 
 
-def _run_steps(steps: FencedSteps, operation: "FencedOperation", lease: Lease):
+def _run_steps(steps: FencedSteps, call: Call, lease: Lease):
     """The steps in their order, under ``lease`` (``run_fenced``'s work)."""
     claim_fence(lease)  # one statement, committed on its own: durable before any call
     looked = steps.look(lease)  # after the claim: every older holder's commit is visible
-    told = _call_outside(steps, operation, lease, looked) if looked.needs_call else None
+    told = _call_outside(steps, call, lease, looked) if looked.needs_call else None
     with _taking_back(steps, lease, looked, told), transaction.atomic():
         return _commit_steps(steps, lease, looked, told)
 
@@ -421,22 +429,43 @@ def _commit_steps(steps: FencedSteps, lease: Lease, looked, told):
 @contextmanager
 def _taking_back(steps: FencedSteps, lease: Lease, looked, told) -> Iterator[None]:
     """A refusal raised in the block after the outside was told says so, and the steps'
-    ``take_back`` sends the best-effort cancellation."""
+    ``take_back`` sends the best-effort cancellation: the operation's own refusals and
+    locking's alike (a newer holder's claim refused this one at the fence, the lease was
+    lost), which ``Call.refusal`` turns into the shared refusals with whom they told."""
     try:
         yield
-    except Refusal as refusal:
+    except (Refusal, StaleFencingToken, LeaseLost) as refusal:
         if told is not None:  # rolled back, but the outside was told: say so, take it back
-            refusal.told_in_vain = told
-            refusal.cancellation = steps.take_back(lease, looked, refusal)
+            refusal.told_in_vain = told  # type: ignore[union-attr]
+            refusal.cancellation = steps.take_back(lease, looked, refusal)  # type: ignore[union-attr]
         raise
 
 
-def _call_outside(steps: FencedSteps, operation: "FencedOperation", lease: Lease, looked):
+def _call_outside(steps: FencedSteps, call: Call, lease: Lease, looked):
     lease.check()  # not worth a call if the lease is lost or uncertain: LeaseLost
     try:
         with span("external-call", lease=lease, attributes={"endpoint": steps.endpoint}):
             return steps.call_outside(lease, looked)
     except ExternalCallFailed as exc:
         raise CallFailed(
-            operation=operation, reason=exc.reason, status=exc.status, **steps.subject
+            operation=call.operation, reason=exc.reason, status=exc.status, **steps.subject
+        ) from exc
+    except ExternalCallUnknown as exc:
+        # It may have been acted on: recorded before anything else, settled by its key.
+        record_unknown(
+            operation=call.operation.name,
+            resource=call.resource,
+            endpoint=exc.endpoint or steps.endpoint,
+            idempotency_key=exc.idempotency_key,
+            token=lease.token,
+            organization=call.organization,
+            reason=exc.reason,
+            actor=call.label,
+        )
+        raise OutcomeUnknown(
+            operation=call.operation,
+            reason=exc.reason,
+            status=exc.status,
+            party=steps.party,
+            **steps.subject,
         ) from exc

@@ -36,6 +36,9 @@ class Outcome(TextChoices):
     # An operator deleted a stuck lease (``break_lease``); the holder's late write
     # is refused by the fence once a newer holder has committed.
     BROKEN = "broken", _("Lease broken by an operator")
+    # The external call may have been acted on and its answer does not say (a timeout, a
+    # lost connection, a redirect, a 5xx): recorded, to be settled by the same key.
+    UNKNOWN = "unknown", _("Outside outcome unknown")
 
 
 @runtime_checkable

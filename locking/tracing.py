@@ -54,7 +54,9 @@ RELEASED = "locking.released"
 
 # Outcomes that mean the attempt went wrong; the others (busy, already done, a conflict, a
 # refusal of the actor) are answers, not errors, and leave the span's status unset.
-ERROR_OUTCOMES = frozenset({Outcome.STALE, Outcome.FAILED, Outcome.UNAVAILABLE, Outcome.LOST})
+ERROR_OUTCOMES = frozenset(
+    {Outcome.STALE, Outcome.FAILED, Outcome.UNAVAILABLE, Outcome.LOST, Outcome.UNKNOWN}
+)
 
 
 def set_outcome(current: Span, outcome: Outcome) -> None:

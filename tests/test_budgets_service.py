@@ -17,6 +17,7 @@ from hoa.answers.refusals import (
     LeaseRanOut,
     LockServiceDown,
     NotPermitted,
+    OutcomeUnknown,
     Superseded,
 )
 from hoa.models import AccessDenial
@@ -123,20 +124,23 @@ def test_a_busy_budget_is_refused_naming_the_holder_and_writes_nothing(maple, bu
     assert events(maple) == [("busy", 1)]
 
 
-@pytest.mark.parametrize("failure", ["status", "timeout"])
-def test_a_failed_notification_writes_nothing_and_is_recorded_as_failed(
-    maple, budget, board, settings, failure
-):
-    if failure == "status":
-        board.status = 500
-    else:
-        settings.EXTERNAL_CALL_TIMEOUT_SECONDS = 0.2
-        board.delay = 1
+def test_a_refused_notification_writes_nothing_and_is_recorded_as_failed(maple, budget, board):
+    board.status = 422
     with pytest.raises(CallFailed) as refused:
         approve(maple)
-    assert ("(HTTP 500)" if failure == "status" else "(timed out)") in str(refused.value)
+    assert "(HTTP 422)" in str(refused.value)
     assert state_of(budget) == DRAFT  # the transaction, fence included, never ran
     assert events(maple) == [("failed", 1)]
+
+
+def test_a_notification_that_times_out_is_unknown_not_failed(maple, budget, board, settings):
+    settings.EXTERNAL_CALL_TIMEOUT_SECONDS = 0.2
+    board.delay = 1
+    with pytest.raises(OutcomeUnknown) as unknown:
+        approve(maple)
+    assert "(timed out)" in str(unknown.value)
+    assert state_of(budget) == DRAFT
+    assert events(maple) == [("unknown", 1)]
 
 
 def test_redis_down_is_reported_and_writes_nothing(maple, budget, board, settings):

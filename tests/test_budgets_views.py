@@ -133,7 +133,7 @@ def test_staff_without_the_permission_get_403_and_another_association_404(
 def test_redis_down_answers_503_and_a_failed_notification_502(
     alice_client, budget, board, settings
 ):
-    board.status = 500
+    board.status = 422
     failed = alice_client.post(APPROVE_URL)
     settings.LOCK_REDIS_URL = dead_redis_url()
     down = alice_client.post(APPROVE_URL)

@@ -140,13 +140,13 @@ def test_action_reports_each_organization_with_its_own_level(client, root, maple
 def test_action_reports_a_billing_failure_as_an_error_and_writes_nothing(
     client, alice, maple, billing
 ):
-    billing.status = 500
+    billing.status = 422
     client.force_login(alice)
     response = apply_action(client, MONTH_ARG, maple)
 
     [(level, message)] = messages_of(response)
     assert level == "error"
-    assert "did not accept the charges for Maple Court, March 2026 (HTTP 500)" in message
+    assert "did not accept the charges for Maple Court, March 2026 (HTTP 422)" in message
     assert not MonthlyChargeRun.objects.exists()
 
 

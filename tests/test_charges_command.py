@@ -163,13 +163,13 @@ def test_command_exits_1_with_one_line_when_redis_is_down(maple, command_env, ht
 
 
 def test_command_exits_1_and_writes_nothing_when_billing_fails(maple, command_env, http_stub):
-    http_stub.status = 503
+    http_stub.status = 422
     result = run_manage(COMMAND, "--org", "maple-court", "--month", MONTH_ARG, env=command_env)
 
     assert (result.returncode, result.stdout) == (1, "")
     assert result.stderr == (
         "CommandError: The billing system did not accept the charges for Maple Court, "
-        "March 2026 (HTTP 503); nothing was written.\n"
+        "March 2026 (HTTP 422); nothing was written.\n"
     )
     assert_nothing_written()
     assert list(FenceEvent.objects.values_list("outcome", "token")) == [("failed", 1)]
@@ -208,7 +208,8 @@ def test_command_frozen_by_sigstop_is_rejected_after_a_newer_holder_commits(
     assert (holder_a.returncode, stdout) == (EXIT_TEMPFAIL, "")
     assert stderr == (
         "CommandError: A newer holder (token 2) took over the charges for Maple Court, "
-        "March 2026 while this attempt (token 1) was paused past its lease; nothing was written.\n"
+        "March 2026 while this attempt (token 1) was paused past its lease; nothing was "
+        "written; the billing system was told in vain; nothing to take back\n"
     )
     run = MonthlyChargeRun.objects.get(organization=maple, month=MONTH)
     assert (run.completed_by, run.last_fence_token, run.charge_count) == ("holder-b", 2, 10)
@@ -247,7 +248,8 @@ def test_command_whose_billing_call_arrives_after_a_newer_holders_exits_75(
     assert (holder_a.returncode, stdout) == (EXIT_TEMPFAIL, "")
     assert stderr == (
         "CommandError: A newer holder (token 2) took over the charges for Maple Court, "
-        "March 2026 while this attempt (token 1) was paused past its lease; nothing was written.\n"
+        "March 2026 while this attempt (token 1) was paused past its lease; nothing was "
+        "written.\n"
     )
     assert list(FenceEvent.objects.order_by("id").values_list("outcome", "token")) == [
         ("committed", 2),

@@ -21,8 +21,16 @@ from charges.models import MonthlyCharge, MonthlyChargeRun
 from charges.operations import charge_resource
 from charges.selectors import monthly_totals
 from charges.services import generate_monthly_charges
-from hoa.answers.refusals import Busy, CallFailed, LockServiceDown, NotPermitted, Superseded
-from hoa.models import Organization, Unit
+from hoa.answers.refusals import (
+    Busy,
+    CallFailed,
+    LockServiceDown,
+    NotPermitted,
+    OutcomeUnknown,
+    Superseded,
+)
+from hoa.jobs.settling import settle_outside_calls
+from hoa.models import Organization, OutsideCall, Unit
 from locking import FenceLock, Outcome, fence_key
 from locking.epochs import first_token
 from locking.models import FenceEvent, ReceivedCall
@@ -33,6 +41,7 @@ from tests.charges_support import (
     wait_for_lease_expiry,
     waiting_statements,
 )
+from tests.harness.net import free_port
 from tests.harness.waiting import wait_until
 
 # The service refuses to run inside a transaction: its tests use real commits.
@@ -192,20 +201,57 @@ def test_busy_resource_is_refused_naming_the_holder_and_writes_nothing(maple, bi
 
 
 @fenced
-@pytest.mark.parametrize("failure", ["status", "timeout"])
-def test_billing_failure_writes_nothing_and_is_recorded_as_failed(
-    maple, billing, settings, failure
-):
-    if failure == "status":
-        billing.status = 500
-    else:
-        settings.EXTERNAL_CALL_TIMEOUT_SECONDS = 0.2
-        billing.delay = 1
+def test_billing_refusal_writes_nothing_and_is_recorded_as_failed(maple, billing):
+    billing.status = 422
     with pytest.raises(CallFailed) as excinfo:
         generate(maple)
-    assert ("HTTP 500" if failure == "status" else "timed out") in str(excinfo.value)
+    assert "HTTP 422" in str(excinfo.value)
     assert_nothing_written(maple)
     assert events(maple) == [("failed", 1)]
+    assert not OutsideCall.objects.exists()  # refused: nothing to settle
+
+
+@fenced
+def test_billing_that_cannot_be_reached_is_refused_not_unknown(maple, settings):
+    settings.BILLING_WEBHOOK_URL = f"http://127.0.0.1:{free_port()}/billing"  # nobody there
+    with pytest.raises(CallFailed) as excinfo:
+        generate(maple)
+    assert excinfo.value.reason == "could not connect"
+    assert_nothing_written(maple)
+    assert not OutsideCall.objects.exists()
+
+
+@fenced
+@pytest.mark.parametrize("lost", ["timeout", "500", "redirect", "close", "partial"])
+def test_a_billing_call_whose_answer_is_lost_is_unknown_recorded_and_settled_by_its_key(
+    maple, billing, settings, lost
+):
+    """Billing received the run and its answer went astray: never "nothing was saved".
+    The attempt is recorded, and settling it asks again by the same key."""
+    settings.EXTERNAL_CALL_TIMEOUT_SECONDS = 0.5
+    billing.lost_delay = 2
+    billing.lose_answer = lambda request: lost
+    with pytest.raises(OutcomeUnknown) as excinfo:
+        generate(maple)
+
+    assert excinfo.value.answer == "unknown"
+    assert excinfo.value.message.startswith("The billing system did not say whether it acted")
+    assert "not known yet" in str(excinfo.value)
+    assert_nothing_written(maple)
+    assert events(maple) == [("unknown", 1)]
+    assert billing.gets == []  # a redirect is not followed as a body-less GET
+    call = OutsideCall.objects.get()
+    key = f"monthly-charges:{maple.pk}:2026-03"
+    assert (call.endpoint, call.idempotency_key, call.settled_at) == ("billing", key, None)
+    assert ReceivedCall.objects.filter(idempotency_key=key).count() == 1  # it was received
+
+    billing.lose_answer = None
+    assert settle_outside_calls().settled == 1
+    assert_one_complete_run(maple, completed_by="job:settle")
+    call.refresh_from_db()
+    assert call.settlement == OutsideCall.Settlement.DONE
+    assert {request.idempotency_key for request in billing.accepted()} == {key}
+    assert ReceivedCall.objects.filter(idempotency_key=key).count() == 1  # billed once
 
 
 @fenced

@@ -291,11 +291,11 @@ def test_redis_down_answers_503_and_writes_nothing(alice_client, billing, settin
 
 
 def test_billing_failure_answers_502_and_writes_nothing(alice_client, billing):
-    billing.status = 500
+    billing.status = 422
     response = alice_client.post(GENERATE_URL, CONFIRMED)
 
     assert response.status_code == 502
-    assert "did not accept the charges for Maple Court, March 2026 (HTTP 500)" in (
+    assert "did not accept the charges for Maple Court, March 2026 (HTTP 422)" in (
         response.content.decode()
     )
     assert_nothing_written()

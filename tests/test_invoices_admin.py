@@ -13,6 +13,7 @@ from django.urls import reverse
 from locking import FenceLock
 from tests.invoices_support import approve, assignment_of, paid_state, record
 from tests.vendors_support import active_vendor
+from vendors import invoices
 from vendors.models import ApprovalPolicy, Invoice
 from vendors.operations import payment_resource
 
@@ -32,6 +33,11 @@ def admin_client(user) -> Client:
 def pay(client, invoices, **fields):
     data = {"action": "pay_invoices", "_selected_action": [i.pk for i in invoices], **fields}
     return client.post(CHANGELIST, data, follow=True)
+
+
+def confirm(client, asked, invoices):
+    """Submit the confirmation ``asked`` showed: its rows' versions and its total."""
+    return pay(client, invoices, apply="Pay", **asked.context["showing"])
 
 
 def texts(response) -> list[tuple[str, str]]:
@@ -60,7 +66,7 @@ def test_the_pay_action_confirms_then_pays_each_once_at_its_level(
     assert "Pay 4 invoices, $342.00 in all?" in asked.content.decode()
     assert payments.received == []  # nothing before the confirmation
 
-    done = pay(client, [first, second, received, held], apply="Pay")
+    done = confirm(client, asked, [first, second, received, held])
     messages = texts(done)
     assert [level for level, _text in messages] == ["success", "success", "error", "warning"]
     assert messages[2][1] == "Only an approved invoice can be paid; this one is received."
@@ -68,9 +74,42 @@ def test_the_pay_action_confirms_then_pays_each_once_at_its_level(
     assert (paid_state(first)[0], paid_state(second)[0]) == (Status.PAID, Status.PAID)
     assert len(payments.payments) == 2
 
-    again = pay(client, [first], apply="Pay")
+    again = confirm(client, pay(client, [first]), [first])
     assert texts(again)[0][0] == "info"
     assert len(payments.payments) == 2
+
+
+@fenced
+def test_a_pay_confirmation_older_than_an_amount_change_pays_nothing_and_asks_again(
+    maple, pipe, alice, bob, payments
+):
+    """The confirmation showed $250.00 + $75.00; one amount changed and was approved again
+    before it was submitted: nothing is paid, and the page shows the invoices as they are."""
+    first = approve(record(assignment_of(maple, pipe, "A"), alice, number="A-1"), bob)
+    second = approve(
+        record(assignment_of(maple, pipe, "B"), alice, number="B-1", amount=Decimal("75.00")),
+        bob,
+    )
+    client = admin_client(alice)
+    asked = pay(client, [first, second])
+    assert "Pay 2 invoices, $325.00 in all?" in asked.content.decode()
+    invoices.change_amount(
+        invoice=second, seen=second.version, amount=Decimal("80.00"), reason="Fix", actor=alice
+    )
+    approve(second, bob)
+
+    stale = confirm(client, asked, [first, second])
+
+    assert texts(stale) == [
+        (
+            "warning",
+            "The invoices changed since this confirmation was shown ($325.00 then, $330.00 "
+            "now); nothing was paid. Check them below and confirm again.",
+        )
+    ]
+    assert "Pay 2 invoices, $330.00 in all?" in stale.content.decode()
+    assert payments.received == []
+    assert paid_state(first)[0] == paid_state(second)[0] == Status.APPROVED
 
 
 def test_the_pay_action_is_offered_only_with_the_pay_permission(maple, pipe, alice, bob):

@@ -314,10 +314,45 @@ def test_no_payment_service_is_503_and_a_failed_one_502(
     if broken == "url":
         settings.VENDOR_PAYMENT_URL = ""
     else:
-        payments.status = 500
+        payments.status = 422
     response = client_for(alice).post(url("pay", approved), {"seen": approved.version})
     assert response.status_code == status
     assert paid_state(approved)[0] == Status.APPROVED
+
+
+@fenced
+def test_a_pay_posted_from_a_page_shown_before_the_amount_changed_is_409_and_pays_nothing(
+    approved, payments, alice, bob, carol
+):
+    """The page said "Pay … $250.00" (its version); meanwhile the amount became $4,800.00
+    and it was approved again. The stale POST is refused, naming what it is now."""
+    shown = approved.version
+    invoices.change_amount(
+        invoice=approved, seen=shown, amount=Decimal("4800.00"), reason="Roof too", actor=alice
+    )
+    for approver in (bob, carol):
+        if Invoice.objects.get(pk=approved.pk).status != Status.APPROVED:
+            approve(approved, approver)
+    assert Invoice.objects.get(pk=approved.pk).status == Status.APPROVED
+
+    response = client_for(alice).post(url("pay", approved), {"seen": shown})
+
+    assert response.status_code == 409
+    assert "it is now approved, for $4,800.00" in response.content.decode()
+    assert payments.received == []
+    assert paid_state(approved) == (Status.APPROVED, None, 0, [])
+
+
+@fenced
+def test_a_payment_whose_answer_is_lost_is_answered_not_known_yet_202(approved, payments, alice):
+    payments.lose_answer = lambda request: "500"
+    response = client_for(alice).post(url("pay", approved), {"seen": approved.version})
+
+    assert response.status_code == 202
+    page = response.content.decode()
+    assert "Not known yet" in page
+    assert "will be settled automatically" in page
+    assert paid_state(approved)[:2] == (Status.APPROVED, 1)  # claimed: sent for payment
 
 
 def test_the_pay_button_is_offered_for_approved_invoices_to_those_who_may_pay(

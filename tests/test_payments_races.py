@@ -12,7 +12,7 @@ import threading
 import pytest
 from django.db import transaction
 
-from hoa.answers.refusals import Busy, CallFailed, Superseded
+from hoa.answers.refusals import Busy, OutcomeUnknown, Superseded
 from hoa.models import StaffMembership
 from locking import lock_key
 from locking.epochs import first_token
@@ -171,11 +171,11 @@ def test_an_older_payer_whose_call_returned_first_cannot_commit_after_a_newer_on
 def test_paying_again_after_redis_lost_its_data_pays_on_the_first_call(
     approved, payments, alice, redis_client
 ):
-    """The first attempt's call failed (token 1, the invoice claimed); Redis then loses the
-    counter. The next grant starts epoch 1 before any call: its token is above every token
-    of epoch 0, and the service, which had kept nothing, pays once."""
+    """The first attempt's call ended unknown (a 503: token 1, the invoice claimed); Redis
+    then loses the counter. The next grant starts epoch 1 before any call: its token is
+    above every token of epoch 0, and the service, which had kept nothing, pays once."""
     payments.status = 503
-    with pytest.raises(CallFailed):
+    with pytest.raises(OutcomeUnknown):
         pay_invoice(invoice=approved, actor=alice)
     payments.status = None
     redis_client.flushdb()  # restarted without persistence: the counter and the lease gone
@@ -187,7 +187,7 @@ def test_paying_again_after_redis_lost_its_data_pays_on_the_first_call(
     assert [token for token, _status, _verdict in payment_calls(payments)] == [1, token]
     assert paid_keys(payments) == [(idempotency_key(approved.pk), token)]
     assert paid_state(approved)[:3] == (Status.PAID, token, token)
-    assert payment_events(approved) == [("failed", 1), ("committed", token)]
+    assert payment_events(approved) == [("unknown", 1), ("committed", token)]
 
 
 # -- voiding and paying one invoice at once ---------------------------------------------------

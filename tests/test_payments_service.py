@@ -1,17 +1,19 @@
 """pay_invoice, the third fenced operation (issue 38, item 4): checks before the lease, the
 claim, the payment call, the fenced transaction, and what each refusal leaves."""
 
-from datetime import timedelta
+from datetime import date, timedelta
 
 import pytest
 from django.core import checks
 from django.db import connection
 from django.http import HttpResponse
 
-from hoa.answers.refusals import Busy, CallFailed, LockServiceDown, NotPermitted
-from hoa.models import AccessDenial
+from hoa.answers.refusals import Busy, CallFailed, LockServiceDown, NotPermitted, OutcomeUnknown
+from hoa.jobs.settling import settle_outside_calls
+from hoa.models import AccessDenial, OutsideCall
 from locking.models import FenceEvent
 from tests.charges_support import dead_redis_url
+from tests.harness.http import payment_reference
 from tests.harness.pg import round_trips
 from tests.invoices_support import (
     AMOUNT,
@@ -232,7 +234,7 @@ def test_redis_down_is_unavailable_and_nothing_is_written(approved, payments, al
 
 
 def service_down(stub):
-    stub.status = 503  # the receiver never decides: nothing is paid or kept
+    stub.status = 503  # an error page: whether it paid first, the answer does not say
 
 
 def answers_without_a_reference(stub):
@@ -245,38 +247,87 @@ def answers_without_a_reference(stub):
     stub._kept = kept
 
 
+def pays_and_answer_is_lost(stub):
+    stub.lose_answer = lambda request: "close"  # it pays; the connection closes unanswered
+
+
 @pytest.mark.parametrize(
     ("breaks", "reason"),
     [
         (service_down, "HTTP 503"),
         (answers_without_a_reference, "an answer without a payment reference"),
+        (pays_and_answer_is_lost, "the connection was lost before the answer"),
     ],
-    ids=["service-down", "no-reference"],
+    ids=["service-down", "no-reference", "answer-lost"],
 )
-def test_a_failed_payment_call_records_nothing_but_the_claim_and_paying_again_settles_it(
+def test_a_payment_whose_outcome_is_unknown_keeps_the_claim_is_recorded_and_paying_again_settles_it(
     approved, payments, alice, breaks, reason
 ):
-    """The service may or may not have paid: the invoice stays claimed (it can no longer
-    be voided), and paying it again asks the service, which pays a key once."""
+    """The service may or may not have paid: the answer is "not known yet", never
+    "nothing was saved"; the invoice stays claimed (it can no longer be voided), the
+    attempt is recorded to be settled, and paying it again asks the service, which pays a
+    key once."""
     working = payments._kept
     breaks(payments)
-    with pytest.raises(CallFailed) as failed:
+    with pytest.raises(OutcomeUnknown) as unknown:
         pay_invoice(invoice=approved, actor=alice)
 
-    assert failed.value.answer == "upstream-failed"
-    assert failed.value.reason == reason
-    assert failed.value.message.startswith(
-        f"The payment service did not confirm the payment of invoice #{approved.pk} ({reason})"
+    assert unknown.value.answer == "unknown"
+    assert unknown.value.reason == reason
+    assert unknown.value.message.startswith(
+        f"The payment service did not say whether it acted ({reason})"
     )
     assert paid_state(approved) == (Status.APPROVED, 1, 0, [])
-    assert payment_events(approved) == [("failed", 1)]
+    assert payment_events(approved) == [("unknown", 1)]
+    recorded = OutsideCall.objects.get()
+    assert (recorded.idempotency_key, recorded.token) == (idempotency_key(approved.pk), 1)
     seen = Invoice.objects.get(pk=approved.pk).version
     with pytest.raises(PaymentSent):
         invoices.void_invoice(invoice=approved, seen=seen, reason="Oops", actor=alice)
 
-    payments.status, payments._kept = None, working
+    payments.status, payments._kept, payments.lose_answer = None, working, None
     settled = pay_invoice(invoice=approved, actor=alice)
     assert (settled.outcome, settled.token) == ("committed", 2)
     assert paid_state(approved)[:3] == (Status.PAID, 2, 2)
     assert len(payments.payments) == 1  # paid once, whatever it answered the first time
     assert [token for token, _status, _verdict in payment_calls(payments)] == [1, 2]
+
+
+def test_a_payment_the_service_refuses_writes_nothing_and_gives_the_claim_back(
+    approved, payments, alice
+):
+    """A 4xx is the service saying no: it paid nothing. Nothing is recorded to settle, and
+    the invoice is approved as before its claim, so it may be voided or changed."""
+    payments.status = 422
+    with pytest.raises(CallFailed) as failed:
+        pay_invoice(invoice=approved, actor=alice)
+
+    assert (failed.value.answer, failed.value.reason) == ("upstream-failed", "HTTP 422")
+    assert paid_state(approved) == (Status.APPROVED, None, 0, [])
+    assert not OutsideCall.objects.exists()
+    seen = Invoice.objects.get(pk=approved.pk).version
+    invoices.void_invoice(invoice=approved, seen=seen, reason="Refused", actor=alice)
+    assert Invoice.objects.get(pk=approved.pk).status == Status.VOID
+
+
+def test_a_payment_made_then_unknown_is_recorded_after_the_insurance_lapsed(
+    approved, payments, alice
+):
+    """The service paid and its answer was lost; then the vendor's insurance lapsed. What
+    the service did is recorded whatever a rule checked before the call says now: the
+    settling job asks again by the same key and records the payment, paid once."""
+    payments.lose_answer = lambda request: "close"
+    with pytest.raises(OutcomeUnknown):
+        pay_invoice(invoice=approved, actor=alice)
+    assert len(payments.payments) == 1  # it paid
+
+    approved.vendor.contracts.update(insurance_expires_on=date.today() - timedelta(days=1))
+    payments.lose_answer = None
+    assert settle_outside_calls().settled == 1
+
+    status, claim, fence, recorded = paid_state(approved)
+    assert (status, claim, fence) == (Status.PAID, 2, 2)
+    assert recorded == [(2, payment_reference(idempotency_key(approved.pk)))]
+    assert len(payments.payments) == 1  # paid once
+    call = OutsideCall.objects.get()
+    assert (call.settlement, call.is_settled) == (OutsideCall.Settlement.DONE, True)

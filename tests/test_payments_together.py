@@ -13,7 +13,7 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from hoa.answers.refusals import Busy, CallFailed, Superseded
+from hoa.answers.refusals import Busy, OutcomeUnknown, Superseded
 from locking import FenceLock, Outcome, lock_key
 from tests.charges_support import Worker
 from tests.harness.waiting import wait_until
@@ -92,13 +92,13 @@ def test_a_busy_invoice_in_a_batch_is_answered_busy_and_the_others_are_paid(thre
     )
 
 
-def test_a_failed_call_in_a_batch_costs_the_others_nothing(three, payments):
+def test_a_call_of_unknown_outcome_in_a_batch_costs_the_others_nothing(three, payments):
     failing = idempotency_key(three[0].pk)
     payments.status_for = lambda request: 503 if request.idempotency_key == failing else None
 
     answers = pay_together(three, actor=None, via="cron-a")
 
-    assert isinstance(answers[0], CallFailed)
+    assert isinstance(answers[0], OutcomeUnknown)
     assert [answers[1].outcome, answers[2].outcome] == [Outcome.COMMITTED] * 2
     assert paid_state(three[0]) == (Status.APPROVED, 1, 0, [])  # claimed: in doubt
 

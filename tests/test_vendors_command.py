@@ -106,7 +106,8 @@ def test_a_rival_paused_in_its_dispatch_is_refused_once_the_command_claimed_and_
     """The command reads the vendor to replace (Pipe Pros) before its lease. A rival,
     paused in its dispatch past its lease, comes back after the command claimed and called
     Bright Spark: the rival's commit is refused (it used to commit Evergreen, and the
-    command was told in vain), and the command replaces Pipe Pros, as it decided."""
+    command was told in vain), Evergreen, whom it told, gets the cancellation, and the
+    command replaces Pipe Pros, as it decided."""
     settings.VENDOR_LOCK_TTL_SECONDS = 0.3  # the rival's lease, in this process
     bright = active_vendor("Bright Spark", maple)
     shown = assign_vendor(complaint=complaint, vendor=pipe, actor=alice).assignment
@@ -139,7 +140,10 @@ def test_a_rival_paused_in_its_dispatch_is_refused_once_the_command_claimed_and_
     assert VendorAssignment.objects.count() == 2  # Pipe Pros, replaced; Bright Spark
     assert Complaint.objects.get(pk=complaint.pk).last_fence_token == 3
     assert FenceEvent.objects.get(outcome="stale").token == 2
-    assert cancellations(dispatch) == []
+    # Evergreen heard of the overtaken attempt: it is taken back, whatever refused it.
+    [cancel] = cancellations(dispatch)
+    assert (cancel.json["vendor"]["id"], cancel.token) == (green.pk, 2)
+    assert (lost.told_in_vain, lost.cancellation) == (green, "cancellation sent (HTTP 200)")
 
 
 def test_busy_lease_exits_75_naming_the_holder(env, complaint, pipe, fence_lock, redis_client):
@@ -169,13 +173,13 @@ def test_actor_is_checked_like_the_web(complaint, pipe, alice, viewer, mallory):
 
 
 def test_dispatch_failure_exits_1_and_writes_nothing(env, complaint, pipe, http_stub, redis_client):
-    http_stub.status = 500
+    http_stub.status = 422
     before = state_of(complaint, redis_client)
 
     failed = manage(env, complaint.pk, pipe.pk)
 
     assert failed.returncode == 1
-    assert "did not accept the assignment (HTTP 500)" in one_line(failed.stderr)
+    assert "did not accept the assignment (HTTP 422)" in one_line(failed.stderr)
     after = state_of(complaint, redis_client)
     assert (after.assignments, after.fence_token) == (before.assignments, before.fence_token)
 

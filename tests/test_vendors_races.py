@@ -105,8 +105,12 @@ def test_paused_holder_resuming_after_a_takeover_is_rejected_and_the_newer_assig
     assert (active.vendor, active.fence_token) == (green, 2)
     assert VendorAssignment.objects.count() == 1  # nothing of A's was written
     assert Complaint.objects.get(pk=complaint.pk).last_fence_token == 2
-    assert sorted(call.token for call in dispatch.received) == [1, 2]
+    assert sorted(call.token for call in dispatches(dispatch)) == [1, 2]
     assert events_of(complaint) == [("committed", 2), ("stale", 1)]
+    # Pipe Pros heard of A's overtaken attempt: A takes it back, under A's key and token.
+    [cancel] = cancellations(dispatch)
+    assert (cancel.json["vendor"]["id"], cancel.token) == (pipe.pk, 1)
+    assert (late.told_in_vain, late.cancellation) == (pipe, "cancellation sent (HTTP 200)")
 
 
 @pytest.mark.parametrize("reassign", [True, False], ids=["reassign", "no-reassign"])
@@ -235,7 +239,8 @@ def test_two_reassignments_decided_against_the_same_assignment_exactly_one_commi
     Evergreen, one with Bright Spark. The first holder is paused inside its dispatch call
     past its lease, so the second is granted a newer token, claims and calls its vendor
     too; then the first comes back. Its commit is refused (the second's claim is newer),
-    and the second replaces Pipe Pros, as it decided: one commit, the newer one's."""
+    its vendor gets the cancellation, and the second replaces Pipe Pros, as it decided:
+    one commit, the newer one's."""
     settings.VENDOR_LOCK_TTL_SECONDS = SHORT_TTL
     bright = active_vendor("Bright Spark", maple)
     shown = assign_vendor(complaint=complaint, vendor=pipe, actor=alice).assignment
@@ -283,4 +288,7 @@ def test_two_reassignments_decided_against_the_same_assignment_exactly_one_commi
     ]
     calls = [(call.json["vendor"]["id"], call.token) for call in dispatches(dispatch)]
     assert calls == [(pipe.pk, 1), (green.pk, 2), (bright.pk, 3)]
-    assert cancellations(dispatch) == []
+    # Evergreen was told by the overtaken attempt: it is taken back.
+    [cancel] = cancellations(dispatch)
+    assert (cancel.json["vendor"]["id"], cancel.token) == (green.pk, 2)
+    assert lost.told_in_vain == green

@@ -310,13 +310,13 @@ def test_reassigning_back_to_an_earlier_vendor_gets_a_new_idempotency_key(
 def test_failed_dispatch_writes_nothing_and_records_failed(
     complaint, pipe, alice, dispatch, redis_client
 ):
-    dispatch.status = 503
+    dispatch.status = 422
     before = state_of(complaint, redis_client)
 
     with pytest.raises(CallFailed) as failed:
         assign_vendor(complaint=complaint, vendor=pipe, actor=alice)
 
-    assert (failed.value.status, failed.value.reason) == (503, "HTTP 503")
+    assert (failed.value.status, failed.value.reason) == (422, "HTTP 422")
     after = state_of(complaint, redis_client)
     assert (after.assignments, after.fence_token) == (before.assignments, before.fence_token)
     assert lock_keys(redis_client) == [f"fence:{{{assignment_resource(complaint.pk)}}}"]

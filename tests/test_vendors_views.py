@@ -470,13 +470,13 @@ def test_assign_changes_nothing_but_on_post(complaint, alice):
 
 @fenced
 def test_dispatch_failure_is_502_and_writes_nothing(complaint, pipe, alice, dispatch, redis_client):
-    dispatch.status = 500
+    dispatch.status = 422
     before = state_of(complaint, redis_client)
 
     response = client_for(alice).post(assign_url(complaint), {"vendor": pipe.pk})
 
     assert response.status_code == 502
-    assert "HTTP 500" in response.content.decode()
+    assert "HTTP 422" in response.content.decode()
     after = state_of(complaint, redis_client)
     assert (after.assignments, after.fence_token) == (before.assignments, before.fence_token)
 

@@ -160,24 +160,64 @@ extend(
 
 
 class PayInvoicesForm(forms.Form):
-    """The intermediate page's confirmation: money leaves when it is submitted."""
+    """The intermediate page's confirmation: money leaves when it is submitted. It carries
+    what the page showed: each invoice's version and the total."""
+
+    shown = forms.RegexField(regex=r"^[0-9]{1,19}:[0-9]{1,10}( [0-9]{1,19}:[0-9]{1,10})*$")
+    total = forms.DecimalField(max_digits=16, decimal_places=2)
+
+    @staticmethod
+    def showing(invoices: list[Invoice]) -> dict:
+        """The hidden values of a page that shows ``invoices``."""
+        return {
+            "shown": " ".join(f"{invoice.pk}:{invoice.version}" for invoice in invoices),
+            "total": _total(invoices),
+        }
+
+    def versions(self) -> dict[int, int]:
+        pairs = (pair.split(":") for pair in self.cleaned_data["shown"].split())
+        return {int(pk): int(version) for pk, version in pairs}
+
+
+def _total(invoices: list[Invoice]) -> Decimal:
+    return sum((invoice.amount for invoice in invoices), Decimal("0.00"))
 
 
 @admin.action(description=gettext_lazy("Pay the selected invoices…"), permissions=["pay"])
 def pay_invoices(modeladmin, request, queryset):
     """Ask for a confirmation (the invoices and their total), then pay each once: the fenced
-    payment, as the staff page and the nightly run make it."""
+    payment, as the staff page and the nightly run make it. The confirmation pays what it
+    showed or nothing: a selection, an invoice or a total changed since is asked again, and
+    each payment is a compare-and-swap on the version shown."""
     chosen = list(queryset.select_related("organization", "vendor").order_by("pk"))
     form = PayInvoicesForm(request.POST if applying(request) else None)
     if form.is_bound and form.is_valid():
-        ip = client_ip(request)
-        answer_each(
-            modeladmin,
+        seen = form.versions()
+        now = {invoice.pk: invoice.version for invoice in chosen}
+        if seen == now and form.cleaned_data["total"] == _total(chosen):
+            ip = client_ip(request)
+            answer_each(
+                modeladmin,
+                request,
+                chosen,
+                lambda invoice: pay_invoice(
+                    invoice=invoice, actor=request.user, ip=ip, seen=seen[invoice.pk]
+                ),
+            )
+            return None
+        modeladmin.message_user(
             request,
-            chosen,
-            lambda invoice: pay_invoice(invoice=invoice, actor=request.user, ip=ip),
+            _(
+                "The invoices changed since this confirmation was shown (%(before)s then, "
+                "%(now)s now); nothing was paid. Check them below and confirm again."
+            )
+            % {
+                "before": format_money(form.cleaned_data["total"]),
+                "now": format_money(_total(chosen)),
+            },
+            messages.WARNING,
         )
-        return None
+        form = PayInvoicesForm()
     return ask(
         modeladmin,
         request,
@@ -186,7 +226,8 @@ def pay_invoices(modeladmin, request, queryset):
         "vendors/admin/pay_invoices.html",
         title=_("Pay invoices"),
         invoices=chosen,
-        total=sum((invoice.amount for invoice in chosen), Decimal("0.00")),
+        total=_total(chosen),
+        showing=PayInvoicesForm.showing(chosen),
     )
 
 

@@ -30,10 +30,14 @@ from enum import StrEnum
 from urllib.parse import urlsplit, urlunsplit
 
 from django.conf import settings
+from django.utils.translation import gettext_lazy
 
 from hoa.integrations.webhooks import CallResult, post_fenced
 from hoa.models import Complaint
 from vendors.models import Vendor, VendorAssignment
+
+# Whom a dispatch tells, as staff read it.
+DISPATCH_SERVICE = gettext_lazy("the dispatch service")
 
 # The endpoints the calls are sealed for: the dispatch service's receivers' scopes.
 DISPATCH_ENDPOINT = "dispatch"

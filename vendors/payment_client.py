@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from django.conf import settings
 from django.utils.translation import gettext_lazy
 
-from hoa.integrations.webhooks import ExternalCallFailed, post_fenced
+from hoa.integrations.webhooks import ExternalCallFailed, ExternalCallUnknown, post_fenced
 from locking import Lease
 from vendors.models import Invoice
 
@@ -88,5 +88,12 @@ def send_payment(*, invoice: Invoice, lease: Lease) -> PaymentReceipt:
     except (ValueError, TypeError, KeyError):
         reference = None
     if not isinstance(reference, str) or not 0 < len(reference) <= 200:
-        raise ExternalCallFailed(url, "an answer without a payment reference", call.status)
+        # A 2xx we cannot read: it may have paid. Unknown, settled by the same key.
+        raise ExternalCallUnknown(
+            url,
+            "an answer without a payment reference",
+            call.status,
+            idempotency_key=idempotency_key(invoice.pk),
+            endpoint=PAYMENT_ENDPOINT,
+        )
     return PaymentReceipt(reference=reference)

@@ -49,6 +49,9 @@ from django.utils import timezone
 from hoa.answers.refusals import Refusal
 from hoa.answers.table import Audience, Done
 from hoa.fenced import FencedSteps, run_together
+from hoa.integrations.webhooks import ExternalCallFailed
+from hoa.jobs.settling import SETTLE_VIA, Settled, settled_by
+from hoa.models import OutsideCall
 from locking import Lease, Outcome, StaleFencingToken
 from vendors import invoice_answers
 from vendors.exceptions import (
@@ -61,7 +64,12 @@ from vendors.exceptions import (
 from vendors.insurance import check_insured, today_of
 from vendors.models import Invoice, InvoiceEvent, VendorPayment
 from vendors.operations import PAYMENT, payment_resource
-from vendors.payment_client import PAYMENT_ENDPOINT, PaymentReceipt, send_payment
+from vendors.payment_client import (
+    PAYMENT_ENDPOINT,
+    PAYMENT_SERVICE,
+    PaymentReceipt,
+    send_payment,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -100,8 +108,15 @@ def pay_invoice(
     ``actor`` is the user asking (staff of the invoice's association with
     ``vendors.pay_invoice``, or a superuser), or ``None`` for the deployment's operator at
     the shell; ``via`` says where the request came from (``cli:ops``) for the audit trail.
-    ``seen``: the invoice's version on the page that asked; an invoice no longer payable
-    since then is ``InvoiceChanged`` (409), not a bad request.
+    ``seen``: the invoice's version on the page that asked (the amount, vendor and
+    approvals it showed). Paying is a compare-and-swap on it: an invoice changed in any way
+    since then is ``InvoiceChanged`` (409, naming what it is now), never paid at an amount
+    the person did not see. ``None`` (the nightly batch, the settling job): the invoice as
+    the caller read it.
+
+    Once the payment was sent (the invoice is claimed), the service may have paid: paying
+    again asks it by the same key and records what it answers, whatever rule checked before
+    the first call says now (the vendor's insurance may have lapsed since).
 
     Raises, before anything is locked: ``NotPermitted``, ``PaymentServiceNotConfigured``,
     ``InvoiceRefused`` (not approved), ``InvoiceChanged``, ``VendorNotInsured``. Under the
@@ -138,13 +153,15 @@ def _payment(invoice: Invoice, actor, *, via: str, ip: str | None = None, seen=N
     call = PAYMENT.begin(actor, organization=organization, resource=resource, via=via, ip=ip)
     if not settings.VENDOR_PAYMENT_URL:
         raise PaymentServiceNotConfigured(invoice=invoice)
+    if seen is not None and seen != invoice.version and invoice.status != Status.PAID:
+        raise InvoiceChanged(invoice=invoice, seen=seen, current=invoice)  # since the page
     if invoice.status not in (Status.APPROVED, Status.PAID):
-        if seen is not None and seen != invoice.version:  # it changed after the page
-            raise InvoiceChanged(invoice=invoice, seen=seen, current=invoice)
         raise InvoiceRefused(InvoiceRule.NOT_APPROVED, status=invoice.status)
-    if invoice.status == Status.APPROVED:
+    if invoice.status == Status.APPROVED and not invoice.is_claimed:
+        # Before the first call only: once sent, recording what the service did depends on
+        # no rule read before it.
         check_insured(invoice.vendor, organization, today_of(organization))
-    return call, Payment(invoice=invoice, actor=actor, by=call.label)
+    return call, Payment(invoice=invoice, actor=actor, by=call.label, seen=seen)
 
 
 @dataclass(frozen=True)
@@ -161,8 +178,10 @@ class Payment(FencedSteps):
     invoice: Invoice
     actor: object  # the user, or None for the operator at the shell
     by: str  # who asked, as the audit records it
+    seen: int | None = None  # the version the page showed: the claim's compare-and-swap
 
     endpoint = PAYMENT_ENDPOINT
+    party = PAYMENT_SERVICE
 
     @property
     def subject(self) -> dict:
@@ -184,7 +203,19 @@ class Payment(FencedSteps):
         if not self._claim(lease, looked.invoice):
             return None  # paid meanwhile by an older holder: the commit finds its payment
         lease.check()  # the claim took a round trip: still ours?
-        return send_payment(invoice=looked.invoice, lease=lease)
+        try:
+            return send_payment(invoice=looked.invoice, lease=lease)
+        except ExternalCallFailed:
+            self._release(lease)  # the service refused: it paid nothing
+            raise
+
+    def _release(self, lease: Lease) -> None:
+        """Take this attempt's claim back after the service refused to pay (a 4xx, or no
+        connection: nothing was sent): the invoice is approved as before, and may be voided
+        or changed. A newer holder's claim is left alone."""
+        self.rows().filter(payment_claim=lease.token, status=Status.APPROVED).update(
+            payment_claim=None, payment_claimed_at=None, version=F("version") + 1
+        )
 
     def _claim(self, lease: Lease, seen: Invoice) -> bool:
         """Mark the invoice sent for payment, committed before the service hears of it, if
@@ -194,10 +225,11 @@ class Payment(FencedSteps):
         past its lease). Anything else refuses, nothing told."""
         now = timezone.now()
         unclaimed = Q(payment_claim__isnull=True) | Q(payment_claim__lte=lease.token)
+        as_shown = Q(version=self.seen) if self.seen is not None else Q()
         with transaction.atomic():
             claimed = (
                 self.rows()
-                .filter(unclaimed, status=Status.APPROVED, amount=seen.amount)
+                .filter(unclaimed, as_shown, status=Status.APPROVED, amount=seen.amount)
                 .update(
                     payment_claim=lease.token,
                     payment_claimed_at=now,
@@ -265,3 +297,16 @@ class Payment(FencedSteps):
             extra={"invoice": invoice.pk, "token": lease.token, "reference": told.reference},
         )
         return PaymentResult(payment=payment, outcome=Outcome.COMMITTED, token=lease.token)
+
+
+def settle_unknown(call: OutsideCall) -> Settled:
+    """Settle a payment whose outcome was unknown: ask the service again by the invoice's
+    key (it answers with the payment it made, or pays now, or refuses), and record it."""
+    invoice = (
+        Invoice.objects.select_related("organization", "vendor")
+        .filter(pk=PAYMENT.resource.fullmatch(call.resource)["invoice"])
+        .first()
+    )
+    if invoice is None:
+        return None  # an invoice is never deleted once sent; an operator looks
+    return settled_by(lambda: pay_invoice(invoice=invoice, actor=None, via=SETTLE_VIA))

@@ -34,6 +34,7 @@ cannot both win, and nobody replaces a vendor they never saw.
 """
 
 import logging
+import re
 from dataclasses import dataclass
 from datetime import date
 from enum import Enum, auto
@@ -47,11 +48,17 @@ from hoa.complaints.reporters import tell_reporter
 from hoa.complaints.rules import RULES, Change, allows
 from hoa.complaints.workflow import record_assignment
 from hoa.fenced import FencedSteps
-from hoa.integrations.webhooks import ExternalCallFailed
-from hoa.models import Complaint, Organization
-from locking import Lease, Outcome, StaleAtReceiver
+from hoa.integrations.webhooks import ExternalCallFailed, ExternalCallUnknown
+from hoa.jobs.settling import SETTLE_VIA, Settled, settled_by
+from hoa.models import Complaint, Organization, OutsideCall
+from locking import FenceLock, Lease, LockHeld, LockUnavailable, Outcome, StaleAtReceiver
 from vendors import answers
-from vendors.dispatch import CancelReason, cancel_dispatch, dispatch_assignment
+from vendors.dispatch import (
+    DISPATCH_SERVICE,
+    CancelReason,
+    cancel_dispatch,
+    dispatch_assignment,
+)
 from vendors.exceptions import (
     AlreadyAssigned,
     AssignmentChanged,
@@ -59,7 +66,6 @@ from vendors.exceptions import (
     ClosedSinceViewed,
     ComplaintClosed,
     ContractNotActive,
-    RefusedAtCommit,
 )
 from vendors.insurance import check_insured
 from vendors.models import Vendor, VendorAssignment
@@ -187,6 +193,7 @@ class Assignment(FencedSteps):
     seen_status: str = ""  # the complaint's status the caller decided on
 
     endpoint = "dispatch"
+    party = DISPATCH_SERVICE
 
     @property
     def subject(self) -> dict:
@@ -340,14 +347,14 @@ class Assignment(FencedSteps):
             replaced=replaced.vendor.name if replaced is not None else "",
         )
 
-    def take_back(self, lease: Lease, looked: Looked, refusal: RefusedAtCommit) -> str:
+    def take_back(self, lease: Lease, looked: Looked, refusal: Exception) -> str:
         try:
             call = cancel_dispatch(
                 complaint=self.complaint,
                 vendor=self.vendor,
                 replacing=looked.current,
                 after_id=looked.after_id,
-                now_assigned=refusal.now_assigned,
+                now_assigned=getattr(refusal, "now_assigned", None),  # overtaken: unknown
                 reason=CancelReason.REFUSED,
                 token=lease,
             )
@@ -422,3 +429,60 @@ def _check_contract(vendor: Vendor, organization: Organization, day: date) -> No
         else max(contracts, key=lambda c: c.ends_on, default=None)
     )
     raise ContractNotActive(vendor=vendor, organization=organization, day=day, contract=nearest)
+
+
+_DISPATCH_KEY = re.compile(
+    r"vendor-assignment:(?P<complaint>[0-9]{1,18}):(?P<vendor>[0-9]{1,18}):replacing:"
+    r"(?P<after>[0-9]{1,18}|none)"
+)
+
+
+def settle_unknown(call: OutsideCall) -> Settled:
+    """Settle a dispatch whose outcome was unknown: make the same assignment again by the
+    same key (the dispatch service answers the dispatch it made, or makes it now) and
+    record it; when it can no longer be recorded (another vendor has the complaint, it was
+    closed, the contract ended), take the dispatch back with the cancellation."""
+    key = _DISPATCH_KEY.fullmatch(call.idempotency_key)
+    complaint = (
+        Complaint.objects.select_related("organization", "unit")
+        .filter(pk=key["complaint"], organization=call.organization)
+        .first()
+    )
+    vendor = Vendor.objects.filter(pk=key["vendor"]).first()
+    if complaint is None or vendor is None:
+        return None  # nothing to send a cancellation about: an operator looks
+    after_id = None if key["after"] == "none" else int(key["after"])
+    replacing = VendorAssignment.objects.filter(pk=after_id, active=True).first()
+    return settled_by(
+        lambda: assign_vendor(
+            complaint=complaint,
+            vendor=vendor,
+            actor=None,
+            via=SETTLE_VIA,
+            reassign=replacing is not None,
+            replacing=replacing,
+        ),
+        refused=lambda refusal: _take_back_unknown(complaint, vendor, after_id, refusal),
+    )
+
+
+def _take_back_unknown(complaint, vendor, after_id: int | None, refusal) -> Settled:
+    """The cancellation of a dispatch that may have been made and cannot be recorded, sent
+    under the complaint's lease (no assignment of it runs meanwhile)."""
+    resource = assignment_resource(complaint.pk)
+    try:
+        with FenceLock().acquire(resource, ttl=ASSIGNMENT.lease_ttl, holder=SETTLE_VIA) as lease:
+            call = cancel_dispatch(
+                complaint=complaint,
+                vendor=vendor,
+                replacing=None,
+                after_id=after_id,
+                now_assigned=assignment_state(complaint)[1],
+                reason=CancelReason.REFUSED,
+                token=lease,
+            )
+    except (LockHeld, LockUnavailable, ExternalCallFailed, ExternalCallUnknown, StaleAtReceiver):
+        return None  # the next pass tries again
+    if call.skipped:
+        return OutsideCall.Settlement.NOT_NEEDED, "no dispatch URL configured"
+    return OutsideCall.Settlement.TAKEN_BACK, f"{refusal}; cancellation sent (HTTP {call.status})"

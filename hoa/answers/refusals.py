@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, ClassVar
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.utils import timezone
+from django.utils.text import capfirst
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
@@ -208,8 +209,8 @@ class LockServiceDown(OperationRefusal):
 
 
 class CallFailed(OperationRefusal):
-    """The operation's external call (billing, dispatch, payment) refused, failed or timed
-    out: ``reason``, and the HTTP ``status`` when there was one."""
+    """The operation's external call (billing, dispatch, payment) was refused, or could not
+    be made: ``reason``, and the HTTP ``status`` when there was one. It did nothing."""
 
     answer = Answer.UPSTREAM_FAILED
     outcome = Outcome.FAILED
@@ -230,3 +231,44 @@ def person_holding(holder: str) -> str | None:
         return None
     users = get_user_model()._default_manager
     return who if users.filter(**{get_user_model().USERNAME_FIELD: who}).exists() else None
+
+
+class OutcomeUnknown(OperationRefusal):
+    """The operation's external call may have been acted on, and its answer does not say
+    (``reason``: timed out, the connection lost, redirected, an HTTP 5xx ``status``).
+
+    Not "nothing was saved": the attempt is recorded (``call``, an ``hoa.models.OutsideCall``)
+    and settled by the same idempotency key, retried or taken back
+    (``settle_outside_calls``). Nothing of the operation's own was written.
+    """
+
+    answer = Answer.UNKNOWN
+    outcome = Outcome.UNKNOWN
+    title = gettext_lazy("Not known yet")
+
+    def __init__(self, *, reason: str, status: int | None = None, party: str = "", **subject):
+        super().__init__(**subject)
+        self.reason, self.status, self.party = reason, status, party
+
+
+@sentence.register
+def _unknown_sentence(refusal: OutcomeUnknown, audience: Audience) -> str:
+    """One sentence for every operation: who was asked, and that it will be settled."""
+    facts = {"party": capfirst(refusal.party or _("the outside service")), "reason": refusal.reason}
+    if audience is Audience.OPERATORS:
+        return (
+            _(
+                "%(party)s did not say whether it acted (%(reason)s): not known yet. The "
+                "attempt is recorded and will be settled by the same idempotency key "
+                "(settle_outside_calls, or run this again)."
+            )
+            % facts
+        )
+    return (
+        _(
+            "%(party)s did not say whether it acted (%(reason)s), so it is not known yet "
+            "whether this was done. It is recorded and will be settled automatically: there is "
+            "no need to do it again or to choose something else meanwhile."
+        )
+        % facts
+    )

@@ -14,6 +14,7 @@ retry               409     warning        75
 bad request         400     error          1
 forbidden           403     error          1
 upstream failed     502     error          1
+unknown             202     warning        75
 unavailable         503     error          1
 partly failed       502     error          1
 ==================  ======  =============  =========
@@ -21,6 +22,13 @@ partly failed       502     error          1
 75 is ``EX_TEMPFAIL`` from sysexits.h ("try again later"): cron wrappers treat it as not an
 error. Nothing was written for any refusal; "partly failed" is a batch's answer (the month
 start) when some of its items were refused, each reported on its own line.
+
+"unknown" is the one answer that is neither done nor refused: an outside call whose
+outcome its answer does not tell (a timeout, a lost connection, a redirect, a 5xx). The
+attempt is recorded (``hoa.models.OutsideCall``) and settled by the same key, by running
+the same command again or by ``settle_outside_calls``; staff read "not known yet; it will
+be settled". 202 (Accepted: "processing has not been completed"), a warning, and 75: the
+same command again settles it.
 
 What the edges say comes from the refusal, rendered when asked: ``exc.message`` for staff
 (pages, admin messages: people and what to do, never a fencing token, a host, a pid or a
@@ -60,7 +68,8 @@ class Answer(StrEnum):
     RETRY = "retry"  # someone else holds it or won: try again later (nothing is wrong)
     BAD_REQUEST = "bad-request"  # the request itself is wrong
     FORBIDDEN = "forbidden"  # the person may not do this
-    UPSTREAM_FAILED = "upstream-failed"  # an external system refused or failed
+    UPSTREAM_FAILED = "upstream-failed"  # an external system refused or could not be reached
+    UNKNOWN = "unknown"  # an external system may have acted: recorded, to be settled
     UNAVAILABLE = "unavailable"  # the lock service (Redis) cannot be reached
 
 
@@ -122,6 +131,7 @@ ANSWERS = {
     Answer.BAD_REQUEST: Channels(400, messages.ERROR, 1),
     Answer.FORBIDDEN: Channels(403, messages.ERROR, 1),
     Answer.UPSTREAM_FAILED: Channels(502, messages.ERROR, 1),
+    Answer.UNKNOWN: Channels(202, messages.WARNING, EXIT_TEMPFAIL),
     Answer.UNAVAILABLE: Channels(503, messages.ERROR, 1),
 }
 

@@ -18,12 +18,23 @@ The body also names the ``endpoint`` the call is for (the receiver's scope: ``bi
 ``dispatch``…), under the signature, so a receiver that shares the secret with another
 endpoint refuses a call meant for that one.
 
-A receiver that keeps the highest token per key (``locking.fenced_receiver``) answers a
-call older than one it accepted with 409: that is not a failed call but a stale holder, so
-it raises ``locking.StaleAtReceiver`` (a ``StaleFencingToken``), which the runner answers
-as the operation's *superseded* refusal (409 / exit 75, audited ``stale``). The token it
-says it accepted counts only when its answer is signed and names this call. Any other
-answer outside 2xx is ``ExternalCallFailed``.
+Every call ends in one of three outcomes, and only the first two are known:
+
+- **done**: a 2xx answer, read in full;
+- **refused**: the receiver said no and did nothing: a 4xx answer (``ExternalCallFailed``),
+  or the connection could not be made, so nothing was sent. A receiver that keeps the
+  highest token per key (``locking.fenced_receiver``) answers a call older than one it
+  accepted with 409: not a failed call but a stale holder, so it raises
+  ``locking.StaleAtReceiver`` (a ``StaleFencingToken``), which the runner answers as the
+  operation's *superseded* refusal (409 / exit 75, audited ``stale``). The token it says it
+  accepted counts only when its answer is signed and names this call;
+- **unknown**: the request may have been acted on and we cannot tell
+  (``ExternalCallUnknown``): a timeout once connected, a connection closed or reset before
+  the whole answer came, a partial or unreadable answer, a redirect (never followed: a
+  POST re-sent as a body-less GET proves nothing), or a 5xx (the receiver itself failed,
+  maybe after acting). Never "nothing was saved": the runner records it, and it is settled
+  later by the same ``Idempotency-Key`` (docs/threat-model.md, "What the outside was
+  told").
 
 ``EXTERNAL_CALL_TIMEOUT_SECONDS`` is a deadline for the whole call: connecting, sending and
 every read of the answer. A socket timeout bounds one read, so a receiver that trickles its
@@ -46,6 +57,7 @@ from django.conf import settings
 from requests.adapters import HTTPAdapter
 from urllib3.connection import HTTPConnection, HTTPSConnection
 from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
+from urllib3.exceptions import NewConnectionError
 
 from locking import StaleAtReceiver, seal_call
 
@@ -56,13 +68,36 @@ STALE_STATUS = 409
 
 
 class ExternalCallFailed(Exception):
-    """The external system refused, failed or timed out; nothing was written."""
+    """The external system refused the call, or it could not be reached: it did nothing."""
 
     def __init__(self, url: str, reason: str, status: int | None = None):
         self.url = url
         self.reason = reason
         self.status = status
         super().__init__(f"call to {url} failed: {reason}")
+
+
+class ExternalCallUnknown(Exception):
+    """The call may have been acted on, and its answer does not say (a timeout once
+    connected, a closed connection, a partial answer, a redirect, a 5xx). Not a subclass of
+    ``ExternalCallFailed`` on purpose: a caller that knows only refusals must not take this
+    for one. Settled later by the same ``idempotency_key``."""
+
+    def __init__(
+        self,
+        url: str,
+        reason: str,
+        status: int | None = None,
+        *,
+        idempotency_key: str = "",
+        endpoint: str = "",
+    ):
+        self.url = url
+        self.reason = reason
+        self.status = status
+        self.idempotency_key = idempotency_key
+        self.endpoint = endpoint
+        super().__init__(f"call to {url} has an unknown outcome: {reason}")
 
 
 @dataclass(frozen=True)
@@ -172,8 +207,10 @@ def post_fenced(
 
     ``token`` is the lease (or its ``fencing_token``); a bare ``int`` raises ``TypeError``.
     Raise ``StaleAtReceiver`` when the receiver answers 409 (it had accepted a newer
-    holder's call), ``ExternalCallFailed`` when it refuses otherwise, fails, or has not
-    answered in full within ``EXTERNAL_CALL_TIMEOUT_SECONDS`` (the whole call's deadline).
+    holder's call), ``ExternalCallFailed`` when it refuses otherwise (a 4xx) or cannot be
+    reached, and ``ExternalCallUnknown`` when it may have acted without saying so: no whole
+    answer within ``EXTERNAL_CALL_TIMEOUT_SECONDS`` (the whole call's deadline), a lost
+    connection, a redirect, a 5xx.
     An empty ``url`` means the integration is not configured: the call is skipped (logged).
     """
     secret = settings.WEBHOOK_SIGNING_SECRET
@@ -187,6 +224,12 @@ def post_fenced(
         )
         return CallResult(skipped=True)
     limit = float(settings.EXTERNAL_CALL_TIMEOUT_SECONDS)
+
+    def unknown(reason: str, status: int | None = None) -> ExternalCallUnknown:
+        return ExternalCallUnknown(
+            url, reason, status, idempotency_key=idempotency_key, endpoint=endpoint
+        )
+
     try:
         with _Deadline(limit) as deadline:
             response = _session.post(
@@ -194,18 +237,55 @@ def post_fenced(
                 data=call.body,
                 headers=call.headers,
                 timeout=limit,  # each connect and read, within the deadline's
+                allow_redirects=False,  # a redirected POST proves nothing: unknown
                 **_environment(url),
             )
     except requests.RequestException as exc:
+        if _never_sent(exc):
+            raise ExternalCallFailed(url, _connect_reason(exc)) from exc
         if deadline.passed or isinstance(exc, requests.Timeout):
-            raise ExternalCallFailed(url, "timed out") from exc
-        raise ExternalCallFailed(url, exc.__class__.__name__) from exc
+            raise unknown("timed out") from exc
+        raise unknown(_lost_reason(exc)) from exc
     if deadline.passed:  # the answer came in as the watchdog fired: the call ran late
-        raise ExternalCallFailed(url, "timed out")
-    if response.status_code == STALE_STATUS:
+        raise unknown("timed out")
+    status = response.status_code
+    if status == STALE_STATUS:
         raise StaleAtReceiver.from_answer(
             token, response.content, headers=response.headers, sent=call, secret=secret, url=url
         )
-    if not 200 <= response.status_code < 300:
-        raise ExternalCallFailed(url, f"HTTP {response.status_code}", response.status_code)
-    return CallResult(skipped=False, status=response.status_code, content=response.content)
+    if 300 <= status < 400:
+        raise unknown(f"HTTP {status}: redirected, not followed", status)
+    if status >= 500 or status < 200:
+        raise unknown(f"HTTP {status}", status)
+    if status >= 400:
+        raise ExternalCallFailed(url, f"HTTP {status}", status)
+    return CallResult(skipped=False, status=status, content=response.content)
+
+
+def _never_sent(exc: requests.RequestException) -> bool:
+    """Whether the call failed before a byte of the request left: no connection was made
+    (refused, unreachable, a name that does not resolve, the connect timed out)."""
+    if isinstance(exc, requests.ConnectTimeout):
+        return True
+    if not isinstance(exc, requests.ConnectionError) or isinstance(
+        exc, requests.exceptions.ProxyError | requests.exceptions.SSLError
+    ):
+        return False
+    reason = exc.args[0] if exc.args else None
+    cause = getattr(reason, "reason", reason)  # urllib3's MaxRetryError wraps the cause
+    return isinstance(cause, NewConnectionError)  # NameResolutionError too
+
+
+def _connect_reason(exc: requests.RequestException) -> str:
+    if isinstance(exc, requests.ConnectTimeout):
+        return "could not connect: timed out"
+    return "could not connect"
+
+
+def _lost_reason(exc: requests.RequestException) -> str:
+    """What was lost of a call that had started: the connection, or the answer."""
+    if isinstance(
+        exc, requests.exceptions.ChunkedEncodingError | requests.exceptions.ContentDecodingError
+    ):
+        return "the answer was cut off"
+    return "the connection was lost before the answer"

@@ -14,6 +14,7 @@ from hoa.models.organizations import (
     default_time_zone,
     validate_time_zone,
 )
+from hoa.models.outside_calls import OutsideCall, record_unknown
 from hoa.models.reporter_emails import ReporterEmail
 
 __all__ = [
@@ -23,9 +24,11 @@ __all__ = [
     "ComplaintQuerySet",
     "Notice",
     "Organization",
+    "OutsideCall",
     "ReporterEmail",
     "StaffMembership",
     "Unit",
     "default_time_zone",
+    "record_unknown",
     "validate_time_zone",
 ]

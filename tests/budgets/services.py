@@ -81,6 +81,7 @@ class Approval(FencedSteps):
     by: str  # who asked, as the budget records it
 
     endpoint = "board-notification"
+    party = notify.BOARD
 
     @property
     def subject(self) -> dict:

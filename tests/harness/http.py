@@ -19,6 +19,13 @@ with the same payment's reference, unpaid; ``payments`` lists what was paid, onc
 receiver's transaction committed. A test can still force an
 answer (``status``, or ``status_for`` returning a status; ``None`` lets the receiver
 answer), or make a stand-in that only records (``HttpStub(receiver=False)``).
+
+``lose_answer(request)`` makes the outside act and its answer go astray: the receiver
+decides (pays, bills, dispatches) and the caller then gets, instead of its answer,
+``"500"`` (an error page), ``"redirect"`` (a 302 elsewhere), ``"close"`` (the connection
+closed with no answer), ``"partial"`` (half a body) or ``"timeout"`` (no answer within
+``lost_delay`` seconds); ``None`` answers as usual. ``gets`` lists any GET that arrives
+(a redirected POST followed as a GET would).
 """
 
 import hashlib
@@ -104,6 +111,9 @@ class HttpStub:
         self.secret = secret
         # What the payment stand-in paid: one entry per invoice, or it paid twice.
         self.payments: list[Paid] = []
+        self.lose_answer = None
+        self.lost_delay = 5.0
+        self.gets: list[str] = []
         self._lock = threading.Lock()
         stub = self
 
@@ -119,6 +129,10 @@ class HttpStub:
                 with stub._lock:
                     stub.received.append(request)
                 stub._hold(request, answered=True)
+                lost = stub.lose_answer(request) if stub.lose_answer else None
+                if lost is not None:
+                    self._lose(lost, content)
+                    return
                 self.send_response(status)
                 self.send_header("Content-Type", content_type)
                 self.send_header("Content-Length", str(len(content)))
@@ -126,6 +140,33 @@ class HttpStub:
                     self.send_header(name, value)
                 self.end_headers()
                 self.wfile.write(content)
+
+            def _lose(self, how: str, content: bytes) -> None:
+                """The outside acted; its answer goes astray as ``how`` says."""
+                if how == "close":
+                    self.close_connection = True
+                    return
+                if how == "timeout":
+                    time.sleep(stub.lost_delay)
+                    return
+                status = {"500": 500, "redirect": 302, "partial": 200}[how]
+                self.send_response(status)
+                if how == "redirect":
+                    self.send_header("Location", "/moved")
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(content)))  # partial: announced
+                self.end_headers()
+                self.wfile.write(content[: len(content) // 2] if how == "partial" else content)
+                if how == "partial":
+                    self.close_connection = True
+
+            def do_GET(self):
+                with stub._lock:
+                    stub.gets.append(self.path)
+                self.send_response(200)
+                self.send_header("Content-Length", "2")
+                self.end_headers()
+                self.wfile.write(b"ok")
 
             def log_message(self, *args):
                 pass

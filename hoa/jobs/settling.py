@@ -1,0 +1,124 @@
+"""Settle the outside calls whose outcome is not known yet (``hoa.models.OutsideCall``).
+
+An unknown outcome (a timeout, a lost connection, a redirect, a 5xx) may have been acted on.
+Each operation registers how it settles one of its calls (``register_settler``, from its
+``AppConfig.ready()``): by the same idempotency key, the call made again under a fresh lease
+(the outside answers what it did; the database records it), or taken back with the
+cancellation when what it asked for can no longer be recorded. A settler returns the
+``Settlement`` and a line saying what happened, or ``None`` when it is still unknown (the
+next pass tries again; ``hoa_outside_calls_unsettled`` and its alert say when one waits too
+long).
+
+One pass at a time across hosts (a PostgreSQL advisory lock, as the other scheduled jobs);
+what it writes is right even if two overlapped, since each settling runs the operation
+itself, fenced and idempotent.
+"""
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import timedelta
+
+from django.db.models import F
+from django.utils import timezone
+
+from hoa.answers.refusals import (
+    Busy,
+    CallFailed,
+    LeaseRanOut,
+    LockServiceDown,
+    OutcomeUnknown,
+    Refusal,
+    Superseded,
+)
+from hoa.jobs.scheduled import pass_lock
+from hoa.models import OutsideCall
+
+logger = logging.getLogger(__name__)
+
+SETTLE_LOCK = "hoa:settle-outside-calls"
+# Who settles, as the audit and the records name it.
+SETTLE_VIA = "job:settle"
+DEFAULT_SETTLE_BATCH_SIZE = 100
+
+Settled = tuple[str, str] | None  # (OutsideCall.Settlement, what happened), or still unknown
+
+_settlers: dict[str, Callable[[OutsideCall], Settled]] = {}
+
+
+def register_settler(operation: str, settle: Callable[[OutsideCall], Settled]) -> None:
+    """How calls of ``operation`` are settled (from the app's ``AppConfig.ready()``)."""
+    _settlers[operation] = settle
+
+
+@dataclass(frozen=True)
+class SettleResult:
+    acquired: bool
+    settled: int = 0
+    left: int = 0
+
+    @property
+    def skipped(self) -> bool:
+        return not self.acquired
+
+
+def settle_outside_calls(
+    *, batch_size: int = DEFAULT_SETTLE_BATCH_SIZE, wait: timedelta | None = None
+) -> SettleResult:
+    """Try to settle each unsettled call once, oldest first, up to ``batch_size``."""
+    with pass_lock(SETTLE_LOCK, wait=wait) as acquired:
+        if not acquired:
+            return SettleResult(acquired=False)
+        settled = left = 0
+        calls = OutsideCall.objects.unsettled().select_related("organization")[:batch_size]
+        for call in calls:
+            if settle_one(call):
+                settled += 1
+            else:
+                left += 1
+    logger.log(
+        logging.INFO if settled or left else logging.DEBUG,
+        "outside calls settled=%d left=%d",
+        settled,
+        left,
+        extra={"resource": SETTLE_LOCK, "outcome": "done"},
+    )
+    return SettleResult(acquired=True, settled=settled, left=left)
+
+
+def settle_one(call: OutsideCall) -> bool:
+    """Settle ``call`` by its operation's settler; return whether it is settled now."""
+    settle = _settlers.get(call.operation)
+    outcome = settle(call) if settle is not None else None
+    rows = OutsideCall.objects.filter(pk=call.pk, settled_at__isnull=True, token=call.token)
+    if outcome is None:
+        rows.update(tries=F("tries") + 1)
+        return False
+    settlement, detail = outcome
+    # Only the call this pass read: an unknown recorded again meanwhile stays open.
+    done = rows.update(
+        settled_at=timezone.now(), settlement=settlement, detail=detail[:2000], tries=F("tries") + 1
+    )
+    if done:
+        logger.info(
+            "outside call settled",
+            extra={"resource": call.resource, "token": call.token, "outcome": settlement},
+        )
+    return bool(done)
+
+
+def settled_by(run: Callable[[], object], *, refused: Callable | None = None) -> Settled:
+    """Settle by running the operation again with the same key: its result is ``DONE``; the
+    outside refusing it is ``REFUSED`` (it did nothing); a refusal that may pass later (busy,
+    superseded, the lease or Redis lost, unknown again) leaves it unknown; any other refusal
+    (what was asked can no longer be recorded) goes to ``refused(refusal)``, which may take
+    it back, or leaves it unknown for an operator."""
+    try:
+        result = run()
+    except (Busy, Superseded, LeaseRanOut, LockServiceDown, OutcomeUnknown):
+        return None
+    except CallFailed as refusal:
+        return OutsideCall.Settlement.REFUSED, str(refusal)
+    except Refusal as refusal:
+        return refused(refusal) if refused is not None else None
+    return OutsideCall.Settlement.DONE, str(result)
