@@ -113,12 +113,19 @@ _current = threading.local()  # the _Deadline of this thread's call in flight, i
 
 
 class _Deadline:
-    """One call's deadline: the connection it uses (noted by the connection as it sends)
-    has its socket shut down by a timer when the deadline passes."""
+    """One call's deadline: a timer that shuts down the socket carrying the call when the
+    deadline passes. The connection notes that socket as it connects and as it sends.
+
+    The socket itself is kept, not looked up on the connection when the timer fires:
+    http.client hands it to the response and drops it from the connection
+    (``HTTPConnection.close()`` in ``getresponse()``) whenever the answer's headers say the
+    connection will close (``HTTP/1.0``, ``Connection: close``, a body that ends when the
+    stream does), and the body is then read through the response alone."""
 
     def __init__(self, seconds: float):
-        self.connection = None
         self.passed = False
+        self._socket = None
+        self._lock = threading.Lock()  # the socket noted and the timer firing: one order
         self._timer = threading.Timer(seconds, self._expire)
         self._timer.daemon = True
 
@@ -131,22 +138,59 @@ class _Deadline:
         self._timer.cancel()
         _current.deadline = None
 
+    def watch(self, sock) -> None:
+        """Note ``sock`` as the socket carrying the call (a TLS socket replaces the TCP
+        socket it took over); shut it down at once if the deadline has passed already."""
+        with self._lock:
+            self._socket = sock
+            passed = self.passed
+        if passed:  # connected after the deadline: the call goes no further
+            _shut_down(sock)
+
     def _expire(self) -> None:
-        self.passed = True
-        sock = getattr(self.connection, "sock", None)
+        with self._lock:
+            self.passed = True
+            sock = self._socket
         if sock is not None:
-            # The blocked send or read returns at once (already closed: the call ended).
-            with contextlib.suppress(OSError):
-                sock.shutdown(socket.SHUT_RDWR)
+            _shut_down(sock)
+
+
+def _shut_down(sock) -> None:
+    """Shut down the TCP connection under ``sock``: the blocked send or read, in the
+    call's thread, returns at once (already closed: the call ended, nothing to do)."""
+    while not isinstance(sock, socket.socket):  # urllib3's TLS inside a TLS proxy tunnel
+        sock = sock.socket
+    # socket.socket's shutdown, not SSLSocket's: that one drops the TLS state before it
+    # shuts the socket, and in between the call's thread could write past TLS (the request
+    # in clear) or read into a ValueError that requests does not turn into its errors.
+    with contextlib.suppress(OSError):
+        socket.socket.shutdown(sock, socket.SHUT_RDWR)
+
+
+def _watch(sock) -> None:
+    """Tell the thread's call in flight, if any, that ``sock`` carries it."""
+    deadline = getattr(_current, "deadline", None)
+    if deadline is not None:
+        deadline.watch(sock)
 
 
 class _Watched:
-    """A urllib3 connection that tells the thread's ``_Deadline`` it carries the call."""
+    """A urllib3 connection that tells the thread's ``_Deadline`` which socket carries the
+    call: the TCP socket once connected (a TLS handshake on it is bounded too), the TLS
+    socket once wrapped, and the socket kept alive from an earlier call as it sends."""
+
+    def _new_conn(self):
+        sock = super()._new_conn()
+        _watch(sock)
+        return sock
+
+    def connect(self):
+        super().connect()
+        _watch(self.sock)
 
     def request(self, *args, **kwargs):
-        deadline = getattr(_current, "deadline", None)
-        if deadline is not None:
-            deadline.connection = self
+        if self.sock is not None:  # taken from the pool: connect() is not called again
+            _watch(self.sock)
         return super().request(*args, **kwargs)
 
 
