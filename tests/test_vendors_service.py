@@ -5,14 +5,17 @@ from datetime import timedelta
 import pytest
 from django.db import connection
 
-from hoa.answers.refusals import Busy, CallFailed, NotPermitted
-from hoa.models import AccessDenial, Complaint
+from hoa.answers.refusals import Busy, CallFailed, NotPermitted, OutcomeUnknown
+from hoa.jobs.settling import SETTLE_VIA, settle_outside_calls
+from hoa.models import AccessDenial, Complaint, OutsideCall
 from locking.models import FenceEvent
 from tests.harness.pg import round_trips
 from tests.vendors_support import (
     active_assignments,
     active_vendor,
     cancellations,
+    dispatch_of,
+    dispatches,
     events_of,
     lock_keys,
     state_of,
@@ -444,3 +447,64 @@ def test_a_superuser_and_the_shell_operator_may_assign(complaint, pipe, green, r
         None,
         "cli:deploy",
     )
+
+
+def test_a_dispatch_whose_answer_is_lost_is_unknown_and_settled_by_doing_it(
+    complaint, pipe, alice, dispatch, settings
+):
+    """The dispatch service took the call and its answer timed out: not "nothing was
+    saved". Settling makes the same assignment by the same key: recorded, sent once."""
+    settings.EXTERNAL_CALL_TIMEOUT_SECONDS = 0.5
+    dispatch.lost_delay = 2
+    dispatch.lose_answer = lambda request: "timeout"
+    with pytest.raises(OutcomeUnknown) as unknown:
+        assign_vendor(complaint=complaint, vendor=pipe, actor=alice)
+
+    assert unknown.value.message.startswith("The dispatch service did not say whether it acted")
+    assert VendorAssignment.objects.filter(complaint=complaint).count() == 0
+    assert events_of(complaint) == [("unknown", 1)]
+    key = idempotency_key(complaint_id=complaint.pk, vendor_id=pipe.pk, replacing_id=None)
+    assert OutsideCall.objects.get().idempotency_key == key
+
+    dispatch.lose_answer = None
+    assert settle_outside_calls().settled == 1
+    [active] = VendorAssignment.objects.filter(complaint=complaint, active=True)
+    assert (active.vendor, active.actor_label) == (pipe, SETTLE_VIA)
+    assert {call.idempotency_key for call in dispatches(dispatch)} == {key}
+    assert cancellations(dispatch) == []
+    assert OutsideCall.objects.get().settlement == OutsideCall.Settlement.DONE
+
+
+def test_a_dispatch_left_unknown_while_staff_chose_another_vendor_is_taken_back(
+    complaint, pipe, green, alice, dispatch, settings
+):
+    """Staff picked Evergreen while Pipe Pros's dispatch was still unknown: settling cannot
+    record Pipe Pros any more (the complaint has a vendor), so it takes Pipe Pros back."""
+    dispatch.lose_answer = lambda request: "close" if dispatch_of(pipe)(request) else None
+    with pytest.raises(OutcomeUnknown):
+        assign_vendor(complaint=complaint, vendor=pipe, actor=alice)
+    dispatch.lose_answer = None
+    assign_vendor(complaint=complaint, vendor=green, actor=alice)
+
+    assert settle_outside_calls().settled == 1
+
+    [active] = VendorAssignment.objects.filter(complaint=complaint, active=True)
+    assert active.vendor == green
+    [cancel] = cancellations(dispatch)
+    assert cancel.json["vendor"]["id"] == pipe.pk
+    assert cancel.idempotency_key == idempotency_key(
+        complaint_id=complaint.pk, vendor_id=pipe.pk, replacing_id=None
+    )
+    settled = OutsideCall.objects.get()
+    assert settled.settlement == OutsideCall.Settlement.TAKEN_BACK
+    assert "cancellation sent (HTTP 200)" in settled.detail
+
+
+def test_a_dispatch_refused_by_a_4xx_is_refused_and_nothing_is_left_to_settle(
+    complaint, pipe, alice, dispatch
+):
+    dispatch.status = 400
+    with pytest.raises(CallFailed):
+        assign_vendor(complaint=complaint, vendor=pipe, actor=alice)
+    assert not OutsideCall.objects.exists()
+    assert events_of(complaint) == [("failed", 1)]

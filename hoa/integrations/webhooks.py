@@ -40,8 +40,8 @@ Every call ends in one of three outcomes, and only the first two are known:
 every read of the answer. A socket timeout bounds one read, so a receiver that trickles its
 answer a byte at a time would keep the call open for as long as it likes, past the lease
 (check ``hoa.W001`` promises a call ends within half of it). At the deadline a watchdog
-shuts the call's socket down, and the call ends as timed out (``_Deadline``): unknown, since the receiver
-may have acted on it.
+shuts the call's socket down, and the call ends as timed out (``_Deadline``): unknown,
+since the receiver may have acted on it.
 
 See docs/security.md for how a receiver verifies and uses them.
 """
