@@ -18,9 +18,11 @@ class HoaConfig(AppConfig):
         user_login_failed.connect(count_failed_sign_in, dispatch_uid="hoa-count-failed-sign-in")
 
         from hoa.jobs.outbox_metrics import ReporterOutboxCollector
+        from hoa.jobs.settling import UnsettledCallsCollector
         from hoa.ops.metrics_view import register_scrape_collector
 
         register_scrape_collector(ReporterOutboxCollector())  # the reporters' outbox
+        register_scrape_collector(UnsettledCallsCollector())  # calls of unknown outcome
 
         from hoa import checks  # noqa: F401  (registers hoa.W001)
         from hoa.complaints import answers  # noqa: F401  (renders the workflow's refusals)

@@ -32,6 +32,7 @@ SCHEDULED = {
     "hoa-send-reporter-emails": "send_reporter_emails",
     "hoa-insurance-lapses": "record_insurance_lapses",
     "hoa-pay-approved-invoices": "pay_approved_invoices",
+    "hoa-settle-outside-calls": "settle_outside_calls",
 }
 
 # -- metric names in PromQL -------------------------------------------------------------
@@ -127,6 +128,7 @@ def test_every_alert_has_a_severity_a_summary_and_a_description():
         "FenceLeasesOverrunTTL",
         "MonthStartNotCompleted",
         "ReporterOutboxStuck",
+        "OutsideCallsUnsettled",
     ]
     for rule in rules:
         assert rule["labels"]["severity"] in {"warning", "critical"}, rule["alert"]

@@ -7,7 +7,8 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from hoa.answers.refusals import Superseded
-from hoa.models import Complaint
+from hoa.answers.table import EXIT_TEMPFAIL
+from hoa.models import Complaint, OutsideCall
 from hoa.operations import operations
 from locking.models import FenceEvent
 from tests.harness.processes import run_manage, start_manage
@@ -334,3 +335,25 @@ def test_service_and_command_share_the_fence(complaint, pipe, green, alice):
 
     assert done[0] == 0
     assert [a.fence_token for a in VendorAssignment.objects.order_by("fence_token")] == [1, 2]
+
+
+def test_a_dispatch_whose_answer_is_lost_exits_75_saying_not_known_yet(
+    env, complaint, pipe, http_stub
+):
+    """Not "nothing was written", exit 1: the vendor may have been dispatched. Exit 75 (the
+    same command again settles it, by the same key), one line, the attempt recorded."""
+    http_stub.lose_answer = lambda request: "redirect"
+    unknown = manage(env, complaint.pk, pipe.pk)
+
+    assert unknown.returncode == EXIT_TEMPFAIL, unknown.stderr
+    assert one_line(unknown.stderr).startswith(
+        "CommandError: The dispatch service did not say whether it acted (HTTP 302: "
+        "redirected, not followed): not known yet."
+    )
+    assert http_stub.gets == []
+    assert OutsideCall.objects.filter(settled_at__isnull=True).count() == 1
+
+    http_stub.lose_answer = None
+    again = manage(env, complaint.pk, pipe.pk)
+    assert again.returncode == 0, again.stderr
+    assert [a.vendor for a in active_assignments(complaint)] == [pipe]

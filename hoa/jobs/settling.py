@@ -19,8 +19,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 
-from django.db.models import F
+from django.db import DatabaseError
+from django.db.models import Count, F, Min
 from django.utils import timezone
+from prometheus_client.core import GaugeMetricFamily
 
 from hoa.answers.refusals import (
     Busy,
@@ -92,7 +94,7 @@ def settle_one(call: OutsideCall) -> bool:
     outcome = settle(call) if settle is not None else None
     rows = OutsideCall.objects.filter(pk=call.pk, settled_at__isnull=True, token=call.token)
     if outcome is None:
-        rows.update(tries=F("tries") + 1)
+        OutsideCall.objects.filter(pk=call.pk).update(tries=F("tries") + 1)
         return False
     settlement, detail = outcome
     # Only the call this pass read: an unknown recorded again meanwhile stays open.
@@ -122,3 +124,49 @@ def settled_by(run: Callable[[], object], *, refused: Callable | None = None) ->
     except Refusal as refusal:
         return refused(refusal) if refused is not None else None
     return OutsideCall.Settlement.DONE, str(result)
+
+
+# -- what Prometheus sees ----------------------------------------------------------------------
+
+OLDEST_UNSETTLED = "hoa_outside_calls_oldest_unsettled_seconds"
+UNSETTLED = "hoa_outside_calls_unsettled"
+
+
+def _families() -> tuple[GaugeMetricFamily, GaugeMetricFamily]:
+    return (
+        GaugeMetricFamily(
+            OLDEST_UNSETTLED,
+            "Seconds the oldest outside call of unknown outcome has waited to be settled "
+            "(0: none waits).",
+        ),
+        GaugeMetricFamily(
+            UNSETTLED,
+            "Outside calls of unknown outcome not settled yet, by operation.",
+            labels=["operation"],
+        ),
+    )
+
+
+class UnsettledCallsCollector:
+    """The unsettled outside calls, read from the database when scraped (one query)."""
+
+    def describe(self):
+        return list(_families())
+
+    def collect(self):
+        oldest, unsettled = _families()
+        try:
+            rows = list(
+                OutsideCall.objects.unsettled()
+                .order_by()
+                .values_list("operation")
+                .annotate(n=Count("id"), first=Min("recorded_at"))
+            )
+        except DatabaseError:
+            logger.warning("outside call metrics: the database did not answer", exc_info=True)
+            return []
+        first = min((recorded for _operation, _n, recorded in rows), default=None)
+        oldest.add_metric([], (timezone.now() - first).total_seconds() if first else 0.0)
+        for operation, count, _recorded in rows:
+            unsettled.add_metric([operation], count)
+        return [oldest, unsettled]
