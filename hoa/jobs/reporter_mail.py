@@ -11,7 +11,8 @@ does not get it skips the pass), then:
 2. skips the queued emails of reporters who opted out (or whose address was erased);
    the opt-out is read again for each email of a batch, in the statement that records its
    hand-over, so an opt-out made while the pass is sending stops the emails not handed
-   over yet (``skipped``);
+   over yet (``skipped``), and so is the address: an email goes to the reporter's address
+   as it is when it is handed over (staff may have corrected it since it was queued);
 3. claims a batch (``UPDATE … WHERE id IN (SELECT … FOR UPDATE SKIP LOCKED)``, committed:
    the claim is the database's, so two senders, say on two hosts whose advisory lock did
    not keep them apart, never claim one email both), opens one mail connection, and for
@@ -50,6 +51,7 @@ from datetime import timedelta
 
 from django.core.mail import EmailMessage, get_connection
 from django.db import connection, transaction
+from django.db.models import OuterRef, Subquery
 from django.utils import timezone
 
 from hoa.complaints.reporters import opt_out_url, sender
@@ -182,6 +184,12 @@ def claim_batch(limit: int, *, claimed_by: str) -> list[Claim]:
     return sorted((Claim(*row, claimed_by=claimed_by) for row in rows), key=lambda c: c.id)
 
 
+# The complaint's reporter address now, for the statement that records a hand-over.
+_reporters_address = Subquery(
+    Complaint.objects.filter(pk=OuterRef("complaint_id")).values("reporter_email")[:1]
+)
+
+
 def _move(claim: Claim, *, to: str, from_: tuple[str, ...], wanted=False, **fields) -> bool:
     """Move ``claim`` to state ``to`` if it is still this pass's and in ``from_`` (and,
     with ``wanted``, its reporter still has an address and has not opted out: read in the
@@ -227,6 +235,7 @@ def _send_one(mail, claim: Claim, complaint: Complaint, result: SendResult) -> N
         from_=(State.CLAIMED,),
         wanted=True,
         handed_over_at=timezone.now(),
+        to_email=_reporters_address,
     ):
         # The reporter opted out (or the address was erased) since the pass began: read
         # again for each email, at its hand-over, never once per pass. Otherwise the claim
@@ -234,11 +243,14 @@ def _send_one(mail, claim: Claim, complaint: Complaint, result: SendResult) -> N
         if _move(claim, to=State.SKIPPED, from_=(State.CLAIMED,)):
             result.skipped += 1
         return
+    # The address as the hand-over statement read it from the complaint (staff may have
+    # corrected it since the change queued the email), not the claim's copy.
+    to_email = ReporterEmail.objects.values_list("to_email", flat=True).get(pk=claim.id)
     message = EmailMessage(
         subject=claim.subject,
         body=claim.body,
         from_email=sender(complaint),
-        to=[claim.to_email],
+        to=[to_email],
         headers={
             "Message-ID": claim.message_id,
             "List-Unsubscribe": f"<{opt_out_url(complaint)}>",
