@@ -64,7 +64,7 @@ from vendors.exceptions import (
 from vendors.insurance import check_insured
 from vendors.models import Vendor, VendorAssignment
 from vendors.operations import ASSIGNMENT, assignment_resource
-from vendors.selectors import assignment_state
+from vendors.selectors import assignment_state, closes_of
 
 logger = logging.getLogger(__name__)
 
@@ -171,6 +171,7 @@ class _Next(Enum):
 class Looked:
     current: VendorAssignment | None  # the active assignment before the call
     after_id: int | None  # the complaint's latest assignment, which the dispatch key names
+    closed_id: int | None  # the complaint's latest close (its event), which the key names too
     needs_call: bool
 
 
@@ -207,13 +208,17 @@ class Assignment(FencedSteps):
         return _Next.ASSIGN
 
     def look(self, lease: Lease) -> Looked:
-        status, current, after_id = _look_before_calling(self.complaint, seen=self.replacing)
+        status, current, after_id, closed_id = _look_before_calling(
+            self.complaint, seen=self.replacing
+        )
         if not allows(self.change, status):  # closed since the caller looked: nobody is called
             raise ClosedSinceViewed(
                 complaint=self.complaint, seen=self.seen_status, now_assigned=current
             )
         needs_call = self.next_step(current) is _Next.ASSIGN
-        return Looked(current=current, after_id=after_id, needs_call=needs_call)
+        return Looked(
+            current=current, after_id=after_id, closed_id=closed_id, needs_call=needs_call
+        )
 
     def fence_row(self, looked: Looked) -> QuerySet:
         return Complaint.objects.filter(pk=self.complaint.pk)
@@ -224,6 +229,7 @@ class Assignment(FencedSteps):
             vendor=self.vendor,
             replacing=looked.current,
             after_id=looked.after_id,
+            closed_id=looked.closed_id,
             token=lease,
         )
         return None if call.skipped else self.vendor
@@ -347,6 +353,7 @@ class Assignment(FencedSteps):
                 vendor=self.vendor,
                 replacing=looked.current,
                 after_id=looked.after_id,
+                closed_id=looked.closed_id,
                 now_assigned=refusal.now_assigned,
                 reason=CancelReason.REFUSED,
                 token=lease,
@@ -383,11 +390,11 @@ def _pk(assignment: VendorAssignment | None) -> int | None:
 
 def _look_before_calling(
     complaint: Complaint, *, seen: VendorAssignment | None = None
-) -> tuple[str, VendorAssignment | None, int | None]:
-    """Return the complaint's status, its active assignment and the id of its latest one
-    (active or ended), read under the claim (no fenced writer can change them before this
-    attempt commits or is refused; a close, which takes no lease, is caught again by the
-    state check after the fence).
+) -> tuple[str, VendorAssignment | None, int | None, int | None]:
+    """Return the complaint's status, its active assignment, the id of its latest one
+    (active or ended) and the id of its latest close (the event), read under the claim (no
+    fenced writer can change them before this attempt commits or is refused; a close,
+    which takes no lease, is caught again by the state check after the fence).
 
     Only spares the vendor a call that cannot lead anywhere: the conditional UPDATE in
     ``advance_fence`` and the state check after it are what decide.
@@ -397,17 +404,23 @@ def _look_before_calling(
     assignments = VendorAssignment.objects.filter(complaint=OuterRef("pk"))
     active_id = assignments.filter(active=True).values("pk")
     latest_id = assignments.order_by("-pk").values("pk")
-    status, current_id, latest = (
+    status, current_id, latest, closed_id = (
         Complaint.objects.filter(pk=complaint.pk)
-        .values_list("status", Subquery(active_id[:1]), Subquery(latest_id[:1]))
+        .values_list(
+            "status",
+            Subquery(active_id[:1]),
+            Subquery(latest_id[:1]),
+            Subquery(closes_of(OuterRef("pk"))[:1]),
+        )
         .first()
-    ) or (complaint.status, None, None)
+    ) or (complaint.status, None, None, None)
     if current_id is None:
-        return status, None, latest
+        return status, None, latest, closed_id
     if seen is not None and seen.pk == current_id:
-        return status, seen, current_id  # the caller's, already read: still the active one
+        # The caller's, already read: still the active one.
+        return status, seen, current_id, closed_id
     current = VendorAssignment.objects.select_related("vendor").filter(pk=current_id).first()
-    return status, current, current_id
+    return status, current, current_id, closed_id
 
 
 def _check_contract(vendor: Vendor, organization: Organization, day: date) -> None:
