@@ -311,9 +311,10 @@ def test_reopened_the_complaint_has_no_vendor_and_the_same_vendor_again_is_a_new
 
     assert again.outcome == "committed" and again.assignment.pk != first.pk
     [_, second] = dispatches(dispatch)
-    # Named after the assignment the close ended: a new key, not a replay of the first.
+    # Named after the assignment the close ended (and the close): a new key, not a replay.
+    closed = ComplaintEvent.objects.get(complaint=complaint, to_status=S.CLOSED)
     assert second.idempotency_key == idempotency_key(
-        complaint_id=complaint.pk, vendor_id=pipe.pk, replacing_id=first.pk
+        complaint_id=complaint.pk, vendor_id=pipe.pk, replacing_id=first.pk, closed_id=closed.pk
     )
     assert second.verdict == "accepted"
     assert second.json["replacing"] is None  # no vendor was replaced

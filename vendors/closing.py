@@ -25,6 +25,7 @@ from hoa.transactions import on_commit_robust
 from locking import FencingToken, StaleAtReceiver
 from vendors.dispatch import CancelReason, cancel_dispatch
 from vendors.models import VendorAssignment
+from vendors.selectors import closes_of
 
 logger = logging.getLogger(__name__)
 
@@ -50,6 +51,9 @@ def tell_vendor_closed(assignment_id: int) -> str:
     # the one it replaced (none when that one had ended with a close).
     before = complaint.assignments.filter(pk__lt=assignment.pk).order_by("-pk").first()
     replaced = before if before is not None and before.ended_because == Ended.REPLACED else None
+    # And the complaint's latest close before it was assigned: what its look read (a close
+    # between the look and the commit would have refused the assignment).
+    closed_id = closes_of(complaint).filter(at__lt=assignment.assigned_at).first()
     facts = {"complaint": complaint.pk, "token": assignment.fence_token}
     try:
         call = cancel_dispatch(
@@ -57,6 +61,7 @@ def tell_vendor_closed(assignment_id: int) -> str:
             vendor=assignment.vendor,
             replacing=replaced,
             after_id=before.pk if before is not None else None,
+            closed_id=closed_id["pk"] if closed_id is not None else None,
             now_assigned=None,
             reason=CancelReason.CLOSED,
             token=_token_of(assignment),

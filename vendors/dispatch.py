@@ -8,9 +8,13 @@ One POST per fenced attempt, made before the attempt's transaction, to
   per complaint and refuses lower ones, so a paused holder's late call cannot undo a newer
   assignment there either.
 - ``Idempotency-Key``: ``vendor-assignment:<complaint_id>:<vendor_id>:replacing:<id|none>``,
-  the assignment this attempt wants to make, named by the complaint's latest assignment it
-  saw: the active one it replaces, or, when none is active, the last one that ended (a
-  closed complaint's, reopened since), ``none`` for the first. Every try of the same change
+  then ``:closed:<event id>`` once the complaint has been closed: the assignment this
+  attempt wants to make, named by the complaint's latest assignment it saw (the active one
+  it replaces, or, when none is active, the last one that ended: a closed complaint's,
+  reopened since; ``none`` for the first) and by its latest close. The close matters when
+  it refused an attempt whose vendor was told (and then told to cancel): nothing was
+  written, so the latest assignment is unchanged, and the same vendor sent again after the
+  reopening must not carry the key of the dispatch taken back. Every try of the same change
   (a retry after a timeout, a second worker after a lease expired, the retry after a lost
   Redis counter) carries the same key and is performed once; a later, real change (back to
   a vendor after someone else, or the same vendor again after a close and a reopen) comes
@@ -44,10 +48,15 @@ DISPATCH_ENDPOINT = "dispatch"
 CANCEL_ENDPOINT = "dispatch-cancel"
 
 
-def idempotency_key(*, complaint_id: int, vendor_id: int, replacing_id: int | None) -> str:
-    """Return the key naming one change of a complaint's vendor."""
+def idempotency_key(
+    *, complaint_id: int, vendor_id: int, replacing_id: int | None, closed_id: int | None = None
+) -> str:
+    """Return the key naming one change of a complaint's vendor: after its latest
+    assignment (``replacing_id``) and, once it has been closed, after its latest close
+    (``closed_id``, that close's event)."""
     replacing = replacing_id if replacing_id is not None else "none"
-    return f"vendor-assignment:{complaint_id}:{vendor_id}:replacing:{replacing}"
+    key = f"vendor-assignment:{complaint_id}:{vendor_id}:replacing:{replacing}"
+    return f"{key}:closed:{closed_id}" if closed_id is not None else key
 
 
 def dispatch_payload(
@@ -87,16 +96,21 @@ def dispatch_assignment(
     vendor: Vendor,
     replacing: VendorAssignment | None,
     after_id: int | None,
+    closed_id: int | None,
     token,
 ) -> CallResult:
     """POST the assignment once with the fencing headers, under ``token`` (the lease); raise
     ``ExternalCallFailed``. ``after_id``: the complaint's latest assignment (``replacing``'s
-    id when one is active), which the key names."""
+    id when one is active), ``closed_id``: its latest close (its event), which the key
+    names."""
     return post_fenced(
         settings.VENDOR_DISPATCH_URL,
         dispatch_payload(complaint=complaint, vendor=vendor, replacing=replacing),
         idempotency_key=idempotency_key(
-            complaint_id=complaint.pk, vendor_id=vendor.pk, replacing_id=after_id
+            complaint_id=complaint.pk,
+            vendor_id=vendor.pk,
+            replacing_id=after_id,
+            closed_id=closed_id,
         ),
         token=token,
         endpoint=DISPATCH_ENDPOINT,
@@ -149,6 +163,7 @@ def cancel_dispatch(
     vendor: Vendor,
     replacing: VendorAssignment | None,
     after_id: int | None,
+    closed_id: int | None,
     now_assigned: VendorAssignment | None,
     reason: CancelReason,
     token,
@@ -166,7 +181,10 @@ def cancel_dispatch(
             reason=reason,
         ),
         idempotency_key=idempotency_key(
-            complaint_id=complaint.pk, vendor_id=vendor.pk, replacing_id=after_id
+            complaint_id=complaint.pk,
+            vendor_id=vendor.pk,
+            replacing_id=after_id,
+            closed_id=closed_id,
         ),
         token=token,
         endpoint=CANCEL_ENDPOINT,

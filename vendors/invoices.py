@@ -8,7 +8,10 @@ here is a plain transaction on the invoice's row. The rules (docs/staff-guide.md
   refused if the vendor has one with that number in the association already (a voided
   one aside: voiding frees a number recorded by mistake). The same vendor, amount and date
   with another number is flagged as a possible duplicate of the earlier invoice, and its
-  approval needs a confirmation that it is not the same bill twice.
+  approval needs a confirmation that it is not the same bill twice. The flag is decided
+  under one lock per vendor and association (``Invoice.objects.lock_duplicates_of``),
+  taken by recording and by a change of amount: two copies written at once are decided one
+  after the other, never both by a read that saw neither.
 - Approving: the association's threshold (``ApprovalPolicy``) decides. Up to it, one
   approval makes the invoice approved; above it, two, by two different people (the
   database holds one standing approval per person), the second not the person who
@@ -143,6 +146,9 @@ def record_invoice(
     vendor = assignment.vendor
     now = timezone.now()
     with transaction.atomic():
+        # "Not a second copy of one bill" is a rule over the vendor's invoices: decided
+        # under their one lock, so two copies recorded at once do not both go unflagged.
+        Invoice.objects.lock_duplicates_of(organization_id=organization.pk, vendor_id=vendor.pk)
         _refuse_taken_number(organization, vendor, number)
         invoice = Invoice(
             organization=organization,
@@ -275,6 +281,11 @@ def change_amount(
     reason = _checked_reason(reason, "change")
     now = timezone.now()
     with transaction.atomic():
+        # Before the row: the order ``record_invoice`` takes them in (the duplicate flag's
+        # lock, then invoice rows). An invoice's association and vendor never change.
+        Invoice.objects.lock_duplicates_of(
+            organization_id=invoice.organization_id, vendor_id=invoice.vendor_id
+        )
         current = _take(invoice, seen, allowed=Invoice.OWED_STATUSES, action="change")
         if amount == current.amount:
             raise InvoiceRefused(InvoiceRule.AMOUNT_UNCHANGED, amount=amount)

@@ -6,7 +6,7 @@ from django.db.models import Exists, F, OuterRef, QuerySet, Subquery
 from django.urls import reverse
 from django.utils.translation import gettext as _
 
-from hoa.models import Complaint, Organization
+from hoa.models import Complaint, ComplaintEvent, Organization
 from hoa.operations import ResourceInfo
 from vendors.models import InsuranceLapse, Invoice, VendorAssignment, VendorContract
 
@@ -138,3 +138,17 @@ def describe_payment_resources(matches: dict[str, re.Match]) -> dict[str, Resour
 
 def invoice_url(invoice: Invoice) -> str:
     return reverse("vendors:invoice", args=[invoice.organization.slug, invoice.pk])
+
+
+def closes_of(complaint) -> QuerySet:
+    """The ids of ``complaint``'s closes (its status changes to closed), latest first: the
+    latest is what a dispatch key names (``vendors.dispatch.idempotency_key``)."""
+    return (
+        ComplaintEvent.objects.filter(
+            complaint=complaint,
+            kind=ComplaintEvent.Kind.STATUS_CHANGED,
+            to_status=Complaint.Status.CLOSED,
+        )
+        .order_by("-pk")
+        .values("pk")
+    )

@@ -70,7 +70,7 @@ from vendors.exceptions import (
 from vendors.insurance import check_insured
 from vendors.models import Vendor, VendorAssignment
 from vendors.operations import ASSIGNMENT, assignment_resource
-from vendors.selectors import assignment_state
+from vendors.selectors import assignment_state, closes_of
 
 logger = logging.getLogger(__name__)
 
@@ -177,6 +177,7 @@ class _Next(Enum):
 class Looked:
     current: VendorAssignment | None  # the active assignment before the call
     after_id: int | None  # the complaint's latest assignment, which the dispatch key names
+    closed_id: int | None  # the complaint's latest close (its event), which the key names too
     needs_call: bool
 
 
@@ -214,13 +215,17 @@ class Assignment(FencedSteps):
         return _Next.ASSIGN
 
     def look(self, lease: Lease) -> Looked:
-        status, current, after_id = _look_before_calling(self.complaint, seen=self.replacing)
+        status, current, after_id, closed_id = _look_before_calling(
+            self.complaint, seen=self.replacing
+        )
         if not allows(self.change, status):  # closed since the caller looked: nobody is called
             raise ClosedSinceViewed(
                 complaint=self.complaint, seen=self.seen_status, now_assigned=current
             )
         needs_call = self.next_step(current) is _Next.ASSIGN
-        return Looked(current=current, after_id=after_id, needs_call=needs_call)
+        return Looked(
+            current=current, after_id=after_id, closed_id=closed_id, needs_call=needs_call
+        )
 
     def fence_row(self, looked: Looked) -> QuerySet:
         return Complaint.objects.filter(pk=self.complaint.pk)
@@ -231,6 +236,7 @@ class Assignment(FencedSteps):
             vendor=self.vendor,
             replacing=looked.current,
             after_id=looked.after_id,
+            closed_id=looked.closed_id,
             token=lease,
         )
         return None if call.skipped else self.vendor
@@ -354,6 +360,7 @@ class Assignment(FencedSteps):
                 vendor=self.vendor,
                 replacing=looked.current,
                 after_id=looked.after_id,
+                closed_id=looked.closed_id,
                 now_assigned=getattr(refusal, "now_assigned", None),  # overtaken: unknown
                 reason=CancelReason.REFUSED,
                 token=lease,
@@ -390,11 +397,11 @@ def _pk(assignment: VendorAssignment | None) -> int | None:
 
 def _look_before_calling(
     complaint: Complaint, *, seen: VendorAssignment | None = None
-) -> tuple[str, VendorAssignment | None, int | None]:
-    """Return the complaint's status, its active assignment and the id of its latest one
-    (active or ended), read under the claim (no fenced writer can change them before this
-    attempt commits or is refused; a close, which takes no lease, is caught again by the
-    state check after the fence).
+) -> tuple[str, VendorAssignment | None, int | None, int | None]:
+    """Return the complaint's status, its active assignment, the id of its latest one
+    (active or ended) and the id of its latest close (the event), read under the claim (no
+    fenced writer can change them before this attempt commits or is refused; a close,
+    which takes no lease, is caught again by the state check after the fence).
 
     Only spares the vendor a call that cannot lead anywhere: the conditional UPDATE in
     ``advance_fence`` and the state check after it are what decide.
@@ -404,17 +411,23 @@ def _look_before_calling(
     assignments = VendorAssignment.objects.filter(complaint=OuterRef("pk"))
     active_id = assignments.filter(active=True).values("pk")
     latest_id = assignments.order_by("-pk").values("pk")
-    status, current_id, latest = (
+    status, current_id, latest, closed_id = (
         Complaint.objects.filter(pk=complaint.pk)
-        .values_list("status", Subquery(active_id[:1]), Subquery(latest_id[:1]))
+        .values_list(
+            "status",
+            Subquery(active_id[:1]),
+            Subquery(latest_id[:1]),
+            Subquery(closes_of(OuterRef("pk"))[:1]),
+        )
         .first()
-    ) or (complaint.status, None, None)
+    ) or (complaint.status, None, None, None)
     if current_id is None:
-        return status, None, latest
+        return status, None, latest, closed_id
     if seen is not None and seen.pk == current_id:
-        return status, seen, current_id  # the caller's, already read: still the active one
+        # The caller's, already read: still the active one.
+        return status, seen, current_id, closed_id
     current = VendorAssignment.objects.select_related("vendor").filter(pk=current_id).first()
-    return status, current, current_id
+    return status, current, current_id, closed_id
 
 
 def _check_contract(vendor: Vendor, organization: Organization, day: date) -> None:
@@ -433,15 +446,16 @@ def _check_contract(vendor: Vendor, organization: Organization, day: date) -> No
 
 _DISPATCH_KEY = re.compile(
     r"vendor-assignment:(?P<complaint>[0-9]{1,18}):(?P<vendor>[0-9]{1,18}):replacing:"
-    r"(?P<after>[0-9]{1,18}|none)"
+    r"(?P<after>[0-9]{1,18}|none)(?::closed:(?P<closed>[0-9]{1,18}))?"
 )
 
 
 def settle_unknown(call: OutsideCall) -> Settled:
     """Settle a dispatch whose outcome was unknown: make the same assignment again by the
     same key (the dispatch service answers the dispatch it made, or makes it now) and
-    record it; when it can no longer be recorded (another vendor has the complaint, it was
-    closed, the contract ended), take the dispatch back with the cancellation."""
+    record it; when it can no longer be recorded under that key (another vendor has the
+    complaint, it was closed, its assignments moved on, the contract ended), take the
+    dispatch back with the cancellation."""
     key = _DISPATCH_KEY.fullmatch(call.idempotency_key)
     complaint = (
         Complaint.objects.select_related("organization", "unit")
@@ -452,7 +466,13 @@ def settle_unknown(call: OutsideCall) -> Settled:
     if complaint is None or vendor is None:
         return None  # nothing to send a cancellation about: an operator looks
     after_id = None if key["after"] == "none" else int(key["after"])
-    replacing = VendorAssignment.objects.filter(pk=after_id, active=True).first()
+    closed_id = int(key["closed"]) if key["closed"] else None
+    _status, current, latest, closed = _look_before_calling(complaint)
+    if (latest, closed) != (after_id, closed_id) and not (
+        current is not None and current.vendor_id == vendor.pk
+    ):  # the same change would now carry another key: it can only be taken back
+        return _take_back_unknown(complaint, vendor, after_id, closed_id, "moved on")
+    replacing = current if current is not None and current.pk == after_id else None
     return settled_by(
         lambda: assign_vendor(
             complaint=complaint,
@@ -462,11 +482,11 @@ def settle_unknown(call: OutsideCall) -> Settled:
             reassign=replacing is not None,
             replacing=replacing,
         ),
-        refused=lambda refusal: _take_back_unknown(complaint, vendor, after_id, refusal),
+        refused=lambda refusal: _take_back_unknown(complaint, vendor, after_id, closed_id, refusal),
     )
 
 
-def _take_back_unknown(complaint, vendor, after_id: int | None, refusal) -> Settled:
+def _take_back_unknown(complaint, vendor, after_id, closed_id, why) -> Settled:
     """The cancellation of a dispatch that may have been made and cannot be recorded, sent
     under the complaint's lease (no assignment of it runs meanwhile)."""
     resource = assignment_resource(complaint.pk)
@@ -477,6 +497,7 @@ def _take_back_unknown(complaint, vendor, after_id: int | None, refusal) -> Sett
                 vendor=vendor,
                 replacing=None,
                 after_id=after_id,
+                closed_id=closed_id,
                 now_assigned=assignment_state(complaint)[1],
                 reason=CancelReason.REFUSED,
                 token=lease,
@@ -485,4 +506,4 @@ def _take_back_unknown(complaint, vendor, after_id: int | None, refusal) -> Sett
         return None  # the next pass tries again
     if call.skipped:
         return OutsideCall.Settlement.NOT_NEEDED, "no dispatch URL configured"
-    return OutsideCall.Settlement.TAKEN_BACK, f"{refusal}; cancellation sent (HTTP {call.status})"
+    return OutsideCall.Settlement.TAKEN_BACK, f"{why}; cancellation sent (HTTP {call.status})"

@@ -9,6 +9,10 @@ does not get it skips the pass), then:
    handed over goes back to the queue (nothing was sent); a hand-over older than
    ``HANDOVER_TIMEOUT`` that never got its answer becomes ``unknown``;
 2. skips the queued emails of reporters who opted out (or whose address was erased);
+   the opt-out is read again for each email of a batch, in the statement that records its
+   hand-over, so an opt-out made while the pass is sending stops the emails not handed
+   over yet (``skipped``), and so is the address: an email goes to the reporter's address
+   as it is when it is handed over (staff may have corrected it since it was queued);
 3. claims a batch (``UPDATE … WHERE id IN (SELECT … FOR UPDATE SKIP LOCKED)``, committed:
    the claim is the database's, so two senders, say on two hosts whose advisory lock did
    not keep them apart, never claim one email both), opens one mail connection, and for
@@ -47,6 +51,7 @@ from datetime import timedelta
 
 from django.core.mail import EmailMessage, get_connection
 from django.db import connection, transaction
+from django.db.models import OuterRef, Subquery
 from django.utils import timezone
 
 from hoa.complaints.reporters import opt_out_url, sender
@@ -179,13 +184,22 @@ def claim_batch(limit: int, *, claimed_by: str) -> list[Claim]:
     return sorted((Claim(*row, claimed_by=claimed_by) for row in rows), key=lambda c: c.id)
 
 
-def _move(claim: Claim, *, to: str, from_: tuple[str, ...], **fields) -> bool:
-    """Move ``claim`` to state ``to`` if it is still this pass's and in ``from_``."""
-    return bool(
-        ReporterEmail.objects.filter(
-            pk=claim.id, claimed_by=claim.claimed_by, state__in=from_
-        ).update(state=to, **fields)
-    )
+# The complaint's reporter address now, for the statement that records a hand-over.
+_reporters_address = Subquery(
+    Complaint.objects.filter(pk=OuterRef("complaint_id")).values("reporter_email")[:1]
+)
+
+
+def _move(claim: Claim, *, to: str, from_: tuple[str, ...], wanted=False, **fields) -> bool:
+    """Move ``claim`` to state ``to`` if it is still this pass's and in ``from_`` (and,
+    with ``wanted``, its reporter still has an address and has not opted out: read in the
+    same statement)."""
+    rows = ReporterEmail.objects.filter(pk=claim.id, claimed_by=claim.claimed_by, state__in=from_)
+    if wanted:
+        rows = rows.filter(
+            complaint__reporter_opted_out_at__isnull=True, complaint__reporter_email__gt=""
+        )
+    return bool(rows.update(state=to, **fields))
 
 
 def send_claimed(claims: list[Claim], result: SendResult) -> None:
@@ -216,14 +230,27 @@ def _send_one(mail, claim: Claim, complaint: Complaint, result: SendResult) -> N
         _not_sent(claim, f"could not connect: {exc}", result, permanent=False)
         return
     if not _move(
-        claim, to=State.HANDING_OVER, from_=(State.CLAIMED,), handed_over_at=timezone.now()
+        claim,
+        to=State.HANDING_OVER,
+        from_=(State.CLAIMED,),
+        wanted=True,
+        handed_over_at=timezone.now(),
+        to_email=_reporters_address,
     ):
-        return  # the claim was taken back (too slow): another pass sends it
+        # The reporter opted out (or the address was erased) since the pass began: read
+        # again for each email, at its hand-over, never once per pass. Otherwise the claim
+        # was taken back (too slow): another pass sends it.
+        if _move(claim, to=State.SKIPPED, from_=(State.CLAIMED,)):
+            result.skipped += 1
+        return
+    # The address as the hand-over statement read it from the complaint (staff may have
+    # corrected it since the change queued the email), not the claim's copy.
+    to_email = ReporterEmail.objects.values_list("to_email", flat=True).get(pk=claim.id)
     message = EmailMessage(
         subject=claim.subject,
         body=claim.body,
         from_email=sender(complaint),
-        to=[claim.to_email],
+        to=[to_email],
         headers={
             "Message-ID": claim.message_id,
             "List-Unsubscribe": f"<{opt_out_url(complaint)}>",

@@ -106,6 +106,8 @@ class ReporterEmail(models.Model):
         Complaint, on_delete=models.CASCADE, related_name="reporter_emails"
     )
     kind = models.CharField(_("what happened"), max_length=30, choices=Kind.choices)
+    # Copied from the complaint when queued; read from it again by the statement that
+    # records the hand-over (a corrected address is the one written to).
     to_email = models.EmailField(_("to"))
     subject = models.CharField(_("subject"), max_length=300)
     body = models.TextField(_("body"))

@@ -25,14 +25,16 @@ from decimal import Decimal
 
 from django.conf import settings
 from django.core.validators import MinValueValidator
-from django.db import models
+from django.db import connections, models
 from django.db.models import F, Q
 from django.db.models.functions import Lower
+from django.db.transaction import TransactionManagementError
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
 from hoa.models import Organization
 from hoa.tenancy import TenantQuerySet
+from locking import advisory_key
 from locking.models import FencedModel
 from vendors.models.assignments import VendorAssignment
 from vendors.models.contracts import Vendor
@@ -95,6 +97,19 @@ class InvoiceQuerySet(TenantQuerySet):
     def to_pay(self):
         """Approved invoices: those a payment may take (a claimed one included)."""
         return self.filter(status=Invoice.Status.APPROVED)
+
+    def lock_duplicates_of(self, *, organization_id: int, vendor_id: int) -> None:
+        """Wait for, and hold until the transaction ends, the lock under which the
+        possible-duplicate flag of ``vendor_id``'s invoices in ``organization_id`` is
+        decided (``pg_advisory_xact_lock``). Recording an invoice and changing an amount
+        take it before they look for an earlier copy: two copies of one bill written at
+        once are decided one after the other, the second seeing the first."""
+        connection = connections[self.db]
+        if not connection.in_atomic_block:
+            raise TransactionManagementError("a transaction-level lock outside a transaction")
+        name = f"vendors:invoice-duplicates:{organization_id}:{vendor_id}"
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_xact_lock(%s)", [advisory_key(name)])
 
 
 class Invoice(FencedModel):
