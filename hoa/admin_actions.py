@@ -18,8 +18,10 @@ error on top::
                    title=_("Do the thing"))
 """
 
+import re
 from collections.abc import Callable, Iterable
 
+from django import forms
 from django.contrib import messages
 from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
 from django.template.response import TemplateResponse
@@ -30,6 +32,33 @@ from hoa.security.ratelimits import check_fenced_post
 from hoa.web.lists import first_error
 
 APPLY_FIELD = "apply"
+
+
+class ShownRows(forms.Form):
+    """What an intermediate page showed of each selected row (its version, its vendor…),
+    carried by the confirmation in one hidden field: an action applies what it showed or
+    nothing. ``shown_of`` writes it; ``rows_shown()`` reads it back; ``changed(now)`` says
+    whether the rows as they are now differ (another selection included)."""
+
+    shown = forms.RegexField(
+        regex=re.compile(r"^[0-9]{1,19}:[a-z0-9]{1,20}( [0-9]{1,19}:[a-z0-9]{1,20})*$"),
+        widget=forms.HiddenInput,
+        error_messages={
+            "required": "This confirmation was out of date: confirm again.",
+            "invalid": "This confirmation was out of date: confirm again.",
+        },
+    )
+
+    @staticmethod
+    def shown_of(rows: dict[int, object]) -> str:
+        return " ".join(f"{pk}:{'none' if fact is None else fact}" for pk, fact in rows.items())
+
+    def rows_shown(self) -> dict[int, str]:
+        pairs = (pair.split(":") for pair in self.cleaned_data["shown"].split())
+        return {int(pk): fact for pk, fact in pairs}
+
+    def changed(self, now: dict[int, object]) -> bool:
+        return self.rows_shown() != {pk: "none" if f is None else str(f) for pk, f in now.items()}
 
 
 def applying(request) -> bool:

@@ -404,13 +404,19 @@ def test_a_note_is_recorded_with_its_author_and_a_blank_one_is_400(complaint, al
     assert (note.kind, note.detail, note.actor) == ("note", "Called the tenant.", alice)
 
 
+def seen_due(complaint) -> dict:
+    """The SLA due time a page of ``complaint`` shows now, as its form carries it."""
+    due = Complaint.objects.get(pk=complaint.pk).sla_due_at
+    return {"seen_due": int(due.timestamp()) if due else 0}
+
+
 def test_changing_the_sla_is_recorded_with_old_and_new_due_times_and_the_reason(complaint, alice):
     old = complaint.sla_due_at
     new = timezone.localtime(old + timedelta(days=2)).replace(second=0, microsecond=0)
 
     response = client_for(alice).post(
         url("sla", complaint),
-        {"due_at": f"{new:%Y-%m-%dT%H:%M}", "reason": "Parts on order"},
+        {"due_at": f"{new:%Y-%m-%dT%H:%M}", "reason": "Parts on order", **seen_due(complaint)},
         follow=True,
     )
 
@@ -440,11 +446,32 @@ def test_bad_sla_changes_are_400_and_write_nothing(complaint, alice, status, dat
     given(complaint, status)
     before = written(complaint)
 
-    response = client_for(alice).post(url("sla", complaint), data)
+    response = client_for(alice).post(url("sla", complaint), {**data, **seen_due(complaint)})
 
     assert response.status_code == 400
     assert sentence in response.content.decode()
     assert written(complaint) == before
+
+
+def test_an_sla_change_posted_from_a_page_older_than_another_change_is_409(complaint, alice):
+    """Two people moved the SLA from the same page: the second is told what it is now, and
+    the first one's change stays."""
+    page = seen_due(complaint)
+    first = timezone.localtime(complaint.sla_due_at + timedelta(days=2)).replace(second=0)
+    second = first + timedelta(days=1)
+    done = client_for(alice).post(
+        url("sla", complaint), {"due_at": f"{first:%Y-%m-%dT%H:%M}", "reason": "a", **page}
+    )
+    assert done.status_code == 303
+
+    stale = client_for(alice).post(
+        url("sla", complaint), {"due_at": f"{second:%Y-%m-%dT%H:%M}", "reason": "b", **page}
+    )
+
+    assert stale.status_code == 409
+    assert "was changed since you looked" in stale.content.decode()
+    complaint.refresh_from_db()
+    assert complaint.sla_due_at == first.replace(microsecond=0)
 
 
 def test_the_admin_cannot_edit_the_sla_clock_or_the_status(client, complaint, root):

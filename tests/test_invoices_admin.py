@@ -37,7 +37,9 @@ def pay(client, invoices, **fields):
 
 def confirm(client, asked, invoices):
     """Submit the confirmation ``asked`` showed: its rows' versions and its total."""
-    return pay(client, invoices, apply="Pay", **asked.context["showing"])
+    form = asked.context["form"]
+    shown = {name: form[name].value() for name in ("shown", "total")}
+    return pay(client, invoices, apply="Pay", **shown)
 
 
 def texts(response) -> list[tuple[str, str]]:

@@ -42,7 +42,11 @@ def test_a_time_staff_type_is_read_in_the_associations_zone(client, alice, in_ne
 
     response = client.post(
         f"/orgs/{in_new_york.slug}/complaints/{complaint.pk}/sla/",
-        {"due_at": "2027-07-01T09:00", "reason": "Parts on order"},
+        {
+            "due_at": "2027-07-01T09:00",
+            "reason": "Parts on order",
+            "seen_due": int(complaint.sla_due_at.timestamp()),
+        },
     )
 
     assert response.status_code == 303

@@ -5,7 +5,7 @@ from django.contrib import admin, messages
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
-from hoa.admin_actions import answer_each, applying, ask
+from hoa.admin_actions import ShownRows, answer_each, applying, ask
 from hoa.admin_mixins import AdminExtension, TenantAdminMixin, TenantInlineMixin, extend
 from hoa.models import Organization
 from hoa.web.access import client_ip
@@ -159,24 +159,17 @@ extend(
 # -- invoices and their payment -----------------------------------------------------------------
 
 
-class PayInvoicesForm(forms.Form):
+class PayInvoicesForm(ShownRows):
     """The intermediate page's confirmation: money leaves when it is submitted. It carries
     what the page showed: each invoice's version and the total."""
 
-    shown = forms.RegexField(regex=r"^[0-9]{1,19}:[0-9]{1,10}( [0-9]{1,19}:[0-9]{1,10})*$")
-    total = forms.DecimalField(max_digits=16, decimal_places=2)
+    total = forms.DecimalField(max_digits=16, decimal_places=2, widget=forms.HiddenInput)
 
-    @staticmethod
-    def showing(invoices: list[Invoice]) -> dict:
-        """The hidden values of a page that shows ``invoices``."""
-        return {
-            "shown": " ".join(f"{invoice.pk}:{invoice.version}" for invoice in invoices),
-            "total": _total(invoices),
-        }
-
-    def versions(self) -> dict[int, int]:
-        pairs = (pair.split(":") for pair in self.cleaned_data["shown"].split())
-        return {int(pk): int(version) for pk, version in pairs}
+    @classmethod
+    def showing(cls, invoices: list[Invoice]) -> "PayInvoicesForm":
+        """The confirmation of a page that shows ``invoices``."""
+        shown = cls.shown_of({invoice.pk: invoice.version for invoice in invoices})
+        return cls(initial={"shown": shown, "total": _total(invoices)})
 
 
 def _total(invoices: list[Invoice]) -> Decimal:
@@ -190,18 +183,17 @@ def pay_invoices(modeladmin, request, queryset):
     showed or nothing: a selection, an invoice or a total changed since is asked again, and
     each payment is a compare-and-swap on the version shown."""
     chosen = list(queryset.select_related("organization", "vendor").order_by("pk"))
-    form = PayInvoicesForm(request.POST if applying(request) else None)
+    form = PayInvoicesForm(request.POST) if applying(request) else PayInvoicesForm.showing(chosen)
     if form.is_bound and form.is_valid():
-        seen = form.versions()
         now = {invoice.pk: invoice.version for invoice in chosen}
-        if seen == now and form.cleaned_data["total"] == _total(chosen):
+        if not form.changed(now) and form.cleaned_data["total"] == _total(chosen):
             ip = client_ip(request)
             answer_each(
                 modeladmin,
                 request,
                 chosen,
                 lambda invoice: pay_invoice(
-                    invoice=invoice, actor=request.user, ip=ip, seen=seen[invoice.pk]
+                    invoice=invoice, actor=request.user, ip=ip, seen=now[invoice.pk]
                 ),
             )
             return None
@@ -217,7 +209,7 @@ def pay_invoices(modeladmin, request, queryset):
             },
             messages.WARNING,
         )
-        form = PayInvoicesForm()
+        form = PayInvoicesForm.showing(chosen)
     return ask(
         modeladmin,
         request,
@@ -227,7 +219,6 @@ def pay_invoices(modeladmin, request, queryset):
         title=_("Pay invoices"),
         invoices=chosen,
         total=_total(chosen),
-        showing=PayInvoicesForm.showing(chosen),
     )
 
 

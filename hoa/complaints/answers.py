@@ -9,7 +9,13 @@ from django.utils.translation import gettext_lazy
 
 from hoa.answers.refusals import sentence
 from hoa.answers.table import Audience
-from hoa.complaints.exceptions import ComplaintsError, Rule, StatusChanged, TransitionRefused
+from hoa.complaints.exceptions import (
+    ComplaintsError,
+    Rule,
+    SlaChanged,
+    StatusChanged,
+    TransitionRefused,
+)
 from hoa.complaints.extensions import assignee
 from hoa.dates import when
 from hoa.models import Complaint
@@ -69,6 +75,11 @@ def _sentence(refusal: ComplaintsError, audience: Audience) -> str:
                 "current": label(refusal.current) if refusal.current else _("gone"),
                 "seen": label(refusal.seen),
             }
+        case SlaChanged():
+            return _(
+                "The SLA of complaint #%(complaint)s was changed since you looked: it is due "
+                "%(due)s now; nothing was saved. Reload it and decide again."
+            ) % {"complaint": refusal.complaint.pk, "due": when(refusal.current)}
     raise TypeError(f"no sentence for {type(refusal).__name__}")
 
 

@@ -59,3 +59,13 @@ class StatusChanged(ComplaintsError):
 
     def __init__(self, *, complaint: Complaint, seen: str, current: str | None, wanted: str):
         super().__init__(complaint=complaint, seen=seen, current=current, wanted=wanted)
+
+
+class SlaChanged(ComplaintsError):
+    """Someone moved the SLA due time since the page was shown: it is ``current`` now. 409."""
+
+    answer = Answer.RETRY
+    title = gettext_lazy("The SLA changed meanwhile")
+
+    def __init__(self, *, complaint: Complaint, current):
+        super().__init__(complaint=complaint, current=current)

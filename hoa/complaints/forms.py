@@ -133,6 +133,14 @@ class ComplaintSlaForm(forms.Form):
             "invalid": _("Give the new SLA due time as a date and a time."),
         },
     )
+    # The due time the page showed (seconds since the epoch): the change is a
+    # compare-and-swap on it, so a newer change made meanwhile is never overwritten unseen.
+    seen_due = forms.IntegerField(
+        widget=forms.HiddenInput,
+        min_value=0,
+        max_value=2**40,
+        error_messages={"required": _("This page was out of date. Reload it.")},
+    )
     reason = forms.CharField(
         label=_("Reason"),
         max_length=NOTE_MAX_LENGTH,

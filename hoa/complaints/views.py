@@ -120,7 +120,12 @@ class ComplaintDetailView(OrganizationMixin, DetailView):
         context.setdefault("note_form", ComplaintNoteForm())
         context.setdefault(
             "sla_form",
-            ComplaintSlaForm(initial={"due_at": timezone.localtime(complaint.sla_due_at)})
+            ComplaintSlaForm(
+                initial={
+                    "due_at": timezone.localtime(complaint.sla_due_at),
+                    "seen_due": int(complaint.sla_due_at.timestamp()),
+                }
+            )
             if complaint.sla_due_at
             else ComplaintSlaForm(),
         )
@@ -240,6 +245,7 @@ class ChangeSlaView(ComplaintActionView):
             due_at=data["due_at"],
             reason=data["reason"],
             actor=self.request.user,
+            seen_due=data["seen_due"],
         )
         return _("The SLA of complaint #%(complaint)s is due %(due)s now.") % {
             "complaint": complaint.pk,

@@ -57,7 +57,7 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 
 from hoa.complaints import reporters
-from hoa.complaints.exceptions import Rule, StatusChanged, TransitionRefused
+from hoa.complaints.exceptions import Rule, SlaChanged, StatusChanged, TransitionRefused
 from hoa.complaints.extensions import assignee
 from hoa.complaints.rules import MOVES, Change, allows
 from hoa.models import Complaint, ComplaintEvent, Organization, Unit
@@ -276,8 +276,13 @@ def add_note(*, complaint: Complaint, note: str, actor) -> ComplaintEvent:
         )
 
 
-def change_sla(*, complaint: Complaint, due_at: datetime, reason: str, actor) -> ComplaintEvent:
+def change_sla(
+    *, complaint: Complaint, due_at: datetime, reason: str, actor, seen_due: int | None = None
+) -> ComplaintEvent:
     """Move the complaint's SLA due time to ``due_at``, recording the old one and why.
+
+    ``seen_due``: the due time the page showed (seconds since the epoch); a due time
+    changed since is ``SlaChanged`` (409), never overwritten unseen.
 
     A breach the sweep recorded stays recorded (it happened, and the sweep records one per
     complaint); the pages compute "overdue" from the due time.
@@ -292,6 +297,8 @@ def change_sla(*, complaint: Complaint, due_at: datetime, reason: str, actor) ->
         locked = Complaint.objects.locked(complaint.pk)
         if not allows(Change.SLA, locked.status):
             raise TransitionRefused(Rule.NO_SLA_RUNNING, status=locked.status)
+        if seen_due is not None and seen_due != int(locked.sla_due_at.timestamp()):
+            raise SlaChanged(complaint=complaint, current=locked.sla_due_at)
         if due_at <= locked.opened_at:
             raise TransitionRefused(Rule.SLA_BEFORE_OPENING, opened=locked.opened_at)
         latest = timezone.now() + SLA_MAX_AHEAD
