@@ -6,7 +6,13 @@ from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
 from hoa.admin_actions import answer_each, applying, ask
-from hoa.admin_mixins import AdminExtension, TenantAdminMixin, TenantInlineMixin, extend
+from hoa.admin_mixins import (
+    AdminExtension,
+    SharedRowAdminMixin,
+    TenantAdminMixin,
+    TenantInlineMixin,
+    extend,
+)
 from hoa.models import Organization
 from hoa.web.access import client_ip
 from hoa.web.money import format_money
@@ -33,8 +39,15 @@ class VendorContractInline(TenantInlineMixin, admin.TabularInline):
 
 
 @admin.register(Vendor)
-class VendorAdmin(TenantAdminMixin, admin.ModelAdmin):
+class VendorAdmin(SharedRowAdminMixin, TenantAdminMixin, admin.ModelAdmin):
     list_display = ["name", "trade", "email"]
+    # One vendor, several associations: each changes its own contracts, not the vendor.
+    relied_on_through = (
+        "contracts__organization",
+        "insurance_lapses__organization",
+        "assignments__complaint__organization",
+        "invoices__organization",
+    )
     search_fields = ["name", "trade"]
     inlines = [VendorContractInline]
 
