@@ -13,7 +13,7 @@ from hoa.admin_mixins import (
     TenantInlineMixin,
     extend,
 )
-from hoa.models import Organization
+from hoa.tenancy import organizations_for
 from hoa.web.access import client_ip
 from hoa.web.money import format_money
 from vendors import selectors, services
@@ -126,7 +126,7 @@ def assign_vendor(modeladmin, request, queryset):
             request, _("Choose complaints of one association at a time."), messages.ERROR
         )
         return None
-    organization = Organization.objects.get(pk=organization_ids.pop())
+    (organization,) = organizations_for(request.user, ids=organization_ids, request=request)
     form = AssignVendorForm(request.POST if applying(request) else None, organization=organization)
     if form.is_bound and form.is_valid():
         chosen, ip = form.cleaned_data, client_ip(request)
