@@ -124,7 +124,7 @@ def _refuse(actor, what: str, key, elsewhere, via: str, request, operation: str)
     username = actor.get_username() if actor is not None else ""
     if actor is not None and elsewhere is not None:
         if what == "organization":
-            note = f"not staff of {shown(key)}"
+            note = f"not staff of {shown(key, limit=80)}"  # a slug is at most 80
         else:
             note = f"{what} {shown(key)} of another association"
         if request is not None:
