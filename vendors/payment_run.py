@@ -120,6 +120,7 @@ def pay_approved(
     """Pay every approved invoice of ``organizations`` due within ``due_within``, waiting
     up to ``wait`` for those another host holds; ``on_outcome(outcome, run)`` hears each
     invoice's answer as it comes."""
+    organizations = list(organizations)
     # Each invoice's payment checks ``actor`` is staff of its association (the resolver,
     # hoa.tenancy, has noted those it found): a list it is handed is not trusted.
     invoices = invoices_to_pay(organizations, due_within=due_within)
