@@ -37,6 +37,7 @@ from charges.services import generate_monthly_charges, generate_together, units_
 from hoa.answers.refusals import Refusal
 from hoa.answers.table import BatchDone
 from hoa.models import Organization
+from hoa.tenancy import organizations_for
 from locking import LockUnavailable, Outcome, prepare_fences
 
 # Organizations per task sent to a worker: ids go out, one query reads them there.
@@ -187,8 +188,6 @@ def _wait_for_others(result: MonthStart, actor, via: str, deadline: float, on_ou
         _count(result, outcomes, on_outcome)
         left = Organization.objects.filter(pk__in=list(result.held)).order_by("pk")
         for organization in left:  # their holder may have gone: try once more each
-            if actor is not None:
-                organization.remember_staff(actor)
             month = result.held[organization.pk]
             outcome = generate_for(organization, month, actor, via, result.started_at)
             _count(result, [outcome], on_outcome)
@@ -259,6 +258,10 @@ def generate_chunk(
     # was smaller (a sequential scan, for each charge, over every run written since).
     MonthlyChargeRun.objects.replan_charge_checks()
     organizations = list(Organization.objects.filter(pk__in=org_ids).order_by("pk"))
+    if user is not None:
+        # Which of them ``user`` is staff of, asked in one query (the resolver notes them);
+        # any other is refused by the operation's own check: ids handed over are not trusted.
+        organizations_for(user, ids=org_ids, partial=True)
     months = {organization.pk: month_of(organization, month) for organization in organizations}
     # A new month is a new resource per organization: their first epochs in one commit.
     # Redis down is left to the grants to answer, one by one, in the walk's own words.
@@ -266,9 +269,6 @@ def generate_chunk(
         prepare_fences(charge_resource(o, months[o.pk]) for o in organizations)
     # The chunk's units in one query, not one per organization.
     ahead = units_ahead(organizations)
-    if user is not None:
-        for organization in organizations:
-            organization.remember_staff(user)  # the ids came from for_user(user)
     # TOGETHER at a time in one transaction, each under its own lease (generate_together).
     outcomes = []
     for start in range(0, len(organizations), TOGETHER):

@@ -288,6 +288,62 @@ class TenantAdminMixin(ViewerZoneMixin, OperatorFieldsMixin):
         return super().formfield_for_foreignkey(db_field, request, **kwargs)
 
 
+class SharedRowAdminMixin:
+    """The admin of a row several associations rely on (a vendor under contract with two):
+    staff change only what their association owns of it, never the row itself.
+
+    ``relied_on_through`` names the paths from the model to the organizations that rely on
+    a row (``"contracts__organization"``, ``"invoices__organization"``…). Staff who are not
+    staff of every one of them (superusers excepted) get the row's own fields read-only
+    (their association's inlines stay editable) and may not delete it: not from its delete
+    page (403, audited by the site's 403 handler) nor with "delete selected", which names
+    the rows it refused and deletes none.
+    """
+
+    relied_on_through: tuple[str, ...] = ()
+
+    def relied_on_by(self, obj) -> set[int]:
+        """The ids of the organizations that rely on ``obj``."""
+        rows = self.model._default_manager.filter(pk=obj.pk)
+        return {
+            organization_id
+            for path in self.relied_on_through
+            for organization_id in rows.values_list(path, flat=True)
+            if organization_id is not None
+        }
+
+    def shared_beyond(self, request, obj) -> bool:
+        """Whether ``obj`` is relied on by an association ``request.user`` is not staff of."""
+        if obj is None or request.user.is_superuser:
+            return False
+        theirs = set(Organization.objects.for_user(request.user).values_list("pk", flat=True))
+        return not self.relied_on_by(obj) <= theirs
+
+    def has_delete_permission(self, request, obj=None):
+        return super().has_delete_permission(request, obj) and not self.shared_beyond(request, obj)
+
+    def get_readonly_fields(self, request, obj=None):
+        readonly = list(super().get_readonly_fields(request, obj))
+        if self.shared_beyond(request, obj):
+            own = [field.name for field in self.opts.fields if field.editable]
+            readonly += [name for name in own if name not in readonly]
+        return readonly
+
+    def get_deleted_objects(self, objs, request):
+        deleted, counts, perms_needed, protected = super().get_deleted_objects(objs, request)
+        shared = [obj for obj in objs if self.shared_beyond(request, obj)]
+        if shared:
+            # Django's delete confirmation refuses while ``perms_needed`` names anything.
+            perms_needed = {*perms_needed, *(str(obj) for obj in shared)}
+            deny_request(
+                request,
+                reason=Reason.PERMISSION,
+                note=f"delete {self.opts.label} {sorted(o.pk for o in shared)} relied on "
+                "by another association",
+            )
+        return deleted, counts, perms_needed, protected
+
+
 class ExtensibleAdmin:
     """The admin of a frame model, with what the apps add to it (``extend``).
 

@@ -1,28 +1,147 @@
-"""Tenant scoping: the one mechanism that decides which organizations a user may see.
+"""Tenancy: the one answer to "which association(s), as whom".
 
-A staff member sees only the organizations they hold a ``StaffMembership`` for; a
-superuser sees all. Every queryset that leaves a view, admin page or command goes through
-``for_user`` so that isolation is decided in one place.
+Every entry point asks it: the staff pages (``hoa.web.access.organization_for``), the
+admin, every management command (``--org``, ``--all-orgs``, ``--actor`` and ids such as
+``--invoice`` or ``--complaint``) and the signed links. Two functions:
+
+- ``organizations_for(actor, *, slug=None, ids=None, every=False, ...)`` — the associations
+  ``actor`` acts for: the one named by ``slug``, those of ``ids``, or ``every`` one of
+  theirs. ``actor`` is a user (staff of each, or a superuser) or ``None``: the operator at
+  the shell, who is not a staff member and reaches every association (the services record
+  them as ``cli:<login>``). A user that is inactive or anonymous reaches none.
+- ``row_for(actor, rows, pk, *, what, ...)`` — the row ``pk`` of ``rows`` (a
+  ``TenantQuerySet``) if it belongs to one of ``actor``'s associations.
+
+Either raises ``OutsideTenancy`` when the association or row is not ``actor``'s, whether
+it exists elsewhere or not at all (one answer: staff of one association do not learn that
+another exists; the web answers it 404, a command ``CommandError`` exit 1). When it does
+exist elsewhere the refusal is recorded as an ``AccessDenial`` with reason *tenant*, as the
+web's, before anything is written.
+
+``organizations_for`` is the only place that notes on the user object that it is staff of
+the associations it returns (``hoa.models.scoping.staff_of``), from the query that found
+them, so the operation's own staff check (``Organization.has_staff``) asks no more. Nothing
+else may mark it: an association list built elsewhere is checked, never trusted.
 """
 
-from django.db import models
+from django.utils.translation import gettext as _
+
+from hoa.answers.refusals import Refusal, sentence
+from hoa.answers.table import Answer, Audience
+from hoa.models import Organization
+from hoa.models.scoping import TenantQuerySet, staff_of
+from hoa.security.audit import Reason, deny_request, record_denial, shown
+
+__all__ = ["OutsideTenancy", "TenantQuerySet", "organizations_for", "row_for"]
 
 
-class TenantQuerySet(models.QuerySet):
-    """A queryset of rows that belong to an organization through ``tenant_path``."""
+class OutsideTenancy(Refusal):
+    """What was asked is not ``actor``'s (or does not exist): nothing was done.
 
-    # Path from the model to its Organization, e.g. "organization" or "run__organization".
-    tenant_path = "organization"
+    Facts: ``actor`` (the username, ``""`` for the operator at the shell), ``what``
+    (``"organization"``, ``"invoice"``, ``"complaint"``…) and ``key`` (its slug or id).
+    """
 
-    def for_user(self, user):
-        """Return the rows of the organizations ``user`` is staff of (all for superusers)."""
-        if user is None or not user.is_authenticated or not user.is_active:
-            return self.none()
-        if user.is_superuser:
-            return self
-        prefix = f"{self.tenant_path}__" if self.tenant_path else ""
-        return self.filter(**{f"{prefix}memberships__user": user})
+    answer = Answer.FORBIDDEN
 
-    def for_organization(self, organization):
-        """Return the rows that belong to ``organization``."""
-        return self.filter(**{self.tenant_path or "pk": organization})
+
+@sentence.register
+def _outside_sentence(refusal: OutsideTenancy, audience: Audience) -> str:
+    facts = {"what": refusal.what, "key": shown(refusal.key), "actor": shown(refusal.actor)}
+    if refusal.what == "organization":
+        if refusal.actor:
+            return _('No organization "%(key)s" for %(actor)s.') % facts
+        return _('Unknown organization "%(key)s".') % facts
+    if refusal.actor:
+        return _("No %(what)s with id %(key)s for %(actor)s.") % facts
+    return _("No %(what)s with id %(key)s.") % facts
+
+
+def organizations_for(
+    actor,
+    *,
+    slug: str | None = None,
+    ids=None,
+    every: bool = False,
+    partial: bool = False,
+    via: str = "",
+    request=None,
+    operation: str = "",
+) -> list[Organization]:
+    """Return the associations ``actor`` acts for, by pk: the one of ``slug``, those of
+    ``ids`` (all of them, or ``OutsideTenancy``), or ``every`` one (exactly one of the three).
+
+    ``partial``: with ``ids``, return those of ``actor``'s and leave the others out (a
+    batch whose operations refuse the others themselves) instead of refusing.
+    ``via`` (``cli:<login>``) or ``request`` (a page, the admin) say who asked, for the
+    audit of a refusal; ``operation`` names the fenced operation it was for.
+    """
+    if (slug is not None) + (ids is not None) + bool(every) != 1:
+        raise TypeError("organizations_for: give exactly one of slug, ids or every")
+    reachable = (
+        Organization.objects.all() if actor is None else Organization.objects.for_user(actor)
+    )
+    if every:
+        found = list(reachable.order_by("pk"))
+    elif slug is not None:
+        found = list(reachable.filter(slug=slug))
+        if not found:
+            elsewhere = Organization.objects.filter(slug=slug).first()
+            _refuse(actor, "organization", slug, elsewhere, via, request, operation)
+    else:
+        wanted = set(ids)
+        found = list(reachable.filter(pk__in=wanted).order_by("pk"))
+        missing = wanted - {organization.pk for organization in found}
+        if missing and not partial:
+            first = min(missing)
+            elsewhere = Organization.objects.filter(pk=first).first()
+            _refuse(actor, "organization", first, elsewhere, via, request, operation)
+    if actor is not None:
+        staff_of(actor).update(organization.pk for organization in found)
+    return found
+
+
+def row_for(
+    actor, rows: TenantQuerySet, pk, *, what: str, via: str = "", request=None, operation: str = ""
+):
+    """Return the row ``pk`` of ``rows`` if it belongs to one of ``actor``'s associations
+    (any, for the operator at the shell), else ``OutsideTenancy`` (``what`` names it)."""
+    reachable = rows if actor is None else rows.for_user(actor)
+    row = reachable.filter(pk=pk).first()
+    if row is None:
+        owner = None
+        if actor is not None:
+            path = rows.tenant_path or "pk"
+            owner_id = rows.model._default_manager.filter(pk=pk).values_list(path, flat=True)
+            owner_id = owner_id.first()
+            owner = Organization(pk=owner_id) if owner_id is not None else None
+        _refuse(actor, what, pk, owner, via, request, operation)
+    return row
+
+
+def _refuse(actor, what: str, key, elsewhere, via: str, request, operation: str):
+    """Record the refusal when what was asked exists in another association, then raise."""
+    username = actor.get_username() if actor is not None else ""
+    if actor is not None and elsewhere is not None:
+        if what == "organization":
+            note = f"not staff of {shown(key, limit=80)}"  # a slug is at most 80
+        else:
+            note = f"{what} {shown(key)} of another association"
+        if request is not None:
+            deny_request(
+                request,
+                reason=Reason.TENANT,
+                note=note,
+                organization=elsewhere,
+                operation=operation,
+            )
+        else:
+            record_denial(
+                reason=Reason.TENANT,
+                note=note,
+                resource=f"{what}:{shown(key)}",
+                actor=" via ".join(part for part in (username, via) if part),
+                organization=elsewhere,
+                operation=operation,
+            )
+    raise OutsideTenancy(actor=username, what=what, key=key)

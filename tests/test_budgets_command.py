@@ -59,7 +59,7 @@ def test_a_busy_budget_exits_75_naming_the_holder(maple, budget, board, fence_lo
     [
         (("--year", "27"), '"27" is not a year: use four digits, e.g. 2027.'),
         (("--year", "2031"), "Maple Court has no budget for 2031 to approve."),
-        (("--year", "2027", "--actor", "mallory"), "mallory may not approve the budgets of "),
+        (("--year", "2027", "--actor", "mallory"), 'No organization "maple-court" for mallory.'),
         (("--year", "2027", "--actor", "ghost"), 'No active user "ghost".'),
     ],
 )

@@ -117,7 +117,7 @@ def test_command_refuses_bad_input_with_one_line_and_writes_nothing(maple, comma
         ),
         (
             ("--org", "maple-court", "--actor", "mallory"),
-            "mallory may not generate charges for Maple Court.",
+            'No organization "maple-court" for mallory.',
         ),
         (("--org", "maple-court", "--workers", "2"), "--workers only applies to --all-orgs."),
         (("--all-orgs", "--workers", "0"), "--workers must be at least 1."),

@@ -91,7 +91,10 @@ def test_bad_input_exits_1_with_one_line_and_pays_nothing(
         ),
         ("--all-orgs", "--actor", "ghost"): 'No active user "ghost".',
         ("--invoice", str(approved.pk), "--actor", "mallory"): (
-            "mallory may not pay invoices of Maple Court."
+            f"No invoice with id {approved.pk} for mallory."
+        ),
+        ("--org", "maple-court", "--actor", "mallory"): (
+            'No organization "maple-court" for mallory.'
         ),
     }
     for args, line in cases.items():

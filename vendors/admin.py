@@ -6,8 +6,14 @@ from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
 from hoa.admin_actions import ShownRows, answer_each, applying, ask
-from hoa.admin_mixins import AdminExtension, TenantAdminMixin, TenantInlineMixin, extend
-from hoa.models import Organization
+from hoa.admin_mixins import (
+    AdminExtension,
+    SharedRowAdminMixin,
+    TenantAdminMixin,
+    TenantInlineMixin,
+    extend,
+)
+from hoa.tenancy import organizations_for
 from hoa.web.access import client_ip
 from hoa.web.money import format_money
 from vendors import selectors, services
@@ -33,8 +39,15 @@ class VendorContractInline(TenantInlineMixin, admin.TabularInline):
 
 
 @admin.register(Vendor)
-class VendorAdmin(TenantAdminMixin, admin.ModelAdmin):
+class VendorAdmin(SharedRowAdminMixin, TenantAdminMixin, admin.ModelAdmin):
     list_display = ["name", "trade", "email"]
+    # One vendor, several associations: each changes its own contracts, not the vendor.
+    relied_on_through = (
+        "contracts__organization",
+        "insurance_lapses__organization",
+        "assignments__complaint__organization",
+        "invoices__organization",
+    )
     search_fields = ["name", "trade"]
     inlines = [VendorContractInline]
 
@@ -113,7 +126,7 @@ def assign_vendor(modeladmin, request, queryset):
             request, _("Choose complaints of one association at a time."), messages.ERROR
         )
         return None
-    organization = Organization.objects.get(pk=organization_ids.pop())
+    (organization,) = organizations_for(request.user, ids=organization_ids, request=request)
     form = AssignVendorForm(request.POST if applying(request) else None, organization=organization)
     if form.is_bound and form.is_valid():
         chosen, ip = form.cleaned_data, client_ip(request)

@@ -121,9 +121,8 @@ def pay_approved(
     up to ``wait`` for those another host holds; ``on_outcome(outcome, run)`` hears each
     invoice's answer as it comes."""
     organizations = list(organizations)
-    if actor is not None:
-        for organization in organizations:  # the list came from for_user(actor)
-            organization.remember_staff(actor)
+    # Each invoice's payment checks ``actor`` is staff of its association (the resolver,
+    # hoa.tenancy, has noted those it found): a list it is handed is not trusted.
     invoices = invoices_to_pay(organizations, due_within=due_within)
     run = PaymentRun(total=len(invoices), wait=wait)
     deadline = time.monotonic() + wait.total_seconds()

@@ -47,7 +47,9 @@ def add_actor_argument(parser) -> None:
 
 def active_user(username: str | None):
     """The active user named by ``--actor``, or ``None`` without one (the operator at the
-    shell). Whether they may act is the operation's check, made like the web's."""
+    shell). Which associations and rows they reach is the resolver's answer
+    (``hoa.tenancy``: ``--org``, ``--all-orgs`` and ids go through it); whether they may
+    act is the operation's check, made like the web's."""
     if not username:
         return None
     user = get_user_model()._default_manager.filter(username=username, is_active=True).first()

@@ -13,7 +13,7 @@ from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
 from hoa.models.organizations import Organization, Unit
-from hoa.tenancy import TenantQuerySet
+from hoa.models.scoping import TenantQuerySet
 from locking.models import FencedModel
 
 

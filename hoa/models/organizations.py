@@ -9,7 +9,7 @@ from django.db.models import Q
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
-from hoa.tenancy import TenantQuerySet
+from hoa.models.scoping import TenantQuerySet, staff_of
 
 
 class OrganizationQuerySet(TenantQuerySet):
@@ -70,25 +70,17 @@ class Organization(models.Model):
         }[priority]
 
     def has_staff(self, user) -> bool:
-        """Return whether ``user`` may act for this organization."""
+        """Return whether ``user`` may act for this organization (asked once per user
+        object: the answer is noted, ``hoa.models.scoping.staff_of``)."""
         if not user.is_authenticated or not user.is_active:
             return False
         if user.is_superuser:
             return True
-        if self.pk not in _staff_of(user):
+        if self.pk not in staff_of(user):
             if not self.memberships.filter(user=user).exists():
                 return False
-            self.remember_staff(user)
+            staff_of(user).add(self.pk)
         return True
-
-    def remember_staff(self, user) -> None:
-        """Note on this ``user`` object that it is staff of this organization (a query
-        through ``Organization.objects.for_user`` found it), so ``has_staff`` asks no more.
-
-        Kept on the user object like Django's permission cache: a request's, or a
-        command's run, never across them.
-        """
-        _staff_of(user).add(self.pk)
 
 
 class Unit(models.Model):
@@ -136,7 +128,3 @@ class StaffMembership(models.Model):
 
     def __str__(self):
         return f"{self.user} @ {self.organization}"
-
-
-def _staff_of(user) -> set:
-    return user.__dict__.setdefault("_hoa_staff_of", set())

@@ -3,22 +3,25 @@
 from django.contrib.auth.mixins import LoginRequiredMixin
 from django.core.exceptions import PermissionDenied
 from django.http import Http404
-from django.shortcuts import get_object_or_404
 from django.utils import timezone
 
 from hoa.models import Organization
 from hoa.security.audit import Reason, client_ip, deny_request
+from hoa.tenancy import OutsideTenancy, organizations_for
 
 __all__ = ["OrganizationMixin", "client_ip", "organization_for", "require_permission"]
 
 
-def organization_for(user, slug: str) -> Organization:
-    """Return the organization ``slug`` if ``user`` is its staff (or a superuser), else 404.
+def organization_for(user, slug: str, *, request=None, operation: str = "") -> Organization:
+    """Return the organization ``slug`` if ``user`` is its staff (or a superuser), else 404
+    (the resolver, ``hoa.tenancy.organizations_for``, decides and audits).
 
     404 rather than 403: staff of one association must not learn that another exists.
     """
-    organization = get_object_or_404(Organization.objects.for_user(user), slug=slug)
-    organization.remember_staff(user)  # the operation's own staff check asks no more
+    try:
+        (organization,) = organizations_for(user, slug=slug, request=request, operation=operation)
+    except OutsideTenancy as exc:
+        raise Http404 from exc
     return organization
 
 
@@ -47,14 +50,9 @@ class OrganizationMixin(LoginRequiredMixin):
     def dispatch(self, request, *args, **kwargs):
         if not request.user.is_authenticated:
             return self.handle_no_permission()
-        slug = kwargs["org_slug"]
-        try:
-            self.organization = organization_for(request.user, slug)
-        except Http404:
-            target = Organization.objects.filter(slug=slug).first()
-            if target is not None:  # it exists: a cross-tenant attempt, not a typo
-                self._deny(Reason.TENANT, f"not staff of {slug}", target)
-            raise
+        self.organization = organization_for(
+            request.user, kwargs["org_slug"], request=request, operation=self.operation
+        )
         request.organization = self.organization
         if self.permission_required and not request.user.has_perm(self.permission_required):
             self._deny(Reason.PERMISSION, f"lacks {self.permission_required}", self.organization)

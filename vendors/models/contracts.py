@@ -113,7 +113,9 @@ class VendorContractQuerySet(TenantQuerySet):
 
 
 class VendorContract(models.Model):
-    vendor = models.ForeignKey(Vendor, on_delete=models.CASCADE, related_name="contracts")
+    # PROTECT: a vendor works for several associations; deleting it must never take one
+    # association's contract (or lapse record) with it. Each association ends its own.
+    vendor = models.ForeignKey(Vendor, on_delete=models.PROTECT, related_name="contracts")
     organization = models.ForeignKey(
         Organization, on_delete=models.CASCADE, related_name="vendor_contracts"
     )
@@ -154,7 +156,7 @@ class InsuranceLapse(models.Model):
     ``expired_on``. Recorded once per certificate by the daily job
     (``vendors.insurance.record_lapses``), which also writes it on the timelines."""
 
-    vendor = models.ForeignKey(Vendor, on_delete=models.CASCADE, related_name="insurance_lapses")
+    vendor = models.ForeignKey(Vendor, on_delete=models.PROTECT, related_name="insurance_lapses")
     organization = models.ForeignKey(
         Organization, on_delete=models.CASCADE, related_name="insurance_lapses"
     )

@@ -33,8 +33,7 @@ from hoa.management.base import (
     os_user,
     require_services,
 )
-from hoa.models import Organization
-from hoa.security.audit import shown
+from hoa.tenancy import organizations_for
 
 
 class Command(ServiceCommand):
@@ -97,10 +96,9 @@ class Command(ServiceCommand):
     # -- one organization --------------------------------------------------------------------
 
     def _one(self, slug: str, month: date | None, user, via: str) -> None:
-        organization = Organization.objects.filter(slug=slug).first()
-        if organization is None:
-            raise CommandError(_('Unknown organization "%(slug)s".') % {"slug": shown(slug)})
         try:
+            # Which association, as whom: the resolver's answer (hoa.tenancy).
+            (organization,) = organizations_for(user, slug=slug, via=via)
             result = generate_monthly_charges(
                 organization=organization,
                 month=month_of(organization, month),

@@ -25,6 +25,7 @@ from hoa.management.base import (
     require_services,
 )
 from hoa.models import Complaint
+from hoa.tenancy import row_for
 from vendors import selectors
 from vendors.models import Vendor
 from vendors.services import assign_vendor
@@ -57,15 +58,17 @@ class Command(ServiceCommand):
         complaint_id = _parse_id("--complaint", options["complaint"])
         vendor_id = _parse_id("--vendor", options["vendor"])
         require_services()
-        complaint = (
-            Complaint.objects.select_related("organization", "unit").filter(pk=complaint_id).first()
-        )
-        if complaint is None:
-            raise CommandError(f"No complaint with id {complaint_id}.")
+        actor = active_user(options["actor"])
+        via = f"cli:{os_user()}"
+        try:
+            # Which association, as whom: the complaint's, if it is the actor's (hoa.tenancy).
+            rows = Complaint.objects.select_related("organization", "unit")
+            complaint = row_for(actor, rows, complaint_id, what="complaint", via=via)
+        except Refusal as exc:
+            raise answer_table.command_error(exc) from exc
         vendor = Vendor.objects.filter(pk=vendor_id).first()
         if vendor is None:
             raise CommandError(f"No vendor with id {vendor_id}.")
-        actor = active_user(options["actor"])
         # What --reassign replaces, fixed before the lease (see the module docstring).
         replacing = selectors.active_assignment(complaint)
         try:
@@ -75,7 +78,7 @@ class Command(ServiceCommand):
                 actor=actor,
                 reassign=options["reassign"],
                 replacing=replacing,
-                via=f"cli:{os_user()}",
+                via=via,
             )
         except Refusal as exc:
             raise answer_table.command_error(exc) from exc

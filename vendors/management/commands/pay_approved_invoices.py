@@ -30,8 +30,8 @@ from hoa.management.base import (
     os_user,
     require_services,
 )
-from hoa.models import Organization
 from hoa.security.audit import shown
+from hoa.tenancy import organizations_for, row_for
 from vendors.models import Invoice
 from vendors.operations import PAYMENT
 from vendors.payment_run import InvoiceOutcome, pay_approved
@@ -85,23 +85,21 @@ class Command(ServiceCommand):
         require_services()
         user = active_user(actor)
         via = f"cli:{os_user()}"
+        try:
+            # Which association(s), as whom: the resolver's answer (hoa.tenancy).
+            if invoice_id is not None:
+                rows = Invoice.objects.select_related("organization", "vendor")
+                invoice = row_for(user, rows, invoice_id, what="invoice", via=via)
+            else:
+                organizations = organizations_for(user, slug=org, every=all_orgs, via=via)
+        except Refusal as exc:
+            raise answer_table.command_error(exc) from exc
         if invoice_id is not None:
-            self._one(invoice_id, user, via)
-            return
-        if org:
-            organizations = Organization.objects.filter(slug=org)
-            if not organizations.exists():
-                raise CommandError(_('Unknown organization "%(slug)s".') % {"slug": shown(org)})
+            self._one(invoice, user, via)
         else:
-            organizations = Organization.objects.for_user(user) if user else Organization.objects
-        self._many(organizations.order_by("pk"), user, via, days, wait)
+            self._many(organizations, user, via, days, wait)
 
-    def _one(self, invoice_id: int, user, via: str) -> None:
-        invoice = (
-            Invoice.objects.select_related("organization", "vendor").filter(pk=invoice_id).first()
-        )
-        if invoice is None:
-            raise CommandError(_("No invoice with id %(id)s.") % {"id": invoice_id})
+    def _one(self, invoice: Invoice, user, via: str) -> None:
         try:
             result = pay_invoice(invoice=invoice, actor=user, via=via)
         except Refusal as exc:

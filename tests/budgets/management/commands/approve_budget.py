@@ -5,9 +5,6 @@ busy, superseded by a newer holder or changed meanwhile, try again later; 1 bad 
 allowed, Redis down or the board could not be notified. One line, never a traceback.
 """
 
-from django.core.management.base import CommandError
-from django.utils.translation import gettext as _
-
 from hoa.answers import table as answer_table
 from hoa.answers.refusals import Refusal
 from hoa.management.base import (
@@ -17,8 +14,7 @@ from hoa.management.base import (
     os_user,
     require_services,
 )
-from hoa.models import Organization
-from hoa.security.audit import shown
+from hoa.tenancy import organizations_for
 from tests.budgets.forms import parse_year
 from tests.budgets.services import approve_budget
 
@@ -41,16 +37,11 @@ class Command(ServiceCommand):
         except Refusal as exc:
             raise answer_table.command_error(exc) from exc
         require_services()
-        organization = Organization.objects.filter(slug=org).first()
-        if organization is None:
-            raise CommandError(_('Unknown organization "%(slug)s".') % {"slug": shown(org)})
+        user, via = active_user(actor), f"cli:{os_user()}"
         try:
-            result = approve_budget(
-                organization=organization,
-                year=year,
-                actor=active_user(actor),
-                via=f"cli:{os_user()}",
-            )
+            # Which association, as whom: the resolver's answer (hoa.tenancy).
+            (organization,) = organizations_for(user, slug=org, via=via)
+            result = approve_budget(organization=organization, year=year, actor=user, via=via)
         except Refusal as exc:
             raise answer_table.command_error(exc) from exc
         if options["verbosity"] >= 1:
