@@ -12,7 +12,7 @@ from django.utils import timezone
 
 from charges.models import MonthlyCharge, MonthlyChargeRun
 from hoa.models import AccessDenial, Complaint, Notice
-from tests.vendors_support import active_vendor
+from tests.vendors_support import active_vendor, shown_assignments
 from vendors.models import VendorAssignment, VendorContract
 
 MONTH = date(2026, 3, 1)
@@ -158,7 +158,12 @@ def test_assign_action_acts_only_on_the_users_rows_of_a_forged_selection(
     intermediate = client.post(COMPLAINT_CHANGELIST, {**selection, "index": "0"})
     applied = client.post(
         COMPLAINT_CHANGELIST,
-        {**selection, "vendor": shared_vendor.pk, "apply": "Assign"},
+        {
+            **selection,
+            **shown_assignments([mine]),  # what the page showed: alice's rows only
+            "vendor": shared_vendor.pk,
+            "apply": "Assign",
+        },
         follow=True,
     )
 

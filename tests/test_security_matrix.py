@@ -18,7 +18,7 @@ from django.test import Client
 from charges.models import MonthlyCharge, MonthlyChargeRun
 from hoa.models import AccessDenial, Complaint, Organization, StaffMembership
 from locking.models import FenceEvent
-from tests.vendors_support import active_vendor, lock_keys
+from tests.vendors_support import active_vendor, lock_keys, shown_assignments
 from vendors.models import VendorAssignment
 
 # Successful requests reach run_fenced, which opens its own transactions.
@@ -239,6 +239,7 @@ def apply_assign_action(client, complaint, vendor_id):
         {
             "action": "assign_vendor",
             ACTION_CHECKBOX_NAME: [complaint.pk],
+            **shown_assignments([complaint]),
             "vendor": vendor_id,
             "apply": "Assign",
         },

@@ -25,6 +25,7 @@ from tests.vendors_support import (
     cancellations,
     dispatch_of,
     dispatches,
+    shown_assignments,
     state_of,
 )
 from vendors.dispatch import idempotency_key
@@ -143,6 +144,7 @@ def test_the_admin_action_on_a_closed_complaint_is_an_error_and_writes_nothing(
     data = {
         "action": "assign_vendor",
         "_selected_action": [complaint.pk],
+        **shown_assignments([complaint]),
         "apply": "1",
         "vendor": pipe.pk,
     }

@@ -177,3 +177,13 @@ def start_overtaking_reassignment(
     gate.wait_arrived(1)
     wait_for_lease_to_expire(redis_client, complaint)
     return rival, gate
+
+
+def shown_assignments(complaints) -> dict:
+    """The hidden field the admin's "Assign vendor…" page carries for ``complaints``: each
+    one's active assignment as it would show it now."""
+    from hoa.admin_actions import ShownRows
+    from vendors import selectors
+
+    active = {c.pk: selectors.active_assignment(c) for c in complaints}
+    return {"shown": ShownRows.shown_of({pk: getattr(a, "pk", None) for pk, a in active.items()})}

@@ -112,9 +112,20 @@ def current_vendor(complaint):
     return complaint.current_vendor_name or "—"
 
 
+class AssignSelectedForm(AssignVendorForm, ShownRows):
+    """The admin's vendor for the selected complaints, with each one's active assignment as
+    the page showed it: a reassignment replaces that one, and a selection whose vendors
+    changed since is asked again."""
+
+
+def _active_assignments(complaints) -> dict:
+    return {complaint.pk: selectors.active_assignment(complaint) for complaint in complaints}
+
+
 @admin.action(description=gettext_lazy("Assign vendor…"))
 def assign_vendor(modeladmin, request, queryset):
-    """Ask for a vendor (only those under contract today), then assign each complaint."""
+    """Ask for a vendor (only those under contract today), showing each complaint's current
+    one, then assign each complaint: the change the page showed, or nothing."""
     organization_ids = set(queryset.values_list("organization_id", flat=True))
     if not organization_ids:  # the selected ids are not in this user's queryset
         modeladmin.message_user(
@@ -127,25 +138,44 @@ def assign_vendor(modeladmin, request, queryset):
         )
         return None
     (organization,) = organizations_for(request.user, ids=organization_ids, request=request)
-    form = AssignVendorForm(request.POST if applying(request) else None, organization=organization)
-    if form.is_bound and form.is_valid():
+    complaints = list(queryset.order_by("pk"))
+    current = _active_assignments(complaints)
+    showing = {pk: getattr(assignment, "pk", None) for pk, assignment in current.items()}
+    form = AssignSelectedForm(
+        request.POST if applying(request) else None,
+        organization=organization,
+        initial={"shown": ShownRows.shown_of(showing)},
+    )
+    if form.is_bound and form.is_valid() and not form.changed(showing):
         chosen, ip = form.cleaned_data, client_ip(request)
         answer_each(
             modeladmin,
             request,
-            queryset,
+            complaints,
             lambda complaint: services.assign_vendor(
                 complaint=complaint,
                 vendor=chosen["vendor"],
                 actor=request.user,
                 reassign=chosen["reassign"],
-                # What "replace the current vendor" means for this complaint, fixed before
-                # the lease: an assignment that becomes active meanwhile is refused.
-                replacing=selectors.active_assignment(complaint),
+                # The assignment the page showed: one that becomes active meanwhile is
+                # refused at the commit (compare-and-swap).
+                replacing=current[complaint.pk],
                 ip=ip,
             ),
         )
         return None
+    if form.is_bound and form.is_valid():  # valid, but the vendors changed since the page
+        modeladmin.message_user(
+            request,
+            _(
+                "The vendors of the selected complaints changed since this page was shown; "
+                "nothing was assigned. Check them below and confirm again."
+            ),
+            messages.WARNING,
+        )
+        form = AssignSelectedForm(
+            organization=organization, initial={"shown": ShownRows.shown_of(showing)}
+        )
     return ask(
         modeladmin,
         request,
@@ -154,6 +184,7 @@ def assign_vendor(modeladmin, request, queryset):
         "vendors/admin/assign_vendor.html",
         title=_("Assign a vendor"),
         organization=organization,
+        rows=[(complaint, current[complaint.pk]) for complaint in complaints],
     )
 
 
