@@ -37,7 +37,7 @@ from redis.exceptions import RedisError
 from locking import tracing
 from locking.audit import record_fence_event
 from locking.conf import setting
-from locking.exceptions import LockUnavailable
+from locking.exceptions import LockError, LockUnavailable
 from locking.keys import (
     fence_key,
     lock_key,
@@ -197,16 +197,59 @@ def holders(
     return sorted(infos, key=lambda info: info.resource)
 
 
+@dataclass(frozen=True)
+class ShownLease:
+    """The lease an operator was shown, as a page posts it back: what a break compares
+    with the lease held (a ``HolderInfo`` has both too). No owner: the page showed no
+    lease, and one held now is not one the operator chose to break."""
+
+    token: int | None
+    owner: str
+
+
+NOTHING_SHOWN = ShownLease(token=None, owner="")
+
+
+class HolderChanged(LockError):
+    """The lease is no longer the one the operator was shown: nothing was broken.
+
+    ``holder`` is who holds it now (another grant, or the same one whose token moved),
+    ``token`` and ``owner`` what the operator was shown. The edge that asked says so:
+    a 409 page naming ``holder``, an admin warning, ``manage.py locks break``'s exit 75.
+    """
+
+    outcome = Outcome.CONFLICT
+
+    def __init__(self, resource: str, *, holder: HolderInfo, token: int | None, owner: str):
+        self.resource = resource
+        self.holder = holder
+        self.token = token
+        self.owner = owner
+        super().__init__(
+            f"{resource} is now held by {holder.label or holder.owner} (token {holder.token}), "
+            f"not the lease shown (token {token}): nothing was broken"
+        )
+
+
 def break_lease(
     resource: str,
     *,
+    token: int | None,
     by: str,
     reason: str,
+    owner: str = "",
     scope: str = "",
     ip: str | None = None,
     lock: FenceLock | None = None,
 ) -> HolderInfo | None:
-    """Delete the lease on ``resource``, whoever holds it; return who held it, or None.
+    """Delete the lease on ``resource`` if it is still the one the operator was shown;
+    return who held it, or None when nothing is held.
+
+    ``token`` is the holder's token as the operator saw it (``HolderInfo.token``: ``None``
+    for a lease shown without one), and ``owner``, when given, its owner id
+    (``HolderInfo.owner``). Both are compared with the lease in the same Lua script that
+    deletes it: a lease granted since (a healthy holder that took over) is left alone and
+    ``HolderChanged`` names it, recorded in the audit as outcome ``conflict``.
 
     For a holder that is stuck (hung, partitioned, holding a long TTL): the next grant
     gets a larger token, so once that holder commits, the fence refuses the broken
@@ -220,32 +263,55 @@ def break_lease(
         raise ValueError("break_lease() needs who breaks the lease (by=…)")
     if not reason.strip():
         raise ValueError("break_lease() needs a reason")
+    if token is not None and (type(token) is not int or token < 0):
+        raise ValueError(f"break_lease() needs the token shown as a whole number, got {token!r}")
     lock = lock or FenceLock()
+    args = ["" if token is None else str(token), owner or ""]
     with tracing.operation_span("locking.break_lease", resource) as span:
         try:
-            reply = lock.scripts.break_lease(keys=[lock_key(resource), fence_key(resource)])
+            reply = lock.scripts.break_lease(
+                keys=[lock_key(resource), fence_key(resource)], args=args
+            )
         except RedisError as exc:
             raise LockUnavailable(resource, str(exc)) from exc
         if not reply:
             logger.info("nothing to break: no lease held", extra={"resource": resource})
             return None
-        broken = _parse_holder(resource, *reply)
-        tracing.set_outcome(span, Outcome.BROKEN)
-        if broken.token is not None:
-            span.set_attribute(tracing.FENCE_TOKEN, broken.token)
-    since = f" since {broken.acquired_at:%Y-%m-%d %H:%M:%S} UTC" if broken.acquired_at else ""
+        deleted, *lease = reply
+        broke = bool(int(deleted))
+        found = _parse_holder(resource, *lease)
+        tracing.set_outcome(span, Outcome.BROKEN if broke else Outcome.CONFLICT)
+        if found.token is not None:
+            span.set_attribute(tracing.FENCE_TOKEN, found.token)
+    since = f" since {found.acquired_at:%Y-%m-%d %H:%M:%S} UTC" if found.acquired_at else ""
+    if not broke:
+        record_fence_event(
+            resource=resource,
+            outcome=Outcome.CONFLICT,
+            token=found.token,
+            actor=by,
+            detail=(
+                f"break refused: the lease shown (token {token}) is now "
+                f"{found.label or found.owner}'s{since}: {reason.strip()}"
+            ),
+            scope=scope,
+            operation=BREAK_OPERATION,
+            ip=ip,
+            using=lock.using,
+        )
+        raise HolderChanged(resource, holder=found, token=token, owner=owner)
     record_fence_event(
         resource=resource,
         outcome=Outcome.BROKEN,
-        token=broken.token,
+        token=found.token,
         actor=by,
-        detail=f"lease of {broken.label or broken.owner}{since} broken: {reason.strip()}",
+        detail=f"lease of {found.label or found.owner}{since} broken: {reason.strip()}",
         scope=scope,
         operation=BREAK_OPERATION,
         ip=ip,
         using=lock.using,
     )
-    return broken
+    return found
 
 
 def _holder_info(lock: FenceLock, resource: str) -> HolderInfo | None:
@@ -280,13 +346,19 @@ def _parse_holder(resource: str, value, pttl, counter) -> HolderInfo:
 class BreakLeaseForm(forms.Form):
     """Why an operator breaks a lease, and which: the one form of every page that does.
 
-    A page that breaks the lease it was asked about posts ``resource`` with the reason (a
-    hidden field, checked like any resource name); a page that chose the resources itself
-    (the admin's selection) passes ``resource_field=False`` and names each one to
+    A page that breaks the lease it was asked about posts ``resource`` with the reason and
+    the lease it showed (``token`` and ``owner``, hidden fields filled by ``shown()``), so
+    the break is of that lease and not of whoever holds the resource when the POST
+    arrives. A page that chose the resources itself (the admin's selection) passes
+    ``resource_field=False`` and names each one, with the lease it showed, to
     ``break_lease``.
     """
 
     resource = forms.CharField(max_length=200, widget=forms.HiddenInput)
+    # The lease the page showed. No token: a lease shown without one (no counter); no
+    # owner: no lease shown (nothing was held), so a lease held now is not broken.
+    token = forms.IntegerField(min_value=0, required=False, widget=forms.HiddenInput)
+    owner = forms.CharField(max_length=200, required=False, widget=forms.HiddenInput)
     reason = forms.CharField(
         label=_("Reason"),
         max_length=500,
@@ -298,7 +370,19 @@ class BreakLeaseForm(forms.Form):
     def __init__(self, *args: Any, resource_field: bool = True, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         if not resource_field:
-            del self.fields["resource"]
+            for name in ("resource", "token", "owner"):
+                del self.fields[name]
+
+    @classmethod
+    def shown(cls, holder: HolderInfo, data=None) -> "BreakLeaseForm":
+        """The form of a page that shows ``holder``: its lease in the hidden fields (a POST's
+        ``data`` keeps what was typed, with the lease shown now)."""
+        lease = {"resource": holder.resource, "token": holder.token, "owner": holder.owner}
+        if data is not None:
+            data = data.copy()
+            for name, value in lease.items():
+                data[name] = "" if value is None else value
+        return cls(data, initial=lease)
 
     def clean_resource(self) -> str:
         try:
@@ -311,13 +395,27 @@ class BreakLeaseForm(forms.Form):
         request: HttpRequest,
         resource: str | None = None,
         *,
+        shown: "ShownLease | HolderInfo | None" = None,
         scope: str = "",
         lock: FenceLock | None = None,
     ) -> HolderInfo | None:
-        """Break the lease of ``resource`` (default: the form's) as the request's user:
-        ``break_lease`` with this form's reason and the request's address."""
+        """Break the lease of ``resource`` (default: the form's) as the request's user, if
+        it is still the lease shown (``shown``, default: the form's token and owner):
+        ``break_lease`` with this form's reason and the request's address. A page that
+        showed no lease (``NOTHING_SHOWN``) breaks none: ``HolderChanged`` if one is held
+        now, else None."""
+        resource = resource or self.cleaned_data["resource"]
+        if shown is None:
+            shown = ShownLease(token=self.cleaned_data["token"], owner=self.cleaned_data["owner"])
+        if not shown.owner:
+            held = holder_of(resource, lock=lock)
+            if held is not None:
+                raise HolderChanged(resource, holder=held, token=None, owner="")
+            return None
         return break_lease(
-            resource or self.cleaned_data["resource"],
+            resource,
+            token=shown.token,
+            owner=shown.owner,
             by=request.user.get_username(),
             reason=self.cleaned_data["reason"],
             scope=scope,
@@ -333,6 +431,23 @@ def broken_message(broken: HolderInfo) -> str:
         "resource": broken.resource,
         "token": broken.token,
     }
+
+
+def changed_message(changed: HolderChanged) -> str:
+    """What the operator whose break was refused is told: who holds the lease now."""
+    return gettext(
+        "The lease on %(resource)s is now held by %(holder)s (token %(token)s), not the "
+        "lease you were shown (token %(shown)s): nothing was broken."
+    ) % {
+        "resource": changed.resource,
+        "holder": changed.holder.label or changed.holder.owner,
+        "token": _token_text(changed.holder.token),
+        "shown": _token_text(changed.token),
+    }
+
+
+def _token_text(token: int | None) -> str:
+    return "-" if token is None else str(token)
 
 
 def client_ip(request) -> str | None:

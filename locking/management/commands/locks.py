@@ -2,13 +2,17 @@
 
     manage.py locks                                  # leases held now, then the latest attempts
     manage.py locks list [PREFIX] [--attempts N]     # only resources that start with PREFIX
-    manage.py locks break RESOURCE --reason "worker-7 hangs on the billing call"
+    manage.py locks break RESOURCE --token N --reason "worker-7 hangs on the billing call"
 
 Each prints one line per item; ``--json`` prints one JSON object per line instead (JSON
-Lines: ``kind`` is ``lease``, ``attempt``, ``broken`` or ``not_held``). Exit codes
+Lines: ``kind`` is ``lease``, ``attempt``, ``broken`` or ``not_held``). A break names the
+lease it means with ``--token`` (the token ``locks list`` printed; ``-`` for a lease listed
+without one) and deletes it only if it is still that lease. Exit codes
 (docs/locking/operating.md, "Failure answers"): 0 done, a break of a resource nobody holds included
-(it says so); 1 bad input (a bad resource name, no ``--reason``, an unknown option) or
-Redis or the database unreachable, with one line on stderr and never a traceback.
+(it says so); 75 the lease is held by another grant now (one line on stderr naming it,
+nothing broken); 1 bad input (a bad resource name, no ``--reason`` or ``--token``, an
+unknown option) or Redis or the database unreachable, with one line on stderr and never a
+traceback.
 
 It runs as the operator at the shell, who sees every scope. A break is ``break_lease``,
 recorded as every page records one: outcome ``broken``, the reason, the broken holder's
@@ -29,14 +33,19 @@ from locking.keys import validate_resource
 from locking.management.quiet import OneLineCommand
 from locking.models import FenceEvent
 from locking.operators import (
+    HolderChanged,
     HolderInfo,
     break_lease,
     broken_message,
+    changed_message,
     holders,
     viewer_scopes,
 )
 
 LIST, BREAK = "list", "break"
+# EX_TEMPFAIL: the lease changed since it was listed; list again and decide again.
+EXIT_CHANGED = 75
+DASH = "-"  # what ``locks list`` prints for a lease without a token
 DEFAULT_ATTEMPTS = 20
 # SCAN stops after this many leases (leases live while an operation runs).
 HOLDER_SCAN_LIMIT = 1000
@@ -45,8 +54,9 @@ HOLDER_SCAN_LIMIT = 1000
 class Command(OneLineCommand):
     help = (
         "List the leases held now and the latest fenced attempts (locks [list] [PREFIX]), or "
-        "break a stuck lease (locks break RESOURCE --reason ...). Exit 0 done (breaking a "
-        "lease nobody holds says so), 1 bad input or Redis or the database unreachable."
+        "break a stuck lease (locks break RESOURCE --token N --reason ...). Exit 0 done "
+        "(breaking a lease nobody holds says so), 75 the lease is another holder's now, 1 "
+        "bad input or Redis or the database unreachable."
     )
 
     def add_arguments(self, parser):
@@ -62,6 +72,15 @@ class Command(OneLineCommand):
         parser.add_argument(
             "--reason", default=None, help="break: why, recorded in the audit (required)"
         )
+        parser.add_argument(
+            "--token",
+            default=None,
+            metavar="N",
+            help=(
+                "break: the token of the lease to break, as `locks list` printed it "
+                f"(required; {DASH!r} for a lease listed without one)"
+            ),
+        )
         # Parsed as text and checked in handle(): bad input is a one-line error, exit 1.
         parser.add_argument(
             "--attempts",
@@ -73,14 +92,14 @@ class Command(OneLineCommand):
             "--json", dest="as_json", action="store_true", help="one JSON object per line"
         )
 
-    def handle(self, *args, action, resource, reason, attempts, as_json, **options):
+    def handle(self, *args, action, resource, reason, token, attempts, as_json, **options):
         self.as_json = as_json
         try:
             if action == BREAK:
-                self.break_one(resource, reason)
+                self.break_one(resource, reason, token)
             else:
-                if reason is not None:
-                    raise CommandError("--reason goes with `locks break RESOURCE`.")
+                if reason is not None or token is not None:
+                    raise CommandError("--reason and --token go with `locks break RESOURCE`.")
                 self.list(resource, attempt_count(attempts))
         except LockUnavailable as exc:
             raise CommandError(f"Redis is unreachable: {first_line(exc.reason)}") from exc
@@ -105,15 +124,21 @@ class Command(OneLineCommand):
         if not latest and attempts and not self.as_json:
             self.say(_("No attempt is recorded."))
 
-    def break_one(self, resource: str, reason: str | None) -> None:
+    def break_one(self, resource: str, reason: str | None, token: str | None) -> None:
         if not resource:
             raise CommandError("locks break needs the RESOURCE whose lease to break.")
         checked(resource)
         if not (reason or "").strip():
             raise CommandError('locks break needs --reason "…": it is recorded in the audit.')
+        shown = shown_token(token)
         # The shell sees every scope; the audit row still names the resource's own.
         scope = viewer_scopes(None, [resource]).scope_of(resource)
-        broken = break_lease(resource, by=f"cli:{os_login()}", reason=reason, scope=scope)
+        try:
+            broken = break_lease(
+                resource, token=shown, by=f"cli:{os_login()}", reason=reason, scope=scope
+            )
+        except HolderChanged as changed:
+            raise CommandError(changed_message(changed), returncode=EXIT_CHANGED) from None
         if broken is None:
             message = _("Nothing to break: no lease is held on %(resource)s.")
             self.say(message % {"resource": resource}, kind="not_held", resource=resource)
@@ -132,6 +157,20 @@ def checked(resource: str) -> str:
         return validate_resource(resource)
     except ValueError as exc:
         raise CommandError(f"{resource!r} is not a resource name: {exc}.") from None
+
+
+def shown_token(raw: str | None) -> int | None:
+    """``--token``: the token of the lease to break, ``-`` for one listed without a token."""
+    if raw is None:
+        raise CommandError(
+            "locks break needs --token N, the token `locks list` printed for the lease: "
+            "only that lease is broken."
+        )
+    if raw.strip() == DASH:
+        return None
+    if not (raw.strip().isascii() and raw.strip().isdigit()):
+        raise CommandError(f"--token must be a whole number (or {DASH!r}), got {raw!r}.")
+    return int(raw.strip())
 
 
 def attempt_count(raw: str) -> int:
