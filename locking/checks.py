@@ -16,7 +16,7 @@ or the first request.
 ``locking.E012``   a fenced model that the database routers send away from ``LOCK_DATABASE``
 ``locking.E013``   a fenced model whose migrations never install the fence guard
 ``locking.E014``   (a database check) a fenced table whose guard migration is applied but whose
-                   triggers are gone
+                   triggers are gone or disabled
 ``locking.E015``   ``LOCK_SCOPES_CALLABLE`` does not import, or is not callable
 ``locking.W002``   a ``LOCK_`` setting that locking does not know (a misspelling?)
 =================  ===========================================================================
@@ -406,11 +406,45 @@ def fenced_models_install_the_guard(app_configs=None, **kwargs):
     ]
 
 
+# The guard's triggers on ``tables`` that do not fire in an ordinary session: disabled
+# (``tgenabled = 'D'``: ALTER TABLE … DISABLE TRIGGER, as bulk loads and ``pg_restore
+# --disable-triggers`` leave them) or firing only in replica sessions (``'R'``).
+_SLEEPING_TRIGGERS_SQL = """
+SELECT c.relname, t.tgname, t.tgenabled FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid
+WHERE c.relname = ANY(%s) AND t.tgname = ANY(%s) AND NOT t.tgisinternal
+    AND t.tgenabled NOT IN ('O', 'A')
+ORDER BY c.relname, t.tgname
+"""
+
+
+def sleeping_guard_triggers(connection, tables: list[str]) -> dict[str, list[str]]:
+    """The guard's triggers that do not fire in an ordinary session, by table."""
+    from locking.guard import TRIGGERS
+
+    if not tables:
+        return {}
+    with connection.cursor() as cursor:
+        cursor.execute(_SLEEPING_TRIGGERS_SQL, [tables, list(TRIGGERS)])
+        sleeping: dict[str, list[str]] = {}
+        for table, trigger, _state in cursor.fetchall():
+            sleeping.setdefault(table, []).append(trigger)
+    return sleeping
+
+
+def enable_triggers_sql(table: str, triggers: list[str], quote) -> str:
+    """The statement that makes ``triggers`` of ``table`` fire again (in every session
+    that is not a replica's, as installed)."""
+    actions = ", ".join(f"ENABLE TRIGGER {quote(trigger)}" for trigger in triggers)
+    return f"ALTER TABLE {quote(table)} {actions};"
+
+
 @register(Tags.database)
 def fenced_tables_carry_the_guard(app_configs=None, databases=None, **kwargs):
     """A fenced table whose guard migration is applied carries the guard's triggers
-    (someone may have dropped them, or faked the migration). Until that migration is
-    applied, ``migrate`` is what installs them: nothing to report."""
+    (someone may have dropped them, or faked the migration), and they are enabled (a bulk
+    load or ``pg_restore --disable-triggers`` may have left them disabled, and a disabled
+    guard keeps nothing from going back). Until that migration is applied, ``migrate`` is
+    what installs them: nothing to report."""
     from django.db import connections, router
     from django.db.migrations.recorder import MigrationRecorder
 
@@ -437,5 +471,20 @@ def fenced_tables_carry_the_guard(app_configs=None, databases=None, **kwargs):
             )
             for table in tables
             if table not in guarded
+        ]
+        quote = connection.ops.quote_name
+        errors += [
+            Error(
+                f"The fence guard on table {table} is installed but not enabled in database "
+                f"{alias!r} (trigger {', '.join(triggers)}; ALTER TABLE … DISABLE TRIGGER, as "
+                "bulk loads and pg_restore --disable-triggers leave it): a write can move "
+                "last_fence_token backwards.",
+                hint=(
+                    f"Enable it (manage.py dbshell --database {alias}): "
+                    f"{enable_triggers_sql(table, triggers, quote)}"
+                ),
+                id="locking.E014",
+            )
+            for table, triggers in sleeping_guard_triggers(connection, list(guarded)).items()
         ]
     return errors
