@@ -1,8 +1,9 @@
 """The operators' view and hand: who holds which lease, and breaking a stuck one.
 
 Status pages and the admin read the current holders (``holders``, ``holder_of``: SCAN and
-one pipeline per lease, never ``KEYS``). ``break_lease`` deletes a lease whoever holds it
-and records who did it and why: as safe as letting the lease expire, because the next
+one pipeline per lease, never ``KEYS``). ``break_lease`` deletes the lease the operator was
+shown (its token, and owner: a lease granted since is left alone, ``HolderChanged``) and
+records who did it and why: as safe as letting the lease expire, because the next
 grant gets a larger token and the fence refuses the broken holder's late write once that
 grant has committed. None of this grants anything, so it is not part of ``FenceLock``;
 each function takes the ``lock`` whose Redis (and audit database) it works on, by default
@@ -12,22 +13,20 @@ Every page that breaks a lease (the admin's, a project's own status page) uses
 ``BreakLeaseForm``: one validation, one call, one audit row, the operator's address taken
 one way (``client_ip``: ``LOCK_CLIENT_IP_CALLABLE``, else ``REMOTE_ADDR``).
 
-What an operator may see is the project's to say (``viewer_scopes``): a scope is a tag the
-caller records with each attempt (``Attempt.scope``, e.g. ``"org:12"``), and
-``LOCK_SCOPES_CALLABLE`` answers which scopes a user may read and which scope a resource
-name is in. The admin shows and breaks only what it allows; ``manage.py locks``, run by
-the operator at the shell, sees every scope.
+What an operator may see is the project's to say (``viewer_scopes``, in
+locking/scopes.py): a scope is a tag the caller records with each attempt
+(``Attempt.scope``, e.g. ``"org:12"``), and ``LOCK_SCOPES_CALLABLE`` answers which scopes
+a user may read and which scope a resource name is in. The admin shows and breaks only
+what it allows; ``manage.py locks``, run by the operator at the shell, sees every scope.
 """
 
 import ipaddress
 import logging
-from collections.abc import Collection, Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from django import forms
-from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.utils.module_loading import import_string
 from django.utils.translation import gettext
@@ -47,10 +46,10 @@ from locking.keys import (
 )
 from locking.lock import FenceLock
 from locking.outcomes import HolderState, Outcome
-from locking.scripts import text
 
-if TYPE_CHECKING:
-    from locking.models import FenceEvent
+# What a viewer may see (locking/scopes.py), documented here with the operators' tools.
+from locking.scopes import ViewerScopes, recorded_scopes, viewer_scopes  # noqa: F401
+from locking.scripts import text
 
 logger = logging.getLogger(__name__)
 
@@ -105,62 +104,6 @@ def duration_text(span: timedelta) -> str:
     if minutes:
         return gettext("%(minutes)d min %(seconds)d s") % {"minutes": minutes, "seconds": seconds}
     return gettext("%(seconds)d s") % {"seconds": seconds}
-
-
-# -- what a viewer may see --------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class ViewerScopes:
-    """What one viewer may see of the locks, as ``LOCK_SCOPES_CALLABLE`` answers it.
-
-    ``visible``: the audit scopes (``FenceEvent.scope``) the viewer may read; ``None`` is
-    every one. ``resources``: the scope each resource name asked about is in (``""``, or
-    absent, for none). A lease or a resource is the viewer's when its scope is visible.
-    """
-
-    visible: frozenset[str] | None
-    resources: Mapping[str, str] = field(default_factory=dict)
-
-    def scope_of(self, resource: str) -> str:
-        return self.resources.get(resource, "")
-
-    def may_see(self, resource: str) -> bool:
-        return self.visible is None or self.scope_of(resource) in self.visible
-
-    def events(self, queryset: "QuerySet[FenceEvent]") -> "QuerySet[FenceEvent]":
-        """``queryset`` (of ``FenceEvent``) narrowed to the visible scopes, in SQL."""
-        if self.visible is None:
-            return queryset
-        return queryset.filter(scope__in=sorted(self.visible))
-
-
-def viewer_scopes(user, resources: Iterable[str] = ()) -> ViewerScopes:
-    """Ask ``LOCK_SCOPES_CALLABLE`` what ``user`` may see, and which scope each of
-    ``resources`` is in. A superuser, and the operator at the shell (``user`` None: what
-    ``manage.py locks`` runs as), see every scope whatever the callable says."""
-    resources = list(dict.fromkeys(resources))
-    answer = import_string(setting("LOCK_SCOPES_CALLABLE"))(user, resources)
-    if user is None or (user.is_active and user.is_superuser):
-        return replace(answer, visible=None)
-    return answer
-
-
-def recorded_scopes(user, resources: Collection[str]) -> ViewerScopes:
-    """The default ``LOCK_SCOPES_CALLABLE``, for a project that tags no tenants: everyone
-    with locking's permissions reads the attempts recorded without a scope; tagged ones
-    are for superusers, until the project says who may read them. A resource is in the
-    scope its latest recorded attempt was recorded with (none: no scope)."""
-    from locking.models import FenceEvent  # models load after the app registry
-
-    latest = (
-        FenceEvent.objects.using(setting("LOCK_DATABASE"))
-        .filter(resource__in=list(resources))
-        .order_by("resource", "-at", "-id")
-        .distinct("resource")  # PostgreSQL's DISTINCT ON: one row per resource
-        .values_list("resource", "scope")
-    )
-    return ViewerScopes(visible=frozenset({""}), resources=dict(latest) if resources else {})
 
 
 def holder_of(resource: str, *, lock: FenceLock | None = None) -> HolderInfo | None:
