@@ -12,6 +12,7 @@ from django.core import checks
 from django.test import override_settings
 
 from locking import checks as locking_checks
+from locking import fenced_checks
 from locking.tests.support import INSTALLED, SOURCE_ROOT, run_django
 
 TESTS = __name__.rsplit(".", 1)[0]  # locking.tests, or locking_tests against the wheel
@@ -324,9 +325,9 @@ def test_a_lock_setting_like_no_known_one_is_w002_listing_the_known_names():
 
 def test_every_check_id_is_listed_in_the_modules_table_and_in_docs_locking_checks_md():
     """An id an operator reads in ``manage.py check`` is explained where they look."""
-    source = inspect.getsource(locking_checks)
+    source = inspect.getsource(locking_checks) + inspect.getsource(fenced_checks)
     raised = set(re.findall(r'id="(locking\.[EW]\d{3})"', source))
-    assert "locking.E014" in raised and len(raised) >= 14
+    assert {"locking.E014", "locking.E016"} <= raised and len(raised) >= 15
     table = locking_checks.__doc__ or ""
     assert sorted(i for i in raised if f"``{i}``" not in table) == []
     if INSTALLED:

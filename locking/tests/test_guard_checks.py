@@ -23,8 +23,9 @@ def test_every_fenced_model_of_these_settings_installs_the_guard():
 
 def test_a_fenced_model_whose_migrations_never_install_the_guard_is_an_error(monkeypatch):
     from locking import checks as locking_checks
+    from locking import fenced_checks
 
-    monkeypatch.setattr(locking_checks, "_guarding_migrations", dict)  # no InstallFenceGuard
+    monkeypatch.setattr(fenced_checks, "_guarding_migrations", dict)  # no InstallFenceGuard
     messages = locking_checks.fenced_models_install_the_guard()
     assert "locking.E013" in ids(messages)
     [thing] = [m for m in messages if m.obj is FencedThing]
