@@ -339,6 +339,29 @@ def test_the_break_action_leaves_a_holder_granted_since_the_confirmation_and_war
     ]
 
 
+def test_the_break_page_leaves_a_holder_granted_since_it_was_drawn_and_warns(
+    client, staff, busy_event, fence_lock, redis_client
+):
+    """The admin's break by resource name, as the action: it posts back the lease it showed."""
+    shown = fence_lock.acquire(RESOURCE, ttl=TTL, holder="worker-7")
+    client.force_login(staff("oona", "break_lease"))
+    page = client.get(reverse("admin:locking_fenceevent_break"), {"resource": RESOURCE})
+    posted_back = {name: values[0] for name, values in hidden_fields(page.content.decode()).items()}
+    assert (posted_back["token"], posted_back["owner"]) == (str(shown.token), shown.owner)
+
+    shown.release()
+    healthy = fence_lock.acquire(RESOURCE, ttl=TTL, holder="worker-8")
+    done = client.post(
+        reverse("admin:locking_fenceevent_break"), {**posted_back, "reason": "worker-7 hangs"}
+    )
+
+    assert done.status_code == 302
+    assert redis_client.get(lock_key(RESOURCE)).decode().startswith(healthy.owner + "|")
+    [(message, level)] = [(str(m), m.level_tag) for m in done.wsgi_request._messages]
+    assert level == "warning" and f"now held by {holder_label('worker-8')}" in message
+    assert not FenceEvent.objects.filter(outcome=Outcome.BROKEN).exists()
+
+
 def test_the_break_action_breaks_no_lease_its_confirmation_did_not_show(
     client, staff, busy_event, fence_lock, redis_client
 ):
