@@ -23,10 +23,14 @@ from locking.keys import validate_resource
 from locking.lock import FenceLock
 from locking.models import FenceEvent
 from locking.operators import (
+    NOTHING_SHOWN,
     BreakLeaseForm,
+    HolderChanged,
     HolderInfo,
+    ShownLease,
     ViewerScopes,
     broken_message,
+    changed_message,
     holder_of,
     holders,
     viewer_scopes,
@@ -34,6 +38,8 @@ from locking.operators import (
 
 BREAK_PERMISSION = "locking.break_lease"
 APPLY_FIELD = "apply"
+# The action's confirmation posts back each lease it showed: ``<token>|<owner>|<resource>``.
+SHOWN_FIELD = "shown"
 # The holders page scans at most this many leases (SCAN, never KEYS); leases live while
 # an operation runs, so far fewer are held at once.
 HOLDER_SCAN_LIMIT = 1000
@@ -171,8 +177,11 @@ class FenceEventAdmin(admin.ModelAdmin):
         data = request.POST if APPLY_FIELD in request.POST else None
         form = BreakLeaseForm(data, resource_field=False)  # the selection names the resources
         if form.is_valid():
+            shown = shown_leases(request.POST.getlist(SHOWN_FIELD))
             for resource in resources:
-                self._break_one(request, lock, resource, scopes.scope_of(resource), form)
+                scope = scopes.scope_of(resource)
+                lease = shown.get(resource, NOTHING_SHOWN)
+                self._break_one(request, lock, resource, scope, form, lease)
             return None  # back to the changelist, which shows the messages
         try:
             rows = [(resource, holder_of(resource, lock=lock)) for resource in resources]
@@ -189,16 +198,23 @@ class FenceEventAdmin(admin.ModelAdmin):
             action_name="break_leases",
             action_checkbox_name=helpers.ACTION_CHECKBOX_NAME,
             apply_field=APPLY_FIELD,
+            shown_field=SHOWN_FIELD,
         )
         return TemplateResponse(request, "admin/locking/fenceevent/break_lease.html", context)
 
-    def _break_one(self, request, lock: FenceLock, resource: str, scope: str, form) -> bool:
-        """Break ``resource``'s lease and say what came of it; False when Redis is down."""
+    def _break_one(
+        self, request, lock: FenceLock, resource: str, scope: str, form, shown: ShownLease
+    ) -> bool:
+        """Break ``resource``'s lease if it is still the one ``shown`` and say what came of
+        it; False when Redis is down."""
         try:
-            broken = form.break_lease(request, resource, scope=scope, lock=lock)
+            broken = form.break_lease(request, resource, shown=shown, scope=scope, lock=lock)
         except LockUnavailable as exc:
             self.message_user(request, str(exc), messages.ERROR)
             return False
+        except HolderChanged as changed:
+            self.message_user(request, changed_message(changed), messages.WARNING)
+            return True
         if broken is None:
             message = _("%(resource)s had no lease to break.") % {"resource": resource}
             self.message_user(request, message, messages.WARNING)
@@ -244,8 +260,9 @@ class FenceEventAdmin(admin.ModelAdmin):
 
     def break_view(self, request):
         """Break the lease of one resource named by ``?resource=`` (GET names its holder and
-        asks why; POST with the reason breaks it), whether or not it has an audit row.
-        Another scope's resource is a 404, as on the holders page."""
+        asks why; POST with the reason breaks it if it is still the lease the page showed),
+        whether or not it has an audit row. Another scope's resource is a 404, as on the
+        holders page."""
         if not self.has_break_lease_permission(request):
             raise PermissionDenied
         posted = request.method == "POST"
@@ -261,13 +278,16 @@ class FenceEventAdmin(admin.ModelAdmin):
             raise Http404
         lock = FenceLock()
         if posted and form.is_valid():
-            if self._break_one(request, lock, resource, scopes.scope_of(resource), form):
+            shown = ShownLease(token=form.cleaned_data["token"], owner=form.cleaned_data["owner"])
+            if self._break_one(request, lock, resource, scopes.scope_of(resource), form, shown):
                 return HttpResponseRedirect(self._url("holders"))
             return self._break_page(request, form, resource, status=503)
         try:
             holder = holder_of(resource, lock=lock)
         except LockUnavailable as exc:
             return self._break_page(request, form, resource, problem=exc.reason, status=503)
+        if holder is not None:  # the lease this page shows is the one a POST breaks
+            form = BreakLeaseForm.shown(holder, request.POST if posted else None)
         status = 400 if posted else 200  # posted without a reason
         return self._break_page(request, form, resource, holder=holder, status=status)
 
@@ -285,3 +305,14 @@ class FenceEventAdmin(admin.ModelAdmin):
         return TemplateResponse(
             request, "admin/locking/fenceevent/break.html", context, status=status
         )
+
+
+def shown_leases(values: list[str]) -> dict[str, ShownLease]:
+    """The leases the action's confirmation showed, by resource (``SHOWN_FIELD``)."""
+    shown = {}
+    for value in values:
+        token, _sep, rest = value.partition("|")
+        owner, _sep, resource = rest.partition("|")
+        if resource and (token == "" or token.isdigit()):
+            shown[resource] = ShownLease(token=int(token) if token else None, owner=owner)
+    return shown

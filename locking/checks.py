@@ -16,8 +16,10 @@ or the first request.
 ``locking.E012``   a fenced model that the database routers send away from ``LOCK_DATABASE``
 ``locking.E013``   a fenced model whose migrations never install the fence guard
 ``locking.E014``   (a database check) a fenced table whose guard migration is applied but whose
-                   triggers are gone
+                   triggers are gone or disabled
 ``locking.E015``   ``LOCK_SCOPES_CALLABLE`` does not import, or is not callable
+``locking.E016``   (a database check) a fenced row whose ``last_fence_token`` is beyond every
+                   epoch a fence record began (a write by hand, an old fixture)
 ``locking.W002``   a ``LOCK_`` setting that locking does not know (a misspelling?)
 =================  ===========================================================================
 
@@ -41,8 +43,14 @@ from django.utils.module_loading import import_string
 
 from locking.conf import DEFAULTS, SETTING_NAMES, setting
 from locking.connection import _hosts
+from locking.fenced_checks import (  # noqa: F401 - registers E013, E014 and E016
+    FENCE_FIELD,
+    fenced_models,
+    fenced_models_install_the_guard,
+    fenced_rows_are_within_their_records,
+    fenced_tables_carry_the_guard,
+)
 
-FENCE_FIELD = "last_fence_token"
 # What locking/connection.py builds a client for: redis-py's own schemes and locking's two.
 REDIS_SCHEMES = ("redis", "rediss", "unix", "redis+sentinel", "redis+cluster")
 # Settings that must be positive numbers, and whether they must be whole ones.
@@ -346,96 +354,3 @@ def settings_are_known(app_configs=None, **kwargs):
             )
         )
     return warnings
-
-
-def fenced_models() -> list:
-    """Every concrete model whose table holds a ``last_fence_token`` column of its own."""
-    from django.apps import apps
-
-    return [
-        model
-        for model in apps.get_models()
-        if not model._meta.proxy
-        and model._meta.managed
-        and any(field.name == "last_fence_token" for field in model._meta.local_concrete_fields)
-    ]
-
-
-def _guarding_migrations() -> dict[tuple[str, str], tuple[str, str]]:
-    """``(app_label, model_name)`` -> the migration that installs its fence guard."""
-    from django.db.migrations.loader import MigrationLoader
-
-    from locking.guard import InstallFenceGuard
-
-    loader = MigrationLoader(None, ignore_no_migrations=True)
-    return {
-        (key[0], operation.model_name.lower()): key
-        for key, migration in loader.disk_migrations.items()
-        for operation in migration.operations
-        if isinstance(operation, InstallFenceGuard)
-    }
-
-
-@register()
-def fenced_models_install_the_guard(app_configs=None, **kwargs):
-    """Every fenced model's migrations install the fence guard (locking/guard.py): without
-    it, a save() of an instance built by pk, a bulk_update or a fixture can move the fence
-    backwards, and a fence undone by a savepoint goes unnoticed."""
-    models = [
-        model
-        for model in fenced_models()
-        if app_configs is None or model._meta.app_config in app_configs
-    ]
-    if not models:
-        return []
-    guarded = _guarding_migrations()
-    return [
-        Error(
-            f"{model._meta.label} carries a fence (last_fence_token), but no migration of "
-            f"{model._meta.app_label} installs locking's fence guard on its table.",
-            hint=(
-                f"Add a migration with operations = [InstallFenceGuard("
-                f"{model._meta.model_name!r})] (from locking import InstallFenceGuard): "
-                "docs/locking/fence.md, 'The fence guard'."
-            ),
-            obj=model,
-            id="locking.E013",
-        )
-        for model in models
-        if (model._meta.app_label, model._meta.model_name) not in guarded
-    ]
-
-
-@register(Tags.database)
-def fenced_tables_carry_the_guard(app_configs=None, databases=None, **kwargs):
-    """A fenced table whose guard migration is applied carries the guard's triggers
-    (someone may have dropped them, or faked the migration). Until that migration is
-    applied, ``migrate`` is what installs them: nothing to report."""
-    from django.db import connections, router
-    from django.db.migrations.recorder import MigrationRecorder
-
-    from locking.guard import guarded_tables
-
-    guarding = _guarding_migrations()
-    errors = []
-    for alias in databases or ():
-        connection = connections[alias]
-        applied = MigrationRecorder(connection).applied_migrations()
-        tables = [
-            model._meta.db_table
-            for model in fenced_models()
-            if router.allow_migrate_model(alias, model)
-            and guarding.get((model._meta.app_label, model._meta.model_name)) in applied
-        ]
-        guarded = guarded_tables(connection, tables)
-        errors += [
-            Error(
-                f"Table {table} of a fenced model lacks locking's fence guard in "
-                f"database {alias!r}, although the migration that installs it is applied.",
-                hint="Migrate its app back before that migration and forward again.",
-                id="locking.E014",
-            )
-            for table in tables
-            if table not in guarded
-        ]
-    return errors

@@ -21,19 +21,29 @@ Redis seed while others bumped, seeded and lost Redis again.
 Bounds: 2**32 - 1 grants per epoch per resource (the grant script then asks for a new
 epoch instead of wrapping) and ``MAX_EPOCH`` epochs per resource (Lua numbers are doubles,
 exact below 2**53; past it grants are refused with ``LockUnavailable``).
+
+The record also bounds what a row may say: no token of an epoch the record never began
+was granted, so a ``last_fence_token`` beyond ``last_token(current_epoch)`` was written by
+hand or by an old fixture, not by a fence. Such a row never starts an epoch (one above
+``2**62`` would use the resource's epochs up for good): ``FenceBeyondRecord`` names it,
+system check ``locking.E016`` finds it, and ``repair_fence_row`` (``manage.py locks
+repair``) sets it back, a compare-and-set, audited (docs/locking/epochs.md).
 """
 
 import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 
 from asgiref.sync import sync_to_async
-from django.db import connections
+from django.db import connections, transaction
 
 from locking import metrics
+from locking.audit import record_fence_event
 from locking.conf import setting
-from locking.exceptions import LockUnavailable
-from locking.outcomes import EpochCause
+from locking.exceptions import LockError, LockUnavailable
+from locking.guard import NEVER_BACK
+from locking.outcomes import EpochCause, Outcome
 
 logger = logging.getLogger(__name__)
 
@@ -50,6 +60,34 @@ def epoch_of(token: int) -> int:
 def first_token(epoch: int) -> int:
     """Return the counter value that starts ``epoch`` (its first grant gets this + 1)."""
     return int(epoch) * EPOCH_SPAN
+
+
+def last_token(epoch: int) -> int:
+    """Return the highest token ``epoch`` can grant (its sequence's last number)."""
+    return first_token(int(epoch) + 1) - 1
+
+
+class FenceBeyondRecord(LockUnavailable):
+    """A fenced row's ``last_fence_token`` (``recorded``) is beyond every token its
+    resource's record could have granted: its epoch is past ``epoch``, the last one the
+    record began. A corrupt row (``update(last_fence_token=…)`` by hand, an old fixture),
+    not a Redis counter that went back: nothing was written and no epoch was started.
+    ``row`` names it (``app_label.Model pk …``) when the fence saw it.
+
+    A ``LockUnavailable``: the resource cannot be written until an operator repairs the
+    row (``manage.py locks repair``; system check ``locking.E016`` lists such rows).
+    """
+
+    def __init__(self, resource: str, *, recorded: int, epoch: int, row: str = ""):
+        self.recorded = recorded
+        self.epoch = epoch
+        self.row = row
+        super().__init__(
+            resource,
+            f"fenced row {row + ' ' if row else ''}records token {recorded}, beyond the last "
+            f"token of epoch {epoch} ({last_token(epoch)}), the newest its record began "
+            "(locking.E016: repair it with manage.py locks repair)",
+        )
 
 
 # A new resource starts at epoch ``floor`` (0: tokens 1, 2, 3…); a known one moves to the
@@ -169,3 +207,106 @@ def current_epoch(resource: str, *, using: str | None = None) -> int:
         cursor.execute("SELECT epoch FROM locking_fenceepoch WHERE resource = %s", [resource])
         row = cursor.fetchone()
     return int(row[0]) if row else 0
+
+
+# -- a row beyond its record ---------------------------------------------------------------
+
+
+class FenceRowChanged(LockError):
+    """The row's ``last_fence_token`` is not the one the operator named (``token``): it is
+    ``current`` now (``None``: the row is gone). Nothing was repaired."""
+
+    def __init__(self, resource: str, *, row: str, token: int, current: int | None):
+        self.resource = resource
+        self.row = row
+        self.token = token
+        self.current = current
+        super().__init__(f"{row} records token {current}, not {token}: nothing was repaired")
+
+
+@dataclass(frozen=True)
+class RepairedFence:
+    """What ``repair_fence_row`` did: ``row`` of ``resource`` went from ``was`` to ``now``,
+    the last token ``epoch`` (the record's) could have granted."""
+
+    resource: str
+    row: str
+    was: int
+    now: int
+    epoch: int
+
+
+def repair_fence_row(
+    model, pk, *, resource: str, token: int, by: str, reason: str, using: str | None = None
+) -> RepairedFence:
+    """Set back a fenced row whose ``last_fence_token`` is beyond its resource's record.
+
+    ``token`` is the value the operator saw on the row (``locking.E016`` names it): the
+    repair is a compare-and-set on it, to ``last_token`` of the resource's durable epoch,
+    the lowest value above every token the record could have granted (a paused holder of
+    the current epoch stays refused). The next grant is then refused once, as for a counter
+    behind, and starts the next epoch. The guard's trigger that keeps the column from
+    going down is disabled for the one ``UPDATE``, inside the same transaction (its
+    ``ALTER TABLE`` locks the table: no other session sees it disabled). Recorded in the
+    audit (operation ``repair-fence``, who, why, both values).
+
+    Raises ``ValueError`` when ``token`` is within what the record could have granted
+    (nothing to repair), ``FenceRowChanged`` when the row does not hold ``token`` now.
+    """
+    if not by.strip() or not reason.strip():
+        raise ValueError("repair_fence_row() needs who repairs (by=…) and a reason")
+    using = using or setting("LOCK_DATABASE")
+    opts = model._meta
+    connection = connections[using]
+    quote = connection.ops.quote_name
+    table, pk_column = quote(opts.db_table), quote(opts.pk.column)
+    column = quote(opts.get_field("last_fence_token").column)
+    pk = opts.pk.to_python(pk)
+    row = f"{opts.label} pk {pk}"
+    with transaction.atomic(using=using), connection.cursor() as cursor:
+        # The record's row lock: no epoch begins for the resource while this runs.
+        cursor.execute(
+            "SELECT epoch FROM locking_fenceepoch WHERE resource = %s FOR UPDATE", [resource]
+        )
+        found = cursor.fetchone()
+        epoch = int(found[0]) if found else 0
+        ceiling = last_token(epoch)
+        if token <= ceiling:
+            raise ValueError(
+                f"token {token} is within epoch {epoch} of {resource} (at most {ceiling}): "
+                "a token the record could have granted, not a corrupt one; nothing to repair"
+            )
+        cursor.execute(f"ALTER TABLE {table} DISABLE TRIGGER {quote(NEVER_BACK)}")
+        cursor.execute(
+            f"UPDATE {table} SET {column} = %s WHERE {pk_column} = %s AND {column} = %s",  # noqa: S608
+            [ceiling, pk, token],
+        )
+        repaired = cursor.rowcount
+        cursor.execute(f"ALTER TABLE {table} ENABLE TRIGGER {quote(NEVER_BACK)}")
+        if repaired != 1:
+            cursor.execute(f"SELECT {column} FROM {table} WHERE {pk_column} = %s", [pk])  # noqa: S608
+            current = cursor.fetchone()
+            raise FenceRowChanged(
+                resource, row=row, token=token, current=int(current[0]) if current else None
+            )
+    logger.warning(
+        "fenced row beyond its record repaired",
+        extra={"resource": resource, "token": ceiling, "row": row, "was": token},
+    )
+    record_fence_event(
+        resource=resource,
+        outcome=Outcome.COMMITTED,
+        token=ceiling,
+        actor=by,
+        detail=(
+            f"last_fence_token of {row} repaired from {token} to {ceiling}, the last token of "
+            f"epoch {epoch}: {reason.strip()}"
+        ),
+        operation=REPAIR_OPERATION,
+        using=using,
+    )
+    return RepairedFence(resource=resource, row=row, was=token, now=ceiling, epoch=epoch)
+
+
+# The audit's operation name of a repaired row.
+REPAIR_OPERATION = "repair-fence"

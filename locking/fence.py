@@ -40,7 +40,7 @@ from django.db.transaction import TransactionManagementError
 
 from locking import savepoints, tracing
 from locking.conf import setting
-from locking.epochs import epoch_of
+from locking.epochs import FenceBeyondRecord, epoch_of
 from locking.exceptions import StaleFencingToken
 from locking.tokens import FencingToken, LeaseOrToken, fencing_token_of
 
@@ -144,15 +144,22 @@ def _refuse(queryset, fencing: FencingToken, *, picked: int | None) -> NoReturn:
         raise queryset.model.DoesNotExist(
             f"advance_fence(): no {queryset.model._meta.label} row matches the queryset"
         )
-    on_row = queryset.values_list("last_fence_token", flat=True).first() or 0
-    raise _stale(fencing, on_row, FenceEpoch.objects.using(queryset.db))
+    pk, on_row = queryset.values_list("pk", "last_fence_token").first() or (None, 0)
+    row = f"{queryset.model._meta.label} pk {pk}"
+    raise _stale(fencing, on_row or 0, FenceEpoch.objects.using(queryset.db), row=row)
 
 
-def _stale(fencing: FencingToken, on_row: int, records) -> StaleFencingToken:
+def _stale(
+    fencing: FencingToken, on_row: int, records, *, row: str = ""
+) -> StaleFencingToken | FenceBeyondRecord:
     """The refusal of ``fencing``: by its epoch, if the resource has a newer one; else by
-    the newest token recorded (on the resource's record or on the row)."""
+    the newest token recorded (on the resource's record or on the row). A row beyond
+    every epoch the record began was never fenced so: ``FenceBeyondRecord`` names it, and
+    no new epoch is started above it (docs/locking/epochs.md)."""
     record = records.filter(resource=fencing.resource).values("epoch", "token").first()
     epoch, on_record = (record["epoch"], record["token"]) if record else (0, 0)
+    if epoch_of(on_row) > epoch:
+        return FenceBeyondRecord(fencing.resource, recorded=on_row, epoch=epoch, row=row)
     recorded = max(on_row, on_record)
     if epoch > epoch_of(fencing.token):
         return StaleFencingToken(fencing.token, recorded, epoch=epoch)

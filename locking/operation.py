@@ -24,7 +24,13 @@ from django.db.transaction import TransactionManagementError
 from locking.asyncio import AsyncFenceLock, AsyncLease
 from locking.audit import Attempt, AttemptAudit
 from locking.conf import setting
-from locking.epochs import astart_epoch, current_epoch, epoch_of, start_epoch
+from locking.epochs import (
+    FenceBeyondRecord,
+    astart_epoch,
+    current_epoch,
+    epoch_of,
+    start_epoch,
+)
 from locking.exceptions import StaleAtReceiver, StaleFencingToken
 from locking.lease import Lease
 from locking.lock import FenceLock
@@ -221,8 +227,13 @@ class LeasedAttempt:
             self._end()
 
     def counter_is_behind(self, stale: StaleFencingToken) -> bool:
-        """Whether ``stale`` means the Redis counter is behind (``counter_is_behind``)."""
-        return _counter_behind(self.lock, self.audit.resource, stale)
+        """Whether ``stale`` means the Redis counter is behind (``counter_is_behind``); not
+        for a recorded token beyond the resource's record (a corrupt row): that refusal
+        stands, and ``run_fenced`` would name it ``FenceBeyondRecord``."""
+        try:
+            return _counter_behind(self.lock, self.audit.resource, stale)
+        except FenceBeyondRecord:
+            return False
 
     def _end(self) -> None:
         try:
@@ -279,15 +290,23 @@ def _counter_behind(lock: FenceLock, resource: str, stale: StaleFencingToken) ->
 
 
 def _believable(using: str, resource: str, stale: StaleFencingToken) -> bool:
-    """Whether the token ``stale`` says was recorded can have been granted: a receiver's
-    ``accepted`` comes from the network (signed, but a receiver's bug or a leaked secret
-    could state anything), and a new epoch is started above it. No token of an epoch
-    beyond the resource's durable one was ever granted (the epoch is recorded before Redis
-    hands out its tokens), so such a number is not believed: the refusal stands as stale.
+    """Whether the token ``stale`` says was recorded can have been granted, for a new epoch
+    to start above it. No token of an epoch beyond the resource's durable one was ever
+    granted (the epoch is recorded before Redis hands out its tokens), so such a number is
+    not believed, wherever it comes from: a receiver's ``accepted`` (from the network:
+    signed, but a receiver's bug or a leaked secret could state anything) leaves the
+    refusal standing as stale; a row's ``last_fence_token`` (an ``update()`` by hand, an
+    old fixture) is a corrupt row, ``FenceBeyondRecord``, never an epoch above ``2**62``
+    that would use up the resource's epochs for good.
     """
-    if not isinstance(stale, StaleAtReceiver) or stale.recorded is None:
+    if stale.recorded is None:
         return True
-    return epoch_of(stale.recorded) <= current_epoch(resource, using=using)
+    epoch = current_epoch(resource, using=using)
+    if epoch_of(stale.recorded) <= epoch:
+        return True
+    if isinstance(stale, StaleAtReceiver):
+        return False
+    raise FenceBeyondRecord(resource, recorded=stale.recorded, epoch=epoch) from stale
 
 
 def _in_atomic_block(using: str) -> bool:

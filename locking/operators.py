@@ -1,8 +1,9 @@
 """The operators' view and hand: who holds which lease, and breaking a stuck one.
 
 Status pages and the admin read the current holders (``holders``, ``holder_of``: SCAN and
-one pipeline per lease, never ``KEYS``). ``break_lease`` deletes a lease whoever holds it
-and records who did it and why: as safe as letting the lease expire, because the next
+one pipeline per lease, never ``KEYS``). ``break_lease`` deletes the lease the operator was
+shown (its token, and owner: a lease granted since is left alone, ``HolderChanged``) and
+records who did it and why: as safe as letting the lease expire, because the next
 grant gets a larger token and the fence refuses the broken holder's late write once that
 grant has committed. None of this grants anything, so it is not part of ``FenceLock``;
 each function takes the ``lock`` whose Redis (and audit database) it works on, by default
@@ -12,22 +13,20 @@ Every page that breaks a lease (the admin's, a project's own status page) uses
 ``BreakLeaseForm``: one validation, one call, one audit row, the operator's address taken
 one way (``client_ip``: ``LOCK_CLIENT_IP_CALLABLE``, else ``REMOTE_ADDR``).
 
-What an operator may see is the project's to say (``viewer_scopes``): a scope is a tag the
-caller records with each attempt (``Attempt.scope``, e.g. ``"org:12"``), and
-``LOCK_SCOPES_CALLABLE`` answers which scopes a user may read and which scope a resource
-name is in. The admin shows and breaks only what it allows; ``manage.py locks``, run by
-the operator at the shell, sees every scope.
+What an operator may see is the project's to say (``viewer_scopes``, in
+locking/scopes.py): a scope is a tag the caller records with each attempt
+(``Attempt.scope``, e.g. ``"org:12"``), and ``LOCK_SCOPES_CALLABLE`` answers which scopes
+a user may read and which scope a resource name is in. The admin shows and breaks only
+what it allows; ``manage.py locks``, run by the operator at the shell, sees every scope.
 """
 
 import ipaddress
 import logging
-from collections.abc import Collection, Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from django import forms
-from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.utils.module_loading import import_string
 from django.utils.translation import gettext
@@ -37,7 +36,7 @@ from redis.exceptions import RedisError
 from locking import tracing
 from locking.audit import record_fence_event
 from locking.conf import setting
-from locking.exceptions import LockUnavailable
+from locking.exceptions import LockError, LockUnavailable
 from locking.keys import (
     fence_key,
     lock_key,
@@ -47,10 +46,10 @@ from locking.keys import (
 )
 from locking.lock import FenceLock
 from locking.outcomes import HolderState, Outcome
-from locking.scripts import text
 
-if TYPE_CHECKING:
-    from locking.models import FenceEvent
+# What a viewer may see (locking/scopes.py), documented here with the operators' tools.
+from locking.scopes import ViewerScopes, recorded_scopes, viewer_scopes  # noqa: F401
+from locking.scripts import text
 
 logger = logging.getLogger(__name__)
 
@@ -107,62 +106,6 @@ def duration_text(span: timedelta) -> str:
     return gettext("%(seconds)d s") % {"seconds": seconds}
 
 
-# -- what a viewer may see --------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class ViewerScopes:
-    """What one viewer may see of the locks, as ``LOCK_SCOPES_CALLABLE`` answers it.
-
-    ``visible``: the audit scopes (``FenceEvent.scope``) the viewer may read; ``None`` is
-    every one. ``resources``: the scope each resource name asked about is in (``""``, or
-    absent, for none). A lease or a resource is the viewer's when its scope is visible.
-    """
-
-    visible: frozenset[str] | None
-    resources: Mapping[str, str] = field(default_factory=dict)
-
-    def scope_of(self, resource: str) -> str:
-        return self.resources.get(resource, "")
-
-    def may_see(self, resource: str) -> bool:
-        return self.visible is None or self.scope_of(resource) in self.visible
-
-    def events(self, queryset: "QuerySet[FenceEvent]") -> "QuerySet[FenceEvent]":
-        """``queryset`` (of ``FenceEvent``) narrowed to the visible scopes, in SQL."""
-        if self.visible is None:
-            return queryset
-        return queryset.filter(scope__in=sorted(self.visible))
-
-
-def viewer_scopes(user, resources: Iterable[str] = ()) -> ViewerScopes:
-    """Ask ``LOCK_SCOPES_CALLABLE`` what ``user`` may see, and which scope each of
-    ``resources`` is in. A superuser, and the operator at the shell (``user`` None: what
-    ``manage.py locks`` runs as), see every scope whatever the callable says."""
-    resources = list(dict.fromkeys(resources))
-    answer = import_string(setting("LOCK_SCOPES_CALLABLE"))(user, resources)
-    if user is None or (user.is_active and user.is_superuser):
-        return replace(answer, visible=None)
-    return answer
-
-
-def recorded_scopes(user, resources: Collection[str]) -> ViewerScopes:
-    """The default ``LOCK_SCOPES_CALLABLE``, for a project that tags no tenants: everyone
-    with locking's permissions reads the attempts recorded without a scope; tagged ones
-    are for superusers, until the project says who may read them. A resource is in the
-    scope its latest recorded attempt was recorded with (none: no scope)."""
-    from locking.models import FenceEvent  # models load after the app registry
-
-    latest = (
-        FenceEvent.objects.using(setting("LOCK_DATABASE"))
-        .filter(resource__in=list(resources))
-        .order_by("resource", "-at", "-id")
-        .distinct("resource")  # PostgreSQL's DISTINCT ON: one row per resource
-        .values_list("resource", "scope")
-    )
-    return ViewerScopes(visible=frozenset({""}), resources=dict(latest) if resources else {})
-
-
 def holder_of(resource: str, *, lock: FenceLock | None = None) -> HolderInfo | None:
     """Return who holds ``resource`` now, or None."""
     validate_resource(resource)
@@ -197,16 +140,59 @@ def holders(
     return sorted(infos, key=lambda info: info.resource)
 
 
+@dataclass(frozen=True)
+class ShownLease:
+    """The lease an operator was shown, as a page posts it back: what a break compares
+    with the lease held (a ``HolderInfo`` has both too). No owner: the page showed no
+    lease, and one held now is not one the operator chose to break."""
+
+    token: int | None
+    owner: str
+
+
+NOTHING_SHOWN = ShownLease(token=None, owner="")
+
+
+class HolderChanged(LockError):
+    """The lease is no longer the one the operator was shown: nothing was broken.
+
+    ``holder`` is who holds it now (another grant, or the same one whose token moved),
+    ``token`` and ``owner`` what the operator was shown. The edge that asked says so:
+    a 409 page naming ``holder``, an admin warning, ``manage.py locks break``'s exit 75.
+    """
+
+    outcome = Outcome.CONFLICT
+
+    def __init__(self, resource: str, *, holder: HolderInfo, token: int | None, owner: str):
+        self.resource = resource
+        self.holder = holder
+        self.token = token
+        self.owner = owner
+        super().__init__(
+            f"{resource} is now held by {holder.label or holder.owner} (token {holder.token}), "
+            f"not the lease shown (token {token}): nothing was broken"
+        )
+
+
 def break_lease(
     resource: str,
     *,
+    token: int | None,
     by: str,
     reason: str,
+    owner: str = "",
     scope: str = "",
     ip: str | None = None,
     lock: FenceLock | None = None,
 ) -> HolderInfo | None:
-    """Delete the lease on ``resource``, whoever holds it; return who held it, or None.
+    """Delete the lease on ``resource`` if it is still the one the operator was shown;
+    return who held it, or None when nothing is held.
+
+    ``token`` is the holder's token as the operator saw it (``HolderInfo.token``: ``None``
+    for a lease shown without one), and ``owner``, when given, its owner id
+    (``HolderInfo.owner``). Both are compared with the lease in the same Lua script that
+    deletes it: a lease granted since (a healthy holder that took over) is left alone and
+    ``HolderChanged`` names it, recorded in the audit as outcome ``conflict``.
 
     For a holder that is stuck (hung, partitioned, holding a long TTL): the next grant
     gets a larger token, so once that holder commits, the fence refuses the broken
@@ -220,32 +206,55 @@ def break_lease(
         raise ValueError("break_lease() needs who breaks the lease (by=…)")
     if not reason.strip():
         raise ValueError("break_lease() needs a reason")
+    if token is not None and (type(token) is not int or token < 0):
+        raise ValueError(f"break_lease() needs the token shown as a whole number, got {token!r}")
     lock = lock or FenceLock()
+    args = ["" if token is None else str(token), owner or ""]
     with tracing.operation_span("locking.break_lease", resource) as span:
         try:
-            reply = lock.scripts.break_lease(keys=[lock_key(resource), fence_key(resource)])
+            reply = lock.scripts.break_lease(
+                keys=[lock_key(resource), fence_key(resource)], args=args
+            )
         except RedisError as exc:
             raise LockUnavailable(resource, str(exc)) from exc
         if not reply:
             logger.info("nothing to break: no lease held", extra={"resource": resource})
             return None
-        broken = _parse_holder(resource, *reply)
-        tracing.set_outcome(span, Outcome.BROKEN)
-        if broken.token is not None:
-            span.set_attribute(tracing.FENCE_TOKEN, broken.token)
-    since = f" since {broken.acquired_at:%Y-%m-%d %H:%M:%S} UTC" if broken.acquired_at else ""
+        deleted, *lease = reply
+        broke = bool(int(deleted))
+        found = _parse_holder(resource, *lease)
+        tracing.set_outcome(span, Outcome.BROKEN if broke else Outcome.CONFLICT)
+        if found.token is not None:
+            span.set_attribute(tracing.FENCE_TOKEN, found.token)
+    since = f" since {found.acquired_at:%Y-%m-%d %H:%M:%S} UTC" if found.acquired_at else ""
+    if not broke:
+        record_fence_event(
+            resource=resource,
+            outcome=Outcome.CONFLICT,
+            token=found.token,
+            actor=by,
+            detail=(
+                f"break refused: the lease shown (token {token}) is now "
+                f"{found.label or found.owner}'s{since}: {reason.strip()}"
+            ),
+            scope=scope,
+            operation=BREAK_OPERATION,
+            ip=ip,
+            using=lock.using,
+        )
+        raise HolderChanged(resource, holder=found, token=token, owner=owner)
     record_fence_event(
         resource=resource,
         outcome=Outcome.BROKEN,
-        token=broken.token,
+        token=found.token,
         actor=by,
-        detail=f"lease of {broken.label or broken.owner}{since} broken: {reason.strip()}",
+        detail=f"lease of {found.label or found.owner}{since} broken: {reason.strip()}",
         scope=scope,
         operation=BREAK_OPERATION,
         ip=ip,
         using=lock.using,
     )
-    return broken
+    return found
 
 
 def _holder_info(lock: FenceLock, resource: str) -> HolderInfo | None:
@@ -280,13 +289,19 @@ def _parse_holder(resource: str, value, pttl, counter) -> HolderInfo:
 class BreakLeaseForm(forms.Form):
     """Why an operator breaks a lease, and which: the one form of every page that does.
 
-    A page that breaks the lease it was asked about posts ``resource`` with the reason (a
-    hidden field, checked like any resource name); a page that chose the resources itself
-    (the admin's selection) passes ``resource_field=False`` and names each one to
+    A page that breaks the lease it was asked about posts ``resource`` with the reason and
+    the lease it showed (``token`` and ``owner``, hidden fields filled by ``shown()``), so
+    the break is of that lease and not of whoever holds the resource when the POST
+    arrives. A page that chose the resources itself (the admin's selection) passes
+    ``resource_field=False`` and names each one, with the lease it showed, to
     ``break_lease``.
     """
 
     resource = forms.CharField(max_length=200, widget=forms.HiddenInput)
+    # The lease the page showed. No token: a lease shown without one (no counter); no
+    # owner: no lease shown (nothing was held), so a lease held now is not broken.
+    token = forms.IntegerField(min_value=0, required=False, widget=forms.HiddenInput)
+    owner = forms.CharField(max_length=200, required=False, widget=forms.HiddenInput)
     reason = forms.CharField(
         label=_("Reason"),
         max_length=500,
@@ -298,7 +313,19 @@ class BreakLeaseForm(forms.Form):
     def __init__(self, *args: Any, resource_field: bool = True, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         if not resource_field:
-            del self.fields["resource"]
+            for name in ("resource", "token", "owner"):
+                del self.fields[name]
+
+    @classmethod
+    def shown(cls, holder: HolderInfo, data=None) -> "BreakLeaseForm":
+        """The form of a page that shows ``holder``: its lease in the hidden fields (a POST's
+        ``data`` keeps what was typed, with the lease shown now)."""
+        lease = {"resource": holder.resource, "token": holder.token, "owner": holder.owner}
+        if data is not None:
+            data = data.copy()
+            for name, value in lease.items():
+                data[name] = "" if value is None else value
+        return cls(data, initial=lease)
 
     def clean_resource(self) -> str:
         try:
@@ -311,13 +338,27 @@ class BreakLeaseForm(forms.Form):
         request: HttpRequest,
         resource: str | None = None,
         *,
+        shown: "ShownLease | HolderInfo | None" = None,
         scope: str = "",
         lock: FenceLock | None = None,
     ) -> HolderInfo | None:
-        """Break the lease of ``resource`` (default: the form's) as the request's user:
-        ``break_lease`` with this form's reason and the request's address."""
+        """Break the lease of ``resource`` (default: the form's) as the request's user, if
+        it is still the lease shown (``shown``, default: the form's token and owner):
+        ``break_lease`` with this form's reason and the request's address. A page that
+        showed no lease (``NOTHING_SHOWN``) breaks none: ``HolderChanged`` if one is held
+        now, else None."""
+        resource = resource or self.cleaned_data["resource"]
+        if shown is None:
+            shown = ShownLease(token=self.cleaned_data["token"], owner=self.cleaned_data["owner"])
+        if not shown.owner:
+            held = holder_of(resource, lock=lock)
+            if held is not None:
+                raise HolderChanged(resource, holder=held, token=None, owner="")
+            return None
         return break_lease(
-            resource or self.cleaned_data["resource"],
+            resource,
+            token=shown.token,
+            owner=shown.owner,
             by=request.user.get_username(),
             reason=self.cleaned_data["reason"],
             scope=scope,
@@ -333,6 +374,23 @@ def broken_message(broken: HolderInfo) -> str:
         "resource": broken.resource,
         "token": broken.token,
     }
+
+
+def changed_message(changed: HolderChanged) -> str:
+    """What the operator whose break was refused is told: who holds the lease now."""
+    return gettext(
+        "The lease on %(resource)s is now held by %(holder)s (token %(token)s), not the "
+        "lease you were shown (token %(shown)s): nothing was broken."
+    ) % {
+        "resource": changed.resource,
+        "holder": changed.holder.label or changed.holder.owner,
+        "token": _token_text(changed.holder.token),
+        "shown": _token_text(changed.token),
+    }
+
+
+def _token_text(token: int | None) -> str:
+    return "-" if token is None else str(token)
 
 
 def client_ip(request) -> str | None:

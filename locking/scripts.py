@@ -103,17 +103,34 @@ return current
 """
 
 # KEYS[1] = lock:{resource}, KEYS[2] = fence:{resource}.
-# Deletes the lease whoever holds it: an operator's hand on a stuck holder.
-# Returns {value, remaining ms, counter} of the lease it deleted, or an empty list when
-# nothing was held. The counter is untouched: the next grant still gets a larger token.
+# ARGV[1] = the token the operator was shown ('' when the lease was shown without one: no
+#           counter), ARGV[2] = the owner id shown ('' to compare the token only).
+# Deletes the lease only if it is still the one shown: an operator's hand on a stuck
+# holder, never on the healthy holder that took over since the page was drawn. The token
+# is the counter: every grant increments it, so a new holder always has another one.
+# Returns {1, value, remaining ms, counter} of the lease it deleted,
+#         {0, value, remaining ms, counter} of the lease held instead (nothing deleted),
+#         or an empty list when nothing is held.
+# The counter is untouched: the next grant still gets a larger token.
 BREAK_LUA = """
 local value = redis.call('GET', KEYS[1])
 if not value then
     return {}
 end
 local pttl = redis.call('PTTL', KEYS[1])
+local counter = redis.call('GET', KEYS[2])
+local same_token
+if ARGV[1] == '' then
+    same_token = not counter
+else
+    same_token = counter ~= false and tonumber(counter) == tonumber(ARGV[1])
+end
+local same_owner = ARGV[2] == '' or string.sub(value, 1, #ARGV[2] + 1) == ARGV[2] .. '|'
+if not (same_token and same_owner) then
+    return {0, value, pttl, counter}
+end
 redis.call('DEL', KEYS[1])
-return {value, pttl, redis.call('GET', KEYS[2])}
+return {1, value, pttl, counter}
 """
 
 

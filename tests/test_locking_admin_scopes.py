@@ -24,6 +24,7 @@ from hoa.demo import operators_group
 from hoa.models import Complaint, StaffMembership
 from locking import Outcome, lock_key
 from locking.models import FenceEvent
+from locking.tests.support import hidden_fields
 from tests.charges_support import MONTH
 from tests.harness.processes import run_manage
 from vendors.operations import assignment_resource
@@ -126,10 +127,19 @@ def test_the_break_action_never_breaks_another_associations_lease(
     confirm = client.post(reverse(CHANGELIST), {"action": "break_leases", "_selected_action": both})
     assert "maple-cron" in confirm.content.decode()
     assert "oak-cron" not in confirm.content.decode()
+    # What the confirmation showed, plus a crafted claim on Oak's lease: neither breaks it.
+    oak_shown = f"{oak_lease.token}|{oak_lease.owner}|{oak_lease.resource}"
+    posted_back = [*hidden_fields(confirm.content.decode())["shown"], oak_shown]
     for selected in ([other.pk], both):
         client.post(
             reverse(CHANGELIST),
-            {"action": "break_leases", "_selected_action": selected, "apply": "1", "reason": "x"},
+            {
+                "action": "break_leases",
+                "_selected_action": selected,
+                "apply": "1",
+                "reason": "x",
+                "shown": posted_back,
+            },
         )
         assert lock_value(redis_client, oak_lease.resource) == before
 
@@ -176,8 +186,9 @@ def test_a_stuck_first_holder_is_broken_from_the_admin_audited_as_the_lock_page_
 
     asked = client.get(reverse(BREAK), {"resource": from_admin.resource})
     assert asked.status_code == 200 and "maple-worker" in asked.content.decode()
-    done = client.post(reverse(BREAK), {"resource": from_admin.resource, "reason": "hung"})
-    page = client.post(OPS_BREAK, {"resource": from_page.resource, "reason": "hung"})
+    done = client.post(reverse(BREAK), {**posted_back(asked), "reason": "hung"})
+    shown = client.get(OPS_BREAK, {"resource": from_page.resource})
+    page = client.post(OPS_BREAK, {**posted_back(shown), "reason": "hung"})
 
     assert (done.status_code, page.status_code) == (302, 303)
     assert lock_value(redis_client, from_admin.resource) is None
@@ -205,6 +216,12 @@ def test_a_stuck_first_holder_is_broken_from_the_admin_audited_as_the_lock_page_
     assert admin_row.detail.endswith("broken: hung") and page_row.detail.endswith("broken: hung")
 
 
+def posted_back(page) -> dict[str, str]:
+    """What a break page posts back besides the reason: the resource and the lease shown."""
+    fields = hidden_fields(page.content.decode())
+    return {name: fields[name][0] for name in ("resource", "token", "owner")}
+
+
 def test_a_superuser_sees_every_associations_attempts_and_leases(client, root, world):
     """Control: the scoping hides another association's, not everything."""
     client.force_login(root)
@@ -223,7 +240,16 @@ def test_manage_py_locks_lists_every_association_and_breaks_a_first_holder(
     resource's own association, as the lock page records one."""
     listing = run_manage("locks", env=subprocess_env)
     lease = world["oak-first"]
-    broke = run_manage("locks", "break", lease.resource, "--reason", "hung", env=subprocess_env)
+    broke = run_manage(
+        "locks",
+        "break",
+        lease.resource,
+        "--token",
+        str(lease.token),
+        "--reason",
+        "hung",
+        env=subprocess_env,
+    )
 
     assert listing.returncode == 0, listing.stderr
     lines = listing.stdout.splitlines()

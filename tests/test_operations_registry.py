@@ -22,6 +22,7 @@ from hoa.demo import seed_demo, staff_group
 from hoa.operations import ResourceInfo
 from locking import StaleFencingToken, advance_fence, lock_key
 from locking.models import FenceEvent
+from locking.tests.support import hidden_fields
 from tests.budgets.models import AnnualBudget
 from tests.budgets.operations import APPROVAL, budget_resource
 from tests.budgets_support import AMOUNT, YEAR, approve, state_of
@@ -194,7 +195,8 @@ def test_breaking_a_budget_lease_fences_out_its_holder(
     client.force_login(operator)
     asked = client.get("/ops/locks/break/", {"resource": stuck.resource})
     assert "stuck-worker on " in asked.content.decode()
-    broken = client.post("/ops/locks/break/", {"resource": stuck.resource, "reason": "hung"})
+    shown = {name: values[0] for name, values in hidden_fields(asked.content.decode()).items()}
+    broken = client.post("/ops/locks/break/", {**shown, "reason": "hung"})
 
     assert broken.status_code == 303
     assert not redis_client.exists(lock_key(stuck.resource))

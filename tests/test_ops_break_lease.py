@@ -10,6 +10,7 @@ from django.urls import reverse
 from hoa.models import AccessDenial, Complaint, StaffMembership
 from locking import StaleFencingToken, advance_fence, holder_of, lock_key
 from locking.models import FenceEvent
+from locking.tests.support import hidden_fields
 from vendors.operations import assignment_resource
 from vendors.services import assign_vendor
 
@@ -17,6 +18,12 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 BREAK_URL = "/ops/locks/break/"
 LONG = timedelta(seconds=60)
+
+
+def shown(page) -> dict[str, str]:
+    """What the break page posts back besides the reason: the resource and the lease shown."""
+    fields = hidden_fields(page.content.decode())
+    return {name: fields[name][0] for name in ("resource", "token", "owner") if name in fields}
 
 
 @pytest.fixture
@@ -51,7 +58,8 @@ def test_a_reason_is_required_and_nothing_is_broken_without_one(
     client, operator, held, redis_client
 ):
     client.force_login(operator)
-    answer = client.post(BREAK_URL, {"resource": held.resource, "reason": "   "})
+    page = client.get(BREAK_URL, {"resource": held.resource})
+    answer = client.post(BREAK_URL, {**shown(page), "reason": "   "})
     assert answer.status_code == 400
     assert "Say why the lease is broken." in answer.content.decode()
     assert redis_client.exists(lock_key(held.resource))
@@ -62,7 +70,13 @@ def test_breaking_deletes_the_lease_and_records_who_and_why(
     client, operator, held, redis_client, maple
 ):
     client.force_login(operator)
-    answer = client.post(BREAK_URL, {"resource": held.resource, "reason": "worker hung"})
+    page = client.get(BREAK_URL, {"resource": held.resource})
+    assert shown(page) == {
+        "resource": held.resource,
+        "token": str(held.token),
+        "owner": held.owner,
+    }
+    answer = client.post(BREAK_URL, {**shown(page), "reason": "worker hung"})
     assert answer.status_code == 303
     assert answer["Location"].startswith("/ops/locks/?resource=")
     assert not redis_client.exists(lock_key(held.resource))
@@ -106,7 +120,8 @@ def test_the_broken_holder_that_wakes_up_is_fenced_out(
     """Why breaking is safe: the next holder's token is larger, so the stuck one's late
     write is refused once the next one has committed."""
     client.force_login(operator)
-    client.post(BREAK_URL, {"resource": held.resource, "reason": "worker hung"})
+    page = client.get(BREAK_URL, {"resource": held.resource})
+    assert client.post(BREAK_URL, {**shown(page), "reason": "worker hung"}).status_code == 303
 
     newer = assign_vendor(complaint=complaint, vendor=pipe, actor=operator)
     assert newer.token == held.token + 1
@@ -126,12 +141,11 @@ def test_the_ops_page_and_the_admin_action_record_the_operators_address_one_way(
     resource = assignment_resource(complaint.pk)
     fence_lock.acquire(resource, ttl=LONG, holder="stuck-1")
     client.force_login(operator)
-    page = client.post(
-        BREAK_URL, {"resource": resource, "reason": "hung"}, headers=behind_the_proxy
-    )
+    asked = client.get(BREAK_URL, {"resource": resource})
+    page = client.post(BREAK_URL, {**shown(asked), "reason": "hung"}, headers=behind_the_proxy)
     assert page.status_code == 303
 
-    fence_lock.acquire(resource, ttl=LONG, holder="stuck-2")
+    second = fence_lock.acquire(resource, ttl=LONG, holder="stuck-2")
     olga = django_user_model.objects.create_user("olga", is_staff=True)
     olga.user_permissions.add(Permission.objects.get(codename="break_lease"))
     StaffMembership.objects.create(user=olga, organization=complaint.organization)  # its operator
@@ -144,6 +158,7 @@ def test_the_ops_page_and_the_admin_action_record_the_operators_address_one_way(
             "_selected_action": [selected.pk],
             "apply": "1",
             "reason": "hung",
+            "shown": f"{second.token}|{second.owner}|{resource}",
         },
         headers=behind_the_proxy,
     )
@@ -154,3 +169,35 @@ def test_the_ops_page_and_the_admin_action_record_the_operators_address_one_way(
         ("alice", "203.0.113.7"),
         ("olga", "203.0.113.7"),
     ]
+
+
+def test_a_break_confirmed_after_another_holder_took_over_is_refused_naming_the_new_holder(
+    client, operator, complaint, fence_lock, redis_client
+):
+    """Issue 44, item 4: the page showed the stuck holder; by the time the operator
+    confirmed, it had let go and a healthy holder had taken the lease. The POST broke the
+    healthy one, and the audit named it with the operator's reason."""
+    resource = assignment_resource(complaint.pk)
+    stuck = fence_lock.acquire(resource, ttl=LONG, holder="stuck-worker")
+    client.force_login(operator)
+    page = client.get(BREAK_URL, {"resource": resource})
+    assert "stuck-worker" in page.content.decode()
+
+    stuck.release()  # it woke up and finished; a healthy worker takes over
+    healthy = fence_lock.acquire(resource, ttl=LONG, holder="healthy-worker")
+    answer = client.post(BREAK_URL, {**shown(page), "reason": "stuck-worker hangs"})
+
+    assert answer.status_code == 409
+    html = answer.content.decode()
+    assert "now held by healthy-worker" in html and f"(token {healthy.token})" in html
+    assert redis_client.get(lock_key(resource)).decode().startswith(healthy.owner + "|")
+    assert not FenceEvent.objects.filter(outcome="broken").exists()
+    refused = FenceEvent.objects.get(operation="break-lease")
+    assert (refused.outcome, refused.token, refused.actor) == ("conflict", healthy.token, "alice")
+    # The 409 shows the new holder with the form to break that one, if it is the one.
+    assert shown(answer) == {
+        "resource": resource,
+        "token": str(healthy.token),
+        "owner": healthy.owner,
+    }
+    healthy.release()

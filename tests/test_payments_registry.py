@@ -13,6 +13,7 @@ from hoa.answers.refusals import Busy
 from hoa.demo import staff_group
 from locking import StaleFencingToken, advance_fence, lock_key
 from locking.models import FenceEvent
+from locking.tests.support import hidden_fields
 from tests.invoices_support import paid_state
 from tests.test_topologies_metrics import scrape, value
 from vendors.models import Invoice
@@ -93,7 +94,9 @@ def test_breaking_a_payment_lease_fences_out_its_holder(
     assert client.get("/ops/locks/break/", {"resource": stuck.resource}).status_code == 404
 
     client.force_login(type(alice).objects.get(pk=alice.pk))
-    broken = client.post("/ops/locks/break/", {"resource": stuck.resource, "reason": "hung"})
+    asked = client.get("/ops/locks/break/", {"resource": stuck.resource})
+    shown = {name: values[0] for name, values in hidden_fields(asked.content.decode()).items()}
+    broken = client.post("/ops/locks/break/", {**shown, "reason": "hung"})
 
     assert broken.status_code == 303
     assert not redis_client.exists(lock_key(stuck.resource))

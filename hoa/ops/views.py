@@ -35,6 +35,7 @@ from hoa.security.audit import Reason, deny_request
 from hoa.security.methods import allow_methods
 from hoa.security.operators import is_operator
 from locking import BreakLeaseForm, FenceLock, LockUnavailable, holder_of, validate_resource
+from locking.operators import HolderChanged
 
 
 class LockStatusView(LoginRequiredMixin, TemplateView):
@@ -160,12 +161,15 @@ BREAK_PERMISSION = "locking.break_lease"
 
 
 class BreakLeaseView(LoginRequiredMixin, TemplateView):
-    """Break a stuck lease: GET asks for a reason naming the holder, POST breaks it.
+    """Break a stuck lease: GET asks for a reason naming the holder, POST breaks it if it is
+    still the lease the page showed (its token and owner ride in hidden fields).
 
     Safe because the fence is: the next holder's token is larger, so once it commits, the
     broken holder's late write is refused (docs/locking/operating.md, "Breaking a stuck
-    lease"). Needs ``locking.break_lease`` (403 without, recorded); a resource the viewer
-    may not see is a 404, as on the lock status page.
+    lease"). A lease granted since the page was drawn is not the one the operator judged
+    stuck: nothing is broken, and a 409 names who holds it now, with the form to break
+    that one instead. Needs ``locking.break_lease`` (403 without, recorded); a resource the
+    viewer may not see is a 404, as on the lock status page.
     """
 
     template_name = "hoa/break_lease.html"
@@ -196,6 +200,12 @@ class BreakLeaseView(LoginRequiredMixin, TemplateView):
             return error_page(
                 request, 503, _("Lock service unavailable"), _("Redis cannot be reached: %s") % exc
             )
+        except HolderChanged as changed:
+            form = BreakLeaseForm.shown(changed.holder, request.POST)
+            context = self.get_context_data(
+                form=form, info=info, holder=changed.holder, changed=changed
+            )
+            return self.render_to_response(context, status=409)
         if broken is None:
             messages.info(request, _("Nothing to break: the lease had already ended."))
         else:
@@ -226,5 +236,9 @@ class BreakLeaseView(LoginRequiredMixin, TemplateView):
                 holder = holder_of(resource)
             except LockUnavailable as exc:
                 error = exc.reason
+        if holder is not None:  # the lease shown is the one a POST breaks
+            form = BreakLeaseForm.shown(holder, form.data if form.is_bound else None)
+            if status != 200:
+                form.is_valid()  # a re-shown form keeps its errors (the reason's)
         context = self.get_context_data(form=form, info=info, holder=holder, error=error)
         return self.render_to_response(context, status=status)

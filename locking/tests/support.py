@@ -9,6 +9,7 @@ not import the project, so they keep the little they need here.)
 
 import asyncio
 import contextlib
+import html.parser
 import shutil
 import socket
 import subprocess
@@ -237,3 +238,22 @@ class PartitionProxy:
             with contextlib.suppress(OSError):
                 end.shutdown(socket.SHUT_RDWR)
             end.close()
+
+
+class _HiddenInputs(html.parser.HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fields: dict[str, list[str]] = {}
+
+    def handle_starttag(self, tag: str, attrs: list) -> None:
+        attributes = dict(attrs)
+        if tag == "input" and attributes.get("type") == "hidden" and attributes.get("name"):
+            self.fields.setdefault(attributes["name"], []).append(attributes.get("value") or "")
+
+
+def hidden_fields(page: str) -> dict[str, list[str]]:
+    """The hidden inputs of a page, by name, as its form posts them back: what the page
+    showed (a break page's lease) rides along with what the operator typed."""
+    parser = _HiddenInputs()
+    parser.feed(page)
+    return parser.fields

@@ -17,7 +17,7 @@ from django.urls import reverse
 from locking import Outcome, ViewerScopes, lock_key, record_fence_event
 from locking.models import FenceEvent
 from locking.operators import recorded_scopes, viewer_scopes
-from locking.tests.support import free_port
+from locking.tests.support import free_port, hidden_fields
 
 pytestmark = pytest.mark.django_db
 
@@ -152,7 +152,13 @@ def test_the_break_action_breaks_only_the_viewers_leases_and_leaves_another_scop
 
     done = client.post(
         reverse(CHANGELIST),
-        {"action": "break_leases", "_selected_action": selected, "apply": "1", "reason": "hung"},
+        {
+            "action": "break_leases",
+            "_selected_action": selected,
+            "apply": "1",
+            "reason": "hung",
+            "shown": hidden_fields(html)["shown"],
+        },
     )
     assert done.status_code == 302
     assert lock_value(redis_client, "fenced-thing:red:1") is None
@@ -253,7 +259,7 @@ def test_a_stuck_first_holder_is_broken_by_name_with_a_reason_and_audited(
     assert "red-first-worker" in asked.content.decode()
     assert lock_value(redis_client, lease.resource) is not None  # nothing before confirming
 
-    done = client.post(reverse(BREAK), {"resource": lease.resource, "reason": " worker hung "})
+    done = client.post(reverse(BREAK), {**posted_back(asked), "reason": " worker hung "})
 
     assert done.status_code == 302 and done["Location"] == reverse(HOLDERS)
     assert lock_value(redis_client, lease.resource) is None
@@ -272,6 +278,12 @@ def test_a_stuck_first_holder_is_broken_by_name_with_a_reason_and_audited(
         f"Broke the lease of {lease_label('red-first-worker')} on {lease.resource} "
         f"(token {lease.token})."
     ]
+
+
+def posted_back(page) -> dict[str, str]:
+    """What a break page posts back besides the reason: the resource and the lease shown."""
+    fields = hidden_fields(page.content.decode())
+    return {name: fields[name][0] for name in ("resource", "token", "owner")}
 
 
 def lease_label(holder: str) -> str:
@@ -307,7 +319,7 @@ def test_breaking_by_name_a_resource_nobody_holds_says_so(client, rita):
     client.force_login(rita)
 
     asked = client.get(reverse(BREAK), {"resource": "fenced-thing:red:9"})
-    done = client.post(reverse(BREAK), {"resource": "fenced-thing:red:9", "reason": "stuck?"})
+    done = client.post(reverse(BREAK), {**posted_back(asked), "reason": "stuck?"})
 
     assert "No lease held: nothing to break." in asked.content.decode()
     assert done.status_code == 302
@@ -374,7 +386,8 @@ def test_a_lease_key_without_a_ttl_is_listed_as_never_expiring_and_can_be_broken
     client.force_login(rita)
 
     page = client.get(reverse(HOLDERS)).content.decode()
-    done = client.post(reverse(BREAK), {"resource": "fenced-thing:red:3", "reason": "by hand"})
+    asked = client.get(reverse(BREAK), {"resource": "fenced-thing:red:3"})
+    done = client.post(reverse(BREAK), {**posted_back(asked), "reason": "by hand"})
 
     assert '<td class="expires-in">never</td>' in page
     assert '<td class="state">never expires</td>' in page
@@ -407,7 +420,8 @@ def test_by_default_operators_read_the_attempts_recorded_without_a_scope(
     root = django_user_model.objects.create_superuser("root", password="pw")
     client.force_login(root)
     assert sorted(shown(client.get(reverse(CHANGELIST)))) == ["job:1", "job:2"]
-    client.post(reverse(BREAK), {"resource": "job:2", "reason": "stuck"})
+    asked = client.get(reverse(BREAK), {"resource": "job:2"})
+    client.post(reverse(BREAK), {**posted_back(asked), "reason": "stuck"})
     broken = FenceEvent.objects.get(outcome=Outcome.BROKEN)
     assert (broken.resource, broken.scope) == ("job:2", "org:1")  # the scope it was recorded in
 

@@ -28,7 +28,8 @@ from locking import (
 )
 from locking.keys import holder_label
 from locking.models import FenceEvent
-from locking.operators import client_ip
+from locking.operators import HolderChanged, client_ip
+from locking.tests.support import hidden_fields
 from locking.tests.testapp.models import FencedThing
 
 TTL = timedelta(seconds=30)
@@ -54,7 +55,11 @@ def test_break_lease_deletes_whichever_lease_is_held_and_audits_who_and_why(
     held = fence_lock.acquire(RESOURCE, ttl=TTL, holder="worker-7")
 
     broken = break_lease(
-        RESOURCE, by="oona", reason="worker-7 hangs on the billing call", scope="org:1"
+        RESOURCE,
+        token=held.token,
+        by="oona",
+        reason="worker-7 hangs on the billing call",
+        scope="org:1",
     )
 
     assert isinstance(broken, HolderInfo)
@@ -81,8 +86,49 @@ def test_break_lease_deletes_whichever_lease_is_held_and_audits_who_and_why(
 
 
 @pytest.mark.django_db
+def test_break_lease_leaves_a_holder_granted_since_it_was_shown_and_names_it(
+    fence_lock, redis_client
+):
+    """Issue 44, item 4: the break deleted whoever held the resource when it arrived, not
+    the holder the operator was shown; the audit then named the healthy holder with the
+    operator's reason. The script compares the token (and the owner) before it deletes."""
+    shown = fence_lock.acquire(RESOURCE, ttl=TTL, holder="worker-7")
+    shown.release()  # it finished after all; a healthy holder takes over
+    healthy = fence_lock.acquire(RESOURCE, ttl=TTL, holder="worker-8")
+
+    with pytest.raises(HolderChanged) as refused:
+        break_lease(RESOURCE, token=shown.token, by="oona", reason="worker-7 hangs")
+    with pytest.raises(HolderChanged):  # the owner alone tells them apart too
+        break_lease(RESOURCE, token=healthy.token, owner=shown.owner, by="oona", reason="r")
+
+    changed = refused.value
+    assert (changed.resource, changed.token, changed.holder.owner, changed.holder.token) == (
+        RESOURCE,
+        shown.token,
+        healthy.owner,
+        healthy.token,
+    )
+    assert changed.holder.label == holder_label("worker-8")
+    assert redis_client.get(lock_key(RESOURCE)).decode().startswith(healthy.owner + "|")
+    assert [(o, t, a) for o, t, a, _ in events(RESOURCE)] == [
+        ("conflict", healthy.token, "oona"),
+        ("conflict", healthy.token, "oona"),
+    ]
+    assert healthy.release() is True
+
+
+@pytest.mark.django_db
+def test_break_lease_wants_the_token_shown_by_keyword(fence_lock):
+    fence_lock.acquire(RESOURCE, ttl=TTL)
+    with pytest.raises(TypeError, match="token"):
+        break_lease(RESOURCE, by="oona", reason="stuck")  # type: ignore[call-arg]
+    with pytest.raises(ValueError, match="token"):
+        break_lease(RESOURCE, token="1", by="oona", reason="stuck")  # type: ignore[arg-type]
+
+
+@pytest.mark.django_db
 def test_breaking_a_resource_nobody_holds_returns_none_and_records_nothing(fence_lock):
-    assert break_lease(RESOURCE, by="oona", reason="looked stuck") is None
+    assert break_lease(RESOURCE, token=1, by="oona", reason="looked stuck") is None
     assert not FenceEvent.objects.exists()
 
 
@@ -94,7 +140,7 @@ def test_break_lease_refuses_an_empty_reason_or_operator_and_keeps_the_lease(
     held = fence_lock.acquire(RESOURCE, ttl=TTL)
 
     with pytest.raises(ValueError, match="needs"):
-        break_lease(RESOURCE, by=by, reason=reason)
+        break_lease(RESOURCE, token=held.token, by=by, reason=reason)
 
     assert redis_client.get(lock_key(RESOURCE)).decode().startswith(held.owner)
     assert not FenceEvent.objects.exists()
@@ -107,7 +153,7 @@ def test_the_broken_holders_keep_alive_reports_the_loss(fence_lock):
     held.on_lost(told.append)
 
     with held.keep_alive():
-        break_lease(RESOURCE, by="oona", reason="stuck")
+        break_lease(RESOURCE, token=held.token, by="oona", reason="stuck")
         assert held.lost.wait(WAIT)
 
     assert told == [held]
@@ -142,7 +188,7 @@ def test_a_broken_holder_that_wakes_is_refused_after_the_next_holder_committed(f
     thread.start()
     try:
         assert stuck.wait(WAIT)
-        broken = break_lease(resource, by="oona", reason="a hangs")
+        broken = break_lease(resource, token=outcome["token"], by="oona", reason="a hangs")
         with FenceLock().acquire(resource, ttl=TTL, holder="b") as lease_b, transaction.atomic():
             advance_fence(rows, lease_b)
             rows.update(name="written by b")
@@ -240,12 +286,15 @@ def test_the_break_action_names_the_holder_asks_why_and_breaks_on_confirmation(
     assert '<td class="state">held</td>' in page
     assert redis_client.exists(lock_key(RESOURCE)) == 1  # nothing broken before confirming
 
-    refused = break_action(client, busy_event, apply="1", reason="  ")
+    shown = hidden_fields(page)["shown"]
+    assert shown == [f"{held.token}|{held.owner}|{RESOURCE}"]  # the lease the page showed
+
+    refused = break_action(client, busy_event, apply="1", reason="  ", shown=shown)
     assert refused.status_code == 200
     assert "Say why the lease is broken." in refused.content.decode()
     assert redis_client.exists(lock_key(RESOURCE)) == 1
 
-    done = break_action(client, busy_event, apply="1", reason="worker-7 hangs")
+    done = break_action(client, busy_event, apply="1", reason="worker-7 hangs", shown=shown)
     assert done.status_code == 302
     assert redis_client.exists(lock_key(RESOURCE)) == 0
     broken = FenceEvent.objects.get(outcome=Outcome.BROKEN)
@@ -263,11 +312,78 @@ def test_the_break_action_names_the_holder_asks_why_and_breaks_on_confirmation(
     assert broken.ip == "127.0.0.1"  # the test client's REMOTE_ADDR
 
 
+def test_the_break_action_leaves_a_holder_granted_since_the_confirmation_and_warns(
+    client, staff, busy_event, fence_lock, redis_client
+):
+    """Issue 44, item 4: the confirmation named worker-7; by the time it was confirmed a
+    healthy worker-8 held the lease, and the action broke worker-8's."""
+    shown = fence_lock.acquire(RESOURCE, ttl=TTL, holder="worker-7")
+    client.force_login(staff("oona", "break_lease"))
+    confirm = break_action(client, busy_event)
+    posted_back = hidden_fields(confirm.content.decode()).get("shown", [])
+
+    shown.release()
+    healthy = fence_lock.acquire(RESOURCE, ttl=TTL, holder="worker-8")
+    done = break_action(client, busy_event, apply="1", reason="worker-7 hangs", shown=posted_back)
+
+    assert done.status_code == 302
+    assert redis_client.get(lock_key(RESOURCE)).decode().startswith(healthy.owner + "|")
+    assert not FenceEvent.objects.filter(outcome=Outcome.BROKEN).exists()
+    assert [(str(m), m.level_tag) for m in done.wsgi_request._messages] == [
+        (
+            f"The lease on {RESOURCE} is now held by {holder_label('worker-8')} (token "
+            f"{healthy.token}), not the lease you were shown (token {shown.token}): "
+            "nothing was broken.",
+            "warning",
+        )
+    ]
+
+
+def test_the_break_page_leaves_a_holder_granted_since_it_was_drawn_and_warns(
+    client, staff, busy_event, fence_lock, redis_client
+):
+    """The admin's break by resource name, as the action: it posts back the lease it showed."""
+    shown = fence_lock.acquire(RESOURCE, ttl=TTL, holder="worker-7")
+    client.force_login(staff("oona", "break_lease"))
+    page = client.get(reverse("admin:locking_fenceevent_break"), {"resource": RESOURCE})
+    posted_back = {name: values[0] for name, values in hidden_fields(page.content.decode()).items()}
+    assert (posted_back["token"], posted_back["owner"]) == (str(shown.token), shown.owner)
+
+    shown.release()
+    healthy = fence_lock.acquire(RESOURCE, ttl=TTL, holder="worker-8")
+    done = client.post(
+        reverse("admin:locking_fenceevent_break"), {**posted_back, "reason": "worker-7 hangs"}
+    )
+
+    assert done.status_code == 302
+    assert redis_client.get(lock_key(RESOURCE)).decode().startswith(healthy.owner + "|")
+    [(message, level)] = [(str(m), m.level_tag) for m in done.wsgi_request._messages]
+    assert level == "warning" and f"now held by {holder_label('worker-8')}" in message
+    assert not FenceEvent.objects.filter(outcome=Outcome.BROKEN).exists()
+
+
+def test_the_break_action_breaks_no_lease_its_confirmation_did_not_show(
+    client, staff, busy_event, fence_lock, redis_client
+):
+    """A confirmation that showed nothing held (or a crafted POST without what it showed)
+    leaves a lease granted since alone."""
+    client.force_login(staff("oona", "break_lease"))
+    confirm = break_action(client, busy_event)
+    assert "No lease held: nothing to break." in confirm.content.decode()
+    healthy = fence_lock.acquire(RESOURCE, ttl=TTL, holder="worker-8")
+
+    done = break_action(client, busy_event, apply="1", reason="stuck")
+
+    assert redis_client.get(lock_key(RESOURCE)).decode().startswith(healthy.owner + "|")
+    [message] = [str(m) for m in done.wsgi_request._messages]
+    assert message.startswith(f"The lease on {RESOURCE} is now held by ")
+
+
 def test_the_admin_action_records_the_address_the_project_says(
     client, staff, busy_event, fence_lock, settings
 ):
     settings.LOCK_CLIENT_IP_CALLABLE = "locking.tests.test_break_lease.address_from_a_proxy"
-    fence_lock.acquire(RESOURCE, ttl=TTL, holder="worker-7")
+    held = fence_lock.acquire(RESOURCE, ttl=TTL, holder="worker-7")
     client.force_login(staff("oona", "break_lease"))
 
     done = client.post(
@@ -277,6 +393,7 @@ def test_the_admin_action_records_the_address_the_project_says(
             "_selected_action": [busy_event.pk],
             "apply": "1",
             "reason": "stuck",
+            "shown": f"{held.token}|{held.owner}|{RESOURCE}",
         },
         headers={"X-Real-IP": "192.0.2.9"},
     )
@@ -293,15 +410,25 @@ def address_from_a_proxy(request) -> str | None:
     return request.META.get("HTTP_X_REAL_IP")
 
 
+SHOWN = {"token": "7", "owner": "4f1c"}  # the lease a page showed, in its hidden fields
+
+
 @pytest.mark.parametrize(
     ("data", "errors"),
     [
-        ({"resource": RESOURCE, "reason": " \n "}, {"reason": ["Say why the lease is broken."]}),
         (
-            {"resource": "has space", "reason": "stuck"},
+            {"resource": RESOURCE, **SHOWN, "reason": " \n "},
+            {"reason": ["Say why the lease is broken."]},
+        ),
+        (
+            {"resource": "has space", **SHOWN, "reason": "stuck"},
             {"resource": ["resource name must be printable and contain no whitespace"]},
         ),
-        ({"resource": "", "reason": "stuck"}, {"resource": ["This field is required."]}),
+        ({"resource": "", **SHOWN, "reason": "stuck"}, {"resource": ["This field is required."]}),
+        (
+            {"resource": RESOURCE, "token": "x", "owner": "4f1c", "reason": "stuck"},
+            {"token": ["Enter a whole number."]},
+        ),
     ],
 )
 def test_the_form_wants_a_reason_and_a_resource_name_it_can_lock(data, errors):
@@ -322,7 +449,14 @@ def test_the_forms_break_records_who_why_and_the_requests_address(
 ):
     settings.LOCK_CLIENT_IP_CALLABLE = None  # the default: REMOTE_ADDR
     held = fence_lock.acquire(RESOURCE, ttl=TTL, holder="worker-7")
-    form = BreakLeaseForm({"resource": RESOURCE, "reason": " worker-7 hangs "})
+    form = BreakLeaseForm(
+        {
+            "resource": RESOURCE,
+            "token": held.token,
+            "owner": held.owner,
+            "reason": " worker-7 hangs ",
+        }
+    )
     assert form.is_valid(), form.errors
     request = rf.post("/", REMOTE_ADDR="198.51.100.4", HTTP_X_REAL_IP="192.0.2.9")
     request.user = django_user_model.objects.create_user("oona")
@@ -335,8 +469,8 @@ def test_the_forms_break_records_who_why_and_the_requests_address(
     assert event.detail.endswith("broken: worker-7 hangs")
 
     settings.LOCK_CLIENT_IP_CALLABLE = "locking.tests.test_break_lease.address_from_a_proxy"
-    fence_lock.acquire(RESOURCE, ttl=TTL)
-    form.break_lease(request)
+    again = fence_lock.acquire(RESOURCE, ttl=TTL)
+    form.break_lease(request, shown=again)
     assert FenceEvent.objects.filter(outcome=Outcome.BROKEN).latest("id").ip == "192.0.2.9"
 
 

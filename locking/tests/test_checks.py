@@ -2,14 +2,18 @@
 first grant or the first request (issue 36) is reported by ``manage.py check`` with its id,
 and the settings locking's tests and the project run with report none."""
 
+import inspect
 import os
+import re
 import sys
 
 import pytest
 from django.core import checks
 from django.test import override_settings
 
-from locking.tests.support import SOURCE_ROOT, run_django
+from locking import checks as locking_checks
+from locking import fenced_checks
+from locking.tests.support import INSTALLED, SOURCE_ROOT, run_django
 
 TESTS = __name__.rsplit(".", 1)[0]  # locking.tests, or locking_tests against the wheel
 SQLITE = {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"}
@@ -314,3 +318,19 @@ def test_a_misspelt_lock_setting_is_w002_naming_the_closest_known_name():
 def test_a_lock_setting_like_no_known_one_is_w002_listing_the_known_names():
     hint = hint_of("locking.W002", LOCK_QUEUE="jobs")
     assert hint.startswith("locking reads LOCK_REDIS_URL, LOCK_REDIS_SOCKET_TIMEOUT_SECONDS, ")
+
+
+# --- every id, documented -------------------------------------------------------------------
+
+
+def test_every_check_id_is_listed_in_the_modules_table_and_in_docs_locking_checks_md():
+    """An id an operator reads in ``manage.py check`` is explained where they look."""
+    source = inspect.getsource(locking_checks) + inspect.getsource(fenced_checks)
+    raised = set(re.findall(r'id="(locking\.[EW]\d{3})"', source))
+    assert {"locking.E014", "locking.E016"} <= raised and len(raised) >= 15
+    table = locking_checks.__doc__ or ""
+    assert sorted(i for i in raised if f"``{i}``" not in table) == []
+    if INSTALLED:
+        pytest.skip("the wheel carries no docs/")
+    page = (SOURCE_ROOT / "docs" / "locking" / "checks.md").read_text()
+    assert sorted(i for i in raised if f"`{i}`" not in page) == []

@@ -1,12 +1,13 @@
 """The fence guard's system checks: a fenced model whose migrations never install the guard
-(``locking.E013``), and a migrated table that lost its triggers (``locking.E014``)."""
+(``locking.E013``), and a migrated table that lost its triggers or has them disabled
+(``locking.E014``)."""
 
 import pytest
 from django.core import checks
 from django.db import connection
 
 from locking.checks import fenced_tables_carry_the_guard
-from locking.guard import guarded_tables, install_sql, uninstall_sql
+from locking.guard import TRIGGERS, guarded_tables, install_sql, uninstall_sql
 from locking.tests.testapp.models import FencedThing
 
 TABLE = FencedThing._meta.db_table
@@ -22,8 +23,9 @@ def test_every_fenced_model_of_these_settings_installs_the_guard():
 
 def test_a_fenced_model_whose_migrations_never_install_the_guard_is_an_error(monkeypatch):
     from locking import checks as locking_checks
+    from locking import fenced_checks
 
-    monkeypatch.setattr(locking_checks, "_guarding_migrations", dict)  # no InstallFenceGuard
+    monkeypatch.setattr(fenced_checks, "_guarding_migrations", dict)  # no InstallFenceGuard
     messages = locking_checks.fenced_models_install_the_guard()
     assert "locking.E013" in ids(messages)
     [thing] = [m for m in messages if m.obj is FencedThing]
@@ -49,3 +51,37 @@ def test_a_migrated_table_without_its_triggers_is_an_error_until_they_are_back()
             for statement in install_sql(TABLE, "last_fence_token", "id", quote):
                 cursor.execute(statement)
     assert fenced_tables_carry_the_guard(databases=["default"]) == []
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_guard_whose_triggers_are_disabled_is_an_error_whose_hint_enables_them():
+    """Issue 44, item 4: E014 read only whether the triggers existed. After ``ALTER TABLE …
+    DISABLE TRIGGER USER`` (a bulk load, ``pg_restore --disable-triggers``) it passed, and
+    a write moved a fenced column from 7 to 0."""
+    thing = FencedThing.objects.create(name="fenced", last_fence_token=7)
+    quoted = connection.ops.quote_name(TABLE)
+    with connection.cursor() as cursor:
+        cursor.execute(f"ALTER TABLE {quoted} DISABLE TRIGGER USER")
+    try:
+        [error] = [
+            m for m in fenced_tables_carry_the_guard(databases=["default"]) if TABLE in m.msg
+        ]
+        assert error.id == "locking.E014"
+        assert "not enabled" in error.msg and "locking_fence_never_back" in error.msg
+        FencedThing.objects.filter(pk=thing.pk).update(last_fence_token=0)  # why it matters
+        assert FencedThing.objects.get(pk=thing.pk).last_fence_token == 0
+
+        enable = error.hint.split(": ", 1)[1]  # the hint's command, run as it is written
+        never_back, undone = (connection.ops.quote_name(name) for name in TRIGGERS)
+        assert enable == (
+            f"ALTER TABLE {quoted} ENABLE TRIGGER {never_back}, ENABLE TRIGGER {undone};"
+        )
+        with connection.cursor() as cursor:
+            cursor.execute(enable)
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute(f"ALTER TABLE {quoted} ENABLE TRIGGER USER")
+    assert fenced_tables_carry_the_guard(databases=["default"]) == []
+    FencedThing.objects.filter(pk=thing.pk).update(last_fence_token=7)
+    FencedThing.objects.filter(pk=thing.pk).update(last_fence_token=0)
+    assert FencedThing.objects.get(pk=thing.pk).last_fence_token == 7  # the guard holds again

@@ -1,6 +1,7 @@
 """``manage.py locks``: the leases held now and the latest attempts, one line each (or JSON
-Lines), and ``locks break RESOURCE --reason …`` on a real stuck holder, a first-ever one
-included; its exit codes, run as the shell runs it (a child ``django-admin``).
+Lines), and ``locks break RESOURCE --token N --reason …`` on a real stuck holder, a
+first-ever one included, and never on a holder granted since it was listed; its exit
+codes, run as the shell runs it (a child ``django-admin``).
 """
 
 import getpass
@@ -128,7 +129,7 @@ def test_locks_says_when_nothing_is_held_or_recorded(fence_lock):
 def test_locks_break_breaks_a_first_ever_holder_and_audits_it_as_every_break(stuck, redis_client):
     lease = stuck[FIRST]
 
-    lines = locks("break", FIRST, "--reason", "first-worker hangs")
+    lines = locks("break", FIRST, "--token", str(lease.token), "--reason", "first-worker hangs")
 
     assert lines == [
         f"Broke the lease of {holder_label('first-worker')} on {FIRST} (token {lease.token})."
@@ -154,7 +155,8 @@ def test_locks_break_records_the_resources_scope_and_answers_json(stuck, redis_c
     locking's default: the scope of its latest recorded attempt)."""
     record_fence_event(resource=KNOWN, outcome=Outcome.BUSY, token=7, scope="org:2")
 
-    [line] = locks("break", KNOWN, "--reason", "stuck", "--json")
+    token = str(stuck[KNOWN].token)
+    [line] = locks("break", KNOWN, "--token", token, "--reason", "stuck", "--json")
 
     item = json.loads(line)
     assert (item["kind"], item["resource"], item["token"], item["owner"]) == (
@@ -169,10 +171,10 @@ def test_locks_break_records_the_resources_scope_and_answers_json(stuck, redis_c
 
 @pytest.mark.django_db
 def test_locks_break_of_a_resource_nobody_holds_says_so_and_records_nothing(fence_lock):
-    assert locks("break", "job:idle", "--reason", "looked stuck") == [
+    assert locks("break", "job:idle", "--token", "3", "--reason", "looked stuck") == [
         "Nothing to break: no lease is held on job:idle."
     ]
-    [line] = locks("break", "job:idle", "--reason", "looked stuck", "--json")
+    [line] = locks("break", "job:idle", "--token", "3", "--reason", "looked stuck", "--json")
     assert json.loads(line) == {"kind": "not_held", "resource": "job:idle"}
     assert not FenceEvent.objects.exists()
 
@@ -186,7 +188,11 @@ def test_locks_break_of_a_resource_nobody_holds_says_so_and_records_nothing(fenc
         (("break", FIRST), 'locks break needs --reason "…"'),
         (("break", FIRST, "--reason", "  "), 'locks break needs --reason "…"'),
         (("break",), "locks break needs the RESOURCE"),
-        (("list", "--reason", "x"), "--reason goes with `locks break RESOURCE`."),
+        (("break", FIRST, "--reason", "x"), "locks break needs --token N"),
+        (("break", FIRST, "--reason", "x", "--token", "seven"), "--token must be a whole number"),
+        (("break", FIRST, "--reason", "x", "--token", "-3"), "--token must be a whole number"),
+        (("list", "--reason", "x"), "--reason and --token go with `locks break` or"),
+        (("list", "--token", "1"), "--reason and --token go with `locks break` or"),
         (("--attempts", "-1"), "--attempts must be a whole number of at least 0"),
         (("--attempts", "many"), "--attempts must be a whole number of at least 0"),
     ],
@@ -211,8 +217,9 @@ def test_from_the_shell_a_break_exits_0_and_nothing_held_exits_0_saying_so(
 ):
     lease = fence_lock.acquire(FIRST, ttl=STUCK, holder="first-worker")
 
-    broke = run_locks("break", FIRST, "--reason", "hung", env=subprocess_env)
-    again = run_locks("break", FIRST, "--reason", "hung", env=subprocess_env)
+    token = str(lease.token)
+    broke = run_locks("break", FIRST, "--token", token, "--reason", "hung", env=subprocess_env)
+    again = run_locks("break", FIRST, "--token", token, "--reason", "hung", env=subprocess_env)
 
     # (stderr may carry the project's log records, e.g. INFO "fenced attempt broken")
     assert broke[:2] == (
@@ -223,6 +230,36 @@ def test_from_the_shell_a_break_exits_0_and_nothing_held_exits_0_saying_so(
     assert not [line for line in broke[2] + again[2] if "Error" in line or "Traceback" in line]
     assert redis_client.exists(lock_key(FIRST)) == 0
     assert FenceEvent.objects.get().actor == f"cli:{getpass.getuser()}"
+
+
+def test_from_the_shell_a_break_of_a_lease_taken_over_since_exits_75_naming_the_new_holder(
+    subprocess_env, fence_lock, redis_client
+):
+    """Issue 44, item 4: ``locks break`` deleted whoever held the resource when it ran, a
+    healthy holder that had taken over since the operator listed the stuck one included."""
+    listed = fence_lock.acquire(FIRST, ttl=STUCK, holder="stuck-worker")
+    listed.release()  # it finished after all; a healthy worker takes over
+    healthy = fence_lock.acquire(FIRST, ttl=STUCK, holder="healthy-worker")
+
+    status, out, err = run_locks(
+        "break", FIRST, "--token", str(listed.token), "--reason", "hung", env=subprocess_env
+    )
+
+    assert (status, out) == (75, [])
+    [line] = [line for line in err if line.startswith("CommandError: ")]
+    assert line == (
+        f"CommandError: The lease on {FIRST} is now held by {holder_label('healthy-worker')} "
+        f"(token {healthy.token}), not the lease you were shown (token {listed.token}): "
+        "nothing was broken."
+    )
+    assert redis_client.get(lock_key(FIRST)).decode().startswith(healthy.owner + "|")
+    assert not FenceEvent.objects.filter(outcome=Outcome.BROKEN).exists()
+    refused = FenceEvent.objects.get()
+    assert (refused.outcome, refused.token, refused.operation) == (
+        "conflict",
+        healthy.token,
+        "break-lease",
+    )
 
 
 @pytest.mark.parametrize(
@@ -247,7 +284,9 @@ def test_from_the_shell_bad_input_exits_1_with_one_line(
     assert redis_client.exists(lock_key(FIRST)) == 1
 
 
-@pytest.mark.parametrize("args", [(), ("--json",), ("break", FIRST, "--reason", "hung")])
+@pytest.mark.parametrize(
+    "args", [(), ("--json",), ("break", FIRST, "--token", "1", "--reason", "hung")]
+)
 def test_from_the_shell_redis_down_exits_1_with_one_line(subprocess_env, args):
     env = {**subprocess_env, "LOCK_REDIS_URL": f"redis://127.0.0.1:{free_port()}/0"}
 

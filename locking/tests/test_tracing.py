@@ -214,7 +214,7 @@ def test_breaking_a_lease_is_a_span_with_the_broken_token(resource, fence_lock, 
     held = fence_lock.acquire(resource, ttl=TTL)
     spans.clear()
 
-    break_lease(resource, by="oona", reason="stuck")
+    break_lease(resource, token=held.token, by="oona", reason="stuck")
 
     broken = by_name(spans)["locking.break_lease"]
     assert dict(broken.attributes) == {

@@ -196,8 +196,16 @@ def the_operators(request: HttpRequest) -> None:
         assert_type(one.state, HolderState)
         assert_type(one.expires_in, str)
         assert_type(one.token, int | None)
-    assert_type(break_lease("invoice:7", by="alice", reason="worker hung"), HolderInfo | None)
-    posted: dict[str, str] = {"resource": "invoice:7", "reason": "worker hung"}
+    assert_type(
+        break_lease("invoice:7", token=7, owner="abc", by="alice", reason="worker hung"),
+        HolderInfo | None,
+    )
+    posted: dict[str, str] = {
+        "resource": "invoice:7",
+        "token": "7",
+        "owner": "abc",
+        "reason": "worker hung",
+    }
     form = BreakLeaseForm(data=posted)
     assert_type(form, BreakLeaseForm)
     if form.is_valid():

@@ -1,0 +1,215 @@
+"""System checks of the fenced tables themselves, against the database they live in: a
+fenced model whose migrations install the fence guard (``locking.E013``), a migrated
+table whose guard's triggers are there and enabled (``locking.E014``), and fenced rows
+whose ``last_fence_token`` is within what a fence record could have granted
+(``locking.E016``). Registered when ``locking.checks`` (which lists every id) imports them.
+"""
+
+from django.core.checks import Error, Tags, register
+from django.db import router
+
+from locking.conf import setting
+
+FENCE_FIELD = "last_fence_token"
+
+
+def fenced_models() -> list:
+    """Every concrete model whose table holds a ``last_fence_token`` column of its own."""
+    from django.apps import apps
+
+    return [
+        model
+        for model in apps.get_models()
+        if not model._meta.proxy
+        and model._meta.managed
+        and any(field.name == "last_fence_token" for field in model._meta.local_concrete_fields)
+    ]
+
+
+def _guarding_migrations() -> dict[tuple[str, str], tuple[str, str]]:
+    """``(app_label, model_name)`` -> the migration that installs its fence guard."""
+    from django.db.migrations.loader import MigrationLoader
+
+    from locking.guard import InstallFenceGuard
+
+    loader = MigrationLoader(None, ignore_no_migrations=True)
+    return {
+        (key[0], operation.model_name.lower()): key
+        for key, migration in loader.disk_migrations.items()
+        for operation in migration.operations
+        if isinstance(operation, InstallFenceGuard)
+    }
+
+
+@register()
+def fenced_models_install_the_guard(app_configs=None, **kwargs):
+    """Every fenced model's migrations install the fence guard (locking/guard.py): without
+    it, a save() of an instance built by pk, a bulk_update or a fixture can move the fence
+    backwards, and a fence undone by a savepoint goes unnoticed."""
+    models = [
+        model
+        for model in fenced_models()
+        if app_configs is None or model._meta.app_config in app_configs
+    ]
+    if not models:
+        return []
+    guarded = _guarding_migrations()
+    return [
+        Error(
+            f"{model._meta.label} carries a fence (last_fence_token), but no migration of "
+            f"{model._meta.app_label} installs locking's fence guard on its table.",
+            hint=(
+                f"Add a migration with operations = [InstallFenceGuard("
+                f"{model._meta.model_name!r})] (from locking import InstallFenceGuard): "
+                "docs/locking/fence.md, 'The fence guard'."
+            ),
+            obj=model,
+            id="locking.E013",
+        )
+        for model in models
+        if (model._meta.app_label, model._meta.model_name) not in guarded
+    ]
+
+
+# The guard's triggers on ``tables`` that do not fire in an ordinary session: disabled
+# (``tgenabled = 'D'``: ALTER TABLE … DISABLE TRIGGER, as bulk loads and ``pg_restore
+# --disable-triggers`` leave them) or firing only in replica sessions (``'R'``).
+_SLEEPING_TRIGGERS_SQL = """
+SELECT c.relname, t.tgname, t.tgenabled FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid
+WHERE c.relname = ANY(%s) AND t.tgname = ANY(%s) AND NOT t.tgisinternal
+    AND t.tgenabled NOT IN ('O', 'A')
+ORDER BY c.relname, t.tgname
+"""
+
+
+def sleeping_guard_triggers(connection, tables: list[str]) -> dict[str, list[str]]:
+    """The guard's triggers that do not fire in an ordinary session, by table."""
+    from locking.guard import TRIGGERS
+
+    if not tables:
+        return {}
+    with connection.cursor() as cursor:
+        cursor.execute(_SLEEPING_TRIGGERS_SQL, [tables, list(TRIGGERS)])
+        sleeping: dict[str, list[str]] = {}
+        for table, trigger, _state in cursor.fetchall():
+            sleeping.setdefault(table, []).append(trigger)
+    return sleeping
+
+
+def enable_triggers_sql(table: str, triggers: list[str], quote) -> str:
+    """The statement that makes ``triggers`` of ``table`` fire again (in every session
+    that is not a replica's, as installed)."""
+    actions = ", ".join(f"ENABLE TRIGGER {quote(trigger)}" for trigger in triggers)
+    return f"ALTER TABLE {quote(table)} {actions};"
+
+
+@register(Tags.database)
+def fenced_tables_carry_the_guard(app_configs=None, databases=None, **kwargs):
+    """A fenced table whose guard migration is applied carries the guard's triggers
+    (someone may have dropped them, or faked the migration), and they are enabled (a bulk
+    load or ``pg_restore --disable-triggers`` may have left them disabled, and a disabled
+    guard keeps nothing from going back). Until that migration is applied, ``migrate`` is
+    what installs them: nothing to report."""
+    from django.db import connections, router
+    from django.db.migrations.recorder import MigrationRecorder
+
+    from locking.guard import guarded_tables
+
+    guarding = _guarding_migrations()
+    errors = []
+    for alias in databases or ():
+        connection = connections[alias]
+        applied = MigrationRecorder(connection).applied_migrations()
+        tables = [
+            model._meta.db_table
+            for model in fenced_models()
+            if router.allow_migrate_model(alias, model)
+            and guarding.get((model._meta.app_label, model._meta.model_name)) in applied
+        ]
+        guarded = guarded_tables(connection, tables)
+        errors += [
+            Error(
+                f"Table {table} of a fenced model lacks locking's fence guard in "
+                f"database {alias!r}, although the migration that installs it is applied.",
+                hint="Migrate its app back before that migration and forward again.",
+                id="locking.E014",
+            )
+            for table in tables
+            if table not in guarded
+        ]
+        quote = connection.ops.quote_name
+        errors += [
+            Error(
+                f"The fence guard on table {table} is installed but not enabled in database "
+                f"{alias!r} (trigger {', '.join(triggers)}; ALTER TABLE … DISABLE TRIGGER, as "
+                "bulk loads and pg_restore --disable-triggers leave it): a write can move "
+                "last_fence_token backwards.",
+                hint=(
+                    f"Enable it (manage.py dbshell --database {alias}): "
+                    f"{enable_triggers_sql(table, triggers, quote)}"
+                ),
+                id="locking.E014",
+            )
+            for table, triggers in sleeping_guard_triggers(connection, list(guarded)).items()
+        ]
+    return errors
+
+
+@register(Tags.database)
+def fenced_rows_are_within_their_records(app_configs=None, databases=None, **kwargs):
+    """No fenced row records a token of an epoch no fence record ever began: such a row
+    was written by hand or by an old fixture (``update(last_fence_token=2**62)``), and
+    every grant of its resource is refused until it is repaired. The bound is the highest
+    epoch of any record (a row's resource is the project's to know, not locking's): a row
+    past it is corrupt whatever its resource; ``run_fenced`` holds each resource to its
+    own record (``FenceBeyondRecord``)."""
+    from django.db import connections
+
+    from locking.epochs import first_token
+
+    errors = []
+    for alias in databases or ():
+        if alias != setting("LOCK_DATABASE"):
+            continue  # the records, and the fenced rows (E012), are in LOCK_DATABASE
+        connection = connections[alias]
+        present = set(connection.introspection.table_names())
+        if "locking_fenceepoch" not in present:
+            continue  # not migrated yet: no grant has been recorded
+        quote = connection.ops.quote_name
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT COALESCE(MAX(epoch), 0) FROM locking_fenceepoch")
+            (newest_epoch,) = cursor.fetchone()
+            bound = first_token(int(newest_epoch) + 1)
+            for model in fenced_models():
+                opts = model._meta
+                if opts.db_table not in present or not router.allow_migrate_model(alias, model):
+                    continue
+                column = quote(opts.get_field(FENCE_FIELD).column)
+                cursor.execute(
+                    f"SELECT {quote(opts.pk.column)}, {column} FROM {quote(opts.db_table)} "  # noqa: S608
+                    f"WHERE {column} >= %s ORDER BY {column} DESC LIMIT %s",
+                    [bound, ROWS_NAMED],
+                )
+                errors += [
+                    Error(
+                        f"{opts.label} pk {pk} records fence token {token} in database "
+                        f"{alias!r}: beyond every epoch a fence record began (the newest is "
+                        f"{newest_epoch}, whose last token is {bound - 1}). No grant gave it: "
+                        "a write by hand or an old fixture. Every attempt on its resource is "
+                        "refused (FenceBeyondRecord) until it is repaired.",
+                        hint=(
+                            f"manage.py locks repair RESOURCE --model {opts.label} --pk {pk} "
+                            f'--token {token} --reason "…" (RESOURCE: the resource whose '
+                            "operation fences this row; docs/locking/epochs.md, 'A row beyond "
+                            "its record')."
+                        ),
+                        obj=model,
+                        id="locking.E016",
+                    )
+                    for pk, token in cursor.fetchall()
+                ]
+    return errors
+
+
+# How many rows of one table E016 names at most (the highest tokens first).
+ROWS_NAMED = 5
