@@ -62,8 +62,9 @@ class OrgOutcome:
 
     @property
     def held_elsewhere(self) -> bool:
-        """Another worker has it now (busy, or took over from this attempt)."""
-        return self.kind in (Outcome.BUSY, Outcome.STALE)
+        """Another worker has it now (busy, or took over from this attempt), or billing's
+        answer did not say whether it billed: tried again, by the same key."""
+        return self.kind in (Outcome.BUSY, Outcome.STALE, Outcome.UNKNOWN)
 
     @property
     def failed(self) -> bool:

@@ -71,11 +71,11 @@ def test_bad_input_or_an_actor_not_allowed_exits_1(budget, board, mallory, args,
 
 def test_an_unknown_organization_and_a_failed_notification_exit_1(budget, board):
     assert call("--org", "elm", "--year", "2027") == (1, 'Unknown organization "elm".')
-    board.status = 503
+    board.status = 422
     status, line = call(*MAPLE, "--year", "2027")
     assert (status, line) == (
         1,
-        "The board could not be notified of the 2027 budget of Maple Court (HTTP 503); "
+        "The board could not be notified of the 2027 budget of Maple Court (HTTP 422); "
         "nothing was approved.",
     )
     assert state_of(budget) == DRAFT

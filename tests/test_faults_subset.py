@@ -82,6 +82,8 @@ def test_worker_frozen_inside_its_external_call_is_refused_after_takeover(stack,
         )
     ) == [(rival.vendor, 2, True)]
     assert result.facts["external calls"] == [1, 2]
+    # The paused worker told its vendor and was overtaken: it takes that dispatch back.
+    assert result.facts["cancellations"] == [1]
 
 
 def test_an_older_holder_back_first_is_refused_and_the_newer_ones_run_stands(stack, world):

@@ -24,7 +24,7 @@ from locking import FenceLock, lock_key
 from locking.epochs import first_token
 from tests.charges_support import MONTH, MONTH_ARG
 from tests.harness.processes import start_manage
-from tests.vendors_support import active_assignments, active_vendor
+from tests.vendors_support import active_assignments, active_vendor, cancellations, dispatches
 from vendors.models import VendorAssignment
 from vendors.operations import assignment_resource
 from vendors.services import assign_vendor
@@ -110,8 +110,11 @@ def test_reassignment_paused_in_its_dispatch_across_a_redis_loss_exits_75(
     assert VendorAssignment.objects.filter(complaint=complaint).count() == 3
     assert not VendorAssignment.objects.filter(vendor=paused_vendor).exists()
     # The first attempt after the loss sent no call with a doomed low token.
-    tokens = [request.token for request in http_stub.received]
+    tokens = [request.token for request in dispatches(http_stub)]
     assert sorted(tokens) == [1, 2, 4, first_token(1) + 1]
+    # The paused attempt told its vendor, then was overtaken: it takes its dispatch back.
+    [cancel] = cancellations(http_stub)
+    assert (cancel.json["vendor"]["id"], cancel.token) == (paused_vendor.pk, 4)
 
 
 @pytest.mark.private_redis  # FLUSHALL

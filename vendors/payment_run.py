@@ -30,8 +30,10 @@ from vendors.payments import pay_together
 
 # Invoices paid per transaction, each under its own lease.
 TOGETHER = 20
-# Another holder has it, or took over from this attempt: waited for, then tried again.
-RETRIED = (Outcome.BUSY, Outcome.STALE, Outcome.LOST)
+# Another holder has it, or took over from this attempt, or the service's answer did not
+# say whether it paid (settled by trying again with the same key): waited for, then tried
+# again.
+RETRIED = (Outcome.BUSY, Outcome.STALE, Outcome.LOST, Outcome.UNKNOWN)
 
 
 @dataclass(frozen=True)

@@ -40,6 +40,7 @@ SHORT_OUTCOME_LABELS = {
     Outcome.DENIED: gettext_lazy("denied"),
     Outcome.LOST: gettext_lazy("lease lost"),
     Outcome.BROKEN: gettext_lazy("broken"),
+    Outcome.UNKNOWN: gettext_lazy("not known yet"),
 }
 
 

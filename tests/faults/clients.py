@@ -76,7 +76,7 @@ class Op:
     status_from: str = ""
     status_to: str = ""
     invoice: int | None = None
-    seen: int | None = None  # a void's version of the invoice, read just before
+    seen: int | None = None  # a void's or a payment's version of the invoice, read just before
     started: float = field(default_factory=time.time)
     ended: float = 0.0
     verdict: str = ""
@@ -156,9 +156,10 @@ class StaffClient:
             url = f"/orgs/{op.org}/charges/{op.month}/generate/"
             return self._post(op, url, {"confirm": "yes"}, timeout)
         if op.kind == "pay":
-            # A version the page never showed: an invoice no longer payable is then always
-            # "changed since you looked" (409), never a 400.
-            return self._post(op, f"/orgs/{op.org}/invoices/{op.invoice}/pay/", NEVER_SEEN, timeout)
+            # The version the page showed (a version it never showed when the page could
+            # not be read): an invoice changed since is "changed since you looked" (409).
+            seen = {"seen": str(op.seen)} if op.seen is not None else NEVER_SEEN
+            return self._post(op, f"/orgs/{op.org}/invoices/{op.invoice}/pay/", seen, timeout)
         if op.kind == "void":
             data = {"void-seen": str(op.seen), "void-reason": "nemesis: sent twice"}
             return self._post(op, f"/orgs/{op.org}/invoices/{op.invoice}/void/", data, timeout)

@@ -184,7 +184,18 @@ class Scenario:
         )
 
     def pay(self, invoice: int, org=MAPLE) -> Op:
-        return Op(kind="pay", org=org, org_id=self.world.org_id(org), invoice=invoice)
+        """A payment of ``invoice`` as a person who looked at it now would post it: with the
+        version its page showed (paying is a compare-and-swap on it)."""
+        from django.db import DatabaseError, close_old_connections
+
+        from vendors.models import Invoice
+
+        op = Op(kind="pay", org=org, org_id=self.world.org_id(org), invoice=invoice)
+        try:
+            op.seen = Invoice.objects.values_list("version", flat=True).get(pk=invoice)
+        except DatabaseError:  # the page could not be shown: a version it never showed
+            close_old_connections()
+        return op
 
     def void(self, invoice: int, org=MAPLE) -> Op | None:
         """A void of ``invoice`` as a person who looked at it now would post it; ``None``

@@ -69,13 +69,15 @@ def stored(op: Op) -> dict:
     }
 
 
-def tokens_sent(s: Scenario, op: Op) -> list[int]:
-    """The fencing tokens of the external calls the stand-in received for ``op``'s resource."""
+def tokens_sent(s: Scenario, op: Op, *, cancellations: bool = False) -> list[int]:
+    """The fencing tokens of the external calls the stand-in received for ``op``'s resource:
+    the calls themselves, or (``cancellations``) the takings back of calls told in vain."""
+    received = [r for r in s.stack.standin.received if r.path.endswith("/cancel") == cancellations]
     if op.kind == "charges":
         key = f"monthly-charges:{op.org_id}:{op.month}"
-        return [r.token for r in s.stack.standin.received if r.idempotency_key == key]
+        return [r.token for r in received if r.idempotency_key == key]
     prefix = f"vendor-assignment:{op.complaint}:"
-    return [r.token for r in s.stack.standin.received if r.idempotency_key.startswith(prefix)]
+    return [r.token for r in received if r.idempotency_key.startswith(prefix)]
 
 
 def billing_records(op: Op) -> list[tuple[int, int]]:

@@ -61,6 +61,7 @@ def pause_in_external_call(s: Scenario, kind: str, rival_via_command: bool) -> N
     s.expect_verdict(first, "refused")
     s.fact("database", stored(first))
     s.fact("external calls", tokens_sent(s, first))
+    s.fact("cancellations", tokens_sent(s, first, cancellations=True))
     if kind == "charges":
         s.fact("billing records", billing_records(first))
     s.observe(
