@@ -16,6 +16,7 @@ from hoa.models import (
     ComplaintEvent,
     Notice,
     Organization,
+    OutsideCall,
     StaffMembership,
     Unit,
 )
@@ -262,4 +263,26 @@ class AccessDenialAdmin(AuditTrailAdmin):
     list_filter = ["reason", "operation", "organization"]
     search_fields = ["actor", "resource", "detail", "ip"]
     date_hierarchy = "at"
+    list_select_related = ["organization"]
+
+
+@admin.register(OutsideCall)
+class OutsideCallAdmin(AuditTrailAdmin):
+    """Outside calls whose outcome was not known (``hoa.jobs.settling``), settled or not:
+    superusers read them; the settling job writes them."""
+
+    list_display = [
+        "recorded_at",
+        "operation",
+        "organization",
+        "idempotency_key",
+        "token",
+        "reason",
+        "tries",
+        "settlement",
+        "settled_at",
+    ]
+    list_filter = ["operation", "settlement", ("settled_at", admin.EmptyFieldListFilter)]
+    search_fields = ["idempotency_key", "resource", "actor", "detail"]
+    date_hierarchy = "recorded_at"
     list_select_related = ["organization"]
