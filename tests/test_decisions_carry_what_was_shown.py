@@ -79,7 +79,7 @@ NOT_DECISIONS = {
 
 # -- reading a page as a person's browser would ------------------------------------------------
 
-_FORM = re.compile(r'<form(?P<attrs>[^>]*)>(?P<body>.*?)</form>', re.S)
+_FORM = re.compile(r"<form(?P<attrs>[^>]*)>(?P<body>.*?)</form>", re.S)
 _ACTION = re.compile(r'action="(?P<action>[^"]*)"')
 _INPUT = re.compile(r"<input(?P<attrs>[^>]*)>")
 _ATTR = re.compile(r'(?P<name>[a-z-]+)="(?P<value>[^"]*)"')

@@ -20,7 +20,10 @@ unavailable    503 / exit 1 naming Redis or PostgreSQL: nothing was written
 indeterminate  503 naming the database ("Temporarily unavailable"): PostgreSQL went away
                or did not answer, perhaps during the COMMIT; the write may be there or not
                (Jepsen's ``info``)
-failed         502 / exit 1 naming the billing, dispatch or payment service
+failed         502 / exit 1 naming the billing, dispatch or payment service: it refused
+not_known      202 / exit 75 "did not say whether it acted": the outside may have acted (a
+               timeout, a lost connection); nothing of the operation was written, the
+               attempt is recorded to be settled by the same key
 invalid        400, 403, 404, 429 / any other exit 1
 error          500 or a traceback: a clear answer was owed and not given
 no_answer      the connection broke or the client gave up: the outcome is unknown
@@ -261,7 +264,7 @@ def verdict_of_answer(status: int, title: str) -> str:
     and its page's title."""
     if not status:
         return "no_answer"
-    verdict = {409: "refused", 503: "unavailable", 502: "failed"}.get(status)
+    verdict = {409: "refused", 503: "unavailable", 502: "failed", 202: "not_known"}.get(status)
     if status == 400 and title in RULE_REFUSALS:
         verdict = "refused"  # the rule table's answer (a vendor for a closed complaint)
     if status == 503 and title == DATABASE_UNAVAILABLE:
@@ -306,7 +309,8 @@ def classify_command(op: Op, returncode: int | None, stdout: str, stderr: str) -
         already = "already generated" in out or "is already the vendor" in out
         op.verdict = "already_done" if already else "done"
     elif returncode == 75:
-        op.verdict = "refused"
+        unknown = "did not say whether it acted" in err
+        op.verdict = "not_known" if unknown else "refused"
     elif "Traceback" in err or returncode != 1:
         op.verdict = "error"
     else:

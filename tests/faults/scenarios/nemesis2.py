@@ -651,9 +651,10 @@ def _write_history(seed, resource, attempts, writes, rounds, http_ops, started, 
 def check_http_answers(ops: list[Op], windows: list[tuple[str, float, float]]) -> list[str]:
     """No 5xx but a 503, a 503 only while a fault was on; no broken or odd answer.
 
-    One exception: a 502 while PostgreSQL restarts. The stand-in external service records
-    what it receives in that same cluster, so it is down too, and 502 is the app's true
-    answer ("the billing system failed"; nothing was written).
+    One exception: a 502 or a 202 ("not known yet") while PostgreSQL restarts. The stand-in
+    external service records what it receives in that same cluster, so it is down too, and
+    its 5xx is an unknown outcome the app records to settle (nothing of its own written). A
+    202 while no fault was on is a problem, as a 503 is.
     """
     problems = []
     for op in ops:
@@ -665,9 +666,11 @@ def check_http_answers(ops: list[Op], windows: list[tuple[str, float, float]]) -
             if op.started <= end + WINDOW_SLACK and op.ended >= start - WINDOW_SLACK
         ]
         what = f"{op.client} {op.kind} {op.resource} ({op.via})"
-        if op.verdict in ("unavailable", "indeterminate", "unread") and not during:
-            problems.append(f"{what}: 503 while no fault was on: {op.detail[:120]!r}")
-        elif op.verdict == "failed" and "pg-restart" in during:
+        if op.verdict in ("unavailable", "indeterminate", "unread", "not_known") and not during:
+            problems.append(
+                f"{what}: {op.status} {op.verdict} while no fault was on: {op.detail[:120]!r}"
+            )
+        elif op.verdict in ("failed", "not_known") and "pg-restart" in during:
             # The stand-in billing and dispatch service keeps its records in the same
             # PostgreSQL cluster: restarted, it answers 5xx, and the app says so (502).
             continue
