@@ -192,9 +192,14 @@ class Scenario:
 
         op = Op(kind="pay", org=org, org_id=self.world.org_id(org), invoice=invoice)
         try:
-            op.seen = Invoice.objects.values_list("version", flat=True).get(pk=invoice)
+            status, version = Invoice.objects.values_list("status", "version").get(pk=invoice)
         except DatabaseError:  # the page could not be shown: a version it never showed
             close_old_connections()
+            return op
+        # A page offers Pay for an approved invoice only; for another (void, paid) the
+        # nemesis posts a version no page showed, answered 409 (or "already paid").
+        if status == Invoice.Status.APPROVED:
+            op.seen = version
         return op
 
     def void(self, invoice: int, org=MAPLE) -> Op | None:
