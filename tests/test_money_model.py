@@ -379,7 +379,7 @@ class MoneyModel(RuleBasedStateMachine):
             for holder in self.stepping.holders:
                 REACHED[f"{holder.plan}: {holder.outcome}"] += 1
             REACHED["transfers"] += sum(len(made) for made in self._transfers().values())
-            REACHED["left unknown before settling"] += OutsideCall.objects.unsettled().count()
+            REACHED["left unknown before settling"] += self._unsettled().count()
             self._settle_until_settled()
             self.the_database_and_the_service_agree()
         finally:
@@ -388,20 +388,19 @@ class MoneyModel(RuleBasedStateMachine):
     def _settle_until_settled(self) -> None:
         """Every holder has finished; the service answers again: settle what is unknown."""
         self.answer = "done"
-        resources = [payment_resource(pk) for pk in self._invoices()]
         for _ in range(SETTLE_PASSES):
-            if not OutsideCall.objects.unsettled().filter(resource__in=resources).exists():
+            if not self._unsettled().exists():
                 return
             settle_outside_calls()
 
+    def _unsettled(self):
+        """This example's payment calls of unknown outcome not settled yet."""
+        resources = [payment_resource(pk) for pk in self._invoices()]
+        return OutsideCall.objects.unsettled().filter(resource__in=resources)
+
     def the_database_and_the_service_agree(self) -> None:
         self.money_leaves_once_and_as_recorded()
-        resources = [payment_resource(pk) for pk in self._invoices()]
-        unsettled = list(
-            OutsideCall.objects.unsettled()
-            .filter(resource__in=resources)
-            .values_list("resource", "reason")
-        )
+        unsettled = list(self._unsettled().values_list("resource", "reason"))
         transfers = self._transfers()
         for invoice in self._committed():
             made = transfers.get(invoice.pk, [])
