@@ -163,12 +163,13 @@ bench-scale: $(STAMP) services ## the month start at 1,000 / 10,000 / 100,000 as
 bench-load: $(STAMP) services migrate ## the busiest hour with Locust: p50/p95/p99 per page and action, the knee
 	@$(PY) -m bench.load $(if $(QUICK),--quick) $(BENCH_LOAD_ARGS)
 
-# Then the model-based checkers (the fence at every way in; a complaint's operations): a
+# Then the model-based checkers (the fence at every way in; a complaint's operations; an
+# invoice's money): a
 # long search each, and their controls, each with a fix taken back, which must find the
 # violation.
 faults: $(STAMP) services migrate ## fault-injection and load scenarios against real processes
 	@$(PY) -m tests.faults
-	@FENCE_MODEL_FAULTS=1 $(TEST_ENV) scripts/run_pytest.sh locking/tests/test_fence_model.py tests/test_complaint_model.py -p no:randomly -p no:cacheprovider -q -s -rA
+	@FENCE_MODEL_FAULTS=1 $(TEST_ENV) scripts/run_pytest.sh locking/tests/test_fence_model.py tests/test_complaint_model.py tests/test_money_model.py -p no:randomly -p no:cacheprovider -q -s -rA
 
 # The README's screenshots (docs/screenshots/), at 1280 and 390 px: the demo data seeded into
 # a test database of their own, photographed in Debian's Chromium. Rerun it whenever the

@@ -29,10 +29,13 @@ Why money leaves once: the service pays a key at most once and refuses a token l
 one it has seen; every try of an invoice carries the same key; the database records one
 payment per invoice, under the fence. A holder paused inside its call whose payment went
 through is overtaken by the next holder, whose call (a higher token) gets the same
-payment's reference back and records it; the paused one is refused by the fence. A holder
-that dies after its claim leaves the invoice "sent for payment": paying it again (the page,
-the admin, the nightly batch) asks the service, which answers with the payment it made, or
-pays now. docs/architecture.md, "A third operation", has the argument in full.
+payment's reference back and records it; the paused one is refused by the fence, and
+leaves the payment it was told of to the settling job (``Payment.take_back``: the next
+holder may stop before its call, its page out of date, and nothing else would record it
+but a later payer). A holder that dies after its claim leaves the invoice "sent for
+payment": paying it again (the page, the admin, the nightly batch) asks the service, which
+answers with the payment it made, or pays now. docs/architecture.md, "A third
+operation", has the argument in full.
 
 ``pay_together`` pays several invoices, each under its own lease, committed together
 (``hoa.fenced.run_together``): the nightly ``pay_approved_invoices --all-orgs``.
@@ -42,7 +45,7 @@ import logging
 from dataclasses import dataclass
 
 from django.conf import settings
-from django.db import transaction
+from django.db import DatabaseError, transaction
 from django.db.models import F, Q, QuerySet
 from django.utils import timezone
 
@@ -51,7 +54,7 @@ from hoa.answers.table import Audience, Done
 from hoa.fenced import FencedSteps, run_together
 from hoa.integrations.webhooks import ExternalCallFailed
 from hoa.jobs.settling import SETTLE_VIA, Settled, settled_by
-from hoa.models import OutsideCall
+from hoa.models import OutsideCall, record_unknown
 from locking import Lease, Outcome, StaleFencingToken
 from vendors import invoice_answers
 from vendors.exceptions import (
@@ -68,6 +71,7 @@ from vendors.payment_client import (
     PAYMENT_ENDPOINT,
     PAYMENT_SERVICE,
     PaymentReceipt,
+    idempotency_key,
     send_payment,
 )
 
@@ -297,6 +301,37 @@ class Payment(FencedSteps):
             extra={"invoice": invoice.pk, "token": lease.token, "reference": told.reference},
         )
         return PaymentResult(payment=payment, outcome=Outcome.COMMITTED, token=lease.token)
+
+    def take_back(self, lease: Lease, looked: Looked, refusal: Refusal) -> str:
+        """A payment is not taken back: the service paid (now, or before, by the same key)
+        and this attempt's commit was refused, most often by the fence of a newer holder,
+        which may stop before its own call (its page was out of date, its lease ran out).
+        The payment is left to the settling job, which records it by the same key, as an
+        unknown outcome is: the invoice's money is never out with nothing left to record
+        it but the next payer."""
+        invoice = looked.invoice
+        try:
+            if VendorPayment.objects.filter(invoice_id=invoice.pk).exists():
+                return "recorded by another attempt"  # the newer holder's call recorded it
+            with transaction.atomic():  # a savepoint inside run_together's transaction
+                record_unknown(
+                    operation=PAYMENT.name,
+                    resource=payment_resource(invoice.pk),
+                    endpoint=PAYMENT_ENDPOINT,
+                    idempotency_key=idempotency_key(invoice.pk),
+                    token=lease.token,
+                    organization=invoice.organization,
+                    reason="paid; its record was refused at the commit",
+                    actor=self.by,
+                )
+        except DatabaseError as exc:
+            logger.error(
+                "a payment made and not recorded could not be left to settle",
+                extra={"invoice": invoice.pk, "token": lease.token},
+                exc_info=True,
+            )
+            return f"not left to settle: {exc.__class__.__name__}"
+        return "left to settle by the same key"
 
 
 def settle_unknown(call: OutsideCall) -> Settled:
