@@ -99,6 +99,29 @@ def test_one_grant_fences_its_row_again_in_a_later_transaction(thing):
 
 
 @pytest.mark.django_db
+def test_a_row_fenced_under_another_resource_is_refused_naming_the_row_and_that_resource(thing):
+    """Issue 45, item 6: fencing a row under a second resource name said "the resource
+    already recorded token 2", although that resource had recorded nothing: the row had,
+    under the first name."""
+    first, second = "fenced-thing:first-name", "fenced-thing:second-name"
+    with transaction.atomic():
+        advance_fence(FencedThing.objects.filter(pk=thing.pk), FencingToken(first, 2, "a"))
+    with pytest.raises(StaleFencingToken) as caught, transaction.atomic():
+        advance_fence(FencedThing.objects.filter(pk=thing.pk), FencingToken(second, 1, "b"))
+    refused = caught.value
+    assert (refused.token, refused.recorded, refused.resource) == (1, 2, second)
+    assert refused.row == f"locking_testapp.FencedThing pk {thing.pk}"
+    assert refused.row_resources == (first,)
+    assert str(refused) == (
+        f"fencing token 1 of {second!r} is stale: locking_testapp.FencedThing pk {thing.pk} "
+        f"already records token 2, which {second!r} never recorded (recorded by {first!r}). "
+        "One row, one resource name: fence the row under the resource it was fenced under."
+    )
+    assert "the resource already recorded" not in str(refused)
+    assert token_of(thing) == 2
+
+
+@pytest.mark.django_db
 def test_the_row_never_takes_a_token_below_its_own(thing):
     """The row's own check stays a second line: a row fenced higher by any path refuses a
     lower token, whatever the resource's record says."""
@@ -106,6 +129,7 @@ def test_the_row_never_takes_a_token_below_its_own(thing):
     with pytest.raises(StaleFencingToken) as caught, transaction.atomic():
         advance_fence(FencedThing.objects.filter(pk=thing.pk), grant(8))
     assert (caught.value.token, caught.value.recorded) == (8, 9)
+    assert "which no resource's record holds: written by hand" in str(caught.value)
     assert not FenceEpoch.objects.filter(resource=RESOURCE, token=8).exists()
 
 
