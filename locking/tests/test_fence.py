@@ -20,6 +20,7 @@ from django.utils import timezone
 from locking import FenceLock, FencingToken, StaleFencingToken, advance_fence, insert_fenced
 from locking.epochs import first_token
 from locking.models import FenceEpoch
+from locking.tests.support import INSTALLED, SOURCE_ROOT
 from locking.tests.testapp.models import Box, FencedThing
 
 RESOURCE = "fenced-thing:fence-test"
@@ -558,6 +559,27 @@ def test_no_write_moves_the_fence_backwards(thing, write):
     FenceEpoch.objects.filter(resource=RESOURCE).update(token=0, owner="")  # the row alone
     with pytest.raises(StaleFencingToken), transaction.atomic():
         advance_fence(FencedThing.objects.filter(pk=thing.pk), grant(5, "older"))
+
+
+@pytest.mark.django_db
+def test_an_update_the_guard_keeps_from_lowering_the_fence_returns_1_as_its_docs_say(thing):
+    """Issue 45, item 6: ``update(last_fence_token=0)`` returns 1 and the trigger keeps
+    the value, silently. The guard's docstring, the check's docs and the fence's page say
+    so, since a rowcount is what an adopter reads."""
+    import locking.guard
+
+    with transaction.atomic():
+        advance_fence(FencedThing.objects.filter(pk=thing.pk), grant(9))
+    assert FencedThing.objects.filter(pk=thing.pk).update(last_fence_token=0) == 1
+    assert token_of(thing) == 9
+    said = "update(last_fence_token=0)`` returns 1"
+    assert said in " ".join((locking.guard.__doc__ or "").split())
+    if not INSTALLED:
+        for page in ("checks.md", "fence.md"):
+            text = " ".join((SOURCE_ROOT / "docs" / "locking" / page).read_text().split())
+            assert "update(last_fence_token=0)` still returns 1" in text or (
+                "update(last_fence_token=0)` returns 1" in text
+            ), page
 
 
 @pytest.mark.django_db
