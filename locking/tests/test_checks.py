@@ -14,7 +14,6 @@ from django.test import override_settings
 
 from locking import checks as locking_checks
 from locking import fenced_checks
-from locking import tests as locking_tests
 from locking.tests.support import INSTALLED, SOURCE_ROOT, run_django
 
 TESTS = __name__.rsplit(".", 1)[0]  # locking.tests, or locking_tests against the wheel
@@ -339,5 +338,5 @@ def test_every_check_id_is_listed_in_the_modules_table_and_in_docs_locking_check
     # Issue 45, item 1: each id with the test that shows it, and that test exists.
     shown_by = dict(re.findall(r"^\| `(locking\.[EW]\d{3})` \| `(test_\w+)`", page, re.M))
     assert sorted(raised - set(shown_by)) == []
-    suite = "".join(path.read_text() for path in Path(locking_tests.__file__).parent.glob("*.py"))
+    suite = "".join(path.read_text() for path in Path(__file__).parent.glob("*.py"))
     assert sorted(test for test in shown_by.values() if f"def {test}(" not in suite) == []
