@@ -56,7 +56,14 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from locking_quickstart import QuickstartError, create_database, report, run_quickstart
+# Its sibling, whether this runs as a script or through runpy (tests/test_locking_matrix.py).
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from locking_quickstart import (
+    QuickstartError,
+    create_database,
+    report,
+    run_quickstart,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 MATRIX_DIR = ROOT / ".local" / "matrix"
