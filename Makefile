@@ -7,6 +7,9 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+# make dist's environment of its own: build and twine (requirements-build.txt), nothing else.
+BUILD_VENV := .local/build-venv
+BUILD_STAMP := $(BUILD_VENV)/.installed
 HOST ?= 127.0.0.1
 PORT ?= 8000
 # Local development runs with DEBUG on (and its development SECRET_KEY); production sets
@@ -46,7 +49,7 @@ help: ## list the targets
 		   gsub(/\$$\(HOA_PG_PORT\)/, pg, $$2); gsub(/\$$\(HOA_REDIS_PORT\)/, redis, $$2); \
 		   printf "  %-12s %s\n", $$1, $$2 }'
 
-$(STAMP): requirements.txt requirements-dev.txt
+$(STAMP): requirements.txt requirements-dev.txt requirements-build.txt
 	@scripts/bootstrap.sh venv
 	@touch $(STAMP)
 
@@ -93,13 +96,24 @@ test-locking: $(STAMP) services ## locking's own tests with its own settings: no
 # proven complete), each in an isolated environment with the pinned setuptools of
 # pyproject.toml; `twine check --strict` reads both as an upload would be read, and
 # scripts/check_wheel.py checks their file lists and metadata (MANIFEST.in: the sdist's).
-dist: $(STAMP) ## build the sdist and wheel of locking (django-fenced-writes) into dist/ and check them
+# It runs in a virtualenv of its own (.local/build-venv: build and twine, pinned in
+# requirements-build.txt; check_wheel.py needs only the standard library), not the
+# development one: building a wheel of a few hundred KB must not install Django, Playwright
+# and the rest first.
+$(BUILD_STAMP): requirements-build.txt
+	@rm -rf $(BUILD_VENV) && mkdir -p .local && $(PYTHON) -m venv $(BUILD_VENV)
+	@$(BUILD_VENV)/bin/python -m pip install --quiet --disable-pip-version-check \
+		-r requirements-build.txt
+	@touch $@
+
+dist: $(BUILD_STAMP) ## build the sdist and wheel of locking (django-fenced-writes) into dist/ and check them
 	@rm -rf build dist django_fenced_writes.egg-info && mkdir -p .local
-	@$(PY) -m build --outdir dist . >.local/dist-build.log 2>&1 \
+	@$(BUILD_VENV)/bin/python -m build --outdir dist . >.local/dist-build.log 2>&1 \
 		|| { cat .local/dist-build.log >&2; exit 1; }
 	@rm -rf build django_fenced_writes.egg-info
-	@$(PY) -m twine --no-color check --strict dist/*
-	@$(PY) scripts/check_wheel.py dist/django_fenced_writes-*.whl dist/django_fenced_writes-*.tar.gz
+	@$(BUILD_VENV)/bin/python -m twine --no-color check --strict dist/*
+	@$(BUILD_VENV)/bin/python scripts/check_wheel.py dist/django_fenced_writes-*.whl \
+		dist/django_fenced_writes-*.tar.gz
 
 # locking's documentation site: the pages of docs/locking/ (Markdown, MyST) and the API
 # reference from the docstrings of locking.__all__, built by Sphinx with every warning an
@@ -121,7 +135,7 @@ docs: $(STAMP) ## build locking's documentation site into docs/_build/locking/ (
 # own (make test's workers flush databases 1 + N of the worktree's).
 # Then mypy --strict --disallow-any-expr on locking/tests/typing/consumer.py against the
 # installed wheel (must pass) and against a copy without py.typed (must fail).
-test-locking-matrix: dist services ## locking's tests against the installed wheel on Python 3.11-3.13 x Django 5.2-6.1
+test-locking-matrix: $(STAMP) dist services ## locking's tests against the installed wheel on Python 3.11-3.13 x Django 5.2-6.1
 	@$(PY) scripts/locking_matrix.py dist/django_fenced_writes-*.whl dist/django_fenced_writes-*.tar.gz
 
 # What operators copy (deploy/): promtool on the alert rules and their tests, systemd-analyze

@@ -21,7 +21,7 @@ from locking.conf import setting
 from locking.exceptions import LockUnavailable
 from locking.keys import validate_resource
 from locking.lock import FenceLock
-from locking.models import FenceEvent
+from locking.models import FenceEvent, LeaseHolder
 from locking.operators import (
     NOTHING_SHOWN,
     BreakLeaseForm,
@@ -316,3 +316,34 @@ def shown_leases(values: list[str]) -> dict[str, ShownLease]:
         if resource and (token == "" or token.isdigit()):
             shown[resource] = ShownLease(token=int(token) if token else None, owner=owner)
     return shown
+
+
+@admin.register(LeaseHolder)
+class LeaseHolderAdmin(admin.ModelAdmin):
+    """The admin index's line "Leases held now": its only page is the holders page of
+    ``FenceEventAdmin``, for whoever may see the audit (the same permissions)."""
+
+    def get_urls(self):
+        prefix = f"{self.opts.app_label}_{self.opts.model_name}"
+        view = self.admin_site.admin_view(self.changelist_view)
+        return [path("", view, name=f"{prefix}_changelist")]
+
+    def changelist_view(self, request, extra_context=None):
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+        return HttpResponseRedirect(reverse(f"{self.admin_site.name}:locking_fenceevent_holders"))
+
+    def has_module_permission(self, request):
+        return FenceEventAdmin._may_view(request.user)
+
+    def has_view_permission(self, request, obj=None):
+        return FenceEventAdmin._may_view(request.user)
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False

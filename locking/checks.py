@@ -15,6 +15,7 @@ or the first request.
 ``locking.E011``   a ``fenced_receiver`` view in the URLconf with no secret to verify with
 ``locking.E012``   a fenced model that the database routers send away from ``LOCK_DATABASE``
 ``locking.E013``   a fenced model whose migrations never install the fence guard
+``locking.W013``   E013 while ``makemigrations`` runs (it writes the migration that fixes it)
 ``locking.E014``   (a database check) a fenced table whose guard migration is applied but whose
                    triggers are gone or disabled
 ``locking.E015``   ``LOCK_SCOPES_CALLABLE`` does not import, or is not callable

@@ -62,18 +62,44 @@ class StaleFencingToken(LockError):
     (Redis lost its counter after this grant): this holder lost its lease.
 
     ``epoch`` is the resource's current epoch when the token was refused for its epoch,
-    else ``None``.
+    else ``None``. ``row`` names the fenced row when the row, not the resource's record,
+    holds the higher token (``recorded``): fenced under another resource name, or written
+    by hand; ``row_resources`` are the resources whose record holds that token (the names
+    the row was most likely fenced under; empty when none does).
     """
 
     outcome = Outcome.STALE
     # The token recorded instead; ``None`` only for a receiver's refusal that did not say.
     recorded: int | None
 
-    def __init__(self, token: int, recorded: int, *, epoch: int | None = None):
+    def __init__(
+        self,
+        token: int,
+        recorded: int,
+        *,
+        epoch: int | None = None,
+        resource: str = "",
+        row: str = "",
+        row_resources: tuple[str, ...] = (),
+    ):
         self.token = token
         self.recorded = recorded
         self.epoch = epoch
-        if epoch is None:
+        self.resource = resource
+        self.row = row
+        self.row_resources = row_resources
+        if epoch is None and row:
+            by = (
+                f"recorded by {', '.join(map(repr, row_resources))}"
+                if row_resources
+                else "which no resource's record holds: written by hand or an old fixture"
+            )
+            message = (
+                f"fencing token {token} of {resource!r} is stale: {row} already records token "
+                f"{recorded}, which {resource!r} never recorded ({by}). One row, one "
+                "resource name: fence the row under the resource it was fenced under."
+            )
+        elif epoch is None:
             message = (
                 f"fencing token {token} is stale: the resource already recorded token {recorded}"
             )
@@ -108,6 +134,7 @@ class StaleAtReceiver(StaleFencingToken):
         self.token = token
         self.recorded = accepted
         self.epoch = None
+        self.resource, self.row, self.row_resources = "", "", ()
 
     @classmethod
     def from_answer(

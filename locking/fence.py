@@ -163,6 +163,17 @@ def _stale(
     recorded = max(on_row, on_record)
     if epoch > epoch_of(fencing.token):
         return StaleFencingToken(fencing.token, recorded, epoch=epoch)
+    if row and on_row > on_record:
+        # The row holds a token its resource's record never did: it was fenced under
+        # another name (or written by hand). Say so, naming the records that hold it.
+        others = records.filter(token=on_row).exclude(resource=fencing.resource)
+        return StaleFencingToken(
+            fencing.token,
+            recorded,
+            resource=fencing.resource,
+            row=row,
+            row_resources=tuple(others.order_by("resource").values_list("resource", flat=True)[:3]),
+        )
     return StaleFencingToken(fencing.token, recorded)
 
 

@@ -5,12 +5,31 @@ whose ``last_fence_token`` is within what a fence record could have granted
 (``locking.E016``). Registered when ``locking.checks`` (which lists every id) imports them.
 """
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+
 from django.core.checks import Error, Tags, register
+from django.core.checks import Warning as CheckWarning
 from django.db import router
 
 from locking.conf import setting
 
 FENCE_FIELD = "last_fence_token"
+
+# True while locking's ``makemigrations`` runs its checks: the command that writes the
+# guard's migration must not be stopped by the error that asks for it.
+_writing_migrations: ContextVar[bool] = ContextVar("locking_writing_migrations", default=False)
+
+
+@contextmanager
+def writing_migrations() -> Iterator[None]:
+    """While this runs, ``locking.E013`` is reported as the warning ``locking.W013``."""
+    reset = _writing_migrations.set(True)
+    try:
+        yield
+    finally:
+        _writing_migrations.reset(reset)
 
 
 def fenced_models() -> list:
@@ -54,21 +73,48 @@ def fenced_models_install_the_guard(app_configs=None, **kwargs):
     if not models:
         return []
     guarded = _guarding_migrations()
-    return [
-        Error(
-            f"{model._meta.label} carries a fence (last_fence_token), but no migration of "
-            f"{model._meta.app_label} installs locking's fence guard on its table.",
-            hint=(
-                f"Add a migration with operations = [InstallFenceGuard("
-                f"{model._meta.model_name!r})] (from locking import InstallFenceGuard): "
-                "docs/locking/fence.md, 'The fence guard'."
-            ),
-            obj=model,
-            id="locking.E013",
-        )
-        for model in models
-        if (model._meta.app_label, model._meta.model_name) not in guarded
+    unguarded = [
+        model for model in models if (model._meta.app_label, model._meta.model_name) not in guarded
     ]
+    if _writing_migrations.get():
+        # makemigrations (locking/management/commands/makemigrations.py) writes the
+        # migration that fixes E013: there it is a warning, so ``makemigrations --empty``
+        # runs instead of stopping at the error that asks for it.
+        return [
+            CheckWarning(*_unguarded_message(model), obj=model, id="locking.W013")
+            for model in unguarded
+        ]
+    return [Error(*_unguarded_message(model), obj=model, id="locking.E013") for model in unguarded]
+
+
+def _unguarded_message(model) -> tuple[str, str]:
+    """E013's (and W013's) message and hint for ``model``."""
+    opts = model._meta
+    return (
+        f"{opts.label} carries a fence (last_fence_token), but no migration of "
+        f"{opts.app_label} installs locking's fence guard on its table.",
+        f"Run manage.py makemigrations --empty {opts.app_label}, and put operations = "
+        f"[InstallFenceGuard({opts.model_name!r})] (from locking import InstallFenceGuard) in "
+        "the migration it writes: docs/locking/fence.md, 'The fence guard'.",
+    )
+
+
+def reinstall_command(migration: tuple[str, str], alias: str) -> str:
+    """E014's hint: migrate the app back before the guard's ``migration`` and forward
+    again. ``--skip-checks`` on the way back: ``migrate`` runs the database checks first,
+    and E014 itself would stop it."""
+    from django.db.migrations.loader import MigrationLoader
+
+    app_label = migration[0]
+    graph = MigrationLoader(None, ignore_no_migrations=True).graph
+    before = sorted(key[1] for key in graph.node_map[migration].parents if key[0] == app_label)
+    target = before[-1] if before else "zero"
+    database = "" if alias == "default" else f" --database {alias}"
+    return (
+        f"Run manage.py migrate {app_label} {target} --skip-checks{database} && manage.py "
+        f"migrate {app_label}{database} (it unapplies the migrations of {app_label} after "
+        f"{target} too, and applies them again)."
+    )
 
 
 # The guard's triggers on ``tables`` that do not fire in an ordinary session: disabled
@@ -120,18 +166,20 @@ def fenced_tables_carry_the_guard(app_configs=None, databases=None, **kwargs):
     for alias in databases or ():
         connection = connections[alias]
         applied = MigrationRecorder(connection).applied_migrations()
-        tables = [
-            model._meta.db_table
+        migration_of = {
+            model._meta.db_table: guarding[(model._meta.app_label, model._meta.model_name)]
             for model in fenced_models()
             if router.allow_migrate_model(alias, model)
             and guarding.get((model._meta.app_label, model._meta.model_name)) in applied
-        ]
+        }
+        tables = list(migration_of)
         guarded = guarded_tables(connection, tables)
         errors += [
             Error(
                 f"Table {table} of a fenced model lacks locking's fence guard in "
-                f"database {alias!r}, although the migration that installs it is applied.",
-                hint="Migrate its app back before that migration and forward again.",
+                f"database {alias!r}, although the migration that installs it "
+                f"({'.'.join(migration_of[table])}) is applied.",
+                hint=reinstall_command(migration_of[table], alias),
                 id="locking.E014",
             )
             for table in tables

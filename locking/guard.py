@@ -8,7 +8,11 @@ database sees every way in, so each fenced table carries:
 
 - ``locking_fence_never_back``: ``BEFORE UPDATE OF last_fence_token … WHEN (NEW < OLD)``
   keeps the old, higher value. Its ``WHEN`` costs nothing on the writes that do not lower
-  it; the function runs only for one that would.
+  it; the function runs only for one that would. It keeps the value silently, without
+  raising: ``Model.objects.filter(pk=7).update(last_fence_token=0)`` returns 1 (the row was
+  updated: its other columns, if any, are written) and the column keeps its higher value.
+  A rowcount is no proof the column moved; read it back (``refresh_from_db()``). Raising
+  instead would refuse the ``save()`` of an old copy, whose other fields are the point.
 - ``locking_fence_undone``: ``BEFORE INSERT OR UPDATE OR DELETE … WHEN (<the transaction
   has undone fences>)`` refuses to write a row whose fence a rolled-back savepoint took
   back (locking/savepoints.py). Its ``WHEN`` reads one setting and is false in every

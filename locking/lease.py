@@ -85,7 +85,7 @@ class Lease(BaseLease):
         """
         ttl_ms = positive_ms(ttl)
         tenure = self._tenure
-        if tenure.state is LeaseState.LOST:
+        if tenure.state.is_over:
             return False
         lock = self._lock
         started = time.monotonic()
@@ -157,8 +157,10 @@ class KeepAlive:
     def _run(self) -> None:
         lease = self.lease
         while not self._stop.wait(lease._tenure.renewal_pause(self.ttl)):
-            if lease.state is not LeaseState.LOST and lease.extend(self.ttl):
+            if not lease.state.is_over and lease.extend(self.ttl):
                 continue
+            if lease.state is LeaseState.RELEASED:
+                return  # released inside the block: nothing left to keep
             if lease.state is LeaseState.LOST:
                 logger.warning(
                     "lease lost during keep-alive",

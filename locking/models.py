@@ -2,8 +2,10 @@
 transaction so that a rolled-back write still leaves its record."""
 
 import json
+from collections.abc import Iterable
 
 from django.db import models
+from django.db.models.base import ModelBase
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
@@ -30,15 +32,28 @@ class FencedModel(models.Model):
     class Meta:
         abstract = True
 
-    def save(self, *args, **kwargs):
+    def save(
+        self,
+        *,
+        force_insert: bool | tuple[ModelBase, ...] = False,
+        force_update: bool = False,
+        using: str | None = None,
+        update_fields: Iterable[str] | None = None,
+    ) -> None:
+        """Django's ``save()`` (its keyword-only signature, typed), never writing
+        ``last_fence_token`` to a row it loaded."""
         if not self._state.adding:
-            update_fields = kwargs.get("update_fields")
             if update_fields is None:
                 update_fields = [
                     field.name for field in self._meta.concrete_fields if not field.primary_key
                 ]
-            kwargs["update_fields"] = [name for name in update_fields if name != "last_fence_token"]
-        super().save(*args, **kwargs)
+            update_fields = [name for name in update_fields if name != "last_fence_token"]
+        super().save(
+            force_insert=force_insert,
+            force_update=force_update,
+            using=using,
+            update_fields=update_fields,
+        )
 
 
 class FenceEventQuerySet(models.QuerySet):
@@ -75,6 +90,18 @@ class FenceEvent(models.Model):
 
     def __str__(self):
         return f"{self.resource} #{self.token} {self.outcome}"
+
+
+class LeaseHolder(FenceEvent):
+    """The admin index's entry for the leases held now: no table and no rows of its own
+    (a proxy), only a line in the index that leads to the holders page, which reads Redis.
+    Without it the page was reachable only from a link on the fence events' list."""
+
+    class Meta:
+        proxy = True
+        default_permissions = ()  # the page asks FenceEvent's permissions
+        verbose_name = _("lease held now")
+        verbose_name_plural = _("leases held now")
 
 
 class FenceEpoch(models.Model):

@@ -6,7 +6,7 @@ label as is, and ``Outcome.choices`` feeds a model field or a form. It imports n
 any module (exceptions, metrics, services) can use it before the app registry is ready.
 
 ``LeaseState`` is the other word a holder reads: what it can know of its lease right now
-(``lease.state``: held, uncertain, lost; locking/lease.py has the transitions).
+(``lease.state``: held, uncertain, lost, released; locking/tenure.py has the transitions).
 ``HolderState`` is what an operator reads of a lease from outside (``HolderInfo.state``).
 """
 
@@ -54,7 +54,13 @@ class LeaseState(enum.StrEnum):
 
     HELD = "held"  # confirmed by Redis, and its TTL not run out by this process's clock
     UNCERTAIN = "uncertain"  # a renewal failed or Redis did not answer: it may still run
-    LOST = "lost"  # Redis says it is not ours, it was released, or its TTL surely passed
+    LOST = "lost"  # Redis says it is not ours, or its TTL surely passed
+    RELEASED = "released"  # its holder let it go (release(), the end of its with block)
+
+    @property
+    def is_over(self) -> bool:
+        """``LOST`` or ``RELEASED``: final; ``check()`` refuses, ``extend()`` sends nothing."""
+        return self is LeaseState.LOST or self is LeaseState.RELEASED
 
 
 class HolderState(TextChoices):

@@ -10,19 +10,22 @@ reads that state and nothing else, so neither carries the other's I/O.
     HELD ──renewal fails, Redis unreachable──▶ UNCERTAIN ──renewal reaches Redis──▶ HELD
       │                                            │
       └──Redis: another owner / TTL surely passed──┴──▶ LOST   (final; on_lost runs once)
+    HELD or UNCERTAIN ──release()──▶ RELEASED   (final; no on_lost)
 
 - ``HELD``: the last grant or extend was confirmed, and its TTL, counted from before the
   request was sent, has not run out by this process's monotonic clock.
 - ``UNCERTAIN``: a renewal failed or Redis did not answer, or the TTL may just have run
   out (counted from the request, not yet from the reply): the lease may still run.
-- ``LOST``: Redis says the lease is not ours (another owner, or none), the holder released
-  it, or the TTL has surely passed (counted from the reply of the last confirmed grant or
-  extend). Never left.
+- ``LOST``: Redis says the lease is not ours (another owner, or none), or the TTL has
+  surely passed (counted from the reply of the last confirmed grant or extend). Never
+  left; a release after it leaves it ``LOST`` (the loss is what happened).
+- ``RELEASED``: its holder released it (``release()``, the end of its ``with`` block) before
+  any loss was known. Never left.
 
-``check()`` raises ``LeaseLost`` on ``LOST`` and ``LeaseUncertain`` (a ``LeaseLost``) on
-``UNCERTAIN``, so nothing goes out while the holder cannot know. None of this is the
-safety, which is the fencing token checked by ``advance_fence``; it is what the holder can
-know.
+``check()`` raises ``LeaseLost`` on ``LOST`` and ``RELEASED``, and ``LeaseUncertain`` (a
+``LeaseLost``) on ``UNCERTAIN``, so nothing goes out while the holder cannot know. None
+of this is the safety, which is the fencing token checked by ``advance_fence``; it is what
+the holder can know.
 
 A TTL is a ``timedelta`` wherever one is taken (``acquire``, ``extend``, ``keep_alive``,
 ``run_fenced``, ``LeasedAttempt``, and their async twins): a bare number would be seconds
@@ -102,6 +105,7 @@ class Tenure:
         "deadline",
         "doubt",
         "expired_by",
+        "lost_before_release",
         "released",
         "resource",
         "token",
@@ -126,7 +130,8 @@ class Tenure:
         self._expires_at: datetime | None = None
         # Why the holder cannot know (the last renewal's error); None while renewals answer.
         self.doubt: str | None = None
-        self.released = False  # by its holder: then LOST, with no loss to report
+        self.released = False  # by its holder: then RELEASED, with no loss to report
+        self.lost_before_release = False  # a loss known before the release: LOST stays
         self._lost: LostSignal | None = None
 
     @property
@@ -153,9 +158,11 @@ class Tenure:
 
     @property
     def state(self) -> LeaseState:
-        """``HELD``, ``UNCERTAIN`` or ``LOST``; read past the TTL, the lease becomes
-        ``LOST`` (and the ``on_lost`` callbacks run, once)."""
-        if self.released or (self._lost is not None and self._lost._flag):
+        """``HELD``, ``UNCERTAIN``, ``LOST`` or ``RELEASED``; read past the TTL, the lease
+        becomes ``LOST`` (and the ``on_lost`` callbacks run, once)."""
+        if self.released:
+            return LeaseState.LOST if self.lost_before_release else LeaseState.RELEASED
+        if self._lost is not None and self._lost._flag:
             return LeaseState.LOST
         now = time.monotonic()
         if now < self.deadline and self.doubt is None:
@@ -169,11 +176,12 @@ class Tenure:
         return LeaseState.UNCERTAIN
 
     def check(self) -> None:
-        """Raise ``LeaseLost`` unless ``HELD`` (``LeaseUncertain`` while uncertain)."""
+        """Raise ``LeaseLost`` unless ``HELD`` (``LeaseUncertain`` while uncertain; the
+        reason ``released`` once released)."""
         state = self.state
         if state is LeaseState.HELD:
             return
-        if state is LeaseState.LOST:
+        if state.is_over:
             raise LeaseLost(self.resource, self.token, self.lost.reason)
         reason = self.doubt or "its TTL may have passed by this process's clock"
         raise LeaseUncertain(self.resource, self.token, reason)
@@ -220,10 +228,12 @@ class Tenure:
             metrics.lease_lost(self.resource, cause)
 
     def end(self) -> None:
-        """The holder releases the lease: ``LOST`` from now on, quietly (no loss to log,
-        count or call back). The first release observes how long the work ran past the
-        TTL, counted from before the last confirmed grant or extend."""
+        """The holder releases the lease: ``RELEASED`` from now on (``LOST`` if it was lost
+        before), quietly (no loss to log, count or call back). The first release observes
+        how long the work ran past the TTL, counted from before the last confirmed grant or
+        extend."""
         if not self.released:
+            self.lost_before_release = self._lost is not None and self._lost._flag
             overrun = time.monotonic() - self.deadline
             if overrun > 0:
                 metrics.lease_overran(self.resource, overrun)

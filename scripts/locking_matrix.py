@@ -16,6 +16,12 @@ conftest), and runs them with their own settings. The example project
 (locking/tests/example_project, which knows nothing of the platform) runs the same way on
 the combination that names it.
 
+On each combination too, the quick start (docs/locking/quickstart.md) as a new adopter
+takes it, timed (scripts/locking_quickstart.py): a fresh virtualenv with the wheel installed
+from its file and the combination's Django, startproject, an app with a `FencedModel`,
+makemigrations, makemigrations --empty + `InstallFenceGuard`, migrate, check, a first fenced
+write; every command must exit 0.
+
 Then the types, as an adopter's type checker reads the installed wheel: `mypy --strict
 --disallow-any-expr` on the sdist's locking/tests/typing/consumer.py (every public name,
 each in an `assert_type`), in a virtualenv of its own with the wheel, Django and the mypy
@@ -49,6 +55,15 @@ from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+
+# Its sibling, whether this runs as a script or through runpy (tests/test_locking_matrix.py).
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from locking_quickstart import (
+    QuickstartError,
+    create_database,
+    report,
+    run_quickstart,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 MATRIX_DIR = ROOT / ".local" / "matrix"
@@ -369,7 +384,34 @@ def run_combination(
                 },
             )
             results.append((f"{combination.name} example project", closing))
+    results.append(
+        (f"{combination.name} quick start", quickstart(combination, wheel, redis_url, tag))
+    )
     return results
+
+
+def quickstart(combination: Combination, wheel: Path, redis_url: str, tag: str) -> str:
+    """The quick start in a fresh project against the wheel; its timed steps logged."""
+    database = f"locking_quickstart_{tag}"
+    django = next(
+        r for r in combination.requirements if r.lower().startswith(("django=", "django>"))
+    )
+    try:
+        create_database(PG_PORT, database)
+        try:
+            timed = run_quickstart(
+                python=interpreter(combination.python), wheel=wheel, django=django,
+                pg_port=PG_PORT, redis_url=f"{redis_url}/{3 + COMBINATIONS.index(combination)}",
+                database=database,
+            )  # fmt: skip
+        finally:
+            create_database(PG_PORT, database, drop=True)
+    except QuickstartError as error:
+        raise MatrixError(f"{combination.name} {error}") from error
+    lines = report(f"{combination.name} quick start", timed)
+    for line in lines:
+        log(line)
+    return f"{len(timed)} commands exit 0, {sum(s for _, s in timed):.1f} s"
 
 
 def pinned(requirements: Path, names: tuple[str, ...]) -> list[str]:

@@ -32,3 +32,27 @@ def test_the_matrix_runs_on_a_redis_server_of_its_own_and_stops_it(tmp_path):
 
     with pytest.raises(redis.ConnectionError):
         redis.Redis.from_url(url, socket_connect_timeout=1).ping()
+
+
+def test_every_combination_takes_the_quick_start_and_the_page_shows_each_command_it_runs():
+    """Issue 45, item 1: nothing ran the quick start as an adopter does, and its first
+    ``makemigrations`` failed. Each combination of the matrix runs it in a fresh project
+    (scripts/locking_quickstart.py); the manage.py commands the page shows are the ones run,
+    in order (a command on the page that the run leaves out fails it)."""
+    quickstart = runpy.run_path(str(ROOT / "scripts" / "locking_quickstart.py"))
+    assert MATRIX["run_quickstart"] is not None and "quickstart" in MATRIX
+    shown = quickstart["shown_commands"](ROOT / "docs" / "locking" / "quickstart.md")
+    assert shown == [
+        "python manage.py migrate locking",
+        "python manage.py check",
+        "python manage.py makemigrations yourapp",
+        "python manage.py makemigrations --empty yourapp --name invoice_fence_guard",
+        "python manage.py migrate",
+        "python manage.py check",
+        "python manage.py check --database default",
+    ]
+    djangos = [
+        next(r for r in c.requirements if r.lower().startswith(("django=", "django>")))
+        for c in MATRIX["COMBINATIONS"]
+    ]
+    assert djangos == ["Django==5.2", "Django>=6.0,<6.1", "Django>=6.1,<6.2"]

@@ -84,7 +84,7 @@ class AsyncLease(BaseLease):
         """Reset the lease's expiry to ``ttl`` from now if it is still ours (``Lease.extend``)."""
         ttl_ms = positive_ms(ttl)
         tenure = self._tenure
-        if tenure.state is LeaseState.LOST:
+        if tenure.state.is_over:
             return False
         started = time.monotonic()
         try:
@@ -162,8 +162,10 @@ class AsyncKeepAlive:
                 return  # the block ended
             except TimeoutError:
                 pass
-            if lease.state is not LeaseState.LOST and await lease.extend(self.ttl):
+            if not lease.state.is_over and await lease.extend(self.ttl):
                 continue
+            if lease.state is LeaseState.RELEASED:
+                return  # released inside the block: nothing left to keep, nothing to cancel
             if lease.state is not LeaseState.LOST:
                 continue  # uncertain: try again soon, the block goes on
             logger.warning(

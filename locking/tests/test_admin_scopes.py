@@ -344,6 +344,26 @@ def test_an_operator_who_only_reads_sees_the_holders_but_may_not_break(
     assert lock_value(redis_client, "fenced-thing:red:2") == before
 
 
+def test_the_admin_index_leads_to_the_holders_page_for_whoever_may_see_it(
+    client, django_user_model
+):
+    """Issue 45, item 6: the holders page was reachable only from a link on the fence
+    events' list. The admin index (and locking's app index) lists "Leases held now"."""
+    entry = reverse("admin:locking_leaseholder_changelist")
+    client.force_login(operator(django_user_model, "rita", "view_fenceevent"))
+    for index in (reverse("admin:index"), reverse("admin:app_list", args=["locking"])):
+        page = client.get(index)
+        [model] = [m for m in page.context["app_list"][0]["models"] if m["admin_url"] == entry]
+        assert (str(model["name"]), model["add_url"]) == ("Leases held now", None)
+        assert f'href="{entry}"' in page.content.decode()
+    followed = client.get(entry)
+    assert (followed.status_code, followed["Location"]) == (302, reverse(HOLDERS))
+
+    client.force_login(django_user_model.objects.create_user("sam", is_staff=True))
+    assert entry not in client.get(reverse("admin:index")).content.decode()
+    assert client.get(entry).status_code == 403
+
+
 def test_staff_without_lockings_permissions_get_no_holders_page(client, django_user_model):
     client.force_login(django_user_model.objects.create_user("sam", is_staff=True))
     assert client.get(reverse(HOLDERS)).status_code == 403

@@ -6,6 +6,7 @@ import inspect
 import os
 import re
 import sys
+from pathlib import Path
 
 import pytest
 from django.core import checks
@@ -242,7 +243,7 @@ def test_a_client_ip_callable_that_imports_passes():
         ("", "is not a dotted path: ''"),
     ],
 )
-def test_a_scopes_callable_that_does_not_import_is_e013(path, problem):
+def test_a_scopes_callable_that_does_not_import_is_e015(path, problem):
     """Else every page of locking's admin is a 500, and `locks break` a traceback."""
     [(check_id, message)] = locking_messages(LOCK_SCOPES_CALLABLE=path)
     assert check_id == "locking.E015"
@@ -334,3 +335,8 @@ def test_every_check_id_is_listed_in_the_modules_table_and_in_docs_locking_check
         pytest.skip("the wheel carries no docs/")
     page = (SOURCE_ROOT / "docs" / "locking" / "checks.md").read_text()
     assert sorted(i for i in raised if f"`{i}`" not in page) == []
+    # Issue 45, item 1: each id with the test that shows it, and that test exists.
+    shown_by = dict(re.findall(r"^\| `(locking\.[EW]\d{3})` \| `(test_\w+)`", page, re.M))
+    assert sorted(raised - set(shown_by)) == []
+    suite = "".join(path.read_text() for path in Path(__file__).parent.glob("*.py"))
+    assert sorted(test for test in shown_by.values() if f"def {test}(" not in suite) == []

@@ -20,6 +20,7 @@ from django.utils import timezone
 from locking import FenceLock, FencingToken, StaleFencingToken, advance_fence, insert_fenced
 from locking.epochs import first_token
 from locking.models import FenceEpoch
+from locking.tests.support import INSTALLED, SOURCE_ROOT
 from locking.tests.testapp.models import Box, FencedThing
 
 RESOURCE = "fenced-thing:fence-test"
@@ -99,6 +100,29 @@ def test_one_grant_fences_its_row_again_in_a_later_transaction(thing):
 
 
 @pytest.mark.django_db
+def test_a_row_fenced_under_another_resource_is_refused_naming_the_row_and_that_resource(thing):
+    """Issue 45, item 6: fencing a row under a second resource name said "the resource
+    already recorded token 2", although that resource had recorded nothing: the row had,
+    under the first name."""
+    first, second = "fenced-thing:first-name", "fenced-thing:second-name"
+    with transaction.atomic():
+        advance_fence(FencedThing.objects.filter(pk=thing.pk), FencingToken(first, 2, "a"))
+    with pytest.raises(StaleFencingToken) as caught, transaction.atomic():
+        advance_fence(FencedThing.objects.filter(pk=thing.pk), FencingToken(second, 1, "b"))
+    refused = caught.value
+    assert (refused.token, refused.recorded, refused.resource) == (1, 2, second)
+    assert refused.row == f"locking_testapp.FencedThing pk {thing.pk}"
+    assert refused.row_resources == (first,)
+    assert str(refused) == (
+        f"fencing token 1 of {second!r} is stale: locking_testapp.FencedThing pk {thing.pk} "
+        f"already records token 2, which {second!r} never recorded (recorded by {first!r}). "
+        "One row, one resource name: fence the row under the resource it was fenced under."
+    )
+    assert "the resource already recorded" not in str(refused)
+    assert token_of(thing) == 2
+
+
+@pytest.mark.django_db
 def test_the_row_never_takes_a_token_below_its_own(thing):
     """The row's own check stays a second line: a row fenced higher by any path refuses a
     lower token, whatever the resource's record says."""
@@ -106,6 +130,7 @@ def test_the_row_never_takes_a_token_below_its_own(thing):
     with pytest.raises(StaleFencingToken) as caught, transaction.atomic():
         advance_fence(FencedThing.objects.filter(pk=thing.pk), grant(8))
     assert (caught.value.token, caught.value.recorded) == (8, 9)
+    assert "which no resource's record holds: written by hand" in str(caught.value)
     assert not FenceEpoch.objects.filter(resource=RESOURCE, token=8).exists()
 
 
@@ -534,6 +559,27 @@ def test_no_write_moves_the_fence_backwards(thing, write):
     FenceEpoch.objects.filter(resource=RESOURCE).update(token=0, owner="")  # the row alone
     with pytest.raises(StaleFencingToken), transaction.atomic():
         advance_fence(FencedThing.objects.filter(pk=thing.pk), grant(5, "older"))
+
+
+@pytest.mark.django_db
+def test_an_update_the_guard_keeps_from_lowering_the_fence_returns_1_as_its_docs_say(thing):
+    """Issue 45, item 6: ``update(last_fence_token=0)`` returns 1 and the trigger keeps
+    the value, silently. The guard's docstring, the check's docs and the fence's page say
+    so, since a rowcount is what an adopter reads."""
+    import locking.guard
+
+    with transaction.atomic():
+        advance_fence(FencedThing.objects.filter(pk=thing.pk), grant(9))
+    assert FencedThing.objects.filter(pk=thing.pk).update(last_fence_token=0) == 1
+    assert token_of(thing) == 9
+    said = "update(last_fence_token=0)`` returns 1"
+    assert said in " ".join((locking.guard.__doc__ or "").split())
+    if not INSTALLED:
+        for page in ("checks.md", "fence.md"):
+            text = " ".join((SOURCE_ROOT / "docs" / "locking" / page).read_text().split())
+            assert "update(last_fence_token=0)` still returns 1" in text or (
+                "update(last_fence_token=0)` returns 1" in text
+            ), page
 
 
 @pytest.mark.django_db

@@ -115,7 +115,7 @@ def test_an_extend_that_redis_refuses_calls_on_lost_in_the_callers_thread(fence_
     assert lease.lost.is_set()
 
 
-def test_release_marks_the_lease_lost_but_is_not_reported_as_a_loss(fence_lock):
+def test_release_sets_the_lost_signal_but_is_not_reported_as_a_loss(fence_lock):
     lease = fence_lock.acquire(RESOURCE, ttl=LONG)
     calls, _ = recorder()
     lease.on_lost(calls.append)
@@ -132,19 +132,38 @@ def test_release_marks_the_lease_lost_but_is_not_reported_as_a_loss(fence_lock):
 
 
 def test_a_signal_first_asked_for_after_the_release_says_released(fence_lock):
-    # The signal is made on first use: a lease nobody watched is still LOST once released,
+    # The signal is made on first use: a lease nobody watched is RELEASED once released,
     # and its signal, made afterwards, tells the same as one made before.
     lease = fence_lock.acquire(RESOURCE, ttl=LONG)
     assert lease.state is LeaseState.HELD
     assert lease.release() is True
 
-    assert lease.state is LeaseState.LOST
+    assert lease.state is LeaseState.RELEASED
     assert lease.lost.is_set() and lease.lost.wait(0)
     assert lease.lost.released
     assert lease.lost.reason == "released"
     calls, _ = recorder()
     lease.on_lost(calls.append)
     assert calls == []  # a release is not a loss
+
+
+def test_a_released_lease_says_released_and_a_lost_one_stays_lost_once_released(
+    fence_lock, redis_client
+):
+    """Issue 45, item 6: ``lease.state`` read ``lost`` after a normal release, the word of
+    a lease taken away. Released, it is ``RELEASED``; lost first, it stays ``LOST``."""
+    released = fence_lock.acquire(RESOURCE, ttl=LONG)
+    with released.keep_alive(LONG):
+        assert released.release() is True  # inside the block: the keep-alive stops quietly
+    assert released.state is LeaseState.RELEASED and released.state.is_over
+    with pytest.raises(LeaseLost, match="is lost: released"):
+        released.check()
+
+    lost = fence_lock.acquire(RESOURCE, ttl=LONG)
+    redis_client.delete(lock_key(RESOURCE))
+    assert lost.extend(LONG) is False and lost.state is LeaseState.LOST
+    assert lost.release() is False
+    assert lost.state is LeaseState.LOST and lost.lost.reason != "released"
 
 
 def test_check_raises_once_the_ttl_passed_by_this_process_clock(fence_lock, redis_client):

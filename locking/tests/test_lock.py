@@ -350,7 +350,7 @@ def test_lease_outlives_a_redis_that_stopped_and_reports_it_cannot_release(tmp_p
         assert lease.state is LeaseState.UNCERTAIN  # no answer: it may still run
         assert not lease.lost.is_set()
         assert lease.release() is False  # logged, never raised
-        assert lease.state is LeaseState.LOST  # released: its holder is done with it
+        assert lease.state is LeaseState.RELEASED  # its holder is done with it
         with pytest.raises(LockUnavailable):
             lock.acquire(RESOURCE, ttl=LONG)
     finally:

@@ -76,6 +76,13 @@ class Invoice(FencedModel):
     constructor taking ``*args: Any``, which ``--disallow-any-expr`` reports in any code."""
 
 
+def an_adopter_saves_a_fenced_row(invoice: Invoice) -> None:
+    """Issue 45, item 6: ``FencedModel.save()`` was unannotated, so every ``save()`` on an
+    adopter's model failed ``--strict`` ("call to untyped function")."""
+    assert_type(invoice.save(), None)
+    assert_type(invoice.save(update_fields=["last_fence_token"], using="default"), None)
+
+
 def the_sync_lock(invoices: "QuerySet[Invoice]", new: Invoice) -> None:
     lock = FenceLock()
     assert_type(lock, FenceLock)
