@@ -1,7 +1,7 @@
 """Check the distribution files of django-fenced-writes before anyone installs or uploads them.
 
-    python scripts/check_wheel.py dist/django_fenced_writes-2.0.0-py3-none-any.whl \
-        dist/django_fenced_writes-2.0.0.tar.gz
+    python scripts/check_wheel.py dist/django_fenced_writes-3.0.0-py3-none-any.whl \
+        dist/django_fenced_writes-3.0.0.tar.gz
 
 - the wheel holds the locking package and nothing else (no tests, nothing of the platform),
   with what the app needs at run time (migrations, template, checks, command, py.typed);

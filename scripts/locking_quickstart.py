@@ -5,7 +5,7 @@ migrations (``makemigrations``, then ``makemigrations --empty`` filled with
 and with a lease and ``advance_fence``. Every command runs in order, with the page's
 placeholders filled (``yourapp``, ``mysite``, the settings), and must exit 0; each is timed.
 
-    python scripts/locking_quickstart.py dist/django_fenced_writes-2.0.0-py3-none-any.whl \
+    python scripts/locking_quickstart.py dist/django_fenced_writes-3.0.0-py3-none-any.whl \
         --python 3.13 --django "Django>=6.1,<6.2"
 
 ``make test-locking-matrix`` runs it on each combination of scripts/locking_matrix.py (the
