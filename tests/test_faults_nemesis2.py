@@ -184,7 +184,7 @@ def test_http_answers_allow_a_503_only_while_a_fault_is_on_and_a_502_only_in_a_p
     windows.append(("pg-restart", 200.0, 201.0))
     problems = check_http_answers(ops, windows)
     assert len(problems) == 4, problems
-    assert "503 while no fault was on" in problems[0]
+    assert "503 unavailable while no fault was on" in problems[0]
     assert "500 error (faults on: redis-partition)" in problems[1]
     assert "no answer no_answer" in problems[2]
     assert "502 failed (faults on: redis-partition)" in problems[3]
