@@ -21,6 +21,7 @@ from hoa.dates import zone_label
 from hoa.models import Organization
 from hoa.security.audit import Reason, deny_request
 from hoa.security.operators import is_operator
+from hoa.web.fields import MONEY_FORMFIELDS
 
 # The fence's bookkeeping on the product's rows: locking's ``FencedModel.last_fence_token``
 # and the token an assignment (or any fenced write) was made with.
@@ -174,8 +175,11 @@ class TenantAdminMixin(ViewerZoneMixin, OperatorFieldsMixin):
     organizations are simply not in the queryset, so their change pages answer 404-style
     ("doesn't exist") redirects exactly like missing objects, and an action POST naming
     their ids acts on none of them. Such attempts, and actions the user lacks the
-    permission for, are audited (``hoa.security.audit``).
+    permission for, are audited (``hoa.security.audit``). Amounts are typed as on the staff
+    pages (``MoneyField``).
     """
+
+    formfield_overrides = MONEY_FORMFIELDS
 
     def get_queryset(self, request):
         return super().get_queryset(request).for_user(request.user)
@@ -389,6 +393,8 @@ class TenantInlineMixin:
     several): without it, the inline would list, and offer to add, other associations'
     rows.
     """
+
+    formfield_overrides = MONEY_FORMFIELDS
 
     def get_queryset(self, request):
         return super().get_queryset(request).for_user(request.user)

@@ -170,6 +170,8 @@ class InvoiceRule(StrEnum):
     AMOUNT_CENTS = "amount-cents"
     AMOUNT_UNCHANGED = "amount-unchanged"
     DUE_BEFORE_ISSUED = "due-before-issued"
+    ISSUED_OUT_OF_RANGE = "issued-out-of-range"
+    DUE_OUT_OF_RANGE = "due-out-of-range"
     NOT_FROM_HERE = "not-from-here"
     ALREADY_APPROVED_BY_YOU = "already-approved-by-you"
     SECOND_NOT_RECORDER = "second-not-recorder"

@@ -53,6 +53,12 @@ RULES = {
     Rule.DUE_BEFORE_ISSUED: gettext_lazy(
         "The due date must be on or after the invoice date (%(issued_on)s)."
     ),
+    Rule.ISSUED_OUT_OF_RANGE: gettext_lazy(
+        "The invoice date must be between %(earliest)s and %(latest)s."
+    ),
+    Rule.DUE_OUT_OF_RANGE: gettext_lazy(
+        "The due date must be between the invoice date (%(earliest)s) and %(latest)s."
+    ),
     Rule.ALREADY_APPROVED_BY_YOU: gettext_lazy(
         "You have approved this invoice already; a second approval must come from someone else."
     ),
@@ -240,6 +246,8 @@ def rule(name: InvoiceRule, facts: dict) -> str:
             return RULES[name] % {"megabytes": facts["limit"] // (1024 * 1024)}
         case Rule.DUE_BEFORE_ISSUED:
             return RULES[name] % {"issued_on": facts["issued_on"].isoformat()}
+        case Rule.ISSUED_OUT_OF_RANGE | Rule.DUE_OUT_OF_RANGE:
+            return RULES[name] % {key: day.isoformat() for key, day in facts.items()}
         case Rule.NOT_APPROVED:
             return RULES[name] % {"status": Invoice.Status(facts["status"]).label.lower()}
     return RULES[name] % facts

@@ -11,8 +11,8 @@ from decimal import Decimal
 from django import forms
 from django.utils.translation import gettext_lazy as _
 
-from hoa.web.fields import IdChoiceField, has_control_characters
-from vendors import invoice_answers, invoices
+from hoa.web.fields import IdChoiceField, MoneyField, has_control_characters
+from vendors import invoices
 from vendors.exceptions import InvoiceRefused, InvoiceRule
 from vendors.models import Invoice, Vendor, VendorAssignment
 from vendors.models.invoices import MAX_AMOUNT
@@ -31,20 +31,8 @@ class AsciiDateField(forms.DateField):
         return super().to_python(value)
 
 
-def _amount_field(label) -> forms.DecimalField:
-    return forms.DecimalField(
-        label=label,
-        max_digits=12,
-        decimal_places=2,
-        min_value=Decimal("0.01"),
-        max_value=MAX_AMOUNT,
-        widget=forms.TextInput(attrs={"inputmode": "decimal", "autocomplete": "off"}),
-        error_messages={
-            "invalid": _("Enter an amount such as 1250.00."),
-            "min_value": _("The amount must be more than zero."),
-            "max_decimal_places": _("The amount has at most two decimals (cents)."),
-        },
-    )
+def _amount_field(label) -> MoneyField:
+    return MoneyField(label=label, min_value=Decimal("0.01"), max_value=MAX_AMOUNT)
 
 
 def _reason_field(label) -> forms.CharField:
@@ -99,10 +87,11 @@ class InvoiceForm(forms.Form):
     def clean(self):
         cleaned = super().clean()
         issued, due = cleaned.get("issued_on"), cleaned.get("due_on")
-        if issued and due and due < issued:
-            self.add_error(
-                "due_on", invoice_answers.rule(InvoiceRule.DUE_BEFORE_ISSUED, {"issued_on": issued})
-            )
+        try:
+            invoices.check_dates(issued, due)
+        except InvoiceRefused as refused:
+            field = "issued_on" if refused.rule == InvoiceRule.ISSUED_OUT_OF_RANGE else "due_on"
+            self.add_error(field, refused.message)
         return cleaned
 
 

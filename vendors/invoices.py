@@ -141,8 +141,7 @@ def record_invoice(
     _allowed(actor, organization, RECORD_PERMISSION, "record")
     number = _checked_number(number)
     _check_amount(amount)
-    if due_on < issued_on:
-        raise InvoiceRefused(InvoiceRule.DUE_BEFORE_ISSUED, issued_on=issued_on)
+    check_dates(issued_on, due_on)
     vendor = assignment.vendor
     now = timezone.now()
     with transaction.atomic():
@@ -412,6 +411,37 @@ def _check_amount(amount: Decimal) -> None:
         raise InvoiceRefused(InvoiceRule.AMOUNT_TOO_LARGE, max=MAX_AMOUNT)
     if amount != amount.quantize(Decimal("0.01")):
         raise InvoiceRefused(InvoiceRule.AMOUNT_CENTS)
+
+
+# How far from today an invoice date may be, and a due date from its invoice date: wider
+# than any real bill, narrow enough that 1900-01-01 or 9999-12-31 is caught as the typo it is.
+ISSUED_YEARS_BACK = 10
+ISSUED_YEARS_AHEAD = DUE_YEARS_AFTER_ISSUED = 1
+
+
+def check_dates(issued_on: date | None, due_on: date | None) -> None:
+    """Refuse an invoice date more than ten years back or a year ahead of today, and a due
+    date before the invoice date or more than a year after it (``InvoiceRefused``, the
+    range in its sentence). A missing date is left to the form's "required"."""
+    today = timezone.localdate()
+    if issued_on is not None:
+        earliest = _years_from(today, -ISSUED_YEARS_BACK)
+        latest = _years_from(today, ISSUED_YEARS_AHEAD)
+        if not earliest <= issued_on <= latest:
+            raise InvoiceRefused(InvoiceRule.ISSUED_OUT_OF_RANGE, earliest=earliest, latest=latest)
+    if issued_on is not None and due_on is not None:
+        if due_on < issued_on:
+            raise InvoiceRefused(InvoiceRule.DUE_BEFORE_ISSUED, issued_on=issued_on)
+        latest = _years_from(issued_on, DUE_YEARS_AFTER_ISSUED)
+        if due_on > latest:
+            raise InvoiceRefused(InvoiceRule.DUE_OUT_OF_RANGE, earliest=issued_on, latest=latest)
+
+
+def _years_from(day: date, years: int) -> date:
+    try:
+        return day.replace(year=day.year + years)
+    except ValueError:  # February 29th, in a year without one
+        return day.replace(year=day.year + years, day=28)
 
 
 def _checked_reason(reason: str, action: str) -> str:

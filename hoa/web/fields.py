@@ -1,8 +1,17 @@
 """Form fields every staff form shares."""
 
 import re
+from decimal import Decimal, InvalidOperation
 
+from babel.numbers import get_currency_symbol
 from django import forms
+from django.conf import settings
+from django.core.exceptions import ValidationError
+from django.db import models
+from django.utils.translation import get_language, to_locale
+from django.utils.translation import gettext_lazy as _
+
+from hoa.web.money import format_money
 
 _ASCII_ID = re.compile(r"[0-9]{1,19}")
 
@@ -49,3 +58,83 @@ class AsciiDateTimeField(forms.DateTimeField):
             if value.strip() and not _ASCII_DATETIME.fullmatch(value.strip()):
                 raise forms.ValidationError(self.error_messages["invalid"], code="invalid")
         return super().to_python(value)
+
+
+# What people type for an amount, in ASCII digits, once the currency's symbol is set aside:
+# ``1000``, ``1,000.00``, ``.50``; commas only between groups of three. No exponent ("1e9"),
+# no underscore ("1_000"), no other script's digits: ``Decimal()`` reads all three, and each
+# has turned a typo into an amount.
+_MONEY = re.compile(r"(?:[0-9]{1,3}(?:,[0-9]{3})+|[0-9]+)(?:\.[0-9]+)?|\.[0-9]+")
+
+
+def _without_symbol(text: str) -> str:
+    """``text`` without the deployment's currency symbol, before or after the number."""
+    locale = to_locale(get_language() or settings.LANGUAGE_CODE)
+    for symbol in {get_currency_symbol(settings.CURRENCY, locale=locale), "$"}:
+        if text.startswith(symbol):
+            return text[len(symbol) :].strip()
+        if text.endswith(symbol):
+            return text[: -len(symbol)].strip()
+    return text
+
+
+class MoneyField(forms.DecimalField):
+    """An amount as people type it (``1000``, ``1,000.00``, ``$1,000.00``), one sentence per
+    mistake, the limits said as amounts. Every form that takes money uses it; the admin
+    through ``MONEY_FORMFIELDS``."""
+
+    widget = forms.TextInput(attrs={"inputmode": "decimal", "autocomplete": "off"})
+    default_error_messages = {
+        "invalid": _("Enter an amount as digits, such as 1,250.00 or $1,250.00."),
+        "max_decimal_places": _("The amount has at most two decimals (cents)."),
+    }
+
+    def __init__(self, *, max_digits=12, decimal_places=2, **kwargs):
+        super().__init__(max_digits=max_digits, decimal_places=decimal_places, **kwargs)
+
+    def to_python(self, value):
+        if value in self.empty_values:
+            return None
+        if isinstance(value, Decimal | int):
+            return Decimal(value)
+        text = str(value).strip()
+        sign, text = ("-", text[1:].strip()) if text.startswith("-") else ("", text)
+        text = _without_symbol(text)
+        if not _MONEY.fullmatch(text):
+            raise ValidationError(self.error_messages["invalid"], code="invalid")
+        try:
+            return Decimal(sign + text.replace(",", ""))
+        except InvalidOperation:
+            raise ValidationError(self.error_messages["invalid"], code="invalid") from None
+
+    def run_validators(self, value):
+        """The first rule broken, in one sentence (Django's would add the digit count's to
+        the maximum's, in its own words)."""
+        if value in self.empty_values:
+            return
+        if self.max_value is not None and value > self.max_value:
+            raise ValidationError(
+                _("The amount must be at most %(max)s.") % {"max": format_money(self.max_value)},
+                code="max_value",
+            )
+        if self.min_value is not None and value < self.min_value:
+            raise ValidationError(_below(self.min_value), code="min_value")
+        for validator in self.validators:
+            try:
+                validator(value)
+            except ValidationError as error:
+                code = getattr(error, "code", None)
+                message = self.error_messages.get(code, error.messages[0])
+                raise ValidationError(message, code=code) from None
+
+
+def _below(minimum: Decimal) -> str:
+    if minimum == 0:
+        return str(_("The amount cannot be negative."))
+    if minimum == Decimal("0.01"):
+        return str(_("The amount must be more than zero."))
+    return _("The amount must be at least %(min)s.") % {"min": format_money(minimum)}
+
+
+# The admin's money fields (``formfield_overrides``): the same field as the staff pages'.
+MONEY_FORMFIELDS = {models.DecimalField: {"form_class": MoneyField}}
