@@ -118,6 +118,18 @@ def test_no_payment_service_exits_1_and_pays_nothing(approved, env, payments):
     assert paid_state(approved) == (Status.APPROVED, None, 0, [])
 
 
+def test_no_payment_service_stops_a_batch_at_once_even_with_nothing_due(maple, env):
+    """docs/operations.md: a run that could pay nothing says so, whether or not anything is
+    due tonight (it used to exit 0 until the first invoice fell due)."""
+    done = run_manage(COMMAND, "--all-orgs", env={**env, "VENDOR_PAYMENT_URL": ""})
+
+    assert (done.returncode, done.stdout) == (1, "")
+    assert done.stderr == (
+        "CommandError: No payment service is configured (VENDOR_PAYMENT_URL); "
+        "nothing was paid.\n"
+    )
+
+
 def test_a_busy_invoice_exits_75_naming_the_holder(approved, env, payments):
     FenceLock().acquire(
         payment_resource(approved.pk), ttl=timedelta(seconds=30), holder="bob at the desk"

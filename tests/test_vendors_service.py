@@ -112,7 +112,7 @@ def test_another_vendor_without_reassign_is_refused_naming_the_winner_and_not_di
     assert state_of(complaint, redis_client) == before  # the fence advance rolled back too
     assert len(dispatch.received) == 1
     event = FenceEvent.objects.order_by("-id").first()
-    assert (event.outcome, event.token) == ("already_done", 2)
+    assert (event.outcome, event.token) == ("conflict", 2)  # what happened: another won
     assert "already has a vendor: Pipe Pros, assigned by alice" in event.detail
 
 

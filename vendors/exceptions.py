@@ -68,10 +68,12 @@ class RefusedAtCommit(VendorsError):
 class AlreadyAssigned(RefusedAtCommit):
     """Another vendor (``winner``) is actively assigned and ``reassign`` was not asked.
 
-    Recorded as already done: another attempt settled the complaint.
+    Trying the same again can never succeed (only a reassign can): overtaken, 409 on pages
+    (which offer the reassign), exit 1 for commands; audited as a conflict.
     """
 
-    outcome = Outcome.ALREADY_DONE
+    answer = Answer.OVERTAKEN
+    outcome = Outcome.CONFLICT
     title = gettext_lazy("This complaint already has a vendor")
 
     def __init__(self, *, complaint: Complaint, winner: VendorAssignment):
@@ -129,6 +131,7 @@ class ClosedSinceViewed(RefusedAtCommit):
     the state check after the fence (the vendor was told in vain, and gets the
     cancellation)."""
 
+    answer = Answer.OVERTAKEN
     outcome = Outcome.CONFLICT
     title = gettext_lazy("The complaint was closed meanwhile")
 
@@ -217,7 +220,7 @@ class InvoiceChanged(InvoicesError):
     """Someone changed the invoice since the page was shown (``seen``, its version then):
     it is ``current`` now. Nothing was written. 409."""
 
-    answer = Answer.RETRY
+    answer = Answer.OVERTAKEN
     outcome = Outcome.CONFLICT
     title = gettext_lazy("The invoice changed meanwhile")
 
@@ -229,7 +232,7 @@ class PaymentSent(InvoicesError):
     """A payment of the invoice was sent to the payment service (it is claimed): nothing
     but paying it may change it now. Nothing was written. 409."""
 
-    answer = Answer.RETRY
+    answer = Answer.OVERTAKEN
     outcome = Outcome.CONFLICT
     title = gettext_lazy("A payment was sent")
 
@@ -256,7 +259,7 @@ class InvoiceChangedBeforePaying(InvoicesError):
     (voided, rejected, its amount changed: now ``current``); the payment service was not
     called. 409, audited as a conflict."""
 
-    answer = Answer.RETRY
+    answer = Answer.OVERTAKEN
     outcome = Outcome.CONFLICT
     title = gettext_lazy("The invoice changed meanwhile")
 

@@ -227,7 +227,7 @@ class InvoiceChangeView(InvoiceDetailView):
             return answer_table.page(
                 request,
                 exc,
-                retry_url=request.path if exc.answer is Answer.RETRY and self.retried else "",
+                **({} if self.retried else {"retry_url": ""}),
                 extra_context={"organization": self.organization, "back_url": invoice_url(invoice)},
             )
         return answer_table.done(request, change, invoice_url(invoice))

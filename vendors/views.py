@@ -72,18 +72,17 @@ class AssignVendorView(ComplaintDetailView):
                 ip=client_ip(request),
             )
         except Refusal as exc:
-            if isinstance(exc, ComplaintClosed | ClosedSinceViewed):  # no form to try again
+            if isinstance(exc, ComplaintClosed | ClosedSinceViewed):  # nothing to offer instead
                 return answer_table.page(
                     request,
                     exc,
                     back_url=self.complaint_url(complaint),
-                    retry_url="",
                     extra_context={"organization": self.organization},
                 )
             if exc.answer is Answer.BAD_REQUEST:  # no contract covers today: the form says so
                 form.add_error("vendor", exc.message)
                 return self.render_to_response(self.get_context_data(form=form), status=400)
-            if exc.answer is Answer.RETRY:
+            if exc.answer in (Answer.RETRY, Answer.OVERTAKEN):
                 return self.conflict(exc, form)
             return answer_table.page(request, exc)
         return answer_table.done(request, result, self.complaint_url(complaint))
@@ -107,6 +106,8 @@ class AssignVendorView(ComplaintDetailView):
             exc,
             message=answers.conflict_message(exc, vendor),
             winner=answers.current_vendor(winner) if winner else None,
+            # Overtaken by another vendor, the page offers this one instead (a reassign).
+            retry_url=self.request.path,
             template_name="vendors/assign_conflict.html",
             extra_context={
                 "organization": self.organization,

@@ -66,6 +66,10 @@ class Answer(StrEnum):
     ALREADY_DONE = "already-done"  # done before, by this or another attempt: nothing to do
     PARTLY_FAILED = "partly-failed"  # a batch: some of it could not be done (see its lines)
     RETRY = "retry"  # someone else holds it or won: try again later (nothing is wrong)
+    # Someone else's change came first and decided it (another vendor assigned, the invoice
+    # voided, the complaint closed): the same request can never succeed, so nothing offers
+    # to send it again; the sentence says what to do instead.
+    OVERTAKEN = "overtaken"
     BAD_REQUEST = "bad-request"  # the request itself is wrong
     FORBIDDEN = "forbidden"  # the person may not do this
     UPSTREAM_FAILED = "upstream-failed"  # an external system refused or could not be reached
@@ -128,6 +132,7 @@ ANSWERS = {
     Answer.ALREADY_DONE: Channels(303, messages.INFO, 0),
     Answer.PARTLY_FAILED: Channels(502, messages.ERROR, 1),
     Answer.RETRY: Channels(409, messages.WARNING, EXIT_TEMPFAIL),
+    Answer.OVERTAKEN: Channels(409, messages.WARNING, 1),
     Answer.BAD_REQUEST: Channels(400, messages.ERROR, 1),
     Answer.FORBIDDEN: Channels(403, messages.ERROR, 1),
     Answer.UPSTREAM_FAILED: Channels(502, messages.ERROR, 1),
@@ -137,21 +142,24 @@ ANSWERS = {
 
 
 def page(request, exc: "Refusal", *, back_url: str = "", **conflict_options):
-    """The page answering ``exc``: 409 with a retry, 403, or an error page.
+    """The page answering ``exc``: 409 (with "Try again" only when trying again can succeed:
+    ``RETRY``, not ``OVERTAKEN``), 403, or an error page.
 
-    ``conflict_options`` go to ``conflict()`` (title, template, retry fields…) when the
-    answer is a retry; when the refusal carries a lease still held (``busy``), the page
-    links to its details for operators (the sentence names only the person holding it).
+    ``conflict_options`` go to ``conflict()`` (title, template, retry fields…) on a 409; a
+    page that offers a different request instead of an overtaken one (assign *this* vendor
+    in place of the one that won) passes its own ``retry_url`` and label. When the refusal
+    carries a lease still held (``busy``), the page links to its details for operators (the
+    sentence names only the person holding it).
     ``back_url``: where the page's way back leads (the object the request was about).
     """
     if exc.answer is Answer.FORBIDDEN:
         raise PermissionDenied(exc.message) from exc
-    if exc.answer is Answer.RETRY:
+    if exc.answer in (Answer.RETRY, Answer.OVERTAKEN):
         options = {
             "title": exc.title,
             "message": exc.message,
             "lease": getattr(exc, "busy", None),
-            "retry_url": request.path,
+            "retry_url": request.path if exc.answer is Answer.RETRY else "",
             **conflict_options,
         }
         if back_url:

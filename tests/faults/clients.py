@@ -12,10 +12,11 @@ already_done   303 with an info message / exit 0 "already generated", "already t
                "already paid"
 succeeded      303 whose message could not be read (its page stayed unavailable): done or
                already done, the checker accepts either
-refused        409 / exit 75: busy, superseded by a newer holder, assigned to another, the
-               status changed, changed since looked (an invoice voided, or sent for
-               payment); 400 / exit 1 "This complaint is closed" (a vendor for a closed
-               complaint: the rule table's answer, nothing written)
+refused        409 / exit 75: busy, superseded by a newer holder, the status changed;
+               409 / exit 1 overtaken: assigned to another, closed, changed since looked
+               (an invoice voided, or sent for payment); 400 / exit 1 "This complaint is
+               closed" (a vendor for a closed complaint: the rule table's answer, nothing
+               written)
 unavailable    503 / exit 1 naming Redis or PostgreSQL: nothing was written
 indeterminate  503 naming the database ("Temporarily unavailable"): PostgreSQL went away
                or did not answer, perhaps during the COMMIT; the write may be there or not
@@ -296,6 +297,16 @@ def command_args(op: Op) -> list[str]:
     return [*args, "--actor", op.user]
 
 
+# The sentences of an overtaken request (the answer table's 409 / exit 1): refused, as a 409.
+OVERTAKEN_SAID = (
+    "already has a vendor",
+    "was closed since you looked",
+    "changed before it was paid",
+    "changed since you looked",
+    "was sent to the payment service",
+)
+
+
 def classify_command(op: Op, returncode: int | None, stdout: str, stderr: str) -> Op:
     """Record a command's answer: its exit status and its last line (the one cron mails)."""
     op.ended = time.time()
@@ -315,7 +326,9 @@ def classify_command(op: Op, returncode: int | None, stdout: str, stderr: str) -
         op.verdict = "error"
     else:
         said = last_error.lower()
-        if any(word in said for word in ("redis", "lock service", "postgresql")):
+        if any(words in said for words in OVERTAKEN_SAID):
+            op.verdict = "refused"  # another's change decided it: exit 1, not "try again"
+        elif any(word in said for word in ("redis", "lock service", "postgresql")):
             op.verdict = "unavailable"
         elif any(word in said for word in ("billing", "dispatch")):
             op.verdict = "failed"

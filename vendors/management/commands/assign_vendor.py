@@ -1,10 +1,11 @@
 """``manage.py assign_vendor --complaint ID --vendor ID [--reassign] [--actor USERNAME]``
 
 Exit status: 0 assigned (or already assigned to that vendor); 75 (EX_TEMPFAIL) busy, stale,
-assigned to another vendor without ``--reassign``, (with ``--reassign``) another vendor
-assigned after the command looked, or the complaint closed after the command looked; 1 bad
-input, a complaint that is closed (reopen it first), not allowed, or Redis, PostgreSQL or
-the dispatch service down. One line on stdout or stderr, never a traceback.
+or (with ``--reassign``) another vendor assigned after the command looked: trying again
+may succeed; 1 what trying again cannot change: assigned to another vendor without
+``--reassign`` (audited as a conflict), a complaint that is closed (reopen it first) or was
+closed after the command looked; bad input, not allowed, or Redis, PostgreSQL or the
+dispatch service down. One line on stdout or stderr, never a traceback.
 
 ``--reassign`` replaces the vendor that is active when the command starts, and only that
 one: the command reads it before taking the lease, and an assignment committed in between
@@ -38,9 +39,9 @@ _MAX_ID = 2**63 - 1
 class Command(ServiceCommand):
     help = (
         "Assign a vendor to a complaint under the complaint's fenced lease. Exit 0 when "
-        "assigned (or already), 75 when busy, stale, assigned to another vendor or changed "
-        "(or closed) since the command looked, 1 on bad input, a closed complaint or when a "
-        "service is down."
+        "assigned (or already), 75 when busy, stale or changed since the command looked, "
+        "1 when assigned to another vendor (without --reassign) or closed, on bad input or "
+        "when a service is down."
     )
 
     def add_arguments(self, parser):

@@ -5,7 +5,9 @@ Exit codes (the answer table): 0 every invoice paid (or already paid, or changed
 voided, rejected, its amount changed); 75 (EX_TEMPFAIL) some still being paid by another
 host at the deadline, or (``--invoice``) busy or superseded; 1 bad input, an invoice that
 could not be paid (the payment service failed, the vendor is uninsured: one line each on
-stderr), Redis down, or no payment service (``VENDOR_PAYMENT_URL`` unset). Failures are one
+stderr), (``--invoice``) an invoice changed since it was read (trying again cannot pay it),
+Redis down, or no payment service (``VENDOR_PAYMENT_URL`` unset: a batch is refused at
+once, before anything is read, even when nothing is due). Failures are one
 line, never a traceback. From cron (stdout not a terminal, no ``-v``) success prints
 nothing; ``-v 1`` prints the summary, ``-v 2`` one line per invoice.
 
@@ -18,6 +20,7 @@ associations if given, shared with other cron hosts running it at the same time 
 import re
 from datetime import timedelta
 
+from django.conf import settings
 from django.core.management.base import CommandError
 from django.utils.translation import gettext as _
 
@@ -82,6 +85,10 @@ class Command(ServiceCommand):
         elif wait < 0:
             raise CommandError(_("--wait must not be negative."))
         self.verbosity = options["verbosity"]
+        if invoice_id is None and not settings.VENDOR_PAYMENT_URL:  # said now, not when due
+            raise CommandError(
+                _("No payment service is configured (VENDOR_PAYMENT_URL); nothing was paid.")
+            )
         require_services()
         user = active_user(actor)
         via = f"cli:{os_user()}"
