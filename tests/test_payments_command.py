@@ -125,8 +125,7 @@ def test_no_payment_service_stops_a_batch_at_once_even_with_nothing_due(maple, e
 
     assert (done.returncode, done.stdout) == (1, "")
     assert done.stderr == (
-        "CommandError: No payment service is configured (VENDOR_PAYMENT_URL); "
-        "nothing was paid.\n"
+        "CommandError: No payment service is configured (VENDOR_PAYMENT_URL); nothing was paid.\n"
     )
 
 
