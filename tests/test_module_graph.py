@@ -114,6 +114,8 @@ def loops(graph: dict[str, set[str]]) -> list[list[str]]:
 
 
 def test_the_product_modules_import_each_other_in_no_loop():
+    """Imports inside functions count; imports under ``if TYPE_CHECKING:`` do not (they
+    never run); see the rule above ``type_checking_only``."""
     graph = module_graph(BASE_DIR, PRODUCT)
     assert {"hoa.models.complaints", "vendors.operations", "locking.lease"} <= graph.keys()
     found = loops(graph)
@@ -146,12 +148,6 @@ def test_the_loop_rule_counts_late_imports_and_not_type_checking_ones(tmp_path):
     assert loops(graph) == [["one.a", "one.b"], ["one.sub.f", "two.g"]]
 
 
-# A function's length as a reader sees it: from its ``def`` line (decorators not counted)
-# to its last line, docstring, comments and blank lines inside it included. Every ``def``
-# and ``async def`` counts, methods and functions nested in others too (a nested one's
-# lines count in its parent's as well).
-
-
 def functions_over(limit: int, root: Path, packages: tuple[str, ...]) -> list[str]:
     found = []
     for path in sources(root, packages).values():
@@ -164,6 +160,10 @@ def functions_over(limit: int, root: Path, packages: tuple[str, ...]) -> list[st
 
 
 def test_no_function_of_the_product_or_the_bench_is_over_60_lines():
+    """A function's length as a reader sees it: from its ``def`` line (decorators not
+    counted) to its last line, docstring, comments and blank lines inside it included.
+    Every ``def`` and ``async def`` counts, methods and functions nested in others too (a
+    nested one's lines count in its parent's as well)."""
     found = functions_over(FUNCTION_LINES, BASE_DIR, MEASURED)
     assert found == [], "functions over 60 lines:\n" + "\n".join(found)
 
