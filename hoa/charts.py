@@ -54,33 +54,19 @@ def bar_chart(
     highest = max((float(bar.value) for bar in bars), default=0.0) or 1.0
     slot = (width - 2 * side) / len(bars)
     bar_width = max(slot * 0.7, 1.0)
-    parts = []
-    for index, bar in enumerate(bars):
-        value = float(bar.value)
-        bar_height = plot_height * max(value, 0.0) / highest
-        x = side + index * slot + (slot - bar_width) / 2
-        y = top + plot_height - bar_height
-        center = x + bar_width / 2
-        shown = value_format(bar.value)
-        parts.append(
-            format_html(
-                "<g><title>{title}</title>"
-                '<rect class="bar {extra}" x="{x}" y="{y}" width="{w}" height="{h}" rx="2"/>'
-                '<text class="value" x="{cx}" y="{vy}" text-anchor="middle">{shown}</text>'
-                '<text class="label" x="{cx}" y="{ly}" text-anchor="middle">{label}</text></g>',
-                title=bar.title or f"{bar.label}: {shown}",
-                extra=bar.css_class,
-                x=_number(x),
-                y=_number(y),
-                w=_number(bar_width),
-                h=_number(bar_height),
-                cx=_number(center),
-                vy=_number(max(y - 5, 12)),
-                ly=_number(height - 8),
-                shown=shown if value else "",
-                label=bar.label,
-            )
+    base = top + plot_height
+    parts = [
+        _upright_bar(
+            bar,
+            x=side + index * slot + (slot - bar_width) / 2,
+            width=bar_width,
+            height=plot_height * max(float(bar.value), 0.0) / highest,
+            base=base,
+            label_y=height - 8,
+            value_format=value_format,
         )
+        for index, bar in enumerate(bars)
+    ]
     return format_html(
         '<svg class="chart bars wide" viewBox="0 0 {w} {h}" role="img" aria-label="{title}" '
         'xmlns="http://www.w3.org/2000/svg"><title>{title}</title>'
@@ -90,9 +76,36 @@ def bar_chart(
         title=title,
         side=side,
         right=width - side,
-        base=_number(top + plot_height),
+        base=_number(base),
         bars=format_html_join("", "{}", ((part,) for part in parts)),
         narrow=narrow_bar_chart(bars, title=title, value_format=value_format),
+    )
+
+
+def _upright_bar(
+    bar: Bar, *, x: float, width: float, height: float, base: float, label_y: int, value_format
+) -> SafeString:
+    """One bar of ``bar_chart`` standing on ``base``: its value above it (none for zero),
+    its label at ``label_y``, its title for a pointer."""
+    y = base - height
+    center = x + width / 2
+    shown = value_format(bar.value)
+    return format_html(
+        "<g><title>{title}</title>"
+        '<rect class="bar {extra}" x="{x}" y="{y}" width="{w}" height="{h}" rx="2"/>'
+        '<text class="value" x="{cx}" y="{vy}" text-anchor="middle">{shown}</text>'
+        '<text class="label" x="{cx}" y="{ly}" text-anchor="middle">{label}</text></g>',
+        title=bar.title or f"{bar.label}: {shown}",
+        extra=bar.css_class,
+        x=_number(x),
+        y=_number(y),
+        w=_number(width),
+        h=_number(height),
+        cx=_number(center),
+        vy=_number(max(y - 5, 12)),
+        ly=_number(label_y),
+        shown=shown if float(bar.value) else "",
+        label=bar.label,
     )
 
 

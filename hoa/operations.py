@@ -183,6 +183,11 @@ def unregister(name: str) -> None:
     _registry.pop(name, None)
 
 
+def operation(name: str) -> FencedOperation:
+    """The registered operation ``name`` (``KeyError`` if there is none)."""
+    return _registry[name]
+
+
 def operations() -> list[FencedOperation]:
     """The registered operations in their dashboard order."""
     return sorted(_registry.values(), key=lambda operation: (operation.order, operation.name))

@@ -264,18 +264,7 @@ def repair_fence_row(
     pk = opts.pk.to_python(pk)
     row = f"{opts.label} pk {pk}"
     with transaction.atomic(using=using), connection.cursor() as cursor:
-        # The record's row lock: no epoch begins for the resource while this runs.
-        cursor.execute(
-            "SELECT epoch FROM locking_fenceepoch WHERE resource = %s FOR UPDATE", [resource]
-        )
-        found = cursor.fetchone()
-        epoch = int(found[0]) if found else 0
-        ceiling = last_token(epoch)
-        if token <= ceiling:
-            raise ValueError(
-                f"token {token} is within epoch {epoch} of {resource} (at most {ceiling}): "
-                "a token the record could have granted, not a corrupt one; nothing to repair"
-            )
+        epoch, ceiling = _epoch_beneath(cursor, resource, token)
         cursor.execute(f"ALTER TABLE {table} DISABLE TRIGGER {quote(NEVER_BACK)}")
         cursor.execute(
             f"UPDATE {table} SET {column} = %s WHERE {pk_column} = %s AND {column} = %s",  # noqa: S608
@@ -289,23 +278,52 @@ def repair_fence_row(
             raise FenceRowChanged(
                 resource, row=row, token=token, current=int(current[0]) if current else None
             )
+    repair = RepairedFence(resource=resource, row=row, was=token, now=ceiling, epoch=epoch)
+    _record_repair(repair, by=by, reason=reason, using=using)
+    return repair
+
+
+def _epoch_beneath(cursor, resource: str, token: int) -> tuple[int, int]:
+    """The durable epoch of ``resource`` and its last token, read under the record's row
+    lock (no epoch begins for the resource while the repair runs); ``ValueError`` when
+    ``token`` is one the record could have granted."""
+    cursor.execute(
+        "SELECT epoch FROM locking_fenceepoch WHERE resource = %s FOR UPDATE", [resource]
+    )
+    found = cursor.fetchone()
+    epoch = int(found[0]) if found else 0
+    ceiling = last_token(epoch)
+    if token <= ceiling:
+        raise ValueError(
+            f"token {token} is within epoch {epoch} of {resource} (at most {ceiling}): "
+            "a token the record could have granted, not a corrupt one; nothing to repair"
+        )
+    return epoch, ceiling
+
+
+def _record_repair(repair: RepairedFence, *, by: str, reason: str, using: str) -> None:
+    """Log the repair and record it in the audit: who, why, both values."""
     logger.warning(
         "fenced row beyond its record repaired",
-        extra={"resource": resource, "token": ceiling, "row": row, "was": token},
+        extra={
+            "resource": repair.resource,
+            "token": repair.now,
+            "row": repair.row,
+            "was": repair.was,
+        },
     )
     record_fence_event(
-        resource=resource,
+        resource=repair.resource,
         outcome=Outcome.COMMITTED,
-        token=ceiling,
+        token=repair.now,
         actor=by,
         detail=(
-            f"last_fence_token of {row} repaired from {token} to {ceiling}, the last token of "
-            f"epoch {epoch}: {reason.strip()}"
+            f"last_fence_token of {repair.row} repaired from {repair.was} to {repair.now}, "
+            f"the last token of epoch {repair.epoch}: {reason.strip()}"
         ),
         operation=REPAIR_OPERATION,
         using=using,
     )
-    return RepairedFence(resource=resource, row=row, was=token, now=ceiling, epoch=epoch)
 
 
 # The audit's operation name of a repaired row.

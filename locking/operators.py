@@ -201,13 +201,7 @@ def break_lease(
     broken holder's token; nothing is recorded when nothing was held. The holder learns of
     it at its next extend (``lease.lost``, ``on_lost``).
     """
-    validate_resource(resource)
-    if not by.strip():
-        raise ValueError("break_lease() needs who breaks the lease (by=…)")
-    if not reason.strip():
-        raise ValueError("break_lease() needs a reason")
-    if token is not None and (type(token) is not int or token < 0):
-        raise ValueError(f"break_lease() needs the token shown as a whole number, got {token!r}")
+    _check_break(resource, token=token, by=by, reason=reason)
     lock = lock or FenceLock()
     args = ["" if token is None else str(token), owner or ""]
     with tracing.operation_span("locking.break_lease", resource) as span:
@@ -226,35 +220,68 @@ def break_lease(
         tracing.set_outcome(span, Outcome.BROKEN if broke else Outcome.CONFLICT)
         if found.token is not None:
             span.set_attribute(tracing.FENCE_TOKEN, found.token)
-    since = f" since {found.acquired_at:%Y-%m-%d %H:%M:%S} UTC" if found.acquired_at else ""
-    if not broke:
-        record_fence_event(
-            resource=resource,
-            outcome=Outcome.CONFLICT,
-            token=found.token,
-            actor=by,
-            detail=(
-                f"break refused: the lease shown (token {token}) is now "
-                f"{found.label or found.owner}'s{since}: {reason.strip()}"
-            ),
-            scope=scope,
-            operation=BREAK_OPERATION,
-            ip=ip,
-            using=lock.using,
-        )
-        raise HolderChanged(resource, holder=found, token=token, owner=owner)
-    record_fence_event(
-        resource=resource,
-        outcome=Outcome.BROKEN,
-        token=found.token,
-        actor=by,
-        detail=f"lease of {found.label or found.owner}{since} broken: {reason.strip()}",
+    _record_break(
+        resource,
+        found,
+        broke=broke,
+        token=token,
+        by=by,
+        reason=reason,
         scope=scope,
-        operation=BREAK_OPERATION,
         ip=ip,
         using=lock.using,
     )
+    if not broke:
+        raise HolderChanged(resource, holder=found, token=token, owner=owner)
     return found
+
+
+def _check_break(resource: str, *, token: int | None, by: str, reason: str) -> None:
+    """Refuse (``ValueError``) a break without who, why, or a whole token shown."""
+    validate_resource(resource)
+    if not by.strip():
+        raise ValueError("break_lease() needs who breaks the lease (by=…)")
+    if not reason.strip():
+        raise ValueError("break_lease() needs a reason")
+    if token is not None and (type(token) is not int or token < 0):
+        raise ValueError(f"break_lease() needs the token shown as a whole number, got {token!r}")
+
+
+def _record_break(
+    resource: str,
+    found: HolderInfo,
+    *,
+    broke: bool,
+    token: int | None,
+    by: str,
+    reason: str,
+    scope: str,
+    ip: str | None,
+    using: str,
+) -> None:
+    """Audit a break: outcome ``broken`` with the broken holder's token, or ``conflict``
+    naming who holds the lease now, when it was no longer the one shown."""
+    since = f" since {found.acquired_at:%Y-%m-%d %H:%M:%S} UTC" if found.acquired_at else ""
+    holder = found.label or found.owner
+    if broke:
+        outcome, detail = Outcome.BROKEN, f"lease of {holder}{since} broken: {reason.strip()}"
+    else:
+        outcome = Outcome.CONFLICT
+        detail = (
+            f"break refused: the lease shown (token {token}) is now "
+            f"{holder}'s{since}: {reason.strip()}"
+        )
+    record_fence_event(
+        resource=resource,
+        outcome=outcome,
+        token=found.token,
+        actor=by,
+        detail=detail,
+        scope=scope,
+        operation=BREAK_OPERATION,
+        ip=ip,
+        using=using,
+    )
 
 
 def _holder_info(lock: FenceLock, resource: str) -> HolderInfo | None:

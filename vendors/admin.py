@@ -122,10 +122,9 @@ def _active_assignments(complaints) -> dict:
     return {complaint.pk: selectors.active_assignment(complaint) for complaint in complaints}
 
 
-@admin.action(description=gettext_lazy("Assign vendor…"))
-def assign_vendor(modeladmin, request, queryset):
-    """Ask for a vendor (only those under contract today), showing each complaint's current
-    one, then assign each complaint: the change the page showed, or nothing."""
+def _one_association(modeladmin, request, queryset):
+    """The one association of the selected complaints, or ``None`` (and the user told why:
+    none of them is the user's, or they are of several associations)."""
     organization_ids = set(queryset.values_list("organization_id", flat=True))
     if not organization_ids:  # the selected ids are not in this user's queryset
         modeladmin.message_user(
@@ -138,6 +137,16 @@ def assign_vendor(modeladmin, request, queryset):
         )
         return None
     (organization,) = organizations_for(request.user, ids=organization_ids, request=request)
+    return organization
+
+
+@admin.action(description=gettext_lazy("Assign vendor…"))
+def assign_vendor(modeladmin, request, queryset):
+    """Ask for a vendor (only those under contract today), showing each complaint's current
+    one, then assign each complaint: the change the page showed, or nothing."""
+    organization = _one_association(modeladmin, request, queryset)
+    if organization is None:
+        return None
     complaints = list(queryset.order_by("pk"))
     current = _active_assignments(complaints)
     showing = {pk: getattr(assignment, "pk", None) for pk, assignment in current.items()}

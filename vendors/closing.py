@@ -25,6 +25,7 @@ from hoa.transactions import on_commit_robust
 from locking import FencingToken, StaleAtReceiver
 from vendors.dispatch import CancelReason, cancel_dispatch
 from vendors.models import VendorAssignment
+from vendors.resources import assignment_resource
 from vendors.selectors import closes_of
 
 logger = logging.getLogger(__name__)
@@ -95,8 +96,6 @@ def _token_of(assignment: VendorAssignment) -> FencingToken:
     assignment (the dispatch service refuses it as stale if a newer one has called). The
     grant's owner id was not kept with the assignment, so the assignment names it; the
     value seals this call and is never given to a fence."""
-    from vendors.operations import assignment_resource  # operations imports this module
-
     return FencingToken(
         assignment_resource(assignment.complaint_id),
         assignment.fence_token,

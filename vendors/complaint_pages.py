@@ -21,7 +21,7 @@ from hoa.complaints.extensions import (
 )
 from hoa.complaints.rules import Change, allows
 from hoa.models import Complaint, Organization
-from vendors import closing, selectors
+from vendors import closing, invoice_selectors, selectors
 from vendors.forms import AssignVendorForm
 from vendors.models import Vendor
 
@@ -112,8 +112,6 @@ RECORD_INVOICE_PERMISSION = "vendors.add_invoice"
 def invoices_section(request, complaint: Complaint) -> dict:
     """The complaint page's invoices: those of its assignments, and whether the viewer
     may record one (the complaint has had a vendor)."""
-    from vendors import invoice_selectors  # it reads invoices: imported when asked
-
     return {
         "complaint_invoices": list(invoice_selectors.of_complaint(complaint)),
         "can_record_invoice": request.user.has_perm(RECORD_INVOICE_PERMISSION)

@@ -16,6 +16,7 @@ from django.utils import timezone
 
 from hoa.complaints import workflow
 from hoa.models import Complaint, Organization, StaffMembership
+from vendors import invoices
 from vendors.models import (
     Invoice,
     InvoiceEvent,
@@ -24,6 +25,7 @@ from vendors.models import (
     VendorContract,
     VendorPayment,
 )
+from vendors.services import assign_vendor
 
 ASSIGNED_PER_ASSOCIATION = 10
 
@@ -61,10 +63,6 @@ def seed_demo(organizations: dict[str, Organization]) -> None:
 
 
 def _assign_some(organization: Organization) -> None:
-    # Here, not at the top: the operation's declaration imports this module, and the
-    # service imports the declaration.
-    from vendors.services import assign_vendor
-
     if VendorAssignment.objects.filter(complaint__organization=organization).exists():
         return  # assigned before (by a previous run, or by someone trying the demo)
     member = (
@@ -108,8 +106,6 @@ def seed_invoices(organizations: dict[str, Organization]) -> None:
     """Invoices of the demo associations' assignments in every state, recorded and changed
     through the workflow (so each has its timeline): received, overdue, approved once of
     two, approved, paid, rejected, void, and a possible duplicate awaiting confirmation."""
-    from vendors import invoices  # the workflow imports the models this module seeds
-
     for organization in organizations.values():
         if Invoice.objects.filter(organization=organization).exists():
             continue  # seeded before (or invoices recorded by someone trying the demo)

@@ -92,6 +92,16 @@ SAY_WHY = {
 @sentence.register(InvoicesError)
 def refusal_sentence(refusal: Refusal, audience: Audience) -> str:
     """What staff and operators read for a refusal of the invoice workflow (the same)."""
+    said = workflow_sentence(refusal)
+    if said is None:
+        said = payment_sentence(refusal, audience)
+    if said is None:
+        raise TypeError(f"no sentence for {type(refusal).__name__}")
+    return said
+
+
+def workflow_sentence(refusal: Refusal) -> str | None:
+    """A refusal to record, approve, change, reject or void an invoice, said; else None."""
     match refusal:
         case InvoiceRefused():
             return rule(refusal.rule, refusal.facts)
@@ -119,6 +129,12 @@ def refusal_sentence(refusal: Refusal, audience: Audience) -> str:
                 "have paid it: it can no longer be changed, only paid. Pay it again to settle "
                 "it; nothing was saved."
             ) % {"invoice": refusal.invoice.pk}
+    return None
+
+
+def payment_sentence(refusal: Refusal, audience: Audience) -> str | None:
+    """A refusal to pay an invoice, said; else None."""
+    match refusal:
         case NotPermitted():
             return _("%(actor)s may not pay invoices of %(organization)s.") % {
                 "actor": refusal.actor,
@@ -158,7 +174,7 @@ def refusal_sentence(refusal: Refusal, audience: Audience) -> str:
                 "status": refusal.current.get_status_display().lower(),
                 "amount": format_money(refusal.current.amount),
             }
-    raise TypeError(f"no sentence for {type(refusal).__name__}")
+    return None
 
 
 def payment_busy(refusal: Busy, audience: Audience = Audience.STAFF) -> str:

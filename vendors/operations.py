@@ -1,11 +1,9 @@
 """Vendor assignment and vendor payment, each declared once: what the frame and the runner
 know of them.
 
-The lock resources are ``vendor-assignment:complaint:<id>`` (one lease per complaint) and
-``vendor-payment:invoice:<id>`` (one per invoice), never wider. The organization is the
-complaint's or the invoice's, not in the name, so the lock status page scans each prefix
-once (bounded) and keeps the leases of the viewer's associations.
-``VendorsConfig.ready()`` registers ``ASSIGNMENT`` and ``PAYMENT``.
+Their names and lock resources are ``vendors.resources``'. ``VendorsConfig.ready()``
+registers ``ASSIGNMENT`` and ``PAYMENT``; the services find them in the frame's registry
+(``hoa.operations.operation``), since the declarations name the demo that calls them.
 """
 
 import re
@@ -16,14 +14,11 @@ from django.utils.translation import gettext_lazy as _
 
 from hoa.operations import FencedOperation, Link, Panel
 from vendors import answers, complaint_pages, demo, invoice_answers, invoice_selectors, selectors
+from vendors.resources import OPERATION, PAYMENT_OPERATION, PAYMENT_PREFIX, PREFIX
+from vendors.resources import assignment_resource as assignment_resource  # named here too
+from vendors.resources import payment_resource as payment_resource
 
-OPERATION = "vendor-assignment"
 ASSIGN_PERMISSION = complaint_pages.ASSIGN_PERMISSION
-PREFIX = f"{OPERATION}:complaint:"
-
-
-def assignment_resource(complaint_id: int) -> str:
-    return f"{PREFIX}{int(complaint_id)}"
 
 
 def scan_prefixes(organization_ids: Iterable[int]) -> list[str]:
@@ -51,14 +46,7 @@ ASSIGNMENT = FencedOperation(
 )
 
 
-PAYMENT_OPERATION = "vendor-payment"
 PAY_PERMISSION = "vendors.pay_invoice"
-PAYMENT_PREFIX = f"{PAYMENT_OPERATION}:invoice:"
-
-
-def payment_resource(invoice_id: int) -> str:
-    return f"{PAYMENT_PREFIX}{int(invoice_id)}"
-
 
 PAYMENT = FencedOperation(
     name=PAYMENT_OPERATION,

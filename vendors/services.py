@@ -51,6 +51,7 @@ from hoa.fenced import FencedSteps
 from hoa.integrations.webhooks import ExternalCallFailed, ExternalCallUnknown
 from hoa.jobs.settling import SETTLE_VIA, Settled, settled_by
 from hoa.models import Complaint, Organization, OutsideCall
+from hoa.operations import operation
 from locking import FenceLock, Lease, LockHeld, LockUnavailable, Outcome, StaleAtReceiver
 from vendors import answers
 from vendors.dispatch import (
@@ -69,7 +70,7 @@ from vendors.exceptions import (
 )
 from vendors.insurance import check_insured
 from vendors.models import Vendor, VendorAssignment
-from vendors.operations import ASSIGNMENT, assignment_resource
+from vendors.resources import OPERATION, assignment_resource
 from vendors.selectors import assignment_state, closes_of
 
 logger = logging.getLogger(__name__)
@@ -150,7 +151,8 @@ def assign_vendor(
     replacing = _what_the_caller_saw(complaint, reassign, replacing)
     organization = complaint.organization
     resource = assignment_resource(complaint.pk)
-    call = ASSIGNMENT.begin(actor, organization=organization, resource=resource, via=via, ip=ip)
+    assignment = operation(OPERATION)  # its declaration names the demo, which calls this
+    call = assignment.begin(actor, organization=organization, resource=resource, via=via, ip=ip)
     change = Change.REASSIGN if reassign else Change.ASSIGN
     seen = seen_status if seen_status is not None else complaint.status
     if not allows(change, complaint.status):  # the caller's copy, read before the lease
@@ -490,8 +492,9 @@ def _take_back_unknown(complaint, vendor, after_id, closed_id, why) -> Settled:
     """The cancellation of a dispatch that may have been made and cannot be recorded, sent
     under the complaint's lease (no assignment of it runs meanwhile)."""
     resource = assignment_resource(complaint.pk)
+    ttl = operation(OPERATION).lease_ttl
     try:
-        with FenceLock().acquire(resource, ttl=ASSIGNMENT.lease_ttl, holder=SETTLE_VIA) as lease:
+        with FenceLock().acquire(resource, ttl=ttl, holder=SETTLE_VIA) as lease:
             call = cancel_dispatch(
                 complaint=complaint,
                 vendor=vendor,

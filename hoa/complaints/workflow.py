@@ -61,6 +61,7 @@ from hoa.complaints.exceptions import Rule, SlaChanged, StatusChanged, Transitio
 from hoa.complaints.extensions import assignee
 from hoa.complaints.rules import MOVES, Change, allows
 from hoa.models import Complaint, ComplaintEvent, Organization, Unit
+from hoa.models.complaints import Moved
 
 __all__ = [
     "NOTE_MAX_LENGTH",
@@ -183,6 +184,19 @@ def change_status(
             guard.on_close(locked, at=moved.at, actor=actor)
         if (kind := reporters.change_of_status(seen, lands_on)) is not None:
             reporters.tell_reporter(locked, kind, at=moved.at)
+    event = _as_moved(complaint, moved, seen=seen, lands_on=lands_on, note=note, actor=actor)
+    logger.info(
+        "complaint status changed",
+        extra={"complaint": complaint.pk, "from": seen, "to": lands_on, "actor": actor.pk},
+    )
+    return StatusChange(complaint=complaint, seen=seen, to=lands_on, event=event)
+
+
+def _as_moved(
+    complaint: Complaint, moved: Moved, *, seen: str, lands_on: str, note: str, actor
+) -> ComplaintEvent:
+    """Bring the caller's ``complaint`` up to the committed move, and return the event the
+    move wrote, built from what was written (not read back)."""
     event = ComplaintEvent(
         pk=moved.event_id,
         complaint=complaint,
@@ -196,12 +210,9 @@ def change_status(
     )
     event._state.adding = False
     complaint.status = lands_on
+    closing = lands_on == Status.CLOSED
     complaint.closed_at, complaint.closed_by = (moved.at, actor) if closing else (None, None)
-    logger.info(
-        "complaint status changed",
-        extra={"complaint": complaint.pk, "from": seen, "to": lands_on, "actor": actor.pk},
-    )
-    return StatusChange(complaint=complaint, seen=seen, to=lands_on, event=event)
+    return event
 
 
 @dataclass(frozen=True)

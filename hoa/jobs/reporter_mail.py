@@ -243,24 +243,8 @@ def _send_one(mail, claim: Claim, complaint: Complaint, result: SendResult) -> N
         if _move(claim, to=State.SKIPPED, from_=(State.CLAIMED,)):
             result.skipped += 1
         return
-    # The address as the hand-over statement read it from the complaint (staff may have
-    # corrected it since the change queued the email), not the claim's copy.
-    to_email = ReporterEmail.objects.values_list("to_email", flat=True).get(pk=claim.id)
-    message = EmailMessage(
-        subject=claim.subject,
-        body=claim.body,
-        from_email=sender(complaint),
-        to=[to_email],
-        headers={
-            "Message-ID": claim.message_id,
-            "List-Unsubscribe": f"<{opt_out_url(complaint)}>",
-            "List-Unsubscribe-Post": "List-Unsubscribe=One-Click",
-            "Auto-Submitted": "auto-generated",
-        },
-        connection=mail,
-    )
     try:
-        message.send()
+        _message(mail, claim, complaint).send()
     except (smtplib.SMTPRecipientsRefused, smtplib.SMTPSenderRefused) as exc:
         code = _code(exc)
         _not_sent(claim, f"refused: {exc}", result, permanent=code is None or code >= 500)
@@ -288,6 +272,26 @@ def _send_one(mail, claim: Claim, complaint: Complaint, result: SendResult) -> N
             last_error="",
         )
         result.sent += 1
+
+
+def _message(mail, claim: Claim, complaint: Complaint) -> EmailMessage:
+    """The claimed email, handed over: to the address as the hand-over statement read it
+    from the complaint (staff may have corrected it since the change queued the email), not
+    the claim's copy."""
+    to_email = ReporterEmail.objects.values_list("to_email", flat=True).get(pk=claim.id)
+    return EmailMessage(
+        subject=claim.subject,
+        body=claim.body,
+        from_email=sender(complaint),
+        to=[to_email],
+        headers={
+            "Message-ID": claim.message_id,
+            "List-Unsubscribe": f"<{opt_out_url(complaint)}>",
+            "List-Unsubscribe-Post": "List-Unsubscribe=One-Click",
+            "Auto-Submitted": "auto-generated",
+        },
+        connection=mail,
+    )
 
 
 def _ready(mail) -> None:

@@ -12,7 +12,7 @@ from django.db.transaction import TransactionManagementError
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
-from hoa.models.organizations import Organization, Unit
+from hoa.models.organizations import Organization, Priority, Unit
 from hoa.models.scoping import TenantQuerySet
 from locking.models import FencedModel
 
@@ -118,10 +118,7 @@ class Complaint(FencedModel):
         RESOLVED = "resolved", _("Resolved")
         CLOSED = "closed", _("Closed")
 
-    class Priority(models.TextChoices):
-        HIGH = "high", _("High")
-        NORMAL = "normal", _("Normal")
-        LOW = "low", _("Low")
+    Priority = Priority
 
     # Open for the SLA (its clock runs) until resolved or closed; the sweep, the dashboard
     # and the partial index below use this one tuple.

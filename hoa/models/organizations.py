@@ -12,6 +12,15 @@ from django.utils.translation import gettext_lazy as _
 from hoa.models.scoping import TenantQuerySet, staff_of
 
 
+class Priority(models.TextChoices):
+    """A complaint's priority (``Complaint.Priority``): here, below complaints, because an
+    association sets the hours of its SLA for each."""
+
+    HIGH = "high", _("High")
+    NORMAL = "normal", _("Normal")
+    LOW = "low", _("Low")
+
+
 class OrganizationQuerySet(TenantQuerySet):
     tenant_path = ""
 
@@ -61,12 +70,10 @@ class Organization(models.Model):
 
     def sla_hours_for(self, priority: str) -> int:
         """Return the hours this organization allows for a complaint of ``priority``."""
-        from hoa.models.complaints import Complaint  # complaints name organizations
-
         return {
-            Complaint.Priority.HIGH: self.sla_hours_high,
-            Complaint.Priority.NORMAL: self.sla_hours_normal,
-            Complaint.Priority.LOW: self.sla_hours_low,
+            Priority.HIGH: self.sla_hours_high,
+            Priority.NORMAL: self.sla_hours_normal,
+            Priority.LOW: self.sla_hours_low,
         }[priority]
 
     def has_staff(self, user) -> bool:

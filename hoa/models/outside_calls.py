@@ -14,7 +14,7 @@ from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
 from hoa.models.organizations import Organization
-from hoa.tenancy import TenantQuerySet
+from hoa.models.scoping import TenantQuerySet
 
 
 class OutsideCallQuerySet(TenantQuerySet):
