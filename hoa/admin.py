@@ -20,7 +20,7 @@ from hoa.models import (
     StaffMembership,
     Unit,
 )
-from hoa.web.fields import MONEY_FORMFIELDS
+from hoa.web.fields import ADMIN_FORMFIELDS
 from hoa.web.money import format_money
 
 
@@ -28,7 +28,7 @@ class UnitInline(admin.TabularInline):
     model = Unit
     extra = 0
     fields = ["label", "monthly_assessment"]
-    formfield_overrides = MONEY_FORMFIELDS
+    formfield_overrides = ADMIN_FORMFIELDS
 
 
 @admin.register(Organization)

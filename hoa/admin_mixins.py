@@ -21,7 +21,7 @@ from hoa.dates import zone_label
 from hoa.models import Organization
 from hoa.security.audit import Reason, deny_request
 from hoa.security.operators import is_operator
-from hoa.web.fields import MONEY_FORMFIELDS
+from hoa.web.fields import ADMIN_FORMFIELDS
 
 # The fence's bookkeeping on the product's rows: locking's ``FencedModel.last_fence_token``
 # and the token an assignment (or any fenced write) was made with.
@@ -179,7 +179,7 @@ class TenantAdminMixin(ViewerZoneMixin, OperatorFieldsMixin):
     pages (``MoneyField``).
     """
 
-    formfield_overrides = MONEY_FORMFIELDS
+    formfield_overrides = ADMIN_FORMFIELDS
 
     def get_queryset(self, request):
         return super().get_queryset(request).for_user(request.user)
@@ -394,7 +394,7 @@ class TenantInlineMixin:
     rows.
     """
 
-    formfield_overrides = MONEY_FORMFIELDS
+    formfield_overrides = ADMIN_FORMFIELDS
 
     def get_queryset(self, request):
         return super().get_queryset(request).for_user(request.user)

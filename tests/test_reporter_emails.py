@@ -253,6 +253,35 @@ def test_a_permanent_refusal_is_not_retried(complaint, alice, mail):
     assert len(mail.received) == 1
 
 
+def test_an_email_django_refuses_to_build_is_not_sent_and_the_batch_goes_on(
+    complaint, maple, oak, alice, mallory, mail
+):
+    """An association's name with a line break (saved before names were checked) makes a
+    From header Django refuses: that email is "not sent" before anything is handed over,
+    never "perhaps sent", and the other association's email still goes."""
+    other = open_complaint(
+        organization=oak,
+        unit=oak.units.first(),
+        title="Broken gate",
+        description="It does not close.",
+        priority="normal",
+        reporter=Reporter("Ben Ito", "ben@example.org", ""),
+        actor=mallory,
+    )
+    type(maple).objects.filter(pk=maple.pk).update(name="Maple\nCourt")
+    close(complaint, alice)
+    close(other, mallory)
+
+    result = send_reporter_emails()
+
+    assert (result.sent, result.failed, result.unknown) == (1, 1, 0)
+    broken = ReporterEmail.objects.get(complaint=complaint)
+    assert broken.state == State.FAILED
+    assert broken.last_error.startswith("refused before hand-over")
+    assert ReporterEmail.objects.get(complaint=other).state == State.SENT
+    assert [m["To"] for m in mail.received] == ["ben@example.org"]
+
+
 def test_a_hand_over_that_got_no_answer_is_never_handed_over_again(complaint, alice, mail):
     close(complaint, alice)
     mail.drop = True

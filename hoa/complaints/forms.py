@@ -12,7 +12,7 @@ from hoa.complaints.selectors import UNRESOLVED
 from hoa.complaints.workflow import NOTE_MAX_LENGTH
 from hoa.dates import zone_label
 from hoa.models import Complaint, Organization, Unit
-from hoa.web.fields import AsciiDateTimeField, IdChoiceField, has_control_characters
+from hoa.web.fields import AsciiDateTimeField, IdChoiceField, has_control_characters, one_line
 
 Status = Complaint.Status
 OUT_OF_DATE = _("This page was out of date. Reload it and try again.")
@@ -71,7 +71,7 @@ class ComplaintForm(forms.Form):
         empty_label=_("No unit (a common area)"),
         error_messages={"invalid_choice": _("Choose a unit of this association.")},
     )
-    title = forms.CharField(label=_("Title"), max_length=200)
+    title = forms.CharField(label=_("Title"), max_length=200, validators=[one_line])
     description = forms.CharField(
         label=_("What is wrong"),
         max_length=NOTE_MAX_LENGTH,
@@ -83,7 +83,7 @@ class ComplaintForm(forms.Form):
         initial=Complaint.Priority.NORMAL,
         error_messages={"invalid_choice": _("Choose a priority from the list.")},
     )
-    reporter_name = forms.CharField(label=_("Reported by"), max_length=200)
+    reporter_name = forms.CharField(label=_("Reported by"), max_length=200, validators=[one_line])
     reporter_email = forms.EmailField(label=_("Their email"), max_length=254)
     reporter_phone = forms.RegexField(
         label=_("Their phone"),

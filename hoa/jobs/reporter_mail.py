@@ -33,7 +33,9 @@ took a message:
 - A failure that certainly sent nothing (the connection could not be opened, a 4xx answer
   to the envelope or the message) is retried with backoff (``BACKOFF``, doubling, at most
   ``MAX_BACKOFF``), the same Message-ID each time, up to ``MAX_ATTEMPTS`` tries, then
-  ``failed``; a 5xx answer is ``failed`` at once.
+  ``failed``; a 5xx answer is ``failed`` at once, and so is an email Django refuses to
+  build (a line break in an association's name in its From header): ``failed`` before
+  anything is handed over, never "perhaps sent", and the batch goes on.
 - Before each hand-over the sender checks the connection (``NOOP``) and opens it again if
   it went away, so a server that dropped an idle connection costs a reconnect, not an
   ``unknown``. What is left unknown is the window between the end of the message and the
@@ -244,7 +246,13 @@ def _send_one(mail, claim: Claim, complaint: Complaint, result: SendResult) -> N
             result.skipped += 1
         return
     try:
-        _message(mail, claim, complaint).send()
+        message = _message(mail, claim, complaint)
+        message.message()  # rendered here: a header Django refuses is refused before sending
+    except ValueError as exc:  # BadHeaderError (a line break in a name), a bad address
+        _not_sent(claim, f"refused before hand-over: {exc}", result, permanent=True)
+        return
+    try:
+        message.send()
     except (smtplib.SMTPRecipientsRefused, smtplib.SMTPSenderRefused) as exc:
         code = _code(exc)
         _not_sent(claim, f"refused: {exc}", result, permanent=code is None or code >= 500)

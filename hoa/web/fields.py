@@ -81,7 +81,7 @@ def _without_symbol(text: str) -> str:
 class MoneyField(forms.DecimalField):
     """An amount as people type it (``1000``, ``1,000.00``, ``$1,000.00``), one sentence per
     mistake, the limits said as amounts. Every form that takes money uses it; the admin
-    through ``MONEY_FORMFIELDS``."""
+    through ``ADMIN_FORMFIELDS``."""
 
     widget = forms.TextInput(attrs={"inputmode": "decimal", "autocomplete": "off"})
     default_error_messages = {
@@ -136,5 +136,20 @@ def _below(minimum: Decimal) -> str:
     return _("The amount must be at least %(min)s.") % {"min": format_money(minimum)}
 
 
-# The admin's money fields (``formfield_overrides``): the same field as the staff pages'.
-MONEY_FORMFIELDS = {models.DecimalField: {"form_class": MoneyField}}
+def one_line(value: str) -> None:
+    """A validator for names and titles: one line of printable text. A line break, a tab,
+    a NUL or an escape in a name ends up in an email header (which Django then refuses to
+    send), a CSV cell or a log line."""
+    if any(not char.isprintable() for char in value):
+        raise ValidationError(
+            _("Write this on one line, without line breaks or control characters."),
+            code="control_characters",
+        )
+
+
+# The admin's fields (``formfield_overrides``): amounts as the staff pages read them, and
+# every one-line text typed on one line.
+ADMIN_FORMFIELDS = {
+    models.DecimalField: {"form_class": MoneyField},
+    models.CharField: {"validators": [one_line]},
+}
