@@ -1,7 +1,7 @@
 """Fenced distributed writes for Django: a Redis lease with a fencing token, checked by
 PostgreSQL in the same transaction as the write.
 
-The four layers (see docs/locking/index.md for the full story and diagrams):
+The four layers (the documentation's overview page tells the full story, with diagrams):
 
 1. **Lease** — ``SET lock:{r} <owner> NX PX <ttl>`` in Redis. Usually only one worker
    does the work. Efficiency, not safety: a paused holder outlives its lease.
@@ -28,7 +28,7 @@ The four layers (see docs/locking/index.md for the full story and diagrams):
 
 Public names (import them from ``locking``, never from its modules; models come from
 ``locking.models``, which Django loads after the app registry). ``__all__`` is the
-documented interface (docs/locking/index.md)::
+documented interface::
 
     lease = FenceLock().acquire("vendor-assignment:complaint:42", ttl=timedelta(seconds=30))
     with transaction.atomic():

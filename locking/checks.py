@@ -44,6 +44,7 @@ from django.utils.module_loading import import_string
 
 from locking.conf import DEFAULTS, SETTING_NAMES, setting
 from locking.connection import _hosts
+from locking.documentation import see
 from locking.fenced_checks import (  # noqa: F401 - registers E013, E014 and E016
     FENCE_FIELD,
     fenced_models,
@@ -60,6 +61,11 @@ POSITIVE_NUMBERS = {
     "LOCK_REDIS_WAIT_TIMEOUT_MS": True,
     "LOCK_FENCE_EVENT_RETENTION_DAYS": True,
 }
+# Where the hints send a reader (the wheel ships no page: its title and its URL).
+SEE_SETTINGS = see("Settings", "settings")
+SEE_REPLICAS = see(
+    "Epochs: when Redis loses the counter", "epochs", "Replicas: LOCK_REDIS_MIN_REPLICAS"
+)
 
 
 def is_number(value: object, *, whole: bool = False) -> bool:
@@ -91,8 +97,8 @@ def replica_wait_below_the_socket_timeout(app_configs=None, **kwargs):
         Error(
             f"LOCK_REDIS_WAIT_TIMEOUT_MS ({wait_ms}) is not below the lock's socket timeout "
             f"LOCK_REDIS_SOCKET_TIMEOUT_SECONDS ({socket_seconds:g}s).",
-            hint="WAIT shares the grant's connection: keep it well below the socket timeout "
-            "(docs/locking/epochs.md, Replicas).",
+            hint="WAIT shares the grant's connection: keep it well below the socket timeout. "
+            f"See {SEE_REPLICAS}.",
             id="locking.E003",
         )
     ]
@@ -141,7 +147,7 @@ def redis_url_is_usable(app_configs=None, **kwargs):
     hint = (
         "A Redis URL: redis://host:port/db, rediss://… (TLS), unix:///path.sock, "
         "redis+sentinel://host:port[,host:port…]/<service>[/db] or "
-        "redis+cluster://host:port[,host:port…] (docs/locking/settings.md)."
+        f"redis+cluster://host:port[,host:port…]. See {SEE_SETTINGS}."
     )
     if not isinstance(url, str):
         return [Error(f"{name} is not a string: {url!r}.", hint=hint, id="locking.E007")]
@@ -218,7 +224,7 @@ def numbers_are_positive(app_configs=None, **kwargs):
             Error(
                 f"LOCK_REDIS_MIN_REPLICAS must be a whole number of at least 0, not {replicas!r}.",
                 hint="The replicas that must confirm a grant (WAIT) before it counts; 0 "
-                "waits for none (docs/locking/epochs.md, Replicas).",
+                f"waits for none. See {SEE_REPLICAS}.",
                 id="locking.E009",
             )
         )
@@ -345,7 +351,7 @@ def settings_are_known(app_configs=None, **kwargs):
         hint = (
             f"Did you mean {close[0]}?"
             if close
-            else f"locking reads {', '.join(SETTING_NAMES)} (docs/locking/settings.md)."
+            else f"locking reads {', '.join(SETTING_NAMES)}. See {SEE_SETTINGS}."
         )
         warnings.append(
             CheckWarning(

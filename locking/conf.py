@@ -6,8 +6,8 @@ only what it needs; with none of them set, locks use the Redis on 127.0.0.1:6379
 ``default`` database.
 
 Each setting, with its default and what it is for (made from ``DEFAULTS`` and
-``DESCRIPTIONS`` below, as is the documentation site's settings reference,
-docs/locking/settings.md, so that neither can drift from the code):
+``DESCRIPTIONS`` below, as is the documentation site's 'Settings' page, so that neither
+can drift from the code):
 
 """
 
@@ -34,7 +34,7 @@ SETTING_NAMES = ("LOCK_REDIS_URL", *DEFAULTS)
 
 # What each setting is for, in reStructuredText: the list at the end of this module's
 # docstring and the documentation site's settings reference are both made from it (and
-# from DEFAULTS). A setting without one fails `make docs` and tests/test_locking_docs.py.
+# from DEFAULTS). A setting without one fails the site's build (`make docs`).
 DESCRIPTIONS = {
     "LOCK_REDIS_URL": (
         "Redis of leases and counters: ``redis://``, ``rediss://`` (TLS), ``unix://``, "

@@ -27,7 +27,7 @@ was granted, so a ``last_fence_token`` beyond ``last_token(current_epoch)`` was 
 hand or by an old fixture, not by a fence. Such a row never starts an epoch (one above
 ``2**62`` would use the resource's epochs up for good): ``FenceBeyondRecord`` names it,
 system check ``locking.E016`` finds it, and ``repair_fence_row`` (``manage.py locks
-repair``) sets it back, a compare-and-set, audited (docs/locking/epochs.md).
+repair``) sets it back, a compare-and-set, audited.
 """
 
 import logging

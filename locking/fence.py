@@ -22,7 +22,8 @@ Each check is one statement that does two things, in this order:
 The record is what makes the fence hold at every way in: it survives the row (an older
 holder cannot re-create a row a newer one deleted), it counts one resource once whichever
 rows its holders touch, and it tells the same lease from a token Redis handed out twice.
-docs/locking/fence.md ("Every way in") lists each entry point with what it checks.
+The documentation's 'The fence check' page ("Every way in") lists each entry point with
+what it checks.
 """
 
 import functools
@@ -155,7 +156,7 @@ def _stale(
     """The refusal of ``fencing``: by its epoch, if the resource has a newer one; else by
     the newest token recorded (on the resource's record or on the row). A row beyond
     every epoch the record began was never fenced so: ``FenceBeyondRecord`` names it, and
-    no new epoch is started above it (docs/locking/epochs.md)."""
+    no new epoch is started above it (the documentation's 'Epochs' page)."""
     record = records.filter(resource=fencing.resource).values("epoch", "token").first()
     epoch, on_record = (record["epoch"], record["token"]) if record else (0, 0)
     if epoch_of(on_row) > epoch:

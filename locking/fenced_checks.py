@@ -14,8 +14,12 @@ from django.core.checks import Warning as CheckWarning
 from django.db import router
 
 from locking.conf import setting
+from locking.documentation import see
 
 FENCE_FIELD = "last_fence_token"
+# Where the hints send a reader (the wheel ships no page: its title and its URL).
+SEE_GUARD = see("The fence check", "fence", "The fence guard: a column that never goes backwards")
+SEE_ROW_BEYOND = see("Epochs: when Redis loses the counter", "epochs", "A row beyond its record")
 
 # True while locking's ``makemigrations`` runs its checks: the command that writes the
 # guard's migration must not be stopped by the error that asks for it.
@@ -95,7 +99,7 @@ def _unguarded_message(model) -> tuple[str, str]:
         f"{opts.app_label} installs locking's fence guard on its table.",
         f"Run manage.py makemigrations --empty {opts.app_label}, and put operations = "
         f"[InstallFenceGuard({opts.model_name!r})] (from locking import InstallFenceGuard) in "
-        "the migration it writes: docs/locking/fence.md, 'The fence guard'.",
+        f"the migration it writes. See {SEE_GUARD}.",
     )
 
 
@@ -248,8 +252,7 @@ def fenced_rows_are_within_their_records(app_configs=None, databases=None, **kwa
                         hint=(
                             f"manage.py locks repair RESOURCE --model {opts.label} --pk {pk} "
                             f'--token {token} --reason "…" (RESOURCE: the resource whose '
-                            "operation fences this row; docs/locking/epochs.md, 'A row beyond "
-                            "its record')."
+                            f"operation fences this row). See {SEE_ROW_BEYOND}."
                         ),
                         obj=model,
                         id="locking.E016",

@@ -13,11 +13,11 @@ cause; how long work ran past its lease's TTL (at release); leases that became u
 and lost, by reason. A receiver of fenced calls (locking/receiving/receiver.py) counts its
 decisions by receiver and verdict. Resource names (one per organization and month, one per
 complaint) would create a time series per resource and must never become a label; the
-audit table (``FenceEvent``) and the logs carry them instead. docs/operations.md lists
-every name and label for alerting rules.
+audit table (``FenceEvent``) and the logs carry them instead. The documentation's
+'Operating it' page lists every name and label for alerting rules.
 
 Under gunicorn with several workers every worker has its own counters; prometheus-client's
-multiprocess mode (``PROMETHEUS_MULTIPROC_DIR``, see docs/operations.md) adds them up.
+multiprocess mode (``PROMETHEUS_MULTIPROC_DIR``) adds them up.
 """
 
 from prometheus_client import Counter, Histogram

@@ -63,6 +63,9 @@ REQUIRED_CLASSIFIERS = (
     "Programming Language :: Python :: 3.12",
     "Programming Language :: Python :: 3.13",
 )
+# The project's URLs ([project.urls]): where an adopter reads the documentation and the
+# changelog, finds the source and reports a bug (locking's tests check what they say).
+PROJECT_URLS = ("Documentation", "Changelog", "Source", "Issues")
 # What the matrix does not run must not be claimed.
 CLAIMED = re.compile(r"^(Framework :: Django :: |Programming Language :: Python :: 3\.)")
 COMPILED = re.compile(r"(^|/)__pycache__/|\.py[cod]$")
@@ -186,6 +189,16 @@ def metadata_problems(metadata_text: str, version: str | None) -> list[str]:
             found.append(f"metadata {field}: {metadata.get(field)!r}, expected {expected!r}")
     if "# django-fenced-writes" not in (metadata.get_payload() or ""):
         found.append("metadata: the description is not locking/README.md")
+    urls = dict(
+        (part.strip() for part in value.split(",", 1))
+        for value in metadata.get_all("Project-URL") or []
+        if "," in value
+    )
+    found += [
+        f"project URL missing: {label}"
+        for label in PROJECT_URLS
+        if not urls.get(label, "").startswith("https://")
+    ]
     classifiers = metadata.get_all("Classifier") or []
     found += [f"classifier missing: {c}" for c in REQUIRED_CLASSIFIERS if c not in classifiers]
     found += [

@@ -248,6 +248,21 @@ def test_the_check_refuses_an_undeclared_or_unbounded_dependency_and_a_wrong_cla
     ]
 
 
+@pytest.mark.slow
+def test_the_check_refuses_a_wheel_without_its_project_urls(wheel, tmp_path):
+    def worse(text: str) -> str:
+        lines = text.split("\n")
+        source = next(line for line in lines if line.startswith("Project-URL: Source, "))
+        kept = [line for line in lines if not line.startswith("Project-URL: Issues, ")]
+        return "\n".join(kept).replace(source, source.replace("https://", "http://"))
+
+    bad = copy_with(wheel, tmp_path / wheel.name, metadata=worse)
+    assert CHECK["problems"](bad) == [
+        "project URL missing: Source",
+        "project URL missing: Issues",
+    ]
+
+
 def check_wheel_command(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, str(ROOT / "scripts" / "check_wheel.py"), *args],

@@ -17,6 +17,7 @@ import pytest
 
 import locking
 from locking import conf
+from locking.documentation import DOCS_URL
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs" / "locking"
@@ -209,11 +210,16 @@ def test_the_import_list_on_the_first_page_is_locking_s_whole_public_interface()
     assert sorted(listed) == sorted(locking.__all__)
 
 
-def test_the_package_readme_links_every_page_of_the_documentation():
-    readme = ROOT / "locking" / "README.md"
+def test_the_package_readme_links_every_page_of_the_documentation_site():
+    """The README is the package index's long description: it links the site's pages, each
+    at the documentation base URL (locking/tests/test_standalone_docs.py checks the rest)."""
+    readme = (ROOT / "locking" / "README.md").read_text()
     linked = {
-        (readme.parent / target.partition("#")[0]).resolve()
-        for target in LINK.findall(without_code(readme.read_text()))
+        target.removeprefix(DOCS_URL).partition("#")[0] or "index.html"
+        for target in LINK.findall(without_code(readme))
+        if target.startswith(DOCS_URL)
     }
-    assert [page.name for page in sorted(DOCS.glob("*.md")) if page.resolve() not in linked] == []
-    assert "make docs" in readme.read_text() and "docs/_build/locking/" in readme.read_text()
+    assert [
+        page.name for page in sorted(DOCS.glob("*.md")) if f"{page.stem}.html" not in linked
+    ] == []
+    assert f"<{DOCS_URL}>" in readme

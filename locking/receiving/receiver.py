@@ -50,7 +50,7 @@ receiver's database commits with the record of the call, or not at all. ``receiv
 takes headers and a body (any web framework, or none: the test stand-ins call it from a
 plain HTTP server); ``fenced_receiver`` wraps a Django view with it. Its signing secret is
 ``LOCK_RECEIVER_SECRET`` unless given. It covers only services that use it: a receiver that
-ignores the token still bills twice (docs/reliability.md, "Known limits").
+ignores the token still bills twice.
 """
 
 import json

@@ -16,6 +16,7 @@ from django.db import transaction
 
 from locking import Attempt, LockUnavailable, StaleFencingToken, advance_fence, run_fenced
 from locking.checks import fenced_rows_are_within_their_records
+from locking.documentation import DOCS_URL
 from locking.epochs import FenceBeyondRecord, current_epoch, first_token, last_token
 from locking.models import FenceEvent
 from locking.tests.testapp.models import FencedThing
@@ -87,6 +88,10 @@ def test_a_row_beyond_its_record_is_named_and_starts_no_epoch_and_a_repair_makes
     assert error.hint.startswith(
         f"manage.py locks repair RESOURCE --model locking_testapp.FencedThing --pk {thing.pk} "
         f"--token {CORRUPT} "
+    )
+    assert error.hint.endswith(
+        "See 'Epochs: when Redis loses the counter', section 'A row beyond its record' "
+        f"({DOCS_URL}epochs.html#a-row-beyond-its-record)."
     )
 
     lines = locks(
