@@ -137,10 +137,10 @@ def superseded(refusal: Superseded, audience: Audience = Audience.STAFF) -> str:
     facts = _facts(refusal.organization, refusal.month)
     if audience is Audience.OPERATORS:
         return _(
-            "A newer holder (token %(recorded)s) took over the charges for "
+            "A newer holder (%(newer)s) took over the charges for "
             "%(organization)s, %(month)s while this attempt (token %(token)s) was paused "
             "past its lease; nothing was written."
-        ) % {**facts, "token": refusal.token, "recorded": refusal.recorded}
+        ) % {**facts, "token": refusal.token, "newer": refusal.newer}
     return (
         _(
             "Someone else took over generating the charges for %(organization)s, %(month)s "

@@ -129,6 +129,19 @@ def test_no_payment_service_stops_a_batch_at_once_even_with_nothing_due(maple, e
     )
 
 
+def test_an_unsigned_409_is_never_said_to_be_token_none(approved, env, payments):
+    """A payment service that answers a plain 409 (not locking's signed answer) did not say
+    which newer payment it had: the operator's line says so, never "(token None)"."""
+    payments.status = 409
+    done = run_manage(COMMAND, "--invoice", approved.pk, env=env)
+
+    assert done.returncode == EXIT_TEMPFAIL
+    assert "None" not in done.stderr
+    assert "(a token the outside service did not name: its 409 was not signed)" in done.stderr
+    assert len(done.stderr.splitlines()) == 1
+    assert paid_state(approved)[0] == Status.APPROVED
+
+
 def test_a_busy_invoice_exits_75_naming_the_holder(approved, env, payments):
     FenceLock().acquire(
         payment_resource(approved.pk), ttl=timedelta(seconds=30), holder="bob at the desk"

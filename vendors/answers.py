@@ -203,9 +203,9 @@ def superseded(refusal: Superseded, audience: Audience = Audience.STAFF) -> str:
     complaint = refusal.complaint
     if audience is Audience.OPERATORS:
         return _(
-            "A newer assignment of complaint #%(complaint)s (token %(recorded)s) took over "
+            "A newer assignment of complaint #%(complaint)s (%(newer)s) took over "
             "while this one (token %(token)s) was waiting; nothing of this one was saved."
-        ) % {"complaint": complaint.pk, "recorded": refusal.recorded, "token": refusal.token}
+        ) % {"complaint": complaint.pk, "newer": refusal.newer, "token": refusal.token}
     return _(
         "Someone else assigned complaint #%(complaint)s while this attempt was waiting; "
         "nothing of this attempt was saved."

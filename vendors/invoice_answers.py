@@ -202,10 +202,10 @@ def payment_superseded(refusal: Superseded, audience: Audience = Audience.STAFF)
     invoice = refusal.invoice.pk
     if audience is Audience.OPERATORS:
         return _(
-            "A newer payment of invoice #%(invoice)s (token %(recorded)s) took over while "
+            "A newer payment of invoice #%(invoice)s (%(newer)s) took over while "
             "this one (token %(token)s) was paused past its lease; nothing of this one was "
             "saved."
-        ) % {"invoice": invoice, "recorded": refusal.recorded, "token": refusal.token}
+        ) % {"invoice": invoice, "newer": refusal.newer, "token": refusal.token}
     return _(
         "Someone else took over paying invoice #%(invoice)s while this attempt was waiting; "
         "nothing of this attempt was saved. Look at the invoice to see where it stands."

@@ -170,9 +170,18 @@ class Superseded(OperationRefusal):
     outcome = Outcome.STALE
     title = gettext_lazy("Someone else took over")
 
-    def __init__(self, *, resource: str, token: int, recorded: int, **subject):
+    def __init__(self, *, resource: str, token: int, recorded: int | None, **subject):
         super().__init__(**subject)
         self.resource, self.token, self.recorded = resource, token, recorded
+
+    @property
+    def newer(self) -> str:
+        """How an operators' sentence names the holder that took over: its token, or, when
+        an outside service answered 409 without a token it could vouch for (an unsigned
+        answer), that it did not say (never "token None")."""
+        if self.recorded is None:
+            return _("a token the outside service did not name: its 409 was not signed")
+        return _("token %(recorded)s") % {"recorded": self.recorded}
 
     @classmethod
     def refused(cls, resource: str, stale: StaleFencingToken, **subject) -> "Superseded":

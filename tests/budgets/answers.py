@@ -101,10 +101,10 @@ def superseded(refusal: Superseded, audience: Audience) -> str:
     facts = _facts(refusal)
     if audience is Audience.OPERATORS:
         return _(
-            "A newer holder (token %(recorded)s) took over the %(year)s budget of "
+            "A newer holder (%(newer)s) took over the %(year)s budget of "
             "%(organization)s while this attempt (token %(token)s) was paused past its "
             "lease; nothing was written."
-        ) % {**facts, "token": refusal.token, "recorded": refusal.recorded}
+        ) % {**facts, "token": refusal.token, "newer": refusal.newer}
     return (
         _(
             "Someone else took over approving the %(year)s budget of %(organization)s while "
