@@ -12,11 +12,12 @@ script writes it (locking/scripts.py); the sync and the async lock make the owne
 label, the operators' tools read it back (``parse_lock_value``).
 """
 
+import functools
 import itertools
 import os
 import secrets
 import socket
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 MAX_RESOURCE_LENGTH = 200
 
@@ -126,3 +127,44 @@ def parse_lock_value(value: str) -> tuple[str, datetime | None, str]:
     acquired, _, label = rest.partition("|")
     acquired_at = from_ms(int(acquired)) if acquired.isdigit() else None
     return owner, acquired_at, label
+
+
+# -- TTLs: a ``timedelta`` wherever one is taken (a bare number would be seconds to one
+# reader and milliseconds to another), whole milliseconds for Redis.
+
+TTL_TYPE_ERROR = "ttl must be a datetime.timedelta, e.g. timedelta(seconds=5)"
+
+
+def require_timedelta(ttl: object) -> None:
+    """Raise ``TypeError`` unless ``ttl`` is a ``timedelta``."""
+    if not isinstance(ttl, timedelta):
+        raise TypeError(TTL_TYPE_ERROR)
+
+
+def positive_ms(ttl: timedelta) -> int:
+    """``ttl`` in whole milliseconds, as Redis takes it; ``ValueError`` unless positive."""
+    require_timedelta(ttl)
+    ttl_ms = int(ttl.total_seconds() * 1000)
+    if ttl_ms <= 0:
+        raise ValueError("ttl must be positive")
+    return ttl_ms
+
+
+def ttl_ms_of(ttl: timedelta) -> int:
+    """``positive_ms``, remembered per TTL (a deployment uses a handful)."""
+    try:
+        return _TTL_MS[ttl]
+    except (KeyError, TypeError):
+        ttl_ms = positive_ms(ttl)
+        if len(_TTL_MS) < 256:
+            _TTL_MS[ttl] = ttl_ms
+        return ttl_ms
+
+
+_TTL_MS: dict[timedelta, int] = {}
+
+
+@functools.lru_cache(maxsize=64)
+def ttl_of(ttl_ms: int) -> timedelta:
+    """``timedelta(milliseconds=ttl_ms)``, one per TTL a deployment uses, not one per grant."""
+    return timedelta(milliseconds=ttl_ms)

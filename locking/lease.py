@@ -21,10 +21,10 @@ from redis.cluster import RedisCluster
 from redis.exceptions import RedisError
 
 from locking import tracing
-from locking.keys import lock_key
+from locking.keys import lock_key, positive_ms
 from locking.outcomes import LeaseState
 from locking.scripts import Scripts, run_script
-from locking.tenure import BaseLease, Granter, positive_ms
+from locking.tenure import BaseLease, Granter
 
 # The lease's own log (locking/tenure.py writes to it too).
 logger = logging.getLogger(__name__)

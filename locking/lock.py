@@ -31,7 +31,7 @@ from locking.conf import setting
 from locking.connection import forget_slots, get_lock_redis, moved, node_client_for
 from locking.epochs import begin_first_epochs, first_token, start_epoch
 from locking.exceptions import LockHeld, LockUnavailable
-from locking.keys import fence_key, holder_label, new_owner, validate_resource
+from locking.keys import fence_key, holder_label, new_owner, ttl_ms_of, ttl_of, validate_resource
 from locking.lease import Lease
 from locking.outcomes import EpochCause
 from locking.scripts import (
@@ -49,7 +49,7 @@ from locking.scripts import (
     unavailable,
     unconfirmed,
 )
-from locking.tenure import AuditHook, ttl_ms_of, ttl_of
+from locking.tenure import AuditHook
 
 logger = logging.getLogger(__name__)
 

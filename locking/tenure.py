@@ -1,39 +1,14 @@
-"""A lease's tenure: the TTL it is held for and what its holder can know of it.
+"""A lease's tenure: what its holder can know of it, whichever API granted it.
 
-The sync ``Lease`` (locking/lease.py) and the ``AsyncLease`` (locking/asyncio/lease.py)
-talk to Redis each their own way and tell their ``Tenure`` what Redis answered; the tenure
-keeps the rest: the deadlines, the doubt, the lost signal. Both are a ``BaseLease``, which
-reads that state and nothing else, so neither carries the other's I/O.
-
-``lease.state`` says it honestly (ZooKeeper's clients call the middle one SUSPENDED)::
-
-    HELD ──renewal fails, Redis unreachable──▶ UNCERTAIN ──renewal reaches Redis──▶ HELD
-      │                                            │
-      └──Redis: another owner / TTL surely passed──┴──▶ LOST   (final; on_lost runs once)
-    HELD or UNCERTAIN ──release()──▶ RELEASED   (final; no on_lost)
-
-- ``HELD``: the last grant or extend was confirmed, and its TTL, counted from before the
-  request was sent, has not run out by this process's monotonic clock.
-- ``UNCERTAIN``: a renewal failed or Redis did not answer, or the TTL may just have run
-  out (counted from the request, not yet from the reply): the lease may still run.
-- ``LOST``: Redis says the lease is not ours (another owner, or none), or the TTL has
-  surely passed (counted from the reply of the last confirmed grant or extend). Never
-  left; a release after it leaves it ``LOST`` (the loss is what happened).
-- ``RELEASED``: its holder released it (``release()``, the end of its ``with`` block) before
-  any loss was known. Never left.
-
-``check()`` raises ``LeaseLost`` on ``LOST`` and ``RELEASED``, and ``LeaseUncertain`` (a
-``LeaseLost``) on ``UNCERTAIN``, so nothing goes out while the holder cannot know. None
-of this is the safety, which is the fencing token checked by ``advance_fence``; it is what
-the holder can know.
-
-A TTL is a ``timedelta`` wherever one is taken (``acquire``, ``extend``, ``keep_alive``,
-``run_fenced``, ``LeasedAttempt``, and their async twins): a bare number would be seconds
-to one reader and milliseconds to another, and failed deep inside as an AttributeError.
+The sync ``Lease`` and the ``AsyncLease`` talk to Redis each their own way and tell their
+``Tenure`` what Redis answered; the tenure keeps the rest: the deadlines, the doubt (HELD,
+UNCERTAIN, LOST, RELEASED: the table is on the "Fence epochs" page, "Lease states") and
+the lost signal (``LostSignal``). Both are a ``BaseLease``, which reads that state only.
 """
 
 import functools
 import logging
+import threading
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
@@ -41,9 +16,8 @@ from typing import Protocol, Self, TypeVar
 
 from locking import metrics
 from locking.exceptions import LeaseLost, LeaseUncertain
-from locking.keys import from_ms
+from locking.keys import from_ms, require_timedelta
 from locking.outcomes import LeaseState, LossCause, Outcome
-from locking.signal import SIGNAL_CONDITIONS, LostSignal
 from locking.tokens import FencingToken
 
 R = TypeVar("R")
@@ -51,43 +25,118 @@ R = TypeVar("R")
 # The lease's own log, whichever module writes it: what an operator filters on.
 logger = logging.getLogger("locking.lease")
 
-TTL_TYPE_ERROR = "ttl must be a datetime.timedelta, e.g. timedelta(seconds=5)"
 TTL_PASSED = "its TTL passed by this process's clock"
 
 
-def require_timedelta(ttl: object) -> None:
-    """Raise ``TypeError`` unless ``ttl`` is a ``timedelta``."""
-    if not isinstance(ttl, timedelta):
-        raise TypeError(TTL_TYPE_ERROR)
+# -- the lost signal: ``lease.lost`` ------------------------------------------------------
+#
+# A ``threading.Event`` set at most once. A lease's ``Tenure`` owns one; the keep-alives and
+# ``check()`` set it when the lease is ``LOST``, its release sets it quietly, and the
+# callbacks registered with ``on_lost`` run once, on a loss only. It knows the lease by its
+# resource and token (what it logs and counts): the callbacks come bound to the lease.
 
 
-def positive_ms(ttl: timedelta) -> int:
-    """``ttl`` in whole milliseconds, as Redis takes it; ``ValueError`` unless positive."""
-    require_timedelta(ttl)
-    ttl_ms = int(ttl.total_seconds() * 1000)
-    if ttl_ms <= 0:
-        raise ValueError("ttl must be positive")
-    return ttl_ms
+# Guards the lazy creation of every signal, and of every signal's condition
+# (Tenure.lost; LostSignal._cond, _set_flag).
+SIGNAL_CONDITIONS = threading.Lock()
 
 
-def ttl_ms_of(ttl: timedelta) -> int:
-    """``positive_ms``, remembered per TTL (a deployment uses a handful)."""
-    try:
-        return _TTL_MS[ttl]
-    except (KeyError, TypeError):
-        ttl_ms = positive_ms(ttl)
-        if len(_TTL_MS) < 256:
-            _TTL_MS[ttl] = ttl_ms
-        return ttl_ms
+class LostSignal(threading.Event):
+    """Set once a lease is no longer its holder's: ``lease.lost.is_set()``, ``.wait()``.
 
+    A ``threading.Event`` that is set at most once and never cleared, with the ``reason``
+    it was set. ``bool(lease.lost)`` is ``is_set()``, as the boolean ``lost`` it replaces
+    was, so ``if lease.lost:`` keeps its meaning. Callbacks registered with
+    ``Lease.on_lost`` run once when the lease is lost; never when its holder released it
+    first (that is the end of the work, not a loss).
+    """
 
-_TTL_MS: dict[timedelta, int] = {}
+    def __init__(self, resource: str, token: int):
+        # Not ``Event.__init__``: its ``Condition`` is built on first use (``_cond``), since
+        # most leases are released without anyone ever waiting on their signal, and a
+        # Condition per lease is a measurable part of a lock cycle.
+        self._flag = False
+        self.reason = ""
+        self._guard = threading.Lock()
+        self.resource = resource
+        self.token = token
+        self._callbacks: list[Callable[[], object]] = []
+        self._fired = False  # the callbacks ran
+        self._quiet = False  # released by its holder: there is no loss to report
 
+    @property
+    def _cond(self) -> threading.Condition:
+        """The Event's condition, made by the first waiter or setter that needs it."""
+        cond = self.__dict__.get("_lazy_cond")
+        if cond is None:
+            with SIGNAL_CONDITIONS:
+                cond = self.__dict__.setdefault("_lazy_cond", threading.Condition(threading.Lock()))
+        return cond
 
-@functools.lru_cache(maxsize=64)
-def ttl_of(ttl_ms: int) -> timedelta:
-    """``timedelta(milliseconds=ttl_ms)``, one per TTL a deployment uses, not one per grant."""
-    return timedelta(milliseconds=ttl_ms)
+    def _set_flag(self) -> None:
+        """``Event.set`` without making a condition that nobody waits on: with none made
+        (under the guard that makes them), no thread can be waiting, so the flag alone
+        will do; a waiter that comes later reads it."""
+        with SIGNAL_CONDITIONS:
+            if "_lazy_cond" not in self.__dict__:
+                self._flag = True
+                return
+        super().set()
+
+    def __bool__(self) -> bool:
+        return self._flag
+
+    def __repr__(self) -> str:
+        return f"<LostSignal {'set: ' + self.reason if self.is_set() else 'not set'}>"
+
+    def set(self) -> None:
+        """Mark the lease lost by hand (e.g. the work learned it elsewhere)."""
+        if self._mark("marked lost by its holder", notify=True):
+            metrics.lease_lost(self.resource, LossCause.MARKED)
+
+    def clear(self) -> None:
+        raise RuntimeError("a lost lease stays lost: acquire a new one")
+
+    @property
+    def released(self) -> bool:
+        """Whether the holder released the lease (set quietly, no loss to report)."""
+        return self._quiet
+
+    def _mark(self, reason: str, *, notify: bool) -> bool:
+        """Set the signal once; with ``notify``, run the callbacks, each once. Return
+        whether this call set it."""
+        with self._guard:
+            newly = not self._flag
+            if newly:
+                self.reason = reason
+                self._set_flag()
+            if not notify:
+                self._quiet = True
+                return newly
+            if self._quiet or self._fired:
+                return newly
+            self._fired = True
+            callbacks = list(self._callbacks)
+        for callback in callbacks:
+            self._run(callback)
+        return newly
+
+    def _add_callback(self, callback: Callable[[], object]) -> None:
+        """Run ``callback()`` once on a loss (at once if there was one): ``on_lost``'s,
+        bound to its lease."""
+        with self._guard:
+            self._callbacks.append(callback)
+            run_now = self._fired
+        if run_now:
+            self._run(callback)
+
+    def _run(self, callback: Callable[[], object]) -> None:
+        try:
+            callback()
+        except Exception:  # a callback's bug must not stop the keep-alive that called it
+            logger.exception(
+                "on_lost callback failed", extra={"resource": self.resource, "token": self.token}
+            )
 
 
 class Tenure:

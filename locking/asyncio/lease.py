@@ -20,10 +20,10 @@ from redis.exceptions import RedisClusterException, RedisError
 
 from locking import tracing
 from locking.exceptions import LeaseLost
-from locking.keys import lock_key
+from locking.keys import lock_key, positive_ms
 from locking.outcomes import LeaseState
 from locking.scripts import Scripts
-from locking.tenure import BaseLease, Granter, positive_ms
+from locking.tenure import BaseLease, Granter
 
 # The lease's own log, as the sync lease's (operators filter on one name).
 logger = logging.getLogger("locking.lease")

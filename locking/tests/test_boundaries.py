@@ -162,7 +162,7 @@ def test_the_test_models_need_no_new_migration():
 
 # docs/locking/internals.md, "The modules": one job per module, none over 450 lines. Read it here
 # so that a module that outgrows its job is split (as lease.py was: the state its holder can
-# know is tenure.py's, its lost signal signal.py's), not the rule quietly dropped.
+# know is tenure.py's), not the rule quietly dropped.
 MODULE_LINES = 450
 
 
