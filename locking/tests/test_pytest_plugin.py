@@ -159,3 +159,26 @@ def test_the_receiver_client_signs_with_the_setting_and_says_when_a_url_is_no_re
         client.post("/admin/", {}, token=lease, idempotency_key="bill:8")
     with pytest.raises(TypeError, match="takes the lease"):
         client.post("/receiver/billing/", {}, token=lease.token, idempotency_key="bill:8")
+
+
+def test_the_documented_example_a_paused_holders_late_call_is_refused_by_the_receiver(
+    paused_holder, lease_factory, receiver_client, settings
+):
+    """docs/locking/testing.md's second example, on a receiver given no secret of its own
+    (it signs with LOCK_RECEIVER_SECRET) behind a project's decorator."""
+    settings.ROOT_URLCONF = "locking.tests.urls_receiver_without_secret"
+    settings.LOCK_RECEIVER_SECRET = "test-receiver-secret"
+    paused = paused_holder("invoice:7")
+    newer = lease_factory("invoice:7")
+
+    first = receiver_client.post(
+        "/hooks/dispatch/", {"total": "10.00"}, token=newer, idempotency_key="invoice-7"
+    )
+    late = receiver_client.post(
+        "/hooks/dispatch/", {"total": "10.00"}, token=paused.lease, idempotency_key="invoice-7"
+    )
+
+    assert first.endpoint == "dispatch"
+    assert (first.status, first.verdict) == (200, CallVerdict.ACCEPTED)
+    assert (late.status, late.verdict, late.accepted) == (409, CallVerdict.STALE, newer.token)
+    assert late.answer["refused"] == "stale"
