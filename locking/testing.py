@@ -103,7 +103,8 @@ class PausedHolder:
         return self.lease.token
 
     def expire(self) -> None:
-        """Make the lease run out now in Redis (again, if a test extended it)."""
+        """Expire the lease's key in Redis now, as its TTL running out would (done when the
+        holder is made). Whoever holds the key then loses it: call it before a newer grant."""
         self.lease._lock.client.pexpire(lock_key(self.lease.resource), 0)
 
     def resume(self, work: Callable[[Lease], T], *, timeout: float = RESUME_TIMEOUT) -> T:
