@@ -17,6 +17,7 @@ build and on files made wrong on purpose.
 """
 
 import ast
+import configparser
 import re
 import sys
 import tarfile
@@ -45,7 +46,12 @@ REQUIRED = (
     "locking/templates/admin/locking/fenceevent/holders.html",
     "locking/README.md",
     "locking/CHANGELOG.md",
+    "locking/pytest_plugin.py",
+    "locking/testing.py",
 )
+# The pytest plugin's entry point (entry_points.txt): named by its module, so that a checkout
+# naming the module (pytest_plugins, -p) and the installed wheel load it once, not twice.
+PYTEST_PLUGIN = "locking.pytest_plugin"
 # What the sdist carries besides the package, each directory with every file it has in the
 # checkout (MANIFEST.in grafts the same two): locking's tests and its documentation, the
 # Markdown pages and the Sphinx configuration that builds them into its site (`make docs`).
@@ -261,7 +267,25 @@ def problems(wheel: Path) -> list[str]:
             found.append(f"compiled file: {name}")
     required = (*REQUIRED, dist_info + "METADATA", dist_info + "licenses/LICENSE")
     found += [f"missing: {name}" for name in required if name not in files]
+    found += entry_point_problems(files.get(dist_info + "entry_points.txt", b"").decode())
     return found + source_problems(files, dist_info + "METADATA")
+
+
+def entry_point_problems(text: str) -> list[str]:
+    """Every way the wheel's entry_points.txt does not register the pytest plugin as
+    ``locking.pytest_plugin = locking.pytest_plugin`` in the ``pytest11`` group."""
+    points = configparser.ConfigParser(delimiters=("=",))
+    points.optionxform = str  # names keep their case
+    try:
+        points.read_string(text)
+    except configparser.Error as error:
+        return [f"entry_points.txt does not parse: {error}"]
+    if not points.has_section("pytest11"):
+        return ["entry_points.txt has no [pytest11] entry point (the pytest plugin)"]
+    plugins = dict(points.items("pytest11"))
+    if plugins != {PYTEST_PLUGIN: PYTEST_PLUGIN}:
+        return [f"[pytest11] is not {PYTEST_PLUGIN} = {PYTEST_PLUGIN}: {plugins}"]
+    return []
 
 
 def sdist_files(sdist: Path) -> tuple[str, dict[str, bytes]]:

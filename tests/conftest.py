@@ -1,7 +1,9 @@
 """Shared fixtures: personas, real Redis, and the external-endpoint stand-in.
 
 The lock state every test starts from (``redis_client``: the lock Redis, database 1 in
-tests, flushed, and no recorded fence epochs; ``fence_lock``) is locking's own fixtures.
+tests, flushed, and no recorded fence epochs) is locking's own fixture; ``fence_lock``,
+``lease_factory``, ``paused_holder`` and ``receiver_client`` are locking's pytest plugin's
+(loaded by the root conftest.py).
 
 Personas: ``alice`` is staff of Maple Court, ``olivia`` staff of Maple Court and an operator
 (leases, tokens, fenced attempts), ``mallory`` staff of Oak Ridge (another association),
@@ -16,7 +18,7 @@ from django.contrib.auth.models import Group, Permission
 
 from hoa.demo import staff_group
 from hoa.models import Organization, StaffMembership, Unit
-from locking.tests.fixtures import fence_lock, redis_client  # noqa: F401 (fixtures)
+from locking.tests.fixtures import redis_client  # noqa: F401 (fixture)
 from locking.tests.workers import make_group_scheduler
 from tests.budgets_support import board, budget  # noqa: F401 (fixtures)
 from tests.charges_support import dead_redis_url

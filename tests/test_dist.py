@@ -231,6 +231,33 @@ def test_the_check_refuses_a_wheel_without_migrations_template_or_py_typed(wheel
 
 
 @pytest.mark.slow
+def test_the_check_refuses_a_wheel_whose_pytest_plugin_is_missing_or_named_otherwise(
+    wheel, tmp_path
+):
+    """The entry point is named by its module: under another name, a checkout that loads
+    the module by its name (pytest_plugins) and the installed wheel register one module
+    twice, and pytest stops ("Plugin already registered under a different name")."""
+    points = DIST_INFO + "entry_points.txt"
+    assert CHECK["entry_point_problems"](zipfile.ZipFile(wheel).read(points).decode()) == []
+    (tmp_path / "renamed").mkdir()
+    renamed = copy_with(
+        wheel,
+        tmp_path / "renamed" / wheel.name,
+        edit={points: lambda text: text.replace("locking.pytest_plugin =", "fenced_writes =")},
+    )
+    missing = copy_with(wheel, tmp_path / wheel.name, drop=(points, "locking/pytest_plugin.py"))
+
+    assert CHECK["problems"](renamed) == [
+        "[pytest11] is not locking.pytest_plugin = locking.pytest_plugin: "
+        "{'fenced_writes': 'locking.pytest_plugin'}"
+    ]
+    assert CHECK["problems"](missing) == [
+        "missing: locking/pytest_plugin.py",
+        "entry_points.txt has no [pytest11] entry point (the pytest plugin)",
+    ]
+
+
+@pytest.mark.slow
 def test_the_check_refuses_an_undeclared_or_unbounded_dependency_and_a_wrong_claim(wheel, tmp_path):
     def worse(text: str) -> str:
         text = text.replace("Requires-Dist: asgiref<4,>=3.8.1\n", "")

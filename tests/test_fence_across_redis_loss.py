@@ -5,14 +5,14 @@ granted before Redis loses its data. A newer command runs after the loss: its fi
 already outranks every earlier one (no doomed call with a low token), it commits, and the
 paused command, once its call returns, is refused: exit 75, nothing doubled.
 
-The grants before the loss are never written, so the database cannot know their numbers;
-reseeding the counter to the recorded token (the old design) would hand them out again and
-let the paused command win. Here the business checks cannot save it either: each scenario
-is built so that only the fence refuses the paused command.
+The grants before the loss are never written (``paused_holder``, locking's pytest plugin:
+granted, their leases run out, their holders never wake), so the database cannot know their
+numbers; reseeding the counter to the recorded token (the old design) would hand them out
+again and let the paused command win. Here the business checks cannot save it either: each
+scenario is built so that only the fence refuses the paused command.
 """
 
 import subprocess
-from datetime import timedelta
 
 import pytest
 
@@ -20,7 +20,6 @@ from charges.models import MonthlyCharge, MonthlyChargeRun
 from charges.operations import charge_resource
 from hoa.management.base import EXIT_TEMPFAIL
 from hoa.models import Complaint
-from locking import FenceLock, lock_key
 from locking.epochs import first_token
 from tests.charges_support import MONTH, MONTH_ARG
 from tests.harness.processes import start_manage
@@ -44,14 +43,6 @@ def finish(process: subprocess.Popen) -> tuple[int, str, str]:
     return process.returncode, stdout, stderr
 
 
-def unwritten_grant(resource: str) -> int:
-    """A grant whose holder crashed before writing: the lease goes, the number stays used."""
-    lock = FenceLock()
-    lease = lock.acquire(resource, ttl=timedelta(seconds=30))
-    lock.client.pexpire(lock_key(resource), 0)
-    return lease.token
-
-
 @pytest.fixture
 def env(subprocess_env, http_stub):
     return {
@@ -64,7 +55,7 @@ def env(subprocess_env, http_stub):
 
 @pytest.mark.private_redis  # FLUSHALL
 def test_reassignment_paused_in_its_dispatch_across_a_redis_loss_exits_75(
-    env, maple, alice, http_stub, redis_client, settings
+    env, maple, alice, http_stub, redis_client, settings, paused_holder
 ):
     settings.VENDOR_DISPATCH_URL = http_stub.url_for("dispatch")
     complaint = Complaint.objects.create(organization=maple, title="Broken gate")
@@ -80,7 +71,7 @@ def test_reassignment_paused_in_its_dispatch_across_a_redis_loss_exits_75(
         reassign=True,
         replacing=first.assignment,
     )
-    assert unwritten_grant(resource) == 3
+    assert paused_holder(resource).token == 3
 
     gate = http_stub.hold(lambda request: request.token == 4, answered=True)
     paused = start_manage(
@@ -119,10 +110,10 @@ def test_reassignment_paused_in_its_dispatch_across_a_redis_loss_exits_75(
 
 @pytest.mark.private_redis  # FLUSHALL
 def test_charge_run_paused_in_its_billing_call_across_a_redis_loss_exits_75(
-    env, maple, http_stub, redis_client
+    env, maple, http_stub, redis_client, paused_holder
 ):
     resource = charge_resource(maple, MONTH)
-    assert [unwritten_grant(resource), unwritten_grant(resource)] == [1, 2]
+    assert [paused_holder(resource).token, paused_holder(resource).token] == [1, 2]
     gate = http_stub.hold(lambda request: request.token == 3, answered=True)
     args = ("--org", "maple-court", "--month", MONTH_ARG)
     paused = start_manage("generate_monthly_charges", *args, env=env)

@@ -1,4 +1,8 @@
-"""Fixtures of locking's own tests. They use the locking app and its test models only."""
+"""Fixtures of locking's own tests. They use the locking app and its test models only.
+
+``fence_lock``, ``lease_factory``, ``paused_holder`` and ``receiver_client`` are locking's
+pytest plugin's (locking/pytest_plugin.py): the installed wheel's entry point under make
+test-locking-matrix, the checkout's root conftest.py otherwise."""
 
 import os
 from pathlib import Path
@@ -7,11 +11,7 @@ import pytest
 
 import locking
 from locking.conf import setting
-from locking.tests.fixtures import (  # noqa: F401 (fixtures)
-    async_fence_lock,
-    fence_lock,
-    redis_client,
-)
+from locking.tests.fixtures import async_fence_lock, redis_client  # noqa: F401 (fixtures)
 from locking.tests.workers import make_group_scheduler
 
 # Its own project with its own settings: make test-locking-matrix runs it on its own.

@@ -1,10 +1,13 @@
 """The lock state a test starts from: an empty lock Redis, no recorded fence epochs and no
 receiver's record of an accepted token.
 
-locking's own tests get these fixtures from their conftest; a project's test suite may
-import them into its own ``conftest.py``::
+locking's own tests get these fixtures from their conftest; the platform's test suite
+imports them into its own ``conftest.py``::
 
-    from locking.tests.fixtures import async_fence_lock, fence_lock, redis_client  # noqa: F401
+    from locking.tests.fixtures import async_fence_lock, redis_client  # noqa: F401
+
+``fence_lock`` (and the lease factory, the paused holder and the receiver client) are the
+pytest plugin's, locking/pytest_plugin.py, which every project gets with the wheel.
 """
 
 from collections.abc import Iterator
@@ -88,11 +91,6 @@ def redis_client(request, django_db_setup, django_db_blocker):
     if uses_database or DATABASE_FIXTURES & set(request.fixturenames):
         with django_db_blocker.unblock():
             forget_fence_epochs()
-
-
-@pytest.fixture
-def fence_lock():
-    return FenceLock()
 
 
 @pytest.fixture

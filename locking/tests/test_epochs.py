@@ -6,8 +6,9 @@ after two losses in a row. Each test makes the grants, loses Redis (FLUSHALL, or
 redis-server killed and started again without persistence), lets a newer holder write
 through ``run_fenced``, and then lets the old grant try: ``advance_fence`` refuses it.
 
-The paused holders are real threads with their own database connections, held at a hold
-point until the test lets them write.
+The paused holders are locking's test helpers (``paused_holder``, locking/testing.py): a
+grant whose lease ran out in Redis, whose late write runs in a thread of its own with its
+own database connection.
 """
 
 import threading
@@ -23,12 +24,12 @@ from locking import (
     StaleFencingToken,
     advance_fence,
     fence_key,
-    lock_key,
     prepare_fences,
     run_fenced,
 )
 from locking.epochs import current_epoch, epoch_of, first_token
 from locking.models import FenceEpoch, FenceEvent
+from locking.testing import LeaseFactory
 from locking.tests.support import PrivateRedis, free_port
 from locking.tests.testapp.models import FencedThing
 
@@ -62,38 +63,15 @@ def write(thing: FencedThing, name: str, lock: FenceLock | None = None) -> int:
     return token
 
 
-def grant_then_expire(lock: FenceLock):
-    """A grant whose holder then pauses past its lease: Redis forgets the lease."""
-    lease = lock.acquire(RESOURCE, ttl=TTL)
-    lock.client.pexpire(lock_key(RESOURCE), 0)
-    return lease
+def stale_write(thing: FencedThing):
+    """A paused holder's late work: the fence, then the write, on the holder's connection."""
 
+    def late(lease) -> None:
+        with transaction.atomic():
+            advance_fence(FencedThing.objects.filter(pk=thing.pk), lease)
+            FencedThing.objects.filter(pk=thing.pk).update(name="stale write")
 
-class PausedHolder(threading.Thread):
-    """Holds a grant at a hold point, then tries to write with it on its own connection."""
-
-    def __init__(self, thing: FencedThing, lease):
-        super().__init__(name=f"paused holder {lease.token}")
-        self.thing, self.lease = thing, lease
-        self.resume = threading.Event()
-        self.error: BaseException | None = None
-
-    def run(self):
-        try:
-            assert self.resume.wait(JOIN)
-            with transaction.atomic():
-                advance_fence(FencedThing.objects.filter(pk=self.thing.pk), self.lease)
-                FencedThing.objects.filter(pk=self.thing.pk).update(name="stale write")
-        except BaseException as exc:  # the test reads it
-            self.error = exc
-        finally:
-            connection.close()
-
-    def wake(self) -> BaseException | None:
-        self.resume.set()
-        self.join(JOIN)
-        assert not self.is_alive()
-        return self.error
+    return late
 
 
 def name_and_token(thing: FencedThing) -> tuple[str, int]:
@@ -103,21 +81,20 @@ def name_and_token(thing: FencedThing) -> tuple[str, int]:
 
 @pytest.mark.private_redis  # FLUSHALL
 def test_unwritten_grants_from_before_a_flushall_are_refused_after_a_newer_write(
-    thing, fence_lock, redis_client
+    thing, paused_holder, redis_client
 ):
     assert [write(thing, "one"), write(thing, "two")] == [1, 2]
-    crashed = grant_then_expire(fence_lock)  # token 3: its holder crashed, never wrote
-    paused = PausedHolder(thing, grant_then_expire(fence_lock))  # token 4: paused
-    paused.start()
-    assert (crashed.token, paused.lease.token) == (3, 4)
+    crashed = paused_holder(RESOURCE).lease  # token 3: its holder crashed, never wrote
+    paused = paused_holder(RESOURCE)  # token 4: paused
+    assert (crashed.token, paused.token) == (3, 4)
 
     redis_client.flushall()  # Redis lost everything, the counter included
     newer = write(thing, "newer")
 
     assert newer == first_token(1) + 1  # epoch 1 outranks every token of epoch 0
-    error = paused.wake()
-    assert isinstance(error, StaleFencingToken)
-    assert (error.token, error.recorded) == (4, newer)
+    with pytest.raises(StaleFencingToken) as refused:
+        paused.resume(stale_write(thing))
+    assert (refused.value.token, refused.value.recorded) == (4, newer)
     with pytest.raises(StaleFencingToken), transaction.atomic():
         advance_fence(FencedThing.objects.filter(pk=thing.pk), crashed)
     assert name_and_token(thing) == ("newer", newer)
@@ -131,9 +108,9 @@ def test_unwritten_grants_from_before_a_redis_restart_without_persistence_are_re
     try:
         lock = FenceLock(client=server.client(timeout=5))
         assert [write(thing, "one", lock), write(thing, "two", lock)] == [1, 2]
-        grant_then_expire(lock)  # token 3, never written
-        paused = PausedHolder(thing, grant_then_expire(lock))  # token 4
-        paused.start()
+        grants = LeaseFactory(lock)
+        grants.paused(RESOURCE)  # token 3, never written
+        paused = grants.paused(RESOURCE)  # token 4
 
         server.stop()  # no RDB, no AOF: the restart loses every key
         server = PrivateRedis(tmp_path, port=port)
@@ -144,20 +121,19 @@ def test_unwritten_grants_from_before_a_redis_restart_without_persistence_are_re
         server.stop()
 
     assert newer == first_token(1) + 1
-    error = paused.wake()
-    assert isinstance(error, StaleFencingToken)
+    with pytest.raises(StaleFencingToken):
+        paused.resume(stale_write(thing))
     assert name_and_token(thing) == ("newer", newer)
 
 
 @pytest.mark.private_redis  # FLUSHALL
-def test_two_losses_in_a_row_never_reuse_an_epoch(thing, fence_lock, redis_client):
+def test_two_losses_in_a_row_never_reuse_an_epoch(thing, paused_holder, redis_client):
     assert write(thing, "one") == 1
     redis_client.flushall()
     # Grants of epoch 1, never written; the second one's holder is paused.
-    first = grant_then_expire(fence_lock)
-    paused = PausedHolder(thing, grant_then_expire(fence_lock))
-    paused.start()
-    assert [epoch_of(first.token), epoch_of(paused.lease.token)] == [1, 1]
+    first = paused_holder(RESOURCE)
+    paused = paused_holder(RESOURCE)
+    assert [epoch_of(first.token), epoch_of(paused.token)] == [1, 1]
     assert FencedThing.objects.get(pk=thing.pk).last_fence_token == 1  # nothing recorded
 
     redis_client.flushall()  # the second loss: the database still only knows token 1
@@ -167,7 +143,8 @@ def test_two_losses_in_a_row_never_reuse_an_epoch(thing, fence_lock, redis_clien
     # the durable epoch moves on to 2.
     assert newer == first_token(2) + 1
     assert current_epoch(RESOURCE) == 2
-    assert isinstance(paused.wake(), StaleFencingToken)
+    with pytest.raises(StaleFencingToken):
+        paused.resume(stale_write(thing))
     assert name_and_token(thing) == ("newer", newer)
 
 
@@ -209,10 +186,10 @@ def test_a_crowd_that_finds_the_counter_gone_records_one_epoch_and_all_of_it_com
 
 @pytest.mark.private_redis  # FLUSHALL
 def test_the_rejected_paused_grant_is_audited_as_stale_and_writes_nothing(
-    thing, fence_lock, redis_client
+    thing, paused_holder, redis_client
 ):
     assert write(thing, "one") == 1
-    paused_lease = grant_then_expire(fence_lock)
+    paused_lease = paused_holder(RESOURCE).lease
     redis_client.flushall()
     newer = write(thing, "newer")
 
@@ -244,9 +221,9 @@ def test_with_an_aof_the_counter_survives_and_an_unwritten_grant_stays_below(
     try:
         lock = FenceLock(client=server.client(timeout=5))
         assert write(thing, "one", lock) == 1
-        grant_then_expire(lock)  # 2, never written
-        paused = PausedHolder(thing, grant_then_expire(lock))  # 3, paused
-        paused.start()
+        grants = LeaseFactory(lock)
+        grants.paused(RESOURCE)  # 2, never written
+        paused = grants.paused(RESOURCE)  # 3, paused
         if stop == "shutdown":
             server.client(timeout=5).shutdown()  # redis-py swallows the closed connection
             server.process.wait(JOIN)
@@ -261,7 +238,8 @@ def test_with_an_aof_the_counter_survives_and_an_unwritten_grant_stays_below(
         server.stop()
 
     assert newer == 4  # no new epoch was needed
-    assert isinstance(paused.wake(), StaleFencingToken)
+    with pytest.raises(StaleFencingToken):
+        paused.resume(stale_write(thing))
     assert name_and_token(thing) == ("newer", 4)
 
 
@@ -284,11 +262,10 @@ def test_prepare_records_the_first_epochs_of_a_batch_in_one_statement_and_grants
 
 @pytest.mark.private_redis  # FLUSHALL
 def test_prepare_leaves_a_resource_with_history_to_its_grant_after_a_loss(
-    thing, fence_lock, redis_client
+    thing, paused_holder, redis_client
 ):
     assert [write(thing, "one"), write(thing, "two")] == [1, 2]
-    paused = PausedHolder(thing, grant_then_expire(fence_lock))  # token 3, never written
-    paused.start()
+    paused = paused_holder(RESOURCE)  # token 3, never written
     redis_client.flushall()
 
     # Epoch 0 was handed out already: seeding it again would give token 3 to someone else.
@@ -297,7 +274,8 @@ def test_prepare_leaves_a_resource_with_history_to_its_grant_after_a_loss(
     newer = write(thing, "newer")
 
     assert newer == first_token(1) + 1
-    assert isinstance(paused.wake(), StaleFencingToken)
+    with pytest.raises(StaleFencingToken):
+        paused.resume(stale_write(thing))
     assert name_and_token(thing) == ("newer", newer)
 
 

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from locking import CallVerdict, FencingToken, receive_call, seal_call
 from locking.models import ReceivedCall, ReceivedFence
 from locking.receiving.signing import open_answer
+from locking.testing import ReceiverClient
 from locking.tests.testapp.models import FencedThing
 from locking.tests.urls import RECEIVER_SECRET as SECRET
 from locking.tests.urls import billing_view
@@ -346,12 +347,10 @@ def test_fenced_receiver_wraps_a_view_post_only_and_exempt_from_csrf():
 
 def test_fenced_receiver_is_reached_through_the_csrf_middleware(settings):
     settings.ROOT_URLCONF = "locking.tests.urls"
-    client = Client(enforce_csrf_checks=True)
-    headers, body = sealed(5, endpoint="billing-view")
+    client = ReceiverClient(Client(enforce_csrf_checks=True), secret=SECRET)
+    grant = FencingToken("monthly-charges:org:7:2026-03", 5, "grant-5")
 
-    response = client.post(
-        "/receiver/billing/", data=body, content_type="application/json", headers=headers
-    )
+    delivery = client.post("/receiver/billing/", PAYLOAD, token=grant, idempotency_key=KEY)
 
-    assert response.status_code == 200
-    assert json.loads(response.content) == {"accepted": 5, "replaces": None}
+    assert (delivery.status, delivery.verdict) == (200, CallVerdict.ACCEPTED)
+    assert delivery.answer == {"accepted": 5, "replaces": None}

@@ -21,8 +21,9 @@ from locking import conf
 
 logger = logging.getLogger(__name__)
 
-# Documented beside locking.__all__: the models, which Django loads from locking.models.
-PUBLIC_PREFIXES = ("locking.models.",)
+# Documented beside locking.__all__: the models, which Django loads from locking.models, and
+# the helpers of the pytest plugin (testing.md), a submodule that imports Django's test client.
+PUBLIC_PREFIXES = ("locking.models.", "locking.testing.")
 
 
 def check_api_reference(app, env) -> None:

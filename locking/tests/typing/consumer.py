@@ -65,6 +65,7 @@ from locking import (
     verify_signature,
 )
 from locking.models import FencedModel, FenceEvent
+from locking.testing import Delivery, LeaseFactory, PausedHolder, ReceiverClient, older_token
 
 TTL = timedelta(seconds=30)
 SECRET = "a shared secret"
@@ -271,3 +272,37 @@ def the_calls(lease: Lease, answer: bytes, headers: dict[str, str], request: Htt
     receiving = fenced_receiver("billing", secret=SECRET)(billing)
     assert_type(receiving(request, 7), HttpResponse)
     assert_type(fenced_receiver("billing")(billing)(request, invoice_id=7), HttpResponse)
+
+
+def the_test_helpers(lock: FenceLock) -> None:
+    """locking.testing, the helpers of the pytest plugin's fixtures (a documented submodule,
+    not in ``__all__``)."""
+    leases = LeaseFactory(lock)
+    assert_type(leases.resource(), str)
+    assert_type(leases(), Lease)
+    assert_type(leases("invoice:7", ttl=TTL, holder="alice"), Lease)
+    paused = leases.paused("invoice:7")
+    assert_type(paused, PausedHolder)
+    assert_type(paused.lease, Lease)
+    assert_type(paused.token, int)
+    assert_type(paused.expire(), None)
+
+    def late_write(lease: Lease) -> int:
+        return lease.token
+
+    assert_type(paused.resume(late_write), int)
+    assert_type(leases.close(), None)
+    client = ReceiverClient(secret=SECRET)
+    delivery = client.post(
+        "/hooks/billing/", {"total": "10.00"}, token=paused.lease, idempotency_key="invoice-7"
+    )
+    assert_type(delivery, Delivery)
+    assert_type(delivery.status, int)
+    assert_type(delivery.verdict, CallVerdict | None)
+    assert_type(delivery.accepted, int | None)
+    assert_type(delivery.answer, dict[str, object])
+    assert_type(delivery.response, HttpResponse)
+    assert_type(delivery.receipt, Receipt | None)
+    assert_type(client.replay(delivery), Delivery)
+    assert_type(client.replay_older(delivery, by=2), Delivery)
+    assert_type(older_token(delivery.token), FencingToken)

@@ -1,15 +1,15 @@
 """The documented API of django-fenced-writes, used by a project that knows nothing else.
 
-Real PostgreSQL and Redis; the paused holder is a thread held at a hold point past its
-lease's TTL while a newer holder takes over and commits.
+Real PostgreSQL and Redis. The paused holder and the leases come from locking's pytest
+plugin (``paused_holder``, ``lease_factory``), which the wheel installs as a pytest11
+entry point: this project names it nowhere.
 """
 
-import threading
 from datetime import timedelta
 
 import pytest
 from asgiref.sync import async_to_sync
-from django.db import connection, transaction
+from django.db import transaction
 
 from invoices.models import Invoice
 from invoices.services import asend_invoice, resource_of, send_invoice
@@ -27,7 +27,6 @@ from locking.connection import aclose_async_lock_redis
 from locking.models import FenceEvent
 
 pytestmark = pytest.mark.django_db(transaction=True)
-WAIT = 10  # seconds: the bound of every wait here
 
 
 @pytest.fixture
@@ -50,40 +49,27 @@ def test_a_lease_excludes_a_second_holder_and_each_grant_has_a_larger_token(invo
     assert second.release() is False
 
 
-def test_the_fence_refuses_a_paused_holder_after_a_newer_holder_committed(invoice):
-    lock = FenceLock()
-    resource = resource_of(invoice.pk)
-    acquired, resume = threading.Event(), threading.Event()
-    paused = {}
-
-    def paused_holder():
-        try:
-            lease = lock.acquire(resource, ttl=timedelta(milliseconds=300), holder="paused")
-            paused["token"] = lease.token
-            acquired.set()
-            resume.wait(WAIT)  # the pause: a GC, a SIGSTOP, a slow call outliving the TTL
-            with transaction.atomic():
-                Invoice.objects.filter(pk=invoice.pk).update(note="by the paused holder")
-                advance_fence(Invoice.objects.filter(pk=invoice.pk), lease)
-        except StaleFencingToken as refused:
-            paused["refused"] = refused
-        finally:
-            connection.close()
-
-    thread = threading.Thread(target=paused_holder)
-    thread.start()
-    assert acquired.wait(WAIT)
-    # Granted once the paused holder's TTL has passed.
-    newer = lock.acquire(resource, ttl=timedelta(seconds=30), wait=timedelta(seconds=WAIT))
+def test_the_fence_refuses_a_paused_holder_after_a_newer_holder_committed(
+    invoice, paused_holder, lease_factory
+):
+    rows = Invoice.objects.filter(pk=invoice.pk)
+    # Granted, then paused past its lease (a GC, a SIGSTOP, a slow call): the lease has run
+    # out in Redis, its holder has not noticed.
+    paused = paused_holder(resource_of(invoice.pk))
+    newer = lease_factory(resource_of(invoice.pk))
     with transaction.atomic():
-        advance_fence(Invoice.objects.filter(pk=invoice.pk), newer)
-        Invoice.objects.filter(pk=invoice.pk).update(note="by the newer holder")
-    newer.release()
-    resume.set()
-    thread.join(WAIT)
+        advance_fence(rows, newer)
+        rows.update(note="by the newer holder")
 
-    assert newer.token > paused["token"]
-    assert isinstance(paused["refused"], StaleFencingToken)
+    def late_write(lease):
+        with transaction.atomic():
+            rows.update(note="by the paused holder")
+            advance_fence(rows, lease)
+
+    with pytest.raises(StaleFencingToken):
+        paused.resume(late_write)  # the holder wakes, in a thread of its own
+
+    assert newer.token > paused.token
     invoice.refresh_from_db()
     assert (invoice.note, invoice.last_fence_token) == ("by the newer holder", newer.token)
 
