@@ -93,7 +93,7 @@ def post_fenced(
     encoder: type[json.JSONEncoder] = DjangoJSONEncoder,
 ) -> CallAnswer:
     """POST ``payload`` once to ``url``, sealed for ``endpoint`` under ``lease``; return the
-    2xx answer.
+    2xx answer (``locking.sending.CallAnswer``: its ``status``, ``content`` and ``headers``).
 
     ``lease`` is the lease (or its ``fencing_token``); a bare ``int`` raises ``TypeError``.
     ``secret`` signs the call (the receiver's, shared; ``""`` sends it unsigned, and a
