@@ -64,7 +64,7 @@ class _StandInHandler(BaseHTTPRequestHandler):
     """An external endpoint (billing, vendor dispatch): reads the request, answers 200.
 
     HTTP/1.1, so a connection stays open between calls, as a real endpoint keeps it (the
-    clients pool theirs, ``hoa/integrations/webhooks.py``); with HTTP/1.0 each call paid a
+    clients pool theirs, ``locking.post_fenced``); with HTTP/1.0 each call paid a
     new TCP connection and a new server thread. ``TCP_NODELAY``, as servers set it: the
     headers and the body go out in two writes, and on a kept-alive connection Nagle's
     algorithm would hold the body back until the client's delayed ACK (40 ms a call)."""

@@ -49,10 +49,11 @@ of the work (OpenTelemetry API). Operators read and break leases with ``holders`
 project says what each viewer may see with a ``ViewerScopes``, ``LOCK_SCOPES_CALLABLE``); a
 batch of new resources records its first epochs at once with ``prepare_fences``.
 
-The service that *receives* a fenced call can refuse a stale one too: ``seal_call`` signs
-what a sender posts, and ``fenced_receiver`` (a view decorator) or ``receive_call`` verify
-it and keep, per ``Idempotency-Key``, the highest token accepted (a higher one replaces the
-earlier call, a lower one is answered 409, which the sender raises as
+The service that *receives* a fenced call can refuse a stale one too: ``post_fenced`` sends
+one (sealed by ``seal_call``, within a deadline; done, ``CallRefused`` or
+``CallOutcomeUnknown``), and ``fenced_receiver`` (a view decorator) or ``receive_call``
+verify it and keep, per ``Idempotency-Key``, the highest token accepted (a higher one
+replaces the earlier call, a lower one is answered 409, which ``post_fenced`` raises as
 ``StaleAtReceiver``).
 """
 
@@ -64,6 +65,8 @@ from locking.advisory import advisory_key, advisory_lock
 from locking.asyncio import AsyncFenceLock, AsyncLease
 from locking.audit import Attempt, record_fence_event
 from locking.exceptions import (
+    CallOutcomeUnknown,
+    CallRefused,
     LeaseLost,
     LeaseUncertain,
     LockError,
@@ -89,6 +92,7 @@ from locking.operators import (
 from locking.outcomes import HolderState, LeaseState, Outcome
 from locking.receiving.receiver import CallVerdict, Receipt, fenced_receiver, receive_call
 from locking.receiving.signing import FencedCall, SealedCall, seal_call, verify_signature
+from locking.sending import post_fenced
 from locking.tokens import FencingToken
 from locking.tracing import span
 
@@ -97,6 +101,8 @@ __all__ = [
     "AsyncLease",
     "Attempt",
     "BreakLeaseForm",
+    "CallOutcomeUnknown",
+    "CallRefused",
     "CallVerdict",
     "FenceLock",
     "FencedCall",
@@ -131,6 +137,7 @@ __all__ = [
     "holders",
     "insert_fenced",
     "lock_key",
+    "post_fenced",
     "prepare_fences",
     "receive_call",
     "record_fence_event",

@@ -120,8 +120,8 @@ class StaleAtReceiver(StaleFencingToken):
     A ``StaleFencingToken``: ``run_fenced`` records it as ``stale``, and when the Redis
     counter is below ``accepted`` (and ``accepted`` is a token of an epoch the resource
     has had) it starts a new epoch above it and tries once more, as for a refusal by the
-    fence. Raised by the sender's client (``from_answer``), for the answer of locking's
-    receiver (locking/receiving/receiver.py) or any that answers 409 so.
+    fence. Raised by ``post_fenced`` (through ``from_answer``), for the answer of locking's
+    receiver (``fenced_receiver``, ``receive_call``) or any that answers 409 so.
     """
 
     def __init__(self, token: int, accepted: int | None, *, url: str = ""):
@@ -163,6 +163,58 @@ class StaleAtReceiver(StaleFencingToken):
         if type(accepted) is not int or accepted <= fencing.token:
             accepted = None
         return cls(fencing.token, accepted, url=url)
+
+
+class CallRefused(LockError):
+    """The service a fenced call went to refused it, or could not be reached: it did
+    nothing. ``status`` is its 4xx answer, ``None`` when no connection was made (nothing
+    was sent). Raised by ``post_fenced``; a 409 that says a newer holder's call was there
+    first is ``StaleAtReceiver`` instead."""
+
+    outcome = Outcome.FAILED
+
+    def __init__(
+        self,
+        url: str,
+        reason: str,
+        status: int | None = None,
+        *,
+        idempotency_key: str = "",
+        endpoint: str = "",
+    ):
+        self.url = url
+        self.reason = reason
+        self.status = status
+        self.idempotency_key = idempotency_key
+        self.endpoint = endpoint
+        super().__init__(f"call to {url} failed: {reason}")
+
+
+class CallOutcomeUnknown(LockError):
+    """The call may have been acted on, and its answer does not say: a timeout once
+    connected, a connection lost before the whole answer, a redirect, a 5xx (``reason``,
+    ``status``). Settle it later by the same ``idempotency_key``: never "nothing was done".
+
+    Not a ``CallRefused`` on purpose: a caller that knows only refusals must not take this
+    for one. Raised by ``post_fenced``."""
+
+    outcome = Outcome.UNKNOWN
+
+    def __init__(
+        self,
+        url: str,
+        reason: str,
+        status: int | None = None,
+        *,
+        idempotency_key: str = "",
+        endpoint: str = "",
+    ):
+        self.url = url
+        self.reason = reason
+        self.status = status
+        self.idempotency_key = idempotency_key
+        self.endpoint = endpoint
+        super().__init__(f"call to {url} has an unknown outcome: {reason}")
 
 
 class LeaseLost(LockError):

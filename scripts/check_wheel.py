@@ -60,7 +60,14 @@ DOCS = "docs/locking/"
 # Files of the sdist's top directory that the build itself writes.
 SDIST_TOP = ("PKG-INFO", "pyproject.toml", "setup.cfg", "LICENSE", "MANIFEST.in")
 # Every runtime import of locking, with a range (a lower and an upper bound).
-REQUIRED_DEPENDENCIES = ("django", "redis", "asgiref", "opentelemetry-api", "prometheus-client")
+REQUIRED_DEPENDENCIES = (
+    "django",
+    "redis",
+    "asgiref",
+    "opentelemetry-api",
+    "prometheus-client",
+    "urllib3",
+)
 REQUIRED_CLASSIFIERS = (
     "Framework :: Django :: 5.2",
     "Framework :: Django :: 6.0",

@@ -77,6 +77,7 @@ LOWEST = (
     "opentelemetry-api==1.27.0",
     "opentelemetry-sdk==1.27.0",
     "prometheus-client==0.20.0",
+    "urllib3==2.2.0",
     "psycopg[binary]==3.2.1",
     "django-redis==5.4.0",
 )

@@ -250,23 +250,3 @@ def test_a_real_charge_run_call_is_accepted_by_the_receiver_example(
     assert list(ReceivedCall.objects.values_list("scope", "idempotency_key", "token")) == [
         ("billing", key, result.token),
     ]
-
-
-def test_calls_go_through_the_proxy_the_environment_names(signed_calls, monkeypatch):
-    """The session trusts no environment per call (a month start makes 10,000 calls);
-    ``_environment`` reads it once per URL, so a deployment's HTTP proxy still applies."""
-    from hoa.integrations import webhooks
-
-    target = "http://billing.invalid/charges"
-    monkeypatch.setenv("HTTP_PROXY", signed_calls.url_for("proxy"))
-    monkeypatch.delenv("NO_PROXY", raising=False)
-    monkeypatch.delenv("no_proxy", raising=False)
-    webhooks._environment.cache_clear()
-    try:
-        post(target, {"x": 1}, 5)
-        monkeypatch.setenv("NO_PROXY", "billing.invalid")  # read once: the proxy stays
-        post(target, {"x": 2}, 6)
-    finally:
-        webhooks._environment.cache_clear()
-    # A proxy receives the absolute URL as the request's target.
-    assert [request.path for request in signed_calls.received] == [target, target]

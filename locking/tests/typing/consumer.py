@@ -21,6 +21,8 @@ from locking import (
     AsyncLease,
     Attempt,
     BreakLeaseForm,
+    CallOutcomeUnknown,
+    CallRefused,
     CallVerdict,
     FencedCall,
     FenceLock,
@@ -55,6 +57,7 @@ from locking import (
     holders,
     insert_fenced,
     lock_key,
+    post_fenced,
     prepare_fences,
     receive_call,
     record_fence_event,
@@ -66,6 +69,7 @@ from locking import (
 )
 from locking.models import FencedModel, FenceEvent
 from locking.testing import Delivery, LeaseFactory, PausedHolder, ReceiverClient, older_token
+from locking.sending import CallAnswer
 
 TTL = timedelta(seconds=30)
 SECRET = "a shared secret"
@@ -186,6 +190,14 @@ def the_answers(error: LockError) -> str:
         assert_type(error, StaleFencingToken)
         assert_type(error.recorded, int | None)
         assert_type(error.epoch, int | None)
+    elif isinstance(error, CallRefused):
+        assert_type(error, CallRefused)
+        assert_type(error.status, int | None)
+        assert_type(error.reason, str)
+    elif isinstance(error, CallOutcomeUnknown):
+        assert_type(error, CallOutcomeUnknown)
+        assert_type(error.idempotency_key, str)
+        assert_type(error.status, int | None)
     elif isinstance(error, LeaseUncertain):
         assert_type(error, LeaseUncertain)
         assert_type(error.reason, str)
@@ -237,6 +249,30 @@ def the_calls(lease: Lease, answer: bytes, headers: dict[str, str], request: Htt
         SealedCall,
     )
     assert_type(sealed.headers, dict[str, str])
+    sent = post_fenced(
+        "https://billing.example/hook",
+        {"invoice": 7},
+        lease=lease,
+        idempotency_key="invoice-7",
+        endpoint="billing",
+        secret=SECRET,
+        timeout=timedelta(seconds=5),
+    )
+    assert_type(sent, CallAnswer)
+    assert_type(
+        post_fenced(
+            "https://billing.example/hook",
+            {},
+            lease=lease.fencing_token,
+            idempotency_key="k",
+            endpoint="e",
+            secret="",
+            timeout=5.0,
+        ),
+        CallAnswer,
+    )
+    assert_type(sent.status, int)
+    assert_type(sent.content, bytes)
     assert_type(
         StaleAtReceiver.from_answer(lease, answer, headers=headers, sent=sealed, secret=SECRET),
         StaleAtReceiver,
