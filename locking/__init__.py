@@ -59,7 +59,7 @@ replaces the earlier call, a lower one is answered 409, which ``post_fenced`` ra
 
 # The one place the version is written: pyproject.toml reads it (setuptools' dynamic
 # version, without importing the package), so a checkout and a built wheel say the same.
-__version__ = "3.0.0"
+__version__ = "3.1.0"
 
 from locking.advisory import advisory_key, advisory_lock
 from locking.asyncio import AsyncFenceLock, AsyncLease

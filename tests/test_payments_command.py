@@ -129,16 +129,16 @@ def test_no_payment_service_stops_a_batch_at_once_even_with_nothing_due(maple, e
     )
 
 
-def test_an_unsigned_409_is_never_said_to_be_token_none(approved, env, payments):
-    """A payment service that answers a plain 409 (not locking's signed answer) did not say
-    which newer payment it had: the operator's line says so, never "(token None)"."""
+def test_an_unsigned_409_is_the_service_refusing_not_a_newer_payment(approved, env, payments):
+    """A payment service that answers a plain 409 (not locking's signed answer naming the
+    call) said no and named no newer payment: refused (exit 1, nothing paid), never "a
+    newer payment (token None) took over"."""
     payments.status = 409
     done = run_manage(COMMAND, "--invoice", approved.pk, env=env)
 
-    assert done.returncode == EXIT_TEMPFAIL
-    assert "None" not in done.stderr
-    assert "(a token the outside service did not name: its 409 was not signed)" in done.stderr
-    assert len(done.stderr.splitlines()) == 1
+    assert done.returncode == 1
+    assert "None" not in done.stderr and "took over" not in done.stderr
+    assert "HTTP 409" in done.stderr and len(done.stderr.splitlines()) == 1
     assert paid_state(approved)[0] == Status.APPROVED
 
 

@@ -68,8 +68,8 @@ from locking import (
     verify_signature,
 )
 from locking.models import FencedModel, FenceEvent
-from locking.testing import Delivery, LeaseFactory, PausedHolder, ReceiverClient, older_token
 from locking.sending import CallAnswer
+from locking.testing import Delivery, LeaseFactory, PausedHolder, ReceiverClient, older_token
 
 TTL = timedelta(seconds=30)
 SECRET = "a shared secret"
