@@ -92,7 +92,7 @@ class _ReceivingHandler(_StandInHandler):
         from django.db import connections
         from django.http import HttpResponse
 
-        from locking import receive_call
+        from locking.receiving import receive_call
 
         body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
         headers = dict(self.headers.items())

@@ -73,7 +73,6 @@ from hoa.integrations.webhooks import ExternalCallFailed, ExternalCallUnknown
 from hoa.models import Organization, record_unknown
 from hoa.scopes import scope_for_organization
 from locking import (
-    Attempt,
     Lease,
     LeasedAttempt,
     LeaseLost,
@@ -83,8 +82,9 @@ from locking import (
     advance_fence,
     claim_fence,
     run_fenced,
-    span,
 )
+from locking.audit import Attempt
+from locking.tracing import span
 
 if TYPE_CHECKING:
     from hoa.operations import FencedOperation

@@ -15,6 +15,8 @@ from datetime import timedelta
 from django.db import connections
 from django.db.transaction import TransactionManagementError
 
+__all__ = ["advisory_key", "advisory_lock"]
+
 
 def advisory_key(name: str) -> int:
     """Return the signed 64-bit key for ``name``.

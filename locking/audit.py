@@ -20,6 +20,8 @@ from locking.conf import setting
 from locking.exceptions import LockHeld, LockUnavailable, StaleAtReceiver, StaleFencingToken
 from locking.outcomes import HasOutcome, Outcome, RefusedBy
 
+__all__ = ["Attempt", "record_fence_event"]
+
 if TYPE_CHECKING:
     from locking.models import FenceEvent
     from locking.tenure import BaseLease

@@ -19,6 +19,8 @@ import secrets
 import socket
 from datetime import UTC, datetime, timedelta
 
+__all__ = ["fence_key", "lock_key", "validate_resource"]
+
 MAX_RESOURCE_LENGTH = 200
 
 

@@ -51,6 +51,17 @@ from locking.outcomes import HolderState, Outcome
 from locking.scopes import ViewerScopes, recorded_scopes, viewer_scopes  # noqa: F401
 from locking.scripts import text
 
+__all__ = [
+    "BreakLeaseForm",
+    "HolderChanged",
+    "HolderInfo",
+    "HolderState",
+    "ViewerScopes",
+    "break_lease",
+    "holder_of",
+    "holders",
+]
+
 logger = logging.getLogger(__name__)
 
 # The audit's operation name of a broken lease.

@@ -64,6 +64,8 @@ from locking.exceptions import CallOutcomeUnknown, CallRefused, StaleAtReceiver
 from locking.receiving.signing import open_answer, seal_call
 from locking.tokens import LeaseOrToken
 
+__all__ = ["CallAnswer", "CallOutcomeUnknown", "CallRefused", "post_fenced"]
+
 logger = logging.getLogger(__name__)
 
 # The answer of a receiver that had already accepted a higher token for the key.

@@ -44,6 +44,8 @@ from opentelemetry.trace import (
 from locking.keys import resource_kind
 from locking.outcomes import Outcome
 
+__all__ = ["span"]
+
 TRACER_NAME = "locking"
 
 RESOURCE_KIND = "locking.resource_kind"

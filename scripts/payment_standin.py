@@ -33,7 +33,7 @@ from django.conf import settings  # noqa: E402
 from django.db import connections  # noqa: E402
 from django.http import JsonResponse  # noqa: E402
 
-from locking import receive_call  # noqa: E402
+from locking.receiving import receive_call  # noqa: E402
 
 SCOPE = "payment"  # the endpoint the platform seals its payment calls for
 

@@ -5,7 +5,7 @@ from decimal import Decimal
 
 import pytest
 
-from locking import lock_key
+from locking.keys import lock_key
 from locking.models import FenceEvent
 from tests.budgets.models import AnnualBudget
 from tests.budgets.operations import budget_resource

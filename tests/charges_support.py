@@ -7,7 +7,7 @@ from datetime import date
 from django.db import connection
 
 from charges.operations import charge_resource
-from locking import lock_key
+from locking.keys import lock_key
 from tests.harness.net import closed_port
 from tests.harness.waiting import wait_until
 

@@ -17,7 +17,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from hoa.models import Complaint, Notice, Organization
-from locking import advisory_key
+from locking.advisory import advisory_key
 
 
 @contextmanager

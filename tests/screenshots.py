@@ -35,7 +35,8 @@ from hoa.demo import DEMO_PASSWORD, seed_demo, staff_group
 from hoa.models import Complaint, Organization, StaffMembership
 from hoa.scopes import scope_for_organization
 from hoa.security.operators import is_operator
-from locking import FenceLock, StaleFencingToken, advance_fence, record_fence_event
+from locking import FenceLock, StaleFencingToken, advance_fence
+from locking.audit import record_fence_event
 from tests.harness.registry import operations_removed
 from tests.test_browser_staff import chromium, site  # noqa: F401 - fixtures
 from vendors.models import Invoice, Vendor, VendorContract

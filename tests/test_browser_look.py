@@ -13,7 +13,7 @@ from django.utils import timezone
 from charges.operations import charge_resource
 from hoa.models import Complaint
 from hoa.scopes import scope_for_organization
-from locking import record_fence_event
+from locking.audit import record_fence_event
 from tests.test_browser_staff import chromium, open_as, site  # noqa: F401 - fixtures
 
 pytestmark = [

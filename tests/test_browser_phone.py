@@ -25,7 +25,7 @@ from charges.services import generate_monthly_charges
 from hoa.complaints.workflow import NOTE_MAX_LENGTH, Reporter, add_note, change_sla, open_complaint
 from hoa.models import Complaint, Unit
 from hoa.scopes import scope_for_organization
-from locking import record_fence_event
+from locking.audit import record_fence_event
 from tests.harness.accessibility import axe_problems
 from tests.harness.layout import layout_problems
 from tests.test_browser_staff import TIMEOUT_MS, chromium, site  # noqa: F401 - fixtures

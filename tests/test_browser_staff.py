@@ -22,7 +22,7 @@ from charges.models import MonthlyCharge, MonthlyChargeRun
 from hoa.demo import staff_group
 from hoa.models import Complaint, StaffMembership
 from hoa.ops.views import LockStatusView
-from locking import holder_of
+from locking.operators import holder_of
 from vendors.models import Vendor, VendorAssignment, VendorContract
 
 pytestmark = [

@@ -21,7 +21,8 @@ from hoa.answers.refusals import (
     Superseded,
 )
 from hoa.models import AccessDenial
-from locking import FenceLock, Outcome, fence_key, lock_key
+from locking import FenceLock, Outcome
+from locking.keys import fence_key, lock_key
 from tests.budgets.exceptions import AmountChanged, NoBudget
 from tests.budgets.models import AnnualBudget
 from tests.budgets.operations import APPROVAL, budget_resource

@@ -31,8 +31,9 @@ from hoa.answers.refusals import (
 )
 from hoa.jobs.settling import settle_outside_calls
 from hoa.models import Organization, OutsideCall, Unit
-from locking import FenceLock, Outcome, fence_key
+from locking import FenceLock, Outcome
 from locking.epochs import first_token
+from locking.keys import fence_key
 from locking.models import FenceEvent, ReceivedCall
 from tests.charges_support import (
     MONTH,

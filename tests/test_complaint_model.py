@@ -44,8 +44,8 @@ from hoa.answers.refusals import Refusal
 from hoa.complaints.rules import RULES, Change
 from hoa.complaints.workflow import add_note, change_sla, change_status
 from hoa.models import Complaint, ComplaintEvent, Organization
-from locking import fence_key, lock_key
 from locking.conf import setting
+from locking.keys import fence_key, lock_key
 from locking.tests.stepping import SEARCH, Holder, Stepping
 from tests.vendors_support import active_vendor
 from vendors.models import VendorAssignment

@@ -20,7 +20,7 @@ from charges.services import generate_monthly_charges
 from hoa.complaints.workflow import Reporter, add_note, change_sla, open_complaint
 from hoa.models import Unit
 from hoa.scopes import scope_for_organization
-from locking import record_fence_event
+from locking.audit import record_fence_event
 from tests.vendors_support import active_vendor
 from vendors.services import assign_vendor
 

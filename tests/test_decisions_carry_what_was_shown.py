@@ -27,7 +27,8 @@ from django.utils import timezone
 from hoa.complaints import workflow
 from hoa.models import Complaint
 from hoa.operations import operations
-from locking import FenceLock, lock_key
+from locking import FenceLock
+from locking.keys import lock_key
 from locking.models import FenceEvent
 from tests.invoices_support import approve, record
 from vendors import invoices

@@ -14,7 +14,7 @@ from django.db import transaction
 
 from hoa.jobs.scheduled import PUBLISH_NOTICES_LOCK, SLA_SWEEP_LOCK, sweep_sla
 from hoa.models import Complaint, ComplaintEvent, Notice
-from locking import advisory_key, advisory_lock
+from locking.advisory import advisory_key, advisory_lock
 from tests.harness.net import closed_port
 from tests.harness.processes import run_child, run_manage, start_manage
 from tests.harness.waiting import wait_until

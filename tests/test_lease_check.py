@@ -17,7 +17,7 @@ from charges.operations import charge_resource
 from charges.services import generate_monthly_charges
 from hoa.answers.refusals import LeaseRanOut
 from hoa.models import Complaint
-from locking import lock_key
+from locking.keys import lock_key
 from locking.models import FenceEvent
 from tests.charges_support import MONTH, Worker, waiting_statements
 from tests.harness.waiting import wait_until

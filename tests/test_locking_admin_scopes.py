@@ -22,7 +22,8 @@ from charges.operations import charge_resource
 from charges.services import generate_monthly_charges
 from hoa.demo import operators_group
 from hoa.models import Complaint, StaffMembership
-from locking import Outcome, lock_key
+from locking import Outcome
+from locking.keys import lock_key
 from locking.models import FenceEvent
 from locking.tests.support import hidden_fields
 from tests.charges_support import MONTH

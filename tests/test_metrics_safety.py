@@ -19,18 +19,17 @@ from redis.retry import Retry
 from hoa.integrations.webhooks import post_fenced
 from hoa.models import Complaint, ComplaintEvent
 from locking import (
-    Attempt,
     FenceLock,
     LeaseState,
-    StaleAtReceiver,
     StaleFencingToken,
     advance_fence,
-    fence_key,
-    lock_key,
     prepare_fences,
     run_fenced,
 )
+from locking.audit import Attempt
 from locking.epochs import EPOCH_SPAN, first_token
+from locking.keys import fence_key, lock_key
+from locking.receiving import StaleAtReceiver
 from tests.harness.net import TcpProxy
 from tests.harness.waiting import wait_until
 from tests.test_topologies_metrics import scrape, value

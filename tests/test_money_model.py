@@ -71,8 +71,8 @@ from hoa.answers.refusals import Refusal
 from hoa.demo import staff_group
 from hoa.jobs.settling import settle_outside_calls
 from hoa.models import Organization, OutsideCall, StaffMembership
-from locking import lock_key
 from locking.conf import setting
+from locking.keys import lock_key
 from locking.tests.stepping import SEARCH, Holder, Stepping
 from tests.harness.http import HttpStub
 from tests.invoices_support import assignment_of, due_on, issued_on

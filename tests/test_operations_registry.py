@@ -20,7 +20,8 @@ from hoa import operations
 from hoa.answers.refusals import Busy
 from hoa.demo import seed_demo, staff_group
 from hoa.operations import ResourceInfo
-from locking import StaleFencingToken, advance_fence, lock_key
+from locking import StaleFencingToken, advance_fence
+from locking.keys import lock_key
 from locking.models import FenceEvent
 from locking.tests.support import hidden_fields
 from tests.budgets.models import AnnualBudget

@@ -8,8 +8,10 @@ from django.db import transaction
 from django.urls import reverse
 
 from hoa.models import AccessDenial, Complaint, StaffMembership
-from locking import StaleFencingToken, advance_fence, holder_of, lock_key
+from locking import StaleFencingToken, advance_fence
+from locking.keys import lock_key
 from locking.models import FenceEvent
+from locking.operators import holder_of
 from locking.tests.support import hidden_fields
 from vendors.operations import assignment_resource
 from vendors.services import assign_vendor

@@ -13,7 +13,8 @@ from django.utils import timezone
 
 from hoa.management.base import EXIT_TEMPFAIL
 from hoa.operations import operations
-from locking import FenceLock, lock_key
+from locking import FenceLock
+from locking.keys import lock_key
 from tests.harness.net import TcpProxy
 from tests.harness.processes import freeze, run_manage, start_manage, stop_process, thaw
 from tests.harness.waiting import wait_until

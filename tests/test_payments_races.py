@@ -14,8 +14,8 @@ from django.db import transaction
 
 from hoa.answers.refusals import Busy, OutcomeUnknown, Superseded
 from hoa.models import StaffMembership
-from locking import lock_key
 from locking.epochs import first_token
+from locking.keys import lock_key
 from tests.harness.waiting import wait_until
 from tests.invoices_support import (
     AMOUNT,

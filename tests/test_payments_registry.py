@@ -11,7 +11,8 @@ from django.db import transaction
 from hoa import operations
 from hoa.answers.refusals import Busy
 from hoa.demo import staff_group
-from locking import StaleFencingToken, advance_fence, lock_key
+from locking import StaleFencingToken, advance_fence
+from locking.keys import lock_key
 from locking.models import FenceEvent
 from locking.tests.support import hidden_fields
 from tests.invoices_support import paid_state

@@ -14,7 +14,8 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from hoa.answers.refusals import Busy, OutcomeUnknown, Superseded
-from locking import FenceLock, Outcome, lock_key
+from locking import FenceLock, Outcome
+from locking.keys import lock_key
 from tests.charges_support import Worker
 from tests.harness.waiting import wait_until
 from tests.invoices_support import (

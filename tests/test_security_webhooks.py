@@ -13,8 +13,9 @@ from django.test import RequestFactory
 
 from charges.services import generate_monthly_charges
 from hoa.integrations.webhooks import ExternalCallFailed, post_fenced
-from locking import FencingToken, seal_call, verify_signature
+from locking import FencingToken
 from locking.models import ReceivedCall
+from locking.receiving import seal_call, verify_signature
 from tests.charges_support import MONTH
 from tests.harness.http import HttpStub
 from tests.harness.processes import BASE_DIR

@@ -22,21 +22,13 @@ from redis.cluster import RedisCluster
 from redis.crc import key_slot
 
 from hoa.models import Complaint, ComplaintEvent
-from locking import (
-    AsyncFenceLock,
-    Attempt,
-    FenceLock,
-    LockHeld,
-    LockUnavailable,
-    advance_fence,
-    fence_key,
-    holders,
-    lock_key,
-    run_fenced,
-    validate_resource,
-)
+from locking import FenceLock, LockHeld, LockUnavailable, advance_fence, run_fenced
+from locking.asyncio import AsyncFenceLock
+from locking.audit import Attempt
 from locking.epochs import first_token
+from locking.keys import fence_key, lock_key, validate_resource
 from locking.models import FenceEvent
+from locking.operators import holders
 from locking.tests.support import run_async
 from tests.harness.processes import frozen
 from tests.harness.waiting import wait_until

@@ -26,17 +26,17 @@ from redis.retry import Retry
 from hoa.models import Complaint, ComplaintEvent
 from hoa.ops.logging import JsonFormatter
 from locking import (
-    Attempt,
     FenceLock,
     LockHeld,
     LockUnavailable,
     Outcome,
     StaleFencingToken,
     advance_fence,
-    lock_key,
     run_fenced,
 )
+from locking.audit import Attempt
 from locking.epochs import first_token
+from locking.keys import lock_key
 from tests.harness.net import free_consecutive_ports, free_port
 from tests.harness.processes import BASE_DIR, run_child
 from tests.harness.waiting import wait_until

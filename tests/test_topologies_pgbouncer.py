@@ -18,7 +18,8 @@ from django.conf import settings as django_settings
 from django.db import connection
 
 from hoa.models import Complaint, ComplaintEvent
-from locking import advisory_key, lock_key
+from locking.advisory import advisory_key
+from locking.keys import lock_key
 from locking.models import FenceEvent
 from tests.harness.waiting import wait_until
 from tests.topologies import Child, pgbouncer, require_binary

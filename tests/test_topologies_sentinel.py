@@ -18,17 +18,10 @@ from prometheus_client import REGISTRY
 from redis.exceptions import RedisError
 
 from hoa.models import Complaint, ComplaintEvent
-from locking import (
-    Attempt,
-    FenceLock,
-    LockUnavailable,
-    StaleFencingToken,
-    advance_fence,
-    fence_key,
-    lock_key,
-    run_fenced,
-)
+from locking import FenceLock, LockUnavailable, StaleFencingToken, advance_fence, run_fenced
+from locking.audit import Attempt
 from locking.epochs import first_token
+from locking.keys import fence_key, lock_key
 from locking.models import FenceEvent
 from tests.harness.processes import RedisServer
 from tests.harness.waiting import wait_until

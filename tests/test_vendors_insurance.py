@@ -12,7 +12,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from hoa.models import Complaint
-from locking import advisory_lock
+from locking.advisory import advisory_lock
 from locking.models import FenceEvent
 from tests.harness.processes import run_manage
 from tests.invoices_support import approve, assignment_of, record, timeline

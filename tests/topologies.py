@@ -438,7 +438,8 @@ def _child_fenced_note(resource: str, complaint_pk: str, ttl_ms: str) -> None:
     from django.db import transaction
 
     from hoa.models import Complaint, ComplaintEvent
-    from locking import Attempt, LockUnavailable, StaleFencingToken, advance_fence, run_fenced
+    from locking import LockUnavailable, StaleFencingToken, advance_fence, run_fenced
+    from locking.audit import Attempt
 
     def work(lease):
         _say(f"granted {lease.token}")
@@ -495,7 +496,7 @@ def _child_advisory(name: str, mode: str) -> None:
     """
     from django.db import transaction
 
-    from locking import advisory_lock
+    from locking.advisory import advisory_lock
 
     for attempt in range(2 if mode == "retry" else 1):
         if attempt:
@@ -511,7 +512,8 @@ def _child_busy(resource: str, operation: str) -> None:
     """Ask for a lease the test holds: run_fenced answers busy (and counts it)."""
     from datetime import timedelta
 
-    from locking import Attempt, LockHeld, run_fenced
+    from locking import LockHeld, run_fenced
+    from locking.audit import Attempt
 
     try:
         run_fenced(

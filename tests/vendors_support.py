@@ -8,7 +8,7 @@ from django.db import connection
 from django.utils import timezone
 
 from hoa.models import Complaint, Organization
-from locking import lock_key
+from locking.keys import lock_key
 from locking.models import FenceEvent
 from tests.harness.waiting import wait_until
 from vendors.models import Vendor, VendorAssignment, VendorContract

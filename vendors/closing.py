@@ -22,7 +22,8 @@ import logging
 from hoa.integrations.webhooks import ExternalCallFailed
 from hoa.models import Complaint
 from hoa.transactions import on_commit_robust
-from locking import FencingToken, StaleAtReceiver
+from locking import FencingToken
+from locking.receiving import StaleAtReceiver
 from vendors.dispatch import CancelReason, cancel_dispatch
 from vendors.models import VendorAssignment
 from vendors.resources import assignment_resource

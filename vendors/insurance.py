@@ -26,7 +26,7 @@ from django.db.models import Max
 from django.utils import timezone
 
 from hoa.models import Organization
-from locking import advisory_lock
+from locking.advisory import advisory_lock
 from vendors.exceptions import VendorNotInsured
 from vendors.models import InsuranceLapse, Invoice, InvoiceEvent, Vendor, VendorContract
 

@@ -52,7 +52,8 @@ from hoa.integrations.webhooks import ExternalCallFailed, ExternalCallUnknown
 from hoa.jobs.settling import SETTLE_VIA, Settled, settled_by
 from hoa.models import Complaint, Organization, OutsideCall
 from hoa.operations import operation
-from locking import FenceLock, Lease, LockHeld, LockUnavailable, Outcome, StaleAtReceiver
+from locking import FenceLock, Lease, LockHeld, LockUnavailable, Outcome
+from locking.receiving import StaleAtReceiver
 from vendors import answers
 from vendors.dispatch import (
     DISPATCH_SERVICE,

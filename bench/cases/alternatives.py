@@ -18,7 +18,8 @@ from django.utils import timezone
 from bench import fixtures
 from bench.measure import PgRoundTrips, check, median, percentile, result, since_us
 from charges.models import MonthlyChargeRun
-from locking import FenceLock, LockHeld, advance_fence, advisory_lock
+from locking import FenceLock, LockHeld, advance_fence
+from locking.advisory import advisory_lock
 
 TTL = timedelta(seconds=30)
 ACTIVITY_SQL = """

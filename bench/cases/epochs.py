@@ -19,7 +19,8 @@ from bench import fixtures
 from bench.environment import BenchRedis, wait_until
 from bench.measure import check, result, timed_loop
 from hoa.models import Complaint
-from locking import FenceLock, FencingToken, advance_fence, fence_key
+from locking import FenceLock, FencingToken, advance_fence
+from locking.keys import fence_key
 
 TTL = timedelta(seconds=30)
 

@@ -36,7 +36,8 @@ from django.utils import timezone
 from bench import fixtures
 from bench.measure import PgRoundTrips, check, result
 from hoa.models import Complaint, ComplaintEvent
-from locking import Attempt, FenceLock, advance_fence, run_fenced
+from locking import FenceLock, advance_fence, run_fenced
+from locking.audit import Attempt
 from locking.models import FenceEpoch, FenceEvent
 
 TTL = timedelta(seconds=30)

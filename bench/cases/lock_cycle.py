@@ -73,7 +73,8 @@ class _Ours:
     RESOURCE = "bench-ours"
 
     def __init__(self, client: redis.Redis):
-        from locking import FenceLock, fence_key
+        from locking import FenceLock
+        from locking.keys import fence_key
 
         # Every argument given: no Django settings needed. The counter exists, as after a grant.
         self.fence_lock = functools.partial(FenceLock, client, using="default", min_replicas=0)
@@ -150,7 +151,8 @@ def lease_reads(*, variant: str, redis_url: str, iterations: int, warmup: int) -
     """Time reads of a held lease: ``token`` (an attribute: the floor), ``state`` (a
     monotonic clock read and a few comparisons) or ``check()``. A sample is 1,000 reads,
     so its µs are the nanoseconds of one read."""
-    from locking import FenceLock, LeaseState, fence_key
+    from locking import FenceLock, LeaseState
+    from locking.keys import fence_key
 
     client = redis.Redis.from_url(redis_url)
     client.set(fence_key("bench-state"), 0, nx=True)  # the normal grant: no new epoch

@@ -25,7 +25,8 @@ from dataclasses import dataclass
 from django.conf import settings
 
 import locking
-from locking import CallOutcomeUnknown, CallRefused, seal_call
+from locking.receiving import seal_call
+from locking.sending import CallOutcomeUnknown, CallRefused
 
 logger = logging.getLogger(__name__)
 

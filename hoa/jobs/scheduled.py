@@ -35,7 +35,7 @@ from django.utils import timezone
 from hoa.jobs.delivery import deliver_notice
 from hoa.models import Complaint, ComplaintEvent, Notice
 from hoa.transactions import on_commit_robust
-from locking import advisory_lock
+from locking.advisory import advisory_lock
 
 logger = logging.getLogger(__name__)
 

@@ -16,7 +16,7 @@ from hoa.models import Organization
 from hoa.operations import describe_resources
 from hoa.ops.lockstatus import Viewer
 from hoa.scopes import scope_for_organization
-from locking import ViewerScopes
+from locking.operators import ViewerScopes
 
 
 def lock_scopes(user, resources: Collection[str]) -> ViewerScopes:

@@ -31,15 +31,10 @@ from hoa.models import Organization
 from hoa.operations import ResourceInfo, describe_resources, operations, scan_prefixes
 from hoa.paging import PageNumberField
 from hoa.scopes import scope_for_organization
-from locking import (
-    FenceLock,
-    HolderInfo,
-    LockUnavailable,
-    Outcome,
-    holders,
-    validate_resource,
-)
+from locking import FenceLock, LockUnavailable, Outcome
+from locking.keys import validate_resource
 from locking.models import FenceEvent
+from locking.operators import HolderInfo, holders
 
 # Bounds: SCAN stops after this many leases per prefix (leases live seconds, so far fewer
 # are ever held at once); the counters table covers at most this many resources.

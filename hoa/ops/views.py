@@ -34,8 +34,9 @@ from hoa.scopes import scope_for_organization
 from hoa.security.audit import Reason, deny_request
 from hoa.security.methods import allow_methods
 from hoa.security.operators import is_operator
-from locking import BreakLeaseForm, FenceLock, LockUnavailable, holder_of, validate_resource
-from locking.operators import HolderChanged
+from locking import FenceLock, LockUnavailable
+from locking.keys import validate_resource
+from locking.operators import BreakLeaseForm, HolderChanged, holder_of
 
 
 class LockStatusView(LoginRequiredMixin, TemplateView):

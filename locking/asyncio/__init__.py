@@ -10,10 +10,13 @@ the same Lua scripts (one text, one SHA), the same reading of their replies
         async with lease.keep_alive(cancel=True):
             ...
 
-Import both from ``locking``.
+Import them from ``locking.asyncio``, with the fence's and the runner's async forms,
+``aadvance_fence`` and ``arun_fenced``.
 """
 
 from locking.asyncio.lease import AsyncLease
 from locking.asyncio.lock import AsyncFenceLock
+from locking.asyncio.operation import arun_fenced
+from locking.fence import aadvance_fence
 
-__all__ = ["AsyncFenceLock", "AsyncLease"]
+__all__ = ["AsyncFenceLock", "AsyncLease", "aadvance_fence", "arun_fenced"]

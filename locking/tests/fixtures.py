@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 from django.db import connections
 
-from locking import AsyncFenceLock, FenceLock
+from locking import FenceLock
+from locking.asyncio import AsyncFenceLock
 from locking.conf import setting
 from locking.tests.support import PrivateRedis
 

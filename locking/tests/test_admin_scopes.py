@@ -14,9 +14,11 @@ import pytest
 from django.contrib.auth.models import Permission
 from django.urls import reverse
 
-from locking import Outcome, ViewerScopes, lock_key, record_fence_event
+from locking import Outcome
+from locking.audit import record_fence_event
+from locking.keys import lock_key
 from locking.models import FenceEvent
-from locking.operators import recorded_scopes, viewer_scopes
+from locking.operators import ViewerScopes, recorded_scopes, viewer_scopes
 from locking.tests.support import free_port, hidden_fields
 
 pytestmark = pytest.mark.django_db

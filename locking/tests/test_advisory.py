@@ -10,7 +10,7 @@ import pytest
 from django.db import connection, transaction
 from django.db.transaction import TransactionManagementError
 
-from locking import advisory_key, advisory_lock
+from locking.advisory import advisory_key, advisory_lock
 from locking.tests.support import SOURCE_ROOT
 
 NAME = "hoa:sla-sweep"

@@ -12,21 +12,12 @@ from datetime import timedelta
 
 import pytest
 
-from locking import (
-    AsyncFenceLock,
-    Attempt,
-    LeaseLost,
-    LockHeld,
-    LockUnavailable,
-    StaleFencingToken,
-    aadvance_fence,
-    arun_fenced,
-    fence_key,
-    lock_key,
-)
+from locking import LeaseLost, LockHeld, LockUnavailable, StaleFencingToken
+from locking.asyncio import AsyncFenceLock, aadvance_fence, arun_fenced
+from locking.audit import Attempt
 from locking.connection import get_async_lock_redis
 from locking.epochs import astart_epoch, current_epoch, first_token
-from locking.keys import holder_label, seed_key
+from locking.keys import fence_key, holder_label, lock_key, seed_key
 from locking.models import FenceEvent
 from locking.tests.support import async_wait_until, closed_port, run_async
 from locking.tests.testapp.models import FencedThing

@@ -13,22 +13,18 @@ from django.contrib.auth.models import Permission
 from django.db import connection, transaction
 from django.urls import reverse
 
-from locking import (
-    Attempt,
-    BreakLeaseForm,
-    FenceLock,
-    HolderInfo,
-    Outcome,
-    StaleFencingToken,
-    ViewerScopes,
-    advance_fence,
-    break_lease,
-    lock_key,
-    run_fenced,
-)
-from locking.keys import holder_label
+from locking import FenceLock, Outcome, StaleFencingToken, advance_fence, run_fenced
+from locking.audit import Attempt
+from locking.keys import holder_label, lock_key
 from locking.models import FenceEvent
-from locking.operators import HolderChanged, client_ip
+from locking.operators import (
+    BreakLeaseForm,
+    HolderChanged,
+    HolderInfo,
+    ViewerScopes,
+    break_lease,
+    client_ip,
+)
 from locking.tests.support import hidden_fields
 from locking.tests.testapp.models import FencedThing
 

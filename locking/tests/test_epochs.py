@@ -18,16 +18,16 @@ import pytest
 from django.db import connection, transaction
 
 from locking import (
-    Attempt,
     FenceLock,
     LockUnavailable,
     StaleFencingToken,
     advance_fence,
-    fence_key,
     prepare_fences,
     run_fenced,
 )
+from locking.audit import Attempt
 from locking.epochs import current_epoch, epoch_of, first_token
+from locking.keys import fence_key
 from locking.models import FenceEpoch, FenceEvent
 from locking.testing import LeaseFactory
 from locking.tests.support import PrivateRedis, free_port

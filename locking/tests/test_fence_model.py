@@ -52,12 +52,11 @@ from locking import (
     StaleFencingToken,
     advance_fence,
     claim_fence,
-    fence_key,
     insert_fenced,
-    lock_key,
 )
 from locking.conf import setting
 from locking.guard import install_sql, uninstall_sql
+from locking.keys import fence_key, lock_key
 from locking.models import FenceEpoch
 from locking.tests.stepping import SEARCH, Holder, Stepping
 from locking.tests.testapp.models import Box, FencedThing, FencedWrite

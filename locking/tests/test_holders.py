@@ -6,9 +6,8 @@ from datetime import timedelta
 
 import pytest
 
-from locking import HolderState, holder_of, holders, lock_key
-from locking.keys import holder_label
-from locking.operators import duration_text
+from locking.keys import holder_label, lock_key
+from locking.operators import HolderState, duration_text, holder_of, holders
 
 
 @pytest.mark.parametrize(

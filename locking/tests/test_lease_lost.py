@@ -11,17 +11,9 @@ from datetime import timedelta
 import pytest
 from django.db import transaction
 
-from locking import (
-    Attempt,
-    FenceLock,
-    LeaseLost,
-    LeaseState,
-    LockError,
-    Outcome,
-    advance_fence,
-    lock_key,
-    run_fenced,
-)
+from locking import FenceLock, LeaseLost, LeaseState, LockError, Outcome, advance_fence, run_fenced
+from locking.audit import Attempt
+from locking.keys import lock_key
 from locking.models import FenceEvent
 from locking.tests.support import wait_until
 from locking.tests.testapp.models import FencedThing

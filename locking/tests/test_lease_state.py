@@ -21,18 +21,18 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from locking import (
-    AsyncFenceLock,
-    Attempt,
     FenceLock,
     LeaseLost,
     LeaseState,
     LeaseUncertain,
     Outcome,
     advance_fence,
-    lock_key,
     run_fenced,
 )
+from locking.asyncio import AsyncFenceLock
+from locking.audit import Attempt
 from locking.conf import setting
+from locking.keys import lock_key
 from locking.models import FenceEvent
 from locking.tests.support import PartitionProxy, async_wait_until, run_async, wait_until
 from locking.tests.testapp.models import FencedThing

@@ -16,18 +16,10 @@ import pytest
 import redis
 from redis.crc import key_slot
 
-from locking import (
-    FenceLock,
-    LeaseState,
-    LockHeld,
-    LockUnavailable,
-    fence_key,
-    holders,
-    lock_key,
-    validate_resource,
-)
-from locking.keys import holder_label, new_owner
+from locking import FenceLock, LeaseState, LockHeld, LockUnavailable
+from locking.keys import fence_key, holder_label, lock_key, new_owner, validate_resource
 from locking.models import FenceEpoch
+from locking.operators import holders
 from locking.tests.support import PrivateRedis, free_port, wait_until
 
 # Every grant may record a fence epoch in the database (locking/epochs.py).

@@ -15,18 +15,9 @@ from django.db.transaction import TransactionManagementError
 from django.urls import reverse
 from django.utils import timezone
 
-from locking import (
-    Attempt,
-    FenceLock,
-    LockHeld,
-    Outcome,
-    aadvance_fence,
-    advance_fence,
-    arun_fenced,
-    prepare_fences,
-    record_fence_event,
-    run_fenced,
-)
+from locking import FenceLock, LockHeld, Outcome, advance_fence, prepare_fences, run_fenced
+from locking.asyncio import aadvance_fence, arun_fenced
+from locking.audit import Attempt, record_fence_event
 from locking.models import FenceEpoch, FenceEvent
 from locking.tests.support import run_async
 from locking.tests.testapp.models import FencedThing

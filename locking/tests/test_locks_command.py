@@ -13,8 +13,9 @@ from io import StringIO
 import pytest
 from django.core.management import CommandError, call_command
 
-from locking import Outcome, lock_key, record_fence_event
-from locking.keys import holder_label
+from locking import Outcome
+from locking.audit import record_fence_event
+from locking.keys import holder_label, lock_key
 from locking.models import FenceEvent
 from locking.tests.support import free_port, run_django
 

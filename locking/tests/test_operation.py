@@ -15,7 +15,6 @@ from django.db.transaction import TransactionManagementError
 from django.utils import timezone
 
 from locking import (
-    Attempt,
     FenceLock,
     LeasedAttempt,
     LockHeld,
@@ -23,12 +22,11 @@ from locking import (
     Outcome,
     StaleFencingToken,
     advance_fence,
-    fence_key,
-    lock_key,
-    record_fence_event,
     run_fenced,
 )
+from locking.audit import Attempt, record_fence_event
 from locking.epochs import current_epoch, first_token
+from locking.keys import fence_key, lock_key
 from locking.models import FenceEvent
 from locking.tests.support import closed_port
 from locking.tests.testapp.models import FencedThing

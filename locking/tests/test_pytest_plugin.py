@@ -10,7 +10,9 @@ import threading
 import pytest
 from django.db import connection, transaction
 
-from locking import CallVerdict, LeaseState, LockHeld, StaleFencingToken, advance_fence, lock_key
+from locking import LeaseState, LockHeld, StaleFencingToken, advance_fence
+from locking.keys import lock_key
+from locking.receiving import CallVerdict
 from locking.testing import LeaseFactory, PausedHolder, ReceiverClient
 from locking.tests.support import SOURCE_ROOT
 from locking.tests.testapp.models import FencedThing

@@ -13,8 +13,9 @@ from django.test import Client, RequestFactory
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from locking import CallVerdict, FencingToken, receive_call, seal_call
+from locking import FencingToken
 from locking.models import ReceivedCall, ReceivedFence
+from locking.receiving import CallVerdict, receive_call, seal_call
 from locking.receiving.signing import open_answer
 from locking.testing import ReceiverClient
 from locking.tests.testapp.models import FencedThing

@@ -13,8 +13,9 @@ import pytest
 from django.db import connection, connections
 from django.http import JsonResponse
 
-from locking import CallVerdict, FencingToken, receive_call, seal_call
+from locking import FencingToken
 from locking.models import ReceivedCall
+from locking.receiving import CallVerdict, receive_call, seal_call
 from locking.tests.support import wait_until
 from locking.tests.testapp.models import FencedThing
 

@@ -12,20 +12,12 @@ from datetime import timedelta
 import pytest
 from django.db import transaction
 
-from locking import (
-    Attempt,
-    FencingToken,
-    StaleAtReceiver,
-    StaleFencingToken,
-    advance_fence,
-    fence_key,
-    lock_key,
-    receive_call,
-    run_fenced,
-    seal_call,
-)
+from locking import FencingToken, StaleFencingToken, advance_fence, run_fenced
+from locking.audit import Attempt
 from locking.epochs import current_epoch, first_token
+from locking.keys import fence_key, lock_key
 from locking.models import FenceEpoch, FenceEvent, ReceivedCall
+from locking.receiving import StaleAtReceiver, receive_call, seal_call
 from locking.tests.testapp.models import FencedThing
 
 pytestmark = pytest.mark.django_db(transaction=True)

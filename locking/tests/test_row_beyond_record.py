@@ -14,7 +14,8 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.db import transaction
 
-from locking import Attempt, LockUnavailable, StaleFencingToken, advance_fence, run_fenced
+from locking import LockUnavailable, StaleFencingToken, advance_fence, run_fenced
+from locking.audit import Attempt
 from locking.checks import fenced_rows_are_within_their_records
 from locking.documentation import DOCS_URL
 from locking.epochs import FenceBeyondRecord, current_epoch, first_token, last_token

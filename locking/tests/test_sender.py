@@ -17,17 +17,10 @@ from datetime import timedelta
 
 import pytest
 
-from locking import (
-    CallOutcomeUnknown,
-    CallRefused,
-    FencingToken,
-    LockError,
-    Outcome,
-    StaleAtReceiver,
-    post_fenced,
-)
+from locking import FencingToken, LockError, Outcome, post_fenced
+from locking.receiving import StaleAtReceiver
 from locking.receiving.signing import open_call, seal_answer
-from locking.sending import CallAnswer, _proxy_for
+from locking.sending import CallAnswer, CallOutcomeUnknown, CallRefused, _proxy_for
 from locking.tests.sender_server import CLOSE, Request, ScriptedServer, answer
 
 SECRET = "sender-tests-secret"

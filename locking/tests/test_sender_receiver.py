@@ -17,17 +17,12 @@ from django.core.handlers.wsgi import WSGIHandler
 from django.core.servers.basehttp import ThreadedWSGIServer, WSGIRequestHandler
 from django.db import transaction
 
-from locking import (
-    Attempt,
-    CallRefused,
-    FencingToken,
-    StaleAtReceiver,
-    advance_fence,
-    lock_key,
-    post_fenced,
-    run_fenced,
-)
+from locking import FencingToken, advance_fence, post_fenced, run_fenced
+from locking.audit import Attempt
+from locking.keys import lock_key
 from locking.models import FenceEvent, ReceivedCall
+from locking.receiving import StaleAtReceiver
+from locking.sending import CallRefused
 from locking.tests.testapp.models import FencedThing
 from locking.tests.urls import RECEIVER_SECRET
 

@@ -22,8 +22,9 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from locking import FenceLock, LockHeld, fence_key, lock_key
+from locking import FenceLock, LockHeld
 from locking.conf import setting
+from locking.keys import fence_key, lock_key
 from locking.tests.fixtures import forget_fence_epochs
 
 # Every grant may record a fence epoch in the database (locking/epochs.py).

@@ -17,21 +17,14 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
 
-from locking import (
-    Attempt,
-    LockHeld,
-    Outcome,
-    StaleFencingToken,
-    aadvance_fence,
-    advance_fence,
-    arun_fenced,
-    break_lease,
-    lock_key,
-    run_fenced,
-    span,
-)
+from locking import LockHeld, Outcome, StaleFencingToken, advance_fence, run_fenced
+from locking.asyncio import aadvance_fence, arun_fenced
+from locking.audit import Attempt
+from locking.keys import lock_key
+from locking.operators import break_lease
 from locking.tests.support import run_async
 from locking.tests.testapp.models import FencedThing
+from locking.tracing import span
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

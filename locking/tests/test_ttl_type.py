@@ -7,16 +7,10 @@ from datetime import timedelta
 import pytest
 from asgiref.sync import async_to_sync
 
-from locking import (
-    AsyncFenceLock,
-    Attempt,
-    LeasedAttempt,
-    LeaseState,
-    arun_fenced,
-    fence_key,
-    lock_key,
-    run_fenced,
-)
+from locking import LeasedAttempt, LeaseState, run_fenced
+from locking.asyncio import AsyncFenceLock, arun_fenced
+from locking.audit import Attempt
+from locking.keys import fence_key, lock_key
 from locking.models import FenceEvent
 
 # Every grant may record a fence epoch in the database (locking/epochs.py).

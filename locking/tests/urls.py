@@ -2,7 +2,7 @@ from django.contrib import admin
 from django.http import JsonResponse
 from django.urls import path
 
-from locking import fenced_receiver
+from locking.receiving import fenced_receiver
 
 RECEIVER_SECRET = "receiver-tests-secret"
 

@@ -7,7 +7,7 @@ from functools import wraps
 from django.http import JsonResponse
 from django.urls import include, path
 
-from locking import fenced_receiver
+from locking.receiving import fenced_receiver
 
 
 def logged(view):

@@ -108,7 +108,6 @@ def main(argv=None) -> None:
     # Only the public interface, and the counter-loss recovery as run_fenced does it:
     # the scenario keeps testing whatever locking becomes behind these names.
     from locking import (
-        Attempt,
         LockError,
         LockHeld,
         LockUnavailable,
@@ -116,6 +115,7 @@ def main(argv=None) -> None:
         advance_fence,
         run_fenced,
     )
+    from locking.audit import Attempt
 
     rng = random.Random(options.seed)
     ttl = timedelta(milliseconds=options.ttl_ms)

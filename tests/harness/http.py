@@ -236,7 +236,7 @@ class HttpStub:
             return forced or 200, "application/json", OK, "", {}
         from django.db import connections
 
-        from locking import receive_call
+        from locking.receiving import receive_call
 
         try:
             receipt = receive_call(

@@ -34,7 +34,7 @@ from django.utils.translation import gettext_lazy as _
 
 from hoa.models import Organization
 from hoa.tenancy import TenantQuerySet
-from locking import advisory_key
+from locking.advisory import advisory_key
 from locking.models import FencedModel
 from vendors.models.assignments import VendorAssignment
 from vendors.models.contracts import Vendor

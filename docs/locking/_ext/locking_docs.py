@@ -13,6 +13,8 @@ every setting locking reads, made from ``locking/conf.py`` as its docstring is
 description warns.
 """
 
+import importlib
+
 from sphinx.util import logging
 from sphinx.util.docutils import SphinxDirective
 
@@ -24,25 +26,47 @@ logger = logging.getLogger(__name__)
 # Documented beside locking.__all__: the models, which Django loads from locking.models, and
 # the helpers of the pytest plugin (testing.md), a submodule that imports Django's test client.
 PUBLIC_PREFIXES = ("locking.models.", "locking.testing.")
+# The documented submodules adopters import by name (as redis.asyncio): each one's __all__
+# is public, documented under its own path.
+SUBMODULES = (
+    "asyncio",
+    "audit",
+    "sending",
+    "receiving",
+    "operators",
+    "advisory",
+    "keys",
+    "tracing",
+)
+
+
+def public_names() -> dict[str, object]:
+    """Every public name's documented path, and the object it names."""
+    names = {f"locking.{name}": getattr(locking, name) for name in locking.__all__}
+    for sub in SUBMODULES:
+        module = importlib.import_module(f"locking.{sub}")
+        names.update({f"locking.{sub}.{name}": getattr(module, name) for name in module.__all__})
+    return names
 
 
 def check_api_reference(app, env) -> None:
     """``env-check-consistency``: every public name documented, with a docstring."""
     documented = env.get_domain("py").objects
-    for name in locking.__all__:
-        if f"locking.{name}" not in documented:
-            logger.warning(
-                "locking.%s is in locking.__all__ but not in the API reference (api.md)", name
-            )
-        if not (getattr(locking, name).__doc__ or "").strip():
-            logger.warning("locking.%s has no docstring for the API reference", name)
+    public = public_names()
+    for path, obj in public.items():
+        if path not in documented:
+            logger.warning("%s is public but not in the API reference (api.md)", path)
+        if not (obj.__doc__ or "").strip():
+            logger.warning("%s has no docstring for the API reference", path)
     for path, entry in documented.items():
         if entry.aliased or entry.objtype == "module" or path.startswith(PUBLIC_PREFIXES):
             continue
-        parts = path.split(".")
-        if parts[0] == "locking" and (len(parts) < 2 or parts[1] not in locking.__all__):
+        if path.startswith("locking") and not any(
+            path == name or path.startswith(name + ".") for name in public
+        ):
             logger.warning(
-                "%s is documented but is not a public name (locking.__all__)",
+                "%s is documented but is not a public name (locking.__all__ or a documented "
+                "submodule's)",
                 path,
                 location=entry.docname,
             )

@@ -17,18 +17,8 @@ from django.http import HttpRequest, HttpResponse
 from opentelemetry.trace import Span
 
 from locking import (
-    AsyncFenceLock,
-    AsyncLease,
-    Attempt,
-    BreakLeaseForm,
-    CallOutcomeUnknown,
-    CallRefused,
-    CallVerdict,
-    FencedCall,
     FenceLock,
     FencingToken,
-    HolderInfo,
-    HolderState,
     InstallFenceGuard,
     Lease,
     LeasedAttempt,
@@ -39,37 +29,42 @@ from locking import (
     LockHeld,
     LockUnavailable,
     Outcome,
+    StaleFencingToken,
+    advance_fence,
+    claim_fence,
+    insert_fenced,
+    post_fenced,
+    prepare_fences,
+    run_fenced,
+)
+from locking.advisory import advisory_key, advisory_lock
+from locking.asyncio import AsyncFenceLock, AsyncLease, aadvance_fence, arun_fenced
+from locking.audit import Attempt, record_fence_event
+from locking.keys import fence_key, lock_key, validate_resource
+from locking.models import FencedModel, FenceEvent
+from locking.operators import (
+    BreakLeaseForm,
+    HolderInfo,
+    HolderState,
+    ViewerScopes,
+    break_lease,
+    holder_of,
+    holders,
+)
+from locking.receiving import (
+    CallVerdict,
+    FencedCall,
     Receipt,
     SealedCall,
     StaleAtReceiver,
-    StaleFencingToken,
-    ViewerScopes,
-    aadvance_fence,
-    advance_fence,
-    advisory_key,
-    advisory_lock,
-    arun_fenced,
-    break_lease,
-    claim_fence,
-    fence_key,
     fenced_receiver,
-    holder_of,
-    holders,
-    insert_fenced,
-    lock_key,
-    post_fenced,
-    prepare_fences,
     receive_call,
-    record_fence_event,
-    run_fenced,
     seal_call,
-    span,
-    validate_resource,
     verify_signature,
 )
-from locking.models import FencedModel, FenceEvent
-from locking.sending import CallAnswer
+from locking.sending import CallAnswer, CallOutcomeUnknown, CallRefused
 from locking.testing import Delivery, LeaseFactory, PausedHolder, ReceiverClient, older_token
+from locking.tracing import span
 
 TTL = timedelta(seconds=30)
 SECRET = "a shared secret"

@@ -6,16 +6,9 @@ from datetime import timedelta
 from django.db import transaction
 
 from invoices.models import Invoice
-from locking import (
-    AsyncLease,
-    Attempt,
-    Lease,
-    Outcome,
-    aadvance_fence,
-    advance_fence,
-    arun_fenced,
-    run_fenced,
-)
+from locking import Lease, Outcome, advance_fence, run_fenced
+from locking.asyncio import AsyncLease, aadvance_fence, arun_fenced
+from locking.audit import Attempt
 
 TTL = timedelta(seconds=30)
 

@@ -13,18 +13,11 @@ from django.db import transaction
 
 from invoices.models import Invoice
 from invoices.services import asend_invoice, resource_of, send_invoice
-from locking import (
-    AsyncFenceLock,
-    FenceLock,
-    LockHeld,
-    Outcome,
-    StaleFencingToken,
-    aadvance_fence,
-    advance_fence,
-    holder_of,
-)
+from locking import FenceLock, LockHeld, Outcome, StaleFencingToken, advance_fence
+from locking.asyncio import AsyncFenceLock, aadvance_fence
 from locking.connection import aclose_async_lock_redis
 from locking.models import FenceEvent
+from locking.operators import holder_of
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
