@@ -42,6 +42,7 @@ from locking import savepoints, tracing
 from locking.conf import setting
 from locking.epochs import FenceBeyondRecord, epoch_of
 from locking.exceptions import StaleFencingToken
+from locking.guard import FENCED_SETTING, FENCING_SETTING
 from locking.tokens import FencingToken, LeaseOrToken, fencing_token_of
 
 if TYPE_CHECKING:
@@ -126,6 +127,10 @@ def _advance(queryset, fencing: FencingToken, connection) -> None:
         cursor.execute(sql, params)
         fenced = cursor.fetchone()
     if fenced is None:
+        # A row that matched, then lost to a concurrent write while it waited for the row's
+        # lock, was marked by the statement but not fenced: strict mode must not take it.
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT set_config(%s, '', true)", [FENCING_SETTING])
         _refuse(queryset, fencing, picked=None)
     savepoints.watch(connection, statement.owner._meta.db_table, fenced[0])
 
@@ -212,14 +217,18 @@ def claim_fence(lease: LeaseOrToken) -> None:
 class _FenceStatement:
     """The fence statement of one model, as SQL built once (``_fence_statement``).
 
-    ``by_pk``: claim, then ``UPDATE t SET last_fence_token = %s WHERE t.pk = %s AND
+    ``by_pk``: claim, then ``UPDATE t SET last_fence_token = <set> WHERE t.pk = %s AND
     t.last_fence_token <= %s AND <claimed>``; ``by_subquery``: the same with the row picked
     by ``PICKED`` (replaced by the queryset's pk subquery) and counted. Both return the fenced pk.
+    ``<set>`` is ``set_fence``: the token (its one parameter), and the mark strict mode reads
+    (locking/guard.py); a statement that fences a row and writes it at once sets the column
+    with it too.
     """
 
     owner: type  # the concrete model whose table holds ``last_fence_token``
     by_pk: str
     by_subquery: str
+    set_fence: str
 
 
 PICKED = "/* the queryset's pk subquery */"
@@ -244,7 +253,14 @@ def _fence_statement(model, alias: str) -> _FenceStatement:
     table = quote(owner._meta.db_table)
     column = quote(owner._meta.get_field("last_fence_token").column)
     pk, fence = f"{table}.{quote(owner._meta.pk.column)}", f"{table}.{column}"
-    update = f"UPDATE {table} SET {column} = %s WHERE "  # noqa: S608 - quoted names
+    # Evaluated for the one row the WHERE lets through, before its triggers: it names the
+    # row to strict mode's trigger as the one this statement fences (locking/guard.py).
+    row = _literal(f"{owner._meta.db_table}:")
+    set_fence = (
+        f"{column} = CASE WHEN set_config('{FENCING_SETTING}', {row} || {pk}::text, true) "
+        "IS NOT NULL THEN %s END"
+    )
+    update = f"UPDATE {table} SET {set_fence} WHERE "  # noqa: S608 - quoted names
     claimed = " AND EXISTS (SELECT 1 FROM claim)"
 
     by_pk = f"WITH {_claim_sql(alias)} {update}{pk} = %s AND {fence} <= %s{claimed} RETURNING {pk}"
@@ -254,7 +270,12 @@ def _fence_statement(model, alias: str) -> _FenceStatement:
         " AND (SELECT count(*) FROM picked) = 1"
         f" RETURNING {pk}"
     )
-    return _FenceStatement(owner=owner, by_pk=by_pk, by_subquery=by_subquery)
+    return _FenceStatement(owner=owner, by_pk=by_pk, by_subquery=by_subquery, set_fence=set_fence)
+
+
+def _literal(text: str) -> str:
+    """``text`` as an SQL string literal (a table name, in a statement built once)."""
+    return "'" + text.replace("'", "''") + "'"
 
 
 def _plain_pk(queryset, statement: _FenceStatement, connection):
@@ -317,7 +338,8 @@ def insert_fenced(instance: "Model", lease: LeaseOrToken) -> bool:
                           SELECT %(token)s, <the instance's values>
                           WHERE EXISTS (SELECT 1 FROM claim)
                           ON CONFLICT DO NOTHING RETURNING <pk>)
-        SELECT EXISTS (SELECT 1 FROM claim), (SELECT <pk> FROM inserted)
+        SELECT EXISTS (SELECT 1 FROM claim), (SELECT <pk> FROM inserted),
+               <the row inserted, marked as fenced for strict mode (locking/guard.py)>
 
     Two creators meet on the record (and on the unique key): the second waits for the
     first's transaction and is then decided against the committed record. Values are
@@ -339,7 +361,7 @@ def insert_fenced(instance: "Model", lease: LeaseOrToken) -> bool:
         connection.cursor() as cursor,
     ):
         cursor.execute(statement.sql, params)
-        claimed, pk = cursor.fetchone()
+        claimed, pk, _marked = cursor.fetchone()
     if not claimed:
         from locking.models import FenceEpoch  # models load after the app registry
 
@@ -383,11 +405,16 @@ def _insert_statement(model, alias: str, with_pk: bool) -> _InsertStatement:
         f"CAST(%s AS {field.cast_db_type(connection)})" for field in (fence, *fields)
     )
     pk = quote(opts.pk.column)
+    # The inserted row counts as fenced in its transaction (strict mode, locking/guard.py).
+    fenced = f"coalesce(current_setting('{FENCED_SETTING}', true), '')"
+    row = _literal(f" {opts.db_table}:")
+    mark = f"set_config('{FENCED_SETTING}', {fenced} || {row} || {pk}::text || ' ', true)"
     sql = (
         f"WITH {_claim_sql(alias)}, inserted AS ("  # noqa: S608 - quoted names
         f"INSERT INTO {quote(opts.db_table)} ({columns}) SELECT {values}"
         f" WHERE EXISTS (SELECT 1 FROM claim) ON CONFLICT DO NOTHING RETURNING {pk})"
-        f" SELECT EXISTS (SELECT 1 FROM claim), (SELECT {pk} FROM inserted)"
+        f" SELECT EXISTS (SELECT 1 FROM claim), (SELECT {pk} FROM inserted),"
+        f" (SELECT {mark} FROM inserted)"
     )
     return _InsertStatement(sql=sql, fields=fields)
 
