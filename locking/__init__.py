@@ -73,7 +73,7 @@ from locking.exceptions import (
     StaleFencingToken,
 )
 from locking.fence import aadvance_fence, advance_fence, claim_fence, insert_fenced
-from locking.guard import InstallFenceGuard
+from locking.guard import InstallFenceGuard, unfenced_writes
 from locking.keys import fence_key, lock_key, validate_resource
 from locking.lease import Lease
 from locking.lock import FenceLock, prepare_fences
@@ -137,6 +137,7 @@ __all__ = [
     "run_fenced",
     "seal_call",
     "span",
+    "unfenced_writes",
     "validate_resource",
     "verify_signature",
 ]

@@ -148,6 +148,7 @@ def test_all_is_the_documented_interface_and_every_name_resolves():
         "run_fenced",
         "seal_call",
         "span",
+        "unfenced_writes",
         "validate_resource",
         "verify_signature",
     ]

@@ -389,3 +389,25 @@ def test_the_strict_trigger_is_named_apart_from_the_guard_the_checks_require():
     from locking.guard import TRIGGERS
 
     assert STRICT not in TRIGGERS
+
+
+@pytest.mark.django_db(transaction=True)
+def test_e014_names_a_table_whose_migrations_made_it_strict_but_that_is_not(monkeypatch):
+    from locking import fenced_checks
+    from locking.checks import fenced_tables_carry_the_guard
+
+    made_strict = {("locking_testapp", "fencedthing"): ("locking_testapp", "0002_fence_guard")}
+    monkeypatch.setattr(fenced_checks, "_strict_migrations", lambda applied: made_strict)
+    [error] = fenced_tables_carry_the_guard(databases=["default"])
+    assert error.id == "locking.E014"
+    assert f"The fence guard on table {TABLE} is not strict" in error.msg
+    assert "migrate locking_testapp 0001_initial --skip-checks" in error.hint
+    _set_strict(True)
+    try:
+        assert fenced_tables_carry_the_guard(databases=["default"]) == []
+        with connection.cursor() as cursor:
+            cursor.execute(f"ALTER TABLE {TABLE} DISABLE TRIGGER {STRICT}")
+        [error] = fenced_tables_carry_the_guard(databases=["default"])
+        assert "not enabled" in error.msg and STRICT in error.msg
+    finally:
+        _set_strict(False)
