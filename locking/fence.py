@@ -38,11 +38,10 @@ from django.db.models.expressions import Col
 from django.db.models.lookups import Exact
 from django.db.transaction import TransactionManagementError
 
-from locking import savepoints, tracing
+from locking import guard, savepoints, tracing
 from locking.conf import setting
 from locking.epochs import FenceBeyondRecord, epoch_of
 from locking.exceptions import StaleFencingToken
-from locking.guard import FENCED_SETTING, FENCING_SETTING
 from locking.tokens import FencingToken, LeaseOrToken, fencing_token_of
 
 if TYPE_CHECKING:
@@ -130,7 +129,7 @@ def _advance(queryset, fencing: FencingToken, connection) -> None:
         # A row that matched, then lost to a concurrent write while it waited for the row's
         # lock, was marked by the statement but not fenced: strict mode must not take it.
         with connection.cursor() as cursor:
-            cursor.execute("SELECT set_config(%s, '', true)", [FENCING_SETTING])
+            cursor.execute(guard.FORGET_FENCING_SQL)
         _refuse(queryset, fencing, picked=None)
     savepoints.watch(connection, statement.owner._meta.db_table, fenced[0])
 
@@ -255,11 +254,7 @@ def _fence_statement(model, alias: str) -> _FenceStatement:
     pk, fence = f"{table}.{quote(owner._meta.pk.column)}", f"{table}.{column}"
     # Evaluated for the one row the WHERE lets through, before its triggers: it names the
     # row to strict mode's trigger as the one this statement fences (locking/guard.py).
-    row = _literal(f"{owner._meta.db_table}:")
-    set_fence = (
-        f"{column} = CASE WHEN set_config('{FENCING_SETTING}', {row} || {pk}::text, true) "
-        "IS NOT NULL THEN %s END"
-    )
+    set_fence = f"{column} = {guard.fencing_sql(owner._meta.db_table, pk)}"
     update = f"UPDATE {table} SET {set_fence} WHERE "  # noqa: S608 - quoted names
     claimed = " AND EXISTS (SELECT 1 FROM claim)"
 
@@ -271,11 +266,6 @@ def _fence_statement(model, alias: str) -> _FenceStatement:
         f" RETURNING {pk}"
     )
     return _FenceStatement(owner=owner, by_pk=by_pk, by_subquery=by_subquery, set_fence=set_fence)
-
-
-def _literal(text: str) -> str:
-    """``text`` as an SQL string literal (a table name, in a statement built once)."""
-    return "'" + text.replace("'", "''") + "'"
 
 
 def _plain_pk(queryset, statement: _FenceStatement, connection):
@@ -406,9 +396,7 @@ def _insert_statement(model, alias: str, with_pk: bool) -> _InsertStatement:
     )
     pk = quote(opts.pk.column)
     # The inserted row counts as fenced in its transaction (strict mode, locking/guard.py).
-    fenced = f"coalesce(current_setting('{FENCED_SETTING}', true), '')"
-    row = _literal(f" {opts.db_table}:")
-    mark = f"set_config('{FENCED_SETTING}', {fenced} || {row} || {pk}::text || ' ', true)"
+    mark = guard.fenced_sql(opts.db_table, pk)
     sql = (
         f"WITH {_claim_sql(alias)}, inserted AS ("  # noqa: S608 - quoted names
         f"INSERT INTO {quote(opts.db_table)} ({columns}) SELECT {values}"

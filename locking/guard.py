@@ -125,6 +125,29 @@ $$;
 """
 
 
+# What the fence's statements write into those settings (``pk``: the row's key column, as
+# SQL). ``fencing_sql`` is the value of the fence column: the token, its one parameter.
+FORGET_FENCING_SQL = f"SELECT set_config('{FENCING_SETTING}', '', true)"
+
+
+def fencing_sql(table: str, pk: str) -> str:
+    """The fence column's new value, marking the row as the one the statement fences."""
+    row = f"{_literal(table + ':')} || {pk}::text"
+    return f"CASE WHEN set_config('{FENCING_SETTING}', {row}, true) IS NOT NULL THEN %s END"
+
+
+def fenced_sql(table: str, pk: str) -> str:
+    """An expression that adds the row to the rows fenced in this transaction."""
+    rows = f"coalesce(current_setting('{FENCED_SETTING}', true), '')"
+    row = f"{_literal(f' {table}:')} || {pk}::text || ' '"
+    return f"set_config('{FENCED_SETTING}', {rows} || {row}, true)"
+
+
+def _literal(text: str) -> str:
+    """``text`` as an SQL string literal (a table name, in a statement built once)."""
+    return "'" + text.replace("'", "''") + "'"
+
+
 def install_sql(table: str, column: str, pk: str, quote, *, strict: bool = False) -> list[str]:
     """The statements that install the guard on ``table`` (names unquoted); strict or
     not, as ``strict`` says (a strict guard made plain loses its third trigger)."""
