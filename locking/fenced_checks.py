@@ -1,6 +1,7 @@
 """System checks of the fenced tables themselves, against the database they live in: a
 fenced model whose migrations install the fence guard (``locking.E013``), a migrated
-table whose guard's triggers are there and enabled (``locking.E014``), and fenced rows
+table whose guard's triggers are there and enabled, strict where its migrations made it so
+(``locking.E014``), and fenced rows
 whose ``last_fence_token`` is within what a fence record could have granted
 (``locking.E016``). Registered when ``locking.checks`` (which lists every id) imports them.
 """
