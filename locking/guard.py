@@ -105,7 +105,9 @@ BEGIN
     IF TG_OP = 'UPDATE' AND current_setting('{FENCING_SETTING}', true) = written THEN
         -- The fence's own statement: from now on, this transaction has fenced the row.
         PERFORM set_config('{FENCING_SETTING}', '', true);
-        PERFORM set_config('{FENCED_SETTING}', fenced || ' ' || written || ' ', true);
+        IF position(' ' || written || ' ' IN fenced) = 0 THEN
+            PERFORM set_config('{FENCED_SETTING}', fenced || ' ' || written || ' ', true);
+        END IF;
     ELSIF position(' ' || written || ' ' IN fenced) = 0
         AND current_setting('{UNFENCED_SETTING}', true) IS DISTINCT FROM 'on' THEN
         RAISE EXCEPTION
