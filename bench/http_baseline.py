@@ -23,6 +23,7 @@ per key): a number from the clock, rising from call to call, that no row records
 
 import time
 import types
+from contextlib import nullcontext
 from datetime import timedelta
 
 from django.db import DEFAULT_DB_ALIAS, transaction
@@ -31,13 +32,14 @@ from django.utils import timezone
 
 from charges import services as charge_services
 from charges import views as charge_views
+from charges.models import MonthlyChargeRun
 from charges.operations import GENERATION
 from hoa.complaints import views as complaint_views
 from hoa.complaints import workflow
 from hoa.fenced import Call
 from hoa.models import Complaint, ComplaintEvent
 from hoa.urls import handler400, handler403, handler404, handler500, urlpatterns  # noqa: F401
-from locking import Lease
+from locking import Lease, unfenced_writes
 from vendors import services, views
 from vendors.operations import ASSIGNMENT
 
@@ -69,8 +71,12 @@ class _UnfencedCall(Call):
         looked = steps.look(lease)
         told = steps.call_outside(lease, looked) if looked.needs_call else None
         with transaction.atomic():
-            steps.fence_row(looked).select_for_update().values_list("pk").get()
-            return steps.commit(lease, looked, told)
+            row = steps.fence_row(looked)
+            # The runs' table is strict (charges 0005): the twin says it writes unfenced,
+            # which costs it two round trips the fenced view does not pay.
+            with unfenced_writes() if row.model is MonthlyChargeRun else nullcontext():
+                row.select_for_update().values_list("pk").get()
+                return steps.commit(lease, looked, told)
 
 
 def _unfenced(operation):

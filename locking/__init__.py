@@ -32,7 +32,7 @@ from locking.exceptions import (
     StaleFencingToken,
 )
 from locking.fence import advance_fence, claim_fence, insert_fenced
-from locking.guard import InstallFenceGuard
+from locking.guard import InstallFenceGuard, unfenced_writes
 from locking.lease import Lease
 from locking.lock import FenceLock, prepare_fences
 from locking.operation import LeasedAttempt, run_fenced
@@ -63,6 +63,7 @@ __all__ = [
     "post_fenced",
     "prepare_fences",
     "run_fenced",
+    "unfenced_writes",
 ]
 
 # Names that were in ``locking.__all__`` up to 3.0.0, and their documented homes since

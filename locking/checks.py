@@ -17,7 +17,8 @@ or the first request.
 ``locking.E013``   a fenced model whose migrations never install the fence guard
 ``locking.W013``   E013 while ``makemigrations`` runs (it writes the migration that fixes it)
 ``locking.E014``   (a database check) a fenced table whose guard migration is applied but whose
-                   triggers are gone or disabled
+                   triggers are gone or disabled, or that its migrations made strict and
+                   is not
 ``locking.E015``   ``LOCK_SCOPES_CALLABLE`` does not import, or is not callable
 ``locking.E016``   (a database check) a fenced row whose ``last_fence_token`` is beyond every
                    epoch a fence record began (a write by hand, an old fixture)

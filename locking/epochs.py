@@ -42,7 +42,7 @@ from locking import metrics
 from locking.audit import record_fence_event
 from locking.conf import setting
 from locking.exceptions import LockError, LockUnavailable
-from locking.guard import NEVER_BACK
+from locking.guard import FENCED_SETTING, NEVER_BACK
 from locking.outcomes import EpochCause, Outcome
 
 logger = logging.getLogger(__name__)
@@ -266,6 +266,11 @@ def repair_fence_row(
     with transaction.atomic(using=using), connection.cursor() as cursor:
         epoch, ceiling = _epoch_beneath(cursor, resource, token)
         cursor.execute(f"ALTER TABLE {table} DISABLE TRIGGER {quote(NEVER_BACK)}")
+        # Under the record's lock, the repair is this row's fenced write (strict mode).
+        cursor.execute(
+            "SELECT set_config(%s, coalesce(current_setting(%s, true), '') || %s, true)",
+            [FENCED_SETTING, FENCED_SETTING, f" {opts.db_table}:{pk} "],
+        )
         cursor.execute(
             f"UPDATE {table} SET {column} = %s WHERE {pk_column} = %s AND {column} = %s",  # noqa: S608
             [ceiling, pk, token],

@@ -39,7 +39,7 @@ from django.db.models.expressions import Col
 from django.db.models.lookups import Exact
 from django.db.transaction import TransactionManagementError
 
-from locking import savepoints, tracing
+from locking import guard, savepoints, tracing
 from locking.conf import setting
 from locking.epochs import FenceBeyondRecord, epoch_of
 from locking.exceptions import StaleFencingToken
@@ -127,6 +127,10 @@ def _advance(queryset, fencing: FencingToken, connection) -> None:
         cursor.execute(sql, params)
         fenced = cursor.fetchone()
     if fenced is None:
+        # A row that matched, then lost to a concurrent write while it waited for the row's
+        # lock, was marked by the statement but not fenced: strict mode must not take it.
+        with connection.cursor() as cursor:
+            cursor.execute(guard.FORGET_FENCING_SQL)
         _refuse(queryset, fencing, picked=None)
     savepoints.watch(connection, statement.owner._meta.db_table, fenced[0])
 
@@ -213,14 +217,18 @@ def claim_fence(lease: LeaseOrToken) -> None:
 class _FenceStatement:
     """The fence statement of one model, as SQL built once (``_fence_statement``).
 
-    ``by_pk``: claim, then ``UPDATE t SET last_fence_token = %s WHERE t.pk = %s AND
+    ``by_pk``: claim, then ``UPDATE t SET last_fence_token = <set> WHERE t.pk = %s AND
     t.last_fence_token <= %s AND <claimed>``; ``by_subquery``: the same with the row picked
     by ``PICKED`` (replaced by the queryset's pk subquery) and counted. Both return the fenced pk.
+    ``<set>`` is ``set_fence``: the token (its one parameter), and the mark strict mode reads
+    (locking/guard.py); a statement that fences a row and writes it at once sets the column
+    with it too.
     """
 
     owner: type  # the concrete model whose table holds ``last_fence_token``
     by_pk: str
     by_subquery: str
+    set_fence: str
 
 
 PICKED = "/* the queryset's pk subquery */"
@@ -245,7 +253,10 @@ def _fence_statement(model, alias: str) -> _FenceStatement:
     table = quote(owner._meta.db_table)
     column = quote(owner._meta.get_field("last_fence_token").column)
     pk, fence = f"{table}.{quote(owner._meta.pk.column)}", f"{table}.{column}"
-    update = f"UPDATE {table} SET {column} = %s WHERE "  # noqa: S608 - quoted names
+    # Evaluated for the one row the WHERE lets through, before its triggers: it names the
+    # row to strict mode's trigger as the one this statement fences (locking/guard.py).
+    set_fence = f"{column} = {guard.fencing_sql(owner._meta.db_table, pk)}"
+    update = f"UPDATE {table} SET {set_fence} WHERE "  # noqa: S608 - quoted names
     claimed = " AND EXISTS (SELECT 1 FROM claim)"
 
     by_pk = f"WITH {_claim_sql(alias)} {update}{pk} = %s AND {fence} <= %s{claimed} RETURNING {pk}"
@@ -255,7 +266,7 @@ def _fence_statement(model, alias: str) -> _FenceStatement:
         " AND (SELECT count(*) FROM picked) = 1"
         f" RETURNING {pk}"
     )
-    return _FenceStatement(owner=owner, by_pk=by_pk, by_subquery=by_subquery)
+    return _FenceStatement(owner=owner, by_pk=by_pk, by_subquery=by_subquery, set_fence=set_fence)
 
 
 def _plain_pk(queryset, statement: _FenceStatement, connection):
@@ -318,7 +329,8 @@ def insert_fenced(instance: "Model", lease: LeaseOrToken) -> bool:
                           SELECT %(token)s, <the instance's values>
                           WHERE EXISTS (SELECT 1 FROM claim)
                           ON CONFLICT DO NOTHING RETURNING <pk>)
-        SELECT EXISTS (SELECT 1 FROM claim), (SELECT <pk> FROM inserted)
+        SELECT EXISTS (SELECT 1 FROM claim), (SELECT <pk> FROM inserted),
+               <the row inserted, marked as fenced for strict mode (locking/guard.py)>
 
     Two creators meet on the record (and on the unique key): the second waits for the
     first's transaction and is then decided against the committed record. Values are
@@ -340,7 +352,7 @@ def insert_fenced(instance: "Model", lease: LeaseOrToken) -> bool:
         connection.cursor() as cursor,
     ):
         cursor.execute(statement.sql, params)
-        claimed, pk = cursor.fetchone()
+        claimed, pk, _marked = cursor.fetchone()
     if not claimed:
         from locking.models import FenceEpoch  # models load after the app registry
 
@@ -384,11 +396,14 @@ def _insert_statement(model, alias: str, with_pk: bool) -> _InsertStatement:
         f"CAST(%s AS {field.cast_db_type(connection)})" for field in (fence, *fields)
     )
     pk = quote(opts.pk.column)
+    # The inserted row counts as fenced in its transaction (strict mode, locking/guard.py).
+    mark = guard.fenced_sql(opts.db_table, pk)
     sql = (
         f"WITH {_claim_sql(alias)}, inserted AS ("  # noqa: S608 - quoted names
         f"INSERT INTO {quote(opts.db_table)} ({columns}) SELECT {values}"
         f" WHERE EXISTS (SELECT 1 FROM claim) ON CONFLICT DO NOTHING RETURNING {pk})"
-        f" SELECT EXISTS (SELECT 1 FROM claim), (SELECT {pk} FROM inserted)"
+        f" SELECT EXISTS (SELECT 1 FROM claim), (SELECT {pk} FROM inserted),"
+        f" (SELECT {mark} FROM inserted)"
     )
     return _InsertStatement(sql=sql, fields=fields)
 

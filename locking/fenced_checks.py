@@ -1,6 +1,7 @@
 """System checks of the fenced tables themselves, against the database they live in: a
 fenced model whose migrations install the fence guard (``locking.E013``), a migrated
-table whose guard's triggers are there and enabled (``locking.E014``), and fenced rows
+table whose guard's triggers are there and enabled, strict where its migrations made it so
+(``locking.E014``), and fenced rows
 whose ``last_fence_token`` is within what a fence record could have granted
 (``locking.E016``). Registered when ``locking.checks`` (which lists every id) imports them.
 """
@@ -49,19 +50,37 @@ def fenced_models() -> list:
     ]
 
 
-def _guarding_migrations() -> dict[tuple[str, str], tuple[str, str]]:
-    """``(app_label, model_name)`` -> the migration that installs its fence guard."""
+def _guard_operations() -> dict[tuple[str, str], list[tuple[tuple[str, str], bool]]]:
+    """``(app_label, model_name)`` -> each migration that installs its fence guard, with
+    whether that one makes it strict, in the order of their names."""
     from django.db.migrations.loader import MigrationLoader
 
     from locking.guard import InstallFenceGuard
 
     loader = MigrationLoader(None, ignore_no_migrations=True)
-    return {
-        (key[0], operation.model_name.lower()): key
-        for key, migration in loader.disk_migrations.items()
-        for operation in migration.operations
-        if isinstance(operation, InstallFenceGuard)
-    }
+    found: dict[tuple[str, str], list[tuple[tuple[str, str], bool]]] = {}
+    for key, migration in sorted(loader.disk_migrations.items()):
+        for operation in migration.operations:
+            if isinstance(operation, InstallFenceGuard):
+                model = (key[0], operation.model_name.lower())
+                found.setdefault(model, []).append((key, operation.strict))
+    return found
+
+
+def _guarding_migrations() -> dict[tuple[str, str], tuple[str, str]]:
+    """``(app_label, model_name)`` -> the (first) migration that installs its fence guard."""
+    return {model: operations[0][0] for model, operations in _guard_operations().items()}
+
+
+def _strict_migrations(applied) -> dict[tuple[str, str], tuple[str, str]]:
+    """``(app_label, model_name)`` -> the migration that made its guard strict, for the
+    models whose last applied guard operation is strict."""
+    strict = {}
+    for model, operations in _guard_operations().items():
+        done = [(key, is_strict) for key, is_strict in operations if key in applied]
+        if done and done[-1][1]:
+            strict[model] = done[-1][0]
+    return strict
 
 
 @register()
@@ -134,12 +153,12 @@ ORDER BY c.relname, t.tgname
 
 def sleeping_guard_triggers(connection, tables: list[str]) -> dict[str, list[str]]:
     """The guard's triggers that do not fire in an ordinary session, by table."""
-    from locking.guard import TRIGGERS
+    from locking.guard import STRICT, TRIGGERS
 
     if not tables:
         return {}
     with connection.cursor() as cursor:
-        cursor.execute(_SLEEPING_TRIGGERS_SQL, [tables, list(TRIGGERS)])
+        cursor.execute(_SLEEPING_TRIGGERS_SQL, [tables, [*TRIGGERS, STRICT]])
         sleeping: dict[str, list[str]] = {}
         for table, trigger, _state in cursor.fetchall():
             sleeping.setdefault(table, []).append(trigger)
@@ -163,7 +182,7 @@ def fenced_tables_carry_the_guard(app_configs=None, databases=None, **kwargs):
     from django.db import connections, router
     from django.db.migrations.recorder import MigrationRecorder
 
-    from locking.guard import guarded_tables
+    from locking.guard import guarded_tables, strict_tables
 
     guarding = _guarding_migrations()
     errors = []
@@ -188,6 +207,25 @@ def fenced_tables_carry_the_guard(app_configs=None, databases=None, **kwargs):
             )
             for table in tables
             if table not in guarded
+        ]
+        made_strict = _strict_migrations(applied)
+        strict_by = {
+            model._meta.db_table: made_strict[(model._meta.app_label, model._meta.model_name)]
+            for model in fenced_models()
+            if model._meta.db_table in guarded
+            and (model._meta.app_label, model._meta.model_name) in made_strict
+        }
+        strict = strict_tables(connection, list(strict_by))
+        errors += [
+            Error(
+                f"The fence guard on table {table} is not strict in database {alias!r}, "
+                f"although the migration that makes it strict ({'.'.join(migration)}) is "
+                "applied: a write of a row its transaction has not fenced goes through.",
+                hint=reinstall_command(migration, alias),
+                id="locking.E014",
+            )
+            for table, migration in strict_by.items()
+            if table not in strict
         ]
         quote = connection.ops.quote_name
         errors += [

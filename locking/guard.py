@@ -29,12 +29,33 @@ Add it with one operation in a migration of the app that owns the model (``makem
 
 System check ``locking.E013`` names a fenced model whose migrations never install it, and
 ``locking.E014`` a migrated table that lacks its triggers.
+
+**Strict mode** (``InstallFenceGuard("invoice", strict=True)``), for a table written only
+under a fence, adds a third trigger:
+
+- ``locking_fence_strict``: ``BEFORE UPDATE OR DELETE … FOR EACH ROW`` refuses to write a
+  row that this transaction has not fenced. The fence's own statement marks the row it
+  fences: its ``SET`` of ``last_fence_token`` puts the row in ``locking.fencing`` (an
+  expression evaluated only for the row the statement's ``WHERE`` let through), and this
+  trigger, seeing its row there, accepts the statement and moves the row to
+  ``locking.fenced_rows``, where every later write of the transaction finds it. Both are
+  transaction-local settings (``set_config(…, true)``): gone at the end of the
+  transaction, and taken back by a rolled-back savepoint, as its fence is. A row that
+  ``insert_fenced`` inserted is marked by its statement too. ``unfenced_writes()`` lets one
+  block write such rows on purpose (a fixture, a repair by hand).
+
+It guards against mistakes, not malice: a transaction can set the settings itself.
 """
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
+from django.db import connections
 from django.db.migrations.operations.base import Operation
+from django.db.transaction import TransactionManagementError
 
+from locking.conf import setting
 from locking.savepoints import UNDONE_SETTING
 
 if TYPE_CHECKING:
@@ -44,6 +65,14 @@ if TYPE_CHECKING:
 NEVER_BACK = "locking_fence_never_back"
 UNDONE = "locking_fence_undone"
 TRIGGERS = (NEVER_BACK, UNDONE)
+STRICT = "locking_fence_strict"  # strict mode's trigger, on the tables that ask for it
+
+# Transaction-local settings of strict mode. The row (``table:pk``) the fence's statement is
+# fencing now; the rows fenced in this transaction (space-separated, a space on each side);
+# ``on`` in a block of ``unfenced_writes()``.
+FENCING_SETTING = "locking.fencing"
+FENCED_SETTING = "locking.fenced_rows"
+UNFENCED_SETTING = "locking.unfenced"
 
 # Shared by every fenced table; the column (and the pk) are the trigger's argument.
 _FUNCTIONS = f"""
@@ -68,11 +97,62 @@ BEGIN
     RETURN NEW;
 END
 $$;
+CREATE OR REPLACE FUNCTION {STRICT}() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+    written text := TG_TABLE_NAME || ':' || (to_jsonb(OLD) ->> TG_ARGV[0]);
+    fenced text := coalesce(current_setting('{FENCED_SETTING}', true), '');
+BEGIN
+    IF TG_OP = 'UPDATE' AND current_setting('{FENCING_SETTING}', true) = written THEN
+        -- The fence's own statement: from now on, this transaction has fenced the row.
+        PERFORM set_config('{FENCING_SETTING}', '', true);
+        IF position(' ' || written || ' ' IN fenced) = 0 THEN
+            PERFORM set_config('{FENCED_SETTING}', fenced || ' ' || written || ' ', true);
+        END IF;
+    ELSIF position(' ' || written || ' ' IN fenced) = 0
+        AND current_setting('{UNFENCED_SETTING}', true) IS DISTINCT FROM 'on' THEN
+        RAISE EXCEPTION
+            'locking: % of % in a transaction that has not fenced it (strict fence guard)',
+            TG_OP, written
+            USING HINT = 'Write the row in the transaction.atomic() block that called '
+                'advance_fence() on it with the lease (or inserted it with insert_fenced()), '
+                'after the fence. A refused fence (StaleFencingToken) lets nothing be written; '
+                'an intended unfenced write goes in locking.unfenced_writes().';
+    END IF;
+    IF TG_OP = 'DELETE' THEN
+        RETURN OLD;
+    END IF;
+    RETURN NEW;
+END
+$$;
 """
 
 
-def install_sql(table: str, column: str, pk: str, quote) -> list[str]:
-    """The statements that install the guard on ``table`` (names unquoted)."""
+# What the fence's statements write into those settings (``pk``: the row's key column, as
+# SQL). ``fencing_sql`` is the value of the fence column: the token, its one parameter.
+FORGET_FENCING_SQL = f"SELECT set_config('{FENCING_SETTING}', '', true)"
+
+
+def fencing_sql(table: str, pk: str) -> str:
+    """The fence column's new value, marking the row as the one the statement fences."""
+    row = f"{_literal(table + ':')} || {pk}::text"
+    return f"CASE WHEN set_config('{FENCING_SETTING}', {row}, true) IS NOT NULL THEN %s END"
+
+
+def fenced_sql(table: str, pk: str) -> str:
+    """An expression that adds the row to the rows fenced in this transaction."""
+    rows = f"coalesce(current_setting('{FENCED_SETTING}', true), '')"
+    row = f"{_literal(f' {table}:')} || {pk}::text || ' '"
+    return f"set_config('{FENCED_SETTING}', {rows} || {row}, true)"
+
+
+def _literal(text: str) -> str:
+    """``text`` as an SQL string literal (a table name, in a statement built once)."""
+    return "'" + text.replace("'", "''") + "'"
+
+
+def install_sql(table: str, column: str, pk: str, quote, *, strict: bool = False) -> list[str]:
+    """The statements that install the guard on ``table`` (names unquoted); strict or
+    not, as ``strict`` says (a strict guard made plain loses its third trigger)."""
     return [
         _FUNCTIONS,
         f"DROP TRIGGER IF EXISTS {NEVER_BACK} ON {quote(table)}",
@@ -83,29 +163,47 @@ def install_sql(table: str, column: str, pk: str, quote) -> list[str]:
         f"CREATE TRIGGER {UNDONE} BEFORE INSERT OR UPDATE OR DELETE ON {quote(table)} "
         f"FOR EACH ROW WHEN (current_setting('{UNDONE_SETTING}', true) <> '') "
         f"EXECUTE FUNCTION {UNDONE}('{pk}')",
+        *(strict_sql(table, pk, quote) if strict else unstrict_sql(table, quote)),
     ]
 
 
+def strict_sql(table: str, pk: str, quote) -> list[str]:
+    """The statements that make the guard on ``table`` strict."""
+    return [
+        f"DROP TRIGGER IF EXISTS {STRICT} ON {quote(table)}",
+        f"CREATE TRIGGER {STRICT} BEFORE UPDATE OR DELETE ON {quote(table)} "
+        f"FOR EACH ROW EXECUTE FUNCTION {STRICT}('{pk}')",
+    ]
+
+
+def unstrict_sql(table: str, quote) -> list[str]:
+    return [f"DROP TRIGGER IF EXISTS {STRICT} ON {quote(table)}"]
+
+
 def uninstall_sql(table: str, quote) -> list[str]:
-    return [f"DROP TRIGGER IF EXISTS {name} ON {quote(table)}" for name in TRIGGERS]
+    return [f"DROP TRIGGER IF EXISTS {name} ON {quote(table)}" for name in (*TRIGGERS, STRICT)]
 
 
 class InstallFenceGuard(Operation):
-    """Install the fence guard (the module docstring) on ``model_name``'s table.
+    """Install the fence guard (the module docstring) on ``model_name``'s table; with
+    ``strict=True``, strict mode too.
 
-    Reversible (the triggers are dropped; the shared functions stay, other tables use
-    them). It changes no model state, so ``makemigrations`` never writes it: add it by
-    hand, once per fenced model.
+    Reversible: unapplied, the plain guard's triggers are dropped (the shared functions
+    stay, other tables use them); the strict one only loses strict mode and leaves the
+    guard, which an earlier migration usually installed. It changes no model state, so
+    ``makemigrations`` never writes it: add it by hand, once per fenced model, and once
+    more with ``strict=True`` to make it strict.
     """
 
     reversible = True
     reduces_to_sql = True
 
-    def __init__(self, model_name: str):
+    def __init__(self, model_name: str, strict: bool = False):
         self.model_name = model_name
+        self.strict = strict
 
     def deconstruct(self) -> tuple[str, list[str], dict[str, object]]:
-        return (self.__class__.__name__, [self.model_name], {})
+        return (self.__class__.__name__, [self.model_name], {"strict": True} if self.strict else {})
 
     def state_forwards(self, app_label: str, state: "ProjectState") -> None:
         pass
@@ -123,7 +221,9 @@ class InstallFenceGuard(Operation):
         opts = model._meta
         column = opts.get_field("last_fence_token").column
         quote = schema_editor.quote_name
-        for statement in install_sql(opts.db_table, column, opts.pk.column, quote):
+        for statement in install_sql(
+            opts.db_table, column, opts.pk.column, quote, strict=self.strict
+        ):
             schema_editor.execute(statement, params=None)
 
     def database_backwards(
@@ -136,15 +236,19 @@ class InstallFenceGuard(Operation):
         model = from_state.apps.get_model(app_label, self.model_name)
         if not self.allow_migrate_model(schema_editor.connection.alias, model):
             return
-        for statement in uninstall_sql(model._meta.db_table, schema_editor.quote_name):
+        table, quote = model._meta.db_table, schema_editor.quote_name
+        sql = unstrict_sql(table, quote) if self.strict else uninstall_sql(table, quote)
+        for statement in sql:
             schema_editor.execute(statement, params=None)
 
     def describe(self) -> str:
-        return f"Install locking's fence guard on {self.model_name}"
+        strict = "strict " if self.strict else ""
+        return f"Install locking's {strict}fence guard on {self.model_name}"
 
     @property
     def migration_name_fragment(self) -> str:
-        return f"fence_guard_{self.model_name.lower()}"
+        strict = "strict_" if self.strict else ""
+        return f"{strict}fence_guard_{self.model_name.lower()}"
 
 
 def guarded_tables(connection, tables: list[str]) -> set[str]:
@@ -159,3 +263,37 @@ def guarded_tables(connection, tables: list[str]) -> set[str]:
             [tables, list(TRIGGERS), len(TRIGGERS)],
         )
         return {name for (name,) in cursor.fetchall()}
+
+
+def strict_tables(connection, tables: list[str]) -> set[str]:
+    """Those of ``tables`` whose guard is strict (a catalog query)."""
+    if not tables:
+        return set()
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT DISTINCT c.relname FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid "
+            "WHERE c.relname = ANY(%s) AND t.tgname = %s AND NOT t.tgisinternal",
+            [tables, STRICT],
+        )
+        return {name for (name,) in cursor.fetchall()}
+
+
+@contextmanager
+def unfenced_writes(using: str | None = None) -> Iterator[None]:
+    """Let the block write rows of strict tables that its transaction has not fenced.
+
+    For a write that is unfenced on purpose: a fixture, a clean-up, a repair by hand.
+    Runs inside ``transaction.atomic()`` (else ``TransactionManagementError``), on
+    ``using`` (default ``LOCK_DATABASE``); the rest of the transaction is strict again.
+    """
+    connection = connections[using or setting("LOCK_DATABASE")]
+    if not connection.in_atomic_block:
+        raise TransactionManagementError("unfenced_writes() must run inside transaction.atomic().")
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT set_config(%s, 'on', true)", [UNFENCED_SETTING])
+    try:
+        yield
+    finally:
+        if not connection.needs_rollback:  # else the rollback takes the setting back
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT set_config(%s, '', true)", [UNFENCED_SETTING])

@@ -18,7 +18,7 @@ from django.utils import timezone
 from bench import fixtures
 from bench.measure import PgRoundTrips, check, median, percentile, result, since_us
 from charges.models import MonthlyChargeRun
-from locking import FenceLock, LockHeld, advance_fence
+from locking import FenceLock, LockHeld, advance_fence, unfenced_writes
 from locking.advisory import advisory_lock
 
 TTL = timedelta(seconds=30)
@@ -37,6 +37,13 @@ def _complete(run_id: int, who: str) -> None:
     )
 
 
+def _complete_unfenced(run_id: int, who: str) -> None:
+    """The alternatives without a fence write the run all the same: the runs' table is
+    strict (locking's strict guard), so they say so (two more round trips)."""
+    with unfenced_writes():
+        _complete(run_id, who)
+
+
 def _select_for_update(run_id: int, external_call, who: str, *, nowait: bool = False) -> str:
     try:
         with transaction.atomic():
@@ -44,7 +51,7 @@ def _select_for_update(run_id: int, external_call, who: str, *, nowait: bool = F
             if run.is_completed:
                 return "already done"
             external_call()
-            _complete(run_id, who)
+            _complete_unfenced(run_id, who)
             return "done"
     except OperationalError as exc:
         if isinstance(exc.__cause__, psycopg.errors.LockNotAvailable):
@@ -59,7 +66,7 @@ def _advisory(run_id: int, external_call, who: str) -> str:
         if MonthlyChargeRun.objects.get(pk=run_id).is_completed:
             return "already done"
         external_call()
-        _complete(run_id, who)
+        _complete_unfenced(run_id, who)
         return "done"
 
 

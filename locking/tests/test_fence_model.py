@@ -23,6 +23,10 @@ After every step, on committed data:
 - an attempt that tells the outside and ends well (committed, or found it done) leaves
   the outside service and the database keeping the same attempt's version.
 
+The same plans run again with the guard strict (``WithTheStrictGuard``): the savepoint's
+write and the admin's save are then refused by strict mode, and every fenced plan still
+writes.
+
 ``make test`` runs a short search (``FENCE_MODEL_EXAMPLES``, default 25); ``make faults``
 runs it longer (``FENCE_MODEL_FAULTS=1``), and runs it again with a fix taken back, where it
 must find the violation, or the checker would not bite: ``no-guard`` (the fence guard's
@@ -55,7 +59,7 @@ from locking import (
     insert_fenced,
 )
 from locking.conf import setting
-from locking.guard import install_sql, uninstall_sql
+from locking.guard import install_sql, strict_sql, uninstall_sql, unstrict_sql
 from locking.keys import fence_key, lock_key
 from locking.models import FenceEpoch
 from locking.tests.stepping import SEARCH, Holder, Stepping
@@ -83,7 +87,7 @@ EXPECTED = (StaleFencingToken, LockHeld, FencedThing.DoesNotExist)
 REFUSED_BY_PLAN = {
     "two_rows": ValueError,
     "savepoint": DatabaseError,
-    "admin_save": IntegrityError,
+    "admin_save": DatabaseError,  # a duplicate key; with the strict guard, its refusal
 }
 
 
@@ -112,6 +116,7 @@ class OutsideService:
 class FenceModel(RuleBasedStateMachine):
     control = ""  # a fix taken back (the control runs' subclasses)
     plans = PLANS  # what its holders may run
+    strict = False  # the guard in strict mode (its own run)
 
     def __init__(self):
         super().__init__()
@@ -125,6 +130,8 @@ class FenceModel(RuleBasedStateMachine):
         FencedThing.objects.create(pk=ROW_PK, name="new", box=self.box)
         if self.control == "no-guard":
             _set_guard(installed=False)
+        if self.strict:  # after the clean-up above, which is no fenced write
+            _set_strict(True)
         self.outside = OutsideService()
         self.stepping = Stepping(expected=EXPECTED)
         self.highest_on_row = 0
@@ -320,6 +327,8 @@ class FenceModel(RuleBasedStateMachine):
         self.stepping.finish()  # let every holder run to its end
         if self.control == "no-guard":
             _set_guard(installed=True)
+        if self.strict:
+            _set_strict(False)
         self.redis.close()
 
 
@@ -335,16 +344,24 @@ def _set_guard(*, installed: bool) -> None:
             cursor.execute(statement)
 
 
+def _set_strict(on: bool) -> None:
+    table, quote = FencedThing._meta.db_table, connection.ops.quote_name
+    with connection.cursor() as cursor:
+        for statement in strict_sql(table, "id", quote) if on else unstrict_sql(table, quote):
+            cursor.execute(statement)
+
+
 def _wrote(lease, what: str) -> None:
     FencedWrite.objects.create(resource=RESOURCE, token=lease.token, what=what)
 
 
 def _its_own(holder: Holder, exc: BaseException) -> bool:
     """Whether ``exc`` is the refusal ``holder``'s plan provokes (not, say, a deadlock)."""
+    strict = "in a transaction that has not fenced it (strict fence guard)" in str(exc)
     if holder.plan == "savepoint":
-        return "undone by a rolled-back savepoint" in str(exc)
+        return "undone by a rolled-back savepoint" in str(exc) or strict
     if holder.plan == "admin_save":
-        return "duplicate key" in str(exc)
+        return (isinstance(exc, IntegrityError) and "duplicate key" in str(exc)) or strict
     return "one row; it matched" in str(exc)
 
 
@@ -368,6 +385,20 @@ def _search(machine, *, examples: int = EXAMPLES, phases=SEARCH) -> None:
 @pytest.mark.django_db(transaction=True)
 def test_the_fence_holds_at_every_way_in_whatever_the_interleaving():
     _search(FenceModel)
+
+
+class WithTheStrictGuard(FenceModel):
+    """The same plans with the guard strict: a savepoint's undone fence and the admin's
+    save by pk are refused by strict mode; every fenced plan still writes."""
+
+    strict = True
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1800 if FAULTS else 300)
+@pytest.mark.django_db(transaction=True)
+def test_the_fence_holds_with_the_strict_guard_whatever_the_interleaving():
+    _search(WithTheStrictGuard)
 
 
 class WithoutTheGuard(FenceModel):

@@ -60,6 +60,7 @@ from locking.receiving import (
     fenced_receiver,
     receive_call,
     seal_call,
+    unfenced_writes,
     verify_signature,
 )
 from locking.sending import CallAnswer, CallOutcomeUnknown, CallRefused
@@ -113,6 +114,9 @@ def the_sync_lock(invoices: "QuerySet[Invoice]", new: Invoice) -> None:
         with advisory_lock("nightly-job") as acquired:
             assert_type(acquired, bool)
         assert_type(advisory_lock("nightly-job").__enter__(), bool)
+        with unfenced_writes() as unfenced:
+            assert_type(unfenced, None)
+        assert_type(unfenced_writes().__enter__(), None)
     assert_type(lease.release(), bool)
     assert_type(advisory_key("nightly-job"), int)
     assert_type(lock.current_token(lease.resource), int)
@@ -230,6 +234,7 @@ def the_operators(request: HttpRequest) -> None:
     assert_type(scopes.may_see("invoice:7"), bool)
     guard: Operation = InstallFenceGuard("invoice")
     assert_type(InstallFenceGuard("invoice"), InstallFenceGuard)
+    assert_type(InstallFenceGuard("invoice", strict=True), InstallFenceGuard)
     assert_type(InstallFenceGuard("invoice").describe(), str)
     assert_type(guard, Operation)
 
