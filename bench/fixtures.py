@@ -15,7 +15,7 @@ from django.utils import timezone
 from charges.models import MonthlyCharge, MonthlyChargeRun
 from hoa.demo import staff_group
 from hoa.models import Complaint, Organization, StaffMembership, Unit
-from vendors.models import Vendor, VendorContract
+from vendors.models import Invoice, Vendor, VendorAssignment, VendorContract
 
 BENCH_PASSWORD = "bench-password-not-secret"
 
@@ -95,6 +95,19 @@ def complaints(org: Organization, count: int, *, title: str) -> list[Complaint]:
         Complaint(organization=org, title=f"{title} {n}", opened_at=now, sla_due_at=due)
         for n in range(count)
     )
+
+
+def approved_invoices(org: Organization, count: int, *, vendor, label: str) -> list[Invoice]:
+    """``count`` new invoices of ``vendor`` (under contract, insured), approved, owed by ``org``."""
+    [complaint] = complaints(org, 1, title=label)
+    assignment = VendorAssignment.objects.create(complaint=complaint, vendor=vendor, fence_token=1)
+    today = timezone.localdate()
+    return Invoice.objects.bulk_create(
+        Invoice(organization=org, assignment=assignment, vendor=vendor, number=f"{label}-{n}",
+                amount=Decimal("250.00"), issued_on=today, due_on=today + timedelta(days=30),
+                status=Invoice.Status.APPROVED)
+        for n in range(count)
+    )  # fmt: skip
 
 
 def month(number: int) -> date:

@@ -1,24 +1,11 @@
-"""The unfenced twins of the staff POSTs (URL conf of ``bench.http_settings``): under
-``PREFIX``, the real views and services with one name bound to a stand-in, so that each
-twin takes every check, query and step of the real one, as they change, and leaves out
-only the lease, the fence and the audit (or, for the status change, the serialization).
-
-- ``…/complaints/<id>/assign/`` (the HTTP case, group 5, and the busiest hour): the real
-  assign view and ``assign_vendor``, whose operation's ``begin`` returns an
-  ``_UnfencedCall``: it checks the actor and runs the operation's own steps in the
-  runner's order under a lease that never was (no Redis, no audit row), with the fence
-  row's row lock in place of the fence ``UPDATE`` (no token recorded on it).
-- ``…/charges/<month>/generate/`` (the busiest hour): the real generate view and
-  ``generate_monthly_charges`` the same way. The run row is created pending and completed
-  by the operation's ``commit`` step (its ``create`` step inserts it fenced, which needs a
-  real lease, so the twin takes the path a month whose run exists takes).
-- ``…/complaints/<id>/status/`` (the busiest hour): the real status view; the change is
-  ``change_status_unserialized``, the real transition check and the same ``UPDATE`` and
-  timeline row in one transaction, without the compare-and-swap on the status the page
-  showed: whoever commits last wins.
-
-The twins' calls to the outside carry a token too (the receiving side keeps the highest
-per key): a number from the clock, rising from call to call, that no row records.
+"""The unfenced twins of the staff POSTs, under ``PREFIX`` (URL conf of
+``bench.http_settings``): the real views and services with one name bound to a stand-in,
+so that each twin takes every check, query and step of the real one, as they change, and
+leaves out only the lease, the fence and the audit: the assignment, the month's generation
+and the payment run their operation's steps under a lease that never was
+(``_UnfencedCall``: no Redis, no audit row, the fence row's row lock in place of the fence
+``UPDATE``, a token from the clock that no row records); the status change runs without its
+compare-and-swap (whoever commits last wins). docs/benchmarks.md, "The unfenced twins".
 """
 
 import time
@@ -38,8 +25,8 @@ from hoa.fenced import Call
 from hoa.models import Complaint, ComplaintEvent
 from hoa.urls import handler400, handler403, handler404, handler500, urlpatterns  # noqa: F401
 from locking import Lease
-from vendors import services, views
-from vendors.operations import ASSIGNMENT
+from vendors import invoice_views, payments, services, views
+from vendors.operations import ASSIGNMENT, PAYMENT
 
 PREFIX = "bench/unfenced/"
 
@@ -97,6 +84,8 @@ _generation_unfenced = _rebound(charge_services._generation, GENERATION=_unfence
 generate_unfenced = _rebound(
     charge_services.generate_monthly_charges, _generation=_generation_unfenced
 )
+_payment_unfenced = _rebound(payments._payment, PAYMENT=_unfenced(PAYMENT))
+pay_unfenced = _rebound(payments.pay_invoice, _payment=_payment_unfenced)
 
 
 def change_status_unserialized(*, complaint, seen, to, note, actor, assigned):
@@ -126,6 +115,10 @@ class UnfencedAssignView(views.AssignVendorView):
     post = _rebound(views.AssignVendorView.post, assign_vendor=assign_unfenced)
 
 
+class UnfencedPayView(invoice_views.PayInvoiceView):
+    change = _rebound(invoice_views.PayInvoiceView.change, pay_invoice=pay_unfenced)
+
+
 class UnfencedGenerateView(charge_views.GenerateChargesView):
     post = _rebound(
         charge_views.GenerateChargesView.post, generate_monthly_charges=generate_unfenced
@@ -146,9 +139,11 @@ class UnserializedStatusView(complaint_views.ChangeStatusView):
 ASSIGN = "orgs/<slug:org_slug>/complaints/<int:pk>/assign/"
 GENERATE = "orgs/<slug:org_slug>/charges/<str:month>/generate/"
 STATUS = "orgs/<slug:org_slug>/complaints/<int:pk>/status/"
+PAY = "orgs/<slug:org_slug>/invoices/<id:pk>/pay/"
 urlpatterns = [
     *urlpatterns,
     path(PREFIX + ASSIGN, UnfencedAssignView.as_view()),
     path(PREFIX + GENERATE, UnfencedGenerateView.as_view()),
     path(PREFIX + STATUS, UnserializedStatusView.as_view()),
+    path(PREFIX + PAY, UnfencedPayView.as_view()),
 ]

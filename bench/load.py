@@ -60,6 +60,7 @@ PROFILES = {  #             full    quick
     "associations":        (50,     25),
     "complaints":          (300,    100),  # open ones per association at the start
     "vendors":             (4,      4),
+    "invoices":            (200,    40),   # approved ones per association, to pay
     "base_seconds":        (3600,   120),  # the first step: the busiest hour itself
     "step_seconds":        (180,    60),   # each step above it, looking for the knee
     "multiples":           ((2, 3, 4, 6, 8, 12), (1.2, 1.4)),
@@ -140,10 +141,13 @@ def build_world(profile: dict, users: int) -> dict:
         org = fixtures.organization(f"load-{number:03d}", units=UNITS)
         vendors = fixtures.vendors_with_contracts(org, profile["vendors"])
         complaints = fixtures.complaints(org, profile["complaints"], title="Busiest hour")
+        invoices = fixtures.approved_invoices(
+            org, profile["invoices"], vendor=vendors[0], label=f"{org.slug}-bill"
+        )
         units = list(Unit.objects.filter(organization=org).values_list("pk", flat=True))
         associations.append(
             {"slug": org.slug, "id": org.pk, "units": units, "vendors": [v.pk for v in vendors],
-             "complaints": [c.pk for c in complaints]}
+             "complaints": [c.pk for c in complaints], "invoices": [i.pk for i in invoices]}
         )  # fmt: skip
     model = get_user_model()
     password = make_password(fixtures.BENCH_PASSWORD)
@@ -219,6 +223,7 @@ def run_variant(variant: str, profile: dict, plan: list, env: dict, out: Path) -
             WEB_CONCURRENCY=os.environ.get("WEB_CONCURRENCY", "2"),
             BILLING_WEBHOOK_URL=f"{receiver_url}/billing",
             VENDOR_DISPATCH_URL=f"{receiver_url}/dispatch", WEBHOOK_SIGNING_SECRET=secret,
+            VENDOR_PAYMENT_URL=f"{receiver_url}/payment",
             CONN_MAX_AGE="60", args=("--access-logformat", load_report.ACCESS_LOG_FORMAT),
         )  # fmt: skip
         command = [

@@ -1,22 +1,14 @@
 """Locust's office staff for the busiest hour (``make bench-load``, ``bench.load``).
 
 Each simulated user is one logged-in staff member of one association, paced as
-docs/capacity.md's model: a task every ``pacing`` seconds (15), half of them reading a page
-(dashboard, complaint list, a complaint) and half making a change, each change on the page
-its form is on (a GET, then the POST): open a complaint, change a status, assign or reassign
-a vendor, generate a month. Four pages and two changes a minute, a fenced or serialized one
-about every 30 s. The POSTs do not follow their 303: the message it leaves is read on the
-user's next page, as a browser shows it, and says whether the change was done or found
-done. A 409 is an answer (changed since shown, busy, assigned to another), not an error.
-
-The run is a list of steps (users, seconds): the shape starts the next step's users when a
-step ends, and stops after the step whose p99 bent (twice the first step's and above the
-line) or after the last. Every request is recorded per step outside its warm-up (while its
-new users start, and one ``pacing`` more while their first tasks spread out), and every
-assignment and generation with what its user was told (for the fault suite's checker). All
-of it goes to the files ``bench.load`` names in the world file, when the test stops.
-
-This file imports nothing of Django or of the project: it runs in Locust's own process.
+docs/capacity.md's model: a task every ``pacing`` seconds, half of them reading a page and
+half making a change on the page its form is on (a GET, then the POST): open a complaint,
+change a status, assign or reassign a vendor, pay an invoice, generate a month. A POST does
+not follow its 303: the next page shows its message. A 409 is an answer, not an error. The
+shape steps the users up and stops after the step whose p99 bent. Every request is recorded
+per step outside its warm-up, and every fenced change with what its user was told (for the
+fault suite's checker), to the files the world file names (docs/benchmarks.md, "An office
+at its busiest hour"). Imports nothing of Django or of the project: Locust's own process.
 """
 
 import itertools
@@ -48,6 +40,7 @@ _OPTION = re.compile(r'<option value="([a-z_]+)"')
 _REPLACING = re.compile(r'<input type="hidden" name="replacing"(?: value="(\d*)")?')
 _VENDOR_SELECT = re.compile(r'<select name="vendor"')
 _CREATED = re.compile(r"/complaints/(\d+)/$")
+_SEEN = re.compile(r'name="seen" value="(\d+)"')
 
 
 def _text(html: str) -> str:
@@ -59,9 +52,10 @@ def _text(html: str) -> str:
 ASSOCIATIONS = WORLD["associations"]
 _unassigned = {n: list(a["complaints"]) for n, a in enumerate(ASSOCIATIONS)}
 _assigned: dict[int, list[int]] = {n: [] for n in range(len(ASSOCIATIONS))}
+_approved = {n: list(a["invoices"]) for n, a in enumerate(ASSOCIATIONS)}
 _months = {n: itertools.count(WORLD["first_month"]) for n in range(len(ASSOCIATIONS))}
 _logins = iter(WORLD["users"])
-HISTORY: list[dict] = []  # assignments and generations, with what their users were told
+HISTORY: list[dict] = []  # fenced changes, with what their users were told
 
 STEPS = [(int(users), float(seconds)) for users, seconds in PLAN["steps"]]
 STEP = {"index": 0, "measure_from": float("inf")}
@@ -231,7 +225,7 @@ class Staff(HttpUser):
 
     # -- changes (the other half), each on the page its form is on --------------------------------
 
-    @task(8)
+    @task(6)
     def change_status(self) -> None:
         complaint = random.choice(self.org["complaints"])
         path = f"/orgs/{self.org['slug']}/complaints/{complaint}/"
@@ -299,6 +293,18 @@ class Staff(HttpUser):
         if created:
             _unassigned[self.association].append(int(created.group(1)))
             self.org["complaints"].append(int(created.group(1)))
+
+    @task(2)
+    def pay_invoice(self) -> None:
+        pool = _approved[self.association]
+        if not pool:
+            return self.complaint()
+        invoice = pool.pop(random.randrange(len(pool)))  # paid once: out of every user's pool
+        path = f"/orgs/{self.org['slug']}/invoices/{invoice}/"
+        shown = _SEEN.search(self.page(path, "page: invoice"))  # the Pay form's version
+        if shown:
+            op = self._op("pay", invoice=invoice, seen=int(shown.group(1)))
+            self.post(f"{path}pay/", "action: pay an invoice", {"seen": shown.group(1)}, op)
 
     @task(2)
     def generate_month(self) -> None:

@@ -201,6 +201,16 @@ GROUPS = (
              "service", "<=", 0, "bulk_create"),
             ("charge generation (billed) vs COPY (report)",
              "service_billed", "<=", 0, "copy"))),
+    Row("writes", "fenced-payment", "payment", "bench.cases.fenced_writes:payment",
+        "write_repeats", "2c. Fenced write: paying an approved invoice",
+        "{p.vendor_ops} payments per process, each of a new approved invoice, to a stand-in "
+        "payment service on loopback",
+        {"checked": "same checks and steps, no lease, fence, audit",
+         "service": "ours: pay_invoice"},
+        baseline="checked", params={"ops": "vendor_ops"}, latency_label="per payment",
+        columns=_TRIPS,
+        targets=(("invoice payment: pay_invoice ≤ 1.5x the same checks without lock, fence, "
+                  "audit", "service", "<=", 1.5, "checked"),)),
     Row("month-start", "month-start", "month_start", "bench.cases.fenced_writes:month_start",
         "month_start_repeats",
         "2d. Month start: {p.associations:,} associations x 200 units, one new month",

@@ -26,7 +26,8 @@ from charges.month_start import CHUNK as MONTH_START_CHUNK
 from charges.month_start import generate_chunk
 from charges.services import generate_monthly_charges
 from hoa.models import Complaint, Organization, Unit, default_time_zone
-from vendors.models import VendorAssignment, VendorContract
+from vendors.models import Invoice, VendorAssignment, VendorContract, VendorPayment
+from vendors.payments import pay_invoice
 from vendors.services import assign_vendor
 
 # Operations counted (untimed) after the timed ones; counts do not vary between runs.
@@ -48,7 +49,8 @@ def _plain_assignment(complaint, *, vendor, actor) -> None:
     _insert_assignment(complaint, vendor=vendor, actor=actor)
 
 
-def _checked_assignment(complaint, *, vendor, actor) -> None:
+def _check_may_assign(complaint, vendor, actor) -> None:
+    """The service's checks before its lock: the actor's rights, the vendor's contract."""
     organization = complaint.organization
     if not (organization.has_staff(actor) and actor.has_perm("vendors.assign_vendor")):
         raise PermissionError(actor.username)
@@ -57,6 +59,10 @@ def _checked_assignment(complaint, *, vendor, actor) -> None:
         vendor=vendor, organization=organization, starts_on__lte=today, ends_on__gte=today
     ).exists():
         raise ValueError("no active contract")
+
+
+def _checked_assignment(complaint, *, vendor, actor) -> None:
+    _check_may_assign(complaint, vendor, actor)
     with transaction.atomic():
         Complaint.objects.select_for_update().filter(pk=complaint.pk).first()
         if complaint.assignments.filter(active=True).exists():
@@ -66,17 +72,9 @@ def _checked_assignment(complaint, *, vendor, actor) -> None:
 
 def _checked_reassignment(seen, *, vendor, actor) -> None:
     """A reassignment as a careful Django user writes it: the same checks, then under the
-    complaint's row lock the assignment seen deactivated (if it still is the active one)
-    and the new one inserted; no lock, fence or audit."""
+    complaint's row lock the assignment seen replaced (if it still is the active one)."""
     complaint = seen.complaint
-    organization = complaint.organization
-    if not (organization.has_staff(actor) and actor.has_perm("vendors.assign_vendor")):
-        raise PermissionError(actor.username)
-    today = timezone.localdate()
-    if not VendorContract.objects.filter(
-        vendor=vendor, organization=organization, starts_on__lte=today, ends_on__gte=today
-    ).exists():
-        raise ValueError("no active contract")
+    _check_may_assign(complaint, vendor, actor)
     with transaction.atomic():
         Complaint.objects.select_for_update().filter(pk=complaint.pk).first()
         replaced = VendorAssignment.objects.filter(pk=seen.pk, active=True).update(
@@ -104,11 +102,7 @@ VENDOR_VARIANTS = {
 
 def vendor(*, variant: str, redis_url: str, ops: int, warmup: int = 10) -> dict:
     """Assign a vendor to ``ops`` new complaints, or (``…_reassign``) replace the vendor of
-    ``ops`` complaints assigned before the clock starts; time each assignment.
-
-    A first assignment records its complaint's first fence epoch (a durable commit of its
-    own) and moves the complaint to assigned; a reassignment of an assigned complaint does
-    neither, whichever variant assigned it first: the variants compare the same work."""
+    ``ops`` complaints assigned (through the service) before the clock starts; time each."""
     org = fixtures.organization("bench-vendor")
     actor = fixtures.staff_user("bench-vendor-staff", org)
     first, other = fixtures.vendors_with_contracts(org, 2)
@@ -119,11 +113,9 @@ def vendor(*, variant: str, redis_url: str, ops: int, warmup: int = 10) -> dict:
     complaints = list(picked.order_by("pk"))
     chosen, items = first, complaints
     if variant.endswith("_reassign"):
-        # Untimed: each complaint assigned once through the service (its first epoch
-        # recorded, its status moved); the page's form then carries what it showed.
         items = [assign_vendor(complaint=c, vendor=first, actor=actor).assignment for c in items]
         for seen, complaint in zip(items, complaints, strict=True):
-            seen.complaint = complaint
+            seen.complaint = complaint  # the page's form carries what it showed
         chosen = other
     operation = functools.partial(VENDOR_VARIANTS[variant], vendor=chosen, actor=actor)
     samples, counts = time_and_count(operation, items, warmup, ops, redis_url)
@@ -134,6 +126,37 @@ def vendor(*, variant: str, redis_url: str, ops: int, warmup: int = 10) -> dict:
     ok = active.count() == of_chosen == len(complaints)
     invariant = check("one active assignment per complaint, the one asked for", ok, detail)
     return result(samples, invariant, counts=counts)
+
+
+# -- paying an approved invoice ---------------------------------------------------------------
+
+
+def payment(*, variant: str, redis_url: str, ops: int, warmup: int = 10) -> dict:
+    """Pay ``ops`` approved invoices, each once, to a stand-in payment service; time each.
+    ``checked``: the real service's checks and steps without lease, fence and audit."""
+    from bench.http_baseline import pay_unfenced
+
+    org = fixtures.organization("bench-payment")
+    actor = fixtures.staff_user("bench-payment-staff", org)
+    [payee] = fixtures.vendors_with_contracts(org, 1)
+    label = fixtures.unique_label(f"payment-{variant}")
+    count = warmup + ops + 2 * COUNTED_OPS
+    made = fixtures.approved_invoices(org, count, vendor=payee, label=label)
+    # As the page's view has it: the invoice, its association and vendor in hand.
+    invoices = Invoice.objects.filter(pk__in=[i.pk for i in made]).order_by("pk")
+    items = list(invoices.select_related("organization", "vendor"))
+    settings.VENDOR_PAYMENT_URL = start_stand_in("payment")[1]  # this process's own
+    pay = pay_unfenced if variant == "checked" else pay_invoice
+
+    def operation(invoice) -> None:
+        pay(invoice=invoice, actor=actor, seen=invoice.version)
+
+    samples, counts = time_and_count(operation, items, warmup, ops, redis_url)
+    paid = invoices.filter(status=Invoice.Status.PAID).count()
+    recorded = VendorPayment.objects.filter(invoice__in=invoices).count()
+    detail = f"{paid} invoices paid, {recorded} payments recorded, of {count}"
+    ok = paid == recorded == count
+    return result(samples, check("every invoice paid once", ok, detail), counts=counts)
 
 
 # -- monthly charges ------------------------------------------------------------------------
