@@ -118,26 +118,35 @@ def run(
     with connection.cursor() as cursor:
         cursor.execute(COMMIT_LOG_DDL)
     connections.close_all()  # children must not inherit this process's connections
+    spec = {"mode": mode, "seconds": seconds, "redis_url": redis_url,
+            "ttl": timedelta(seconds=ttl_seconds), "label": label}  # fmt: skip
+    reports, cpu = _clients(rows * processes if shared else rows, spec)
+    return _summary(reports, cpu, label)
 
+
+def _clients(rows: list, spec: dict) -> tuple[list[dict], tuple[int, int]]:
+    """A forked client per row, started together; their reports, and the machine's busy and
+    total CPU while the first ran."""
     context = multiprocessing.get_context("fork")
-    barrier = context.Barrier(processes + 1)  # the clients and this process
+    barrier = context.Barrier(len(rows) + 1)  # the clients and this process
     results = context.Queue()
-    ttl = timedelta(seconds=ttl_seconds)
-    spec = {"mode": mode, "seconds": seconds, "redis_url": redis_url, "ttl": ttl, "label": label}
     children = [
         context.Process(target=_client, args=(barrier, results, row.pk), kwargs=spec, daemon=True)
-        for row in (rows * processes if shared else rows)
+        for row in rows
     ]
     for child in children:
         child.start()
     barrier.wait(60)
-    cpu_before = _cpu_times()
-    reports = [results.get(timeout=seconds + 90)]
-    cpu_after = _cpu_times()  # the first client is done: the others end within a moment
-    reports += [results.get(timeout=seconds + 90) for _ in children[1:]]
+    before = _cpu_times()
+    reports = [results.get(timeout=spec["seconds"] + 90)]
+    after = _cpu_times()  # the first client is done: the others end within a moment
+    reports += [results.get(timeout=spec["seconds"] + 90) for _ in children[1:]]
     for child in children:
         child.join(30)
+    return reports, (after[0] - before[0], after[1] - before[1])
 
+
+def _summary(reports: list[dict], cpu: tuple[int, int], label: str) -> dict:
     def total(key: str, start=0):  # of the clients' reports: counts, or lists joined
         return sum((report[key] for report in reports), start)
 
@@ -152,14 +161,13 @@ def run(
         cursor.execute(TOKEN_ORDER_SQL, [label])
         logged, out_of_order = cursor.fetchone()
     top_client = max(report["successes"] for report in reports)
-    busy_cpu, all_cpu = cpu_after[0] - cpu_before[0], cpu_after[1] - cpu_before[1]
     metrics = {
         "ops_per_s": round(successes / elapsed, 1), "busy_per_s": round(busy / elapsed, 1),
         "stale": total("stale"),
         "top_client_share": round(top_client / successes, 2) if successes else 0,
         # Is the machine the limit? Share of both CPUs busy (all processes, not only ours),
         # and our clients' own CPU per successful operation.
-        "machine_cpu_busy": round(busy_cpu / max(all_cpu, 1), 2),
+        "machine_cpu_busy": round(cpu[0] / max(cpu[1], 1), 2),
         "client_cpu_ms_per_op": round(1000 * total("cpu") / max(successes, 1), 2),
     }  # fmt: skip
     for name, samples, digits in (("loser", busy_us, 3), ("wait", wait_us, 2)):

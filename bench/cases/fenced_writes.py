@@ -378,6 +378,16 @@ def _diagnosis(variant: str, ids: list[int], month) -> dict:
     return {"statements": statements, "plans": plans}
 
 
+def _plain_walk(ids: list[int], month) -> None:
+    """Per association 2b's COPY variant (no lease, fence, audit or billing), 2 processes,
+    in chunks of the command's size, each replanning the charges' foreign-key check as the
+    command does (docs/benchmarks.md, "What grew with the batch")."""
+    size = MONTH_START_CHUNK
+    chunks = [ids[n : n + size] for n in range(0, len(ids), size)]
+    with multiprocessing.get_context("fork").Pool(2) as pool:
+        pool.map(functools.partial(_plain_chunk, month=month), chunks, chunksize=1)
+
+
 def month_start(
     *, variant: str, associations: int, workers: int = 2, diagnosis: bool = False,
     cleanup: str = "delete",
@@ -386,9 +396,8 @@ def month_start(
 
     ``variant``: ``baseline`` (the plain 2-process COPY loop), ``ours`` (one host, the
     command with ``workers`` processes) or ``two_hosts`` (two such commands at once).
-    ``diagnosis`` (``make bench-scale``): the statements of the timed part and the plans of
-    one more chunk's (``bench.diagnose``), in the metrics; ``cleanup``: ``delete`` the
-    fixture's rows, or ``truncate`` the tables (the scale run's own database)."""
+    ``diagnosis`` (``make bench-scale``): the timed part's statements and one more chunk's
+    plans (``bench.diagnose``); ``cleanup``: ``delete`` the fixture's rows, or ``truncate``."""
     month = fixtures.month(3600)  # 2301-01: no other case bills it
     with _without_timeouts():
         _delete_associations(month, cleanup)  # what a crashed earlier process may have left
@@ -398,23 +407,12 @@ def month_start(
             diagnose.reset()  # the timed part's statements only
     connections.close_all()  # the children open their own
     codes, found = [], {}
-    # Every process the walk runs in (the loop's pool, or the command and its workers).
-    peak = PeakMemory(os.getpid())
+    peak = PeakMemory(os.getpid())  # every process of the walk (the pool, or the commands)
     try:
         with peak:
             started = time.perf_counter_ns()
             if variant == "baseline":
-                # Per association 2b's COPY variant: no lease, fence, audit or billing. In
-                # chunks of the command's size, each replanning the charges' foreign-key
-                # check as the command does: a plain loop left with the plan of a
-                # near-empty runs table scans it for every charge (docs/benchmarks.md,
-                # "What grew with the batch"), and the baseline would be slow for a reason
-                # ours no longer has.
-                size = MONTH_START_CHUNK
-                chunks = [ids[n : n + size] for n in range(0, len(ids), size)]
-                copy_chunk = functools.partial(_plain_chunk, month=month)
-                with multiprocessing.get_context("fork").Pool(2) as pool:
-                    pool.map(copy_chunk, chunks, chunksize=1)
+                _plain_walk(ids, month)
             else:
                 codes = _run_commands(2 if variant == "two_hosts" else 1, month, workers)
             elapsed = since_us(started)  # before the poller stops
@@ -428,15 +426,11 @@ def month_start(
             _delete_associations(month, cleanup)
     seconds = elapsed / 1e6
     metrics = {
-        "seconds": round(seconds, 2),
-        "associations_per_s": round(checked / seconds, 1),
-        "charges_per_s": round(charged / seconds, 1),
-        "charges": charged,
-        # The largest of the walk's processes (bench.measure.PeakMemory says why not rusage).
-        "peak_rss_mb": peak.mb,
-        "exit_codes": ", ".join(map(str, codes)) or "-",
-        **found,
-    }
+        "seconds": round(seconds, 2), "associations_per_s": round(checked / seconds, 1),
+        "charges_per_s": round(charged / seconds, 1), "charges": charged,
+        "peak_rss_mb": peak.mb,  # the largest of the walk's processes (PeakMemory)
+        "exit_codes": ", ".join(map(str, codes)) or "-", **found,
+    }  # fmt: skip
     ok = wrong == 0 and checked == associations
     detail = f"{checked} associations, {wrong} not billed exactly once"
     invariant = check("every association: one completed run, one charge per unit", ok, detail)
