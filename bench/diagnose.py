@@ -1,18 +1,7 @@
-"""Where a walk's time goes in PostgreSQL: ``pg_stat_statements`` and ``EXPLAIN (ANALYZE,
-BUFFERS)`` of the walk's own statements (``make bench-scale``, docs/benchmarks.md).
-
-The month-start case snapshots the statements of the database over its timed part only
-(reset just before it, read just after), with ``pg_stat_statements.track = all`` so that
-the statements a trigger or a foreign-key check runs are counted too. It then runs one
-more chunk of the walk in its own process, records the statements Django sent for it and
-explains each distinct one with its real parameters, on the tables as the walk left them,
-inside a transaction that is rolled back. ``grown`` compares two snapshots per
-association: what grew with the scale.
-
-``pg_stat_statements`` must be loaded by the server (``shared_preload_libraries``;
-``scripts/services.sh enable-pg-stat-statements`` does it for the project-local
-PostgreSQL, which ``make bench-scale`` calls) and created in the database; without it the
-snapshots are empty and say so.
+"""Where a walk's time goes in PostgreSQL (``make bench-scale``): ``pg_stat_statements`` of
+the timed part, ``EXPLAIN (ANALYZE, BUFFERS)`` of one more chunk's statements, and what grew
+between two scales (docs/benchmarks.md, "The month start at 1,000, …": "Where the time
+goes"). Without the extension loaded and created, the snapshots are empty.
 """
 
 import re

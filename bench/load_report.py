@@ -1,11 +1,8 @@
 """What ``make bench-load`` reports: per step and per page or action, requests/s and
-p50/p95/p99 (p99 only from 1,000 requests on, else the median and the maximum), answers by
-kind (a 409 is an answer; a 5xx or no answer at all is an error), the knee, and the goals.
-
-Each figure twice: as Locust measured it (the client's time, which on a small machine is
-mostly the load generator's own wait) and as the server took it (gunicorn's access log, each
-request named by Locust's ``X-Bench-Name`` header). The goals are judged on the server's
-times; Locust's ratios are reported beside them.
+p50/p95/p99 (p99 from 1,000 requests on, else the median and the maximum), answers by kind
+(a 409 is an answer; a 5xx or no answer at all is an error), the knee, and the goals: each
+twice, as Locust measured it and as the server took it (gunicorn's access log), the goals
+judged on the server's times.
 """
 
 from datetime import datetime
@@ -117,21 +114,8 @@ def knee(steps: list[dict], *, bend: float, line_ms: float) -> dict:
     }
 
 
-def _target(
-    text: str, measured, op: str, limit: float, status: str | None = None,
-    report_only: bool = False, **more,
-):  # fmt: skip
-    entry = {"section": "load", "text": text, "op": op, "limit": limit}
-    entry.update(measured=measured, report_only=report_only, **more)
-    if report_only:
-        status = "INFO"
-    elif status is None:
-        if measured is None:
-            status = "MISS"
-        else:
-            status = "PASS" if (measured <= limit if op == "<=" else measured == limit) else "MISS"
-    entry["status"] = status
-    return entry
+def _target(text: str, measured, op: str, limit: float, **more) -> dict:
+    return report.judged("load", text, measured, op, limit, **more)
 
 
 def _against_twins(fenced: list, baseline: list, *, clock: str, report_only: bool) -> list:
@@ -174,17 +158,10 @@ def targets(analysed: dict, runs: dict) -> list[dict]:
     found.append(_target("no 5xx in any step of any run", errors, "==", 0))
     if "fenced" in runs:
         checker = runs["fenced"].get("checker") or {}
-        ok = checker.get("exit_code") == 0
+        status = "PASS" if checker.get("exit_code") == 0 else "FAIL"
         last = (checker.get("output") or ["not run"])[-1]
-        found.append(
-            _target(
-                "the fault suite's invariants hold after the fenced run (tests.faults.check)",
-                last,
-                "==",
-                0,
-                status="PASS" if ok else "FAIL",
-            )
-        )
+        text = "the fault suite's invariants hold after the fenced run (tests.faults.check)"
+        found.append(_target(text, last, "==", 0, status=status))
     return found
 
 
@@ -287,7 +264,3 @@ def text(document: dict) -> str:
             )
     parts.append(report.targets_table(document["targets"]))
     return "\n\n".join(parts)
-
-
-def write(path, document: dict) -> None:
-    report.write_json(path, document)

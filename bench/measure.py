@@ -176,44 +176,54 @@ def time_and_count(operation, items: list, warmup: int, ops: int, redis_url: str
     return samples, counts
 
 
-class PeakMemory:
-    """The largest peak RSS (``VmHWM``) among the processes under ``root`` (its children,
-    theirs, …), polled from /proc in a thread while the block runs; ``mb`` is the peak once
-    the block has ended.
+class Poller:
+    """``sample()`` at ``start()`` (or ``with``) and every ``every`` s after, in a daemon
+    thread, until ``stop()``."""
 
-    Not ``getrusage(RUSAGE_CHILDREN)``: a child spawned by ``subprocess`` starts on its
-    parent's memory (vfork or fork, then exec), and Linux keeps that memory's high-water
-    mark as the child's own ``ru_maxrss`` (``exec_mmap``). A command started from the case's
-    process would report the case's peak (its fixtures), not its own; ``VmHWM`` is the
-    process's own memory since its exec. Each process counts with its last reading: until
-    its exec a vforked child shows its parent's memory, and the high-water mark only grows
-    after it. Growth in a process's last ``every`` seconds is missed, nothing else."""
+    every = 0.1
 
-    def __init__(self, root: int, every: float = 0.1):
-        self.root, self.every = root, every
-        self._last: dict[int, int] = {}  # pid -> its last VmHWM (kB)
+    def __init__(self):
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._poll, daemon=True)
+
+    def start(self):
+        self._thread.start()
+        return self
+
+    __enter__ = start
+
+    def stop(self, *exc) -> None:
+        self._done.set()
+        if self._thread.ident is not None:
+            self._thread.join(30)
+
+    __exit__ = stop
+
+    def _poll(self) -> None:
+        while True:
+            self.sample()
+            if self._done.wait(self.every):
+                return
+
+    def sample(self) -> None:
+        raise NotImplementedError
+
+
+class PeakMemory(Poller):
+    """The largest peak RSS (``VmHWM``, each process's own since its exec) among the
+    processes under ``root``, polled from /proc; ``mb`` once the block has ended. Not
+    ``getrusage``: docs/benchmarks.md, "Targets missed" says why."""
+
+    def __init__(self, root: int, every: float = 0.1):
+        super().__init__()
+        self.root, self.every = root, every
+        self._last: dict[int, int] = {}  # pid -> its last VmHWM (kB)
 
     @property
     def mb(self) -> float:
         return round(max(self._last.values(), default=0) / 1024, 1)
 
-    def __enter__(self) -> "PeakMemory":
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._done.set()
-        self._thread.join()
-
-    def _poll(self) -> None:
-        while True:
-            self._sample()
-            if self._done.wait(self.every):
-                return
-
-    def _sample(self) -> None:
+    def sample(self) -> None:
         level = _children(self.root)
         while level:  # the tree, level by level
             for pid in level:

@@ -59,13 +59,8 @@ def _scale_row(group: dict) -> dict:
 
 
 def _target(text: str, measured, op: str, limit: float, error=None) -> dict:
-    entry = {"section": "scale", "text": text, "op": op, "limit": limit, "report_only": False}
-    if error:
-        return {**entry, "measured": None, "status": "FAIL", "detail": error.splitlines()[0]}
-    if measured is None:
-        return {**entry, "measured": None, "status": "MISS", "detail": "not measured"}
-    met = measured <= limit if op == "<=" else measured >= limit
-    return {**entry, "measured": round(measured, 3), "status": "PASS" if met else "MISS"}
+    error = error.splitlines()[0] if error else None
+    return report.judged("scale", text, measured, op, limit, error=error)
 
 
 def _ratio(a, b):
@@ -75,41 +70,24 @@ def _ratio(a, b):
 def targets(rows: list[dict], goals: dict) -> list[dict]:
     """The goals, judged on ``rows`` (one per scale, smallest first)."""
     found = [
-        _target(
-            f"ours ≤ {goals['ratio']}x the plain COPY loop at {row['associations']:,}",
-            row["ratio"],
-            "<=",
-            goals["ratio"],
-            row["error"],
-        )
+        _target(f"ours ≤ {goals['ratio']}x the plain COPY loop at {row['associations']:,}",
+                row["ratio"], "<=", goals["ratio"], row["error"])
         for row in rows
-    ]
-    if len(rows) >= 2:
-        smallest, before, largest = rows[0], rows[-2], rows[-1]
-        error = largest["error"] or before["error"] or smallest["error"]
-        cost = _ratio(largest["ours_ms_per_association"], before["ours_ms_per_association"])
-        found.append(
-            _target(
-                f"ours per association at {largest['associations']:,} ≤ "
+    ]  # fmt: skip
+    if len(rows) < 2:
+        return found
+    smallest, before, largest = rows[0], rows[-2], rows[-1]
+    error = largest["error"] or before["error"] or smallest["error"]
+    cost = _ratio(largest["ours_ms_per_association"], before["ours_ms_per_association"])
+    rss = _ratio(largest["ours_peak_rss_mb"], smallest["ours_peak_rss_mb"])
+    return [
+        *found,
+        _target(f"ours per association at {largest['associations']:,} ≤ "
                 f"{goals['cost_growth']}x that at {before['associations']:,}",
-                cost,
-                "<=",
-                goals["cost_growth"],
-                error,
-            )
-        )
-        rss = _ratio(largest["ours_peak_rss_mb"], smallest["ours_peak_rss_mb"])
-        found.append(
-            _target(
-                f"ours' peak RSS at {largest['associations']:,} ≤ {goals['rss_growth']}x "
-                f"that at {smallest['associations']:,}",
-                rss,
-                "<=",
-                goals["rss_growth"],
-                error,
-            )
-        )
-    return found
+                cost, "<=", goals["cost_growth"], error),
+        _target(f"ours' peak RSS at {largest['associations']:,} ≤ {goals['rss_growth']}x "
+                f"that at {smallest['associations']:,}", rss, "<=", goals["rss_growth"], error),
+    ]  # fmt: skip
 
 
 def _statements(group: dict, case: str) -> tuple[dict, dict]:
@@ -236,29 +214,21 @@ def text(document: dict) -> str:
     ]
     if where := _where_text(document["where"], plans=False):
         parts.append(where + "\n  (the plans: the .md and .json files)")
-    if failures := document["invariant_failures"]:
-        parts.append("\n".join(["Invariants: FAIL", *(f"  FAIL {f}" for f in failures)]))
-    else:
-        checks = sum(len(row["invariants"]) for g in document["groups"] for row in g["rows"])
-        parts.append(f"Invariants: all {checks} checks held (every association billed once)")
+    parts.append(report.invariants_text(document, "every association billed once"))
     return "\n\n".join(parts)
 
 
 def markdown(document: dict) -> str:
     where = _where_text(document["where"], plans=True)
-    return (
-        "\n\n".join(
-            [
-                f"# make bench-scale: {document['name']} of {document['started_at']}",
-                f"{document['seconds']:.0f} s; estimated {document['estimate']['seconds']} s. "
-                + report.environment_summary(document["environment"]).replace("\n", "; "),
-                markdown_table(document["rows"]),
-                "```text\n" + report.targets_table(document["targets"]) + "\n```",
-                *(["```text\n" + where + "\n```"] if where else []),
-            ]
-        )
-        + "\n"
-    )
+    summary = report.environment_summary(document["environment"]).replace("\n", "; ")
+    parts = [
+        f"# make bench-scale: {document['name']} of {document['started_at']}",
+        f"{document['seconds']:.0f} s; estimated {document['estimate']['seconds']} s. {summary}",
+        markdown_table(document["rows"]),
+        "```text\n" + report.targets_table(document["targets"]) + "\n```",
+        *(["```text\n" + where + "\n```"] if where else []),
+    ]
+    return "\n\n".join(parts) + "\n"
 
 
 # -- the chart ----------------------------------------------------------------------------------
@@ -323,14 +293,7 @@ def chart(rows: list[dict], *, caption: str) -> str:
                 f'class="note">{label}</text>'
             )
         top += PANEL_HEIGHT
-    height = top + 10
-    return (
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{height}" '
-        f'viewBox="0 0 {WIDTH} {height}" role="img" aria-label="Month start at scale">'
-        f'<style>{STYLE}</style><rect width="{WIDTH}" height="{height}" fill="#ffffff"/>'
-        + "".join(parts)
-        + f'<text x="10" y="{height - 8}" class="note">{escape(caption)}</text></svg>\n'
-    )
+    return report.svg(WIDTH, top + 10, "Month start at scale", STYLE, parts, caption)
 
 
 def write(document: dict, results: Path, *, docs: Path | None) -> list[Path]:
