@@ -38,12 +38,8 @@ def check(name: str, ok: bool, detail: str) -> dict:
 
 def result(samples_us: list[float], *invariants: dict, metrics=None, counts=None) -> dict:
     """What a case returns: its samples, metrics, counts and the invariants it checked."""
-    return {
-        "samples_us": samples_us,
-        "metrics": metrics or {},
-        "counts": counts or {},
-        "invariants": list(invariants),
-    }
+    return {"samples_us": samples_us, "metrics": metrics or {}, "counts": counts or {},
+            "invariants": list(invariants)}  # fmt: skip
 
 
 def since_us(started_ns: int) -> float:
@@ -69,11 +65,8 @@ def commandstats(client: redis.Redis) -> Counter:
 
 def per_op(calls: Counter, operations: int) -> dict[str, float]:
     """Calls per operation, by command or statement, without the harness's own commands."""
-    return {
-        name: round(count / operations, 3)
-        for name, count in sorted(calls.items())
-        if name not in _HARNESS_COMMANDS
-    }
+    kept = (item for item in sorted(calls.items()) if item[0] not in _HARNESS_COMMANDS)
+    return {name: round(count / operations, 3) for name, count in kept}
 
 
 def _command_name(line: str) -> str:
@@ -108,10 +101,9 @@ def sent_per_op(url: str, operation: Callable[[], object], operations: int) -> d
 
 def _first_keyword(message: str, payload: str) -> str:
     """The SQL keyword of a traced ``Query "SQL"`` or ``Parse "name" "SQL" …`` message (libpq
-    does not escape the quotes inside the SQL: take the text after the opening quote)."""
+    does not escape quotes inside the SQL; psycopg never quotes inside a statement's name)."""
     text = payload.strip()
     if message == "Parse":
-        # Skip the statement name: the first quoted word (psycopg never quotes inside it).
         text = text[text.find('"', 1) + 1 :].lstrip()
     words = text[1:].split(None, 1)
     return words[0].rstrip('"').upper() if words else "?"
