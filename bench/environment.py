@@ -138,14 +138,11 @@ def start_receiver(secret: str) -> tuple[ThreadingHTTPServer, str]:
 def start_gunicorn(
     port: int, run_dir: str, *, secret_key: str, args: tuple[str, ...] = (), **extra: str
 ) -> subprocess.Popen:
-    """gunicorn with the project's ``gunicorn.conf.py`` on ``port``, production settings over
-    plain HTTP on loopback and the URL conf of ``bench.http_settings`` (the real URLs and
-    the unfenced twins, ``bench.http_baseline``); ``args``: more of its command line (over
-    the file's settings); ``extra``: more of its environment. Returns once ``/healthz``
-    answers; ``stop()`` ends it."""
+    """gunicorn (``gunicorn.conf.py``, more of its command line in ``args``) on ``port``:
+    production settings over plain HTTP, the real URLs and the unfenced twins
+    (``bench.http_settings``), more environment in ``extra``; once ``/healthz`` answers."""
     env = {**os.environ, "PORT": str(port), "GUNICORN_RUN_DIR": run_dir, "WEB_CONCURRENCY": "2"}
-    # Sessions signed with the bench's key; no abuse limits (30 fenced POSTs a minute per
-    # user would shape the result: hoa/settings.py, RATELIMIT_ENABLE).
+    # Sessions signed with the bench's key; no abuse limits (they would shape the result).
     env.update(DEBUG="0", SECRET_KEY=secret_key, ALLOWED_HOSTS="127.0.0.1", STATIC_MANIFEST="0",
                SECURE_SSL_REDIRECT="0", SESSION_COOKIE_SECURE="0", CSRF_COOKIE_SECURE="0",
                RATELIMIT_ENABLE="0", LOG_LEVEL="WARNING", **extra)  # fmt: skip
@@ -320,9 +317,8 @@ def describe(*, database: str, redis_url: str) -> dict:
     versions["redis_parser"] = "hiredis" if redis.utils.HIREDIS_AVAILABLE else "python"
     client = redis.Redis.from_url(redis_url)
     versions["redis_server"] = client.info("server")["redis_version"]
-    redis_durability = {
-        key: client.config_get(key).get(key) for key in ("appendonly", "appendfsync", "save")
-    }
+    keys = ("appendonly", "appendfsync", "save")
+    redis_durability = {key: client.config_get(key).get(key) for key in keys}
     client.close()
     with psycopg.connect(_libpq_url(database), connect_timeout=5) as conn:
         versions["postgresql_server"] = conn.execute("SHOW server_version").fetchone()[0]

@@ -4,6 +4,7 @@ MISS), where the time went when one missed, and the chart (plain SVG, as docs/be
 
 import math
 import re
+import textwrap
 from html import escape
 from pathlib import Path
 from statistics import median
@@ -12,17 +13,17 @@ from bench import diagnose, report
 
 DOCS_TABLE = re.compile(r"(<!-- bench-scale:start -->\n).*?(<!-- bench-scale:end -->)", re.S)
 GB = 1e9
+_NO_PLAN = ("(no plan: a COPY, or a statement that a trigger or a foreign-key check runs, which "
+            "Django does not send)")  # fmt: skip
 
 
 def estimate_text(scales: list[int], repeats: int, expected: dict, source: str, free) -> str:
-    shown = ", ".join(f"{n:,}" for n in scales)
-    disk = f"{expected['peak_bytes'] / GB:.1f} GB"
-    room = f"; {free / GB:.0f} GB free there" if free is not None else ""
-    minutes = expected["seconds"] / 60
-    return (
-        f"bench-scale: {shown} associations x 200 units, {repeats} paired run(s) each: "
-        f"about {minutes:.0f} min and {disk} of PostgreSQL disk at the peak ({source}){room}"
-    )
+    shown, room = ", ".join(f"{n:,}" for n in scales), ""
+    if free is not None:
+        room = f"; {free / GB:.0f} GB free there"
+    return (f"bench-scale: {shown} associations x 200 units, {repeats} paired run(s) each: "
+            f"about {expected['seconds'] / 60:.0f} min and {expected['peak_bytes'] / GB:.1f} GB "
+            f"of PostgreSQL disk at the peak ({source}){room}")  # fmt: skip
 
 
 # -- the figures --------------------------------------------------------------------------------
@@ -33,29 +34,25 @@ def _per_repeat(row: dict, name: str) -> list[float]:
 
 
 def _scale_row(group: dict) -> dict:
-    n = group["associations"]
-    rows = {row["case"]: row for row in group["rows"]}
+    n, rows = group["associations"], {row["case"]: row for row in group["rows"]}
     ours, loop = rows["scale.ours"], rows["scale.baseline"]
     entry = {"associations": n, "error": ours.get("error") or loop.get("error")}
     for key, row in (("ours", ours), ("loop", loop)):
-        seconds = _per_repeat(row, "seconds")
-        rss = _per_repeat(row, "peak_rss_mb")
-        entry[f"{key}_seconds"] = round(median(seconds), 2) if seconds else None
-        entry[f"{key}_seconds_range"] = [min(seconds), max(seconds)] if seconds else None
-        entry[f"{key}_ms_per_association"] = (
-            round(1000 * median(seconds) / n, 3) if seconds else None
-        )
-        entry[f"{key}_peak_rss_mb"] = round(median(rss), 1) if rss else None
+        seconds, rss = _per_repeat(row, "seconds"), _per_repeat(row, "peak_rss_mb")
         charges = _per_repeat(row, "charges_per_s")
-        entry[f"{key}_charges_per_s"] = round(median(charges)) if charges else None
-    entry["ratio"] = ours["ratio"]
+        entry.update({
+            f"{key}_seconds": round(median(seconds), 2) if seconds else None,
+            f"{key}_seconds_range": [min(seconds), max(seconds)] if seconds else None,
+            f"{key}_ms_per_association": round(1000 * median(seconds) / n, 3) if seconds else None,
+            f"{key}_peak_rss_mb": round(median(rss), 1) if rss else None,
+            f"{key}_charges_per_s": round(median(charges)) if charges else None,
+        })  # fmt: skip
     pairs = zip(ours["per_repeat_value"], loop["per_repeat_value"], strict=False)
-    entry["ratios"] = [round(a / b, 3) for a, b in pairs if a and b]
-    entry["peak_disk_gb"] = (
-        round(group["peak_disk_bytes"] / GB, 2) if group.get("peak_disk_bytes") else None
-    )
-    entry["case_seconds"] = round(group["seconds"] / (len(group["rows"]) * group["repeats"]), 1)
-    return entry
+    disk, runs = group.get("peak_disk_bytes"), len(group["rows"]) * group["repeats"]
+    return {**entry, "ratio": ours["ratio"],
+            "ratios": [round(a / b, 3) for a, b in pairs if a and b],
+            "peak_disk_gb": round(disk / GB, 2) if disk else None,
+            "case_seconds": round(group["seconds"] / runs, 1)}  # fmt: skip
 
 
 def _target(text: str, measured, op: str, limit: float, error=None) -> dict:
@@ -181,28 +178,19 @@ def _where_text(where: dict | None, *, plans: bool) -> str:
             query = _one_line(entry["query"], 160)
             lines.append(f"  {name}: {before} -> {after} per association: {query}")
             for label in ("plan_before", "plan_after") if plans else ():
-                plan = entry[label] or (
-                    "(no plan: a COPY, or a statement that a trigger or a foreign-key check "
-                    "runs, which Django does not send)"
-                )
-                lines.append(f"    {label.replace('_', ' ')}:\n" + _indent(plan, 6))
+                plan = textwrap.indent(entry[label] or _NO_PLAN, " " * 6)
+                lines.append(f"    {label.replace('_', ' ')}:\n{plan}")
     for scale, top in where["at_scale"].items():
         lines.append(f"  at {int(scale):,}, the statements that take longest per association:")
         for case, entries in top.items():
-            for entry in entries:
-                lines.append(
-                    f"    {case.split('.')[1]:8} {entry['ms_per_association']:.3f} ms "
-                    f"({entry['calls_per_association']:g} calls): {_one_line(entry['query'], 140)}"
-                )
+            lines += [f"    {case.split('.')[1]:8} {e['ms_per_association']:.3f} ms "
+                      f"({e['calls_per_association']:g} calls): {_one_line(e['query'], 140)}"
+                      for e in entries]  # fmt: skip
     return "\n".join(lines)
 
 
 def _one_line(query: str, width: int) -> str:
     return " ".join(query.split())[:width]
-
-
-def _indent(text: str, spaces: int) -> str:
-    return "\n".join(" " * spaces + line for line in text.splitlines())
 
 
 def text(document: dict) -> str:
