@@ -49,10 +49,7 @@ PROFILES = {  #             full    quick
 PACING = 15.0  # seconds per task per user: 4 pages and 2 changes a minute
 BEND = 2.0  # a step's p99 over this times the first step's (and over the line): bent
 P99_LINE_MS = 300.0  # the line docs/capacity.md keeps: staff served within a p99 of 300 ms
-# Users started per second at a step. Slowly: Locust started at 100 a second adds tens of
-# milliseconds to every later request of its users (a trivial app at 100 users: median
-# 37 ms at 100/s, 9 ms at 5/s, 1.3 ms from plain gevent; docs/benchmarks.md).
-SPAWN_RATE = 5
+SPAWN_RATE = 5  # users started per second: faster slows their later requests (docs)
 
 
 def _multiples(text: str) -> tuple[float, ...]:
@@ -75,18 +72,12 @@ def _arguments(argv):
     parser.add_argument("--users", type=int, help="staff at the first step")
     parser.add_argument("--base-seconds", type=float, help="the first step's length")
     parser.add_argument("--step-seconds", type=float, help="each further step's length")
-    parser.add_argument(
-        "--multiples", type=_multiples, help="further steps, as multiples of --users: 2,4,8"
-    )
+    parser.add_argument("--multiples", type=_multiples, help="more steps, x --users: 2,4,8")
     args = parser.parse_args(argv)
-    column = 1 if args.quick else 0
-    profile = {key: values[column] for key, values in PROFILES.items()}
-    for key in ("users", "base_seconds", "step_seconds"):
-        if getattr(args, key) is not None:
-            profile[key] = getattr(args, key)
-    if args.multiples:
-        profile["multiples"] = args.multiples
-    args.profile = profile
+    args.profile = {key: values[1 if args.quick else 0] for key, values in PROFILES.items()}
+    for key in ("users", "base_seconds", "step_seconds", "multiples"):
+        if getattr(args, key):
+            args.profile[key] = getattr(args, key)
     args.variants = [v.strip() for v in args.variants.split(",") if v.strip()]
     if unknown := set(args.variants) - {"fenced", "baseline"}:
         parser.error(f"unknown variant(s): {', '.join(sorted(unknown))}")
@@ -102,12 +93,9 @@ def steps(profile: dict) -> list[tuple[int, float]]:
 
 
 # -- the office ---------------------------------------------------------------------------------
-
-
 def build_world(profile: dict, users: int) -> dict:
-    """Associations with units, vendors under contract and open complaints, and ``users``
-    staff spread over them round-robin, each with a logged-in session (the database was
-    just emptied)."""
+    """Associations with units, vendors under contract, open complaints and approved invoices,
+    and ``users`` staff spread over them round-robin, each logged in (an emptied database)."""
     from django.conf import settings
     from django.contrib.auth import get_user_model
     from django.contrib.auth.hashers import make_password
@@ -121,13 +109,13 @@ def build_world(profile: dict, users: int) -> dict:
         org = fixtures.organization(f"load-{number:03d}", units=UNITS)
         vendors = fixtures.vendors_with_contracts(org, profile["vendors"])
         complaints = fixtures.complaints(org, profile["complaints"], title="Busiest hour")
-        invoices = fixtures.approved_invoices(
-            org, profile["invoices"], vendor=vendors[0], label=f"{org.slug}-bill"
+        bills = fixtures.approved_invoices(
+            org, profile["invoices"], vendor=vendors[0], label=org.slug
         )
         units = list(Unit.objects.filter(organization=org).values_list("pk", flat=True))
         associations.append(
             {"slug": org.slug, "id": org.pk, "units": units, "vendors": [v.pk for v in vendors],
-             "complaints": [c.pk for c in complaints], "invoices": [i.pk for i in invoices]}
+             "complaints": [c.pk for c in complaints], "invoices": [i.pk for i in bills]}
         )  # fmt: skip
     model = get_user_model()
     password = make_password(fixtures.BENCH_PASSWORD)
@@ -135,8 +123,7 @@ def build_world(profile: dict, users: int) -> dict:
         model(username=f"load-staff-{n:05d}", is_staff=True, password=password)
         for n in range(users)
     )
-    through = model.groups.through
-    group = staff_group()
+    through, group = model.groups.through, staff_group()
     through.objects.bulk_create(through(user_id=user.pk, group_id=group.pk) for user in staff)
     count = len(associations)
     StaffMembership.objects.bulk_create(
@@ -148,10 +135,9 @@ def build_world(profile: dict, users: int) -> dict:
          "session": fixtures.session_key(user), "csrf": secrets.token_hex(16)}
         for n, user in enumerate(staff)
     ]  # fmt: skip
-    return {
-        "associations": associations, "users": logins,
-        "session_cookie": settings.SESSION_COOKIE_NAME, "csrf_cookie": settings.CSRF_COOKIE_NAME,
-    }  # fmt: skip
+    return {"associations": associations, "users": logins,
+            "session_cookie": settings.SESSION_COOKIE_NAME,
+            "csrf_cookie": settings.CSRF_COOKIE_NAME}  # fmt: skip
 
 
 def _children_cpu() -> float:
@@ -259,13 +245,10 @@ def run_checker(measured: dict, env: dict, folder: Path) -> dict:
     history.write_text("".join(json.dumps(op) + "\n" for op in measured["history"]))
     calls.write_text("".join(json.dumps(call) + "\n" for call in measured["calls"]))
     command = [sys.executable, "-m", "tests.faults.check", str(history), "--received", str(calls)]
-    done = subprocess.run(
-        command, cwd=BASE_DIR, env=env, capture_output=True, text=True, timeout=900
-    )
+    done = subprocess.run(command, cwd=BASE_DIR, env=env, capture_output=True, text=True,
+                          timeout=900)  # fmt: skip
     lines = (done.stdout + done.stderr).strip().splitlines()
-    log(
-        f"bench-load: checker: {lines[0] if lines else '(no output)'}; {lines[-1] if lines else ''}"
-    )
+    log(f"bench-load: checker: {(lines or ['(no output)'])[0]}; {(lines or [''])[-1]}")
     return {"exit_code": done.returncode, "output": lines[-200:]}
 
 
@@ -292,10 +275,10 @@ def main(argv=None) -> int:
         environment=facts,
     )  # fmt: skip
     print(f"\n{load_report.text(document)}")
-    for run in runs.values():  # the raw samples stay in Locust's files, not in the JSON
-        run.pop("samples", None)
-        run.pop("server_samples", None)
-    document["runs"] = runs
+    # The raw samples stay in Locust's files, not in the JSON.
+    document["runs"] = {variant: {key: value for key, value in run.items()
+                                  if key not in ("samples", "server_samples")}
+                        for variant, run in runs.items()}  # fmt: skip
     path = RESULTS / f"{args.name}.json"
     report.write_json(path, document)
     print(f"\nWrote {path.relative_to(BASE_DIR)} and Locust's reports beside it")

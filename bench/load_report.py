@@ -22,23 +22,21 @@ RATIO = 1.2  # a fenced action's p99 over its twin's
 
 def stats(entries: list, seconds: float) -> dict:
     """``entries``: [ms, status] of one name (or all) in one step, measured for ``seconds``."""
-    times = [ms for ms, _ in entries]
-    statuses = [status for _, status in entries]
-    found = {
+    times, statuses = [ms for ms, _ in entries], [status for _, status in entries]
+
+    def ms(figure, least: int = 1) -> float | None:
+        return round(figure(times), 1) if len(times) >= max(least, 1) else None
+
+    return {
         "requests": len(entries),
         "per_s": round(len(entries) / seconds, 2) if seconds > 0 else None,
-        "p50_ms": round(percentile(times, 50), 1) if times else None,
-        "p95_ms": round(percentile(times, 95), 1) if times else None,
-        "p99_ms": round(percentile(times, 99), 1) if len(times) >= P99_FROM else None,
-        "median_ms": round(median(times), 1) if times else None,
-        "max_ms": round(max(times), 1) if times else None,
-        "answered_409": statuses.count(409),
+        "p50_ms": ms(lambda t: percentile(t, 50)), "p95_ms": ms(lambda t: percentile(t, 95)),
+        "p99_ms": ms(lambda t: percentile(t, 99), P99_FROM), "median_ms": ms(median),
+        "max_ms": ms(max), "answered_409": statuses.count(409),
         "answered_4xx": sum(400 <= s < 500 and s != 409 for s in statuses),
-        "errors_5xx": sum(s >= 500 for s in statuses),
-        "no_answer": statuses.count(0),
-    }
-    found["all_p99_ms"] = round(percentile(times, 99), 1) if times else None  # for the knee
-    return found
+        "errors_5xx": sum(s >= 500 for s in statuses), "no_answer": statuses.count(0),
+        "all_p99_ms": ms(lambda t: percentile(t, 99)),  # for the knee
+    }  # fmt: skip
 
 
 # The access log line bench.load asks gunicorn for: when the request ended (to the second),
@@ -75,20 +73,14 @@ def server_samples(lines, steps: list[dict], clock_offset: float) -> list[dict[s
 
 def _steps(run: dict, key: str = "samples") -> list[dict]:
     found = []
-    if not run.get(key):
-        return []
-    for times, samples in zip(run["steps"], run[key], strict=True):
+    for times, samples in zip(run["steps"], run.get(key) or [], strict=False):
         if not times or "ended" not in times:
             continue
         seconds = times["ended"] - times["measure_from"]
         everything = [entry for entries in samples.values() for entry in entries]
-        found.append(
-            {
-                "users": times["users"], "seconds": round(seconds, 1),
-                "overall": stats(everything, seconds),
-                "by_name": {name: stats(e, seconds) for name, e in sorted(samples.items())},
-            }
-        )  # fmt: skip
+        by_name = {name: stats(entries, seconds) for name, entries in sorted(samples.items())}
+        found.append({"users": times["users"], "seconds": round(seconds, 1),
+                      "overall": stats(everything, seconds), "by_name": by_name})  # fmt: skip
     return found
 
 
@@ -184,8 +176,6 @@ def analyse(runs: dict, *, pacing: float, line_ms: float, bend: float = 2.0) -> 
 
 
 # -- text ---------------------------------------------------------------------------------------
-
-
 def _ms(value) -> str:
     return "-" if value is None else f"{value:,.0f}" if value >= 100 else f"{value:.1f}"
 

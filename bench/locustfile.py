@@ -48,7 +48,6 @@ def _text(html: str) -> str:
 
 
 # -- what the office knows, shared by the users of this process ---------------------------------
-
 ASSOCIATIONS = WORLD["associations"]
 _unassigned = {n: list(a["complaints"]) for n, a in enumerate(ASSOCIATIONS)}
 _assigned: dict[int, list[int]] = {n: [] for n in range(len(ASSOCIATIONS))}

@@ -75,8 +75,6 @@ def _superuser(url: str, database: str = "postgres") -> psycopg.Connection:
 
 
 # -- how long, how much disk ------------------------------------------------------------------
-
-
 def cost_model() -> tuple[dict, str]:
     """Seconds and bytes per case, fitted on the last full or check run if there is one."""
     for name in ("scale", "scale-check"):
@@ -160,8 +158,6 @@ class DiskSampler(Poller):
 
 
 # -- the run ----------------------------------------------------------------------------------
-
-
 def prepare(url: str) -> None:
     """A fresh ``bench_scale``: created, migrated; pg_stat_statements in it, every statement
     tracked (nested ones too: the foreign-key checks a COPY fires), resettable by the bench."""

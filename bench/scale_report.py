@@ -27,8 +27,6 @@ def estimate_text(scales: list[int], repeats: int, expected: dict, source: str, 
 
 
 # -- the figures --------------------------------------------------------------------------------
-
-
 def _per_repeat(row: dict, name: str) -> list[float]:
     return [v for v in row["metrics_per_repeat"].get(name, []) if isinstance(v, int | float)]
 
@@ -132,7 +130,6 @@ def analyse(groups: list[dict], goals: dict) -> dict:
 
 
 # -- text ---------------------------------------------------------------------------------------
-
 _HEADERS = [
     "associations", "loop s", "ours s", "ours/loop", "loop ms/assoc", "ours ms/assoc",
     "ours charges/s", "loop peak MB", "ours peak MB", "disk GB",
@@ -220,7 +217,6 @@ def markdown(document: dict) -> str:
 
 
 # -- the chart ----------------------------------------------------------------------------------
-
 WIDTH, PANEL_HEIGHT, LEFT, RIGHT = 800, 270, 70, 110
 STYLE = report.STYLE + ".axis{stroke:#a0aec0;stroke-width:1}.grid{stroke:#edf2f7;stroke-width:1}"
 _PANELS = (

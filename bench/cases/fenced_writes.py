@@ -1,7 +1,5 @@
-"""Section 2: what the fence costs on top of the write it protects (docs/benchmarks.md).
-
-Each process times its operations, then counts round trips and Redis commands over a few
-more, untimed.
+"""Section 2: what the fence costs on top of the write it protects: each process times its
+operations, then counts round trips and Redis commands over a few more (docs/benchmarks.md).
 """
 
 import contextlib
@@ -35,8 +33,6 @@ COUNTED_OPS, COUNTED_CHARGE_RUNS = 3, 1
 
 
 # -- vendor assignment ----------------------------------------------------------------------
-
-
 def _insert_assignment(complaint, *, vendor, actor) -> None:
     VendorAssignment.objects.create(
         complaint=complaint, vendor=vendor, fence_token=1, assigned_by=actor,
@@ -129,8 +125,6 @@ def vendor(*, variant: str, redis_url: str, ops: int, warmup: int = 10) -> dict:
 
 
 # -- paying an approved invoice ---------------------------------------------------------------
-
-
 def payment(*, variant: str, redis_url: str, ops: int, warmup: int = 10) -> dict:
     """Pay ``ops`` approved invoices, each once, to a stand-in payment service; time each.
     ``checked``: the real service's checks and steps without lease, fence and audit."""
@@ -160,8 +154,6 @@ def payment(*, variant: str, redis_url: str, ops: int, warmup: int = 10) -> dict
 
 
 # -- monthly charges ------------------------------------------------------------------------
-
-
 def _plain_run(org, month, insert) -> None:
     """Read the units, then in one transaction: the run row, ``insert``, the run completed."""
     units = Unit.objects.for_organization(org).order_by("label")
@@ -227,10 +219,12 @@ def charges(*, variant: str, redis_url: str, units: int, ops: int, warmup: int =
 
 
 # -- the month start at scale: every association, 200 units each, one new month -------------
-
 MONTH_START_SLUG = "bench-month-"  # the fixture's associations, created and deleted per process
 MONTH_START_ACTOR = "bench-month-staff"  # staff of those only: --all-orgs walks nothing else
 UNITS_PER_ASSOCIATION = 200
+ORGANIZATION_COLUMNS = (
+    "name, slug, sla_hours_high, sla_hours_normal, sla_hours_low, created_at, time_zone"
+)
 # Dependents first. %(slug)s: the fixture's associations; %(resource)s: their leases' audit.
 MONTH_START_CLEANUP = """
 DELETE FROM charges_monthlycharge USING charges_monthlychargerun run, hoa_organization org
@@ -270,11 +264,8 @@ FROM (
 
 @contextlib.contextmanager
 def _without_timeouts():
-    """This process's database connection without the read and statement timeouts of
-    hoa/settings.py (30 s each): at 10,000 associations the fixture's ``COPY`` of 2,000,000
-    units and the cleanup's ``DELETE`` of 2,000,000 charges each take longer on a busy
-    machine. The timed part opens its connections with the timeouts restored, as
-    deployed."""
+    """This process's connection without hoa/settings.py's read and statement timeouts (the
+    fixture's COPY and the cleanup take longer); the timed part has them, as deployed."""
     options = connection.settings_dict["OPTIONS"]
     kept = dict(options)
     connection.close()
@@ -302,12 +293,9 @@ def _copy_associations(count: int) -> list[int]:
     units = [f"\tU{n:05d}\t{150 + n % 100}\n" for n in range(1, UNITS_PER_ASSOCIATION + 1)]
     with connection.cursor() as django_cursor:
         cursor = django_cursor.cursor  # psycopg's own, for COPY
-        columns = (
-            "name, slug, sla_hours_high, sla_hours_normal, sla_hours_low, created_at, time_zone"
-        )
         zone = default_time_zone()  # COPY fills no model defaults: the column has none in SQL
         rows = (f"{slug}\t{slug}\t24\t72\t168\t{now}\t{zone}\n" for slug in slugs)
-        _copy_in(cursor, f"hoa_organization ({columns})", rows)
+        _copy_in(cursor, f"hoa_organization ({ORGANIZATION_COLUMNS})", rows)
         cursor.execute("SELECT id FROM hoa_organization WHERE slug = ANY(%s) ORDER BY id", [slugs])
         ids = [org_id for (org_id,) in cursor.fetchall()]
         rows = ("".join(f"{org_id}{unit}" for unit in units) for org_id in ids)  # 200 at a time
@@ -315,20 +303,16 @@ def _copy_associations(count: int) -> list[int]:
         actor = fixtures.staff_user(MONTH_START_ACTOR, Organization.objects.get(pk=ids[0]))
         rows = (f"{actor.pk}\t{org_id}\t{now}\n" for org_id in ids[1:])
         _copy_in(cursor, "hoa_staffmembership (user_id, organization_id, created_at)", rows)
-        # Statistics of the tables just filled, as a deployment's long-lived units have.
-        # Without them the planner goes by the previous cleanup's (an empty hoa_unit) until
-        # autovacuum gets to it, up to a minute in: meanwhile each chunk's units query scans
-        # all 2,000,000 units (probe: 884 sequential scans, 13 million rows, in one run at
-        # 2,000 associations; 26 against 4 ms per association), in whichever case ran first.
+        # Statistics, as a deployment's long-lived units have (docs/benchmarks.md: without
+        # them each chunk's units query scanned every unit until autovacuum came).
         cursor.execute("ANALYZE hoa_organization, hoa_unit, hoa_staffmembership")
     return ids
 
 
 def _delete_associations(month, cleanup: str = "delete") -> None:
-    """Delete what the fixture and the runs of ``month`` wrote; with ``cleanup="truncate"``
-    empty the tables instead (``make bench-scale``'s own database only: at 100,000
-    associations the ``DELETE``s of 20,000,000 rows each take minutes and leave as much
-    dead space behind)."""
+    """Delete what the fixture and the runs of ``month`` wrote, or (``truncate``: in ``make
+    bench-scale``'s own database only, where 20,000,000 rows' DELETEs take minutes) empty
+    the tables."""
     if cleanup == "truncate":
         name = connection.settings_dict["NAME"]
         if not name.startswith(SCALE_DATABASE_PREFIX):
@@ -345,11 +329,8 @@ def _delete_associations(month, cleanup: str = "delete") -> None:
 def _run_commands(hosts: int, month, workers: int = 2) -> list[int]:
     """``hosts`` cron runs of the command at once, billing to a stand-in; their exit codes."""
     billing, billing_url = start_stand_in("billing")
-    command = [
-        sys.executable, "manage.py", "generate_monthly_charges", "--all-orgs",
-        "--workers", str(workers),
-        "--month", f"{month:%Y-%m}", "--actor", MONTH_START_ACTOR,
-    ]  # fmt: skip
+    command = [sys.executable, "manage.py", "generate_monthly_charges", "--all-orgs", "--workers",
+               str(workers), "--month", f"{month:%Y-%m}", "--actor", MONTH_START_ACTOR]  # fmt: skip
     env = {**os.environ, "BILLING_WEBHOOK_URL": billing_url}
     quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
     runs = [subprocess.Popen(command, cwd=BASE_DIR, env=env, **quiet) for _ in range(hosts)]
