@@ -139,22 +139,19 @@ class Staff(HttpUser):
         login = next(_logins)
         self.username, self.association = login["username"], login["association"]
         self.org = ASSOCIATIONS[self.association]
-        cookies = self.client.cookies
-        cookies.set(WORLD["session_cookie"], login["session"], domain=HOST, path="/")
         self.csrf = login["csrf"]
-        cookies.set(WORLD["csrf_cookie"], self.csrf, domain=HOST, path="/")
+        cookies = {WORLD["session_cookie"]: login["session"], WORLD["csrf_cookie"]: self.csrf}
+        for cookie, value in cookies.items():
+            self.client.cookies.set(cookie, value, domain=HOST, path="/")
         self.pending: dict | None = None  # a 303 whose message the next page shows
         _ALL_USERS.append(self)
         # Spread the users' first tasks over the pacing, as people arrive, not in step.
         time.sleep(random.uniform(0, PLAN["pacing"]))
 
     # -- requests -------------------------------------------------------------------------------
-
     def page(self, path: str, name: str) -> str:
-        with self.client.get(
-            path, name=name, headers={NAME_HEADER: name}, catch_response=True,
-            allow_redirects=False,
-        ) as answer:  # fmt: skip
+        with self.client.get(path, name=name, headers={NAME_HEADER: name}, catch_response=True,
+                             allow_redirects=False) as answer:  # fmt: skip
             if answer.status_code != 200:
                 answer.failure(f"{answer.status_code}")
                 return ""
@@ -167,16 +164,17 @@ class Staff(HttpUser):
         url = f"/{PREFIX}{path.lstrip('/')}"
         started = time.time()
         if op is not None:
-            # Recorded before it is sent, as "no answer" until one comes: a request the test's
-            # stop cuts off may still commit, and the checker must find its client.
+            # Recorded before it is sent, as "no answer" until one comes: a request cut off by
+            # the test's stop may still commit.
             op.update(started=started, ended=started, status=0)
             HISTORY.append(op)
         headers = {
-            "X-CSRFToken": self.csrf, "Referer": f"{WORLD['base_url']}{path}", NAME_HEADER: name,
-        }  # fmt: skip
-        with self.client.post(
-            url, data=data, name=name, headers=headers, allow_redirects=False, catch_response=True
-        ) as answer:
+            "X-CSRFToken": self.csrf,
+            "Referer": f"{WORLD['base_url']}{path}",
+            NAME_HEADER: name,
+        }
+        with self.client.post(url, data=data, name=name, headers=headers, allow_redirects=False,
+                              catch_response=True) as answer:  # fmt: skip
             status = answer.status_code
             if status >= 500 or status == 0:
                 answer.failure(f"{status}")
@@ -202,13 +200,11 @@ class Staff(HttpUser):
             op["message_tags"], op["message"] = found[0][0], _text(found[0][1])[:300]
 
     def _op(self, kind: str, **facts) -> dict:
-        return {
-            "kind": kind, "org": self.org["slug"], "org_id": self.org["id"],
-            "client": self.username, "user": self.username, "via": "http:a", **facts,
-        }  # fmt: skip
+        user = self.username
+        return {"kind": kind, "org": self.org["slug"], "org_id": self.org["id"], "client": user,
+                "user": user, "via": "http:a", **facts}  # fmt: skip
 
     # -- pages (half the tasks) ----------------------------------------------------------------
-
     @task(6)
     def dashboard(self) -> None:
         self.page(f"/orgs/{self.org['slug']}/", "page: dashboard")
@@ -223,7 +219,6 @@ class Staff(HttpUser):
         self.page(f"/orgs/{self.org['slug']}/complaints/{complaint}/", "page: complaint")
 
     # -- changes (the other half), each on the page its form is on --------------------------------
-
     @task(6)
     def change_status(self) -> None:
         complaint = random.choice(self.org["complaints"])
@@ -235,8 +230,7 @@ class Staff(HttpUser):
             return
         seen, to = shown.group(1) or shown.group(2), random.choice(offered)
         data = {"from_status": seen, "to_status": to, "note": "bench: the busiest hour"}
-        # Recorded as the fault suite records one: the checker matches every status event
-        # of the timeline to the request told it was done.
+        # As the fault suite records one: its checker matches each status event to its request.
         op = self._op("status", complaint=complaint, wish=to, status_from=seen, status_to=to)
         self.post(f"{path}status/", "action: change status", data, op)
 
@@ -245,8 +239,7 @@ class Staff(HttpUser):
         pool = _unassigned[self.association]
         if not pool:
             return self.reassign()
-        complaint = random.choice(pool)
-        self._assign(complaint, reassign=False)
+        self._assign(random.choice(pool), reassign=False)
 
     @task(3)
     def reassign(self) -> None:
@@ -266,9 +259,7 @@ class Staff(HttpUser):
         data = {"vendor": str(vendor), "replacing": replacing}
         if reassign:
             data["reassign"] = "on"
-        # The page's form replaces the assignment it showed, box or not (vendors/views.py):
-        # a request that carries one is a reassignment, whichever task picked the complaint
-        # (another user may have assigned it since this one's list was drawn).
+        # The form replaces the assignment it showed, box or not: carrying one is a reassignment.
         op = self._op("assign", complaint=complaint, vendor=vendor,
                       reassign=reassign or bool(replacing))  # fmt: skip
         name = "action: reassign a vendor" if reassign else "action: assign a vendor"
@@ -281,12 +272,10 @@ class Staff(HttpUser):
     def open_complaint(self) -> None:
         path = f"/orgs/{self.org['slug']}/complaints/new/"
         self.page(path, "page: new complaint form")
-        data = {
-            "unit": str(random.choice(self.org["units"])), "title": "Dripping tap",
-            "description": "Opened by the busiest-hour benchmark.", "priority": "normal",
-            "reporter_name": "Bench Resident", "reporter_email": "resident@example.com",
-            "reporter_phone": "",
-        }  # fmt: skip
+        data = {"unit": str(random.choice(self.org["units"])), "title": "Dripping tap",
+                "description": "Opened by the busiest-hour benchmark.", "priority": "normal",
+                "reporter_name": "Bench Resident", "reporter_email": "resident@example.com",
+                "reporter_phone": ""}  # fmt: skip
         status, answer = self.post(path, "action: open a complaint", data)
         created = _CREATED.search(answer.headers.get("Location", "")) if status == 303 else None
         if created:

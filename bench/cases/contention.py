@@ -1,11 +1,7 @@
-"""Section 4: many processes on one resource, and on one resource each.
-
-Every client loops for a fixed time: acquire, one fenced transaction (``advance_fence`` on a
-complaint, an INSERT into ``bench_commit_log``), release; when busy it backs off with full
-jitter (``backoff``, as a client answering a 409 would), lets ``acquire(wait=…)`` retry
-(``wait``) or retries at once (``naive``). The log's ``bigserial`` is taken after the fence
-UPDATE locked the row, so id order is commit order.
-"""
+"""Section 4: many processes on one resource, and on one resource each, looping: acquire,
+one fenced commit logged in ``bench_commit_log`` (its id taken under the fence's row lock:
+id order is commit order), release; when busy, ``backoff``, ``wait`` or ``naive`` retry
+(docs/benchmarks.md, "The cases")."""
 
 import multiprocessing
 import os
@@ -25,12 +21,8 @@ from locking import FenceLock, LockHeld, StaleFencingToken, advance_fence
 BACKOFF_BASE_SECONDS = 0.01
 BACKOFF_CAP_SECONDS = 0.25
 # Every commit, in commit order (id order).
-COMMIT_LOG_DDL = """
-CREATE TABLE IF NOT EXISTS bench_commit_log (
-    id bigserial PRIMARY KEY, label text NOT NULL, resource text NOT NULL,
-    token bigint NOT NULL, pid integer NOT NULL
-)
-"""
+COMMIT_LOG_DDL = """CREATE TABLE IF NOT EXISTS bench_commit_log (id bigserial PRIMARY KEY,
+    label text NOT NULL, resource text NOT NULL, token bigint NOT NULL, pid integer NOT NULL)"""
 INSERT_LOG = "INSERT INTO bench_commit_log (label, resource, token, pid) VALUES (%s, %s, %s, %s)"
 # Rows logged, and resources whose tokens do not strictly increase in commit (id) order.
 TOKEN_ORDER_SQL = """
@@ -54,12 +46,10 @@ def _client(barrier, results, complaint_id: int, *, mode, seconds, redis_url, tt
     busy_us, wait_us, intervals = [], [], []
     attempt = 0
     while (now := time.monotonic()) < deadline:
+        waits = {"wait": timedelta(seconds=deadline - now)} if mode == "wait" else {}
         asked = time.perf_counter_ns()
         try:
-            if mode == "wait":
-                lease = lock.acquire(resource, ttl=ttl, wait=timedelta(seconds=deadline - now))
-            else:
-                lease = lock.acquire(resource, ttl=ttl)
+            lease = lock.acquire(resource, ttl=ttl, **waits)
         except LockHeld:
             report["busy"] += 1
             if mode == "wait":
@@ -84,10 +74,8 @@ def _client(barrier, results, complaint_id: int, *, mode, seconds, redis_url, tt
             report["successes"] += 1
             intervals.append((entered, time.monotonic()))
         lease.release()
-    report.update(
-        elapsed=time.monotonic() - started, cpu=time.process_time() - cpu_started,
-        busy_us=busy_us, wait_us=wait_us, intervals=intervals,
-    )  # fmt: skip
+    report.update(elapsed=time.monotonic() - started, cpu=time.process_time() - cpu_started,
+                  busy_us=busy_us, wait_us=wait_us, intervals=intervals)  # fmt: skip
     results.put(report)
     connection.close()
 
