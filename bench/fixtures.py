@@ -37,15 +37,15 @@ def organization(slug: str, *, units: int = 0) -> Organization:
 
 
 @cache
-def _password_hash() -> str:
-    # Hashing is slow on purpose (PBKDF2); hash once per process, not once per user.
+def password_hash() -> str:
+    """The bench password, hashed once per process (PBKDF2 is slow on purpose)."""
     return make_password(BENCH_PASSWORD)
 
 
 def staff_user(username: str, org: Organization):
     """Staff of ``org`` with the staff group's permissions and the bench password."""
     user, created = get_user_model().objects.get_or_create(
-        username=username, defaults={"is_staff": True, "password": _password_hash}
+        username=username, defaults={"is_staff": True, "password": password_hash}
     )
     if created:
         user.groups.add(staff_group())
@@ -61,27 +61,25 @@ def session_key(user) -> str:
     from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY
 
     store = import_module(settings.SESSION_ENGINE).SessionStore()
-    store[SESSION_KEY] = str(user.pk)
-    store[BACKEND_SESSION_KEY] = settings.AUTHENTICATION_BACKENDS[0]
-    store[HASH_SESSION_KEY] = user.get_session_auth_hash()
+    store.update({SESSION_KEY: str(user.pk), HASH_SESSION_KEY: user.get_session_auth_hash(),
+                  BACKEND_SESSION_KEY: settings.AUTHENTICATION_BACKENDS[0]})  # fmt: skip
     store.save()
     return store.session_key
 
 
 def vendors_with_contracts(org: Organization, count: int) -> list:
     """``count`` vendors, each with a contract with ``org`` that covers today."""
-    today = timezone.localdate()
+    today, year = timezone.localdate(), timedelta(days=365)
+    # Insured: an uninsured vendor is neither assigned nor paid (vendors.insurance).
     window = {
-        "starts_on": today - timedelta(days=365),
-        "ends_on": today + timedelta(days=365),
-        # Insured: an uninsured vendor is not assigned (vendors.insurance).
-        "insurance_expires_on": today + timedelta(days=365),
+        "starts_on": today - year,
+        "ends_on": today + year,
+        "insurance_expires_on": today + year,
     }
     found = []
     for number in range(1, count + 1):
-        vendor, _ = Vendor.objects.get_or_create(
-            name=f"{org.slug} vendor {number}", defaults={"trade": "plumbing"}
-        )
+        name, trade = f"{org.slug} vendor {number}", {"trade": "plumbing"}
+        vendor, _ = Vendor.objects.get_or_create(name=name, defaults=trade)
         VendorContract.objects.get_or_create(vendor=vendor, organization=org, defaults=window)
         found.append(vendor)
     return found

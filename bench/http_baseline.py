@@ -1,11 +1,7 @@
 """The unfenced twins of the staff POSTs, under ``PREFIX`` (URL conf of
 ``bench.http_settings``): the real views and services with one name bound to a stand-in,
-so that each twin takes every check, query and step of the real one, as they change, and
-leaves out only the lease, the fence and the audit: the assignment, the month's generation
-and the payment run their operation's steps under a lease that never was
-(``_UnfencedCall``: no Redis, no audit row, the fence row's row lock in place of the fence
-``UPDATE``, a token from the clock that no row records); the status change runs without its
-compare-and-swap (whoever commits last wins). docs/benchmarks.md, "The unfenced twins".
+leaving out only the lease, the fence and the audit, or the status change's compare-and-swap
+(docs/benchmarks.md, "The unfenced twins").
 """
 
 import time
@@ -31,20 +27,16 @@ from vendors.operations import ASSIGNMENT, PAYMENT
 PREFIX = "bench/unfenced/"
 
 
-def _token() -> int:
-    """A token no holder was granted: microseconds of the clock, rising call after call."""
-    return time.time_ns() // 1000
-
-
 # The lease that never was: no lock in Redis (nothing releases or extends it), held for a
-# day, longer than any request; the lock it names only says which database fences.
+# day; the lock it names only says which database fences; its token, microseconds of the
+# clock, rises call after call and no holder was granted it.
 _NEVER_GRANTED = types.SimpleNamespace(using=DEFAULT_DB_ALIAS)
 _A_DAY = timedelta(days=1)
 
 
 def _unfenced_lease(resource: str) -> Lease:
     return Lease(
-        resource=resource, token=_token(), owner="bench-unfenced", value="",
+        resource=resource, token=time.time_ns() // 1000, owner="bench-unfenced", value="",
         lock=_NEVER_GRANTED, ttl=_A_DAY, started=time.monotonic(),
         expires_ms=time.time_ns() // 1_000_000 + _A_DAY // timedelta(milliseconds=1),
     )  # fmt: skip
@@ -92,16 +84,14 @@ def change_status_unserialized(*, complaint, seen, to, note, actor, assigned):
     """``workflow.change_status`` without its compare-and-swap: the same checks, ``UPDATE``
     and timeline row, by primary key whatever the status is now."""
     note = note.strip()
-    lands_on = workflow.check_transition(
-        complaint=complaint, seen=seen, to=to, note=note, assigned=assigned
-    )
+    lands_on = workflow.check_transition(complaint=complaint, seen=seen, to=to, note=note,
+                                         assigned=assigned)  # fmt: skip
     now, closing = timezone.now(), lands_on == Complaint.Status.CLOSED
     with transaction.atomic():
         Complaint.objects.filter(pk=complaint.pk).update(
-            status=lands_on,
-            closed_at=now if closing else None,
+            status=lands_on, closed_at=now if closing else None,
             closed_by=actor if closing else None,
-        )
+        )  # fmt: skip
         event = ComplaintEvent.objects.create(
             complaint=complaint, kind=ComplaintEvent.Kind.STATUS_CHANGED, from_status=seen,
             to_status=lands_on, detail=note, actor=actor, actor_label=actor.get_username(),

@@ -98,7 +98,6 @@ def build_world(profile: dict, users: int) -> dict:
     and ``users`` staff spread over them round-robin, each logged in (an emptied database)."""
     from django.conf import settings
     from django.contrib.auth import get_user_model
-    from django.contrib.auth.hashers import make_password
 
     from bench import fixtures
     from hoa.demo import staff_group
@@ -118,7 +117,7 @@ def build_world(profile: dict, users: int) -> dict:
              "complaints": [c.pk for c in complaints], "invoices": [i.pk for i in bills]}
         )  # fmt: skip
     model = get_user_model()
-    password = make_password(fixtures.BENCH_PASSWORD)
+    password = fixtures.password_hash()
     staff = model.objects.bulk_create(
         model(username=f"load-staff-{n:05d}", is_staff=True, password=password)
         for n in range(users)

@@ -3,13 +3,13 @@ commandstats``; sent: ``MONITOR``), PostgreSQL round trips (libpq's protocol tra
 See docs/benchmarks.md, "Counted, not guessed"."""
 
 import math
-import os
 import statistics
 import tempfile
 import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
 
 import psycopg
 import redis
@@ -110,8 +110,8 @@ def _first_keyword(message: str, payload: str) -> str:
 
 
 class PgRoundTrips:
-    """Count PostgreSQL round trips (``ReadyForQuery`` messages) and statements (by first
-    keyword) on one Django connection, in the thread that owns it."""
+    """PostgreSQL round trips (``ReadyForQuery`` messages) and statements (by first keyword)
+    on one Django connection, in the thread that owns it."""
 
     def __init__(self, connection):
         self.connection, self.round_trips, self.statements = connection, 0, Counter()
@@ -197,9 +197,6 @@ class Poller:
             if self._done.wait(self.every):
                 return
 
-    def sample(self) -> None:
-        raise NotImplementedError
-
 
 class PeakMemory(Poller):
     """The largest peak RSS (``VmHWM``, each process's own since its exec) among the
@@ -226,22 +223,15 @@ class PeakMemory(Poller):
 
 def _children(pid: int) -> list[int]:
     try:
-        tasks = os.listdir(f"/proc/{pid}/task")
-        found = []
-        for task in tasks:
-            with open(f"/proc/{pid}/task/{task}/children") as listed:
-                found += [int(child) for child in listed.read().split()]
-        return found
+        tasks = Path(f"/proc/{pid}/task").iterdir()
+        return [int(child) for task in tasks for child in (task / "children").read_text().split()]
     except OSError:  # ended meanwhile
         return []
 
 
 def _high_water_kb(pid: int) -> int:
     try:
-        with open(f"/proc/{pid}/status") as status:
-            for line in status:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1])
-    except OSError:
-        pass
-    return 0
+        lines = Path(f"/proc/{pid}/status").read_text().splitlines()
+    except OSError:  # ended meanwhile
+        return 0
+    return next((int(line.split()[1]) for line in lines if line.startswith("VmHWM:")), 0)
