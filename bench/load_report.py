@@ -215,28 +215,27 @@ def names_table(analysed: dict, key: str = "steps") -> str:
     return report._table(headers, lines)
 
 
+def _knee_text(k: dict) -> str:
+    if k["knee_users"]:
+        return f"knee: {k['knee_users']:,} staff (p99 bent at {k['bent_at_users']:,})"
+    if k["over_the_line_from_the_first"]:
+        return "knee: below the first step (its p99 is over the line already)"
+    return "knee: not reached in these steps"
+
+
 def text(document: dict) -> str:
     parts = [report.environment_summary(document["environment"])]
     for variant, found in document["analysis"].items():
-        k = found["knee"]
-        if k["knee_users"]:
-            knee_line = f"knee: {k['knee_users']:,} staff (p99 bent at {k['bent_at_users']:,})"
-        elif k["over_the_line_from_the_first"]:
-            knee_line = "knee: below the first step (its p99 is over the line already)"
-        else:
-            knee_line = "knee: not reached in these steps"
-        cpu = found["cpu"]
-        cpu_line = (
-            f"gunicorn's CPU {cpu['server_ms_per_request']:.1f} ms per request; Locust used "
-            f"{cpu['load_generator_share']:.0%} of one CPU"
-        )
+        k, cpu = found["knee"], found["cpu"]
         served = k["served_within_line_users"]
         within = f"{served:,} staff" if served else "none of the steps"
         title = f"Busiest hour, {variant} ({'real views' if variant == 'fenced' else 'twins'})"
         parts.append(
             f"{title}: steps (all requests), as Locust measured them\n"
-            f"{steps_table(found['steps'])}\n{knee_line}; "
-            f"within a p99 of {k['line_ms']:.0f} ms: {within}\n{cpu_line}"
+            f"{steps_table(found['steps'])}\n{_knee_text(k)}; "
+            f"within a p99 of {k['line_ms']:.0f} ms: {within}\n"
+            f"gunicorn's CPU {cpu['server_ms_per_request']:.1f} ms per request; Locust used "
+            f"{cpu['load_generator_share']:.0%} of one CPU"
         )
         if found.get("server_steps"):
             s = found["server_knee"]["served_within_line_users"]
@@ -245,12 +244,12 @@ def text(document: dict) -> str:
                 f"{steps_table(found['server_steps'])}\n"
                 f"within a p99 of {k['line_ms']:.0f} ms: {f'{s:,} staff' if s else 'none'}"
             )
-    clocks = (("as Locust measured it", "steps"), ("as the server took it", "server_steps"))
-    for clock, key in clocks:
+    for clock, key in (
+        ("as Locust measured it", "steps"),
+        ("as the server took it", "server_steps"),
+    ):
         if any(found.get(key) for found in document["analysis"].values()):
-            parts.append(
-                f"First step, per page and action, {clock} (p99 from 1,000 requests on, else "
-                f"the maximum)\n" + names_table(document["analysis"], key)
-            )
-    parts.append(report.targets_table(document["targets"]))
-    return "\n\n".join(parts)
+            table = names_table(document["analysis"], key)
+            parts.append(f"First step, per page and action, {clock} (p99 from 1,000 requests on, "
+                         f"else the maximum)\n{table}")  # fmt: skip
+    return "\n\n".join([*parts, report.targets_table(document["targets"])])
