@@ -8,18 +8,13 @@ import re
 
 from django.db import DatabaseError, connection, transaction
 
-STATEMENTS_SQL = """
+THIS_DATABASE = "(SELECT oid FROM pg_database WHERE datname = current_database())"
+STATEMENTS_SQL = f"""
 SELECT s.queryid::text, s.query, s.calls, s.total_exec_time, s.rows, s.shared_blks_hit,
        s.shared_blks_read, s.shared_blks_dirtied, s.temp_blks_written
-FROM pg_stat_statements s
-WHERE s.dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
-ORDER BY s.total_exec_time DESC
-LIMIT %s
-"""
-RESET_SQL = """
-SELECT pg_stat_statements_reset(0, (SELECT oid FROM pg_database
-                                    WHERE datname = current_database()), 0)
-"""
+FROM pg_stat_statements s WHERE s.dbid = {THIS_DATABASE} ORDER BY s.total_exec_time DESC LIMIT %s
+"""  # noqa: S608 - a constant
+RESET_SQL = f"SELECT pg_stat_statements_reset(0, {THIS_DATABASE}, 0)"
 COLUMNS = (
     "queryid", "query", "calls", "total_ms", "rows", "blks_hit", "blks_read", "blks_dirtied",
     "temp_blks_written",
@@ -51,11 +46,8 @@ def snapshot(limit: int = 40) -> list[dict]:
     """This database's ``limit`` statements that took longest since the last reset."""
     with connection.cursor() as cursor:
         cursor.execute(STATEMENTS_SQL, [limit])
-        rows = cursor.fetchall()
-    found = [dict(zip(COLUMNS, row, strict=True)) for row in rows]
-    for entry in found:
-        entry["total_ms"] = round(entry["total_ms"], 3)
-    return found
+        found = [dict(zip(COLUMNS, row, strict=True)) for row in cursor.fetchall()]
+    return [{**entry, "total_ms": round(entry["total_ms"], 3)} for entry in found]
 
 
 def normalized(sql: str) -> str:
@@ -78,16 +70,10 @@ def explain(statements: list[str]) -> dict[str, str]:
             with transaction.atomic(), connection.cursor() as cursor:
                 cursor.execute(f"EXPLAIN (ANALYZE, BUFFERS) {sql}")
                 plans[key] = "\n".join(line for (line,) in cursor.fetchall())
-                raise _RollBack
-        except _RollBack:
-            pass
+                transaction.set_rollback(True)  # what it wrote is taken back
         except DatabaseError as exc:
             plans[key] = f"(not explained: {exc.__class__.__name__}: {exc})"
     return plans
-
-
-class _RollBack(Exception):
-    """Leave the atomic block of an explained statement: what it wrote is rolled back."""
 
 
 def per_association(snapshots: list[list[dict]], associations: int) -> dict[str, dict]:
@@ -118,12 +104,8 @@ def grown(small: dict[str, dict], large: dict[str, dict], *, factor: float, shar
         before = small.get(query, {}).get("ms_per_association", 0.0)
         if now / total < share or now <= factor * before:
             continue
-        found.append(
-            {
-                "query": query, "ms_before": before, "ms_after": now,
-                "calls_before": small.get(query, {}).get("calls_per_association", 0.0),
-                "calls_after": entry["calls_per_association"],
-                "growth": round(now / before, 2) if before else None,
-            }
-        )  # fmt: skip
+        calls_before = small.get(query, {}).get("calls_per_association", 0.0)
+        found.append({"query": query, "ms_before": before, "ms_after": now,
+                      "calls_before": calls_before, "calls_after": entry["calls_per_association"],
+                      "growth": round(now / before, 2) if before else None})  # fmt: skip
     return sorted(found, key=lambda entry: entry["ms_after"] - entry["ms_before"], reverse=True)
