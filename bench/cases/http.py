@@ -34,12 +34,11 @@ HOST = "127.0.0.1"
 def _logged_in_session(user) -> requests.Session:
     """A ``requests`` session of ``user`` (as ``force_login`` logs in: no PBKDF2), CSRF set."""
     session = requests.Session()
-    # Host-only cookies for 127.0.0.1, as the server sets them, so a cookie the server
-    # sends later replaces ours instead of sitting beside it under the same name.
-    key = fixtures.session_key(user)
-    session.cookies.set(settings.SESSION_COOKIE_NAME, key, domain=HOST, path="/")
-    # A CSRF secret of our own: the form field repeats it, as a page's form would.
-    session.cookies.set(settings.CSRF_COOKIE_NAME, secrets.token_hex(16), domain=HOST, path="/")
+    # Host-only cookies, as the server sets them: one it sends later replaces ours. A CSRF
+    # secret of our own: the form field repeats it, as a page's form would.
+    for name, value in ((settings.SESSION_COOKIE_NAME, fixtures.session_key(user)),
+                        (settings.CSRF_COOKIE_NAME, secrets.token_hex(16))):  # fmt: skip
+        session.cookies.set(name, value, domain=HOST, path="/")
     return session
 
 
@@ -59,18 +58,16 @@ class _Load:
         self.errors: list[str] = []
         self.clock: dict[str, float] = {}
 
-    def _next(self, chooser: random.Random) -> tuple[str, int | None, dict]:
-        if chooser.random() < HOT_SHARE:
-            return "hot", chooser.choice(self.hot), {"vendor": chooser.choice(self.vendors),
-                                                     "reassign": "on"}  # fmt: skip
-        with self.cold_lock:
-            return "cold", next(self.cold, None), {"vendor": self.vendors[0]}
-
     def post(self, session: requests.Session, chooser: random.Random, record=True) -> bool:
         """One POST, to a hot or a new cold complaint; False when the cold ones ran out."""
-        kind, complaint, data = self._next(chooser)
-        if complaint is None:
-            return False
+        if chooser.random() < HOT_SHARE:
+            kind, complaint = "hot", chooser.choice(self.hot)
+            data = {"vendor": chooser.choice(self.vendors), "reassign": "on"}
+        else:
+            with self.cold_lock:
+                kind, complaint, data = "cold", next(self.cold, None), {"vendor": self.vendors[0]}
+            if complaint is None:
+                return False
         cookies = session.cookies
         data["csrfmiddlewaretoken"] = cookies.get(settings.CSRF_COOKIE_NAME, "", domain=HOST)
         started = time.perf_counter_ns()
