@@ -45,10 +45,9 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
         prog="python -m bench.scale", description=__doc__.split("\n")[0]
     )
     default = os.environ.get("BENCH_SCALES") or " ".join(map(str, plan.SCALES))
-    parser.add_argument(
-        "--scales", type=_scales, default=default,
-        help=f"associations per scale, comma-separated (default: {default.replace(' ', ',')})",
-    )  # fmt: skip
+    shown = default.replace(" ", ",")
+    parser.add_argument("--scales", type=_scales, default=default,
+                        help=f"associations per scale (default: {shown})")  # fmt: skip
     parser.add_argument("--repeats", type=int, default=plan.SCALE_REPEATS, help="paired runs")
     parser.add_argument("--name", default="", help="results name (default: scale, or scale-check)")
     parser.add_argument("--estimate", action="store_true", help="print the estimate and stop")
@@ -69,8 +68,8 @@ def database_url() -> str:
 def _superuser(url: str, database: str = "postgres") -> psycopg.Connection:
     """A connection as ``postgres`` to the project-local server (trust on loopback)."""
     parts = urlsplit(url)
-    netloc = f"postgres@{parts.hostname}:{parts.port or 5432}"
-    target = urlunsplit(parts._replace(scheme="postgresql", netloc=netloc, path=f"/{database}"))
+    netloc, path = f"postgres@{parts.hostname}:{parts.port or 5432}", f"/{database}"
+    target = urlunsplit(parts._replace(scheme="postgresql", netloc=netloc, path=path))
     return psycopg.connect(target, autocommit=True, connect_timeout=5)
 
 
@@ -210,10 +209,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.estimate:
         return 0
     if not _loaded(url):
-        log(
-            "bench-scale: pg_stat_statements is not loaded (scripts/services.sh "
-            "enable-pg-stat-statements): the run goes on without the statements"
-        )
+        log("bench-scale: pg_stat_statements is not loaded (scripts/services.sh "
+            "enable-pg-stat-statements): the run goes on without the statements")  # fmt: skip
     started, started_at = time.monotonic(), datetime.now(tz=UTC).isoformat(timespec="seconds")
     sampler, groups = DiskSampler(url), []
     try:
@@ -236,13 +233,13 @@ def main(argv: list[str] | None = None) -> int:
     document.update(
         name=args.name, started_at=started_at, seconds=elapsed, scales=args.scales,
         repeats=args.repeats, environment=facts, groups=groups,
-        estimate={**expected, "from": source},
-        cost_model=fit(groups),
+        estimate={**expected, "from": source}, cost_model=fit(groups),
         invariant_failures=report.invariant_failures(groups),
     )  # fmt: skip
     print(f"\n{scale_report.text(document)}")
-    written = scale_report.write(document, RESULTS, docs=BASE_DIR / "docs" if args.full else None)
-    for path in written:
+    for path in scale_report.write(
+        document, RESULTS, docs=BASE_DIR / "docs" if args.full else None
+    ):
         print(f"Wrote {path.relative_to(BASE_DIR)}")
     print(f"({elapsed:.0f} s; estimated {expected['seconds']:.0f} s)")
     return 1 if document["invariant_failures"] else 0
