@@ -1,23 +1,16 @@
-"""``python -m bench [--quick] [--only SECTIONS]``: run the benchmarks and report them.
-
-Starts a private ``redis-server``, prepares the ``bench_hoa`` database, runs every group
-round-robin in fresh processes, prints one table per group and the targets (PASS / MISS;
-FAIL for a broken invariant or a crashed case), writes ``bench/results/<name>.json`` and,
-for a full run, ``docs/bench.svg``. Exits 1 on FAIL, 0 otherwise.
+"""``python -m bench [--quick] [--only SECTIONS]``: run the benchmarks and report them: one
+table per group, the targets (PASS / MISS; FAIL for a broken invariant or a crashed case,
+which exits 1), ``bench/results/<name>.json`` and, for a full run, ``docs/bench.svg``.
 """
 
 import argparse
-import functools
-import os
 import sys
 import time
 from datetime import UTC, datetime
 
 from bench import environment, plan, report
-from bench.environment import BASE_DIR
+from bench.environment import BASE_DIR, log
 from bench.runner import run_group
-
-log = functools.partial(print, file=sys.stderr, flush=True)
 
 
 def _arguments(argv: list[str] | None) -> argparse.Namespace:
@@ -43,24 +36,17 @@ def main(argv: list[str] | None = None) -> int:
     profile = plan.QUICK if args.quick else plan.FULL
     name = args.name or profile.name
     started, started_at = time.monotonic(), datetime.now(tz=UTC).isoformat(timespec="seconds")
-    database, redis_server = environment.database_url(), environment.BenchRedis().start()
-    try:
-        env = environment.child_env(database=database, redis_url=redis_server.url)
-        os.environ.update(env)  # this process reads the same settings as its children
+    database, groups = environment.database_url(), []
+    with environment.private_redis(database) as (env, redis_server):
         log(f"bench: private Redis on port {redis_server.port}; preparing {database}")
         environment.prepare_database(database)
         facts = environment.describe(database=database, redis_url=redis_server.url)
         log(report.environment_summary(facts))
-        groups = []
-        for section in args.sections:
-            for group in plan.build(section, profile, redis_server.url):
-                if args.max_repeats:
-                    group.repeats = min(group.repeats, args.max_repeats)
-                log(f"bench: {group.title} ({group.repeats} repeat(s) x {len(group.cases)} cases)")
-                groups.append(run_group(group, env, log=log))
-    finally:
-        redis_server.stop()
-
+        for group in [g for s in args.sections for g in plan.build(s, profile, redis_server.url)]:
+            if args.max_repeats:
+                group.repeats = min(group.repeats, args.max_repeats)
+            log(f"bench: {group.title} ({group.repeats} repeat(s) x {len(group.cases)} cases)")
+            groups.append(run_group(group, env, log=log))
     facts["machine_at_end"] = environment.machine()
     failures, elapsed = report.invariant_failures(groups), round(time.monotonic() - started, 1)
     results_path = BASE_DIR / "bench" / "results" / f"{name}.json"

@@ -1,36 +1,20 @@
-"""Where a walk's time goes in PostgreSQL: ``pg_stat_statements`` and ``EXPLAIN (ANALYZE,
-BUFFERS)`` of the walk's own statements (``make bench-scale``, docs/benchmarks.md).
-
-The month-start case snapshots the statements of the database over its timed part only
-(reset just before it, read just after), with ``pg_stat_statements.track = all`` so that
-the statements a trigger or a foreign-key check runs are counted too. It then runs one
-more chunk of the walk in its own process, records the statements Django sent for it and
-explains each distinct one with its real parameters, on the tables as the walk left them,
-inside a transaction that is rolled back. ``grown`` compares two snapshots per
-association: what grew with the scale.
-
-``pg_stat_statements`` must be loaded by the server (``shared_preload_libraries``;
-``scripts/services.sh enable-pg-stat-statements`` does it for the project-local
-PostgreSQL, which ``make bench-scale`` calls) and created in the database; without it the
-snapshots are empty and say so.
+"""Where a walk's time goes in PostgreSQL (``make bench-scale``): ``pg_stat_statements`` of
+the timed part, ``EXPLAIN (ANALYZE, BUFFERS)`` of one more chunk's statements, and what grew
+between two scales (docs/benchmarks.md, "The month start at 1,000, …": "Where the time
+goes"). Without the extension loaded and created, the snapshots are empty.
 """
 
 import re
 
 from django.db import DatabaseError, connection, transaction
 
-STATEMENTS_SQL = """
+THIS_DATABASE = "(SELECT oid FROM pg_database WHERE datname = current_database())"
+STATEMENTS_SQL = f"""
 SELECT s.queryid::text, s.query, s.calls, s.total_exec_time, s.rows, s.shared_blks_hit,
        s.shared_blks_read, s.shared_blks_dirtied, s.temp_blks_written
-FROM pg_stat_statements s
-WHERE s.dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
-ORDER BY s.total_exec_time DESC
-LIMIT %s
-"""
-RESET_SQL = """
-SELECT pg_stat_statements_reset(0, (SELECT oid FROM pg_database
-                                    WHERE datname = current_database()), 0)
-"""
+FROM pg_stat_statements s WHERE s.dbid = {THIS_DATABASE} ORDER BY s.total_exec_time DESC LIMIT %s
+"""  # noqa: S608 - a constant
+RESET_SQL = f"SELECT pg_stat_statements_reset(0, {THIS_DATABASE}, 0)"
 COLUMNS = (
     "queryid", "query", "calls", "total_ms", "rows", "blks_hit", "blks_read", "blks_dirtied",
     "temp_blks_written",
@@ -62,11 +46,8 @@ def snapshot(limit: int = 40) -> list[dict]:
     """This database's ``limit`` statements that took longest since the last reset."""
     with connection.cursor() as cursor:
         cursor.execute(STATEMENTS_SQL, [limit])
-        rows = cursor.fetchall()
-    found = [dict(zip(COLUMNS, row, strict=True)) for row in rows]
-    for entry in found:
-        entry["total_ms"] = round(entry["total_ms"], 3)
-    return found
+        found = [dict(zip(COLUMNS, row, strict=True)) for row in cursor.fetchall()]
+    return [{**entry, "total_ms": round(entry["total_ms"], 3)} for entry in found]
 
 
 def normalized(sql: str) -> str:
@@ -89,16 +70,10 @@ def explain(statements: list[str]) -> dict[str, str]:
             with transaction.atomic(), connection.cursor() as cursor:
                 cursor.execute(f"EXPLAIN (ANALYZE, BUFFERS) {sql}")
                 plans[key] = "\n".join(line for (line,) in cursor.fetchall())
-                raise _RollBack
-        except _RollBack:
-            pass
+                transaction.set_rollback(True)  # what it wrote is taken back
         except DatabaseError as exc:
             plans[key] = f"(not explained: {exc.__class__.__name__}: {exc})"
     return plans
-
-
-class _RollBack(Exception):
-    """Leave the atomic block of an explained statement: what it wrote is rolled back."""
 
 
 def per_association(snapshots: list[list[dict]], associations: int) -> dict[str, dict]:
@@ -129,12 +104,8 @@ def grown(small: dict[str, dict], large: dict[str, dict], *, factor: float, shar
         before = small.get(query, {}).get("ms_per_association", 0.0)
         if now / total < share or now <= factor * before:
             continue
-        found.append(
-            {
-                "query": query, "ms_before": before, "ms_after": now,
-                "calls_before": small.get(query, {}).get("calls_per_association", 0.0),
-                "calls_after": entry["calls_per_association"],
-                "growth": round(now / before, 2) if before else None,
-            }
-        )  # fmt: skip
+        calls_before = small.get(query, {}).get("calls_per_association", 0.0)
+        found.append({"query": query, "ms_before": before, "ms_after": now,
+                      "calls_before": calls_before, "calls_after": entry["calls_per_association"],
+                      "growth": round(now / before, 2) if before else None})  # fmt: skip
     return sorted(found, key=lambda entry: entry["ms_after"] - entry["ms_before"], reverse=True)

@@ -1,10 +1,10 @@
 """What the benchmarks run against (docs/benchmarks.md, "Against what"): a private
 ``redis-server``, the ``bench_hoa`` database (never one not named ``bench…``), the facts a
-reader needs to trust the numbers (versions, durability, machine), and the few process
-helpers the bench needs (it imports nothing from ``tests/``).
+reader needs to trust the numbers, and the bench's process helpers (nothing from ``tests/``).
 """
 
 import contextlib
+import functools
 import importlib.metadata
 import os
 import platform
@@ -28,6 +28,9 @@ BASE_DIR = Path(__file__).resolve().parent.parent
 DEFAULT_DATABASE_URL = "postgres://hoa@127.0.0.1:55432/bench_hoa"
 # A random-enough key for the bench's own child processes; never a deployment's.
 BENCH_SECRET_KEY = "bench-only-secret-key-" + os.urandom(16).hex()
+# What every stand-in answers: a payment service's reference (billing and dispatch ignore it).
+ANSWER = b'{"reference": "BENCH-PAID"}'
+log = functools.partial(print, file=sys.stderr, flush=True)
 
 
 def free_port() -> int:
@@ -61,32 +64,32 @@ def stop(process: subprocess.Popen | None, grace: float = 10) -> None:
 
 
 class _StandInHandler(BaseHTTPRequestHandler):
-    """An external endpoint (billing, vendor dispatch): reads the request, answers 200.
-
-    HTTP/1.1, so a connection stays open between calls, as a real endpoint keeps it (the
-    clients pool theirs, ``locking.post_fenced``); with HTTP/1.0 each call paid a
-    new TCP connection and a new server thread. ``TCP_NODELAY``, as servers set it: the
-    headers and the body go out in two writes, and on a kept-alive connection Nagle's
-    algorithm would hold the body back until the client's delayed ACK (40 ms a call)."""
+    """An outside service (billing, dispatch, payment): reads the request, answers 200.
+    Kept-alive (HTTP/1.1) and ``TCP_NODELAY``, as a real endpoint (docs/benchmarks.md, "The
+    billing stand-in keeps its connections")."""
 
     protocol_version = "HTTP/1.1"
     disable_nagle_algorithm = True
 
     def do_POST(self) -> None:
         self.rfile.read(int(self.headers.get("Content-Length") or 0))
-        self.send_response(200)
-        self.send_header("Content-Length", "2")
+        self._answer(200, ANSWER)
+
+    def _answer(self, status: int, content: bytes) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(content)))
         self.end_headers()
-        self.wfile.write(b"{}")
+        self.wfile.write(content)
 
     def log_message(self, format, *args) -> None:
         pass
 
 
 class _ReceivingHandler(_StandInHandler):
-    """The stand-in as a service that checks the token (``locking.receive_call``: the
-    highest token per endpoint and ``Idempotency-Key`` kept, a lower one answered 409), in
-    the bench's database; every call and its verdict recorded in ``server.calls``."""
+    """The stand-in as a service that checks the token (``locking.receive_call``, in the
+    bench's database; the endpoint is the path: ``/dispatch/cancel`` is "dispatch-cancel");
+    every call and its verdict recorded in ``server.calls``."""
 
     def do_POST(self) -> None:
         from django.db import connections
@@ -95,56 +98,51 @@ class _ReceivingHandler(_StandInHandler):
         from locking.receiving import receive_call
 
         body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-        headers = dict(self.headers.items())
-        # The endpoint the sender's seal names: /billing is "billing", /dispatch/cancel
-        # "dispatch-cancel" (locking.seal_call covers it since the fence-edges work).
-        path = self.path.split("?", 1)[0]
-        scope = path.strip("/").replace("/", "-")
+        headers, path = dict(self.headers.items()), self.path.split("?", 1)[0]
         try:
             receipt = receive_call(
-                headers, body, lambda call: HttpResponse(b'{"ok": true}'), scope=scope,
-                secret=self.server.secret,
+                headers, body, lambda call: HttpResponse(ANSWER),
+                scope=path.strip("/").replace("/", "-"), secret=self.server.secret,
             )  # fmt: skip
-            status, content, verdict = (
-                receipt.response.status_code,
-                receipt.response.content,
-                receipt.verdict,
-            )
         finally:
             connections.close_all()  # this request's thread ends here
+        status = receipt.response.status_code
         self.server.calls.append(
             {"path": path, "key": headers.get("Idempotency-Key", ""), "status": status,
-             "token": headers.get("X-Fencing-Token", ""), "verdict": str(verdict)}
+             "token": headers.get("X-Fencing-Token", ""), "verdict": str(receipt.verdict)}
         )  # fmt: skip
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(content)))
-        self.end_headers()
-        self.wfile.write(content)
+        self._answer(status, receipt.response.content)
+
+
+def _serve(handler, **attributes) -> ThreadingHTTPServer:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server.daemon_threads = True
+    vars(server).update(attributes)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+def start_stand_in(path: str) -> tuple[ThreadingHTTPServer, str]:
+    """The stand-in on a free loopback port, in a daemon thread; return it and its URL."""
+    server = _serve(_StandInHandler)
+    return server, f"http://127.0.0.1:{server.server_port}/{path.lstrip('/')}"
 
 
 def start_receiver(secret: str) -> tuple[ThreadingHTTPServer, str]:
-    """The receiving stand-in (``_ReceivingHandler``) on a free loopback port, in a daemon
-    thread, Django set up in this process; return it and its base URL (``/billing``,
-    ``/dispatch``: any path is an endpoint)."""
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _ReceivingHandler)
-    server.daemon_threads = True
-    server.secret, server.calls = secret, []
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    return server, f"http://127.0.0.1:{server.server_address[1]}"
+    """The receiving stand-in (Django set up in this process); return it and its base URL,
+    under which any path is an endpoint (``/billing``, ``/payment``)."""
+    server = _serve(_ReceivingHandler, secret=secret, calls=[])
+    return server, f"http://127.0.0.1:{server.server_port}"
 
 
 def start_gunicorn(
     port: int, run_dir: str, *, secret_key: str, args: tuple[str, ...] = (), **extra: str
 ) -> subprocess.Popen:
-    """gunicorn with the project's ``gunicorn.conf.py`` on ``port``, production settings over
-    plain HTTP on loopback and the URL conf of ``bench.http_settings`` (the real URLs and
-    the unfenced twins, ``bench.http_baseline``); ``args``: more of its command line (over
-    the file's settings); ``extra``: more of its environment. Returns once ``/healthz``
-    answers; ``stop()`` ends it."""
+    """gunicorn (``gunicorn.conf.py``, more of its command line in ``args``) on ``port``:
+    production settings over plain HTTP, the real URLs and the unfenced twins
+    (``bench.http_settings``), more environment in ``extra``; once ``/healthz`` answers."""
     env = {**os.environ, "PORT": str(port), "GUNICORN_RUN_DIR": run_dir, "WEB_CONCURRENCY": "2"}
-    # Sessions signed with the bench's key; no abuse limits (30 fenced POSTs a minute per
-    # user would shape the result: hoa/settings.py, RATELIMIT_ENABLE).
+    # Sessions signed with the bench's key; no abuse limits (they would shape the result).
     env.update(DEBUG="0", SECRET_KEY=secret_key, ALLOWED_HOSTS="127.0.0.1", STATIC_MANIFEST="0",
                SECURE_SSL_REDIRECT="0", SESSION_COOKIE_SECURE="0", CSRF_COOKIE_SECURE="0",
                RATELIMIT_ENABLE="0", LOG_LEVEL="WARNING", **extra)  # fmt: skip
@@ -167,13 +165,6 @@ def start_gunicorn(
         stop(process, grace=40)
         raise
     return process
-
-
-def start_stand_in(path: str) -> tuple[ThreadingHTTPServer, str]:
-    """Serve the stand-in on a free loopback port in a daemon thread; return it and its URL."""
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _StandInHandler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    return server, f"http://127.0.0.1:{server.server_address[1]}/{path.lstrip('/')}"
 
 
 class BenchRedis:
@@ -213,6 +204,30 @@ class BenchRedis:
         if self.directory:
             shutil.rmtree(self.directory, ignore_errors=True)
             self.directory = ""
+
+
+@contextlib.contextmanager
+def private_redis(database: str):
+    """A private ``redis-server`` and the environment of every process the bench starts (this
+    one's too); yields ``(env, server)`` and stops the server after."""
+    server = BenchRedis().start()
+    try:
+        env = child_env(database=database, redis_url=server.url)
+        os.environ.update(env)
+        yield env, server
+    finally:
+        server.stop()
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU of process ``pid`` and its children, from /proc (0 if it is gone)."""
+    try:
+        pids = [pid, *Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+        stats = [Path(f"/proc/{p}/stat").read_text().rpartition(")")[2].split() for p in pids]
+    except OSError:
+        return 0.0
+    # utime and stime, fields 14 and 15 of proc(5): the 12th and 13th after the name
+    return sum(int(stat[11]) + int(stat[12]) for stat in stats) / os.sysconf("SC_CLK_TCK")
 
 
 def database_url() -> str:
@@ -302,9 +317,8 @@ def describe(*, database: str, redis_url: str) -> dict:
     versions["redis_parser"] = "hiredis" if redis.utils.HIREDIS_AVAILABLE else "python"
     client = redis.Redis.from_url(redis_url)
     versions["redis_server"] = client.info("server")["redis_version"]
-    redis_durability = {
-        key: client.config_get(key).get(key) for key in ("appendonly", "appendfsync", "save")
-    }
+    keys = ("appendonly", "appendfsync", "save")
+    redis_durability = {key: client.config_get(key).get(key) for key in keys}
     client.close()
     with psycopg.connect(_libpq_url(database), connect_timeout=5) as conn:
         versions["postgresql_server"] = conn.execute("SHOW server_version").fetchone()[0]

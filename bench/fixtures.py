@@ -16,7 +16,7 @@ from charges.models import MonthlyCharge, MonthlyChargeRun
 from hoa.demo import staff_group
 from hoa.models import Complaint, Organization, StaffMembership, Unit
 from locking import unfenced_writes
-from vendors.models import Vendor, VendorContract
+from vendors.models import Invoice, Vendor, VendorAssignment, VendorContract
 
 BENCH_PASSWORD = "bench-password-not-secret"
 
@@ -38,15 +38,15 @@ def organization(slug: str, *, units: int = 0) -> Organization:
 
 
 @cache
-def _password_hash() -> str:
-    # Hashing is slow on purpose (PBKDF2); hash once per process, not once per user.
+def password_hash() -> str:
+    """The bench password, hashed once per process (PBKDF2 is slow on purpose)."""
     return make_password(BENCH_PASSWORD)
 
 
 def staff_user(username: str, org: Organization):
     """Staff of ``org`` with the staff group's permissions and the bench password."""
     user, created = get_user_model().objects.get_or_create(
-        username=username, defaults={"is_staff": True, "password": _password_hash}
+        username=username, defaults={"is_staff": True, "password": password_hash}
     )
     if created:
         user.groups.add(staff_group())
@@ -62,27 +62,25 @@ def session_key(user) -> str:
     from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY
 
     store = import_module(settings.SESSION_ENGINE).SessionStore()
-    store[SESSION_KEY] = str(user.pk)
-    store[BACKEND_SESSION_KEY] = settings.AUTHENTICATION_BACKENDS[0]
-    store[HASH_SESSION_KEY] = user.get_session_auth_hash()
+    store.update({SESSION_KEY: str(user.pk), HASH_SESSION_KEY: user.get_session_auth_hash(),
+                  BACKEND_SESSION_KEY: settings.AUTHENTICATION_BACKENDS[0]})  # fmt: skip
     store.save()
     return store.session_key
 
 
 def vendors_with_contracts(org: Organization, count: int) -> list:
     """``count`` vendors, each with a contract with ``org`` that covers today."""
-    today = timezone.localdate()
+    today, year = timezone.localdate(), timedelta(days=365)
+    # Insured: an uninsured vendor is neither assigned nor paid (vendors.insurance).
     window = {
-        "starts_on": today - timedelta(days=365),
-        "ends_on": today + timedelta(days=365),
-        # Insured: an uninsured vendor is not assigned (vendors.insurance).
-        "insurance_expires_on": today + timedelta(days=365),
+        "starts_on": today - year,
+        "ends_on": today + year,
+        "insurance_expires_on": today + year,
     }
     found = []
     for number in range(1, count + 1):
-        vendor, _ = Vendor.objects.get_or_create(
-            name=f"{org.slug} vendor {number}", defaults={"trade": "plumbing"}
-        )
+        name, trade = f"{org.slug} vendor {number}", {"trade": "plumbing"}
+        vendor, _ = Vendor.objects.get_or_create(name=name, defaults=trade)
         VendorContract.objects.get_or_create(vendor=vendor, organization=org, defaults=window)
         found.append(vendor)
     return found
@@ -96,6 +94,19 @@ def complaints(org: Organization, count: int, *, title: str) -> list[Complaint]:
         Complaint(organization=org, title=f"{title} {n}", opened_at=now, sla_due_at=due)
         for n in range(count)
     )
+
+
+def approved_invoices(org: Organization, count: int, *, vendor, label: str) -> list[Invoice]:
+    """``count`` new invoices of ``vendor`` (under contract, insured), approved, owed by ``org``."""
+    [complaint] = complaints(org, 1, title=label)
+    assignment = VendorAssignment.objects.create(complaint=complaint, vendor=vendor, fence_token=1)
+    today = timezone.localdate()
+    return Invoice.objects.bulk_create(
+        Invoice(organization=org, assignment=assignment, vendor=vendor, number=f"{label}-{n}",
+                amount=Decimal("250.00"), issued_on=today, due_on=today + timedelta(days=30),
+                status=Invoice.Status.APPROVED)
+        for n in range(count)
+    )  # fmt: skip
 
 
 def month(number: int) -> date:

@@ -1,24 +1,7 @@
-"""The unfenced twins of the staff POSTs (URL conf of ``bench.http_settings``): under
-``PREFIX``, the real views and services with one name bound to a stand-in, so that each
-twin takes every check, query and step of the real one, as they change, and leaves out
-only the lease, the fence and the audit (or, for the status change, the serialization).
-
-- ``…/complaints/<id>/assign/`` (the HTTP case, group 5, and the busiest hour): the real
-  assign view and ``assign_vendor``, whose operation's ``begin`` returns an
-  ``_UnfencedCall``: it checks the actor and runs the operation's own steps in the
-  runner's order under a lease that never was (no Redis, no audit row), with the fence
-  row's row lock in place of the fence ``UPDATE`` (no token recorded on it).
-- ``…/charges/<month>/generate/`` (the busiest hour): the real generate view and
-  ``generate_monthly_charges`` the same way. The run row is created pending and completed
-  by the operation's ``commit`` step (its ``create`` step inserts it fenced, which needs a
-  real lease, so the twin takes the path a month whose run exists takes).
-- ``…/complaints/<id>/status/`` (the busiest hour): the real status view; the change is
-  ``change_status_unserialized``, the real transition check and the same ``UPDATE`` and
-  timeline row in one transaction, without the compare-and-swap on the status the page
-  showed: whoever commits last wins.
-
-The twins' calls to the outside carry a token too (the receiving side keeps the highest
-per key): a number from the clock, rising from call to call, that no row records.
+"""The unfenced twins of the staff POSTs, under ``PREFIX`` (URL conf of
+``bench.http_settings``): the real views and services with one name bound to a stand-in,
+leaving out only the lease, the fence and the audit, or the status change's compare-and-swap
+(docs/benchmarks.md, "The unfenced twins").
 """
 
 import time
@@ -40,26 +23,22 @@ from hoa.fenced import Call
 from hoa.models import Complaint, ComplaintEvent
 from hoa.urls import handler400, handler403, handler404, handler500, urlpatterns  # noqa: F401
 from locking import Lease, unfenced_writes
-from vendors import services, views
-from vendors.operations import ASSIGNMENT
+from vendors import invoice_views, payments, services, views
+from vendors.operations import ASSIGNMENT, PAYMENT
 
 PREFIX = "bench/unfenced/"
 
 
-def _token() -> int:
-    """A token no holder was granted: microseconds of the clock, rising call after call."""
-    return time.time_ns() // 1000
-
-
 # The lease that never was: no lock in Redis (nothing releases or extends it), held for a
-# day, longer than any request; the lock it names only says which database fences.
+# day; the lock it names only says which database fences; its token, microseconds of the
+# clock, rises call after call and no holder was granted it.
 _NEVER_GRANTED = types.SimpleNamespace(using=DEFAULT_DB_ALIAS)
 _A_DAY = timedelta(days=1)
 
 
 def _unfenced_lease(resource: str) -> Lease:
     return Lease(
-        resource=resource, token=_token(), owner="bench-unfenced", value="",
+        resource=resource, token=time.time_ns() // 1000, owner="bench-unfenced", value="",
         lock=_NEVER_GRANTED, ttl=_A_DAY, started=time.monotonic(),
         expires_ms=time.time_ns() // 1_000_000 + _A_DAY // timedelta(milliseconds=1),
     )  # fmt: skip
@@ -103,22 +82,22 @@ _generation_unfenced = _rebound(charge_services._generation, GENERATION=_unfence
 generate_unfenced = _rebound(
     charge_services.generate_monthly_charges, _generation=_generation_unfenced
 )
+_payment_unfenced = _rebound(payments._payment, PAYMENT=_unfenced(PAYMENT))
+pay_unfenced = _rebound(payments.pay_invoice, _payment=_payment_unfenced)
 
 
 def change_status_unserialized(*, complaint, seen, to, note, actor, assigned):
     """``workflow.change_status`` without its compare-and-swap: the same checks, ``UPDATE``
     and timeline row, by primary key whatever the status is now."""
     note = note.strip()
-    lands_on = workflow.check_transition(
-        complaint=complaint, seen=seen, to=to, note=note, assigned=assigned
-    )
+    lands_on = workflow.check_transition(complaint=complaint, seen=seen, to=to, note=note,
+                                         assigned=assigned)  # fmt: skip
     now, closing = timezone.now(), lands_on == Complaint.Status.CLOSED
     with transaction.atomic():
         Complaint.objects.filter(pk=complaint.pk).update(
-            status=lands_on,
-            closed_at=now if closing else None,
+            status=lands_on, closed_at=now if closing else None,
             closed_by=actor if closing else None,
-        )
+        )  # fmt: skip
         event = ComplaintEvent.objects.create(
             complaint=complaint, kind=ComplaintEvent.Kind.STATUS_CHANGED, from_status=seen,
             to_status=lands_on, detail=note, actor=actor, actor_label=actor.get_username(),
@@ -130,6 +109,10 @@ def change_status_unserialized(*, complaint, seen, to, note, actor, assigned):
 
 class UnfencedAssignView(views.AssignVendorView):
     post = _rebound(views.AssignVendorView.post, assign_vendor=assign_unfenced)
+
+
+class UnfencedPayView(invoice_views.PayInvoiceView):
+    change = _rebound(invoice_views.PayInvoiceView.change, pay_invoice=pay_unfenced)
 
 
 class UnfencedGenerateView(charge_views.GenerateChargesView):
@@ -152,9 +135,11 @@ class UnserializedStatusView(complaint_views.ChangeStatusView):
 ASSIGN = "orgs/<slug:org_slug>/complaints/<int:pk>/assign/"
 GENERATE = "orgs/<slug:org_slug>/charges/<str:month>/generate/"
 STATUS = "orgs/<slug:org_slug>/complaints/<int:pk>/status/"
+PAY = "orgs/<slug:org_slug>/invoices/<id:pk>/pay/"
 urlpatterns = [
     *urlpatterns,
     path(PREFIX + ASSIGN, UnfencedAssignView.as_view()),
     path(PREFIX + GENERATE, UnfencedGenerateView.as_view()),
     path(PREFIX + STATUS, UnserializedStatusView.as_view()),
+    path(PREFIX + PAY, UnfencedPayView.as_view()),
 ]

@@ -1,37 +1,18 @@
 """``python -m bench.load [--quick] [--variants fenced,baseline]``: an office at its busiest
-hour, with Locust (``make bench-load``; docs/capacity.md, docs/benchmarks.md).
+hour, with Locust (``make bench-load``; the method: docs/benchmarks.md, "An office at its
+busiest hour").
 
-For each variant, on a fresh ``bench_hoa`` database and a private ``redis-server``: many
-associations, each with its units, vendors under contract, open complaints and staff (one
-logged-in session each); gunicorn with the project's ``gunicorn.conf.py`` and production
-settings (``DEBUG=0``, ``RATELIMIT_ENABLE=0`` as hoa/settings.py says for load tests: every
-simulated user comes from 127.0.0.1); one stand-in for the billing and dispatch services
-that receives as a real one would (``locking.receive_call``). Locust (``bench/locustfile.py``)
-runs 250 staff paced as the capacity model (four pages and two changes a minute each), then
-steps the staff up until p99 bends: the knee.
-
-``fenced`` posts to the real views; ``baseline`` to their unfenced twins
-(``bench.http_baseline``): the assignment and the month's generation without lease, fence
-and audit, the status change without its compare-and-swap. After the fenced run the fault
-suite's checker reads the history of assignments and generations, what their users were
-told and what the stand-in received (``python -m tests.faults.check``, run as a command:
-the bench imports nothing of the tests).
-
-Prints per variant the steps (requests/s, p50/p95/p99 of all requests) and the first step
-per page and action (p99 where an action has at least 1,000 requests, else median and max;
-a 409 is an answer, not an error), each twice: as Locust measured them, and as the server
-took them (gunicorn's access log with each request's time and the name Locust sent in
-``X-Bench-Name``; on a small machine Locust's own wait is most of its figure, see
-docs/benchmarks.md). Then the goals with PASS / MISS: the server's p99 of each fenced or
-serialized action within 1.2x its baseline's (Locust's ratio beside it), no 5xx, the
-checker's invariants. Writes
-``bench/results/<name>.json`` and Locust's own CSV and HTML reports beside it
-(``<name>-<variant>_stats.csv`` …). Talks only to 127.0.0.1 and stops every process it
-starts. Exits 1 on a violated invariant or a run that could not be made.
+Per variant, on a fresh ``bench_hoa`` and a private ``redis-server``: the office
+(``build_world``), gunicorn on the real views (``fenced``) or their unfenced twins
+(``baseline``, ``bench.http_baseline``), one receiving stand-in for billing, dispatch and
+payment, and Locust's staff (``bench/locustfile.py``), stepped up until p99 bends. After the
+fenced run the fault suite's checker reads what each user was told (``python -m
+tests.faults.check``, a command). Prints the steps and the goals (``bench.load_report``),
+writes ``bench/results/<name>.json`` and Locust's reports beside it. Exits 1 on a violated
+invariant or a run that could not be made.
 """
 
 import argparse
-import functools
 import json
 import os
 import resource
@@ -46,10 +27,9 @@ from pathlib import Path
 
 import redis
 
-from bench import environment, load_report
-from bench.environment import BASE_DIR, free_port, start_gunicorn, start_receiver, stop
+from bench import environment, load_report, report
+from bench.environment import BASE_DIR, cpu_seconds, free_port, log, start_gunicorn, stop
 
-log = functools.partial(print, file=sys.stderr, flush=True)
 RESULTS = BASE_DIR / "bench" / "results"
 UNITS = 200  # per association, as the month start's
 FIRST_MONTH = 1200  # months from 2101-01 on (fixtures.month numbering): none generated yet
@@ -60,6 +40,7 @@ PROFILES = {  #             full    quick
     "associations":        (50,     25),
     "complaints":          (300,    100),  # open ones per association at the start
     "vendors":             (4,      4),
+    "invoices":            (200,    40),   # approved ones per association, to pay
     "base_seconds":        (3600,   120),  # the first step: the busiest hour itself
     "step_seconds":        (180,    60),   # each step above it, looking for the knee
     "multiples":           ((2, 3, 4, 6, 8, 12), (1.2, 1.4)),
@@ -68,10 +49,7 @@ PROFILES = {  #             full    quick
 PACING = 15.0  # seconds per task per user: 4 pages and 2 changes a minute
 BEND = 2.0  # a step's p99 over this times the first step's (and over the line): bent
 P99_LINE_MS = 300.0  # the line docs/capacity.md keeps: staff served within a p99 of 300 ms
-# Users started per second at a step. Slowly: Locust started at 100 a second adds tens of
-# milliseconds to every later request of its users (a trivial app at 100 users: median
-# 37 ms at 100/s, 9 ms at 5/s, 1.3 ms from plain gevent; docs/benchmarks.md).
-SPAWN_RATE = 5
+SPAWN_RATE = 5  # users started per second: faster slows their later requests (docs)
 
 
 def _multiples(text: str) -> tuple[float, ...]:
@@ -94,18 +72,12 @@ def _arguments(argv):
     parser.add_argument("--users", type=int, help="staff at the first step")
     parser.add_argument("--base-seconds", type=float, help="the first step's length")
     parser.add_argument("--step-seconds", type=float, help="each further step's length")
-    parser.add_argument(
-        "--multiples", type=_multiples, help="further steps, as multiples of --users: 2,4,8"
-    )
+    parser.add_argument("--multiples", type=_multiples, help="more steps, x --users: 2,4,8")
     args = parser.parse_args(argv)
-    column = 1 if args.quick else 0
-    profile = {key: values[column] for key, values in PROFILES.items()}
-    for key in ("users", "base_seconds", "step_seconds"):
-        if getattr(args, key) is not None:
-            profile[key] = getattr(args, key)
-    if args.multiples:
-        profile["multiples"] = args.multiples
-    args.profile = profile
+    args.profile = {key: values[1 if args.quick else 0] for key, values in PROFILES.items()}
+    for key in ("users", "base_seconds", "step_seconds", "multiples"):
+        if getattr(args, key):
+            args.profile[key] = getattr(args, key)
     args.variants = [v.strip() for v in args.variants.split(",") if v.strip()]
     if unknown := set(args.variants) - {"fenced", "baseline"}:
         parser.error(f"unknown variant(s): {', '.join(sorted(unknown))}")
@@ -121,15 +93,11 @@ def steps(profile: dict) -> list[tuple[int, float]]:
 
 
 # -- the office ---------------------------------------------------------------------------------
-
-
 def build_world(profile: dict, users: int) -> dict:
-    """Associations with units, vendors under contract and open complaints, and ``users``
-    staff spread over them round-robin, each with a logged-in session (the database was
-    just emptied)."""
+    """Associations with units, vendors under contract, open complaints and approved invoices,
+    and ``users`` staff spread over them round-robin, each logged in (an emptied database)."""
     from django.conf import settings
     from django.contrib.auth import get_user_model
-    from django.contrib.auth.hashers import make_password
 
     from bench import fixtures
     from hoa.demo import staff_group
@@ -140,19 +108,21 @@ def build_world(profile: dict, users: int) -> dict:
         org = fixtures.organization(f"load-{number:03d}", units=UNITS)
         vendors = fixtures.vendors_with_contracts(org, profile["vendors"])
         complaints = fixtures.complaints(org, profile["complaints"], title="Busiest hour")
+        bills = fixtures.approved_invoices(
+            org, profile["invoices"], vendor=vendors[0], label=org.slug
+        )
         units = list(Unit.objects.filter(organization=org).values_list("pk", flat=True))
         associations.append(
             {"slug": org.slug, "id": org.pk, "units": units, "vendors": [v.pk for v in vendors],
-             "complaints": [c.pk for c in complaints]}
+             "complaints": [c.pk for c in complaints], "invoices": [i.pk for i in bills]}
         )  # fmt: skip
     model = get_user_model()
-    password = make_password(fixtures.BENCH_PASSWORD)
+    password = fixtures.password_hash()
     staff = model.objects.bulk_create(
         model(username=f"load-staff-{n:05d}", is_staff=True, password=password)
         for n in range(users)
     )
-    through = model.groups.through
-    group = staff_group()
+    through, group = model.groups.through, staff_group()
     through.objects.bulk_create(through(user_id=user.pk, group_id=group.pk) for user in staff)
     count = len(associations)
     StaffMembership.objects.bulk_create(
@@ -164,20 +134,9 @@ def build_world(profile: dict, users: int) -> dict:
          "session": fixtures.session_key(user), "csrf": secrets.token_hex(16)}
         for n, user in enumerate(staff)
     ]  # fmt: skip
-    return {
-        "associations": associations, "users": logins,
-        "session_cookie": settings.SESSION_COOKIE_NAME, "csrf_cookie": settings.CSRF_COOKIE_NAME,
-    }  # fmt: skip
-
-
-def _cpu_seconds(pid: int) -> float:
-    """User + system CPU of process ``pid`` and its children, from /proc (0 if gone)."""
-    try:
-        pids = [pid, *Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
-        stats = [Path(f"/proc/{p}/stat").read_text().rpartition(")")[2].split() for p in pids]
-    except OSError:
-        return 0.0
-    return sum(int(stat[11]) + int(stat[12]) for stat in stats) / os.sysconf("SC_CLK_TCK")
+    return {"associations": associations, "users": logins,
+            "session_cookie": settings.SESSION_COOKIE_NAME,
+            "csrf_cookie": settings.CSRF_COOKIE_NAME}  # fmt: skip
 
 
 def _children_cpu() -> float:
@@ -187,6 +146,40 @@ def _children_cpu() -> float:
 
 def run_variant(variant: str, profile: dict, plan: list, env: dict, out: Path) -> dict:
     """One Locust run against ``variant``'s views; what it measured, and its files."""
+    port, run_dir = free_port(), Path(tempfile.mkdtemp(prefix="hoa-bench-load-"))
+    files = _office(variant, profile, plan, env, port, run_dir, out)
+    secret = secrets.token_hex(16)
+    receiver, receiver_url = environment.start_receiver(secret)
+    gunicorn = None
+    try:
+        gunicorn = start_gunicorn(
+            port, str(run_dir), secret_key=env["SECRET_KEY"],
+            WEB_CONCURRENCY=os.environ.get("WEB_CONCURRENCY", "2"),
+            BILLING_WEBHOOK_URL=f"{receiver_url}/billing",
+            VENDOR_DISPATCH_URL=f"{receiver_url}/dispatch", WEBHOOK_SIGNING_SECRET=secret,
+            VENDOR_PAYMENT_URL=f"{receiver_url}/payment",
+            CONN_MAX_AGE="60", args=("--access-logformat", load_report.ACCESS_LOG_FORMAT),
+        )  # fmt: skip
+        measured = _locust(variant, files, plan, gunicorn.pid)
+    finally:
+        stop(gunicorn, grace=40)
+        receiver.shutdown()
+    with (run_dir / f"{port}.access.log").open(encoding="utf-8", errors="replace") as lines:
+        measured["server_samples"] = load_report.server_samples(
+            lines, measured["steps"], measured["clock_offset"]
+        )  # the log gunicorn.conf.py names
+    reports = sorted(RESULTS.glob(f"{files['csv'].name}*"))
+    measured.update(variant=variant, calls=list(receiver.calls),
+                    locust_files=[str(path.relative_to(BASE_DIR)) for path in reports])  # fmt: skip
+    if variant == "fenced":
+        measured["checker"] = run_checker(measured, env, run_dir)
+    shutil.rmtree(run_dir, ignore_errors=True)
+    return measured
+
+
+def _office(variant, profile, plan, env, port: int, run_dir: Path, out: Path) -> dict:
+    """A fresh database and Redis with the office in them; the world file Locust reads and
+    the files it writes."""
     import django
     from django.db import connections
 
@@ -196,75 +189,52 @@ def run_variant(variant: str, profile: dict, plan: list, env: dict, out: Path) -
     log(f"bench-load: {variant}: building the office")
     world = build_world(profile, max(users for users, _ in plan))
     connections.close_all()
-    secret = secrets.token_hex(16)
-    receiver, receiver_url = start_receiver(secret)
-    port, run_dir = free_port(), tempfile.mkdtemp(prefix="hoa-bench-load-")
-    base_url = f"http://127.0.0.1:{port}"
     reports = out.with_name(f"{out.name}-{variant}")  # Locust's: <name>-<variant>_stats.csv …
     files = {
-        "world": Path(run_dir) / "world.json", "output": Path(run_dir) / "output.json",
+        "world": run_dir / "world.json", "output": run_dir / "output.json",
         "csv": reports, "html": reports.with_name(f"{reports.name}.html"),
     }  # fmt: skip
     world.update(
-        base_url=base_url, prefix="bench/unfenced/" if variant == "baseline" else "",
-        first_month=FIRST_MONTH, output=str(files["output"]),
+        base_url=f"http://127.0.0.1:{port}", first_month=FIRST_MONTH, output=str(files["output"]),
+        prefix="bench/unfenced/" if variant == "baseline" else "",
         plan={"steps": plan, "pacing": PACING, "bend": BEND, "p99_line_ms": P99_LINE_MS,
               "spawn_rate": SPAWN_RATE},
     )  # fmt: skip
     files["world"].write_text(json.dumps(world))
-    gunicorn = locust = None
+    return files
+
+
+def _locust(variant: str, files: dict, plan: list, server_pid: int) -> dict:
+    """Locust's run of the steps, headless; what it recorded, with the CPU both spent."""
+    base_url = json.loads(files["world"].read_text())["base_url"]
+    command = [
+        sys.executable, "-m", "locust", "-f", str(BASE_DIR / "bench" / "locustfile.py"),
+        "--headless", "--host", base_url, "--csv", str(files["csv"]),
+        "--html", str(files["html"]), "--only-summary", "--loglevel", "WARNING",
+    ]  # fmt: skip
+    seconds = sum(length for _, length in plan)
+    log(f"bench-load: {variant}: Locust, {len(plan)} step(s), up to {seconds / 60:.0f} min")
+    server_cpu, children_cpu, started = cpu_seconds(server_pid), _children_cpu(), time.monotonic()
+    locust = subprocess.Popen(
+        command, cwd=BASE_DIR, env={**os.environ, "BENCH_LOAD_WORLD": str(files["world"])},
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
     try:
-        gunicorn = start_gunicorn(
-            port, run_dir, secret_key=env["SECRET_KEY"],
-            WEB_CONCURRENCY=os.environ.get("WEB_CONCURRENCY", "2"),
-            BILLING_WEBHOOK_URL=f"{receiver_url}/billing",
-            VENDOR_DISPATCH_URL=f"{receiver_url}/dispatch", WEBHOOK_SIGNING_SECRET=secret,
-            CONN_MAX_AGE="60", args=("--access-logformat", load_report.ACCESS_LOG_FORMAT),
-        )  # fmt: skip
-        command = [
-            sys.executable, "-m", "locust", "-f", str(BASE_DIR / "bench" / "locustfile.py"),
-            "--headless", "--host", base_url, "--csv", str(files["csv"]),
-            "--html", str(files["html"]), "--only-summary", "--loglevel", "WARNING",
-        ]  # fmt: skip
-        seconds = sum(length for _, length in plan)
-        log(f"bench-load: {variant}: Locust, {len(plan)} step(s), up to {seconds / 60:.0f} min")
-        server_cpu, started = _cpu_seconds(gunicorn.pid), time.monotonic()
-        children_cpu = _children_cpu()
-        locust = subprocess.Popen(
-            command, cwd=BASE_DIR, env={**os.environ, "BENCH_LOAD_WORLD": str(files["world"])},
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-        )  # fmt: skip
-        try:
-            _, errors = locust.communicate(timeout=seconds + 300)
-        except subprocess.TimeoutExpired:
-            stop(locust)
-            raise RuntimeError("Locust ran past its steps' time") from None
-        wall = time.monotonic() - started
-        server_cpu = _cpu_seconds(gunicorn.pid) - server_cpu
-        load_cpu = _children_cpu() - children_cpu  # Locust's own: the only child waited for
-        if not files["output"].exists():
-            raise RuntimeError(
-                f"Locust wrote no results (exit {locust.returncode}): {errors[-2000:]}"
-            )
-        measured = json.loads(files["output"].read_text())
+        _, errors = locust.communicate(timeout=seconds + 300)
+    except subprocess.TimeoutExpired:
+        raise RuntimeError("Locust ran past its steps' time") from None
     finally:
         stop(locust)
-        stop(gunicorn, grace=40)
-        receiver.shutdown()
-    access_log = Path(run_dir) / f"{port}.access.log"  # gunicorn.conf.py names it
-    with access_log.open(encoding="utf-8", errors="replace") as lines:
-        measured["server_samples"] = load_report.server_samples(
-            lines, measured["steps"], measured["clock_offset"]
-        )
-    measured.update(
-        variant=variant, wall_seconds=round(wall, 1), server_cpu_seconds=round(server_cpu, 1),
-        load_generator_cpu_seconds=round(load_cpu, 1),
-        calls=list(receiver.calls), locust_files=[str(p.relative_to(BASE_DIR)) for p in
-                                                   sorted(RESULTS.glob(f"{files['csv'].name}*"))],
-    )  # fmt: skip
-    if variant == "fenced":
-        measured["checker"] = run_checker(measured, env, Path(run_dir))
-    shutil.rmtree(run_dir, ignore_errors=True)
+    spent = {
+        "wall_seconds": round(time.monotonic() - started, 1),
+        "server_cpu_seconds": round(cpu_seconds(server_pid) - server_cpu, 1),
+        # Locust's own: the only child waited for
+        "load_generator_cpu_seconds": round(_children_cpu() - children_cpu, 1),
+    }
+    if not files["output"].exists():
+        raise RuntimeError(f"Locust wrote no results (exit {locust.returncode}): {errors[-2000:]}")
+    measured = json.loads(files["output"].read_text())
+    measured.update(spent)
     return measured
 
 
@@ -274,13 +244,10 @@ def run_checker(measured: dict, env: dict, folder: Path) -> dict:
     history.write_text("".join(json.dumps(op) + "\n" for op in measured["history"]))
     calls.write_text("".join(json.dumps(call) + "\n" for call in measured["calls"]))
     command = [sys.executable, "-m", "tests.faults.check", str(history), "--received", str(calls)]
-    done = subprocess.run(
-        command, cwd=BASE_DIR, env=env, capture_output=True, text=True, timeout=900
-    )
+    done = subprocess.run(command, cwd=BASE_DIR, env=env, capture_output=True, text=True,
+                          timeout=900)  # fmt: skip
     lines = (done.stdout + done.stderr).strip().splitlines()
-    log(
-        f"bench-load: checker: {lines[0] if lines else '(no output)'}; {lines[-1] if lines else ''}"
-    )
+    log(f"bench-load: checker: {(lines or ['(no output)'])[0]}; {(lines or [''])[-1]}")
     return {"exit_code": done.returncode, "output": lines[-200:]}
 
 
@@ -290,20 +257,15 @@ def main(argv=None) -> int:
     started, started_at = time.monotonic(), datetime.now(tz=UTC).isoformat(timespec="seconds")
     total = sum(seconds for _, seconds in plan) * len(args.variants)
     log(f"bench-load: {', '.join(args.variants)}; steps {plan}; up to {total / 60:.0f} min of load")
-    database, redis_server = environment.database_url(), environment.BenchRedis().start()
-    runs = {}
+    database, runs = environment.database_url(), {}
     try:
-        env = environment.child_env(database=database, redis_url=redis_server.url)
-        os.environ.update(env)
-        facts = environment.describe(database=database, redis_url=redis_server.url)
-        out = RESULTS / args.name
-        for variant in args.variants:
-            runs[variant] = run_variant(variant, args.profile, plan, env, out)
+        with environment.private_redis(database) as (env, redis_server):
+            facts = environment.describe(database=database, redis_url=redis_server.url)
+            for variant in args.variants:
+                runs[variant] = run_variant(variant, args.profile, plan, env, RESULTS / args.name)
     except RuntimeError as exc:  # gunicorn or Locust did not start or did not finish
         log(f"bench-load: {exc}")
         return 1
-    finally:
-        redis_server.stop()
     facts["machine_at_end"] = environment.machine()
     document = load_report.analyse(runs, pacing=PACING, line_ms=P99_LINE_MS, bend=BEND)
     document.update(
@@ -312,12 +274,12 @@ def main(argv=None) -> int:
         environment=facts,
     )  # fmt: skip
     print(f"\n{load_report.text(document)}")
-    for run in runs.values():  # the raw samples stay in Locust's files, not in the JSON
-        run.pop("samples", None)
-        run.pop("server_samples", None)
-    document["runs"] = runs
+    # The raw samples stay in Locust's files, not in the JSON.
+    document["runs"] = {variant: {key: value for key, value in run.items()
+                                  if key not in ("samples", "server_samples")}
+                        for variant, run in runs.items()}  # fmt: skip
     path = RESULTS / f"{args.name}.json"
-    load_report.write(path, document)
+    report.write_json(path, document)
     print(f"\nWrote {path.relative_to(BASE_DIR)} and Locust's reports beside it")
     failed = any(t["status"] == "FAIL" for t in document["targets"])
     return 1 if failed else 0

@@ -1,11 +1,8 @@
 """What ``make bench-load`` reports: per step and per page or action, requests/s and
-p50/p95/p99 (p99 only from 1,000 requests on, else the median and the maximum), answers by
-kind (a 409 is an answer; a 5xx or no answer at all is an error), the knee, and the goals.
-
-Each figure twice: as Locust measured it (the client's time, which on a small machine is
-mostly the load generator's own wait) and as the server took it (gunicorn's access log, each
-request named by Locust's ``X-Bench-Name`` header). The goals are judged on the server's
-times; Locust's ratios are reported beside them.
+p50/p95/p99 (p99 from 1,000 requests on, else the median and the maximum), answers by kind
+(a 409 is an answer; a 5xx or no answer at all is an error), the knee, and the goals: each
+twice, as Locust measured it and as the server took it (gunicorn's access log), the goals
+judged on the server's times.
 """
 
 from datetime import datetime
@@ -17,7 +14,7 @@ from bench.measure import percentile
 # The fenced or serialized actions, each compared with its twin.
 ACTIONS = (
     "action: change status", "action: assign a vendor", "action: reassign a vendor",
-    "action: generate a month",
+    "action: generate a month", "action: pay an invoice",
 )  # fmt: skip
 P99_FROM = 1000  # requests of one name before its p99 means anything
 RATIO = 1.2  # a fenced action's p99 over its twin's
@@ -25,23 +22,21 @@ RATIO = 1.2  # a fenced action's p99 over its twin's
 
 def stats(entries: list, seconds: float) -> dict:
     """``entries``: [ms, status] of one name (or all) in one step, measured for ``seconds``."""
-    times = [ms for ms, _ in entries]
-    statuses = [status for _, status in entries]
-    found = {
+    times, statuses = [ms for ms, _ in entries], [status for _, status in entries]
+
+    def ms(figure, least: int = 1) -> float | None:
+        return round(figure(times), 1) if len(times) >= max(least, 1) else None
+
+    return {
         "requests": len(entries),
         "per_s": round(len(entries) / seconds, 2) if seconds > 0 else None,
-        "p50_ms": round(percentile(times, 50), 1) if times else None,
-        "p95_ms": round(percentile(times, 95), 1) if times else None,
-        "p99_ms": round(percentile(times, 99), 1) if len(times) >= P99_FROM else None,
-        "median_ms": round(median(times), 1) if times else None,
-        "max_ms": round(max(times), 1) if times else None,
-        "answered_409": statuses.count(409),
+        "p50_ms": ms(lambda t: percentile(t, 50)), "p95_ms": ms(lambda t: percentile(t, 95)),
+        "p99_ms": ms(lambda t: percentile(t, 99), P99_FROM), "median_ms": ms(median),
+        "max_ms": ms(max), "answered_409": statuses.count(409),
         "answered_4xx": sum(400 <= s < 500 and s != 409 for s in statuses),
-        "errors_5xx": sum(s >= 500 for s in statuses),
-        "no_answer": statuses.count(0),
-    }
-    found["all_p99_ms"] = round(percentile(times, 99), 1) if times else None  # for the knee
-    return found
+        "errors_5xx": sum(s >= 500 for s in statuses), "no_answer": statuses.count(0),
+        "all_p99_ms": ms(lambda t: percentile(t, 99)),  # for the knee
+    }  # fmt: skip
 
 
 # The access log line bench.load asks gunicorn for: when the request ended (to the second),
@@ -78,20 +73,14 @@ def server_samples(lines, steps: list[dict], clock_offset: float) -> list[dict[s
 
 def _steps(run: dict, key: str = "samples") -> list[dict]:
     found = []
-    if not run.get(key):
-        return []
-    for times, samples in zip(run["steps"], run[key], strict=True):
+    for times, samples in zip(run["steps"], run.get(key) or [], strict=False):
         if not times or "ended" not in times:
             continue
         seconds = times["ended"] - times["measure_from"]
         everything = [entry for entries in samples.values() for entry in entries]
-        found.append(
-            {
-                "users": times["users"], "seconds": round(seconds, 1),
-                "overall": stats(everything, seconds),
-                "by_name": {name: stats(e, seconds) for name, e in sorted(samples.items())},
-            }
-        )  # fmt: skip
+        by_name = {name: stats(entries, seconds) for name, entries in sorted(samples.items())}
+        found.append({"users": times["users"], "seconds": round(seconds, 1),
+                      "overall": stats(everything, seconds), "by_name": by_name})  # fmt: skip
     return found
 
 
@@ -117,21 +106,8 @@ def knee(steps: list[dict], *, bend: float, line_ms: float) -> dict:
     }
 
 
-def _target(
-    text: str, measured, op: str, limit: float, status: str | None = None,
-    report_only: bool = False, **more,
-):  # fmt: skip
-    entry = {"section": "load", "text": text, "op": op, "limit": limit}
-    entry.update(measured=measured, report_only=report_only, **more)
-    if report_only:
-        status = "INFO"
-    elif status is None:
-        if measured is None:
-            status = "MISS"
-        else:
-            status = "PASS" if (measured <= limit if op == "<=" else measured == limit) else "MISS"
-    entry["status"] = status
-    return entry
+def _target(text: str, measured, op: str, limit: float, **more) -> dict:
+    return report.judged("load", text, measured, op, limit, **more)
 
 
 def _against_twins(fenced: list, baseline: list, *, clock: str, report_only: bool) -> list:
@@ -174,17 +150,10 @@ def targets(analysed: dict, runs: dict) -> list[dict]:
     found.append(_target("no 5xx in any step of any run", errors, "==", 0))
     if "fenced" in runs:
         checker = runs["fenced"].get("checker") or {}
-        ok = checker.get("exit_code") == 0
+        status = "PASS" if checker.get("exit_code") == 0 else "FAIL"
         last = (checker.get("output") or ["not run"])[-1]
-        found.append(
-            _target(
-                "the fault suite's invariants hold after the fenced run (tests.faults.check)",
-                last,
-                "==",
-                0,
-                status="PASS" if ok else "FAIL",
-            )
-        )
+        text = "the fault suite's invariants hold after the fenced run (tests.faults.check)"
+        found.append(_target(text, last, "==", 0, status=status))
     return found
 
 
@@ -207,8 +176,6 @@ def analyse(runs: dict, *, pacing: float, line_ms: float, bend: float = 2.0) -> 
 
 
 # -- text ---------------------------------------------------------------------------------------
-
-
 def _ms(value) -> str:
     return "-" if value is None else f"{value:,.0f}" if value >= 100 else f"{value:.1f}"
 
@@ -248,28 +215,27 @@ def names_table(analysed: dict, key: str = "steps") -> str:
     return report._table(headers, lines)
 
 
+def _knee_text(k: dict) -> str:
+    if k["knee_users"]:
+        return f"knee: {k['knee_users']:,} staff (p99 bent at {k['bent_at_users']:,})"
+    if k["over_the_line_from_the_first"]:
+        return "knee: below the first step (its p99 is over the line already)"
+    return "knee: not reached in these steps"
+
+
 def text(document: dict) -> str:
     parts = [report.environment_summary(document["environment"])]
     for variant, found in document["analysis"].items():
-        k = found["knee"]
-        if k["knee_users"]:
-            knee_line = f"knee: {k['knee_users']:,} staff (p99 bent at {k['bent_at_users']:,})"
-        elif k["over_the_line_from_the_first"]:
-            knee_line = "knee: below the first step (its p99 is over the line already)"
-        else:
-            knee_line = "knee: not reached in these steps"
-        cpu = found["cpu"]
-        cpu_line = (
-            f"gunicorn's CPU {cpu['server_ms_per_request']:.1f} ms per request; Locust used "
-            f"{cpu['load_generator_share']:.0%} of one CPU"
-        )
+        k, cpu = found["knee"], found["cpu"]
         served = k["served_within_line_users"]
         within = f"{served:,} staff" if served else "none of the steps"
         title = f"Busiest hour, {variant} ({'real views' if variant == 'fenced' else 'twins'})"
         parts.append(
             f"{title}: steps (all requests), as Locust measured them\n"
-            f"{steps_table(found['steps'])}\n{knee_line}; "
-            f"within a p99 of {k['line_ms']:.0f} ms: {within}\n{cpu_line}"
+            f"{steps_table(found['steps'])}\n{_knee_text(k)}; "
+            f"within a p99 of {k['line_ms']:.0f} ms: {within}\n"
+            f"gunicorn's CPU {cpu['server_ms_per_request']:.1f} ms per request; Locust used "
+            f"{cpu['load_generator_share']:.0%} of one CPU"
         )
         if found.get("server_steps"):
             s = found["server_knee"]["served_within_line_users"]
@@ -278,16 +244,12 @@ def text(document: dict) -> str:
                 f"{steps_table(found['server_steps'])}\n"
                 f"within a p99 of {k['line_ms']:.0f} ms: {f'{s:,} staff' if s else 'none'}"
             )
-    clocks = (("as Locust measured it", "steps"), ("as the server took it", "server_steps"))
-    for clock, key in clocks:
+    for clock, key in (
+        ("as Locust measured it", "steps"),
+        ("as the server took it", "server_steps"),
+    ):
         if any(found.get(key) for found in document["analysis"].values()):
-            parts.append(
-                f"First step, per page and action, {clock} (p99 from 1,000 requests on, else "
-                f"the maximum)\n" + names_table(document["analysis"], key)
-            )
-    parts.append(report.targets_table(document["targets"]))
-    return "\n\n".join(parts)
-
-
-def write(path, document: dict) -> None:
-    report.write_json(path, document)
+            table = names_table(document["analysis"], key)
+            parts.append(f"First step, per page and action, {clock} (p99 from 1,000 requests on, "
+                         f"else the maximum)\n{table}")  # fmt: skip
+    return "\n\n".join([*parts, report.targets_table(document["targets"])])

@@ -1,22 +1,14 @@
 """Locust's office staff for the busiest hour (``make bench-load``, ``bench.load``).
 
 Each simulated user is one logged-in staff member of one association, paced as
-docs/capacity.md's model: a task every ``pacing`` seconds (15), half of them reading a page
-(dashboard, complaint list, a complaint) and half making a change, each change on the page
-its form is on (a GET, then the POST): open a complaint, change a status, assign or reassign
-a vendor, generate a month. Four pages and two changes a minute, a fenced or serialized one
-about every 30 s. The POSTs do not follow their 303: the message it leaves is read on the
-user's next page, as a browser shows it, and says whether the change was done or found
-done. A 409 is an answer (changed since shown, busy, assigned to another), not an error.
-
-The run is a list of steps (users, seconds): the shape starts the next step's users when a
-step ends, and stops after the step whose p99 bent (twice the first step's and above the
-line) or after the last. Every request is recorded per step outside its warm-up (while its
-new users start, and one ``pacing`` more while their first tasks spread out), and every
-assignment and generation with what its user was told (for the fault suite's checker). All
-of it goes to the files ``bench.load`` names in the world file, when the test stops.
-
-This file imports nothing of Django or of the project: it runs in Locust's own process.
+docs/capacity.md's model: a task every ``pacing`` seconds, half of them reading a page and
+half making a change on the page its form is on (a GET, then the POST): open a complaint,
+change a status, assign or reassign a vendor, pay an invoice, generate a month. A POST does
+not follow its 303: the next page shows its message. A 409 is an answer, not an error. The
+shape steps the users up and stops after the step whose p99 bent. Every request is recorded
+per step outside its warm-up, and every fenced change with what its user was told (for the
+fault suite's checker), to the files the world file names (docs/benchmarks.md, "An office
+at its busiest hour"). Imports nothing of Django or of the project: Locust's own process.
 """
 
 import itertools
@@ -48,6 +40,7 @@ _OPTION = re.compile(r'<option value="([a-z_]+)"')
 _REPLACING = re.compile(r'<input type="hidden" name="replacing"(?: value="(\d*)")?')
 _VENDOR_SELECT = re.compile(r'<select name="vendor"')
 _CREATED = re.compile(r"/complaints/(\d+)/$")
+_SEEN = re.compile(r'name="seen" value="(\d+)"')
 
 
 def _text(html: str) -> str:
@@ -55,13 +48,13 @@ def _text(html: str) -> str:
 
 
 # -- what the office knows, shared by the users of this process ---------------------------------
-
 ASSOCIATIONS = WORLD["associations"]
 _unassigned = {n: list(a["complaints"]) for n, a in enumerate(ASSOCIATIONS)}
 _assigned: dict[int, list[int]] = {n: [] for n in range(len(ASSOCIATIONS))}
+_approved = {n: list(a["invoices"]) for n, a in enumerate(ASSOCIATIONS)}
 _months = {n: itertools.count(WORLD["first_month"]) for n in range(len(ASSOCIATIONS))}
 _logins = iter(WORLD["users"])
-HISTORY: list[dict] = []  # assignments and generations, with what their users were told
+HISTORY: list[dict] = []  # fenced changes, with what their users were told
 
 STEPS = [(int(users), float(seconds)) for users, seconds in PLAN["steps"]]
 STEP = {"index": 0, "measure_from": float("inf")}
@@ -146,22 +139,19 @@ class Staff(HttpUser):
         login = next(_logins)
         self.username, self.association = login["username"], login["association"]
         self.org = ASSOCIATIONS[self.association]
-        cookies = self.client.cookies
-        cookies.set(WORLD["session_cookie"], login["session"], domain=HOST, path="/")
         self.csrf = login["csrf"]
-        cookies.set(WORLD["csrf_cookie"], self.csrf, domain=HOST, path="/")
+        cookies = {WORLD["session_cookie"]: login["session"], WORLD["csrf_cookie"]: self.csrf}
+        for cookie, value in cookies.items():
+            self.client.cookies.set(cookie, value, domain=HOST, path="/")
         self.pending: dict | None = None  # a 303 whose message the next page shows
         _ALL_USERS.append(self)
         # Spread the users' first tasks over the pacing, as people arrive, not in step.
         time.sleep(random.uniform(0, PLAN["pacing"]))
 
     # -- requests -------------------------------------------------------------------------------
-
     def page(self, path: str, name: str) -> str:
-        with self.client.get(
-            path, name=name, headers={NAME_HEADER: name}, catch_response=True,
-            allow_redirects=False,
-        ) as answer:  # fmt: skip
+        with self.client.get(path, name=name, headers={NAME_HEADER: name}, catch_response=True,
+                             allow_redirects=False) as answer:  # fmt: skip
             if answer.status_code != 200:
                 answer.failure(f"{answer.status_code}")
                 return ""
@@ -174,16 +164,17 @@ class Staff(HttpUser):
         url = f"/{PREFIX}{path.lstrip('/')}"
         started = time.time()
         if op is not None:
-            # Recorded before it is sent, as "no answer" until one comes: a request the test's
-            # stop cuts off may still commit, and the checker must find its client.
+            # Recorded before it is sent, as "no answer" until one comes: a request cut off by
+            # the test's stop may still commit.
             op.update(started=started, ended=started, status=0)
             HISTORY.append(op)
         headers = {
-            "X-CSRFToken": self.csrf, "Referer": f"{WORLD['base_url']}{path}", NAME_HEADER: name,
-        }  # fmt: skip
-        with self.client.post(
-            url, data=data, name=name, headers=headers, allow_redirects=False, catch_response=True
-        ) as answer:
+            "X-CSRFToken": self.csrf,
+            "Referer": f"{WORLD['base_url']}{path}",
+            NAME_HEADER: name,
+        }
+        with self.client.post(url, data=data, name=name, headers=headers, allow_redirects=False,
+                              catch_response=True) as answer:  # fmt: skip
             status = answer.status_code
             if status >= 500 or status == 0:
                 answer.failure(f"{status}")
@@ -209,13 +200,11 @@ class Staff(HttpUser):
             op["message_tags"], op["message"] = found[0][0], _text(found[0][1])[:300]
 
     def _op(self, kind: str, **facts) -> dict:
-        return {
-            "kind": kind, "org": self.org["slug"], "org_id": self.org["id"],
-            "client": self.username, "user": self.username, "via": "http:a", **facts,
-        }  # fmt: skip
+        user = self.username
+        return {"kind": kind, "org": self.org["slug"], "org_id": self.org["id"], "client": user,
+                "user": user, "via": "http:a", **facts}  # fmt: skip
 
     # -- pages (half the tasks) ----------------------------------------------------------------
-
     @task(6)
     def dashboard(self) -> None:
         self.page(f"/orgs/{self.org['slug']}/", "page: dashboard")
@@ -230,8 +219,7 @@ class Staff(HttpUser):
         self.page(f"/orgs/{self.org['slug']}/complaints/{complaint}/", "page: complaint")
 
     # -- changes (the other half), each on the page its form is on --------------------------------
-
-    @task(8)
+    @task(6)
     def change_status(self) -> None:
         complaint = random.choice(self.org["complaints"])
         path = f"/orgs/{self.org['slug']}/complaints/{complaint}/"
@@ -242,8 +230,7 @@ class Staff(HttpUser):
             return
         seen, to = shown.group(1) or shown.group(2), random.choice(offered)
         data = {"from_status": seen, "to_status": to, "note": "bench: the busiest hour"}
-        # Recorded as the fault suite records one: the checker matches every status event
-        # of the timeline to the request told it was done.
+        # As the fault suite records one: its checker matches each status event to its request.
         op = self._op("status", complaint=complaint, wish=to, status_from=seen, status_to=to)
         self.post(f"{path}status/", "action: change status", data, op)
 
@@ -252,8 +239,7 @@ class Staff(HttpUser):
         pool = _unassigned[self.association]
         if not pool:
             return self.reassign()
-        complaint = random.choice(pool)
-        self._assign(complaint, reassign=False)
+        self._assign(random.choice(pool), reassign=False)
 
     @task(3)
     def reassign(self) -> None:
@@ -273,9 +259,7 @@ class Staff(HttpUser):
         data = {"vendor": str(vendor), "replacing": replacing}
         if reassign:
             data["reassign"] = "on"
-        # The page's form replaces the assignment it showed, box or not (vendors/views.py):
-        # a request that carries one is a reassignment, whichever task picked the complaint
-        # (another user may have assigned it since this one's list was drawn).
+        # The form replaces the assignment it showed, box or not: carrying one is a reassignment.
         op = self._op("assign", complaint=complaint, vendor=vendor,
                       reassign=reassign or bool(replacing))  # fmt: skip
         name = "action: reassign a vendor" if reassign else "action: assign a vendor"
@@ -288,17 +272,27 @@ class Staff(HttpUser):
     def open_complaint(self) -> None:
         path = f"/orgs/{self.org['slug']}/complaints/new/"
         self.page(path, "page: new complaint form")
-        data = {
-            "unit": str(random.choice(self.org["units"])), "title": "Dripping tap",
-            "description": "Opened by the busiest-hour benchmark.", "priority": "normal",
-            "reporter_name": "Bench Resident", "reporter_email": "resident@example.com",
-            "reporter_phone": "",
-        }  # fmt: skip
+        data = {"unit": str(random.choice(self.org["units"])), "title": "Dripping tap",
+                "description": "Opened by the busiest-hour benchmark.", "priority": "normal",
+                "reporter_name": "Bench Resident", "reporter_email": "resident@example.com",
+                "reporter_phone": ""}  # fmt: skip
         status, answer = self.post(path, "action: open a complaint", data)
         created = _CREATED.search(answer.headers.get("Location", "")) if status == 303 else None
         if created:
             _unassigned[self.association].append(int(created.group(1)))
             self.org["complaints"].append(int(created.group(1)))
+
+    @task(2)
+    def pay_invoice(self) -> None:
+        pool = _approved[self.association]
+        if not pool:
+            return self.complaint()
+        invoice = pool.pop(random.randrange(len(pool)))  # paid once: out of every user's pool
+        path = f"/orgs/{self.org['slug']}/invoices/{invoice}/"
+        shown = _SEEN.search(self.page(path, "page: invoice"))  # the Pay form's version
+        if shown:
+            op = self._op("pay", invoice=invoice, seen=int(shown.group(1)))
+            self.post(f"{path}pay/", "action: pay an invoice", {"seen": shown.group(1)}, op)
 
     @task(2)
     def generate_month(self) -> None:

@@ -3,13 +3,13 @@ commandstats``; sent: ``MONITOR``), PostgreSQL round trips (libpq's protocol tra
 See docs/benchmarks.md, "Counted, not guessed"."""
 
 import math
-import os
 import statistics
 import tempfile
 import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
 
 import psycopg
 import redis
@@ -38,12 +38,8 @@ def check(name: str, ok: bool, detail: str) -> dict:
 
 def result(samples_us: list[float], *invariants: dict, metrics=None, counts=None) -> dict:
     """What a case returns: its samples, metrics, counts and the invariants it checked."""
-    return {
-        "samples_us": samples_us,
-        "metrics": metrics or {},
-        "counts": counts or {},
-        "invariants": list(invariants),
-    }
+    return {"samples_us": samples_us, "metrics": metrics or {}, "counts": counts or {},
+            "invariants": list(invariants)}  # fmt: skip
 
 
 def since_us(started_ns: int) -> float:
@@ -69,11 +65,8 @@ def commandstats(client: redis.Redis) -> Counter:
 
 def per_op(calls: Counter, operations: int) -> dict[str, float]:
     """Calls per operation, by command or statement, without the harness's own commands."""
-    return {
-        name: round(count / operations, 3)
-        for name, count in sorted(calls.items())
-        if name not in _HARNESS_COMMANDS
-    }
+    kept = (item for item in sorted(calls.items()) if item[0] not in _HARNESS_COMMANDS)
+    return {name: round(count / operations, 3) for name, count in kept}
 
 
 def _command_name(line: str) -> str:
@@ -108,18 +101,17 @@ def sent_per_op(url: str, operation: Callable[[], object], operations: int) -> d
 
 def _first_keyword(message: str, payload: str) -> str:
     """The SQL keyword of a traced ``Query "SQL"`` or ``Parse "name" "SQL" …`` message (libpq
-    does not escape the quotes inside the SQL: take the text after the opening quote)."""
+    does not escape quotes inside the SQL; psycopg never quotes inside a statement's name)."""
     text = payload.strip()
     if message == "Parse":
-        # Skip the statement name: the first quoted word (psycopg never quotes inside it).
         text = text[text.find('"', 1) + 1 :].lstrip()
     words = text[1:].split(None, 1)
     return words[0].rstrip('"').upper() if words else "?"
 
 
 class PgRoundTrips:
-    """Count PostgreSQL round trips (``ReadyForQuery`` messages) and statements (by first
-    keyword) on one Django connection, in the thread that owns it."""
+    """PostgreSQL round trips (``ReadyForQuery`` messages) and statements (by first keyword)
+    on one Django connection, in the thread that owns it."""
 
     def __init__(self, connection):
         self.connection, self.round_trips, self.statements = connection, 0, Counter()
@@ -176,44 +168,51 @@ def time_and_count(operation, items: list, warmup: int, ops: int, redis_url: str
     return samples, counts
 
 
-class PeakMemory:
-    """The largest peak RSS (``VmHWM``) among the processes under ``root`` (its children,
-    theirs, …), polled from /proc in a thread while the block runs; ``mb`` is the peak once
-    the block has ended.
+class Poller:
+    """``sample()`` at ``start()`` (or ``with``) and every ``every`` s after, in a daemon
+    thread, until ``stop()``."""
 
-    Not ``getrusage(RUSAGE_CHILDREN)``: a child spawned by ``subprocess`` starts on its
-    parent's memory (vfork or fork, then exec), and Linux keeps that memory's high-water
-    mark as the child's own ``ru_maxrss`` (``exec_mmap``). A command started from the case's
-    process would report the case's peak (its fixtures), not its own; ``VmHWM`` is the
-    process's own memory since its exec. Each process counts with its last reading: until
-    its exec a vforked child shows its parent's memory, and the high-water mark only grows
-    after it. Growth in a process's last ``every`` seconds is missed, nothing else."""
+    every = 0.1
 
-    def __init__(self, root: int, every: float = 0.1):
-        self.root, self.every = root, every
-        self._last: dict[int, int] = {}  # pid -> its last VmHWM (kB)
+    def __init__(self):
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._poll, daemon=True)
+
+    def start(self):
+        self._thread.start()
+        return self
+
+    __enter__ = start
+
+    def stop(self, *exc) -> None:
+        self._done.set()
+        if self._thread.ident is not None:
+            self._thread.join(30)
+
+    __exit__ = stop
+
+    def _poll(self) -> None:
+        while True:
+            self.sample()
+            if self._done.wait(self.every):
+                return
+
+
+class PeakMemory(Poller):
+    """The largest peak RSS (``VmHWM``, each process's own since its exec) among the
+    processes under ``root``, polled from /proc; ``mb`` once the block has ended. Not
+    ``getrusage``: docs/benchmarks.md, "Targets missed" says why."""
+
+    def __init__(self, root: int, every: float = 0.1):
+        super().__init__()
+        self.root, self.every = root, every
+        self._last: dict[int, int] = {}  # pid -> its last VmHWM (kB)
 
     @property
     def mb(self) -> float:
         return round(max(self._last.values(), default=0) / 1024, 1)
 
-    def __enter__(self) -> "PeakMemory":
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._done.set()
-        self._thread.join()
-
-    def _poll(self) -> None:
-        while True:
-            self._sample()
-            if self._done.wait(self.every):
-                return
-
-    def _sample(self) -> None:
+    def sample(self) -> None:
         level = _children(self.root)
         while level:  # the tree, level by level
             for pid in level:
@@ -224,22 +223,15 @@ class PeakMemory:
 
 def _children(pid: int) -> list[int]:
     try:
-        tasks = os.listdir(f"/proc/{pid}/task")
-        found = []
-        for task in tasks:
-            with open(f"/proc/{pid}/task/{task}/children") as listed:
-                found += [int(child) for child in listed.read().split()]
-        return found
+        tasks = Path(f"/proc/{pid}/task").iterdir()
+        return [int(child) for task in tasks for child in (task / "children").read_text().split()]
     except OSError:  # ended meanwhile
         return []
 
 
 def _high_water_kb(pid: int) -> int:
     try:
-        with open(f"/proc/{pid}/status") as status:
-            for line in status:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1])
-    except OSError:
-        pass
-    return 0
+        lines = Path(f"/proc/{pid}/status").read_text().splitlines()
+    except OSError:  # ended meanwhile
+        return 0
+    return next((int(line.split()[1]) for line in lines if line.startswith("VmHWM:")), 0)

@@ -1,9 +1,6 @@
-"""What ``make bench`` runs, as data: two profiles and one row per group of compared cases.
-
-Each group carries its targets (issue 10). ``FULL`` takes about 30 minutes on the 2-core
-machine (15 of them the month start), ``QUICK`` about 2 (a smoke test, not a result).
-``make bench-scale`` (``bench.scale``) runs the month start's loop and ours at 1,000,
-10,000 and 100,000 associations; ``make bench-load`` (``bench.load``) the busiest hour.
+"""What ``make bench`` runs, as data: two profiles (``FULL``, about 30 minutes on the 2-core
+machine; ``QUICK``, about 2: a smoke test, not a result) and one row per group of compared
+cases, with its targets; and the groups of ``make bench-scale``.
 """
 
 from dataclasses import dataclass, field, make_dataclass
@@ -96,8 +93,7 @@ GROUPS = (
     Row("lock", "lock-cycle", "lock", "bench.cases.lock_cycle:run", "lock_repeats",
         "1. Lock cycle: acquire + release, one client, loopback",
         "{p.lock_iterations} cycles per process after {p.lock_warmup} warm-up",
-        {"ping": "PING (one round trip: the floor)",
-         "seed": "seed design: SETNX + INCR + DEL",
+        {"ping": "PING (one round trip: the floor)", "seed": "seed design: SETNX + INCR + DEL",
          "redis_py": "redis-py Lock (no token)",
          "python_redis_lock": "python-redis-lock (no token)",
          "pottery": "pottery Redlock, 1 master (no token)",
@@ -126,9 +122,8 @@ GROUPS = (
          "check": "lease.check() (reads the state)"},
         baseline="token", django=False, latency_label="per 1,000 reads",
         params={"iterations": "lock_iterations", "warmup": "lock_warmup"},
-        targets=(
-            ("lease.state vs an attribute read (report)", "state", "<=", 0, "token"),
-            ("lease.check() vs an attribute read (report)", "check", "<=", 0, "token"))),
+        targets=(("lease.state vs an attribute read (report)", "state", "<=", 0, "token"),
+                 ("lease.check() vs an attribute read (report)", "check", "<=", 0, "token"))),
     Row("lock", "fence-epoch", "fence", "bench.cases.epochs:fence", "write_repeats",
         "1b. Fence check: the row's conditional UPDATE alone vs the fence (claim + row)",
         "{p.vendor_ops} checks per process on one row, each in its own transaction",
@@ -144,11 +139,10 @@ GROUPS = (
          "after_loss": "grant + release, counter just lost (new epoch)",
          "wait": "grant + release, LOCK_REDIS_MIN_REPLICAS=1 (WAIT, 1 replica)"},
         baseline="normal", params={"ops": "vendor_ops"},
-        targets=(
-            ("first grant after a loss (new epoch) vs a normal grant (report)",
-             "after_loss", "<=", 0, "normal"),
-            ("grant with WAIT for 1 replica vs a normal grant (report)",
-             "wait", "<=", 0, "normal"))),
+        targets=(("first grant after a loss (new epoch) vs a normal grant (report)",
+                  "after_loss", "<=", 0, "normal"),
+                 ("grant with WAIT for 1 replica vs a normal grant (report)", "wait", "<=", 0,
+                  "normal"))),
     Row("lock", "floor", "floor", "bench.cases.floor:run", "write_repeats",
         "1e. One fenced write vs the same write in Django's atomic(), and vs the floor "
         "(2 Redis RTT + 1 PostgreSQL RTT + 1 durable commit)",
@@ -179,8 +173,8 @@ GROUPS = (
         baseline="plain", params={"ops": "vendor_ops"}, latency_label="per assignment",
         columns=_TRIPS,
         targets=(
-            ("vendor assignment via service ≤ 1.5x plain transaction",
-             "service", "<=", 1.5, "plain"),
+            ("vendor assignment via service ≤ 1.5x plain transaction", "service", "<=", 1.5,
+             "plain"),
             ("vendor reassignment: service ≤ 1.5x the same checks without lock, fence, audit",
              "service_reassign", "<=", 1.5, "checked_reassign"),
             ("vendor first assignment vs its checks, with its first epoch (report)",
@@ -199,8 +193,17 @@ GROUPS = (
              "service_billed", "<=", 0.6, "bulk_create"),
             ("charge generation, billing URL unset, vs bulk_create (report)",
              "service", "<=", 0, "bulk_create"),
-            ("charge generation (billed) vs COPY (report)",
-             "service_billed", "<=", 0, "copy"))),
+            ("charge generation (billed) vs COPY (report)", "service_billed", "<=", 0, "copy"))),
+    Row("writes", "fenced-payment", "payment", "bench.cases.fenced_writes:payment",
+        "write_repeats", "2c. Fenced write: paying an approved invoice",
+        "{p.vendor_ops} payments per process, each of a new approved invoice, to a stand-in "
+        "payment service on loopback",
+        {"checked": "same checks and steps, no lease, fence, audit",
+         "service": "ours: pay_invoice"},
+        baseline="checked", params={"ops": "vendor_ops"}, latency_label="per payment",
+        columns=_TRIPS,
+        targets=(("invoice payment: pay_invoice ≤ 1.5x the same checks without lock, fence, "
+                  "audit", "service", "<=", 1.5, "checked"),)),
     Row("month-start", "month-start", "month_start", "bench.cases.fenced_writes:month_start",
         "month_start_repeats",
         "2d. Month start: {p.associations:,} associations x 200 units, one new month",
@@ -239,16 +242,14 @@ GROUPS = (
                  "idle in txn": "metrics.idle_in_transaction",
                  "open txns": "metrics.open_transactions"},
         targets=(
-            ("our loser answered ≤ 3x one uncontended acquire",
-             "ours", "<=", 3.0, "metrics.loser_vs_acquire"),
-            ("our loser does zero database round trips",
-             "ours", "==", 0, "metrics.loser_round_trips"))),
+            ("our loser answered ≤ 3x one uncontended acquire", "ours", "<=", 3.0,
+             "metrics.loser_vs_acquire"),
+            ("our loser does zero database round trips", "ours", "==", 0,
+             "metrics.loser_round_trips"))),
     Row("contention", "contention", "contention", "bench.cases.contention:run",
-        "contention_repeats",
-        "4. Contention: fenced commits per second",
+        "contention_repeats", "4. Contention: fenced commits per second",
         "{p.contention_seconds:g} s per run; critical section = one fenced commit",
-        {"solo": ("1 process, 1 resource",
-                  {"mode": "backoff", "processes": 1, "shared": True}),
+        {"solo": ("1 process, 1 resource", {"mode": "backoff", "processes": 1, "shared": True}),
          "one_backoff": ("8 processes, 1 resource: answer + backoff",
                          {"mode": "backoff", "processes": 8, "shared": True}),
          "one_wait": ("8 processes, 1 resource: acquire(wait=)",
@@ -286,26 +287,16 @@ GROUPS = (
 # fmt: on
 SECTIONS = tuple(dict.fromkeys(row.section for row in GROUPS))
 
-# make bench-scale (bench.scale): the month start's plain loop and ours (group 2d's cases,
-# the same function and labels) at each scale, in a database of their own that the run
-# drops; each case also reads where its time went (bench.diagnose).
+# make bench-scale (bench.scale): group 2d's loop and ours at each scale.
 SCALES = (1_000, 10_000, 100_000)
 SCALE_REPEATS = 3
 SCALE_CASES = ("baseline", "ours")
-# A case: its fixture (COPY of 200 units per association), the walk, the check, the
-# diagnosis, the cleanup. The timeout leaves room for a machine 5x slower than estimated.
-SCALE_TIMEOUT = (600, 0.06)  # seconds: fixed, and per association
-# The estimate printed before a run when no earlier run's figures are at hand (a run writes
-# its own fit, which the next one uses). Disk: the database and the WAL at the peak,
-# measured at 1,000 and 10,000 associations (2026-12-05: 0.41 and 1.72 GB). Time per case:
-# the 10,000-association walks of the full make bench of 2026-12-05 (23-31 s) with this
-# machine's fixture, check, diagnosis and cleanup (about 20 s at 10,000).
-SCALE_COST = {
-    "seconds_per_case": 10.0,
-    "seconds_per_association": 0.006,
-    "bytes_fixed": 270_000_000,
-    "bytes_per_association": 145_000,
-}
+# A case's timeout, in seconds: fixed, and per association (a machine 5x slower than estimated).
+SCALE_TIMEOUT = (600, 0.06)
+# The estimate before any run has measured its own (docs/benchmarks.md, "Before it starts"):
+# disk at 1,000 and 10,000 associations, time per case from the full make bench of 2026-12-05.
+SCALE_COST = {"seconds_per_case": 10.0, "seconds_per_association": 0.006,
+              "bytes_fixed": 270_000_000, "bytes_per_association": 145_000}  # fmt: skip
 SCALE_GOALS = {
     "ratio": 1.3,  # ours over the plain loop, at every scale
     "cost_growth": 1.1,  # ours per association: the largest scale over the next smaller
@@ -323,12 +314,11 @@ def scale_group(associations: int, repeats: int) -> Group:
         Case(f"scale.{key}", row.cases[key], row.entry, {"variant": key, **params}, True, timeout)
         for key in SCALE_CASES
     ]
-    columns = [(header, path) for header, path in row.columns.items() if header != "exit codes"]
     return Group(
         f"scale-{associations}", f"Month start: {associations:,} associations x 200 units",
         cases, repeats, baseline="scale.baseline", latency_label="wall",
         note="paired runs in make bench-scale's own database; statements and plans recorded",
-        columns=[*columns, ("exit codes", "metrics.exit_codes")],
+        columns=list(row.columns.items()),
     )  # fmt: skip
 
 
@@ -354,13 +344,13 @@ def group(row: Row, profile: Profile, redis_url: str) -> Group | None:
     cases = []
     for key, spec in row.cases.items():
         label, own = spec if isinstance(spec, tuple) else (spec, {"variant": key})
-        case_id = f"{row.prefix}.{key}"
-        cases.append(Case(case_id, label, row.entry, {**own, **shared}, row.django, timeout))
+        cases.append(Case(f"{row.prefix}.{key}", label, row.entry, {**own, **shared}, row.django,
+                          timeout))  # fmt: skip
     title, note = row.title.format(p=profile), row.note.format(p=profile)
     baseline = f"{row.prefix}.{row.baseline}" if row.baseline else None
     shown = {name: getattr(row, name) for name in ("primary", "higher_is_better", "latency_label")}
-    columns = list(row.columns.items())
-    return Group(row.id, title, cases, repeats, baseline, note=note, columns=columns, **shown)
+    return Group(row.id, title, cases, repeats, baseline, note=note,
+                 columns=list(row.columns.items()), **shown)  # fmt: skip
 
 
 def build(section: str, profile: Profile, redis_url: str) -> list[Group]:

@@ -31,27 +31,44 @@ def _measure(target: Target, row: dict, other: dict | None):
     return median(paired) if paired else None
 
 
+def judged(section: str, text: str, measured, op: str, limit: float, *, report_only=False,
+           error: str | None = None, status: str | None = None, **more) -> dict:  # fmt: skip
+    """A goal's entry: FAIL (``error``: a crashed case), the ``status`` given, INFO
+    (``report_only``), or PASS / MISS (``measured`` against ``limit``; MISS if not measured)."""
+    entry = {"section": section, "text": text, "op": op, "limit": limit, **more}
+    entry.update(measured=round(measured, 3) if isinstance(measured, float) else measured,
+                 report_only=report_only)  # fmt: skip
+    if error:
+        entry.update(measured=None, detail=error)
+        status = "FAIL"
+    elif status is None and report_only:
+        status = "INFO"
+    elif status is None:
+        met = measured is not None and _OPS[op](float(measured), limit)
+        status = "PASS" if met else "MISS"
+    if status == "MISS" and entry["measured"] is None:
+        entry.setdefault("detail", "not measured")
+    return {**entry, "status": status}
+
+
 def evaluate(targets: list[Target], groups: list[dict]) -> list[dict]:
     """Measure each target against the groups' rows; SKIP where its group did not run."""
     rows = {(g["id"], row["case"]): row for g in groups for row in g["rows"]}
     evaluated = []
     for target in targets:
-        entry = {key: getattr(target, key) for key in ("section", "text", "op", "limit")}
-        entry.update(measured=None, status="SKIP", report_only=target.report_only)
-        evaluated.append(entry)
+        facts = [getattr(target, key) for key in ("section", "text")]
+        given = {"op": target.op, "limit": target.limit, "report_only": target.report_only}
         row = rows.get((target.group, target.case))
         other = rows.get((target.group, target.versus)) if target.versus else None
         if row is None or (target.versus and other is None):
+            evaluated.append(judged(*facts, None, status="SKIP", **given))
             continue
-        if error := row.get("error") or (other and other.get("error")):
-            entry.update(status="FAIL", detail=error)
-        elif (measured := _measure(target, row, other)) is None:
-            entry.update(status="MISS", detail="not measured")
-        elif target.report_only:
-            entry.update(status="INFO", measured=round(float(measured), 3))
+        error = row.get("error") or (other or {}).get("error")
+        measured = None if error else _measure(target, row, other)
+        if measured is None:  # a report-only target too: MISS, not INFO
+            evaluated.append(judged(*facts, None, error=error, status="MISS", **given))
         else:
-            met = _OPS[target.op](float(measured), target.limit)
-            entry.update(status="PASS" if met else "MISS", measured=round(float(measured), 3))
+            evaluated.append(judged(*facts, float(measured), **given))
     return evaluated
 
 
@@ -162,18 +179,31 @@ def write_json(path: Path, document: dict) -> None:
     os.replace(temporary, path)
 
 
+def invariants_text(document: dict, held: str) -> str:
+    """The invariants' verdict: every failure, or how many checks held (``held`` says what)."""
+    if failures := document["invariant_failures"]:
+        return "\n".join(["Invariants: FAIL", *(f"  FAIL {failure}" for failure in failures)])
+    checks = sum(len(row["invariants"]) for g in document["groups"] for row in g["rows"])
+    return f"Invariants: all {checks} checks held ({held})"
+
+
 def text(document: dict) -> str:
     """A run as ``python -m bench`` prints it: machine, one table per group, targets."""
-    if failures := document["invariant_failures"]:
-        invariants = "\n".join(["Invariants: FAIL", *(f"  FAIL {failure}" for failure in failures)])
-    else:
-        checks = sum(len(row["invariants"]) for g in document["groups"] for row in g["rows"])
-        invariants = (
-            f"Invariants: all {checks} checks held (no overlap, tokens increasing, exactly once)"
-        )
     tables = [group_table(group) for group in document["groups"]]
     summary = environment_summary(document["environment"])
-    return "\n\n".join([summary, *tables, targets_table(document["targets"]), invariants])
+    held = invariants_text(document, "no overlap, tokens increasing, exactly once")
+    return "\n\n".join([summary, *tables, targets_table(document["targets"]), held])
+
+
+def svg(width: int, height: int, label: str, style: str, parts: list[str], caption: str) -> str:
+    """A chart's SVG document: white, ``parts`` drawn on it, ``caption`` at the bottom."""
+    return (
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+        f'viewBox="0 0 {width} {height}" role="img" aria-label="{label}">'
+        f'<style>{style}</style><rect width="{width}" height="{height}" fill="#ffffff"/>'
+        + "".join(parts)
+        + f'<text x="10" y="{height - 8}" class="note">{escape(caption)}</text></svg>\n'
+    )
 
 
 # -- The README's chart (docs/bench.svg), plain SVG: one panel per story (lock cycle, loser's
@@ -258,15 +288,8 @@ def write_chart(path: Path, groups: list[dict], *, caption: str) -> bool:
         y += 28
     if not parts:
         return False
-    height = y + 10
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{height}" '
-        f'viewBox="0 0 {WIDTH} {height}" role="img" aria-label="Benchmark results">'
-        f'<style>{STYLE}</style><rect width="{WIDTH}" height="{height}" fill="#ffffff"/>'
-        + "".join(parts)
-        + f'<text x="10" y="{height - 8}" class="note">{escape(caption)}</text></svg>\n'
-    )
+    path.write_text(svg(WIDTH, y + 10, "Benchmark results", STYLE, parts, caption))
     return True
 
 

@@ -21,7 +21,8 @@ RESULT_PREFIX = "BENCH-RESULT "
 
 @dataclass(frozen=True)
 class Case:
-    """One measured variant: a function run in a worker process with ``params``."""
+    """One measured variant: ``entry`` ("module:function") run in a fresh process with
+    ``params`` (Django set up first if ``django``)."""
 
     id: str
     label: str
@@ -56,10 +57,8 @@ def run_case(case: Case, env: dict) -> dict:
     request = json.dumps({"entry": case.entry, "django": case.django, "params": case.params})
     worker = [sys.executable, "-m", "bench.runner"]
     try:
-        proc = subprocess.run(
-            worker, input=request, cwd=BASE_DIR, env=env, capture_output=True, text=True,
-            timeout=case.timeout,
-        )  # fmt: skip
+        proc = subprocess.run(worker, input=request, cwd=BASE_DIR, env=env, capture_output=True,
+                              text=True, timeout=case.timeout)  # fmt: skip
     except subprocess.TimeoutExpired as exc:
         raise CaseFailed(f"timed out after {case.timeout:.0f}s") from exc
     for line in reversed(proc.stdout.splitlines()):
@@ -117,11 +116,11 @@ def _invariants(mine: list[dict]) -> list[dict]:
 
 def _summarise(case: Case, mine: list, base_runs: list, group: Group, error: str | None) -> dict:
     samples = [s for run in mine for s in run.get("samples_us", [])]
-    metrics_per_repeat: dict[str, list] = {}
-    for run in mine:
-        for name, value in run.get("metrics", {}).items():
-            metrics_per_repeat.setdefault(name, []).append(value)
-    metrics_per_repeat = dict(sorted(metrics_per_repeat.items()))
+    names = sorted({name for run in mine for name in run.get("metrics", {})})
+    metrics_per_repeat = {
+        name: [run["metrics"][name] for run in mine if name in run.get("metrics", {})]
+        for name in names
+    }
     metrics = {
         name: _median(values) if all(isinstance(v, int | float) for v in values) else values[0]
         for name, values in metrics_per_repeat.items()

@@ -1,34 +1,17 @@
 """``python -m bench.scale [--scales 1000,10000] [--repeats N] [--estimate]``: the month
-start at 1,000, 10,000 and 100,000 associations x 200 units (``make bench-scale``).
-
-At each scale, paired runs of group 2d's two cases: the plain 2-process ``COPY`` loop and
-ours (``generate_monthly_charges --all-orgs --workers 2``), the same case function the
-full ``make bench`` runs at 10,000. Before it starts it says how long the run will take and
-how much disk it will use at the peak (from the last run's measured figures, or the plan's)
-and refuses to start without that much free space. It works in a database of its own
-(``bench_scale``), which it creates and drops, with a private ``redis-server``; it samples
-the database's size and PostgreSQL's WAL meanwhile (the disk it needed, measured).
-
-It prints the goals with PASS / MISS: ours within 1.3x the loop at every scale, the cost
-per association at the largest scale within 1.1x of the next smaller one, ours' peak RSS
-at the largest scale within 1.2x of the smallest. Where a goal misses it writes where the
-time went: the statements whose time per association grew (``pg_stat_statements``) with
-their plans (``EXPLAIN (ANALYZE, BUFFERS)``) at both scales. Writes
-``bench/results/<name>.json``, its table (``.md``) and chart (``.svg``); a run of all
-three scales with the default repeats also ``docs/bench-scale.svg`` and the table in
-docs/benchmarks.md.
-``BENCH_SCALES`` sets the default scales. Not part of ``make test`` or ``.ci/run``.
-Exits 1 on a broken invariant or a crashed case (FAIL), or when the disk is too small.
+start at 1,000, 10,000 and 100,000 associations x 200 units (``make bench-scale``): paired
+runs of group 2d's two cases at each scale, in a database of its own (``bench_scale``,
+dropped after), the disk sampled meanwhile; an estimate of time and disk first, refused
+without the room. ``BENCH_SCALES`` sets the default scales. Exits 1 on FAIL or too small a
+disk. Method, goals and files: docs/benchmarks.md, "The month start at 1,000, …".
 """
 
 import argparse
 import contextlib
-import functools
 import json
 import os
 import shutil
 import sys
-import threading
 import time
 from datetime import UTC, datetime
 from urllib.parse import urlsplit, urlunsplit
@@ -37,12 +20,13 @@ import psycopg
 from psycopg import sql
 
 from bench import environment, plan, report, scale_report
-from bench.environment import BASE_DIR
+from bench.environment import BASE_DIR, log
+from bench.measure import Poller
 from bench.runner import run_group
 
-log = functools.partial(print, file=sys.stderr, flush=True)
 RESULTS = BASE_DIR / "bench" / "results"
 DATABASE = "bench_scale"
+_DATABASE = sql.Identifier(DATABASE)
 SMALLEST = 50  # one chunk of the walk: the diagnosis explains one
 
 
@@ -61,10 +45,9 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
         prog="python -m bench.scale", description=__doc__.split("\n")[0]
     )
     default = os.environ.get("BENCH_SCALES") or " ".join(map(str, plan.SCALES))
-    parser.add_argument(
-        "--scales", type=_scales, default=default,
-        help=f"associations per scale, comma-separated (default: {default.replace(' ', ',')})",
-    )  # fmt: skip
+    shown = default.replace(" ", ",")
+    parser.add_argument("--scales", type=_scales, default=default,
+                        help=f"associations per scale (default: {shown})")  # fmt: skip
     parser.add_argument("--repeats", type=int, default=plan.SCALE_REPEATS, help="paired runs")
     parser.add_argument("--name", default="", help="results name (default: scale, or scale-check)")
     parser.add_argument("--estimate", action="store_true", help="print the estimate and stop")
@@ -85,14 +68,12 @@ def database_url() -> str:
 def _superuser(url: str, database: str = "postgres") -> psycopg.Connection:
     """A connection as ``postgres`` to the project-local server (trust on loopback)."""
     parts = urlsplit(url)
-    netloc = f"postgres@{parts.hostname}:{parts.port or 5432}"
-    target = urlunsplit(parts._replace(scheme="postgresql", netloc=netloc, path=f"/{database}"))
+    netloc, path = f"postgres@{parts.hostname}:{parts.port or 5432}", f"/{database}"
+    target = urlunsplit(parts._replace(scheme="postgresql", netloc=netloc, path=path))
     return psycopg.connect(target, autocommit=True, connect_timeout=5)
 
 
 # -- how long, how much disk ------------------------------------------------------------------
-
-
 def cost_model() -> tuple[dict, str]:
     """Seconds and bytes per case, fitted on the last full or check run if there is one."""
     for name in ("scale", "scale-check"):
@@ -152,68 +133,51 @@ def free_bytes(url: str) -> int | None:
     return None
 
 
-class DiskSampler:
-    """The database's size plus PostgreSQL's WAL, every ``interval`` s; the peak per label."""
+class DiskSampler(Poller):
+    """The database's size plus PostgreSQL's WAL, every 2 s; the peak per ``label``."""
 
-    def __init__(self, url: str, interval: float = 2.0):
-        self.url, self.interval, self.label = url, interval, None
-        self.peaks: dict = {}
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="bench-disk", daemon=True)
+    every = 2.0
+    SQL = "SELECT pg_database_size(%s) + (SELECT coalesce(sum(size), 0) FROM pg_ls_waldir())"
 
-    def start(self) -> "DiskSampler":
-        self._thread.start()
-        return self
+    def __init__(self, url: str):
+        super().__init__()
+        self.url, self.label, self.peaks, self._conn = url, None, {}, None
 
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(30)
+    def sample(self) -> None:
+        with contextlib.suppress(psycopg.Error):
+            self._conn = self._conn or _superuser(self.url)
+            [used] = self._conn.execute(self.SQL, [DATABASE]).fetchone()
+            if self.label is not None:
+                self.peaks[self.label] = max(self.peaks.get(self.label, 0), int(used))
 
-    def _run(self) -> None:
-        with _superuser(self.url) as conn:
-            while not self._stop.wait(self.interval):
-                with contextlib.suppress(psycopg.Error):
-                    [used] = conn.execute(
-                        "SELECT pg_database_size(%s) + (SELECT coalesce(sum(size), 0)"
-                        " FROM pg_ls_waldir())",
-                        [DATABASE],
-                    ).fetchone()
-                    if self.label is not None:
-                        self.peaks[self.label] = max(self.peaks.get(self.label, 0), int(used))
+    def stop(self, *exc) -> None:
+        super().stop()
+        if self._conn is not None:
+            self._conn.close()
 
 
 # -- the run ----------------------------------------------------------------------------------
-
-
 def prepare(url: str) -> None:
     """A fresh ``bench_scale``: created, migrated; pg_stat_statements in it, every statement
     tracked (nested ones too: the foreign-key checks a COPY fires), resettable by the bench."""
     drop(url)
     environment.prepare_database(url)
-    role = urlsplit(url).username or "hoa"
+    role = sql.Identifier(urlsplit(url).username or "hoa")
     with _superuser(url, DATABASE) as conn:
         try:
             conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
         except psycopg.Error as exc:
             log(f"bench-scale: no pg_stat_statements ({exc}); statements will not be recorded")
             return
-        conn.execute(
-            sql.SQL(
-                "GRANT EXECUTE ON FUNCTION pg_stat_statements_reset(oid, oid, bigint) TO {}"
-            ).format(sql.Identifier(role))
-        )
-        conn.execute(
-            sql.SQL("ALTER DATABASE {} SET pg_stat_statements.track = 'all'").format(
-                sql.Identifier(DATABASE)
-            )
-        )
+        reset = "GRANT EXECUTE ON FUNCTION pg_stat_statements_reset(oid, oid, bigint) TO {}"
+        conn.execute(sql.SQL(reset).format(role))
+        track = "ALTER DATABASE {} SET pg_stat_statements.track = 'all'"
+        conn.execute(sql.SQL(track).format(_DATABASE))
 
 
 def drop(url: str) -> None:
     with _superuser(url) as conn:
-        conn.execute(
-            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(DATABASE))
-        )
+        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(_DATABASE))
 
 
 def _loaded(url: str) -> bool:
@@ -221,6 +185,15 @@ def _loaded(url: str) -> bool:
         [libraries] = conn.execute("SHOW shared_preload_libraries").fetchone()
         return "pg_stat_statements" in libraries.replace(" ", "").split(",")
     return False
+
+
+def _scale(associations: int, repeats: int, sampler: DiskSampler, env: dict) -> dict:
+    group = plan.scale_group(associations, repeats)
+    sampler.label = associations
+    log(f"bench-scale: {group.title} ({group.repeats} paired runs)")
+    summary = run_group(group, env, log=log)
+    summary.update(associations=associations, peak_disk_bytes=sampler.peaks.get(associations))
+    return summary
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -236,33 +209,21 @@ def main(argv: list[str] | None = None) -> int:
     if args.estimate:
         return 0
     if not _loaded(url):
-        log(
-            "bench-scale: pg_stat_statements is not loaded (scripts/services.sh "
-            "enable-pg-stat-statements): the run goes on without the statements"
-        )
+        log("bench-scale: pg_stat_statements is not loaded (scripts/services.sh "
+            "enable-pg-stat-statements): the run goes on without the statements")  # fmt: skip
     started, started_at = time.monotonic(), datetime.now(tz=UTC).isoformat(timespec="seconds")
-    redis_server = environment.BenchRedis().start()
-    sampler = DiskSampler(url)
-    groups = []
+    sampler, groups = DiskSampler(url), []
     try:
-        env = environment.child_env(database=url, redis_url=redis_server.url)
-        os.environ.update(env)
-        log(f"bench-scale: private Redis on port {redis_server.port}; preparing {DATABASE}")
-        prepare(url)
-        facts = environment.describe(database=url, redis_url=redis_server.url)
-        log(report.environment_summary(facts))
-        sampler.start()
-        for associations in args.scales:
-            group = plan.scale_group(associations, args.repeats)
-            sampler.label = associations
-            log(f"bench-scale: {group.title} ({group.repeats} paired runs)")
-            summary = run_group(group, env, log=log)
-            summary["associations"] = associations
-            summary["peak_disk_bytes"] = sampler.peaks.get(associations)
-            groups.append(summary)
+        with environment.private_redis(url) as (env, redis_server):
+            log(f"bench-scale: private Redis on port {redis_server.port}; preparing {DATABASE}")
+            prepare(url)
+            facts = environment.describe(database=url, redis_url=redis_server.url)
+            log(report.environment_summary(facts))
+            sampler.start()
+            for associations in args.scales:
+                groups.append(_scale(associations, args.repeats, sampler, env))
     finally:
         sampler.stop()
-        redis_server.stop()
         if not args.keep_database:
             with contextlib.suppress(psycopg.Error):
                 drop(url)
@@ -272,13 +233,13 @@ def main(argv: list[str] | None = None) -> int:
     document.update(
         name=args.name, started_at=started_at, seconds=elapsed, scales=args.scales,
         repeats=args.repeats, environment=facts, groups=groups,
-        estimate={**expected, "from": source},
-        cost_model=fit(groups),
+        estimate={**expected, "from": source}, cost_model=fit(groups),
         invariant_failures=report.invariant_failures(groups),
     )  # fmt: skip
     print(f"\n{scale_report.text(document)}")
-    written = scale_report.write(document, RESULTS, docs=BASE_DIR / "docs" if args.full else None)
-    for path in written:
+    for path in scale_report.write(
+        document, RESULTS, docs=BASE_DIR / "docs" if args.full else None
+    ):
         print(f"Wrote {path.relative_to(BASE_DIR)}")
     print(f"({elapsed:.0f} s; estimated {expected['seconds']:.0f} s)")
     return 1 if document["invariant_failures"] else 0

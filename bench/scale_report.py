@@ -4,6 +4,7 @@ MISS), where the time went when one missed, and the chart (plain SVG, as docs/be
 
 import math
 import re
+import textwrap
 from html import escape
 from pathlib import Path
 from statistics import median
@@ -12,60 +13,49 @@ from bench import diagnose, report
 
 DOCS_TABLE = re.compile(r"(<!-- bench-scale:start -->\n).*?(<!-- bench-scale:end -->)", re.S)
 GB = 1e9
+_NO_PLAN = ("(no plan: a COPY, or a statement that a trigger or a foreign-key check runs, which "
+            "Django does not send)")  # fmt: skip
 
 
 def estimate_text(scales: list[int], repeats: int, expected: dict, source: str, free) -> str:
-    shown = ", ".join(f"{n:,}" for n in scales)
-    disk = f"{expected['peak_bytes'] / GB:.1f} GB"
-    room = f"; {free / GB:.0f} GB free there" if free is not None else ""
-    minutes = expected["seconds"] / 60
-    return (
-        f"bench-scale: {shown} associations x 200 units, {repeats} paired run(s) each: "
-        f"about {minutes:.0f} min and {disk} of PostgreSQL disk at the peak ({source}){room}"
-    )
+    shown, room = ", ".join(f"{n:,}" for n in scales), ""
+    if free is not None:
+        room = f"; {free / GB:.0f} GB free there"
+    return (f"bench-scale: {shown} associations x 200 units, {repeats} paired run(s) each: "
+            f"about {expected['seconds'] / 60:.0f} min and {expected['peak_bytes'] / GB:.1f} GB "
+            f"of PostgreSQL disk at the peak ({source}){room}")  # fmt: skip
 
 
 # -- the figures --------------------------------------------------------------------------------
-
-
 def _per_repeat(row: dict, name: str) -> list[float]:
     return [v for v in row["metrics_per_repeat"].get(name, []) if isinstance(v, int | float)]
 
 
 def _scale_row(group: dict) -> dict:
-    n = group["associations"]
-    rows = {row["case"]: row for row in group["rows"]}
+    n, rows = group["associations"], {row["case"]: row for row in group["rows"]}
     ours, loop = rows["scale.ours"], rows["scale.baseline"]
     entry = {"associations": n, "error": ours.get("error") or loop.get("error")}
     for key, row in (("ours", ours), ("loop", loop)):
-        seconds = _per_repeat(row, "seconds")
-        rss = _per_repeat(row, "peak_rss_mb")
-        entry[f"{key}_seconds"] = round(median(seconds), 2) if seconds else None
-        entry[f"{key}_seconds_range"] = [min(seconds), max(seconds)] if seconds else None
-        entry[f"{key}_ms_per_association"] = (
-            round(1000 * median(seconds) / n, 3) if seconds else None
-        )
-        entry[f"{key}_peak_rss_mb"] = round(median(rss), 1) if rss else None
+        seconds, rss = _per_repeat(row, "seconds"), _per_repeat(row, "peak_rss_mb")
         charges = _per_repeat(row, "charges_per_s")
-        entry[f"{key}_charges_per_s"] = round(median(charges)) if charges else None
-    entry["ratio"] = ours["ratio"]
+        entry.update({
+            f"{key}_seconds": round(median(seconds), 2) if seconds else None,
+            f"{key}_seconds_range": [min(seconds), max(seconds)] if seconds else None,
+            f"{key}_ms_per_association": round(1000 * median(seconds) / n, 3) if seconds else None,
+            f"{key}_peak_rss_mb": round(median(rss), 1) if rss else None,
+            f"{key}_charges_per_s": round(median(charges)) if charges else None,
+        })  # fmt: skip
     pairs = zip(ours["per_repeat_value"], loop["per_repeat_value"], strict=False)
-    entry["ratios"] = [round(a / b, 3) for a, b in pairs if a and b]
-    entry["peak_disk_gb"] = (
-        round(group["peak_disk_bytes"] / GB, 2) if group.get("peak_disk_bytes") else None
-    )
-    entry["case_seconds"] = round(group["seconds"] / (len(group["rows"]) * group["repeats"]), 1)
-    return entry
+    disk, runs = group.get("peak_disk_bytes"), len(group["rows"]) * group["repeats"]
+    return {**entry, "ratio": ours["ratio"],
+            "ratios": [round(a / b, 3) for a, b in pairs if a and b],
+            "peak_disk_gb": round(disk / GB, 2) if disk else None,
+            "case_seconds": round(group["seconds"] / runs, 1)}  # fmt: skip
 
 
 def _target(text: str, measured, op: str, limit: float, error=None) -> dict:
-    entry = {"section": "scale", "text": text, "op": op, "limit": limit, "report_only": False}
-    if error:
-        return {**entry, "measured": None, "status": "FAIL", "detail": error.splitlines()[0]}
-    if measured is None:
-        return {**entry, "measured": None, "status": "MISS", "detail": "not measured"}
-    met = measured <= limit if op == "<=" else measured >= limit
-    return {**entry, "measured": round(measured, 3), "status": "PASS" if met else "MISS"}
+    error = error.splitlines()[0] if error else None
+    return report.judged("scale", text, measured, op, limit, error=error)
 
 
 def _ratio(a, b):
@@ -75,41 +65,24 @@ def _ratio(a, b):
 def targets(rows: list[dict], goals: dict) -> list[dict]:
     """The goals, judged on ``rows`` (one per scale, smallest first)."""
     found = [
-        _target(
-            f"ours ≤ {goals['ratio']}x the plain COPY loop at {row['associations']:,}",
-            row["ratio"],
-            "<=",
-            goals["ratio"],
-            row["error"],
-        )
+        _target(f"ours ≤ {goals['ratio']}x the plain COPY loop at {row['associations']:,}",
+                row["ratio"], "<=", goals["ratio"], row["error"])
         for row in rows
-    ]
-    if len(rows) >= 2:
-        smallest, before, largest = rows[0], rows[-2], rows[-1]
-        error = largest["error"] or before["error"] or smallest["error"]
-        cost = _ratio(largest["ours_ms_per_association"], before["ours_ms_per_association"])
-        found.append(
-            _target(
-                f"ours per association at {largest['associations']:,} ≤ "
+    ]  # fmt: skip
+    if len(rows) < 2:
+        return found
+    smallest, before, largest = rows[0], rows[-2], rows[-1]
+    error = largest["error"] or before["error"] or smallest["error"]
+    cost = _ratio(largest["ours_ms_per_association"], before["ours_ms_per_association"])
+    rss = _ratio(largest["ours_peak_rss_mb"], smallest["ours_peak_rss_mb"])
+    return [
+        *found,
+        _target(f"ours per association at {largest['associations']:,} ≤ "
                 f"{goals['cost_growth']}x that at {before['associations']:,}",
-                cost,
-                "<=",
-                goals["cost_growth"],
-                error,
-            )
-        )
-        rss = _ratio(largest["ours_peak_rss_mb"], smallest["ours_peak_rss_mb"])
-        found.append(
-            _target(
-                f"ours' peak RSS at {largest['associations']:,} ≤ {goals['rss_growth']}x "
-                f"that at {smallest['associations']:,}",
-                rss,
-                "<=",
-                goals["rss_growth"],
-                error,
-            )
-        )
-    return found
+                cost, "<=", goals["cost_growth"], error),
+        _target(f"ours' peak RSS at {largest['associations']:,} ≤ {goals['rss_growth']}x "
+                f"that at {smallest['associations']:,}", rss, "<=", goals["rss_growth"], error),
+    ]  # fmt: skip
 
 
 def _statements(group: dict, case: str) -> tuple[dict, dict]:
@@ -157,7 +130,6 @@ def analyse(groups: list[dict], goals: dict) -> dict:
 
 
 # -- text ---------------------------------------------------------------------------------------
-
 _HEADERS = [
     "associations", "loop s", "ours s", "ours/loop", "loop ms/assoc", "ours ms/assoc",
     "ours charges/s", "loop peak MB", "ours peak MB", "disk GB",
@@ -203,28 +175,19 @@ def _where_text(where: dict | None, *, plans: bool) -> str:
             query = _one_line(entry["query"], 160)
             lines.append(f"  {name}: {before} -> {after} per association: {query}")
             for label in ("plan_before", "plan_after") if plans else ():
-                plan = entry[label] or (
-                    "(no plan: a COPY, or a statement that a trigger or a foreign-key check "
-                    "runs, which Django does not send)"
-                )
-                lines.append(f"    {label.replace('_', ' ')}:\n" + _indent(plan, 6))
+                plan = textwrap.indent(entry[label] or _NO_PLAN, " " * 6)
+                lines.append(f"    {label.replace('_', ' ')}:\n{plan}")
     for scale, top in where["at_scale"].items():
         lines.append(f"  at {int(scale):,}, the statements that take longest per association:")
         for case, entries in top.items():
-            for entry in entries:
-                lines.append(
-                    f"    {case.split('.')[1]:8} {entry['ms_per_association']:.3f} ms "
-                    f"({entry['calls_per_association']:g} calls): {_one_line(entry['query'], 140)}"
-                )
+            lines += [f"    {case.split('.')[1]:8} {e['ms_per_association']:.3f} ms "
+                      f"({e['calls_per_association']:g} calls): {_one_line(e['query'], 140)}"
+                      for e in entries]  # fmt: skip
     return "\n".join(lines)
 
 
 def _one_line(query: str, width: int) -> str:
     return " ".join(query.split())[:width]
-
-
-def _indent(text: str, spaces: int) -> str:
-    return "\n".join(" " * spaces + line for line in text.splitlines())
 
 
 def text(document: dict) -> str:
@@ -236,33 +199,24 @@ def text(document: dict) -> str:
     ]
     if where := _where_text(document["where"], plans=False):
         parts.append(where + "\n  (the plans: the .md and .json files)")
-    if failures := document["invariant_failures"]:
-        parts.append("\n".join(["Invariants: FAIL", *(f"  FAIL {f}" for f in failures)]))
-    else:
-        checks = sum(len(row["invariants"]) for g in document["groups"] for row in g["rows"])
-        parts.append(f"Invariants: all {checks} checks held (every association billed once)")
+    parts.append(report.invariants_text(document, "every association billed once"))
     return "\n\n".join(parts)
 
 
 def markdown(document: dict) -> str:
     where = _where_text(document["where"], plans=True)
-    return (
-        "\n\n".join(
-            [
-                f"# make bench-scale: {document['name']} of {document['started_at']}",
-                f"{document['seconds']:.0f} s; estimated {document['estimate']['seconds']} s. "
-                + report.environment_summary(document["environment"]).replace("\n", "; "),
-                markdown_table(document["rows"]),
-                "```text\n" + report.targets_table(document["targets"]) + "\n```",
-                *(["```text\n" + where + "\n```"] if where else []),
-            ]
-        )
-        + "\n"
-    )
+    summary = report.environment_summary(document["environment"]).replace("\n", "; ")
+    parts = [
+        f"# make bench-scale: {document['name']} of {document['started_at']}",
+        f"{document['seconds']:.0f} s; estimated {document['estimate']['seconds']} s. {summary}",
+        markdown_table(document["rows"]),
+        "```text\n" + report.targets_table(document["targets"]) + "\n```",
+        *(["```text\n" + where + "\n```"] if where else []),
+    ]
+    return "\n\n".join(parts) + "\n"
 
 
 # -- the chart ----------------------------------------------------------------------------------
-
 WIDTH, PANEL_HEIGHT, LEFT, RIGHT = 800, 270, 70, 110
 STYLE = report.STYLE + ".axis{stroke:#a0aec0;stroke-width:1}.grid{stroke:#edf2f7;stroke-width:1}"
 _PANELS = (
@@ -323,14 +277,7 @@ def chart(rows: list[dict], *, caption: str) -> str:
                 f'class="note">{label}</text>'
             )
         top += PANEL_HEIGHT
-    height = top + 10
-    return (
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{height}" '
-        f'viewBox="0 0 {WIDTH} {height}" role="img" aria-label="Month start at scale">'
-        f'<style>{STYLE}</style><rect width="{WIDTH}" height="{height}" fill="#ffffff"/>'
-        + "".join(parts)
-        + f'<text x="10" y="{height - 8}" class="note">{escape(caption)}</text></svg>\n'
-    )
+    return report.svg(WIDTH, top + 10, "Month start at scale", STYLE, parts, caption)
 
 
 def write(document: dict, results: Path, *, docs: Path | None) -> list[Path]:

@@ -1,6 +1,7 @@
 """The busiest hour's baseline (``bench.http_baseline``): each unfenced twin answers as the
 real view does and writes what it writes, and leaves out only what it is the twin of: the
-lease, the token and the audit row, or, for the status change, the compare-and-swap."""
+lease, the token and the audit row (the assignment, the month, the payment), or, for the
+status change, the compare-and-swap."""
 
 import pytest
 from django.apps import apps
@@ -10,8 +11,9 @@ from hoa.models import Complaint, ComplaintEvent
 from locking.models import FenceEvent
 from tests.charges_support import MONTH, MONTH_ARG
 from tests.harness.registry import operations_removed
+from tests.invoices_support import paid_keys
 from tests.vendors_support import lock_keys
-from vendors.models import VendorAssignment
+from vendors.models import VendorAssignment, VendorPayment
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -86,5 +88,21 @@ def test_the_assignment_twin_assigns_without_lease_token_or_audit(
     complaint.refresh_from_db()
     assert (complaint.status, complaint.last_fence_token) == ("assigned", 0)
     assert len(dispatch.accepted()) == 1
+    assert not FenceEvent.objects.exists()
+    assert lock_keys(redis_client) == []
+
+
+def test_the_payment_twin_pays_once_without_lease_token_or_audit(
+    staff, approved, payments, redis_client
+):
+    path = f"{TWINS}/orgs/maple-court/invoices/{approved.pk}/pay/"
+
+    response = staff.post(path, {"seen": approved.version})
+
+    assert response.status_code == 303
+    payment = VendorPayment.objects.get(invoice=approved)
+    approved.refresh_from_db()
+    assert (approved.status, approved.last_fence_token) == ("paid", 0)
+    assert paid_keys(payments) == [(f"vendor-payment:invoice:{approved.pk}", payment.fence_token)]
     assert not FenceEvent.objects.exists()
     assert lock_keys(redis_client) == []

@@ -1,9 +1,6 @@
-"""Section 3: what a Django user would reach for instead of Redis, next to ours.
-
-The guarded operation has the shape of charge generation: check the run, a 200 ms external
-call (a sleep), mark the run completed. While the holder is inside its call, a loser tries
-the same run: its wait, its round trips and the backends ``idle in transaction`` count.
-"""
+"""Section 3: what a Django user would reach for instead of Redis, next to ours: while a
+holder is inside its 200 ms external call, a loser tries the same run; its wait, its round
+trips, and the backends ``idle in transaction`` (docs/benchmarks.md, "The cases")."""
 
 import threading
 import time
@@ -151,11 +148,9 @@ def _trial(operation, run_id: int, call_seconds: float, sampler, loser_action) -
 def run(*, variant: str, redis_url: str, trials: int, call_seconds: float = 0.2) -> dict:
     """Run ``trials`` holder/loser pairs of ``variant``; report the loser's answer and cost."""
     lock = FenceLock(client=redis.Redis.from_url(redis_url)) if variant == "ours" else None
-    operation = {
-        "select_for_update": _select_for_update, "advisory": _advisory,
-        "select_for_update_nowait": partial(_select_for_update, nowait=True),
-        "ours": partial(_ours, lock=lock),
-    }[variant]  # fmt: skip
+    operation = {"select_for_update": _select_for_update, "advisory": _advisory,
+                 "select_for_update_nowait": partial(_select_for_update, nowait=True),
+                 "ours": partial(_ours, lock=lock)}[variant]  # fmt: skip
     org = fixtures.organization(f"bench-alt-{variant.replace('_', '-')}")
     runs = fixtures.fresh_runs(org, trials + 1)
     operation(runs.pop().pk, lambda: None, "warm-up")  # code paths and connections warm
@@ -172,9 +167,7 @@ def run(*, variant: str, redis_url: str, trials: int, call_seconds: float = 0.2)
         loser = partial(_timed, partial(operation, pk, partial(time.sleep, call_seconds), "loser"))
         outcomes.append(_trial(operation, pk, call_seconds, sampler, loser))
         if lock is not None:
-            # The reference: one uncontended acquire (of a free resource) taken exactly
-            # as the loser takes its answer, in the same kind of trial. A hot loop would
-            # flatter it: the loser runs once, in a thread just woken, with cold caches.
+            # The reference: a free resource's acquire, taken as the loser takes its answer.
             free = partial(_free_acquire, lock, f"bench-alt:free:{pk}")
             holder = partial(_hold_only, lock=lock)
             reference.append(_trial(holder, pk, call_seconds, sampler, free)["loser_us"])
@@ -187,19 +180,14 @@ def run(*, variant: str, redis_url: str, trials: int, call_seconds: float = 0.2)
     metrics["loser_p50_ms"] = round(median(loser_us) / 1000, 2)
     metrics["loser_p99_ms"] = round(percentile(loser_us, 99) / 1000, 2)
     metrics["loser_answer"] = ", ".join(losers)
-    for name in (
-        "loser_round_trips", "holder_round_trips", "idle_in_transaction", "open_transactions",
-        "waiting_on_lock",
-    ):  # fmt: skip
+    highest = "loser_round_trips holder_round_trips idle_in_transaction open_transactions"
+    for name in f"{highest} waiting_on_lock".split():
         metrics[name] = max(o[name] for o in outcomes)
     if lock is not None:
         metrics["uncontended_acquire_us"] = round(median(reference), 1)
         metrics["loser_vs_acquire"] = round(median(loser_us) / median(reference), 2)
     ok = holder_ok and completed.count() == len(runs)
     detail = f"{len(runs)} trials; loser answers: {', '.join(losers)}"
-    return result(
-        loser_us,
-        check("each guarded run completed once, by its holder", ok, detail),
-        metrics=metrics,
-        counts={"db_round_trips_loser": metrics["loser_round_trips"]},
-    )
+    invariant = check("each guarded run completed once, by its holder", ok, detail)
+    counts = {"db_round_trips_loser": metrics["loser_round_trips"]}
+    return result(loser_us, invariant, metrics=metrics, counts=counts)

@@ -1,11 +1,7 @@
-"""Section 4: many processes on one resource, and on one resource each.
-
-Every client loops for a fixed time: acquire, one fenced transaction (``advance_fence`` on a
-complaint, an INSERT into ``bench_commit_log``), release; when busy it backs off with full
-jitter (``backoff``, as a client answering a 409 would), lets ``acquire(wait=…)`` retry
-(``wait``) or retries at once (``naive``). The log's ``bigserial`` is taken after the fence
-UPDATE locked the row, so id order is commit order.
-"""
+"""Section 4: many processes on one resource, and on one resource each, looping: acquire,
+one fenced commit logged in ``bench_commit_log`` (its id taken under the fence's row lock:
+id order is commit order), release; when busy, ``backoff``, ``wait`` or ``naive`` retry
+(docs/benchmarks.md, "The cases")."""
 
 import multiprocessing
 import os
@@ -25,12 +21,8 @@ from locking import FenceLock, LockHeld, StaleFencingToken, advance_fence
 BACKOFF_BASE_SECONDS = 0.01
 BACKOFF_CAP_SECONDS = 0.25
 # Every commit, in commit order (id order).
-COMMIT_LOG_DDL = """
-CREATE TABLE IF NOT EXISTS bench_commit_log (
-    id bigserial PRIMARY KEY, label text NOT NULL, resource text NOT NULL,
-    token bigint NOT NULL, pid integer NOT NULL
-)
-"""
+COMMIT_LOG_DDL = """CREATE TABLE IF NOT EXISTS bench_commit_log (id bigserial PRIMARY KEY,
+    label text NOT NULL, resource text NOT NULL, token bigint NOT NULL, pid integer NOT NULL)"""
 INSERT_LOG = "INSERT INTO bench_commit_log (label, resource, token, pid) VALUES (%s, %s, %s, %s)"
 # Rows logged, and resources whose tokens do not strictly increase in commit (id) order.
 TOKEN_ORDER_SQL = """
@@ -54,12 +46,10 @@ def _client(barrier, results, complaint_id: int, *, mode, seconds, redis_url, tt
     busy_us, wait_us, intervals = [], [], []
     attempt = 0
     while (now := time.monotonic()) < deadline:
+        waits = {"wait": timedelta(seconds=deadline - now)} if mode == "wait" else {}
         asked = time.perf_counter_ns()
         try:
-            if mode == "wait":
-                lease = lock.acquire(resource, ttl=ttl, wait=timedelta(seconds=deadline - now))
-            else:
-                lease = lock.acquire(resource, ttl=ttl)
+            lease = lock.acquire(resource, ttl=ttl, **waits)
         except LockHeld:
             report["busy"] += 1
             if mode == "wait":
@@ -84,10 +74,8 @@ def _client(barrier, results, complaint_id: int, *, mode, seconds, redis_url, tt
             report["successes"] += 1
             intervals.append((entered, time.monotonic()))
         lease.release()
-    report.update(
-        elapsed=time.monotonic() - started, cpu=time.process_time() - cpu_started,
-        busy_us=busy_us, wait_us=wait_us, intervals=intervals,
-    )  # fmt: skip
+    report.update(elapsed=time.monotonic() - started, cpu=time.process_time() - cpu_started,
+                  busy_us=busy_us, wait_us=wait_us, intervals=intervals)  # fmt: skip
     results.put(report)
     connection.close()
 
@@ -118,26 +106,35 @@ def run(
     with connection.cursor() as cursor:
         cursor.execute(COMMIT_LOG_DDL)
     connections.close_all()  # children must not inherit this process's connections
+    spec = {"mode": mode, "seconds": seconds, "redis_url": redis_url,
+            "ttl": timedelta(seconds=ttl_seconds), "label": label}  # fmt: skip
+    reports, cpu = _clients(rows * processes if shared else rows, spec)
+    return _summary(reports, cpu, label)
 
+
+def _clients(rows: list, spec: dict) -> tuple[list[dict], tuple[int, int]]:
+    """A forked client per row, started together; their reports, and the machine's busy and
+    total CPU while the first ran."""
     context = multiprocessing.get_context("fork")
-    barrier = context.Barrier(processes + 1)  # the clients and this process
+    barrier = context.Barrier(len(rows) + 1)  # the clients and this process
     results = context.Queue()
-    ttl = timedelta(seconds=ttl_seconds)
-    spec = {"mode": mode, "seconds": seconds, "redis_url": redis_url, "ttl": ttl, "label": label}
     children = [
         context.Process(target=_client, args=(barrier, results, row.pk), kwargs=spec, daemon=True)
-        for row in (rows * processes if shared else rows)
+        for row in rows
     ]
     for child in children:
         child.start()
     barrier.wait(60)
-    cpu_before = _cpu_times()
-    reports = [results.get(timeout=seconds + 90)]
-    cpu_after = _cpu_times()  # the first client is done: the others end within a moment
-    reports += [results.get(timeout=seconds + 90) for _ in children[1:]]
+    before = _cpu_times()
+    reports = [results.get(timeout=spec["seconds"] + 90)]
+    after = _cpu_times()  # the first client is done: the others end within a moment
+    reports += [results.get(timeout=spec["seconds"] + 90) for _ in children[1:]]
     for child in children:
         child.join(30)
+    return reports, (after[0] - before[0], after[1] - before[1])
 
+
+def _summary(reports: list[dict], cpu: tuple[int, int], label: str) -> dict:
     def total(key: str, start=0):  # of the clients' reports: counts, or lists joined
         return sum((report[key] for report in reports), start)
 
@@ -152,14 +149,13 @@ def run(
         cursor.execute(TOKEN_ORDER_SQL, [label])
         logged, out_of_order = cursor.fetchone()
     top_client = max(report["successes"] for report in reports)
-    busy_cpu, all_cpu = cpu_after[0] - cpu_before[0], cpu_after[1] - cpu_before[1]
     metrics = {
         "ops_per_s": round(successes / elapsed, 1), "busy_per_s": round(busy / elapsed, 1),
         "stale": total("stale"),
         "top_client_share": round(top_client / successes, 2) if successes else 0,
         # Is the machine the limit? Share of both CPUs busy (all processes, not only ours),
         # and our clients' own CPU per successful operation.
-        "machine_cpu_busy": round(busy_cpu / max(all_cpu, 1), 2),
+        "machine_cpu_busy": round(cpu[0] / max(cpu[1], 1), 2),
         "client_cpu_ms_per_op": round(1000 * total("cpu") / max(successes, 1), 2),
     }  # fmt: skip
     for name, samples, digits in (("loser", busy_us, 3), ("wait", wait_us, 2)):

@@ -1,11 +1,6 @@
-"""Section 1b/1c: what fence safety across Redis data loss costs (docs/locking/epochs.md).
-
-``fence``: the row's conditional UPDATE alone (what the fence was before it claimed the
-resource's record: ``UPDATE … WHERE last_fence_token < token``, written with Django's
-``update()``) and ``advance_fence`` with a lease (the claim on the resource's record, with its
-epoch check, and the row, in one statement). ``grant``: grant + release with the
-counter present, just lost (the grant starts a new epoch), or with
-``LOCK_REDIS_MIN_REPLICAS=1`` against a private replica of the bench Redis (``WAIT 1``).
+"""Sections 1b/1c: what fence safety across Redis data loss costs (docs/locking/epochs.md):
+the row's conditional UPDATE alone against ``advance_fence`` with a lease (``fence``), and a
+grant with its counter present, just lost, or waiting for a replica (``grant``).
 """
 
 import itertools
@@ -52,10 +47,8 @@ def _replica_of(master_port: int) -> BenchRedis:
     """A private redis-server replicating the bench Redis, once it is in sync."""
     replica = BenchRedis("--save", "", "--replicaof", "127.0.0.1", str(master_port)).start()
     client = redis.Redis(port=replica.port, socket_timeout=1)
-    wait_until(
-        lambda: client.info("replication").get("master_link_status") == "up",
-        timeout=30, what="the bench replica to sync with its master", errors=(redis.RedisError,),
-    )  # fmt: skip
+    synced = lambda: client.info("replication").get("master_link_status") == "up"  # noqa: E731
+    wait_until(synced, timeout=30, what="the replica's sync", errors=(redis.RedisError,))
     return replica
 
 

@@ -1,7 +1,5 @@
-"""Section 2: what the fence costs on top of the write it protects (docs/benchmarks.md).
-
-Each process times its operations, then counts round trips and Redis commands over a few
-more, untimed.
+"""Section 2: what the fence costs on top of the write it protects: each process times its
+operations, then counts round trips and Redis commands over a few more (docs/benchmarks.md).
 """
 
 import contextlib
@@ -27,7 +25,8 @@ from charges.month_start import generate_chunk
 from charges.services import generate_monthly_charges
 from hoa.models import Complaint, Organization, Unit, default_time_zone
 from locking import unfenced_writes
-from vendors.models import VendorAssignment, VendorContract
+from vendors.models import Invoice, VendorAssignment, VendorContract, VendorPayment
+from vendors.payments import pay_invoice
 from vendors.services import assign_vendor
 
 # Operations counted (untimed) after the timed ones; counts do not vary between runs.
@@ -35,8 +34,6 @@ COUNTED_OPS, COUNTED_CHARGE_RUNS = 3, 1
 
 
 # -- vendor assignment ----------------------------------------------------------------------
-
-
 def _insert_assignment(complaint, *, vendor, actor) -> None:
     VendorAssignment.objects.create(
         complaint=complaint, vendor=vendor, fence_token=1, assigned_by=actor,
@@ -49,7 +46,8 @@ def _plain_assignment(complaint, *, vendor, actor) -> None:
     _insert_assignment(complaint, vendor=vendor, actor=actor)
 
 
-def _checked_assignment(complaint, *, vendor, actor) -> None:
+def _check_may_assign(complaint, vendor, actor) -> None:
+    """The service's checks before its lock: the actor's rights, the vendor's contract."""
     organization = complaint.organization
     if not (organization.has_staff(actor) and actor.has_perm("vendors.assign_vendor")):
         raise PermissionError(actor.username)
@@ -58,6 +56,10 @@ def _checked_assignment(complaint, *, vendor, actor) -> None:
         vendor=vendor, organization=organization, starts_on__lte=today, ends_on__gte=today
     ).exists():
         raise ValueError("no active contract")
+
+
+def _checked_assignment(complaint, *, vendor, actor) -> None:
+    _check_may_assign(complaint, vendor, actor)
     with transaction.atomic():
         Complaint.objects.select_for_update().filter(pk=complaint.pk).first()
         if complaint.assignments.filter(active=True).exists():
@@ -67,17 +69,9 @@ def _checked_assignment(complaint, *, vendor, actor) -> None:
 
 def _checked_reassignment(seen, *, vendor, actor) -> None:
     """A reassignment as a careful Django user writes it: the same checks, then under the
-    complaint's row lock the assignment seen deactivated (if it still is the active one)
-    and the new one inserted; no lock, fence or audit."""
+    complaint's row lock the assignment seen replaced (if it still is the active one)."""
     complaint = seen.complaint
-    organization = complaint.organization
-    if not (organization.has_staff(actor) and actor.has_perm("vendors.assign_vendor")):
-        raise PermissionError(actor.username)
-    today = timezone.localdate()
-    if not VendorContract.objects.filter(
-        vendor=vendor, organization=organization, starts_on__lte=today, ends_on__gte=today
-    ).exists():
-        raise ValueError("no active contract")
+    _check_may_assign(complaint, vendor, actor)
     with transaction.atomic():
         Complaint.objects.select_for_update().filter(pk=complaint.pk).first()
         replaced = VendorAssignment.objects.filter(pk=seen.pk, active=True).update(
@@ -105,11 +99,7 @@ VENDOR_VARIANTS = {
 
 def vendor(*, variant: str, redis_url: str, ops: int, warmup: int = 10) -> dict:
     """Assign a vendor to ``ops`` new complaints, or (``…_reassign``) replace the vendor of
-    ``ops`` complaints assigned before the clock starts; time each assignment.
-
-    A first assignment records its complaint's first fence epoch (a durable commit of its
-    own) and moves the complaint to assigned; a reassignment of an assigned complaint does
-    neither, whichever variant assigned it first: the variants compare the same work."""
+    ``ops`` complaints assigned (through the service) before the clock starts; time each."""
     org = fixtures.organization("bench-vendor")
     actor = fixtures.staff_user("bench-vendor-staff", org)
     first, other = fixtures.vendors_with_contracts(org, 2)
@@ -120,11 +110,9 @@ def vendor(*, variant: str, redis_url: str, ops: int, warmup: int = 10) -> dict:
     complaints = list(picked.order_by("pk"))
     chosen, items = first, complaints
     if variant.endswith("_reassign"):
-        # Untimed: each complaint assigned once through the service (its first epoch
-        # recorded, its status moved); the page's form then carries what it showed.
         items = [assign_vendor(complaint=c, vendor=first, actor=actor).assignment for c in items]
         for seen, complaint in zip(items, complaints, strict=True):
-            seen.complaint = complaint
+            seen.complaint = complaint  # the page's form carries what it showed
         chosen = other
     operation = functools.partial(VENDOR_VARIANTS[variant], vendor=chosen, actor=actor)
     samples, counts = time_and_count(operation, items, warmup, ops, redis_url)
@@ -137,9 +125,36 @@ def vendor(*, variant: str, redis_url: str, ops: int, warmup: int = 10) -> dict:
     return result(samples, invariant, counts=counts)
 
 
+# -- paying an approved invoice ---------------------------------------------------------------
+def payment(*, variant: str, redis_url: str, ops: int, warmup: int = 10) -> dict:
+    """Pay ``ops`` approved invoices, each once, to a stand-in payment service; time each.
+    ``checked``: the real service's checks and steps without lease, fence and audit."""
+    from bench.http_baseline import pay_unfenced
+
+    org = fixtures.organization("bench-payment")
+    actor = fixtures.staff_user("bench-payment-staff", org)
+    [payee] = fixtures.vendors_with_contracts(org, 1)
+    label = fixtures.unique_label(f"payment-{variant}")
+    count = warmup + ops + 2 * COUNTED_OPS
+    made = fixtures.approved_invoices(org, count, vendor=payee, label=label)
+    # As the page's view has it: the invoice, its association and vendor in hand.
+    invoices = Invoice.objects.filter(pk__in=[i.pk for i in made]).order_by("pk")
+    items = list(invoices.select_related("organization", "vendor"))
+    settings.VENDOR_PAYMENT_URL = start_stand_in("payment")[1]  # this process's own
+    pay = pay_unfenced if variant == "checked" else pay_invoice
+
+    def operation(invoice) -> None:
+        pay(invoice=invoice, actor=actor, seen=invoice.version)
+
+    samples, counts = time_and_count(operation, items, warmup, ops, redis_url)
+    paid = invoices.filter(status=Invoice.Status.PAID).count()
+    recorded = VendorPayment.objects.filter(invoice__in=invoices).count()
+    detail = f"{paid} invoices paid, {recorded} payments recorded, of {count}"
+    ok = paid == recorded == count
+    return result(samples, check("every invoice paid once", ok, detail), counts=counts)
+
+
 # -- monthly charges ------------------------------------------------------------------------
-
-
 def _plain_run(org, month, insert) -> None:
     """Read the units, then in one transaction: the run row, ``insert``, the run completed."""
     units = Unit.objects.for_organization(org).order_by("label")
@@ -208,10 +223,12 @@ def charges(*, variant: str, redis_url: str, units: int, ops: int, warmup: int =
 
 
 # -- the month start at scale: every association, 200 units each, one new month -------------
-
 MONTH_START_SLUG = "bench-month-"  # the fixture's associations, created and deleted per process
 MONTH_START_ACTOR = "bench-month-staff"  # staff of those only: --all-orgs walks nothing else
 UNITS_PER_ASSOCIATION = 200
+ORGANIZATION_COLUMNS = (
+    "name, slug, sla_hours_high, sla_hours_normal, sla_hours_low, created_at, time_zone"
+)
 # Dependents first. %(slug)s: the fixture's associations; %(resource)s: their leases' audit.
 MONTH_START_CLEANUP = """
 DELETE FROM charges_monthlycharge USING charges_monthlychargerun run, hoa_organization org
@@ -251,11 +268,8 @@ FROM (
 
 @contextlib.contextmanager
 def _without_timeouts():
-    """This process's database connection without the read and statement timeouts of
-    hoa/settings.py (30 s each): at 10,000 associations the fixture's ``COPY`` of 2,000,000
-    units and the cleanup's ``DELETE`` of 2,000,000 charges each take longer on a busy
-    machine. The timed part opens its connections with the timeouts restored, as
-    deployed."""
+    """This process's connection without hoa/settings.py's read and statement timeouts (the
+    fixture's COPY and the cleanup take longer); the timed part has them, as deployed."""
     options = connection.settings_dict["OPTIONS"]
     kept = dict(options)
     connection.close()
@@ -283,12 +297,9 @@ def _copy_associations(count: int) -> list[int]:
     units = [f"\tU{n:05d}\t{150 + n % 100}\n" for n in range(1, UNITS_PER_ASSOCIATION + 1)]
     with connection.cursor() as django_cursor:
         cursor = django_cursor.cursor  # psycopg's own, for COPY
-        columns = (
-            "name, slug, sla_hours_high, sla_hours_normal, sla_hours_low, created_at, time_zone"
-        )
         zone = default_time_zone()  # COPY fills no model defaults: the column has none in SQL
         rows = (f"{slug}\t{slug}\t24\t72\t168\t{now}\t{zone}\n" for slug in slugs)
-        _copy_in(cursor, f"hoa_organization ({columns})", rows)
+        _copy_in(cursor, f"hoa_organization ({ORGANIZATION_COLUMNS})", rows)
         cursor.execute("SELECT id FROM hoa_organization WHERE slug = ANY(%s) ORDER BY id", [slugs])
         ids = [org_id for (org_id,) in cursor.fetchall()]
         rows = ("".join(f"{org_id}{unit}" for unit in units) for org_id in ids)  # 200 at a time
@@ -296,20 +307,16 @@ def _copy_associations(count: int) -> list[int]:
         actor = fixtures.staff_user(MONTH_START_ACTOR, Organization.objects.get(pk=ids[0]))
         rows = (f"{actor.pk}\t{org_id}\t{now}\n" for org_id in ids[1:])
         _copy_in(cursor, "hoa_staffmembership (user_id, organization_id, created_at)", rows)
-        # Statistics of the tables just filled, as a deployment's long-lived units have.
-        # Without them the planner goes by the previous cleanup's (an empty hoa_unit) until
-        # autovacuum gets to it, up to a minute in: meanwhile each chunk's units query scans
-        # all 2,000,000 units (probe: 884 sequential scans, 13 million rows, in one run at
-        # 2,000 associations; 26 against 4 ms per association), in whichever case ran first.
+        # Statistics, as a deployment's long-lived units have (docs/benchmarks.md: without
+        # them each chunk's units query scanned every unit until autovacuum came).
         cursor.execute("ANALYZE hoa_organization, hoa_unit, hoa_staffmembership")
     return ids
 
 
 def _delete_associations(month, cleanup: str = "delete") -> None:
-    """Delete what the fixture and the runs of ``month`` wrote; with ``cleanup="truncate"``
-    empty the tables instead (``make bench-scale``'s own database only: at 100,000
-    associations the ``DELETE``s of 20,000,000 rows each take minutes and leave as much
-    dead space behind)."""
+    """Delete what the fixture and the runs of ``month`` wrote, or (``truncate``: in ``make
+    bench-scale``'s own database only, where 20,000,000 rows' DELETEs take minutes) empty
+    the tables."""
     if cleanup == "truncate":
         name = connection.settings_dict["NAME"]
         if not name.startswith(SCALE_DATABASE_PREFIX):
@@ -327,11 +334,8 @@ def _delete_associations(month, cleanup: str = "delete") -> None:
 def _run_commands(hosts: int, month, workers: int = 2) -> list[int]:
     """``hosts`` cron runs of the command at once, billing to a stand-in; their exit codes."""
     billing, billing_url = start_stand_in("billing")
-    command = [
-        sys.executable, "manage.py", "generate_monthly_charges", "--all-orgs",
-        "--workers", str(workers),
-        "--month", f"{month:%Y-%m}", "--actor", MONTH_START_ACTOR,
-    ]  # fmt: skip
+    command = [sys.executable, "manage.py", "generate_monthly_charges", "--all-orgs", "--workers",
+               str(workers), "--month", f"{month:%Y-%m}", "--actor", MONTH_START_ACTOR]  # fmt: skip
     env = {**os.environ, "BILLING_WEBHOOK_URL": billing_url}
     quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
     runs = [subprocess.Popen(command, cwd=BASE_DIR, env=env, **quiet) for _ in range(hosts)]
@@ -360,6 +364,16 @@ def _diagnosis(variant: str, ids: list[int], month) -> dict:
     return {"statements": statements, "plans": plans}
 
 
+def _plain_walk(ids: list[int], month) -> None:
+    """Per association 2b's COPY variant (no lease, fence, audit or billing), 2 processes,
+    in chunks of the command's size, each replanning the charges' foreign-key check as the
+    command does (docs/benchmarks.md, "What grew with the batch")."""
+    size = MONTH_START_CHUNK
+    chunks = [ids[n : n + size] for n in range(0, len(ids), size)]
+    with multiprocessing.get_context("fork").Pool(2) as pool:
+        pool.map(functools.partial(_plain_chunk, month=month), chunks, chunksize=1)
+
+
 def month_start(
     *, variant: str, associations: int, workers: int = 2, diagnosis: bool = False,
     cleanup: str = "delete",
@@ -368,9 +382,8 @@ def month_start(
 
     ``variant``: ``baseline`` (the plain 2-process COPY loop), ``ours`` (one host, the
     command with ``workers`` processes) or ``two_hosts`` (two such commands at once).
-    ``diagnosis`` (``make bench-scale``): the statements of the timed part and the plans of
-    one more chunk's (``bench.diagnose``), in the metrics; ``cleanup``: ``delete`` the
-    fixture's rows, or ``truncate`` the tables (the scale run's own database)."""
+    ``diagnosis`` (``make bench-scale``): the timed part's statements and one more chunk's
+    plans (``bench.diagnose``); ``cleanup``: ``delete`` the fixture's rows, or ``truncate``."""
     month = fixtures.month(3600)  # 2301-01: no other case bills it
     with _without_timeouts():
         _delete_associations(month, cleanup)  # what a crashed earlier process may have left
@@ -380,23 +393,12 @@ def month_start(
             diagnose.reset()  # the timed part's statements only
     connections.close_all()  # the children open their own
     codes, found = [], {}
-    # Every process the walk runs in (the loop's pool, or the command and its workers).
-    peak = PeakMemory(os.getpid())
+    peak = PeakMemory(os.getpid())  # every process of the walk (the pool, or the commands)
     try:
         with peak:
             started = time.perf_counter_ns()
             if variant == "baseline":
-                # Per association 2b's COPY variant: no lease, fence, audit or billing. In
-                # chunks of the command's size, each replanning the charges' foreign-key
-                # check as the command does: a plain loop left with the plan of a
-                # near-empty runs table scans it for every charge (docs/benchmarks.md,
-                # "What grew with the batch"), and the baseline would be slow for a reason
-                # ours no longer has.
-                size = MONTH_START_CHUNK
-                chunks = [ids[n : n + size] for n in range(0, len(ids), size)]
-                copy_chunk = functools.partial(_plain_chunk, month=month)
-                with multiprocessing.get_context("fork").Pool(2) as pool:
-                    pool.map(copy_chunk, chunks, chunksize=1)
+                _plain_walk(ids, month)
             else:
                 codes = _run_commands(2 if variant == "two_hosts" else 1, month, workers)
             elapsed = since_us(started)  # before the poller stops
@@ -410,15 +412,11 @@ def month_start(
             _delete_associations(month, cleanup)
     seconds = elapsed / 1e6
     metrics = {
-        "seconds": round(seconds, 2),
-        "associations_per_s": round(checked / seconds, 1),
-        "charges_per_s": round(charged / seconds, 1),
-        "charges": charged,
-        # The largest of the walk's processes (bench.measure.PeakMemory says why not rusage).
-        "peak_rss_mb": peak.mb,
-        "exit_codes": ", ".join(map(str, codes)) or "-",
-        **found,
-    }
+        "seconds": round(seconds, 2), "associations_per_s": round(checked / seconds, 1),
+        "charges_per_s": round(charged / seconds, 1), "charges": charged,
+        "peak_rss_mb": peak.mb,  # the largest of the walk's processes (PeakMemory)
+        "exit_codes": ", ".join(map(str, codes)) or "-", **found,
+    }  # fmt: skip
     ok = wrong == 0 and checked == associations
     detail = f"{checked} associations, {wrong} not billed exactly once"
     invariant = check("every association: one completed run, one charge per unit", ok, detail)

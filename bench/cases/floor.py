@@ -1,27 +1,8 @@
-"""Section 1e: the physical floor of a fenced write, and one fenced write measured against it.
-
-The floor is what the hardware asks of any fenced write: 2 Redis round trips (grant and
-release), 1 PostgreSQL round trip (the fence UPDATE) and 1 durable commit (the row and its
-audit row, ``synchronous_commit`` on). Each is measured bare in the same process, round
-robin with the fenced write itself, so that load on the shared machine shifts all of them
-together: ``PING``, ``SELECT 1`` and a one-row ``INSERT`` in autocommit (one round trip that
-waits for the WAL flush). The fenced write is one ``run_fenced`` call: grant, fence UPDATE,
-one row, the audit row, commit, release.
-
-``steps`` times the same write step by step (grant, BEGIN + fence UPDATE, row, audit row,
-COMMIT, release, and what is left: Python) to say where the time above the floor goes.
-
-``django`` is the same write as a Django user makes it without a fence (issue 39): one
-``transaction.atomic()`` with the same row and the same audit row, by the same statements
-(the ORM's ``INSERT`` of the row, the audit's own ``INSERT``), committed; no Redis, no fence
-``UPDATE``. The fenced write over it is the fence's price in Django's terms.
-
-``fused`` is a probe of one candidate saving, not a design: ``steps`` with the fence
-``UPDATE`` and the committed audit row in one statement (a data-modifying CTE: the audit row
-is inserted from the ``UPDATE``'s output, so it exists exactly when the fence passed; both
-commit or roll back together anyway). Paired with ``steps`` it measures one round trip
-fewer inside the transaction. Its SQL is written here from the models, so it follows the
-fence's shape (the row check and the epoch check), not every change to it.
+"""Section 1e: one fenced write (``run_fenced``: grant, fence, one row, its audit row,
+commit, release) against the same write in Django's ``atomic()`` and against the floor's
+parts (``PING``, ``SELECT 1``, a durable one-row commit), round robin in one process; two
+probes: the write step by step (``steps``), and with the fence ``UPDATE`` and the audit row
+in one statement (``fused``). docs/benchmarks.md, "The fence's price in Django's terms".
 """
 
 import itertools
@@ -103,50 +84,53 @@ class _FencedWrite:
     def __call__(self) -> int:
         return run_fenced(self.resource, self._work, ttl=TTL, attempt=self.attempt, lock=self.lock)
 
-    def timed_steps(self) -> float:
-        """The same write with a clock between its steps (no audit span, no metrics)."""
+    def _audit(self, token: int) -> None:
         from locking.audit import _write_event  # a harness: the audit row as run_fenced writes it
 
+        _write_event(resource=self.resource, outcome="committed", token=token,
+                     attempt=self.attempt, using="default")  # fmt: skip
+
+    def _clocked(self, steps: dict, inside) -> float:
+        """Grant, ``inside(lease, marks)`` in ``atomic()``, commit, release: each step's µs
+        into ``steps`` (``inside`` appends a mark after each of its own)."""
         marks = [_ns()]
         lease = self.lock.acquire(self.resource, ttl=TTL)
         marks.append(_ns())
         with transaction.atomic():
+            inside(lease, marks)
+        marks.append(_ns())
+        lease.release()
+        marks.append(_ns())
+        for step, (start, end) in zip(steps, itertools.pairwise(marks), strict=True):
+            steps[step].append((end - start) / 1000)
+        return (marks[-1] - marks[0]) / 1000
+
+    def timed_steps(self) -> float:
+        """The same write with a clock between its steps (no audit span, no metrics)."""
+
+        def inside(lease, marks) -> None:
             advance_fence(self.rows, lease)
             marks.append(_ns())
             self._row(lease.token)
             marks.append(_ns())
-            _write_event(
-                resource=self.resource, outcome="committed", token=lease.token,
-                attempt=self.attempt, using="default",
-            )  # fmt: skip
+            self._audit(lease.token)
             marks.append(_ns())
-        marks.append(_ns())
-        lease.release()
-        marks.append(_ns())
-        for step, (start, end) in zip(STEPS, itertools.pairwise(marks), strict=True):
-            self.steps[step].append((end - start) / 1000)
-        return (marks[-1] - marks[0]) / 1000
+
+        return self._clocked(self.steps, inside)
 
     def django_write(self) -> int:
         """The same row and audit row in Django's ``atomic()``: no lease, no fence."""
-        from locking.audit import _write_event  # the same audit INSERT as the fenced write
-
         number = next(self.unfenced)
         with transaction.atomic():
             self._row(number)
-            _write_event(
-                resource=self.resource, outcome="committed", token=number,
-                attempt=self.attempt, using="default",
-            )  # fmt: skip
+            self._audit(number)
         return number
 
     def fused(self) -> float:
         """``timed_steps`` with the fence UPDATE and the audit row as one statement."""
-        marks = [_ns()]
-        lease = self.lock.acquire(self.resource, ttl=TTL)
-        marks.append(_ns())
-        token, attempt = lease.token, self.attempt
-        with transaction.atomic():
+
+        def inside(lease, marks) -> None:
+            token, attempt = lease.token, self.attempt
             with connection.cursor() as cursor:
                 cursor.execute(
                     self.fused_sql,
@@ -159,12 +143,8 @@ class _FencedWrite:
             marks.append(_ns())
             self._row(token)
             marks.append(_ns())
-        marks.append(_ns())
-        lease.release()
-        marks.append(_ns())
-        for step, (start, end) in zip(FUSED_STEPS, itertools.pairwise(marks), strict=True):
-            self.fused_steps[step].append((end - start) / 1000)
-        return (marks[-1] - marks[0]) / 1000
+
+        return self._clocked(self.fused_steps, inside)
 
 
 def run(*, variant: str = "fenced", redis_url: str, ops: int, warmup: int = 30) -> dict:
@@ -178,58 +158,51 @@ def run(*, variant: str = "fenced", redis_url: str, ops: int, warmup: int = 30) 
     )
     write = _FencedWrite(client)
     floor_ops = {
-        "ping": client.ping,
-        "select1": lambda: raw.execute("SELECT 1"),
-        "commit": lambda: raw.execute(FLOOR_INSERT),
-        "fenced": write,
-        "steps": write.timed_steps,
-        "django": write.django_write,
-        "fused": write.fused,
-    }
+        "ping": client.ping, "select1": lambda: raw.execute("SELECT 1"),
+        "commit": lambda: raw.execute(FLOOR_INSERT), "fenced": write,
+        "steps": write.timed_steps, "django": write.django_write, "fused": write.fused,
+    }  # fmt: skip
     samples: dict[str, list[float]] = {name: [] for name in floor_ops}
     tokens = []
     for round_number in range(warmup + ops):
         for name, operation in floor_ops.items():
             started = _ns()
             returned = operation()
-            elapsed = (_ns() - started) / 1000
             if round_number >= warmup:
-                samples[name].append(elapsed)
+                samples[name].append((_ns() - started) / 1000)
                 if name == "fenced":
                     tokens.append(returned)
-    with PgRoundTrips(connection) as trips:
-        write()
-    with PgRoundTrips(connection) as django_trips:
-        write.django_write()
-    with PgRoundTrips(connection) as fused_trips:
-        write.fused()
+    trips = {}
+    for name, operation in (("fenced", write), ("django", write.django_write),
+                            ("fused", write.fused)):  # fmt: skip
+        with PgRoundTrips(connection) as trips[name]:
+            operation()
+    rising = all(a < b for a, b in itertools.pairwise(tokens))
+    events = ComplaintEvent.objects.filter(complaint=write.complaint).count()
+    # The fenced writes, the timed steps, the Django writes and the fused probe; and one
+    # more of each but the steps, counted.
+    written = 4 * (warmup + ops) + 3
+    detail = f"{len(tokens)} tokens rising: {rising}; {events} of {written} rows"
+    ok = rising and events == written
+    invariant = check("every fenced write committed once, tokens rising", ok, detail)
+    return result(samples["fenced"], invariant, metrics=_metrics(samples, write, trips),
+                  counts={"db_round_trips": trips["fenced"].round_trips})  # fmt: skip
+
+
+def _metrics(samples: dict, write: _FencedWrite, trips: dict) -> dict:
     m = {name: median(values) for name, values in samples.items()}
     floor_us = 2 * m["ping"] + m["select1"] + m["commit"]
-    steps = {step: round(median(values), 1) for step, values in write.steps.items() if values}
-    fused = {step: round(median(v), 1) for step, v in write.fused_steps.items() if v}
     # Paired per round: what fusing the fence and the audit row saves over the steps.
     saved = [a - b for a, b in zip(samples["steps"], samples["fused"], strict=True)]
-    metrics = {
+    return {
         "ping_us": round(m["ping"], 1), "select1_us": round(m["select1"], 1),
         "commit_us": round(m["commit"], 1), "floor_us": round(floor_us, 1),
         "fenced_us": round(m["fenced"], 1), "floor_multiple": round(m["fenced"] / floor_us, 3),
         "django_us": round(m["django"], 1),
         "django_multiple": round(m["fenced"] / m["django"], 3),
-        "steps_us": steps, "steps_total_us": round(m["steps"], 1),
-        "fused_steps_us": fused, "fused_total_us": round(m["fused"], 1),
-        "fused_saves_us": round(median(saved), 1),
-        "fenced_db_round_trips": trips.round_trips,
-        "django_db_round_trips": django_trips.round_trips,
-        "fused_db_round_trips": fused_trips.round_trips,
+        "steps_us": {step: round(median(v), 1) for step, v in write.steps.items() if v},
+        "steps_total_us": round(m["steps"], 1),
+        "fused_steps_us": {step: round(median(v), 1) for step, v in write.fused_steps.items() if v},
+        "fused_total_us": round(m["fused"], 1), "fused_saves_us": round(median(saved), 1),
+        **{f"{name}_db_round_trips": each.round_trips for name, each in trips.items()},
     }  # fmt: skip
-    rising = all(a < b for a, b in itertools.pairwise(tokens))
-    events = ComplaintEvent.objects.filter(complaint=write.complaint).count()
-    # The fenced writes, the timed steps, the Django writes and the fused probe; and one
-    # more of each of the last two, counted.
-    written = 4 * (warmup + ops) + 3
-    ok = rising and events == written
-    detail = f"{len(tokens)} tokens rising: {rising}; {events} of {written} rows"
-    invariant = check("every fenced write committed once, tokens rising", ok, detail)
-    return result(
-        samples["fenced"], invariant, metrics=metrics, counts={"db_round_trips": trips.round_trips}
-    )

@@ -1,8 +1,6 @@
-"""Section 1: one lock cycle (acquire + release), single client, loopback.
-
-Every variant gets the same ``redis.Redis`` client on the bench's private Redis and is used
-as its documentation shows: a lock object per use, a non-blocking acquire, a release.
-"""
+"""Section 1: one lock cycle (acquire + release), one ``redis.Redis`` client for every
+variant, each used as its documentation shows: a lock object per use, a non-blocking acquire,
+a release (docs/benchmarks.md, "The cases")."""
 
 import functools
 from contextlib import contextmanager, nullcontext
@@ -48,12 +46,9 @@ def _seed(client: redis.Redis):
 
 
 def _scripts_only(client: redis.Redis):
-    # Our two Lua scripts called bare (arguments prepared once, no Lease, no checks): the
-    # floor under FenceLock with this client library. Internals on purpose: a harness.
+    # Our two Lua scripts bare, as FenceLock calls them (EVALSHA on the client): the floor.
     from locking.scripts import ACQUIRE_LUA, RELEASE_LUA
 
-    # Called as FenceLock calls them (locking.scripts.run_script): EVALSHA on the client,
-    # not through redis-py's Script.__call__, which adds its own Python to every call.
     acquire, release = client.script_load(ACQUIRE_LUA), client.script_load(RELEASE_LUA)
     keys = ("lock:{bench-floor}", "fence:{bench-floor}", "seed:{bench-floor}")
     args = ("0" * 32, 30000, "bench", "", 2000)
