@@ -45,7 +45,13 @@ def public_names() -> dict[str, object]:
     names = {f"locking.{name}": getattr(locking, name) for name in locking.__all__}
     for sub in SUBMODULES:
         module = importlib.import_module(f"locking.{sub}")
-        names.update({f"locking.{sub}.{name}": getattr(module, name) for name in module.__all__})
+        names.update(
+            {
+                f"locking.{sub}.{name}": getattr(module, name)
+                for name in module.__all__
+                if name not in locking.__all__  # documented once, as locking's
+            }
+        )
     return names
 
 
