@@ -36,6 +36,7 @@ from locking import (
     post_fenced,
     prepare_fences,
     run_fenced,
+    unfenced_writes,
 )
 from locking.advisory import advisory_key, advisory_lock
 from locking.asyncio import AsyncFenceLock, AsyncLease, aadvance_fence, arun_fenced
@@ -60,7 +61,6 @@ from locking.receiving import (
     fenced_receiver,
     receive_call,
     seal_call,
-    unfenced_writes,
     verify_signature,
 )
 from locking.sending import CallAnswer, CallOutcomeUnknown, CallRefused
