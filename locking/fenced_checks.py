@@ -179,70 +179,88 @@ def fenced_tables_carry_the_guard(app_configs=None, databases=None, **kwargs):
     load or ``pg_restore --disable-triggers`` may have left them disabled, and a disabled
     guard keeps nothing from going back). Until that migration is applied, ``migrate`` is
     what installs them: nothing to report."""
-    from django.db import connections, router
+    from django.db import connections
     from django.db.migrations.recorder import MigrationRecorder
 
-    from locking.guard import guarded_tables, strict_tables
-
-    guarding = _guarding_migrations()
     errors = []
     for alias in databases or ():
         connection = connections[alias]
         applied = MigrationRecorder(connection).applied_migrations()
-        migration_of = {
-            model._meta.db_table: guarding[(model._meta.app_label, model._meta.model_name)]
-            for model in fenced_models()
-            if router.allow_migrate_model(alias, model)
-            and guarding.get((model._meta.app_label, model._meta.model_name)) in applied
-        }
-        tables = list(migration_of)
-        guarded = guarded_tables(connection, tables)
-        errors += [
-            Error(
-                f"Table {table} of a fenced model lacks locking's fence guard in "
-                f"database {alias!r}, although the migration that installs it "
-                f"({'.'.join(migration_of[table])}) is applied.",
-                hint=reinstall_command(migration_of[table], alias),
-                id="locking.E014",
-            )
-            for table in tables
-            if table not in guarded
-        ]
-        made_strict = _strict_migrations(applied)
-        strict_by = {
-            model._meta.db_table: made_strict[(model._meta.app_label, model._meta.model_name)]
-            for model in fenced_models()
-            if model._meta.db_table in guarded
-            and (model._meta.app_label, model._meta.model_name) in made_strict
-        }
-        strict = strict_tables(connection, list(strict_by))
-        errors += [
-            Error(
-                f"The fence guard on table {table} is not strict in database {alias!r}, "
-                f"although the migration that makes it strict ({'.'.join(migration)}) is "
-                "applied: a write of a row its transaction has not fenced goes through.",
-                hint=reinstall_command(migration, alias),
-                id="locking.E014",
-            )
-            for table, migration in strict_by.items()
-            if table not in strict
-        ]
-        quote = connection.ops.quote_name
-        errors += [
-            Error(
-                f"The fence guard on table {table} is installed but not enabled in database "
-                f"{alias!r} (trigger {', '.join(triggers)}; ALTER TABLE … DISABLE TRIGGER, as "
-                "bulk loads and pg_restore --disable-triggers leave it): a write can move "
-                "last_fence_token backwards.",
-                hint=(
-                    f"Enable it (manage.py dbshell --database {alias}): "
-                    f"{enable_triggers_sql(table, triggers, quote)}"
-                ),
-                id="locking.E014",
-            )
-            for table, triggers in sleeping_guard_triggers(connection, list(guarded)).items()
-        ]
+        guarded, missing = _guard_state(connection, alias, applied)
+        errors += missing
+        errors += _not_strict(connection, alias, applied, guarded)
+        errors += _sleeping(connection, alias, guarded)
     return errors
+
+
+def _guard_state(connection, alias: str, applied) -> tuple[set[str], list[Error]]:
+    """The tables whose guard migration is applied that carry the guard, and an error for
+    each that does not."""
+    from locking.guard import guarded_tables
+
+    guarding = _guarding_migrations()
+    migration_of = {
+        model._meta.db_table: guarding[(model._meta.app_label, model._meta.model_name)]
+        for model in fenced_models()
+        if router.allow_migrate_model(alias, model)
+        and guarding.get((model._meta.app_label, model._meta.model_name)) in applied
+    }
+    guarded = guarded_tables(connection, list(migration_of))
+    return guarded, [
+        Error(
+            f"Table {table} of a fenced model lacks locking's fence guard in "
+            f"database {alias!r}, although the migration that installs it "
+            f"({'.'.join(migration)}) is applied.",
+            hint=reinstall_command(migration, alias),
+            id="locking.E014",
+        )
+        for table, migration in migration_of.items()
+        if table not in guarded
+    ]
+
+
+def _not_strict(connection, alias: str, applied, guarded: set[str]) -> list[Error]:
+    """An error for each guarded table its applied migrations made strict that is not."""
+    from locking.guard import strict_tables
+
+    made_strict = _strict_migrations(applied)
+    strict_by = {
+        model._meta.db_table: made_strict[(model._meta.app_label, model._meta.model_name)]
+        for model in fenced_models()
+        if model._meta.db_table in guarded
+        and (model._meta.app_label, model._meta.model_name) in made_strict
+    }
+    strict = strict_tables(connection, list(strict_by))
+    return [
+        Error(
+            f"The fence guard on table {table} is not strict in database {alias!r}, "
+            f"although the migration that makes it strict ({'.'.join(migration)}) is "
+            "applied: a write of a row its transaction has not fenced goes through.",
+            hint=reinstall_command(migration, alias),
+            id="locking.E014",
+        )
+        for table, migration in strict_by.items()
+        if table not in strict
+    ]
+
+
+def _sleeping(connection, alias: str, guarded: set[str]) -> list[Error]:
+    """An error for each guarded table whose triggers are disabled."""
+    quote = connection.ops.quote_name
+    return [
+        Error(
+            f"The fence guard on table {table} is installed but not enabled in database "
+            f"{alias!r} (trigger {', '.join(triggers)}; ALTER TABLE … DISABLE TRIGGER, as "
+            "bulk loads and pg_restore --disable-triggers leave it): a write can move "
+            "last_fence_token backwards.",
+            hint=(
+                f"Enable it (manage.py dbshell --database {alias}): "
+                f"{enable_triggers_sql(table, triggers, quote)}"
+            ),
+            id="locking.E014",
+        )
+        for table, triggers in sleeping_guard_triggers(connection, list(guarded)).items()
+    ]
 
 
 @register(Tags.database)

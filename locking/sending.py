@@ -61,7 +61,7 @@ from urllib3.exceptions import (
 )
 
 from locking.exceptions import CallOutcomeUnknown, CallRefused, StaleAtReceiver
-from locking.receiving.signing import open_answer, seal_call
+from locking.receiving.signing import SealedCall, open_answer, seal_call
 from locking.tokens import LeaseOrToken
 
 __all__ = ["CallAnswer", "CallOutcomeUnknown", "CallRefused", "post_fenced"]
@@ -115,24 +115,54 @@ def post_fenced(
     limit = timeout.total_seconds() if isinstance(timeout, timedelta) else float(timeout)
     if not limit > 0:
         raise ValueError(f"post_fenced() needs a positive timeout, got {timeout!r}")
+    told = _Told(url, idempotency_key, endpoint)
+    status, headers, content = _send(call, told, limit)
+    signed = open_answer(headers, content, sent=call, secret=secret)
+    if status == STALE_STATUS and signed is not None:
+        raise StaleAtReceiver.from_answer(
+            lease, content, headers=headers, sent=call, secret=secret, url=url
+        )
+    if 300 <= status < 400:
+        raise told.unknown(f"HTTP {status}: redirected, not followed", status)
+    if status >= 500 or status < 200:
+        raise told.unknown(f"HTTP {status}", status)
+    if status >= 400:
+        raise told.refused(f"HTTP {status}", status)
+    return CallAnswer(status, content, dict(headers))
 
-    def refused(reason: str, status: int | None = None) -> CallRefused:
-        return CallRefused(url, reason, status, idempotency_key=idempotency_key, endpoint=endpoint)
 
-    def unknown(reason: str, status: int | None = None) -> CallOutcomeUnknown:
-        return CallOutcomeUnknown(
-            url, reason, status, idempotency_key=idempotency_key, endpoint=endpoint
+@dataclass(frozen=True)
+class _Told:
+    """The call's address, for the exceptions that say what the outside was told."""
+
+    url: str
+    idempotency_key: str
+    endpoint: str
+
+    def refused(self, reason: str, status: int | None = None) -> CallRefused:
+        return CallRefused(
+            self.url, reason, status, idempotency_key=self.idempotency_key, endpoint=self.endpoint
         )
 
+    def unknown(self, reason: str, status: int | None = None) -> CallOutcomeUnknown:
+        return CallOutcomeUnknown(
+            self.url, reason, status, idempotency_key=self.idempotency_key, endpoint=self.endpoint
+        )
+
+
+def _send(call: SealedCall, told: _Told, limit: float) -> tuple[int, Any, bytes]:
+    """One POST of ``call`` within ``limit`` seconds: the answer's status, headers and
+    content, read in full; ``CallRefused`` when nothing was sent, ``CallOutcomeUnknown``
+    when it may have been acted on and the answer did not come whole and in time."""
     try:
-        pool = _pool_for(url)
+        pool = _pool_for(told.url)
     except LocationValueError as exc:  # nothing could be sent
-        raise refused(f"not a URL that can be called: {exc}") from exc
+        raise told.refused(f"not a URL that can be called: {exc}") from exc
     with _Deadline(limit) as deadline:
         try:
             response = pool.urlopen(
                 "POST",
-                url,
+                told.url,
                 body=call.body,
                 headers={"User-Agent": USER_AGENT, **call.headers},
                 timeout=urllib3.Timeout(connect=limit, read=limit),  # within the deadline's
@@ -141,36 +171,24 @@ def post_fenced(
                 preload_content=False,  # read below, where a cut-off answer is told apart
             )
         except NewConnectionError as exc:  # refused, unreachable, a name that does not resolve
-            raise refused("could not connect") from exc
+            raise told.refused("could not connect") from exc
         except ConnectTimeoutError as exc:
-            raise refused("could not connect: timed out") from exc
+            raise told.refused("could not connect: timed out") from exc
         except LocationValueError as exc:
-            raise refused(f"not a URL that can be called: {exc}") from exc
+            raise told.refused(f"not a URL that can be called: {exc}") from exc
         except (HTTPError, OSError) as exc:
             reason = "timed out" if deadline.passed or _timed_out(exc) else _LOST
-            raise unknown(reason) from exc
+            raise told.unknown(reason) from exc
         try:
             content = response.read()
         except (HTTPError, OSError) as exc:
             reason = "timed out" if deadline.passed or _timed_out(exc) else _cut_off(exc)
-            raise unknown(reason) from exc
+            raise told.unknown(reason) from exc
         finally:
             response.release_conn()
     if deadline.passed:  # the answer came in as the watchdog fired: the call ran late
-        raise unknown("timed out")
-    status = response.status
-    signed = open_answer(response.headers, content, sent=call, secret=secret)
-    if status == STALE_STATUS and signed is not None:
-        raise StaleAtReceiver.from_answer(
-            lease, content, headers=response.headers, sent=call, secret=secret, url=url
-        )
-    if 300 <= status < 400:
-        raise unknown(f"HTTP {status}: redirected, not followed", status)
-    if status >= 500 or status < 200:
-        raise unknown(f"HTTP {status}", status)
-    if status >= 400:
-        raise refused(f"HTTP {status}", status)
-    return CallAnswer(status, content, dict(response.headers))
+        raise told.unknown("timed out")
+    return response.status, response.headers, content
 
 
 USER_AGENT = "django-fenced-writes"
