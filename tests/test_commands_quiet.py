@@ -34,6 +34,9 @@ def cron_env(subprocess_env):
     env = dict(subprocess_env)
     for name in ("LOG_LEVEL", "DJANGO_LOG_LEVEL", "BILLING_WEBHOOK_URL", "VENDOR_DISPATCH_URL"):
         env.pop(name, None)
+    # A payment service is configured (without one the payment run refuses to start); with
+    # nothing due, nothing is sent to it.
+    env["VENDOR_PAYMENT_URL"] = "http://127.0.0.1:9/payments"
     return env
 
 

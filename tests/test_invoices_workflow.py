@@ -284,7 +284,7 @@ def test_an_approval_of_a_version_the_approver_did_not_see_is_refused(assignment
     with pytest.raises(InvoiceChanged) as refused:
         invoices.approve_invoice(invoice=invoice, seen=seen, actor=bob)
 
-    assert refused.value.answer == "retry"
+    assert refused.value.answer == "overtaken"
     assert str(refused.value) == (
         f"Invoice #{invoice.pk} changed since you looked: it is now received, for $300.00; "
         "nothing was saved. Look at it again and decide."
@@ -403,7 +403,7 @@ def test_a_claimed_invoice_can_be_neither_changed_nor_voided(assignment, alice, 
     ):
         with pytest.raises(PaymentSent) as refused:
             attempt()
-        assert refused.value.answer == "retry"
+        assert refused.value.answer == "overtaken"
     assert state_of(invoice) == (Status.APPROVED, 3, AMOUNT, ["bob"], 2)
 
 

@@ -222,7 +222,7 @@ def test_a_void_that_wins_the_row_first_stops_the_payment_before_the_service_hea
 
     assert change.invoice.status == Status.VOID
     assert isinstance(refused, InvoiceChangedBeforePaying)
-    assert refused.answer == "retry"
+    assert refused.answer == "overtaken"
     assert refused.message == (
         f"Invoice #{approved.pk} changed before it was paid: it is now void, for $250.00; "
         "nothing was paid."
@@ -248,7 +248,7 @@ def test_a_payment_that_claimed_the_invoice_first_makes_the_void_wait_and_be_tol
     gate.release()
     result = payer.outcome()
 
-    assert refused.value.answer == "retry"
+    assert refused.value.answer == "overtaken"
     assert (result.outcome, result.token) == ("committed", 1)
     assert paid_state(approved)[0] == Status.PAID
     assert len(payments.payments) == 1

@@ -6,8 +6,8 @@ voided, rejected, its amount changed); 75 (EX_TEMPFAIL) some still being paid by
 host at the deadline, or (``--invoice``) busy or superseded; 1 bad input, an invoice that
 could not be paid (the payment service failed, the vendor is uninsured: one line each on
 stderr), (``--invoice``) an invoice changed since it was read (trying again cannot pay it),
-Redis down, or no payment service (``VENDOR_PAYMENT_URL`` unset: a batch is refused at
-once, before anything is read, even when nothing is due). Failures are one
+Redis down, or no payment service (``VENDOR_PAYMENT_URL`` unset: a batch is refused as
+soon as it knows whose invoices it would pay, even when nothing is due). Failures are one
 line, never a traceback. From cron (stdout not a terminal, no ``-v``) success prints
 nothing; ``-v 1`` prints the summary, ``-v 2`` one line per invoice.
 
@@ -85,10 +85,6 @@ class Command(ServiceCommand):
         elif wait < 0:
             raise CommandError(_("--wait must not be negative."))
         self.verbosity = options["verbosity"]
-        if invoice_id is None and not settings.VENDOR_PAYMENT_URL:  # said now, not when due
-            raise CommandError(
-                _("No payment service is configured (VENDOR_PAYMENT_URL); nothing was paid.")
-            )
         require_services()
         user = active_user(actor)
         via = f"cli:{os_user()}"
@@ -103,8 +99,12 @@ class Command(ServiceCommand):
             raise answer_table.command_error(exc) from exc
         if invoice_id is not None:
             self._one(invoice, user, via)
-        else:
-            self._many(organizations, user, via, days, wait)
+            return
+        if not settings.VENDOR_PAYMENT_URL:  # said now, not when something falls due
+            raise CommandError(
+                _("No payment service is configured (VENDOR_PAYMENT_URL); nothing was paid.")
+            )
+        self._many(organizations, user, via, days, wait)
 
     def _one(self, invoice: Invoice, user, via: str) -> None:
         try:
