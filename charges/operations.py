@@ -7,14 +7,11 @@ leases with one bounded SCAN of its prefix. ``ChargesConfig.ready()`` registers
 """
 
 import re
-from collections.abc import Iterable
 from datetime import date, timedelta
-
-from django.utils.translation import gettext_lazy as _
 
 from charges import answers, selectors
 from charges.models import month_label
-from hoa.operations import FencedOperation, Link, Panel
+from hoa.operations import FencedOperation
 
 OPERATION = "monthly-charges"
 GENERATE_PERMISSION = "charges.generate_charges"
@@ -24,10 +21,6 @@ PREFIX = f"{OPERATION}:org:"
 def charge_resource(organization, month: date) -> str:
     """The resource of ``organization``'s charges for ``month``."""
     return f"{PREFIX}{int(organization.pk)}:{month_label(month)}"
-
-
-def scan_prefixes(organization_ids: Iterable[int]) -> list[str]:
-    return [f"{PREFIX}{int(pk)}:" for pk in organization_ids]
 
 
 GENERATION = FencedOperation(
@@ -41,14 +34,4 @@ GENERATION = FencedOperation(
     ttl=timedelta(seconds=60),
     ttl_setting="CHARGES_LOCK_TTL_SECONDS",
     describe=selectors.describe_resources,
-    scan_prefixes=scan_prefixes,
-    order=20,
-    links=(Link(_("Charges"), "charges:runs", order=10),),
-    dashboard=Panel(
-        context=selectors.dashboard_context,
-        stats="charges/_dashboard_stats.html",
-        summary="charges/_organization_summary.html",
-        organization_annotations=selectors.organization_annotations,
-    ),
-    staff_permissions=("charges.view_monthlychargerun", "charges.view_monthlycharge"),
 )

@@ -26,7 +26,7 @@ from django.utils import timezone
 
 from hoa.complaints import workflow
 from hoa.models import Complaint, ComplaintEvent, Notice, Organization, StaffMembership, Unit
-from hoa.operations import operations, staff_permissions
+from hoa.operations import every_pages, staff_permissions
 from hoa.security.operators import OPERATOR_PERMISSIONS
 
 DEMO_PASSWORD = "hoa-demo-2026"  # noqa: S105 - printed on purpose; local demo only
@@ -34,7 +34,7 @@ STAFF_GROUP = "Association staff"
 OPERATORS_GROUP = "Operators"
 
 # Permissions every association's staff needs: read everything; the fenced operations add
-# theirs (``Operation.staff_permissions``).
+# theirs (``Pages.staff_permissions``).
 STAFF_PERMISSIONS = [
     ("hoa", "view_organization"),
     ("hoa", "view_unit"),
@@ -185,9 +185,9 @@ def seed_demo() -> SeedResult:
         organizations = _seed_frame(result)
     # Outside the frame's transaction: an operation's demo may run its fenced service,
     # which opens its own.
-    for operation in operations():
-        if operation.seed_demo is not None:
-            operation.seed_demo(organizations)
+    for pages in every_pages():
+        if pages.seed_demo is not None:
+            pages.seed_demo(organizations)
     result.created = _row_count() - before
     return result
 

@@ -13,21 +13,23 @@ and checks)::
         answers=answers.refusal_sentence,            # the sentences of its refusals
         ttl=timedelta(seconds=30), ttl_setting="KEYS_LOCK_TTL_SECONDS",
         describe=selectors.describe_resources,      # resource names -> ResourceInfo
-        scan_prefixes=lambda organization_ids: ["key-handover:unit:"],
-        links=(Link(_("Keys"), "keys:handovers"),),
-        dashboard=Panel(stats="keys/_dashboard_stats.html", context=selectors.panel),
-        seed_demo=demo.seed_demo,
     )
 
     class KeysConfig(AppConfig):
         def ready(self):
             register(HANDOVER)
+            add_pages(Pages(                         # what it shows on the frame's pages
+                order=40,
+                links=(Link(_("Keys"), "keys:handovers"),),
+                dashboard=Panel(stats="keys/_dashboard_stats.html", context=selectors.panel),
+                seed_demo=demo.seed_demo,
+            ))
 
-The frame finds it here: the lock status page describes its resource names
-(``describe_resources``, ``scan_prefixes``), the dashboard and the organization list show its
-panel, the navigation its links, the complaint pages what it adds to them
-(``hoa.complaints.extensions``), ``seed_demo`` its demo data and the staff group's
-permissions, and the check ``hoa.W001`` its lease TTL. Its services run it: ``begin`` checks
+The frame finds the operation here: the lock status page describes its resource names
+(``describe_resources``, ``scan_prefixes``) and the check ``hoa.W001`` reads its lease TTL.
+Its ``Pages`` are what the dashboard, the organization list, the navigation, the complaint
+pages (``hoa.complaints.extensions``) and the demo (its data, the staff group's
+permissions) show of it. Its services run it: ``begin`` checks
 the actor, and the ``Call`` it returns runs the operation's steps under a lease
 (``hoa.fenced``). The refusals every operation shares (busy, superseded, lease ran out, lock
 service down, the outside failed, not permitted) are the frame's own classes, raised with
@@ -84,17 +86,33 @@ class Link:
 class Panel:
     """What an operation adds to the dashboard and to the organization list.
 
-    ``stats`` and ``cards`` are templates included in the dashboard's row of numbers and in
-    its grid of cards, with ``context(request, organization)`` added to the page's context.
+    ``stats`` is a template included in the dashboard's row of numbers, with
+    ``context(request, organization)`` added to the page's context.
     ``organization_annotations()`` are annotations on the organization list's queryset,
     shown by the ``summary`` template (``org`` in context).
     """
 
     context: Callable[[HttpRequest, Organization], dict] | None = None
     stats: str = ""
-    cards: str = ""
     summary: str = ""
     organization_annotations: Callable[[], dict] | None = None
+
+
+@dataclass(frozen=True)
+class Pages:
+    """What an app adds to the frame's pages, registered with ``add_pages`` from its
+    ``AppConfig.ready()`` (as ``admin.site.register`` takes a ``ModelAdmin``): its place
+    (``order``) on the dashboard and in the navigation, its ``links``, its ``dashboard``
+    panel, what it adds to the complaint pages (``hoa.complaints.extensions``), the
+    permissions the demo's staff group gets and its demo data (``seed_demo``, given the
+    demo organizations by slug)."""
+
+    order: int = 100
+    links: tuple[Link, ...] = ()
+    dashboard: Panel = field(default_factory=Panel)
+    complaints: "ComplaintExtension | None" = None
+    staff_permissions: tuple[str, ...] = ()
+    seed_demo: Callable[[dict[str, Organization]], None] | None = None
 
 
 # -- the declaration ------------------------------------------------------------------------
@@ -118,17 +136,15 @@ class FencedOperation:
     ttl_setting: str = ""
     # Resource names (each with its match) -> what they mean, in as few queries as it can.
     describe: Callable[[dict[str, re.Match]], dict[str, ResourceInfo]] | None = None
-    # The SCAN prefixes under which the leases of these organizations are found.
-    scan_prefixes: Callable[[Iterable[int]], list[str]] = lambda organization_ids: []
-    order: int = 100  # place on the dashboard and in the navigation
-    links: tuple[Link, ...] = ()
-    dashboard: Panel = field(default_factory=Panel)
-    # What it adds to the complaint pages and workflow (hoa.complaints.extensions).
-    complaints: "ComplaintExtension | None" = None
-    # Permissions the demo's staff group gets besides ``permission``.
-    staff_permissions: tuple[str, ...] = ()
-    # Creates the operation's demo data for the demo organizations ({slug: organization}).
-    seed_demo: Callable[[dict[str, Organization]], None] | None = None
+
+    def scan_prefixes(self, organization_ids: Iterable[int]) -> list[str]:
+        """Where the lock page SCANs for these organizations' leases: the resource's text
+        before its first group, and the association's id after it when that group is
+        ``org`` (its leases, not every association's)."""
+        literal = self.resource.pattern.split("(", 1)[0]
+        if self.resource.pattern.startswith(f"{literal}(?P<org>"):
+            return [f"{literal}{int(pk)}:" for pk in organization_ids]
+        return [literal]
 
     @property
     def lease_ttl(self) -> timedelta:
@@ -189,8 +205,29 @@ def operation(name: str) -> FencedOperation:
 
 
 def operations() -> list[FencedOperation]:
-    """The registered operations in their dashboard order."""
-    return sorted(_registry.values(), key=lambda operation: (operation.order, operation.name))
+    """The registered operations, by name."""
+    return sorted(_registry.values(), key=lambda operation: operation.name)
+
+
+_pages: list[Pages] = []
+
+
+def add_pages(pages: Pages) -> Pages:
+    """Add what an app shows on the frame's pages (from its ``AppConfig.ready()``)."""
+    if pages not in _pages:
+        _pages.append(pages)
+    return pages
+
+
+def remove_pages(pages: Pages) -> None:
+    """Take ``pages`` back (tests that add some of their own)."""
+    if pages in _pages:
+        _pages.remove(pages)
+
+
+def every_pages() -> list[Pages]:
+    """What the apps add to the frame's pages, in their order."""
+    return sorted(_pages, key=lambda pages: pages.order)
 
 
 def describe_resources(resources: Iterable[str]) -> dict[str, ResourceInfo]:
@@ -221,7 +258,6 @@ def scan_prefixes(organization_ids: Iterable[int]) -> list[str]:
 def staff_permissions() -> list[str]:
     """Every permission the operations give an association's staff."""
     return [
-        name
-        for operation in operations()
-        for name in (*operation.staff_permissions, operation.permission)
+        *(operation.permission for operation in operations()),
+        *(name for pages in every_pages() for name in pages.staff_permissions),
     ]

@@ -5,6 +5,7 @@ navigation, the dashboard, the Organization admin, the metrics, breaking a lease
 lease-TTL check and the demo data.
 """
 
+import dataclasses
 import re
 from dataclasses import replace
 from datetime import timedelta
@@ -50,9 +51,25 @@ def operator(alice):
 # -- the registry ------------------------------------------------------------------------------
 
 
-def test_the_four_operations_register_in_their_dashboard_order():
+def test_the_four_operations_register_and_their_pages_come_in_their_order():
     names = [operation.name for operation in operations.operations()]
-    assert names == ["vendor-assignment", "vendor-payment", "monthly-charges", "budget-approval"]
+    assert names == ["budget-approval", "monthly-charges", "vendor-assignment", "vendor-payment"]
+    links = [link.url_name for pages in operations.every_pages() for link in pages.links]
+    assert links == ["vendors:vendors", "vendors:invoices", "charges:runs", "budgets:budgets"]
+
+
+def test_a_declaration_holds_the_fence_alone():
+    """Eight fields: what the runner, the audit and the lock page need. What an app shows
+    on the frame's pages is its ``Pages``, registered beside it."""
+    fields = [field.name for field in dataclasses.fields(operations.FencedOperation)]
+    assert len(fields) <= 8, fields
+    assert operations.operation("vendor-assignment").scan_prefixes([7]) == [
+        "vendor-assignment:complaint:"
+    ]
+    assert operations.operation("monthly-charges").scan_prefixes([7, 9]) == [
+        "monthly-charges:org:7:",
+        "monthly-charges:org:9:",
+    ]
 
 
 def test_a_budget_lease_is_described_scanned_and_its_token_recorded(maple, budget):

@@ -1,4 +1,5 @@
 from django.apps import AppConfig
+from django.utils.translation import gettext_lazy as _
 
 
 class VendorsConfig(AppConfig):
@@ -7,7 +8,7 @@ class VendorsConfig(AppConfig):
 
     def ready(self):
         from hoa.jobs.settling import register_settler
-        from hoa.operations import register
+        from hoa.operations import add_pages, register
         from vendors import (  # noqa: F401  (render the refusals)
             answers,
             checks,
@@ -19,5 +20,47 @@ class VendorsConfig(AppConfig):
 
         register(ASSIGNMENT)
         register(PAYMENT)
+        add_pages(_assignment_pages())
+        add_pages(_invoice_pages())
         register_settler(ASSIGNMENT.name, services.settle_unknown)
         register_settler(PAYMENT.name, payments.settle_unknown)
+
+
+def _assignment_pages():
+    """What vendor assignment shows on the frame's pages."""
+    from hoa.operations import Link, Pages
+    from vendors import complaint_pages, demo
+
+    return Pages(
+        order=10,
+        links=(Link(_("Vendors"), "vendors:vendors", order=30),),
+        complaints=complaint_pages.COMPLAINTS,
+        staff_permissions=tuple(
+            f"vendors.view_{model}" for model in ("vendor", "vendorcontract", "vendorassignment")
+        ),
+        seed_demo=demo.seed_demo,
+    )
+
+
+def _invoice_pages():
+    """What the invoice desk and paying invoices show on the frame's pages."""
+    from hoa.operations import Link, Pages, Panel
+    from vendors import complaint_pages, demo, invoice_selectors
+
+    return Pages(
+        order=15,
+        links=(Link(_("Invoices"), "vendors:invoices", order=35),),
+        dashboard=Panel(
+            context=invoice_selectors.dashboard_context, stats="vendors/_dashboard_invoices.html"
+        ),
+        complaints=complaint_pages.INVOICES,
+        staff_permissions=(
+            # The invoice workflow (vendors.invoices) that leads to a payment.
+            *(
+                f"vendors.{action}_invoice"
+                for action in ("view", "add", "change", "approve", "void")
+            ),
+            "vendors.view_vendorpayment",
+        ),
+        seed_demo=demo.seed_invoices,
+    )

@@ -17,7 +17,7 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 
 from hoa.models import Complaint, Organization
-from hoa.operations import operations
+from hoa.operations import every_pages
 
 
 @dataclass(frozen=True)
@@ -96,8 +96,8 @@ class ComplaintExtension:
 
 
 def extensions() -> list[ComplaintExtension]:
-    """What the registered operations add to the complaint pages, in their order."""
-    return [operation.complaints for operation in operations() if operation.complaints]
+    """What the apps add to the complaint pages, in their order."""
+    return [pages.complaints for pages in every_pages() if pages.complaints]
 
 
 def assignee() -> Assignee | None:

@@ -5,7 +5,7 @@ from dataclasses import dataclass
 from django.urls import reverse
 from django.utils.translation import gettext_lazy as _
 
-from hoa.operations import Link, operations
+from hoa.operations import Link, every_pages
 from hoa.security.operators import is_operator
 
 # The frame's own entries of an organization's navigation, among the operations' links.
@@ -29,7 +29,7 @@ def organization_links(request) -> dict:
         slug = request.organization.slug  # an error page of its (hoa.answers.pages)
     if slug is None:
         return {"organization_links": []}
-    links = [*FRAME_LINKS, *(link for operation in operations() for link in operation.links)]
+    links = [*FRAME_LINKS, *(link for pages in every_pages() for link in pages.links)]
     shown = []
     for link in sorted(links, key=lambda link: link.order):
         url = reverse(link.url_name, args=[slug])

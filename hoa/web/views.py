@@ -18,7 +18,7 @@ from hoa.answers.pages import error_page
 from hoa.charts import Bar, bar_chart
 from hoa.complaints import selectors as complaints
 from hoa.models import Complaint, Organization
-from hoa.operations import Panel, describe_resources, operations
+from hoa.operations import Panel, describe_resources, every_pages
 from hoa.scopes import scope_for_organization
 from hoa.security.audit import Reason, deny_request
 from hoa.security.operators import is_operator
@@ -51,7 +51,7 @@ def home(request):
 
 
 def _panels() -> list[Panel]:
-    return [operation.dashboard for operation in operations()]
+    return [pages.dashboard for pages in every_pages()]
 
 
 def _first_of_this_month():

@@ -1,4 +1,5 @@
 from django.apps import AppConfig
+from django.utils.translation import gettext_lazy as _
 
 
 class BudgetsConfig(AppConfig):
@@ -10,8 +11,23 @@ class BudgetsConfig(AppConfig):
     verbose_name = "Budgets"
 
     def ready(self):
-        from hoa.operations import register
-        from tests.budgets import answers  # noqa: F401  (renders the refusals' sentences)
+        from hoa.operations import Link, Pages, Panel, add_pages, register
+        from tests.budgets import (
+            answers,  # noqa: F401  (renders the refusals' sentences)
+            demo,
+            selectors,
+        )
         from tests.budgets.operations import APPROVAL
 
         register(APPROVAL)
+        add_pages(
+            Pages(
+                order=30,
+                links=(Link(_("Budgets"), "budgets:budgets", order=40),),
+                dashboard=Panel(
+                    context=selectors.dashboard_context, stats="budgets/_dashboard_stats.html"
+                ),
+                staff_permissions=("budgets.view_annualbudget",),
+                seed_demo=demo.seed_demo,
+            )
+        )

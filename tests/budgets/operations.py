@@ -6,13 +6,10 @@ one bounded SCAN of its prefix. ``BudgetsConfig.ready()`` registers ``APPROVAL``
 """
 
 import re
-from collections.abc import Iterable
 from datetime import timedelta
 
-from django.utils.translation import gettext_lazy as _
-
-from hoa.operations import FencedOperation, Link, Panel
-from tests.budgets import answers, demo, selectors
+from hoa.operations import FencedOperation
+from tests.budgets import answers, selectors
 
 OPERATION = "budget-approval"
 APPROVE_PERMISSION = "budgets.approve_budget"
@@ -22,10 +19,6 @@ PREFIX = f"{OPERATION}:org:"
 def budget_resource(organization, year: int) -> str:
     """The resource of ``organization``'s budget for ``year``."""
     return f"{PREFIX}{int(organization.pk)}:{int(year):04d}"
-
-
-def scan_prefixes(organization_ids: Iterable[int]) -> list[str]:
-    return [f"{PREFIX}{int(pk)}:" for pk in organization_ids]
 
 
 APPROVAL = FencedOperation(
@@ -38,10 +31,4 @@ APPROVAL = FencedOperation(
     ttl=timedelta(seconds=30),
     ttl_setting="BUDGETS_LOCK_TTL_SECONDS",
     describe=selectors.describe_resources,
-    scan_prefixes=scan_prefixes,
-    order=30,
-    links=(Link(_("Budgets"), "budgets:budgets", order=40),),
-    dashboard=Panel(context=selectors.dashboard_context, stats="budgets/_dashboard_stats.html"),
-    staff_permissions=("budgets.view_annualbudget",),
-    seed_demo=demo.seed_demo,
 )
