@@ -47,7 +47,8 @@ help: ## list the targets
 		-v host='$(HOST)' -v port='$(PORT)' -v pg='$(HOA_PG_PORT)' -v redis='$(HOA_REDIS_PORT)' \
 		'{ gsub(/\$$\(HOST\)/, host, $$2); gsub(/\$$\(PORT\)/, port, $$2); \
 		   gsub(/\$$\(HOA_PG_PORT\)/, pg, $$2); gsub(/\$$\(HOA_REDIS_PORT\)/, redis, $$2); \
-		   printf "  %-12s %s\n", $$1, $$2 }'
+		   name[NR] = $$1; text[NR] = $$2; if (length($$1) > width) width = length($$1) } \
+		 END { for (i = 1; i <= NR; i++) printf "  %-" width "s  %s\n", name[i], text[i] }'
 
 $(STAMP): requirements.txt requirements-dev.txt requirements-build.txt
 	@scripts/bootstrap.sh venv
@@ -64,11 +65,11 @@ stop: ## stop the project-local PostgreSQL and Redis (and a `make serve` gunicor
 status: ## show whether the local services are up
 	@scripts/services.sh status
 
-migrate: $(STAMP) services
+migrate: $(STAMP) services ## apply the migrations to the local database
 	@$(DEV_ENV) $(PY) manage.py migrate --noinput
 
 # -v 1: seed_demo is quiet when stdout is not a terminal (cron's rule); make run prints the logins.
-seed: migrate
+seed: migrate ## add what is missing of the demo data (and print the logins)
 	@$(DEV_ENV) $(PY) manage.py seed_demo -v 1
 
 run: seed ## set everything up and serve on http://$(HOST):$(PORT)/ (development server)
