@@ -21,7 +21,7 @@ README = (ROOT / "README.md").read_text(encoding="utf-8")
 def make_help(**ports: str) -> str:
     # Not the ports of the make that runs the tests either (command-line variables reach
     # a nested make through MAKEFLAGS).
-    dropped = ("HOA_", "PORT", "MAKE", "MFLAGS")
+    dropped = ("HOA_", "PORT", "MAIL_PORT", "MAKE", "MFLAGS")
     env = {key: value for key, value in os.environ.items() if not key.startswith(dropped)}
     env.update(ports)
     done = subprocess.run(
@@ -50,9 +50,11 @@ def test_make_help_prints_the_real_port():
 def test_make_help_lists_every_target_a_person_runs_in_one_column():
     listing = make_help().splitlines()
     names = [line.split()[0] for line in listing]
-    assert {"run", "seed", "migrate", "stop", "test-locking-matrix"} <= set(names)
+    assert {"run", "seed", "migrate", "stop", "stop-run", "test-locking-matrix"} <= set(names)
     columns = {len(line) - len(line[2:].split(maxsplit=1)[1]) for line in listing}
     assert len(columns) == 1, listing  # the longest name too
+    mail = next(line for line in listing if line.split()[0] == "run")
+    assert "mail at :8002" in mail  # make run's mail catcher, on PORT + 2
 
 
 @pytest.mark.django_db
