@@ -13,13 +13,25 @@ BUILD_STAMP := $(BUILD_VENV)/.installed
 HOST ?= 127.0.0.1
 PORT ?= 8000
 # Local development runs with DEBUG on (and its development SECRET_KEY); production sets
-# DEBUG=0 and SECRET_KEY itself.
-DEV_ENV := DEBUG=$${DEBUG:-1}
+# DEBUG=0 and SECRET_KEY itself. The links in people's emails (a reporter's opt-out) point at
+# the server on $(PORT) unless SITE_URL is set.
+DEV_ENV := DEBUG=$${DEBUG:-1} SITE_URL=$${SITE_URL:-http://$(HOST):$(PORT)}
 # `make run`'s stand-in payment service (scripts/payment_standin.py) listens on the next port;
 # the server and the stand-in share a development signing secret unless one is set.
 PAYMENT_PORT ?= $(shell echo $$(($(PORT) + 1)))
 DEV_PAYMENT_ENV := VENDOR_PAYMENT_URL=$${VENDOR_PAYMENT_URL:-http://$(HOST):$(PAYMENT_PORT)/payment} \
 	WEBHOOK_SIGNING_SECRET=$${WEBHOOK_SIGNING_SECRET:-development-only-webhook-signing-secret}
+# `make run`'s mail catcher (scripts/mail_catcher.py) takes every email on SMTP_PORT and
+# shows them at http://$(HOST):$(MAIL_PORT)/; the reporters' outbox sender
+# (send_reporter_emails) runs a pass every MAIL_EVERY seconds beside the server. EMAIL_URL,
+# if set, sends the mail there instead.
+MAIL_PORT ?= $(shell echo $$(($(PORT) + 2)))
+SMTP_PORT ?= $(shell echo $$(($(PORT) + 3)))
+MAIL_EVERY ?= 5
+DEV_MAIL_ENV := EMAIL_URL=$${EMAIL_URL:-smtp://$(HOST):$(SMTP_PORT)}
+# What `make run` starts beside the server keeps its pid files here (and the caught mail, in
+# mail/); `make stop` reads them.
+RUN_DIR ?= .local/run
 PYTEST_ARGS ?=
 # `make test` runs the suite on this many pytest-xdist workers (the tests mostly wait on
 # barriers, children and servers, so more workers than cores pays); 0 runs it serially.
@@ -38,16 +50,19 @@ export BENCH_DATABASE_URL ?= postgres://hoa@127.0.0.1:$(HOA_PG_PORT)/bench_hoa
 # demo data stays in database 0.
 TEST_ENV := REDIS_URL=redis://127.0.0.1:$(HOA_REDIS_PORT)/1 LOCK_REDIS_URL=redis://127.0.0.1:$(HOA_REDIS_PORT)/1
 
-.PHONY: help run serve test test-fast test-locking test-locking-matrix test-pgbouncer dist docs check-deploy lint fmt services stop status migrate seed bench bench-quick bench-scale bench-load faults screenshots clean
+.PHONY: help run stop-run serve test test-fast test-locking test-locking-matrix test-pgbouncer dist docs check-deploy lint fmt services stop status migrate seed bench bench-quick bench-scale bench-load faults screenshots clean
 
 # The targets and what they do, with this checkout's host and ports in place of $(HOST),
 # $(PORT), $(HOA_PG_PORT) and $(HOA_REDIS_PORT).
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' \
 		-v host='$(HOST)' -v port='$(PORT)' -v pg='$(HOA_PG_PORT)' -v redis='$(HOA_REDIS_PORT)' \
+		-v mail='$(MAIL_PORT)' \
 		'{ gsub(/\$$\(HOST\)/, host, $$2); gsub(/\$$\(PORT\)/, port, $$2); \
 		   gsub(/\$$\(HOA_PG_PORT\)/, pg, $$2); gsub(/\$$\(HOA_REDIS_PORT\)/, redis, $$2); \
-		   printf "  %-12s %s\n", $$1, $$2 }'
+		   gsub(/\$$\(MAIL_PORT\)/, mail, $$2); \
+		   name[NR] = $$1; text[NR] = $$2; if (length($$1) > width) width = length($$1) } \
+		 END { for (i = 1; i <= NR; i++) printf "  %-" width "s  %s\n", name[i], text[i] }'
 
 $(STAMP): requirements.txt requirements-dev.txt requirements-build.txt
 	@scripts/bootstrap.sh venv
@@ -56,26 +71,54 @@ $(STAMP): requirements.txt requirements-dev.txt requirements-build.txt
 services: ## start the project-local PostgreSQL (:$(HOA_PG_PORT)) and Redis (:$(HOA_REDIS_PORT))
 	@scripts/services.sh start
 
-stop: ## stop the project-local PostgreSQL and Redis (and a `make serve` gunicorn)
+stop: stop-run ## stop everything: `make run`, a `make serve` gunicorn, PostgreSQL and Redis
 	@scripts/serve.sh stop || true
-	@if [ -f .local/payment-standin.pid ]; then kill "$$(cat .local/payment-standin.pid)" 2>/dev/null || true; rm -f .local/payment-standin.pid; fi
 	@scripts/services.sh stop
+
+# By the pid files of RUN_DIR, each process only if it is still the one the file names (a
+# stale file's pid may be someone else's now), with its children (runserver's autoreloader
+# serves from a child); then up to 10 s for them to exit (a zombie has).
+RUN_PROCESSES := server:runserver mail-sender:send_reporter_emails \
+	mail-catcher:mail_catcher.py payment-standin:payment_standin.py
+
+stop-run: ## stop `make run`: the server, the payment stand-in, the mail sender and catcher
+	@stopped=""; for entry in $(RUN_PROCESSES); do \
+		pid_file=$(RUN_DIR)/$${entry%%:*}.pid; [ -f $$pid_file ] || continue; \
+		pid=$$(cat $$pid_file); rm -f $$pid_file; \
+		if ps -o args= -p "$$pid" | grep -q -- "$${entry#*:}"; then \
+			pkill -TERM -P "$$pid" || true; kill "$$pid" 2>/dev/null || true; stopped="$$stopped $$pid"; \
+		fi; \
+	done; \
+	for _ in $$(seq 50); do \
+		alive=""; for pid in $$stopped; do case "$$(ps -o stat= -p $$pid)" in ""|Z*) ;; *) alive=1 ;; esac; done; \
+		[ -z "$$alive" ] && break; sleep 0.2; \
+	done
 
 status: ## show whether the local services are up
 	@scripts/services.sh status
 
-migrate: $(STAMP) services
+migrate: $(STAMP) services ## apply the migrations to the local database
 	@$(DEV_ENV) $(PY) manage.py migrate --noinput
 
 # -v 1: seed_demo is quiet when stdout is not a terminal (cron's rule); make run prints the logins.
-seed: migrate
+seed: migrate ## add what is missing of the demo data (and print the logins)
 	@$(DEV_ENV) $(PY) manage.py seed_demo -v 1
 
-run: seed ## set everything up and serve on http://$(HOST):$(PORT)/ (development server)
+# Beside the server: the payment stand-in, the mail catcher (waited for: the sender's first
+# pass must find it) and the reporters' outbox sender, each in the background with its pid
+# file in RUN_DIR. Ctrl-C stops the server only; `make stop` (or `make stop-run`) stops them all.
+run: seed ## set everything up and serve on http://$(HOST):$(PORT)/ (development server; mail at :$(MAIL_PORT))
 	@$(DEV_ENV) $(PY) manage.py collectstatic --noinput -v 0
-	@$(DEV_ENV) $(DEV_PAYMENT_ENV) $(PY) scripts/payment_standin.py --host $(HOST) --port $(PAYMENT_PORT) --pid-file .local/payment-standin.pid &
-	@echo "Serving on http://$(HOST):$(PORT)/  (admin: http://$(HOST):$(PORT)/admin/ ; stop with Ctrl-C, then 'make stop')"
-	@$(DEV_ENV) $(DEV_PAYMENT_ENV) exec $(PY) manage.py runserver $(HOST):$(PORT)
+	@mkdir -p $(RUN_DIR) && rm -f $(RUN_DIR)/mail-catcher.pid
+	@$(DEV_ENV) $(DEV_PAYMENT_ENV) $(PY) scripts/payment_standin.py --host $(HOST) --port $(PAYMENT_PORT) --pid-file $(RUN_DIR)/payment-standin.pid &
+	@$(PY) scripts/mail_catcher.py --host $(HOST) --port $(MAIL_PORT) --smtp-port $(SMTP_PORT) --dir $(RUN_DIR)/mail --pid-file $(RUN_DIR)/mail-catcher.pid &
+	@for _ in $$(seq 100); do [ -f $(RUN_DIR)/mail-catcher.pid ] && break; sleep 0.1; done; \
+		[ -f $(RUN_DIR)/mail-catcher.pid ] || { echo "The mail catcher did not start (ports $(MAIL_PORT), $(SMTP_PORT)); is a make run already running? make stop-run stops it" >&2; exit 1; }
+	@$(DEV_ENV) $(DEV_MAIL_ENV) $(PY) manage.py send_reporter_emails --every $(MAIL_EVERY) -v 1 & echo $$! >$(RUN_DIR)/mail-sender.pid
+	@echo "Serving on http://$(HOST):$(PORT)/  (admin: http://$(HOST):$(PORT)/admin/)"
+	@echo "Emails (reporters', password resets) are caught, not sent: read them at http://$(HOST):$(MAIL_PORT)/"
+	@echo "Stop it all with 'make stop' (Ctrl-C stops the server alone)"
+	@echo $$$$ >$(RUN_DIR)/server.pid; $(DEV_ENV) $(DEV_PAYMENT_ENV) $(DEV_MAIL_ENV) exec $(PY) manage.py runserver $(HOST):$(PORT)
 
 serve: seed ## serve with gunicorn on :$(PORT) (WEB_CONCURRENCY workers; INSTANCES=N on consecutive ports)
 	@$(DEV_ENV) $(PY) manage.py collectstatic --noinput -v 0

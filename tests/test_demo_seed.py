@@ -143,9 +143,9 @@ def test_make_run_prints_the_logins_and_the_quick_start_names_the_ports():
     readme = (root / "README.md").read_text()
 
     # seed_demo is quiet when stdout is not a terminal: make's seed asks for -v 1.
-    assert re.search(r"^seed: migrate\n\t@\$\(DEV_ENV\) \$\(PY\) manage.py seed_demo -v 1$",
+    assert re.search(r"^seed: migrate ## .*\n\t@\$\(DEV_ENV\) \$\(PY\) manage.py seed_demo -v 1$",
                      makefile, re.MULTILINE)  # fmt: skip
     quick_start = readme.split("## Quick start", 1)[1].split("\n## ", 1)[0]
-    assert "HOA_PG_PORT=55433 HOA_REDIS_PORT=56380 PORT=8001 make run" in quick_start
+    assert "HOA_PG_PORT=55433 HOA_REDIS_PORT=56380 PORT=8010 make run" in quick_start
     for name in ("alice", "bob", "omar", "olivia", "admin"):
         assert f"`{name}`" in quick_start

@@ -10,6 +10,7 @@ never handed over again.
 """
 
 import re
+import signal
 from datetime import timedelta
 from email.header import decode_header, make_header
 from io import StringIO
@@ -28,7 +29,9 @@ from hoa.complaints.workflow import Reporter, change_status, open_complaint
 from hoa.jobs.reporter_mail import SendResult, claim_batch, send_claimed, send_reporter_emails
 from hoa.models import Complaint, ReporterEmail
 from hoa.settings import email_settings
+from tests.harness.processes import run_manage, start_manage, stop_process
 from tests.harness.smtp import MailServer, message_id
+from tests.harness.waiting import wait_until
 from tests.vendors_support import WAIT, Worker
 from vendors.services import assign_vendor
 
@@ -222,6 +225,44 @@ def test_two_passes_at_once_take_turns_on_the_advisory_lock(complaint, alice, ma
 
     assert second.skipped_pass
     assert first.outcome().sent == 1 and len(mail.received) == 1
+
+
+def test_every_sends_at_each_pass_until_sigterm_and_prints_only_the_passes_that_sent(
+    complaint, alice, mail, subprocess_env, settings
+):
+    """``make run``'s loop: ``--every SECONDS`` runs a pass every SECONDS, says nothing when
+    there was nothing to send, and stops on SIGTERM with exit 0."""
+    env = {
+        **subprocess_env,
+        "EMAIL_URL": f"smtp://{settings.EMAIL_HOST}:{settings.EMAIL_PORT}",
+        "DEFAULT_FROM_EMAIL": SENDER,
+    }
+    sender = start_manage("send_reporter_emails", "--every", "0.1", env=env)
+    try:
+        close(complaint, alice)
+        wait_until(lambda: len(mail.messages) == 1, what="the first email", timeout=WAIT)
+        change_status(complaint=complaint, seen=S.CLOSED, to=S.OPEN, note="Back.", actor=alice)
+        wait_until(lambda: len(mail.messages) == 2, what="the second email", timeout=WAIT)
+        sender.send_signal(signal.SIGTERM)
+        out, err = sender.communicate(timeout=WAIT)
+    finally:
+        stop_process(sender)
+
+    assert (sender.returncode, err) == (0, "")
+    sent = "Reporter emails: 1 sent, 0 to retry, 0 failed, 0 perhaps sent, 0 skipped (opted out)."
+    assert out.splitlines() == [sent, sent]
+    assert [message_id(message) for message in mail.messages] == list(
+        complaint.reporter_emails.order_by("pk").values_list("message_id", flat=True)
+    )
+
+
+@pytest.mark.parametrize("every", ["0", "-1", "nan", "soon", "3601"])
+def test_every_refuses_what_is_not_a_number_of_seconds_with_one_line(every, subprocess_env):
+    done = run_manage("send_reporter_emails", "--every", every, env=subprocess_env)
+
+    assert done.returncode == 1
+    assert done.stderr.startswith("CommandError: --every must be a number of seconds")
+    assert len(done.stderr.strip().splitlines()) == 1
 
 
 def test_a_temporary_refusal_is_retried_later_with_the_same_message_id(complaint, alice, mail):

@@ -19,7 +19,10 @@ README = (ROOT / "README.md").read_text(encoding="utf-8")
 
 
 def make_help(**ports: str) -> str:
-    env = {key: value for key, value in os.environ.items() if not key.startswith(("HOA_", "PORT"))}
+    # Not the ports of the make that runs the tests either (command-line variables reach
+    # a nested make through MAKEFLAGS).
+    dropped = ("HOA_", "PORT", "MAIL_PORT", "MAKE", "MFLAGS")
+    env = {key: value for key, value in os.environ.items() if not key.startswith(dropped)}
     env.update(ports)
     done = subprocess.run(
         ["make", "--no-print-directory", "help"],
@@ -42,6 +45,16 @@ def test_make_help_prints_the_real_port():
     assert "(:55499)" in listing and "(:56499)" in listing
     assert "$(" not in listing  # every placeholder filled in
     assert "http://127.0.0.1:8000/" in make_help()  # and the defaults without any
+
+
+def test_make_help_lists_every_target_a_person_runs_in_one_column():
+    listing = make_help().splitlines()
+    names = [line.split()[0] for line in listing]
+    assert {"run", "seed", "migrate", "stop", "stop-run", "test-locking-matrix"} <= set(names)
+    columns = {len(line) - len(line[2:].split(maxsplit=1)[1]) for line in listing}
+    assert len(columns) == 1, listing  # the longest name too
+    mail = next(line for line in listing if line.split()[0] == "run")
+    assert "mail at :8002" in mail  # make run's mail catcher, on PORT + 2
 
 
 @pytest.mark.django_db

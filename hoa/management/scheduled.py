@@ -80,9 +80,9 @@ class ScheduledJobCommand(CronCommand):
                 _("%(job)s failed: PostgreSQL error: %(error)s")
                 % {"job": self.job_name, "error": first_line(exc)}
             ) from exc
-        if options["verbosity"] >= 1:
+        if options["verbosity"] >= 1 and message:
             self.stdout.write(message)
 
     def run_pass(self, *, wait: timedelta | None, batch_size: int) -> str:
-        """Run one pass of the job and return the line to print."""
+        """Run one pass of the job and return the line to print ("": nothing to say)."""
         raise NotImplementedError
