@@ -178,6 +178,7 @@ class InvoiceRule(StrEnum):
     NOT_FROM_HERE = "not-from-here"
     ALREADY_APPROVED_BY_YOU = "already-approved-by-you"
     SECOND_NOT_RECORDER = "second-not-recorder"
+    RECORDER_MAY_NOT_APPROVE = "recorder-may-not-approve"
     CONFIRM_NOT_DUPLICATE = "confirm-not-duplicate"
     SAY_WHY = "say-why"
     REASON_TOO_LONG = "reason-too-long"
