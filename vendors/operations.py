@@ -41,6 +41,8 @@ ASSIGNMENT = FencedOperation(
     complaints=complaint_pages.COMPLAINTS,
     staff_permissions=(
         *(f"vendors.view_{model}" for model in ("vendor", "vendorcontract", "vendorassignment")),
+        # Keeping vendors assignable: a new certificate's expiry, on the insurance page.
+        "vendors.record_insurance",
     ),
     seed_demo=demo.seed_demo,
 )
