@@ -41,6 +41,7 @@ KINDS = {
     "InvoiceChanged": (Answer.OVERTAKEN, "the page was out of date: look again, decide"),
     "PaymentSent": (Answer.OVERTAKEN, "only paying it can settle it"),
     "InvoiceChangedBeforePaying": (Answer.OVERTAKEN, "voided, rejected or changed"),
+    "CertificateChanged": (Answer.OVERTAKEN, "another certificate recorded: look again"),
 }
 
 

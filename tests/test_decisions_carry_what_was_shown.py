@@ -31,8 +31,9 @@ from locking import FenceLock
 from locking.keys import lock_key
 from locking.models import FenceEvent
 from tests.invoices_support import approve, record
-from vendors import invoices
-from vendors.models import Invoice, VendorAssignment
+from tests.vendors_support import uninsured_vendor
+from vendors import insurance, invoices
+from vendors.models import Invoice, VendorAssignment, VendorContract
 from vendors.operations import assignment_resource
 from vendors.services import assign_vendor
 
@@ -195,6 +196,22 @@ def _invoice_decision(name, fields, *, prefix=""):
     return scenario
 
 
+def record_certificate(alice, bob, maple, **_):
+    vendor = uninsured_vendor("Bright Spark", maple, lapsed_days_ago=3)
+    contract = VendorContract.objects.get(vendor=vendor)
+    page_url = reverse("vendors:insurance", args=[maple.slug, vendor.pk])
+    action = reverse("vendors:record_certificate", args=[maple.slug, vendor.pk])
+    shown = form_fields(client_for(alice).get(page_url).content.decode(), action)
+    theirs = timezone.localdate() + timedelta(days=200)
+    insurance.record_certificate(
+        contract=contract, expires_on=theirs, seen=contract.insurance_expires_on, actor=bob
+    )
+    mine = timezone.localdate() + timedelta(days=300)
+    answer = client_for(alice).post(action, {**shown, "expires_on": mine.isoformat()})
+    contract.refresh_from_db()
+    return Stale(answer, contract.insurance_expires_on == theirs, theirs.isoformat())
+
+
 def break_lease(alice, root, maple, **_):
     resource = assignment_resource(Complaint.objects.create(organization=maple, title="L").pk)
     stuck = FenceLock().acquire(resource, ttl=LONG, holder="stuck-worker")
@@ -227,6 +244,7 @@ DECISIONS = {
     ),
     "vendors.invoice_views.PayInvoiceView": _invoice_decision("pay", {}),
     "hoa.ops.views.BreakLeaseView": break_lease,
+    "vendors.views.RecordCertificateView": record_certificate,
 }
 
 

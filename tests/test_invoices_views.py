@@ -28,7 +28,7 @@ from tests.invoices_support import (
 )
 from tests.vendors_support import active_vendor
 from vendors import invoices
-from vendors.models import Invoice, InvoiceDocument, VendorPayment
+from vendors.models import ApprovalPolicy, Invoice, InvoiceDocument, VendorPayment
 from vendors.operations import payment_resource
 
 pytestmark = pytest.mark.django_db
@@ -118,10 +118,8 @@ def test_the_list_shows_totals_owed_and_paid_this_month_and_filters(book, maple,
     assert by(status="approved") == [book["approved"].pk]
     assert by(vendor=green.pk) == sorted([book["evergreen"].pk, book["approved"].pk])
     assert by(overdue="yes") == [book["overdue"].pk]
-    # Alice recorded them all: the large one's second approval must be someone else's.
-    assert by(waiting="me") == sorted(
-        [book["received"].pk, book["overdue"].pk, book["evergreen"].pk]
-    )
+    # Alice recorded them all: by the association's default rule, none is hers to approve.
+    assert by(waiting="me") == []
     assert sorted(listed(client_for(bob).get(list_url(maple, waiting="me")))) == sorted(
         [book["received"].pk, book["overdue"].pk, book["evergreen"].pk]
     )
@@ -185,9 +183,9 @@ def test_the_pages_are_the_associations_staffs_only(book, maple, mallory, viewer
 # -- one invoice --------------------------------------------------------------------------------
 
 
-def test_the_invoice_page_shows_its_facts_approvals_and_timeline(book, alice):
+def test_the_invoice_page_shows_its_facts_approvals_and_timeline(book, carol):
     invoice = book["large"]
-    html = client_for(alice).get(url("invoice", invoice)).content.decode()
+    html = client_for(carol).get(url("invoice", invoice)).content.decode()
 
     assert "$4,800.00" in html and "L-1" in html
     approvals = html.split('data-testid="approvals"')[1].split("</section>")[0]
@@ -196,6 +194,54 @@ def test_the_invoice_page_shows_its_facts_approvals_and_timeline(book, alice):
     assert 'data-testid="approve-form"' in approvals
     events = html.split('data-testid="timeline"')[1].split("</ol>")[0]
     assert events.index("First approval") < events.index("Recorded")
+
+
+def approvals_card(user, invoice) -> tuple[str, str]:
+    html = client_for(user).get(url("invoice", invoice)).content.decode()
+    return html.split('data-testid="approvals"')[1].split("</section>")[0], html
+
+
+def test_the_invoice_page_says_where_its_approvals_stand_and_to_whom_no_button(
+    book, alice, bob, carol
+):
+    """Issue 47, item 2: "1 of 2 approvals — waiting for someone other than …", and no
+    Approve button for whom it would refuse: the reason in its place."""
+    invoice = book["large"]  # recorded by alice, approved once by bob
+
+    card, html = approvals_card(bob, invoice)
+    standing = html.split('data-testid="approval-standing"')[1].split("</span>")[0]
+    assert standing == ">1 of 2 approvals — waiting for someone other than bob and alice"
+    assert 'data-testid="approve-form"' not in card
+    assert "You have approved this invoice already" in card
+    assert (
+        "The person who records an invoice may not approve it (this association&#x27;s rule)."
+        in card
+    )
+
+    card, _ = approvals_card(alice, invoice)
+    assert 'data-testid="approve-form"' not in card
+    assert "You recorded this invoice, and this association&#x27;s rule is that" in card
+
+    card, _ = approvals_card(carol, invoice)
+    assert 'data-testid="approve-form"' in card
+    assert "not-yours-to-approve" not in card
+
+    _, html = approvals_card(carol, book["received"])  # below the threshold, none yet
+    standing = html.split('data-testid="approval-standing"')[1].split("</span>")[0]
+    assert standing == ">0 of 1 approval — waiting for someone other than alice"
+
+
+def test_an_association_that_lets_the_recorder_approve_says_so_and_offers_them_the_button(
+    book, maple, alice
+):
+    ApprovalPolicy.objects.create(organization=maple, recorder_may_approve=True)
+
+    card, _ = approvals_card(alice, book["received"])
+    assert 'data-testid="approve-form"' in card
+    assert "may give its first approval, never the second (this association&#x27;s rule)" in card
+    card, _ = approvals_card(alice, book["large"])  # bob approved first: never second
+    assert "the second approval must come from someone else" in card
+    assert 'data-testid="approve-form"' not in card
 
 
 def test_approving_through_the_page_is_a_303_with_a_message(book, carol):
@@ -455,8 +501,8 @@ def test_a_number_the_vendor_used_already_is_a_400_naming_the_invoice(assignment
     assert Invoice.objects.count() == 1
 
 
-def test_the_dashboard_and_the_navigation_show_the_invoices(book, maple, alice):
-    html = client_for(alice).get(reverse("hoa:dashboard", args=[maple.slug])).content.decode()
+def test_the_dashboard_and_the_navigation_show_the_invoices(book, maple, bob):
+    html = client_for(bob).get(reverse("hoa:dashboard", args=[maple.slug])).content.decode()
     panel = html.split('data-testid="invoices"')[1].split("</div>")[0]
     assert (
         "$5,800.00" in panel and "owed to vendors on 5 invoices" in panel and "1 overdue" in panel

@@ -235,16 +235,45 @@ def test_same_vendor_amount_and_date_under_another_number_is_flagged_and_needs_a
 # -- approvals --------------------------------------------------------------------------------
 
 
-def test_up_to_the_threshold_one_approval_approves(assignment, alice, maple):
+def test_up_to_the_threshold_one_approval_approves(assignment, alice, bob, maple):
     ApprovalPolicy.objects.create(organization=maple, approval_threshold=AMOUNT)
     invoice = record(assignment, alice)  # exactly the threshold: not above it
-    approved = approve(invoice, alice)  # the recorder may give the only approval
+    approved = approve(invoice, bob)
+
+    assert state_of(approved) == (Status.APPROVED, 2, AMOUNT, ["bob"], 2)
+    assert timeline(approved)[-1] == ("approved", "bob", "received", "approved", "")
+
+
+RECORDER_MAY_NOT = (
+    "You recorded this invoice, and this association's rule is that the person who records "
+    "an invoice may not approve it: the approval must come from someone else."
+)
+
+
+@pytest.mark.parametrize("amount", [AMOUNT, LARGE])
+def test_by_default_the_recorder_may_not_approve_at_any_amount(assignment, alice, bob, amount):
+    """Separation of duties: below the threshold too, one person does not record and
+    approve the same invoice (issue 47, item 2)."""
+    invoice = record(assignment, alice, amount=amount)
+    with pytest.raises(InvoiceRefused) as refused:
+        approve(invoice, alice)
+
+    assert refused_rule(refused) == InvoiceRule.RECORDER_MAY_NOT_APPROVE
+    assert str(refused.value) == RECORDER_MAY_NOT
+    assert state_of(invoice) == (Status.RECEIVED, 1, amount, [], 1)
+    assert approve(invoice, bob).approvals.count() == 1
+
+
+def test_an_association_that_allows_it_lets_the_recorder_give_the_only_approval(
+    assignment, alice, maple
+):
+    ApprovalPolicy.objects.create(organization=maple, recorder_may_approve=True)
+    approved = approve(record(assignment, alice), alice)
 
     assert state_of(approved) == (Status.APPROVED, 2, AMOUNT, ["alice"], 2)
-    assert timeline(approved)[-1] == ("approved", "alice", "received", "approved", "")
 
 
-def test_above_the_threshold_two_different_people_the_second_not_the_recorder(
+def test_above_the_threshold_two_different_people_neither_the_recorder(
     assignment, alice, bob, carol
 ):
     invoice = record(assignment, alice, amount=LARGE)  # the default threshold is 1,000
@@ -257,13 +286,29 @@ def test_above_the_threshold_two_different_people_the_second_not_the_recorder(
     assert refused_rule(twice) == InvoiceRule.ALREADY_APPROVED_BY_YOU
     with pytest.raises(InvoiceRefused) as recorder:
         approve(invoice, alice)
-    assert str(recorder.value) == (
-        "You recorded this invoice, so the second approval must come from someone else."
-    )
+    assert str(recorder.value) == RECORDER_MAY_NOT
     assert state_of(invoice) == (Status.RECEIVED, 2, LARGE, ["bob"], 2)
 
     approved = approve(invoice, carol)
     assert state_of(approved) == (Status.APPROVED, 3, LARGE, ["bob", "carol"], 3)
+
+
+def test_where_the_association_allows_it_the_recorder_approves_first_never_second(
+    assignment, alice, bob, carol, maple
+):
+    ApprovalPolicy.objects.create(organization=maple, recorder_may_approve=True)
+    first = record(assignment, alice, amount=LARGE)
+    approve(first, bob)
+    with pytest.raises(InvoiceRefused) as second:
+        approve(first, alice)
+    assert str(second.value) == (
+        "You recorded this invoice, so the second approval must come from someone else."
+    )
+
+    other = Decimal("4900.00")  # another bill, not a possible duplicate of the first
+    mine_first = approve(record(assignment, alice, number="INV-101", amount=other), alice)
+    approved = approve(mine_first, carol)
+    assert state_of(approved) == (Status.APPROVED, 3, other, ["alice", "carol"], 3)
 
 
 def test_the_database_holds_one_standing_approval_per_person(assignment, alice, bob):

@@ -5,11 +5,13 @@ Staff members work on a vendor's invoices at once, each in a thread of its own w
 database connection, and every SQL statement they send waits at a hold point until
 Hypothesis lets it through (locking/tests/stepping.py), as in tests/test_complaint_model.py:
 Hypothesis chooses the interleaving, statement by statement, among recording an invoice,
-approving it (one approval up to the association's threshold, two by two people above it,
-the second not its recorder), changing its amount, rejecting, voiding, paying it
-(``pay_invoice`` with the version the staff page showed, as the page does) and settling the
-outside calls of unknown outcome (``settle_outside_calls``, in flight like the rest, and as
-a step of its own when nothing is). Each reads the invoice as its page would show it first.
+approving it (one approval up to the association's threshold, two by two people above it;
+by default never its recorder, and in an association that allows the recorder to approve,
+never second: each example draws which association it is), changing its amount,
+rejecting, voiding, paying it (``pay_invoice`` with the version the staff page showed, as
+the page does) and settling the outside calls of unknown outcome (``settle_outside_calls``,
+in flight like the rest, and as a step of its own when nothing is). Each reads the invoice
+as its page would show it first.
 
 The payment service is the real local stand-in (tests/harness/http.py, locking's receiver:
 it pays a key once, answers a replay with the same payment, refuses a lower token). What it
@@ -27,8 +29,9 @@ After every step, on committed data and on the stand-in's own record of its tran
 - a transfer not recorded yet leaves the invoice approved and sent for payment (claimed): it
   cannot be voided, rejected or changed, so a void or rejected invoice was never transferred;
 - an approval counts only for the amount approved: an approved or paid invoice's standing
-  approvals are all for its amount, as many as its threshold asks, by different people, the
-  second not its recorder; the amount paid is the amount approved;
+  approvals are all for its amount, as many as its threshold asks, by different people, none
+  its recorder (the recorder at most first, where the association allows it); the amount
+  paid is the amount approved;
 - the invoice's fence never goes down.
 
 At the end of each example (its teardown), with every holder finished and the service
@@ -78,8 +81,8 @@ from tests.harness.http import HttpStub
 from tests.invoices_support import assignment_of, due_on, issued_on
 from tests.vendors_support import active_vendor
 from vendors import invoices, payments
+from vendors.approvals import approvals_needed
 from vendors.insurance import check_insured, today_of
-from vendors.invoices import approvals_needed
 from vendors.models import (
     ApprovalPolicy,
     Invoice,
@@ -146,16 +149,23 @@ class MoneyModel(RuleBasedStateMachine):
         self.stub.status_for = self._forced_status
         self.stub.lose_answer = self._lost
         self.highest_fence: dict[int, int] = {}
+        self.recorder_may_approve = False  # the association's rule, drawn by two_invoices
         self._insured(True)
 
     # -- the steps -------------------------------------------------------------------------
 
-    @initialize(answer=st.sampled_from(ANSWERS))
-    def two_invoices(self, answer="done"):
+    @initialize(answer=st.sampled_from(ANSWERS), recorder_may_approve=st.booleans())
+    def two_invoices(self, answer="done", recorder_may_approve=False):
         """alice records two invoices (nothing is in flight yet): one up to the threshold,
         which bob approves, and one above it, received; the payment service answers as
-        ``answer`` says until a step changes it."""
+        ``answer`` says until a step changes it. ``recorder_may_approve``: the association's
+        rule (by default, the person who records an invoice may not approve it)."""
         self.answer = answer
+        self.recorder_may_approve = recorder_may_approve
+        ApprovalPolicy.objects.update_or_create(
+            organization=self.organization,
+            defaults={"recorder_may_approve": recorder_may_approve},
+        )
         self._record(self.staff["alice"], SMALL)
         [first] = self._committed()
         invoices.approve_invoice(
@@ -266,7 +276,11 @@ class MoneyModel(RuleBasedStateMachine):
                 needed = approvals_needed(invoice, self.threshold)
                 approvers = [approval.approver_id for approval in standing]
                 assert len(set(approvers)) >= needed, f"{where}: approved by {approvers}"
-                if needed == 2:
+                if not self.recorder_may_approve:
+                    assert invoice.recorded_by_id not in approvers, (
+                        f"{where}: its recorder approved it ({approvers})"
+                    )
+                elif needed == 2:
                     assert approvers[1] != invoice.recorded_by_id, (
                         f"{where}: its recorder approved second"
                     )

@@ -122,7 +122,7 @@ def test_the_vendors_page_shows_what_lapses_within_30_days(client, alice, maple,
 
     panel = html.split('data-testid="insurance-lapsing"')[1].split("</section>")[0]
     listed = [
-        name for name in ("Unknown", "Gone", "Soon", "Edge") if f"<strong>{name}</strong>" in panel
+        name for name in ("Unknown", "Gone", "Soon", "Edge") if f">{name}</a></strong>" in panel
     ]
     assert listed == ["Unknown", "Gone", "Soon", "Edge"]
     assert panel.index("Unknown") < panel.index("Gone") < panel.index("Soon") < panel.index("Edge")

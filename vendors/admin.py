@@ -393,7 +393,8 @@ class VendorPaymentAdmin(TenantAdminMixin, admin.ModelAdmin):
 
 @admin.register(ApprovalPolicy)
 class ApprovalPolicyAdmin(TenantAdminMixin, admin.ModelAdmin):
-    """Each association's approval threshold (above it: two approvals)."""
+    """Each association's approval threshold (above it: two approvals) and whether the
+    person who records an invoice may approve it (by default not)."""
 
-    list_display = ["organization", "approval_threshold", "updated_at"]
+    list_display = ["organization", "approval_threshold", "recorder_may_approve", "updated_at"]
     list_select_related = ["organization"]

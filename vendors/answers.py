@@ -29,6 +29,9 @@ from hoa.models import Complaint, Organization
 from vendors.exceptions import (
     AlreadyAssigned,
     AssignmentChanged,
+    CertificateChanged,
+    CertificateNotAllowed,
+    CertificateOutOfRange,
     ChangedSinceViewed,
     ClosedSinceViewed,
     ComplaintClosed,
@@ -54,6 +57,17 @@ def refusal_sentence(refusal: Refusal, audience: Audience) -> str:
             )
         case VendorNotInsured():
             return not_insured(refusal.vendor, refusal.organization, refusal.insured_until)
+        case CertificateNotAllowed():
+            return _(
+                "%(actor)s may not record insurance certificates of %(organization)s's vendors."
+            ) % {"actor": refusal.actor, "organization": refusal.organization.name}
+        case CertificateOutOfRange():
+            return _("The expiry date must be between %(earliest)s and %(latest)s.") % {
+                "earliest": refusal.earliest.isoformat(),
+                "latest": refusal.latest.isoformat(),
+            }
+        case CertificateChanged():
+            return certificate_changed(refusal.current)
         case Busy():
             return busy(refusal, audience)
         case Superseded():
@@ -175,6 +189,41 @@ def not_insured(vendor: Vendor, organization: Organization, insured_until: date 
         "%(vendor)s's insurance certificate with %(organization)s lapsed on %(day)s: record "
         "the new certificate on the vendor's contract before assigning or paying them."
     ) % {**values, "day": insured_until.isoformat()}
+
+
+def certificate_changed(current: VendorContract) -> str:
+    """Someone recorded another certificate on the contract since the page was shown."""
+    values = {
+        "vendor": current.vendor.name,
+        "start": current.starts_on.isoformat(),
+        "end": current.ends_on.isoformat(),
+    }
+    if current.insurance_expires_on is None:
+        said = _(
+            "The insurance certificate on %(vendor)s's contract (%(start)s to %(end)s) changed "
+            "since you looked: none is on file now; nothing was saved."
+        )
+    else:
+        said = _(
+            "The insurance certificate on %(vendor)s's contract (%(start)s to %(end)s) changed "
+            "since you looked: it now expires on %(day)s; nothing was saved."
+        )
+        values["day"] = current.insurance_expires_on.isoformat()
+    return (said % values) + " " + _("Look at the vendor's insurance again and decide.")
+
+
+def certificate_message(record) -> str:
+    """What recording a certificate did (``CertificateRecorded``), for the page's message."""
+    contract = record.contract
+    return _(
+        "Recorded %(vendor)s's insurance certificate, expiring on %(day)s, on their contract "
+        "(%(start)s to %(end)s)."
+    ) % {
+        "vendor": contract.vendor.name,
+        "day": record.expires_on.isoformat(),
+        "start": contract.starts_on.isoformat(),
+        "end": contract.ends_on.isoformat(),
+    }
 
 
 def busy(refusal: Busy, audience: Audience = Audience.STAFF) -> str:

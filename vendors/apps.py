@@ -35,8 +35,13 @@ def _assignment_pages():
         order=10,
         links=(Link(_("Vendors"), "vendors:vendors", order=30),),
         complaints=complaint_pages.COMPLAINTS,
-        staff_permissions=tuple(
-            f"vendors.view_{model}" for model in ("vendor", "vendorcontract", "vendorassignment")
+        staff_permissions=(
+            *(
+                f"vendors.view_{model}"
+                for model in ("vendor", "vendorcontract", "vendorassignment")
+            ),
+            # Keeping vendors assignable: a new certificate's expiry, on the insurance page.
+            "vendors.record_insurance",
         ),
         seed_demo=demo.seed_demo,
     )

@@ -121,11 +121,14 @@ def seed_invoices(organizations: dict[str, Organization]) -> None:
         )
         if len(staff) < 2 or not assignments:
             continue
-        recorder, approver = staff[0].user, staff[1].user
-        _seed_invoices_of(organization, assignments, recorder, approver, invoices)
+        # One person records, others approve: the association's rule by default (the
+        # person who records an invoice may not approve it).
+        recorder, approvers = staff[0].user, [member.user for member in staff[1:]]
+        _seed_invoices_of(organization, assignments, recorder, approvers, invoices)
 
 
-def _seed_invoices_of(organization, assignments, recorder, approver, invoices) -> None:
+def _seed_invoices_of(organization, assignments, recorder, approvers, invoices) -> None:
+    approver = approvers[0]
     today = timezone.localdate()
     # number, amount, issued (days ago), due in (days), what becomes of it
     plan = [
@@ -157,7 +160,7 @@ def _seed_invoices_of(organization, assignments, recorder, approver, invoices) -
             ).invoice
         if becomes in ("approved", "paid") and invoice.status != Invoice.Status.APPROVED:
             invoice = invoices.approve_invoice(
-                invoice=invoice, seen=invoice.version, actor=recorder
+                invoice=invoice, seen=invoice.version, actor=approvers[-1]
             ).invoice
         if becomes == "paid":
             _record_demo_payment(invoice, approver)

@@ -155,6 +155,40 @@ class VendorNotInsured(VendorsError):
         )
 
 
+class CertificateNotAllowed(VendorsError):
+    """``actor`` may not record insurance certificates of ``organization``'s vendors. 403,
+    recorded as an ``AccessDenial``."""
+
+    answer = Answer.FORBIDDEN
+    title = gettext_lazy("Not allowed")
+
+    def __init__(self, *, actor: str, organization: Organization):
+        super().__init__(actor=actor, organization=organization)
+
+
+class CertificateOutOfRange(VendorsError):
+    """The certificate's expiry is not between ``earliest`` and ``latest`` (a typo such as
+    1900-01-01 or 9999-12-31). 400, nothing written."""
+
+    answer = Answer.BAD_REQUEST
+    title = gettext_lazy("Not a certificate's date")
+
+    def __init__(self, *, earliest: date, latest: date):
+        super().__init__(earliest=earliest, latest=latest)
+
+
+class CertificateChanged(VendorsError):
+    """The contract's certificate expiry changed since the person saw ``seen``: it is now
+    ``current.insurance_expires_on``. 409, nothing written; sending the same form again
+    can never succeed (what it carries is out of date): the page shows what is on file."""
+
+    answer = Answer.OVERTAKEN
+    title = gettext_lazy("Changed since you looked")
+
+    def __init__(self, *, current: VendorContract, seen: date | None):
+        super().__init__(current=current, seen=seen)
+
+
 # -- invoices --------------------------------------------------------------------------------
 
 
@@ -178,6 +212,7 @@ class InvoiceRule(StrEnum):
     NOT_FROM_HERE = "not-from-here"
     ALREADY_APPROVED_BY_YOU = "already-approved-by-you"
     SECOND_NOT_RECORDER = "second-not-recorder"
+    RECORDER_MAY_NOT_APPROVE = "recorder-may-not-approve"
     CONFIRM_NOT_DUPLICATE = "confirm-not-duplicate"
     SAY_WHY = "say-why"
     REASON_TOO_LONG = "reason-too-long"

@@ -1,9 +1,27 @@
 from django import forms
+from django.db.models import Max, OuterRef, Subquery
 from django.utils.translation import gettext_lazy as _
 
 from hoa.models import Complaint, Organization
 from hoa.web.fields import IdChoiceField
-from vendors.models import Vendor, VendorAssignment
+from vendors.insurance import today_of
+from vendors.invoice_forms import AsciiDateField
+from vendors.models import Vendor, VendorAssignment, VendorContract
+
+
+class VendorSelect(forms.Select):
+    """The vendor menu: the options whose values are in ``disabled_values`` are shown and
+    cannot be chosen."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.disabled_values: set[str] = set()
+
+    def create_option(self, name, value, label, selected, index, subindex=None, attrs=None):
+        option = super().create_option(name, value, label, selected, index, subindex, attrs)
+        if str(value) in self.disabled_values:
+            option["attrs"]["disabled"] = True
+        return option
 
 
 class AssignVendorForm(forms.Form):
@@ -19,6 +37,7 @@ class AssignVendorForm(forms.Form):
 
     vendor = IdChoiceField(
         queryset=Vendor.objects.none(),
+        widget=VendorSelect,
         label=_("Vendor"),
         empty_label=_("Choose a vendor…"),
         error_messages={
@@ -60,9 +79,22 @@ class AssignVendorForm(forms.Form):
         # unknown ids, and other associations' vendors, are invalid choices.
         # Each vendor comes with its contracts here, which the service checks next.
         field.queryset = Vendor.objects.with_contracts(organization)
-        active = Vendor.objects.with_active_contract(organization).order_by("name")
+        today = today_of(organization)
+        active = Vendor.objects.with_active_contract(organization, on=today).order_by("name")
+        active = active.annotate(insured_until=_insured_until(organization))
+        widget = field.widget
+
+        def menu():
+            # A vendor whose insurance lapsed is listed, not offered: disabled, the reason
+            # beside its name (the service would refuse it: ``check_insured``).
+            vendors = list(active)
+            widget.disabled_values = {
+                str(v.pk) for v in vendors if v.insured_until is None or v.insured_until < today
+            }
+            return [("", field.empty_label), *((v.pk, _label(v, today)) for v in vendors)]
+
         # A callable: the menu's query runs when a page renders it, not for every POST.
-        field.choices = lambda: [("", field.empty_label), *((v.pk, _label(v)) for v in active)]
+        field.choices = menu
         if complaint is None:
             del self.fields["replacing"], self.fields["seen_status"]
         else:
@@ -78,8 +110,30 @@ class AssignVendorForm(forms.Form):
         return "replacing" in self.fields and self.add_prefix("replacing") in self.data
 
 
-def _label(vendor: Vendor) -> str:
-    return f"{vendor.name} ({vendor.trade})" if vendor.trade else vendor.name
+def _insured_until(organization: Organization) -> Subquery:
+    """A vendor's latest certificate with ``organization``, on any of its contracts with it
+    (``Vendor.insured_until`` in SQL)."""
+    latest = (
+        VendorContract.objects.filter(vendor=OuterRef("pk"), organization=organization)
+        .values("vendor")
+        .annotate(latest=Max("insurance_expires_on"))
+        .values("latest")
+    )
+    return Subquery(latest)
+
+
+def _label(vendor: Vendor, today) -> str:
+    """The vendor's name and trade; why it may not be assigned, when its insurance lapsed."""
+    name = f"{vendor.name} ({vendor.trade})" if vendor.trade else vendor.name
+    insured_until = vendor.insured_until
+    if insured_until is not None and insured_until >= today:
+        return name
+    if insured_until is None:
+        return _("%(vendor)s — no insurance certificate on file") % {"vendor": name}
+    return _("%(vendor)s — insurance lapsed on %(day)s") % {
+        "vendor": name,
+        "day": insured_until.isoformat(),
+    }
 
 
 class VendorFilterForm(forms.Form):
@@ -90,3 +144,26 @@ class VendorFilterForm(forms.Form):
         widget=forms.TextInput(attrs={"type": "search", "placeholder": _("Name or trade")}),
         error_messages={"max_length": _("Search for at most %(limit_value)s characters.")},
     )
+
+
+class CertificateForm(forms.Form):
+    """The expiry on a vendor's new insurance certificate, for one of its contracts with the
+    association; ``seen`` carries the expiry the page showed (empty: none on file)."""
+
+    contract = IdChoiceField(
+        queryset=VendorContract.objects.none(),
+        widget=forms.HiddenInput,
+        error_messages={
+            "invalid_choice": _("This page was out of date. Reload it and enter the date again."),
+        },
+    )
+    seen = AsciiDateField(required=False, widget=forms.HiddenInput)
+    expires_on = AsciiDateField(
+        label=_("The new certificate expires on"),
+        error_messages={"required": _("Enter the expiry date on the certificate.")},
+    )
+
+    def __init__(self, *args, contracts=None, **kwargs):
+        super().__init__(*args, **kwargs)
+        if contracts is not None:  # a POST: one of the vendor's contracts with the association
+            self.fields["contract"].queryset = contracts

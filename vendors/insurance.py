@@ -7,6 +7,10 @@ file is not insured either. An uninsured vendor may not be assigned to a complai
 (``vendors.services.assign_vendor``) or paid (``vendors.payments.pay_invoice``): both refuse
 with ``VendorNotInsured`` before anything is locked.
 
+``record_certificate`` is how staff keep it: the expiry of a vendor's new certificate,
+recorded on a contract (the vendor's insurance page), a compare-and-swap on the expiry the
+person saw, with its line of the contract's insurance history (``CertificateRecorded``).
+
 ``record_lapses`` is the daily job (``manage.py record_insurance_lapses``): it records each
 certificate that has lapsed once (``InsuranceLapse``), and writes the lapse on the timeline
 of every invoice the association still owes the vendor; the complaint pages show it on the
@@ -22,13 +26,28 @@ from datetime import date, datetime, timedelta
 from zoneinfo import ZoneInfo
 
 from django.db import transaction
-from django.db.models import Max
+from django.db.models import Max, Q
 from django.utils import timezone
 
+from hoa.answers.table import Answer
 from hoa.models import Organization
+from hoa.security.audit import Reason, record_denial
 from locking.advisory import advisory_lock
-from vendors.exceptions import VendorNotInsured
-from vendors.models import InsuranceLapse, Invoice, InvoiceEvent, Vendor, VendorContract
+from vendors import answers
+from vendors.exceptions import (
+    CertificateChanged,
+    CertificateNotAllowed,
+    CertificateOutOfRange,
+    VendorNotInsured,
+)
+from vendors.models import (
+    CertificateRecorded,
+    InsuranceLapse,
+    Invoice,
+    InvoiceEvent,
+    Vendor,
+    VendorContract,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -36,6 +55,10 @@ logger = logging.getLogger(__name__)
 LAPSING_WITHIN = timedelta(days=30)
 LAPSES_LOCK = "vendors:insurance-lapses"
 SYSTEM = "system"
+RECORD_CERTIFICATE_PERMISSION = "vendors.record_insurance"
+# How far from today a certificate's expiry may be (ten years either way): wider than any
+# real certificate, narrow enough that 1900-01-01 or 9999-12-31 is caught as the typo it is.
+CERTIFICATE_SPAN = timedelta(days=10 * 366)
 
 
 def check_insured(vendor: Vendor, organization: Organization, day: date, contracts=None) -> None:
@@ -59,6 +82,67 @@ def lapsing(organization: Organization, *, today: date, within: timedelta = LAPS
     or has lapsed, or who have none on file: rows of ``vendor_id``, ``vendor__name``,
     ``insured_until``, soonest first."""
     return VendorContract.objects.insurance_lapsing(organization, today=today, within=within)
+
+
+@dataclass(frozen=True)
+class CertificateChange:
+    """What recording a certificate did: its line of the contract's insurance history."""
+
+    record: CertificateRecorded
+
+    @property
+    def answer(self) -> Answer:
+        return Answer.DONE
+
+    @property
+    def message(self) -> str:
+        return answers.certificate_message(self.record)
+
+    def __str__(self) -> str:
+        return self.message
+
+
+def record_certificate(
+    *, contract: VendorContract, expires_on: date, seen: date | None, actor
+) -> CertificateChange:
+    """Record ``expires_on``, the expiry on the vendor's new certificate, on ``contract``,
+    as ``actor``, who saw its expiry as ``seen`` (``None``: none on file). Raises
+    ``CertificateNotAllowed``, ``CertificateOutOfRange``, or ``CertificateChanged`` when
+    the expiry is no longer ``seen``; nothing is written then."""
+    organization = contract.organization
+    if not (organization.has_staff(actor) and actor.has_perm(RECORD_CERTIFICATE_PERMISSION)):
+        record_denial(
+            reason=Reason.PERMISSION,
+            note=f"record insurance: not staff of {organization.slug} with "
+            f"{RECORD_CERTIFICATE_PERMISSION}",
+            resource=f"insurance:{organization.slug}",
+            actor=actor.get_username(),
+            organization=organization,
+        )
+        raise CertificateNotAllowed(actor=actor.get_username(), organization=organization)
+    today = today_of(organization)
+    earliest, latest = today - CERTIFICATE_SPAN, today + CERTIFICATE_SPAN
+    if not earliest <= expires_on <= latest:
+        raise CertificateOutOfRange(earliest=earliest, latest=latest)
+    shown = Q(insurance_expires_on__isnull=True) if seen is None else Q(insurance_expires_on=seen)
+    with transaction.atomic():
+        rows = VendorContract.objects.filter(pk=contract.pk, organization=organization)
+        # The compare-and-swap: one conditional UPDATE, its row lock held to the commit.
+        if not rows.filter(shown).update(insurance_expires_on=expires_on):
+            raise CertificateChanged(current=rows.select_related("vendor").get(), seen=seen)
+        record = CertificateRecorded.objects.create(
+            contract=contract,
+            organization=organization,
+            expires_before=seen,
+            expires_on=expires_on,
+            actor=actor,
+            actor_label=actor.get_username(),
+        )
+    logger.info(
+        "insurance certificate recorded",
+        extra={"contract": contract.pk, "organization": organization.pk, "actor": actor.pk},
+    )
+    return CertificateChange(record)
 
 
 @dataclass(frozen=True)

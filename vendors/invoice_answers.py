@@ -12,6 +12,7 @@ them.
 
 import math
 
+from django.utils.text import get_text_list
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy, ngettext
 
@@ -64,6 +65,10 @@ RULES = {
     ),
     Rule.SECOND_NOT_RECORDER: gettext_lazy(
         "You recorded this invoice, so the second approval must come from someone else."
+    ),
+    Rule.RECORDER_MAY_NOT_APPROVE: gettext_lazy(
+        "You recorded this invoice, and this association's rule is that the person who "
+        "records an invoice may not approve it: the approval must come from someone else."
     ),
     Rule.REASON_TOO_LONG: gettext_lazy("Keep the reason under %(max)s characters."),
     Rule.NOT_A_PDF: gettext_lazy("The file is not a PDF. Attach the invoice as a PDF."),
@@ -267,6 +272,32 @@ def rule(name: InvoiceRule, facts: dict) -> str:
         case Rule.NOT_APPROVED:
             return RULES[name] % {"status": Invoice.Status(facts["status"]).label.lower()}
     return RULES[name] % facts
+
+
+def approval_standing(standing) -> str:
+    """Where an invoice's approvals stand (``vendors.approvals.Standing``): "1 of 2
+    approvals — waiting for someone other than alice"."""
+    said = ngettext(
+        "%(given)d of %(needed)d approval", "%(given)d of %(needed)d approvals", standing.needed
+    ) % {"given": standing.given, "needed": standing.needed}
+    if standing.given >= standing.needed:
+        return said
+    if not_from := standing.not_from:
+        return _("%(said)s — waiting for someone other than %(people)s") % {
+            "said": said,
+            "people": get_text_list(not_from, _("and")),
+        }
+    return _("%(said)s — waiting for an approver") % {"said": said}
+
+
+def recorder_rule(policy) -> str:
+    """The association's rule on the recorder approving (``ApprovalPolicy``), said."""
+    if policy.recorder_may_approve:
+        return _(
+            "The person who records an invoice may give its first approval, never the "
+            "second (this association's rule)."
+        )
+    return _("The person who records an invoice may not approve it (this association's rule).")
 
 
 def _done(action: str) -> str:

@@ -34,30 +34,32 @@ def _standing_count():
     return Count("approvals", filter=Q(approvals__voided_at__isnull=True), distinct=True)
 
 
-def filtered(invoices: QuerySet, filters: dict, *, user, today: date) -> QuerySet:
+def filtered(
+    invoices: QuerySet, filters: dict, *, user, today: date, policy: ApprovalPolicy
+) -> QuerySet:
     """``invoices`` narrowed by the list's filters (``status``, ``vendor``, ``waiting``:
-    waiting for ``user``'s approval, ``overdue``)."""
+    waiting for ``user``'s approval under ``policy``, ``overdue``)."""
     if status := filters.get("status"):
         invoices = invoices.filter(status=status)
     if vendor := filters.get("vendor"):
         invoices = invoices.filter(vendor=vendor)
     if filters.get("waiting"):
-        invoices = waiting_for(invoices, user)
+        invoices = waiting_for(invoices, user, policy)
     if filters.get("overdue"):
         invoices = invoices.filter(status__in=Invoice.OWED_STATUSES, due_on__lt=today)
     return invoices
 
 
-def waiting_for(invoices: QuerySet, user) -> QuerySet:
-    """Received invoices ``user`` could approve now: not approved by them already, and not
-    one they recorded that has its first approval (the second must be someone else's)."""
+def waiting_for(invoices: QuerySet, user, policy: ApprovalPolicy) -> QuerySet:
+    """Received invoices ``user`` could approve now (``vendors.approvals``): not approved by
+    them already, and not one they recorded, unless ``policy`` lets its recorder give the
+    first approval and it has none yet."""
     mine = InvoiceApproval.objects.standing().filter(invoice=OuterRef("pk"), approver=user)
     others = InvoiceApproval.objects.standing().filter(invoice=OuterRef("pk"))
-    return (
-        invoices.filter(status=Status.RECEIVED)
-        .exclude(Exists(mine))
-        .exclude(Q(recorded_by=user) & Exists(others))
-    )
+    waiting = invoices.filter(status=Status.RECEIVED).exclude(Exists(mine))
+    if policy.recorder_may_approve:
+        return waiting.exclude(Q(recorded_by=user) & Exists(others))
+    return waiting.exclude(recorded_by=user)
 
 
 def vendors_invoicing(organization: Organization) -> QuerySet:
@@ -115,8 +117,8 @@ def approvals(invoice: Invoice) -> list[InvoiceApproval]:
     return list(invoice.approvals.select_related("approver").order_by("at", "pk"))
 
 
-def threshold(organization: Organization) -> Decimal:
-    return ApprovalPolicy.threshold_for(organization)
+def policy(organization: Organization) -> ApprovalPolicy:
+    return ApprovalPolicy.of(organization)
 
 
 def of_complaint(complaint: Complaint) -> QuerySet:
@@ -133,7 +135,9 @@ def dashboard_context(request, organization: Organization) -> dict:
     invoices = Invoice.objects.for_organization(organization)
     return {
         "invoices": totals(organization),
-        "invoices_waiting": waiting_for(invoices, request.user).count()
+        "invoices_waiting": waiting_for(
+            invoices, request.user, ApprovalPolicy.of(organization)
+        ).count()
         if request.user.has_perm("vendors.approve_invoice")
         else None,
     }

@@ -30,7 +30,7 @@ from hoa.models import Complaint
 from hoa.security.ratelimits import limit_fenced_posts
 from hoa.web.access import OrganizationMixin, client_ip
 from hoa.web.lists import FilteredListView, first_error
-from vendors import invoice_selectors, invoices
+from vendors import approvals, invoice_answers, invoice_selectors, invoices
 from vendors.insurance import today_of
 from vendors.invoice_forms import (
     AmountForm,
@@ -69,6 +69,7 @@ class InvoiceListView(FilteredListView):
             self.cleaned_filters,
             user=self.request.user,
             today=today_of(self.organization),
+            policy=invoice_selectors.policy(self.organization),
         )
 
     def get_context_data(self, **kwargs):
@@ -114,6 +115,7 @@ class InvoiceCsvView(OrganizationMixin, View):
             filters.cleaned_data if filters.is_bound else {},
             user=request.user,
             today=today_of(self.organization),
+            policy=invoice_selectors.policy(self.organization),
         )
         writer = csv.writer(_Echo())
         lines = itertools.chain(
@@ -177,14 +179,21 @@ class InvoiceDetailView(OrganizationMixin, TemplateView):
         invoice = getattr(self, "invoice", None) or self.get_invoice()
         user = self.request.user
         seen = {"seen": invoice.version}
-        threshold = invoice_selectors.threshold(self.organization)
+        policy = invoice_selectors.policy(self.organization)
+        given = invoice_selectors.approvals(invoice)
+        state = approvals.standing(invoice, policy, [a for a in given if a.voided_at is None])
+        refusal = state.refusal(user.pk)
         context = {
             "invoice": invoice,
             "today": today_of(self.organization),
             "timeline": invoice_selectors.timeline(invoice),
-            "approvals": invoice_selectors.approvals(invoice),
-            "threshold": threshold,
-            "approvals_needed": invoices.approvals_needed(invoice, threshold),
+            "approvals": given,
+            "threshold": policy.approval_threshold,
+            "approvals_needed": state.needed,
+            "approval_standing": invoice_answers.approval_standing(state),
+            "recorder_rule": invoice_answers.recorder_rule(policy),
+            # No Approve button for whom it would refuse: the reason instead.
+            "not_yours_to_approve": invoice_answers.rule(refusal, {}) if refusal else "",
             "approve_form": ApproveForm(initial=seen),
             "reject_form": ReasonForm(initial=seen, prefix="reject"),
             "void_form": ReasonForm(initial=seen, prefix="void"),

@@ -12,10 +12,11 @@ here is a plain transaction on the invoice's row. The rules (docs/staff-guide.md
   under one lock per vendor and association (``Invoice.objects.lock_duplicates_of``),
   taken by recording and by a change of amount: two copies written at once are decided one
   after the other, never both by a read that saw neither.
-- Approving: the association's threshold (``ApprovalPolicy``) decides. Up to it, one
+- Approving: the association's ``ApprovalPolicy`` decides. Up to its threshold, one
   approval makes the invoice approved; above it, two, by two different people (the
-  database holds one standing approval per person), the second not the person who
-  recorded it.
+  database holds one standing approval per person). The person who recorded the invoice
+  may not approve it, unless the association allows it, and then never second
+  (``vendors.approvals``: the same rule the invoice page offers its button by).
 - Changing the amount of a received or approved invoice voids its approvals: it is
   received again and needs them anew (a reason is required, and the duplicate flag is
   worked out again for the new amount).
@@ -45,7 +46,7 @@ from django.utils import timezone
 from hoa.answers.table import Answer
 from hoa.models import Organization
 from hoa.security.audit import Reason, record_denial
-from vendors import invoice_answers
+from vendors import approvals, invoice_answers
 from vendors.exceptions import (
     DuplicateInvoiceNumber,
     InvoiceChanged,
@@ -232,12 +233,10 @@ def approve_invoice(
             raise InvoiceRefused(
                 InvoiceRule.CONFIRM_NOT_DUPLICATE, other=current.possible_duplicate_of
             )
-        standing = list(current.approvals.standing())
-        if any(approval.approver_id == actor.pk for approval in standing):
-            raise InvoiceRefused(InvoiceRule.ALREADY_APPROVED_BY_YOU)
-        needed = approvals_needed(current, ApprovalPolicy.threshold_for(organization))
-        if standing and actor.pk == current.recorded_by_id:
-            raise InvoiceRefused(InvoiceRule.SECOND_NOT_RECORDER)
+        given = list(current.approvals.standing().select_related("approver").order_by("pk"))
+        state = approvals.standing(current, ApprovalPolicy.of(organization), given)
+        if broken := state.refusal(actor.pk):
+            raise InvoiceRefused(broken)
         InvoiceApproval.objects.create(
             invoice=current, approver=actor, amount=current.amount, at=now
         )
@@ -246,7 +245,7 @@ def approve_invoice(
             current.duplicate_confirmed_by, current.duplicate_confirmed_at = actor, now
             changed += ["duplicate_confirmed_by", "duplicate_confirmed_at"]
             _event(current, Kind.DUPLICATE_CONFIRMED, actor, now).save(force_insert=True)
-        approved = len(standing) + 1 >= needed
+        approved = state.given + 1 >= state.needed
         if approved:
             current.status = Status.APPROVED
             changed.append("status")
@@ -263,11 +262,6 @@ def approve_invoice(
         event.amount_after = current.amount
         event.save(force_insert=True)
     return InvoiceChange(current, event)
-
-
-def approvals_needed(invoice: Invoice, threshold: Decimal) -> int:
-    """Two approvals above the association's threshold, one up to it."""
-    return 2 if invoice.amount > threshold else 1
 
 
 def change_amount(

@@ -8,7 +8,14 @@ from django.utils.translation import gettext as _
 
 from hoa.models import Complaint, ComplaintEvent, Organization
 from hoa.operations import ResourceInfo
-from vendors.models import InsuranceLapse, Invoice, VendorAssignment, VendorContract
+from vendors.models import (
+    CertificateRecorded,
+    InsuranceLapse,
+    Invoice,
+    Vendor,
+    VendorAssignment,
+    VendorContract,
+)
 
 UNASSIGNED = "none"  # the vendor filter's "unassigned"
 
@@ -89,6 +96,27 @@ def contracts_of(organization: Organization) -> QuerySet:
         VendorContract.objects.for_organization(organization)
         .select_related("vendor")
         .order_by("vendor__name", "vendor_id", "-starts_on")
+    )
+
+
+def contracts_of_vendor(organization: Organization, vendor: Vendor) -> QuerySet:
+    """``vendor``'s contracts with the organization, newest window first."""
+    return (
+        VendorContract.objects.for_organization(organization)
+        .filter(vendor=vendor)
+        .select_related("vendor")
+        .order_by("-starts_on", "-pk")
+    )
+
+
+def certificates_recorded(organization: Organization, vendor: Vendor) -> QuerySet:
+    """The certificates staff recorded on ``vendor``'s contracts with the organization,
+    newest first: its insurance history."""
+    return (
+        CertificateRecorded.objects.for_organization(organization)
+        .filter(contract__vendor=vendor)
+        .select_related("contract")
+        .order_by("-at", "-pk")
     )
 
 

@@ -13,6 +13,12 @@ urlpatterns = [
         name="record_invoice",
     ),
     path("vendors/", views.VendorListView.as_view(), name="vendors"),
+    path("vendors/<id:pk>/insurance/", views.InsuranceView.as_view(), name="insurance"),
+    path(
+        "vendors/<id:pk>/insurance/record/",
+        views.RecordCertificateView.as_view(),
+        name="record_certificate",
+    ),
     path("invoices/", invoice_views.InvoiceListView.as_view(), name="invoices"),
     path("invoices.csv", invoice_views.InvoiceCsvView.as_view(), name="invoices_csv"),
     path("invoices/<id:pk>/", invoice_views.InvoiceDetailView.as_view(), name="invoice"),

@@ -15,20 +15,22 @@ complaint (whose page shows no assign card).
 """
 
 from django.db.models import Q
-from django.shortcuts import redirect
-from django.utils import timezone
+from django.shortcuts import get_object_or_404, redirect
+from django.urls import reverse
 from django.utils.decorators import method_decorator
+from django.views.generic import TemplateView
 
 from hoa.answers import table as answer_table
 from hoa.answers.refusals import Refusal, Superseded
 from hoa.answers.table import Answer
 from hoa.complaints.views import ComplaintDetailView
 from hoa.security.ratelimits import limit_fenced_posts
-from hoa.web.access import client_ip
+from hoa.web.access import OrganizationMixin, client_ip
 from hoa.web.lists import FilteredListView
 from vendors import answers, insurance, selectors
 from vendors.exceptions import ChangedSinceViewed, ClosedSinceViewed, ComplaintClosed
-from vendors.forms import AssignVendorForm, VendorFilterForm
+from vendors.forms import AssignVendorForm, CertificateForm, VendorFilterForm
+from vendors.models import Vendor
 from vendors.operations import ASSIGN_PERMISSION, OPERATION
 from vendors.services import assign_vendor
 
@@ -138,13 +140,108 @@ class VendorListView(FilteredListView):
         return contracts
 
     def get_context_data(self, **kwargs):
-        today = timezone.localdate()
+        today = insurance.today_of(self.organization)
         return super().get_context_data(
             today=today,
             lapsing=list(insurance.lapsing(self.organization, today=today)),
             lapsing_days=insurance.LAPSING_WITHIN.days,
+            can_record_insurance=self.request.user.has_perm(
+                insurance.RECORD_CERTIFICATE_PERMISSION
+            ),
             **kwargs,
         )
+
+
+def insurance_url(organization, vendor) -> str:
+    return reverse("vendors:insurance", args=[organization.slug, vendor.pk])
+
+
+class InsuranceView(OrganizationMixin, TemplateView):
+    """``…/vendors/<id>/insurance/``: a vendor's contracts with the association, the expiry
+    of the certificate on each, their history, and (with ``vendors.record_insurance``) a
+    form per contract to record a new certificate's expiry."""
+
+    template_name = "vendors/insurance.html"
+    permission_required = "vendors.view_vendorcontract"
+
+    def get_queryset(self):
+        # A vendor without a contract with this association is a 404 under its URL.
+        return Vendor.objects.for_organization(self.organization)
+
+    def get_vendor(self) -> Vendor:
+        return get_object_or_404(self.get_queryset().distinct(), pk=self.kwargs["pk"])
+
+    def get_context_data(self, **kwargs):
+        vendor = getattr(self, "vendor", None) or self.get_vendor()
+        today = insurance.today_of(self.organization)
+        contracts = selectors.contracts_of_vendor(self.organization, vendor)
+        forms = {contract.pk: _certificate_form(contract) for contract in contracts}
+        refused = kwargs.pop("refused", None)
+        shown = getattr(refused, "cleaned_data", {}).get("contract")
+        if shown is not None and shown.pk in forms:  # its errors beside its contract
+            refused.auto_id = f"id_contract{shown.pk}_%s"
+            forms[shown.pk], refused = refused, None
+        context = {
+            "refused": refused,  # a form for no contract on the page: its errors above
+            "vendor": vendor,
+            "today": today,
+            "insured_until": vendor.insured_until(self.organization, contracts),
+            "rows": [(contract, forms[contract.pk]) for contract in contracts],
+            "history": selectors.certificates_recorded(self.organization, vendor),
+            "can_record": self.request.user.has_perm(insurance.RECORD_CERTIFICATE_PERMISSION),
+        }
+        return super().get_context_data(**context, **kwargs)
+
+
+def _certificate_form(contract) -> CertificateForm:
+    """The form of one contract, carrying the expiry the page shows for it."""
+    return CertificateForm(
+        initial={"contract": contract.pk, "seen": contract.insurance_expires_on},
+        auto_id=f"id_contract{contract.pk}_%s",  # one form per contract: ids apart
+    )
+
+
+class RecordCertificateView(InsuranceView):
+    """``POST …/vendors/<id>/insurance/record/``: record a new certificate's expiry on one
+    of the vendor's contracts with the association. 303 to the insurance page; 400 with
+    the form's errors; 409 when the contract's expiry changed since the page showed it
+    (``CertificateChanged``: the page says what is on file now); 403 without the
+    permission. A GET leads to the insurance page."""
+
+    http_method_names = ["get", "head", "post"]
+    permission_required = insurance.RECORD_CERTIFICATE_PERMISSION
+
+    def get(self, request, *args, **kwargs):
+        return redirect("vendors:insurance", self.organization.slug, kwargs["pk"])
+
+    def post(self, request, *args, **kwargs):
+        self.vendor = vendor = self.get_vendor()
+        contracts = selectors.contracts_of_vendor(self.organization, vendor)
+        form = CertificateForm(request.POST, contracts=contracts)
+        if not form.is_valid():
+            return self.refused(form)
+        data = form.cleaned_data
+        try:
+            change = insurance.record_certificate(
+                contract=data["contract"],
+                expires_on=data["expires_on"],
+                seen=data["seen"],
+                actor=request.user,
+            )
+        except Refusal as exc:
+            if exc.answer is Answer.BAD_REQUEST:  # the date's own mistake: said next to it
+                form.add_error("expires_on", exc.message)
+                return self.refused(form)
+            return answer_table.page(
+                request,
+                exc,
+                back_url=insurance_url(self.organization, vendor),
+                extra_context={"organization": self.organization},
+            )
+        return answer_table.done(request, change, insurance_url(self.organization, vendor))
+
+    def refused(self, form):
+        return self.render_to_response(self.get_context_data(refused=form), status=400)
 
 
 def _field_value(assignment) -> str:

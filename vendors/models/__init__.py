@@ -7,6 +7,7 @@ name them.
 
 from vendors.models.assignments import VendorAssignment, VendorAssignmentQuerySet
 from vendors.models.contracts import (
+    CertificateRecorded,
     InsuranceLapse,
     Vendor,
     VendorContract,
@@ -26,6 +27,7 @@ from vendors.models.payments import VendorPayment
 __all__ = [
     "DEFAULT_APPROVAL_THRESHOLD",
     "ApprovalPolicy",
+    "CertificateRecorded",
     "InsuranceLapse",
     "Invoice",
     "InvoiceApproval",

@@ -2,9 +2,10 @@
 
 from datetime import date, timedelta
 
+from django.conf import settings
 from django.contrib.postgres.aggregates import JSONBAgg
 from django.db import models
-from django.db.models import F, Max, Q, Value
+from django.db.models import Exists, F, Max, OuterRef, Q, Value
 from django.db.models.functions import JSONObject
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
@@ -97,12 +98,18 @@ class VendorContractQuerySet(TenantQuerySet):
         return self.filter(starts_on__lte=day, ends_on__gte=day)
 
     def insurance_lapsing(self, organization, *, today: date, within: timedelta):
-        """The vendors of ``organization`` whose latest certificate lapses in the ``within``
-        after ``today`` or has lapsed, with no later one on file: one row per vendor,
-        ``vendor_id``, ``vendor__name`` and ``insured_until``, soonest first. A vendor
-        without any certificate on file is listed with ``insured_until`` ``None``."""
+        """The vendors of ``organization`` with a live contract (one covering ``today``)
+        whose latest certificate lapses in the ``within`` after ``today`` or has lapsed,
+        with no later one on file: one row per vendor, ``vendor_id``, ``vendor__name`` and
+        ``insured_until``, soonest first. A vendor without any certificate on file is
+        listed with ``insured_until`` ``None``. A vendor whose contracts have all ended (or
+        not begun) is not: nothing of theirs lapses on work the association can give."""
+        live = self.model.objects.filter(
+            organization=organization, vendor_id=OuterRef("vendor_id")
+        ).active_on(today)
         latest = (
             self.filter(organization=organization)
+            .filter(Exists(live))
             .values("vendor_id", "vendor__name")
             .annotate(insured_until=Max("insurance_expires_on"))
         )
@@ -143,12 +150,44 @@ class VendorContract(models.Model):
                 condition=Q(ends_on__gte=F("starts_on")), name="contract_ends_after_start"
             )
         ]
+        permissions = [
+            ("record_insurance", "Can record a vendor's insurance certificate on a contract"),
+        ]
 
     def __str__(self):
         return f"{self.vendor} for {self.organization} ({self.starts_on} to {self.ends_on})"
 
     def covers(self, day) -> bool:
         return self.starts_on <= day <= self.ends_on
+
+
+class CertificateRecorded(models.Model):
+    """Staff recorded the expiry of a vendor's insurance certificate on a contract
+    (``vendors.insurance.record_certificate``): who, when, and the expiry before and after.
+    The contract's insurance history, as the timelines are the invoices'."""
+
+    contract = models.ForeignKey(
+        VendorContract, on_delete=models.CASCADE, related_name="certificates_recorded"
+    )
+    organization = models.ForeignKey(
+        Organization, on_delete=models.CASCADE, related_name="certificates_recorded"
+    )
+    expires_before = models.DateField(_("expiry before"), null=True, blank=True)
+    expires_on = models.DateField(_("certificate expires on"))
+    actor = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, related_name="+"
+    )
+    # The username as it was: the history outlives a renamed or deleted account.
+    actor_label = models.CharField(_("recorded by"), max_length=150)
+    at = models.DateTimeField(_("recorded at"), default=timezone.now)
+
+    objects = TenantQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-at", "-pk"]
+
+    def __str__(self):
+        return f"{self.contract}: certificate until {self.expires_on} ({self.actor_label})"
 
 
 class InsuranceLapse(models.Model):

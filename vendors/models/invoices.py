@@ -47,7 +47,9 @@ MAX_AMOUNT = Decimal("9999999999.99")
 
 class ApprovalPolicy(models.Model):
     """An association's rule for approving invoices: above ``approval_threshold``, an
-    invoice needs two approvals by two different people."""
+    invoice needs two approvals by two different people; ``recorder_may_approve`` says
+    whether the person who recorded an invoice may give one of them (by default not:
+    separation of duties, at any amount)."""
 
     organization = models.OneToOneField(
         Organization, on_delete=models.CASCADE, primary_key=True, related_name="invoice_policy"
@@ -58,9 +60,14 @@ class ApprovalPolicy(models.Model):
         decimal_places=2,
         default=DEFAULT_APPROVAL_THRESHOLD,
         validators=[MinValueValidator(Decimal("0"))],
+        help_text=_("Invoices above this amount need two approvals by two different people."),
+    )
+    recorder_may_approve = models.BooleanField(
+        _("the person who records an invoice may approve it"),
+        default=False,
         help_text=_(
-            "Invoices above this amount need two approvals by two different people, the "
-            "second not the person who recorded the invoice."
+            "Off (the default): whoever records an invoice may not approve it, at any "
+            "amount. On: they may give its first approval, never the second."
         ),
     )
     updated_at = models.DateTimeField(_("updated at"), auto_now=True)
@@ -78,6 +85,12 @@ class ApprovalPolicy(models.Model):
 
     def __str__(self):
         return f"{self.organization}: {self.approval_threshold}"
+
+    @classmethod
+    def of(cls, organization: Organization) -> "ApprovalPolicy":
+        """The association's policy: its own, else the defaults (not saved)."""
+        policy = cls.objects.filter(organization=organization).first()
+        return policy if policy is not None else cls(organization=organization)
 
     @classmethod
     def threshold_for(cls, organization: Organization) -> Decimal:
