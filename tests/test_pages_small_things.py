@@ -1,0 +1,32 @@
+"""What a new user tripped over (issue 47, item 7), at the request level: the password page
+is the staff site's, one association opens straight away, the residents' page is not the
+staff site's, the charges chart says what it shows."""
+
+import pytest
+from django.urls import reverse
+
+pytestmark = pytest.mark.django_db
+
+
+def test_the_password_change_page_is_the_staff_sites_and_linked_from_every_page(client, alice):
+    client.force_login(alice)
+    dashboard = client.get("/orgs/maple-court/").content.decode()
+    assert f'href="{reverse("password_change")}"' in dashboard
+
+    html = client.get(reverse("password_change")).content.decode()
+    assert 'class="brand"' in html and "HOA staff" in html  # the staff site's header
+    assert "Django administration" not in html
+
+    answer = client.post(
+        reverse("password_change"),
+        {
+            "old_password": "pw-alice",
+            "new_password1": "a new long passphrase",
+            "new_password2": "a new long passphrase",
+        },
+        follow=True,
+    )
+    done = answer.content.decode()
+    assert "Password changed" in done and "Django administration" not in done
+    alice.refresh_from_db()
+    assert alice.check_password("a new long passphrase")
