@@ -30,3 +30,16 @@ def test_the_password_change_page_is_the_staff_sites_and_linked_from_every_page(
     assert "Password changed" in done and "Django administration" not in done
     alice.refresh_from_db()
     assert alice.check_password("a new long passphrase")
+
+
+def test_signing_in_opens_the_one_association_of_its_staff(client, alice, mallory, root, oak):
+    client.force_login(alice)
+    assert client.get("/")["Location"] == "/orgs/maple-court/"
+    client.force_login(root)  # every association: the list to pick from
+    assert client.get("/")["Location"] == reverse("hoa:organizations")
+    assert client.get(reverse("hoa:organizations")).status_code == 200
+
+
+def test_staff_of_no_association_land_on_the_list_that_says_so(client, nobody):
+    client.force_login(nobody)
+    assert client.get("/")["Location"] == reverse("hoa:organizations")
