@@ -2,8 +2,14 @@
 is the staff site's, one association opens straight away, the residents' page is not the
 staff site's, the charges chart says what it shows."""
 
+from urllib.parse import urlsplit
+
 import pytest
+from django.test import Client
 from django.urls import reverse
+
+from hoa.complaints import reporters
+from hoa.complaints.workflow import Reporter, open_complaint
 
 pytestmark = pytest.mark.django_db
 
@@ -43,3 +49,26 @@ def test_signing_in_opens_the_one_association_of_its_staff(client, alice, mallor
 def test_staff_of_no_association_land_on_the_list_that_says_so(client, nobody):
     client.force_login(nobody)
     assert client.get("/")["Location"] == reverse("hoa:organizations")
+
+
+@pytest.mark.parametrize("signed_in", [False, True], ids=["resident", "staff-signed-in"])
+def test_the_residents_opt_out_page_is_the_associations_not_the_staff_sites(
+    maple, alice, signed_in
+):
+    complaint = open_complaint(
+        organization=maple, unit=None, title="Lift", description="", priority="low",
+        reporter=Reporter("Ana Ruiz", "ana@example.org", ""), actor=alice,
+    )  # fmt: skip
+    browser = Client()
+    if signed_in:  # a staff member who follows a resident's link sees what the resident sees
+        browser.force_login(alice)
+    pages = [
+        browser.get(urlsplit(reporters.opt_out_url(complaint)).path),
+        browser.get(reverse("hoa:reporter-opt-out", args=["not-ours"])),
+    ]
+    assert [page.status_code for page in pages] == [200, 400]
+    for page in pages:
+        html = page.content.decode()
+        assert "HOA staff" not in html and "Log out" not in html
+        assert "Back to your associations" not in html and "/orgs/" not in html
+    assert '<span class="brand">Maple Court</span>' in pages[0].content.decode()
