@@ -2,6 +2,7 @@
 is the staff site's, one association opens straight away, the residents' page is not the
 staff site's, the charges chart says what it shows."""
 
+import re
 from urllib.parse import urlsplit
 
 import pytest
@@ -10,6 +11,8 @@ from django.urls import reverse
 
 from hoa.complaints import reporters
 from hoa.complaints.workflow import Reporter, open_complaint
+from hoa.scopes import scope_for_organization
+from locking import record_fence_event
 
 pytestmark = pytest.mark.django_db
 
@@ -72,3 +75,32 @@ def test_the_residents_opt_out_page_is_the_associations_not_the_staff_sites(
         assert "HOA staff" not in html and "Log out" not in html
         assert "Back to your associations" not in html and "/orgs/" not in html
     assert '<span class="brand">Maple Court</span>' in pages[0].content.decode()
+
+
+def test_every_row_of_the_dashboards_lists_holds_its_link_alone_so_all_look_alike(
+    client, olivia, maple
+):
+    """A lead cell with text beside its link underlines it (site.css, for axe's
+    link-in-text-block): the unit and the person have their own columns instead, so a row
+    with a unit or a person looks like a row without."""
+    for unit in (maple.units.first(), None):
+        open_complaint(
+            organization=maple, unit=unit, title="Lift", description="", priority="high",
+            reporter=Reporter("Ana Ruiz", "", ""), actor=olivia,
+        )  # fmt: skip
+    for actor in ("olivia", ""):
+        record_fence_event(
+            resource=f"monthly-charges:org:{maple.pk}:2026-11",
+            outcome="committed",
+            token=1,
+            actor=actor,
+            scope=scope_for_organization(maple),
+            operation="monthly-charges",
+        )
+    client.force_login(olivia)
+    html = client.get(f"/orgs/{maple.slug}/").content.decode()
+
+    cells = re.findall(r'<td class="lead-cell">(.*?)</td>', html, re.S)
+    assert len(cells) == 4
+    assert all(re.fullmatch(r"<a [^>]*>[^<]*</a>", cell) for cell in cells), cells
+    assert 'data-label="Unit">M001</td>' in html and 'data-label="By">olivia</td>' in html
