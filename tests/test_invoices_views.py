@@ -471,3 +471,12 @@ def test_rejecting_and_voiding_each_say_which_reason_they_ask_for(book, alice):
     html = client_for(alice).get(url("invoice", book["large"])).content.decode()
     labels = re.findall(r"<label for=\"id_(?:reject|void)-reason\">([^<]+)</label>", html)
     assert labels == ["Why the association disputes it:", "Why it is voided:"]
+
+
+def test_the_invoice_page_has_its_way_back_first_above_its_title(book, alice):
+    html = client_for(alice).get(url("invoice", book["large"])).content.decode()
+    first = html.split('<main id="main">', 1)[1].lstrip().split("\n", 1)[0]
+    assert first == (
+        '<p class="back"><a href="/orgs/maple-court/invoices/" data-testid="back-link">'
+        "← All invoices</a></p>"
+    )

@@ -104,3 +104,37 @@ def test_every_row_of_the_dashboards_lists_holds_its_link_alone_so_all_look_alik
     assert len(cells) == 4
     assert all(re.fullmatch(r"<a [^>]*>[^<]*</a>", cell) for cell in cells), cells
     assert 'data-label="Unit">M001</td>' in html and 'data-label="By">olivia</td>' in html
+
+
+def first_in_main(html: str) -> str:
+    return html.split('<main id="main">', 1)[1].lstrip().split("\n", 1)[0]
+
+
+def test_every_page_under_a_list_has_its_way_back_first_above_its_title(client, olivia, maple):
+    complaint = open_complaint(
+        organization=maple, unit=None, title="Lift", description="", priority="low",
+        reporter=Reporter("Ana Ruiz", "", ""), actor=olivia,
+    )  # fmt: skip
+    client.force_login(olivia)
+    resource = f"monthly-charges:org:{maple.pk}:2026-11"
+    pages = {
+        f"/orgs/{maple.slug}/complaints/{complaint.pk}/": (
+            f"/orgs/{maple.slug}/complaints/",
+            "All complaints",
+        ),
+        f"/orgs/{maple.slug}/complaints/new/": (
+            f"/orgs/{maple.slug}/complaints/",
+            "All complaints",
+        ),
+        f"/orgs/{maple.slug}/charges/2026-11/": (f"/orgs/{maple.slug}/charges/", "All months"),
+        f"/ops/locks/break/?resource={resource}": (
+            f"/ops/locks/?resource={resource.replace(':', '%3A')}",
+            "Lock status",
+        ),
+    }
+    for path, (back, label) in pages.items():
+        html = client.get(path).content.decode()
+        assert first_in_main(html) == (
+            f'<p class="back"><a href="{back}" data-testid="back-link">← {label}</a></p>'
+        ), path
+        assert html.count('data-testid="back-link"') == 1, path
