@@ -41,6 +41,12 @@ def test_the_password_change_page_is_the_staff_sites_and_linked_from_every_page(
     assert alice.check_password("a new long passphrase")
 
 
+def test_the_admins_password_link_opens_the_same_page(client, root):
+    client.force_login(root)
+    html = client.get(reverse("admin:password_change")).content.decode()
+    assert 'data-testid="password-change"' in html and "Django administration" not in html
+
+
 def test_signing_in_opens_the_one_association_of_its_staff(client, alice, mallory, root, oak):
     client.force_login(alice)
     assert client.get("/")["Location"] == "/orgs/maple-court/"
