@@ -50,7 +50,7 @@ export BENCH_DATABASE_URL ?= postgres://hoa@127.0.0.1:$(HOA_PG_PORT)/bench_hoa
 # demo data stays in database 0.
 TEST_ENV := REDIS_URL=redis://127.0.0.1:$(HOA_REDIS_PORT)/1 LOCK_REDIS_URL=redis://127.0.0.1:$(HOA_REDIS_PORT)/1
 
-.PHONY: help run stop-run serve test test-fast test-locking test-locking-matrix test-pgbouncer dist docs check-deploy lint fmt services stop status migrate seed bench bench-quick bench-scale bench-load faults screenshots clean
+.PHONY: help run stop-run serve test test-fast test-locking test-locking-matrix test-pgbouncer dist docs docs-locking docs-office check-deploy lint fmt services stop status migrate seed bench bench-quick bench-scale bench-load faults screenshots clean
 
 # The targets and what they do, with this checkout's host and ports in place of $(HOST),
 # $(PORT), $(HOA_PG_PORT) and $(HOA_REDIS_PORT).
@@ -165,11 +165,24 @@ dist: $(BUILD_STAMP) ## build the sdist and wheel of locking (django-fenced-writ
 # docs/_build/locking/index.html. (DOCS_SRC: tests/test_locking_docs.py builds copies.)
 DOCS_SRC ?= docs/locking
 DOCS_OUT ?= docs/_build/locking
+# Beside it, the product's site for office staff and operators: docs/office/ includes the
+# staff guide, operations, the scheduled jobs and the design from docs/ into
+# docs/_build/office/, its links into locking's pages leading to the site above.
+# (OFFICE_DOCS_SRC: tests/test_office_docs.py builds copies.)
+OFFICE_DOCS_SRC ?= docs/office
+OFFICE_DOCS_OUT ?= docs/_build/office
 
-docs: $(STAMP) ## build locking's documentation site into docs/_build/locking/ (warnings are errors)
+docs: docs-locking docs-office ## build the documentation sites into docs/_build/: locking's, and the staff guide and operations (warnings are errors)
+
+docs-locking: $(STAMP)
 	@rm -rf $(DOCS_OUT)
 	@$(VENV)/bin/sphinx-build -W --keep-going -q -b html $(DOCS_SRC) $(DOCS_OUT)
 	@echo "locking's documentation: $(DOCS_OUT)/index.html"
+
+docs-office: $(STAMP)
+	@rm -rf $(OFFICE_DOCS_OUT)
+	@$(VENV)/bin/sphinx-build -W --keep-going -q -b html $(OFFICE_DOCS_SRC) $(OFFICE_DOCS_OUT)
+	@echo "staff guide and operations: $(OFFICE_DOCS_OUT)/index.html"
 
 # locking's own tests, as the sdist carries them, against the installed wheel, in fresh
 # virtualenvs under .local/matrix:

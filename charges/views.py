@@ -17,6 +17,7 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils.decorators import method_decorator
 from django.utils.formats import date_format
+from django.utils.html import format_html
 from django.utils.translation import gettext as _
 from django.views import View
 from django.views.generic import TemplateView
@@ -43,24 +44,33 @@ from hoa.dates import month_name
 from hoa.security.ratelimits import limit_fenced_posts
 from hoa.web.access import OrganizationMixin, client_ip
 from hoa.web.lists import PagedListView
+from hoa.web.money import format_money
 
 CHART_MONTHS = 12
 
 
 def totals_chart(organization, *, until: date):
-    """The SVG bar chart of the last 12 months' totals, one bar per month (zero if none)."""
+    """The SVG bar chart of the last 12 months' totals, one bar per month (zero if none),
+    each labelled with its month and its total in the currency; before any month has charges,
+    a sentence instead of twelve flat bars."""
     totals = monthly_totals(organization=organization, until=until, months=CHART_MONTHS)
+    if not any(total for _month, total in totals):
+        return format_html(
+            '<p class="empty" data-testid="no-totals">{}</p>',
+            _("Each month's total appears here once its charges are generated."),
+        )
     return bar_chart(
         [
             Bar(
-                label=date_format(month, "M"),
+                # The year under the first bar and each January: "Dec 2025, Jan 2026, Feb…"
+                label=date_format(month, "M Y" if index == 0 or month.month == 1 else "M"),
                 value=total,
-                title=f"{month_name(month)}: {total}",
+                title=f"{month_name(month)}: {format_money(total)}",
             )
-            for month, total in totals
+            for index, (month, total) in enumerate(totals)
         ],
         title=_("Monthly charge totals of the last 12 months"),
-        value_format=lambda total: f"{total:.0f}",
+        value_format=lambda total: format_money(total, whole=True),
     )
 
 

@@ -158,7 +158,7 @@ def _operator(maple):
 def _sign_in(chromium, site, username, width):  # noqa: F811 - fixtures
     context = chromium.new_context(viewport={"width": width, "height": 844 if width < 600 else 800})
     page = context.new_page()
-    page.goto(f"{site}/accounts/login/")
+    page.goto(f"{site}/accounts/login/?next=/orgs/")  # the list, though alice has one
     page.fill("#id_username", username)
     page.fill("#id_password", DEMO_PASSWORD)
     page.click("button[type=submit]")

@@ -204,3 +204,37 @@ def test_office_staff_see_no_lock_internals_and_an_operator_does(
         assert response.status == (200 if operator else 403)
         page.goto(f"{site}/orgs/{maple.slug}/complaints/{complaint.pk}/")
         assert page.get_by_text("token").count() == 0  # no assignment yet: no token anywhere
+
+
+@pytest.mark.parametrize("width", [390, 1280])
+def test_the_filters_fold_on_a_phone_so_the_list_is_on_the_first_screen(
+    chromium,  # noqa: F811
+    site,  # noqa: F811
+    alice,
+    maple,
+    width,
+):
+    Complaint.objects.create(organization=maple, title="Leaking gutter", priority="high")
+    context = chromium.new_context(viewport={**PHONE, "width": width})
+    try:
+        page = context.new_page()
+        page.goto(f"{site}/accounts/login/?next=/orgs/{maple.slug}/complaints/")
+        page.fill("#id_username", "alice")
+        page.fill("#id_password", "pw-alice")
+        page.click("button[type=submit]")
+        page.wait_for_url(f"{site}/orgs/{maple.slug}/complaints/")
+        search = page.locator("input[name=q]")
+        first_row = page.locator("table.complaints tbody tr").first
+        if width == 390:
+            assert not search.is_visible()  # folded under "Filters"
+            assert first_row.bounding_box()["y"] + 40 < PHONE["height"]
+            page.get_by_text("Filters", exact=True).click()
+            search.fill("gutter")
+            page.click("[data-testid=filters] button[type=submit]")
+            page.wait_for_url("**/complaints/?*")
+            assert "(in use)" in page.locator("[data-testid=filters-fold] summary").inner_text()
+        else:
+            assert search.is_visible()  # as wide as a laptop: the filters show, no summary
+            assert not page.get_by_text("Filters", exact=True).is_visible()
+    finally:
+        context.close()

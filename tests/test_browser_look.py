@@ -142,3 +142,33 @@ def test_admin_changelists_fit_or_scroll_in_their_box_never_the_page(
         assert favicon.endswith("hoa/favicon.svg")
     finally:
         context.close()
+
+
+def test_the_lock_pages_counters_fit_a_390px_phone_without_a_sideways_scroll(
+    chromium,  # noqa: F811
+    site,  # noqa: F811
+    olivia,
+    maple,
+):
+    record_fence_event(
+        resource=charge_resource(maple, current_month()),
+        outcome="committed",
+        token=EPOCH_TOKEN,
+        actor="olivia",
+        scope=scope_for_organization(maple),
+        operation="monthly-charges",
+    )
+    context = chromium.new_context(viewport={"width": 390, "height": 844})
+    try:
+        page = context.new_page()
+        page.goto(f"{site}/accounts/login/?next=/ops/locks/")
+        page.fill("#id_username", "olivia")
+        page.fill("#id_password", "pw-olivia")
+        page.click("button[type=submit]")
+        page.wait_for_url(f"{site}/ops/locks/")
+        box = page.locator("#counters .table-wrap")
+        scroll, client = box.evaluate("box => [box.scrollWidth, box.clientWidth]")
+        assert scroll <= client, (scroll, client)
+        assert f"monthly-charges:org:{maple.pk}:" in box.inner_text()
+    finally:
+        context.close()

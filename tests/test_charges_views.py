@@ -96,7 +96,7 @@ def test_run_list_shows_the_runs_and_one_bar_per_month_of_the_last_year(
     page = alice_client.get(RUNS_URL).content.decode()
 
     svg = page.split("<svg")[1].split("</svg>")[0]
-    months = re.findall(r"<title>([A-Z][a-z]+ \d{4}): [\d.]+</title>", svg)
+    months = re.findall(r"<title>([A-Z][a-z]+ \d{4}): \$[\d,.]+</title>", svg)
     heights = [float(h) for h in re.findall(r'<rect class="bar[^"]*"[^>]* height="([\d.]+)"', svg)]
     assert months == [f"{add_months(this_month, n):%B %Y}" for n in range(-11, 1)]
     assert len(heights) == 12

@@ -4,6 +4,7 @@ answered through the answer table; recording an invoice with its PDF from a comp
 
 import csv
 import io
+import re
 from datetime import timedelta
 from decimal import Decimal
 
@@ -510,3 +511,18 @@ def test_the_dashboard_and_the_navigation_show_the_invoices(book, maple, bob):
     assert "3 waiting for your approval" in panel
     subnav = html.split('<nav class="subnav"')[1].split("</nav>")[0]
     assert f'href="/orgs/{maple.slug}/invoices/"' in subnav
+
+
+def test_rejecting_and_voiding_each_say_which_reason_they_ask_for(book, alice):
+    html = client_for(alice).get(url("invoice", book["large"])).content.decode()
+    labels = re.findall(r"<label for=\"id_(?:reject|void)-reason\">([^<]+)</label>", html)
+    assert labels == ["Why the association disputes it:", "Why it is voided:"]
+
+
+def test_the_invoice_page_has_its_way_back_first_above_its_title(book, alice):
+    html = client_for(alice).get(url("invoice", book["large"])).content.decode()
+    first = html.split('<main id="main">', 1)[1].lstrip().split("\n", 1)[0]
+    assert first == (
+        '<p class="back"><a href="/orgs/maple-court/invoices/" data-testid="back-link">'
+        "← All invoices</a></p>"
+    )

@@ -25,7 +25,14 @@ DOCS = ROOT / "docs" / "locking"
 
 def make_docs(source: Path, out: Path) -> subprocess.CompletedProcess:
     return subprocess.run(
-        ["make", "-s", "--no-print-directory", "docs", f"DOCS_SRC={source}", f"DOCS_OUT={out}"],
+        [
+            "make",
+            "-s",
+            "--no-print-directory",
+            "docs-locking",
+            f"DOCS_SRC={source}",
+            f"DOCS_OUT={out}",
+        ],
         cwd=ROOT,
         capture_output=True,
         text=True,

@@ -193,7 +193,7 @@ def test_in_the_browser_the_sla_input_shows_its_zone_beside_it_and_the_lock_page
         page.fill("#id_username", "olivia")
         page.fill("#id_password", "pw-olivia")
         page.click("button[type=submit]")
-        page.wait_for_url(f"{site}/orgs/")
+        page.wait_for_url(f"{site}/orgs/maple-court/")  # her one association
         page.goto(f"{site}/orgs/maple-court/complaints/{complaint.pk}/")
         field = page.locator("#id_due_at").bounding_box()
         zone = page.locator("[data-testid=sla-zone]")
@@ -206,5 +206,44 @@ def test_in_the_browser_the_sla_input_shows_its_zone_beside_it_and_the_lock_page
         page.goto(f"{site}/ops/locks/?resource={assignment_resource(complaint.pk)}")
         shown = page.inner_text("main")
         assert set(MOMENT.findall(shown)) == {"UTC"} and pacific() not in shown
+    finally:
+        context.close()
+
+
+@pytest.mark.browser
+@pytest.mark.slow
+def test_in_an_en_us_browser_the_sla_input_reads_and_takes_iso_24_hour_time(
+    chromium,  # noqa: F811
+    site,  # noqa: F811
+    alice,
+    west,
+):
+    """A datetime-local input is drawn in the browser's locale ("11/21/2026, 04:05 PM" in
+    en-US) and refuses "2026-11-21 16:05" typed into it; the SLA input is text, ISO 24-hour
+    like every other time of the site, whatever the browser's locale."""
+    due = timezone.now().astimezone(LOS_ANGELES).replace(hour=16, minute=5, second=0, microsecond=0)
+    due += timedelta(days=1)
+    complaint = Complaint.objects.create(organization=west, title="Leak", sla_due_at=due)
+    context = chromium.new_context(locale="en-US", timezone_id="America/New_York")
+    context.set_default_timeout(TIMEOUT_MS)
+    try:
+        page = context.new_page()
+        page.goto(f"{site}/accounts/login/?next=/orgs/maple-court/complaints/{complaint.pk}/")
+        page.fill("#id_username", "alice")
+        page.fill("#id_password", "pw-alice")
+        page.click("button[type=submit]")
+        page.wait_for_url(f"{site}/orgs/maple-court/complaints/{complaint.pk}/")
+        assert page.evaluate("navigator.language") == "en-US"
+        field = page.locator("#id_due_at")
+        assert field.input_value() == f"{due:%Y-%m-%d} 16:05"
+        assert field.get_attribute("placeholder") == "YYYY-MM-DD HH:MM"
+
+        later = due + timedelta(days=1, hours=1, minutes=25)  # 17:30 the next day
+        field.fill(f"{later:%Y-%m-%d %H:%M}")
+        page.fill("#id_reason", "Parts on order")
+        page.click("[data-testid=sla-form] button[type=submit]")
+        page.wait_for_load_state()
+        assert Complaint.objects.get(pk=complaint.pk).sla_due_at == later
+        assert page.locator("#id_due_at").input_value() == f"{later:%Y-%m-%d} 17:30"
     finally:
         context.close()

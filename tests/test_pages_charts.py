@@ -89,4 +89,13 @@ def test_charges_page_charts_the_last_twelve_months(client, alice, maple):
     html = client.get(f"/orgs/{maple.slug}/charges/").content.decode()
     svg = html.split("<svg")[1].split("</svg>")[0]
     assert len(re.findall(r'<rect class="bar', svg)) == 12
-    assert f"{last_month:%B %Y}: 2055.00" in svg
+    assert f"{last_month:%B %Y}: $2,055.00" in svg  # its month and total, in the currency
+    assert ">$2,055</text>" in svg
+
+
+@pytest.mark.django_db
+def test_charges_page_says_why_its_chart_is_empty_before_the_first_run(client, alice, maple):
+    client.force_login(alice)
+    html = client.get(f"/orgs/{maple.slug}/charges/").content.decode()
+    assert "<svg" not in html.split("Totals of the last 12 months")[1].split("</section>")[0]
+    assert "Each month&#x27;s total appears here once its charges are generated" in html

@@ -112,8 +112,14 @@ class ApproveForm(SeenForm):
     )
 
 
-class ReasonForm(SeenForm):
-    reason = _reason_field(_("Why"))
+class RejectForm(SeenForm):
+    reason = _reason_field(_("Why the association disputes it"))
+
+
+class VoidForm(SeenForm):
+    """Its reason box is labelled apart from rejecting's: the two sit in one card."""
+
+    reason = _reason_field(_("Why it is voided"))
 
 
 class AmountForm(SeenForm):

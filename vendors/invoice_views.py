@@ -38,7 +38,8 @@ from vendors.invoice_forms import (
     InvoiceFilterForm,
     InvoiceForm,
     PayForm,
-    ReasonForm,
+    RejectForm,
+    VoidForm,
 )
 from vendors.models import Invoice
 from vendors.operations import PAY_PERMISSION, PAYMENT_OPERATION
@@ -195,8 +196,8 @@ class InvoiceDetailView(OrganizationMixin, TemplateView):
             # No Approve button for whom it would refuse: the reason instead.
             "not_yours_to_approve": invoice_answers.rule(refusal, {}) if refusal else "",
             "approve_form": ApproveForm(initial=seen),
-            "reject_form": ReasonForm(initial=seen, prefix="reject"),
-            "void_form": ReasonForm(initial=seen, prefix="void"),
+            "reject_form": RejectForm(initial=seen, prefix="reject"),
+            "void_form": VoidForm(initial=seen, prefix="void"),
             "amount_form": AmountForm(initial=seen),
             "pay_form": PayForm(initial=seen),
             "can_approve": user.has_perm(invoices.APPROVE_PERMISSION),
@@ -277,7 +278,7 @@ class ChangeAmountView(InvoiceChangeView):
 
 class RejectInvoiceView(InvoiceChangeView):
     permission_required = invoices.VOID_PERMISSION
-    form_class, form_name, prefix = ReasonForm, "reject_form", "reject"
+    form_class, form_name, prefix = RejectForm, "reject_form", "reject"
 
     def change(self, invoice, data):
         return invoices.reject_invoice(
@@ -287,7 +288,7 @@ class RejectInvoiceView(InvoiceChangeView):
 
 class VoidInvoiceView(InvoiceChangeView):
     permission_required = invoices.VOID_PERMISSION
-    form_class, form_name, prefix = ReasonForm, "void_form", "void"
+    form_class, form_name, prefix = VoidForm, "void_form", "void"
 
     def change(self, invoice, data):
         return invoices.void_invoice(

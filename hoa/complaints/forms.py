@@ -127,10 +127,23 @@ class ComplaintSlaForm(forms.Form):
     due_at = AsciiDateTimeField(
         label=_("New SLA due time"),
         input_formats=["%Y-%m-%dT%H:%M", "%Y-%m-%d %H:%M"],
-        widget=forms.DateTimeInput(attrs={"type": "datetime-local"}, format="%Y-%m-%dT%H:%M"),
+        # A text input, not datetime-local: the browser draws that in its locale's way
+        # ("11/21/2026, 04:05 AM" in en-US), where every other time here is ISO 24-hour.
+        widget=forms.DateTimeInput(
+            attrs={
+                "placeholder": "YYYY-MM-DD HH:MM",
+                "pattern": r"[0-9]{4}-[0-9]{2}-[0-9]{2}[T ][0-9]{2}:[0-9]{2}",
+                "autocomplete": "off",
+                "spellcheck": "false",
+            },
+            format="%Y-%m-%d %H:%M",
+        ),
         error_messages={
             "required": _("Give the new SLA due time."),
-            "invalid": _("Give the new SLA due time as a date and a time."),
+            "invalid": _(
+                "Give the new SLA due time as a date and a time, such as 2026-11-21 16:05 "
+                "(24-hour)."
+            ),
         },
     )
     # The due time the page showed (seconds since the epoch): the change is a

@@ -5,6 +5,9 @@
 RFC 8058's one-click unsubscribe (``List-Unsubscribe-Post: List-Unsubscribe=One-Click``,
 which mail providers send without a page or a CSRF token): the signed token in the address
 is what allows it, for that one complaint. A token that is not one of ours is a 400.
+
+The pages are the residents' (``residents.html``): the association's name on top, nothing
+of the staff site's header or its way back to "your associations".
 """
 
 from django.shortcuts import render
@@ -13,7 +16,6 @@ from django.utils.translation import gettext as _
 from django.views import View
 from django.views.decorators.csrf import csrf_exempt
 
-from hoa.answers.pages import error_page
 from hoa.complaints import reporters
 
 
@@ -26,23 +28,31 @@ class ReporterOptOutView(View):
         complaint = reporters.complaint_of(token)
         if complaint is None:
             return self.not_ours(request)
-        context = {"complaint": complaint, "done": complaint.reporter_opted_out_at is not None}
-        return render(request, self.template_name, context)
+        done = complaint.reporter_opted_out_at is not None
+        return self.page(request, complaint, done=done)
 
     def post(self, request, token: str):
         complaint = reporters.complaint_of(token)
         if complaint is None:
             return self.not_ours(request)
         reporters.opt_out(complaint)
-        return render(request, self.template_name, {"complaint": complaint, "done": True})
+        return self.page(request, complaint, done=True)
+
+    def page(self, request, complaint, *, done: bool):
+        context = {
+            "complaint": complaint,
+            "done": done,
+            "association_name": complaint.organization.name,
+        }
+        return render(request, self.template_name, context)
 
     def not_ours(self, request):
-        return error_page(
-            request,
-            400,
-            _("This link does not work"),
-            _(
+        context = {
+            "status": 400,
+            "title": _("This link does not work"),
+            "message": _(
                 "This opt-out link is not one we sent, or it was cut short. Use the whole "
                 "link from the email."
             ),
-        )
+        }
+        return render(request, "hoa/reporters/error.html", context, status=400)

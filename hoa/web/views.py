@@ -45,8 +45,13 @@ SHORT_OUTCOME_LABELS = {
 
 
 def home(request):
+    """Where signing in lands: the one association of someone staff of one, else the list
+    to pick from (a picker of one card every time is a click for nothing)."""
     if not request.user.is_authenticated:
         return redirect("login")
+    only = Organization.objects.for_user(request.user).values_list("slug", flat=True)[:2]
+    if len(only) == 1:
+        return redirect("hoa:dashboard", only[0])
     return redirect("hoa:organizations")
 
 
