@@ -21,6 +21,7 @@ class ChargesConfig(AppConfig):
         register(GENERATION)
         add_pages(
             Pages(
+                app="charges",
                 order=20,
                 links=(Link(_("Charges"), "charges:runs", order=10),),
                 dashboard=Panel(

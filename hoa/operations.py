@@ -19,6 +19,7 @@ and checks)::
         def ready(self):
             register(HANDOVER)
             add_pages(Pages(                         # what it shows on the frame's pages
+                app="keys",
                 order=40,
                 links=(Link(_("Keys"), "keys:handovers"),),
                 dashboard=Panel(stats="keys/_dashboard_stats.html", context=selectors.panel),
@@ -107,6 +108,7 @@ class Pages:
     permissions the demo's staff group gets and its demo data (``seed_demo``, given the
     demo organizations by slug)."""
 
+    app: str  # the label of the app that adds them
     order: int = 100
     links: tuple[Link, ...] = ()
     dashboard: Panel = field(default_factory=Panel)

@@ -16,7 +16,7 @@ from django.utils import timezone
 
 from hoa.complaints.extensions import assigned
 from hoa.models import AccessDenial, Complaint, ComplaintEvent, StaffMembership
-from tests.harness.registry import operations_removed
+from tests.harness.registry import pages_removed
 from tests.harness.waiting import wait_until
 from tests.vendors_support import WAIT, Worker, active_vendor
 from vendors.models import VendorAssignment
@@ -539,7 +539,7 @@ def test_the_timeline_merges_assignments_status_changes_and_notes_newest_first(
 def nothing_assigns():
     """The registry as a project with no assigning app has it: no operation declares the
     workflow's ``Assignee`` guard (restored afterwards)."""
-    with operations_removed(lambda op: op.complaints and op.complaints.assignee) as guarding:
+    with pages_removed(lambda pages: pages.complaints and pages.complaints.assignee) as guarding:
         assert guarding, "control: an installed operation declares the guard"
         yield
 

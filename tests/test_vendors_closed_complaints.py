@@ -2,8 +2,9 @@
 the service; and closing ends the vendor a complaint had.
 
 Closed is final (hoa/complaints/rules.py): assigning or reassigning a closed complaint is
-refused, 400 / error / exit 1 when the caller saw it closed, 409 / warning / exit 75 when it
-was closed since the caller looked, and nothing is written. A resolved complaint keeps its
+refused, 400 / error / exit 1 when the caller saw it closed, 409 / warning / exit 1 when it
+was closed since the caller looked (overtaken: trying again cannot help), and nothing is
+written. A resolved complaint keeps its
 rules: its vendor may be replaced.
 """
 
@@ -181,7 +182,7 @@ def test_the_command_on_a_closed_complaint_exits_1_with_one_line(
     nothing_written(complaint, before, redis_client, dispatch)
 
 
-def test_the_command_whose_complaint_is_closed_during_its_dispatch_exits_75(
+def test_the_command_whose_complaint_is_closed_during_its_dispatch_exits_1(
     subprocess_env, complaint, pipe, alice, dispatch
 ):
     gate = dispatch.hold(dispatch_of(pipe))
@@ -200,7 +201,7 @@ def test_the_command_whose_complaint_is_closed_during_its_dispatch_exits_75(
             command.kill()
             command.wait()
 
-    assert command.returncode == 75
+    assert command.returncode == 1  # overtaken: cron's "try again later" would never help
     lines = [line for line in stderr.splitlines() if line and " INFO " not in line]
     assert lines == [
         f"CommandError: Complaint #{complaint.pk} was closed since you looked, so no vendor "

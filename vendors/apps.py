@@ -32,6 +32,7 @@ def _assignment_pages():
     from vendors import complaint_pages, demo
 
     return Pages(
+        app="vendors",
         order=10,
         links=(Link(_("Vendors"), "vendors:vendors", order=30),),
         complaints=complaint_pages.COMPLAINTS,
@@ -53,6 +54,7 @@ def _invoice_pages():
     from vendors import complaint_pages, demo, invoice_selectors
 
     return Pages(
+        app="vendors",
         order=15,
         links=(Link(_("Invoices"), "vendors:invoices", order=35),),
         dashboard=Panel(

@@ -2,9 +2,8 @@
 know of them.
 
 Their names and lock resources are ``vendors.resources``'. ``VendorsConfig.ready()``
-registers ``ASSIGNMENT`` and ``PAYMENT``; the services find them in the frame's registry
-(``hoa.operations.operation``); what they show on the frame's pages is registered
-by ``VendorsConfig.ready()`` too (``hoa.operations.Pages``).
+registers ``ASSIGNMENT`` and ``PAYMENT``, and what they show on the frame's pages
+(``hoa.operations.Pages``).
 """
 
 import re

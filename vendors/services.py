@@ -51,7 +51,6 @@ from hoa.fenced import FencedSteps
 from hoa.integrations.webhooks import ExternalCallFailed, ExternalCallUnknown
 from hoa.jobs.settling import SETTLE_VIA, Settled, settled_by
 from hoa.models import Complaint, Organization, OutsideCall
-from hoa.operations import operation
 from locking import FenceLock, Lease, LockHeld, LockUnavailable, Outcome
 from locking.receiving import StaleAtReceiver
 from vendors import answers
@@ -71,7 +70,8 @@ from vendors.exceptions import (
 )
 from vendors.insurance import check_insured
 from vendors.models import Vendor, VendorAssignment
-from vendors.resources import OPERATION, assignment_resource
+from vendors.operations import ASSIGNMENT
+from vendors.resources import assignment_resource
 from vendors.selectors import assignment_state, closes_of
 
 logger = logging.getLogger(__name__)
@@ -152,8 +152,7 @@ def assign_vendor(
     replacing = _what_the_caller_saw(complaint, reassign, replacing)
     organization = complaint.organization
     resource = assignment_resource(complaint.pk)
-    assignment = operation(OPERATION)  # its declaration names the demo, which calls this
-    call = assignment.begin(actor, organization=organization, resource=resource, via=via, ip=ip)
+    call = ASSIGNMENT.begin(actor, organization=organization, resource=resource, via=via, ip=ip)
     change = Change.REASSIGN if reassign else Change.ASSIGN
     seen = seen_status if seen_status is not None else complaint.status
     if not allows(change, complaint.status):  # the caller's copy, read before the lease
@@ -493,7 +492,7 @@ def _take_back_unknown(complaint, vendor, after_id, closed_id, why) -> Settled:
     """The cancellation of a dispatch that may have been made and cannot be recorded, sent
     under the complaint's lease (no assignment of it runs meanwhile)."""
     resource = assignment_resource(complaint.pk)
-    ttl = operation(OPERATION).lease_ttl
+    ttl = ASSIGNMENT.lease_ttl
     try:
         with FenceLock().acquire(resource, ttl=ttl, holder=SETTLE_VIA) as lease:
             call = cancel_dispatch(

@@ -40,10 +40,14 @@ class _Quiet(WSGIRequestHandler):
 
 
 @pytest.fixture
-def url(transactional_db):
+def url(transactional_db, settings):
     """The address of ``billing_view`` (locking/tests/urls.py) served by Django's threaded
     WSGI server (what ``runserver`` runs), in a thread of this process: each request has
-    its own thread and its own connection to the test database."""
+    its own thread and its own connection to the test database. Whichever settings the
+    suite runs with (locking's, or a project's), the server answers for 127.0.0.1 with
+    locking's test URLconf."""
+    settings.ROOT_URLCONF = "locking.tests.urls"
+    settings.ALLOWED_HOSTS = ["127.0.0.1"]
     server = ThreadedWSGIServer(("127.0.0.1", 0), _Quiet, allow_reuse_address=False)
     server.set_app(WSGIHandler())
     thread = threading.Thread(target=server.serve_forever, daemon=True)

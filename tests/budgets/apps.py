@@ -22,6 +22,7 @@ class BudgetsConfig(AppConfig):
         register(APPROVAL)
         add_pages(
             Pages(
+                app="budgets",
                 order=30,
                 links=(Link(_("Budgets"), "budgets:budgets", order=40),),
                 dashboard=Panel(
