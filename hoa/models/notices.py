@@ -44,7 +44,3 @@ class Notice(models.Model):
 
     def __str__(self):
         return self.title
-
-    @property
-    def is_published(self) -> bool:
-        return self.published_at is not None

@@ -249,9 +249,6 @@ class Invoice(FencedModel):
     def needs_duplicate_confirmation(self) -> bool:
         return self.possible_duplicate_of_id is not None and self.duplicate_confirmed_at is None
 
-    def is_overdue(self, today) -> bool:
-        return self.status in self.OWED_STATUSES and self.due_on < today
-
 
 class InvoiceApprovalQuerySet(TenantQuerySet):
     tenant_path = "invoice__organization"
