@@ -165,13 +165,10 @@ class StaleAtReceiver(StaleFencingToken):
         return cls(fencing.token, accepted, url=url)
 
 
-class CallRefused(LockError):
-    """The service a fenced call went to refused it, or could not be reached: it did
-    nothing. ``status`` is its 4xx answer, ``None`` when no connection was made (nothing
-    was sent). Raised by ``post_fenced``; a 409 that says a newer holder's call was there
-    first is ``StaleAtReceiver`` instead."""
+class _OutsideCallError(LockError):
+    """What ``post_fenced`` raises: the call's address, and how it ended."""
 
-    outcome = Outcome.FAILED
+    ended = ""
 
     def __init__(
         self,
@@ -187,10 +184,20 @@ class CallRefused(LockError):
         self.status = status
         self.idempotency_key = idempotency_key
         self.endpoint = endpoint
-        super().__init__(f"call to {url} failed: {reason}")
+        super().__init__(f"call to {url} {self.ended}: {reason}")
 
 
-class CallOutcomeUnknown(LockError):
+class CallRefused(_OutsideCallError):
+    """The service a fenced call went to refused it, or could not be reached: it did
+    nothing. ``status`` is its 4xx answer, ``None`` when no connection was made (nothing
+    was sent). Raised by ``post_fenced``; a 409 that says a newer holder's call was there
+    first is ``StaleAtReceiver`` instead."""
+
+    outcome = Outcome.FAILED
+    ended = "failed"
+
+
+class CallOutcomeUnknown(_OutsideCallError):
     """The call may have been acted on, and its answer does not say: a timeout once
     connected, a connection lost before the whole answer, a redirect, a 5xx (``reason``,
     ``status``). Settle it later by the same ``idempotency_key``: never "nothing was done".
@@ -199,22 +206,7 @@ class CallOutcomeUnknown(LockError):
     for one. Raised by ``post_fenced``."""
 
     outcome = Outcome.UNKNOWN
-
-    def __init__(
-        self,
-        url: str,
-        reason: str,
-        status: int | None = None,
-        *,
-        idempotency_key: str = "",
-        endpoint: str = "",
-    ):
-        self.url = url
-        self.reason = reason
-        self.status = status
-        self.idempotency_key = idempotency_key
-        self.endpoint = endpoint
-        super().__init__(f"call to {url} has an unknown outcome: {reason}")
+    ended = "has an unknown outcome"
 
 
 class LeaseLost(LockError):

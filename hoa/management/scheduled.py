@@ -18,20 +18,27 @@ MAX_WAIT_SECONDS = 3600
 MAX_BATCH_SIZE = 10_000
 
 
-def parse_wait(raw: str | None) -> timedelta | None:
-    """Return the ``--wait`` option as a timedelta (``None``: do not wait)."""
+def parse_seconds(raw: str | None, option: str, most: int) -> float | None:
+    """Return ``option``'s value in seconds, above 0 and at most ``most`` (``None``: not
+    given); ``CommandError`` in one line otherwise."""
     if raw is None:
         return None
     try:
         seconds = float(raw)
     except ValueError:
         seconds = math.nan
-    if not math.isfinite(seconds) or not 0 < seconds <= MAX_WAIT_SECONDS:
+    if not math.isfinite(seconds) or not 0 < seconds <= most:
         raise CommandError(
-            _("--wait must be a number of seconds above 0 and at most %(max)d, got %(raw)r.")
-            % {"max": MAX_WAIT_SECONDS, "raw": raw}
+            _("%(option)s must be a number of seconds above 0 and at most %(max)d, got %(raw)r.")
+            % {"option": option, "max": most, "raw": raw}
         )
-    return timedelta(seconds=seconds)
+    return seconds
+
+
+def parse_wait(raw: str | None) -> timedelta | None:
+    """Return the ``--wait`` option as a timedelta (``None``: do not wait)."""
+    seconds = parse_seconds(raw, "--wait", MAX_WAIT_SECONDS)
+    return None if seconds is None else timedelta(seconds=seconds)
 
 
 def parse_batch_size(raw: str) -> int:

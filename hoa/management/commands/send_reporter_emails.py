@@ -12,7 +12,6 @@ line and the next one runs; a pass that had nothing to do prints nothing; SIGTER
 Ctrl-C stops it between passes, never in the middle of a hand-over.
 """
 
-import math
 import signal
 import threading
 
@@ -21,25 +20,14 @@ from django.db import close_old_connections
 from django.utils.translation import gettext as _
 
 from hoa.jobs.reporter_mail import DEFAULT_BATCH_SIZE, send_reporter_emails
-from hoa.management.scheduled import ScheduledJobCommand
+from hoa.management.scheduled import ScheduledJobCommand, parse_seconds
 
 MAX_EVERY_SECONDS = 3600
 
 
 def parse_every(raw: str | None) -> float | None:
     """Return the ``--every`` option in seconds (``None``: one pass)."""
-    if raw is None:
-        return None
-    try:
-        seconds = float(raw)
-    except ValueError:
-        seconds = math.nan
-    if not math.isfinite(seconds) or not 0 < seconds <= MAX_EVERY_SECONDS:
-        raise CommandError(
-            _("--every must be a number of seconds above 0 and at most %(max)d, got %(raw)r.")
-            % {"max": MAX_EVERY_SECONDS, "raw": raw}
-        )
-    return seconds
+    return parse_seconds(raw, "--every", MAX_EVERY_SECONDS)
 
 
 class Command(ScheduledJobCommand):
