@@ -11,6 +11,7 @@ from django.db import transaction
 from hoa import operations
 from hoa.answers.refusals import Busy
 from hoa.demo import staff_group
+from hoa.operations import every_pages
 from locking import StaleFencingToken, advance_fence
 from locking.keys import lock_key
 from locking.models import FenceEvent
@@ -60,9 +61,13 @@ def test_lock_page_shows_a_payment_lease_to_its_associations_operators_only(
     assert resource not in pages["mallory"]
 
 
-def test_staff_get_the_invoice_permissions_from_the_declaration():
+def test_staff_get_the_invoice_permissions_from_the_declaration_and_its_pages():
     granted = {f"{p.content_type.app_label}.{p.codename}" for p in staff_group().permissions.all()}
-    assert {PAYMENT.permission, *PAYMENT.staff_permissions} <= granted
+    invoices = next(
+        pages for pages in every_pages() if pages.dashboard.stats.startswith("vendors/")
+    )
+    assert {PAYMENT.permission, *invoices.staff_permissions} <= granted
+    assert "vendors.pay_invoice" in granted and "vendors.approve_invoice" in granted
 
 
 def test_metrics_count_payments_under_their_operation_label(
