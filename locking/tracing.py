@@ -162,7 +162,7 @@ def span(
 ) -> Iterator[Span]:
     """Trace one step of the work done under a lease, e.g. its external call::
 
-        with locking.span("external-call", lease=lease, attributes={"endpoint": "billing"}):
+        with locking.tracing.span("external-call", lease=lease, attributes={"endpoint": "billing"}):
             response = post_billing(..., fence_token=lease.token)
 
     The span gets the lease's resource kind and token (never the resource name). An

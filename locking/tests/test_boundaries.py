@@ -13,6 +13,7 @@ import pytest
 from django.core.management import call_command
 
 import locking
+import locking.asyncio
 from locking.tests.support import INSTALLED, SOURCE_ROOT
 
 PACKAGE = Path(locking.__file__).resolve().parent
@@ -199,7 +200,7 @@ def methods_of(cls: type) -> list[str]:
     )
 
 
-@pytest.mark.parametrize("lease_class", [locking.Lease, locking.AsyncLease])
+@pytest.mark.parametrize("lease_class", [locking.Lease, locking.asyncio.AsyncLease])
 def test_a_lease_has_at_most_15_methods_and_a_keyword_only_constructor(lease_class):
     assert len(methods_of(lease_class)) <= LEASE_METHODS, methods_of(lease_class)
     parameters = list(inspect.signature(lease_class).parameters.values())
