@@ -201,13 +201,21 @@ def create_database(pg_port: str, database: str, *, drop: bool = False) -> None:
     statements = [f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)']
     if not drop:
         statements.append(f'CREATE DATABASE "{database}"')
+    psql = ["psql", "-h", "127.0.0.1", "-p", pg_port, "-U", "hoa", "-d", "hoa", "-qc"]
     for statement in statements:
-        result = subprocess.run(
-            ["psql", "-h", "127.0.0.1", "-p", pg_port, "-U", "hoa", "-d", "hoa", "-qc", statement],
-            capture_output=True, text=True, check=False,
-        )  # fmt: skip
+        for attempt in range(DROP_ATTEMPTS):
+            result = subprocess.run([*psql, statement], capture_output=True, text=True, check=False)
+            # An autovacuum worker on the database just used is the server's own: the hoa
+            # role may not terminate it (FORCE refuses), and it leaves within moments.
+            if result.returncode == 0 or not any(w in result.stderr for w in STILL_IN_USE):
+                break
+            time.sleep(0.5 * (attempt + 1))
         if result.returncode != 0:
             raise QuickstartError(f"quick start: {statement}: {result.stderr.strip()}")
+
+
+DROP_ATTEMPTS = 8
+STILL_IN_USE = ("must be a member of the role whose process", "is being accessed by other users")
 
 
 def report(name: str, timed: list[tuple[str, float]]) -> list[str]:
