@@ -162,13 +162,13 @@ dist: $(BUILD_STAMP) ## build the sdist and wheel of locking (django-fenced-writ
 # reference from the docstrings of locking.__all__, built by Sphinx with every warning an
 # error (-W: a broken link or anchor, a docstring that does not render, a public name the
 # reference leaves out) into docs/_build/locking/ (git ignores docs/_build/). Open
-# docs/_build/locking/index.html. (DOCS_SRC: tests/test_locking_docs.py builds copies.)
+# docs/_build/locking/index.html. (DOCS_SRC: tests/house/test_locking_docs.py builds copies.)
 DOCS_SRC ?= docs/locking
 DOCS_OUT ?= docs/_build/locking
 # Beside it, the product's site for office staff and operators: docs/office/ includes the
 # staff guide, operations, the scheduled jobs and the design from docs/ into
 # docs/_build/office/, its links into locking's pages leading to the site above.
-# (OFFICE_DOCS_SRC: tests/test_office_docs.py builds copies.)
+# (OFFICE_DOCS_SRC: tests/house/test_office_docs.py builds copies.)
 OFFICE_DOCS_SRC ?= docs/office
 OFFICE_DOCS_OUT ?= docs/_build/office
 
@@ -195,13 +195,13 @@ test-locking-matrix: $(STAMP) dist services ## locking's tests against the insta
 	@$(PY) scripts/locking_matrix.py dist/django_fenced_writes-*.whl dist/django_fenced_writes-*.tar.gz
 
 # What operators copy (deploy/): promtool on the alert rules and their tests, systemd-analyze
-# verify on the units, and tests/test_deploy.py (metric names, commands, timers).
+# verify on the units, and tests/ops/test_deploy.py (metric names, commands, timers).
 check-deploy: $(STAMP) services ## check deploy/: promtool rules and tests, systemd units, their pytest
 	@$(TEST_ENV) scripts/check_deploy.sh
 
 # The fenced-operation tests again, every connection (the children's too) going through a
 # local PgBouncer in transaction-pooling mode that tests/topologies.py starts and stops.
-PGBOUNCER_TESTS ?= locking/tests $(wildcard tests/test_charges_*.py tests/test_vendors_*.py)
+PGBOUNCER_TESTS ?= locking/tests $(wildcard tests/charges/test_charges_*.py tests/vendors/test_vendors_*.py tests/races/test_vendors_races.py)
 
 test-pgbouncer: $(STAMP) services ## the fenced-operation tests through a local PgBouncer (transaction pooling)
 	@$(TEST_ENV) $(PY) -m tests.topologies pgbouncer-pytest -m "not browser" $(PGBOUNCER_TESTS) $(PYTEST_ARGS)
@@ -239,7 +239,7 @@ bench-load: $(STAMP) services migrate ## the busiest hour with Locust: p50/p95/p
 # violation.
 faults: $(STAMP) services migrate ## fault-injection and load scenarios against real processes
 	@$(PY) -m tests.faults
-	@FENCE_MODEL_FAULTS=1 $(TEST_ENV) scripts/run_pytest.sh locking/tests/test_fence_model.py tests/test_complaint_model.py tests/test_money_model.py -p no:randomly -p no:cacheprovider -q -s -rA
+	@FENCE_MODEL_FAULTS=1 $(TEST_ENV) scripts/run_pytest.sh locking/tests/test_fence_model.py tests/races/test_complaint_model.py tests/races/test_money_model.py -p no:randomly -p no:cacheprovider -q -s -rA
 
 # The README's screenshots (docs/screenshots/), at 1280 and 390 px: the demo data seeded into
 # a test database of their own, photographed in Debian's Chromium. Rerun it whenever the

@@ -10,7 +10,7 @@
   resource names only.
 
 The one exception is the operators' lock page, which works in seconds: its "as of" stamp
-and its timeline's axis show the time of day to the second. ``tests/test_date_formats.py``
+and its timeline's axis show the time of day to the second. ``tests/pages/test_date_formats.py``
 reads every staff and operator page for any other shape.
 """
 

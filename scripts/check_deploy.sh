@@ -5,7 +5,7 @@
 #   2. systemd-analyze verify on deploy/systemd, with /srv/hoa read as this checkout (the
 #      programs the units start must exist) and the gunicorn template as instance 8000;
 #      any warning fails. Where systemd-analyze is missing, step 3 still parses the units.
-#   3. tests/test_deploy.py: metric names against /metrics, units against the commands.
+#   3. tests/ops/test_deploy.py: metric names against /metrics, units against the commands.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT="$PWD"
@@ -31,7 +31,7 @@ if command -v systemd-analyze >/dev/null; then
     fi
     log "systemd-analyze verify: $(ls deploy/systemd | wc -l) units OK"
 else
-    log "systemd-analyze not installed: the units are parsed by tests/test_deploy.py only"
+    log "systemd-analyze not installed: the units are parsed by tests/ops/test_deploy.py only"
 fi
 
-scripts/run_pytest.sh tests/test_deploy.py tests/test_metrics_month_start.py -q -p no:cacheprovider
+scripts/run_pytest.sh tests/ops/test_deploy.py tests/charges/test_metrics_month_start.py -q -p no:cacheprovider

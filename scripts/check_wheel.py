@@ -12,7 +12,7 @@
   CHANGELOG in step with that version (``changelog_problems``).
 
 Prints each file list and exits 0, or prints one line per problem and exits 1.
-`make dist` runs it after `twine check --strict`; tests/test_dist.py runs it on a fresh
+`make dist` runs it after `twine check --strict`; tests/ops/test_dist.py runs it on a fresh
 build and on files made wrong on purpose.
 """
 

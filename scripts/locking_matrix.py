@@ -56,7 +56,7 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-# Its sibling, whether this runs as a script or through runpy (tests/test_locking_matrix.py).
+# Its sibling, whether this runs as a script or through runpy (tests/ops/test_locking_matrix.py).
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from locking_quickstart import (
     QuickstartError,

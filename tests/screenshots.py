@@ -37,8 +37,8 @@ from hoa.scopes import scope_for_organization
 from hoa.security.operators import is_operator
 from locking import FenceLock, StaleFencingToken, advance_fence
 from locking.audit import record_fence_event
+from tests.browser.test_browser_staff import chromium, site  # noqa: F401 - fixtures
 from tests.harness.registry import operations_removed
-from tests.test_browser_staff import chromium, site  # noqa: F401 - fixtures
 from vendors.models import Invoice, Vendor, VendorContract
 from vendors.operations import assignment_resource
 from vendors.services import assign_vendor

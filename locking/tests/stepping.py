@@ -5,7 +5,7 @@ connection, and every SQL statement it sends waits at a hold point (a Django exe
 wrapper) until the test lets it through (``Stepping.step``). The test therefore chooses
 the interleaving, statement by statement; a statement that waits on a lock (PostgreSQL's
 ``pg_stat_activity``) is left waiting until another step frees it. Used by
-locking/tests/test_fence_model.py and tests/test_complaint_model.py, where Hypothesis
+locking/tests/test_fence_model.py and tests/races/test_complaint_model.py, where Hypothesis
 chooses the steps.
 """
 

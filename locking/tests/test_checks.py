@@ -40,8 +40,8 @@ def hint_of(check_id: str, **overrides) -> str:
     return message.hint
 
 
-# --- the settings locking's tests run with, and the project's (tests/test_dist.py and
-# tests/test_foundation.py run hoa.settings itself) -----------------------------------
+# --- the settings locking's tests run with, and the project's (tests/ops/test_dist.py and
+# tests/house/test_foundation.py run hoa.settings itself) -----------------------------------
 
 
 def test_the_settings_these_tests_run_with_report_no_locking_check():

@@ -346,7 +346,7 @@ def test_the_patterns_find_what_the_pages_and_hints_once_named():
     names alone."""
     named = (
         "`hoa/fenced.py` claims before",
-        "`tests/test_charges_service.py` walks each order",
+        "`tests/charges/test_charges_service.py` walks each order",
         "(1b in the platform's docs/benchmarks.md)",
         "`hoa.ops.lockscopes.lock_scopes`",
         "the platform's docs/reliability.md",
