@@ -3,15 +3,12 @@ the Organization changelist.
 
 ``hoa`` does not know about charges: this module adds the action to the Organization admin
 (``hoa.admin_mixins.extend``), and the frame's admin offers it to users with the
-operation's permission. It has the shape of Django's ``delete_selected``
-(``hoa.admin_actions``): its first POST shows an intermediate page to choose the month; its
-submit runs the service once per selected organization and reports each with the level its
-answer deserves.
+operation's permission (``hoa.admin_actions.fenced_action``: its first POST asks for the
+month, its submit generates each selected organization's charges).
 """
 
 from django.contrib import admin
 from django.contrib.admin.options import IncorrectLookupParameters
-from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
 from charges.exceptions import InvalidMonth
@@ -20,39 +17,26 @@ from charges.models import MonthlyCharge, MonthlyChargeRun, month_label
 from charges.operations import GENERATE_PERMISSION
 from charges.selectors import current_month
 from charges.services import generate_monthly_charges
-from hoa.admin_actions import answer_each, applying, ask
+from hoa.admin_actions import fenced_action
 from hoa.admin_mixins import AdminExtension, TenantAdminMixin, extend
 from hoa.dates import month_name
-from hoa.web.access import client_ip
 from hoa.web.money import format_money
 
-
-@admin.action(description=gettext_lazy("Generate charges for a month…"))
-def generate_charges_for_month(modeladmin, request, queryset):
-    """Ask for a month, then generate each selected organization's charges for it."""
-    if applying(request):
-        form = ConfirmedMonthForm(request.POST)
-    else:
-        form = ConfirmedMonthForm(initial={"month": month_label(current_month())})
-    if form.is_bound and form.is_valid():
-        month, ip = form.cleaned_data["month"], client_ip(request)
-        answer_each(
-            modeladmin,
-            request,
-            queryset,
-            lambda organization: generate_monthly_charges(
-                organization=organization, month=month, actor=request.user, ip=ip
-            ),
-        )
-        return None  # back to the changelist, which shows the messages
-    return ask(
-        modeladmin,
-        request,
-        queryset,
-        form,
-        "charges/admin/generate_charges.html",
-        title=_("Generate charges for a month"),
-    )
+generate_charges_for_month = fenced_action(
+    "generate_charges_for_month",
+    ConfirmedMonthForm,
+    lambda organization, data, **who: generate_monthly_charges(
+        organization=organization, month=data["month"], **who
+    ),
+    description=gettext_lazy("Generate charges for a month…"),
+    title=gettext_lazy("Generate charges for a month"),
+    intro=gettext_lazy(
+        "Generate the monthly charges of these organizations, one charge per unit. A month "
+        "that is already generated is left as it is."
+    ),
+    submit=gettext_lazy("Generate charges"),
+    initial=lambda: {"month": month_label(current_month())},
+)
 
 
 # On the frame's Organization admin, for users with the operation's permission.

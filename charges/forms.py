@@ -95,6 +95,7 @@ class ConfirmedMonthForm(MonthForm):
 
     confirm = forms.BooleanField(
         label=_("Yes, bill this month even though it is not this month or the next"),
+        help_text=_("Needed for a month other than this one or the next."),
         required=False,
     )
 

@@ -6,28 +6,30 @@ against the fenced-POST rate limit, validates the form and runs the operation's 
 once per selected object, each reported on the changelist at the level its kind of answer
 deserves (``hoa.answers.table``: success, info for already done, warning for busy or taken
 over, error for a refusal). A form that does not validate is the page again, its first
-error on top::
+error on top. An operation that asks one form declares its action in one call::
 
-    @admin.action(description=gettext_lazy("Do the thing…"))
-    def do_the_thing(modeladmin, request, queryset):
-        form = ThingForm(request.POST if applying(request) else None)
-        if form.is_bound and form.is_valid():
-            answer_each(modeladmin, request, queryset, lambda obj: do_thing(obj=obj, ...))
-            return None  # back to the changelist, which shows the messages
-        return ask(modeladmin, request, queryset, form, "app/admin/do_the_thing.html",
-                   title=_("Do the thing"))
+    do_the_thing = fenced_action(
+        "do_the_thing", ThingForm, lambda obj, data, **who: do_thing(obj=obj, **data, **who),
+        description=gettext_lazy("Do the thing…"), title=gettext_lazy("Do the thing"),
+        intro=gettext_lazy("Do the thing for these organizations."),
+        submit=gettext_lazy("Do it"), initial=lambda: {"when": today()},
+    )
+
+An action that shows more (what each row is now, carried back by ``ShownRows``) writes the
+function itself from ``applying``, ``ask`` and ``answer_each``.
 """
 
 import re
 from collections.abc import Callable, Iterable
 
 from django import forms
-from django.contrib import messages
+from django.contrib import admin, messages
 from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
 from django.template.response import TemplateResponse
 
 from hoa.answers import table as answer_table
 from hoa.answers.refusals import Refusal
+from hoa.security.audit import client_ip
 from hoa.security.ratelimits import check_fenced_post
 from hoa.web.lists import first_error
 
@@ -104,3 +106,35 @@ def answer_each(modeladmin, request, objects: Iterable, run: Callable) -> None:
             answer_table.admin_message(modeladmin, request, refusal)
         else:
             answer_table.admin_done(modeladmin, request, result)
+
+
+def fenced_action(
+    name: str,
+    form_class: type[forms.Form],
+    run: Callable,
+    *,
+    description: str,
+    title: str,
+    intro: str,
+    submit: str,
+    initial: Callable[[], dict] = dict,
+    template: str = "admin/hoa/action_form.html",
+):
+    """The admin action ``name`` of an operation that asks ``form_class``: its page says
+    ``intro`` above the selection and the form, its button ``submit``; once the form is
+    valid, ``run(obj, cleaned_data, actor=user, ip=address)`` for each selected object."""
+
+    def action(modeladmin, request, queryset):
+        form = form_class(request.POST) if applying(request) else form_class(initial=initial())
+        if form.is_bound and form.is_valid():
+            who = {"actor": request.user, "ip": client_ip(request)}
+            answer_each(
+                modeladmin, request, queryset, lambda obj: run(obj, form.cleaned_data, **who)
+            )
+            return None  # back to the changelist, which shows the messages
+        return ask(
+            modeladmin, request, queryset, form, template, title=title, intro=intro, submit=submit
+        )
+
+    action.__name__ = action.__qualname__ = name
+    return admin.action(description=description)(action)

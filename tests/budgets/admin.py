@@ -3,53 +3,35 @@ budget of a year…" on the Organization changelist.
 
 ``hoa`` does not know about budgets: this module adds the action to the Organization admin
 (``hoa.admin_mixins.extend``), and the frame's admin offers it, next to any other
-operation's, to users with the operation's permission. It has the shape of Django's
-``delete_selected`` (``hoa.admin_actions``): its first POST asks for the year; its submit
-runs the service once per selected organization and reports each with the level its answer
-deserves.
+operation's, to users with the operation's permission (``hoa.admin_actions.fenced_action``:
+its first POST asks for the year, its submit approves each selected organization's).
 """
 
 from django.contrib import admin
 from django.core.exceptions import PermissionDenied
 from django.utils import timezone
-from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
-from hoa.admin_actions import answer_each, applying, ask
+from hoa.admin_actions import fenced_action
 from hoa.admin_mixins import AdminExtension, TenantAdminMixin, extend
-from hoa.web.access import client_ip
 from tests.budgets.forms import YearForm
 from tests.budgets.models import AnnualBudget
 from tests.budgets.operations import APPROVE_PERMISSION
 from tests.budgets.services import approve_budget
 
-
-@admin.action(description=gettext_lazy("Approve the budget of a year…"))
-def approve_budget_for_year(modeladmin, request, queryset):
-    """Ask for a year, then approve each selected organization's budget for it."""
-    if applying(request):
-        form = YearForm(request.POST)
-    else:
-        form = YearForm(initial={"year": timezone.localdate().year})
-    if form.is_bound and form.is_valid():
-        year, ip = form.cleaned_data["year"], client_ip(request)
-        answer_each(
-            modeladmin,
-            request,
-            queryset,
-            lambda organization: approve_budget(
-                organization=organization, year=year, actor=request.user, ip=ip
-            ),
-        )
-        return None  # back to the changelist, which shows the messages
-    return ask(
-        modeladmin,
-        request,
-        queryset,
-        form,
-        "budgets/admin/approve_budget.html",
-        title=_("Approve the budget of a year"),
-    )
+approve_budget_for_year = fenced_action(
+    "approve_budget_for_year",
+    YearForm,
+    lambda organization, data, **who: approve_budget(organization=organization, **data, **who),
+    description=gettext_lazy("Approve the budget of a year…"),
+    title=gettext_lazy("Approve the budget of a year"),
+    intro=gettext_lazy(
+        "Approve these organizations' budgets for the year, and notify their boards. A "
+        "budget already approved is left as it is."
+    ),
+    submit=gettext_lazy("Approve budgets"),
+    initial=lambda: {"year": timezone.localdate().year},
+)
 
 
 extend(

@@ -66,7 +66,7 @@ def test_action_asks_for_the_month_then_generates_and_reports_success(
     form_page = choose_action(client, maple)
 
     assert form_page.status_code == 200
-    assert form_page.templates[0].name == "charges/admin/generate_charges.html"
+    assert form_page.templates[0].name == "admin/hoa/action_form.html"
     html = form_page.content.decode()
     assert 'type="month"' in html and f'value="{current_month():%Y-%m}"' in html
     assert f'name="_selected_action" value="{maple.pk}"' in html
@@ -108,7 +108,7 @@ def test_action_with_a_bad_month_shows_an_error_and_writes_nothing(
     response = apply_action(client, month, maple)
 
     assert response.status_code == 200
-    assert response.templates[0].name == "charges/admin/generate_charges.html"
+    assert response.templates[0].name == "admin/hoa/action_form.html"
     [(level, message)] = messages_of(response)
     assert level == "error" and reason in message
     assert not MonthlyChargeRun.objects.exists()
@@ -202,7 +202,7 @@ def test_action_asks_to_confirm_a_month_other_than_this_one_or_the_next(
     client.force_login(alice)
     response = apply_action(client, MONTH_ARG, maple, confirm=False)
 
-    assert response.templates[0].name == "charges/admin/generate_charges.html"
+    assert response.templates[0].name == "admin/hoa/action_form.html"
     [(level, message)] = messages_of(response)
     assert level == "error"
     assert message.startswith("March 2026 is neither this month nor the next")

@@ -165,7 +165,7 @@ def test_the_budget_action_approves_each_selected_organization_at_its_level(
     client.force_login(root)
     selected = {"action": "approve_budget_for_year", ACTION_CHECKBOX_NAME: [maple.pk, oak.pk]}
     asked = client.post(CHANGELIST, {**selected, "index": "0"})
-    assert asked.templates[0].name == "budgets/admin/approve_budget.html"
+    assert asked.templates[0].name == "admin/hoa/action_form.html"
     assert state_of(budget)[0] == "draft"  # nothing happens before the year is chosen
 
     done = client.post(CHANGELIST, {**selected, "year": "2027", "apply": "Approve"}, follow=True)
