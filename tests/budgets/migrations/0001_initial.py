@@ -3,6 +3,8 @@
 import django.db.models.deletion
 from django.db import migrations, models
 
+from locking import InstallFenceGuard
+
 
 class Migration(migrations.Migration):
 
@@ -31,4 +33,6 @@ class Migration(migrations.Migration):
                 'constraints': [models.UniqueConstraint(fields=('organization', 'year'), name='one_budget_per_year'), models.CheckConstraint(condition=models.Q(('year__range', (1, 9999))), name='budget_year_4_digits'), models.CheckConstraint(condition=models.Q(models.Q(('approved_at__isnull', True), ('status', 'draft')), models.Q(('approved_at__isnull', False), ('status', 'approved')), _connector='OR'), name='budget_approved_at_matches_status')],
             },
         ),
+        # The budget's fence never goes backwards (locking/guard.py).
+        InstallFenceGuard('annualbudget'),
     ]
