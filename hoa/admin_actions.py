@@ -1,21 +1,8 @@
 """Admin actions that run a fenced operation, in the shape of Django's ``delete_selected``.
 
-An action is a function ``(modeladmin, request, queryset)``. Its first POST answers an
-intermediate page (the selection, the action's form, a submit button); the submit, counted
-against the fenced-POST rate limit, validates the form and runs the operation's service
-once per selected object, each reported on the changelist at the level its kind of answer
-deserves (``hoa.answers.table``: success, info for already done, warning for busy or taken
-over, error for a refusal). A form that does not validate is the page again, its first
-error on top::
-
-    @admin.action(description=gettext_lazy("Do the thing…"))
-    def do_the_thing(modeladmin, request, queryset):
-        form = ThingForm(request.POST if applying(request) else None)
-        if form.is_bound and form.is_valid():
-            answer_each(modeladmin, request, queryset, lambda obj: do_thing(obj=obj, ...))
-            return None  # back to the changelist, which shows the messages
-        return ask(modeladmin, request, queryset, form, "app/admin/do_the_thing.html",
-                   title=_("Do the thing"))
+The first POST answers an intermediate page (``ask``: the selection, the action's form);
+the submit runs the operation's service once per selected object (``answer_each``), each
+reported on the changelist at its answer's level. vendors/admin.py's actions use it.
 """
 
 import re
