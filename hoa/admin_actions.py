@@ -2,7 +2,7 @@
 
 The first POST answers an intermediate page (``ask``: the selection, the action's form);
 the submit runs the operation's service once per selected object (``answer_each``), each
-reported on the changelist at its answer's level. vendors/admin.py's actions use it.
+reported on the changelist at its answer's level (``hoa.answers.table``).
 """
 
 import re
