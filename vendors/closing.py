@@ -1,7 +1,7 @@
 """What closing a complaint does to its vendor: the assignment ends, and the vendor is told.
 
 ``end_on_close`` runs in the close's transaction, under the complaint's row lock (this app's
-``Assignee``'s ``on_close``): the active assignment ends at the close's time. After the
+``AssignmentGuard``'s ``on_close``): the active assignment ends at the close's time. After the
 commit the vendor's dispatch gets the best-effort cancellation (``"reason":
 "complaint-closed"``). Why: docs/architecture.md, "Closing ends the assignment".
 """

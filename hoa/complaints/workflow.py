@@ -2,7 +2,7 @@
 
 A status change is a compare-and-swap on the status the staff member saw, under the
 complaint's row lock (the loser gets ``StatusChanged``, 409). Who can be assigned is not
-known here: an operation declares an ``Assignee`` guard (``hoa.complaints.extensions``).
+known here: an operation declares an ``AssignmentGuard`` (``hoa.complaints.extensions``).
 The statuses for people: docs/staff-guide.md; why: docs/architecture.md, "The complaint
 workflow lives with the complaint" and the invariants after it.
 """
@@ -17,7 +17,7 @@ from django.utils.translation import gettext as _
 
 from hoa.complaints import reporters
 from hoa.complaints.exceptions import Rule, SlaChanged, StatusChanged, TransitionRefused
-from hoa.complaints.extensions import assignee
+from hoa.complaints.extensions import assignment_guard
 from hoa.complaints.rules import MOVES, Change, allows
 from hoa.models import Complaint, ComplaintEvent, Organization, Unit
 from hoa.models.complaints import Moved
@@ -110,7 +110,7 @@ def change_status(
     assigned, which is read again under the row lock once the status is known to be the
     one seen (a vendor the page showed may have gone with a close the caller has not
     seen: that is a 409, not a rule broken). Closing ends the active vendor's assignment
-    in the same transaction (the ``Assignee``'s ``on_close``).
+    in the same transaction (the ``AssignmentGuard``'s ``on_close``).
     """
     note = note.strip()
     if seen not in Status.values or to not in Status.values:
@@ -120,7 +120,7 @@ def change_status(
     except TransitionRefused as refused:
         if refused.rule is not Rule.NEEDS_ASSIGNEE:
             raise  # decided under the lock, against who is assigned then
-    guard = assignee()
+    guard = assignment_guard()
     with transaction.atomic():
         locked = Complaint.objects.locked(complaint.pk)
         current = locked.status if locked is not None else None
