@@ -1,22 +1,9 @@
 """Admin actions that run a fenced operation, in the shape of Django's ``delete_selected``.
 
-An action is a function ``(modeladmin, request, queryset)``. Its first POST answers an
-intermediate page (the selection, the action's form, a submit button); the submit, counted
-against the fenced-POST rate limit, validates the form and runs the operation's service
-once per selected object, each reported on the changelist at the level its kind of answer
-deserves (``hoa.answers.table``: success, info for already done, warning for busy or taken
-over, error for a refusal). A form that does not validate is the page again, its first
-error on top. An operation that asks one form declares its action in one call::
-
-    do_the_thing = fenced_action(
-        "do_the_thing", ThingForm, lambda obj, data, **who: do_thing(obj=obj, **data, **who),
-        description=gettext_lazy("Do the thing…"), title=gettext_lazy("Do the thing"),
-        intro=gettext_lazy("Do the thing for these organizations."),
-        submit=gettext_lazy("Do it"), initial=lambda: {"when": today()},
-    )
-
-An action that shows more (what each row is now, carried back by ``ShownRows``) writes the
-function itself from ``applying``, ``ask`` and ``answer_each``.
+The first POST answers an intermediate page (``ask``: the selection, the action's form);
+the submit runs the operation's service once per selected object (``answer_each``), each
+reported on the changelist at its answer's level (``hoa.answers.table``). An operation
+that asks one form declares its action with ``fenced_action``.
 """
 
 import re

@@ -1,17 +1,9 @@
 """The one way people are shown dates and months, on every staff page and in sentences.
 
-- A moment: ``2026-12-03 17:44 EST`` (``when``), in the time zone active for the page (the
-  association's on its pages, ``TIME_ZONE`` elsewhere), with the zone's abbreviation. The
-  same format is the project's ``DATETIME_FORMAT`` (``hoa/formats``), so the admin and any
-  ``|date`` show moments this way too.
-- An input of a moment says its zone beside it (``zone_label``): ``America/New_York (EST)``.
-- A day (a contract's first and last): the moment's date part, ``2026-12-03``.
-- A month: ``December 2026`` (``month_name``). ``YYYY-MM`` is for URLs, CSV files and
-  resource names only.
-
-The one exception is the operators' lock page, which works in seconds: its "as of" stamp
-and its timeline's axis show the time of day to the second. ``tests/pages/test_date_formats.py``
-reads every staff and operator page for any other shape.
+A moment ``2026-12-03 17:44 EST`` in the page's time zone (``when``; also the project's
+``DATETIME_FORMAT``, so the admin shows it too), a day ``2026-12-03``, a month ``December
+2026`` (``month_name``; ``YYYY-MM`` only in URLs, CSV files and resource names). Only the
+lock page shows seconds. ``tests/pages/test_date_formats.py`` reads every page for other shapes.
 """
 
 from datetime import date, datetime

@@ -1,16 +1,8 @@
-"""Demo data for local development (``manage.py seed_demo``). Idempotent.
+"""Demo data for local development (``manage.py seed_demo``): the README's logins, two
+associations with their units, notices and complaints, then each fenced operation's own.
 
-Who: ``admin`` (superuser); ``alice`` and ``bob``, staff of Maple Court; ``omar``, staff of
-Oak Ridge; ``olivia``, an operator (the "Operators" group: the lock status page, fencing
-tokens, breaking a lease) and staff of both. What: two associations with units, a notice,
-and complaints enough for the lists' filters and pages to show (Maple Court more than 50:
-every priority, open, resolved and closed, some past their SLA; Oak Ridge a dozen), each
-with its reporter and its timeline; then each fenced operation's own demo data (an
-operation may act on the open complaints through its fenced service).
-
-Everything is deterministic: the same titles, units, reporters and statuses every time. A
-second run finds every row in place and changes nothing (``SeedResult.created`` is 0); a
-password someone changed is set back to the demo one.
+Deterministic and idempotent: a second run finds every row in place and changes nothing
+(``SeedResult.created`` is 0); a password someone changed is set back to the demo one.
 """
 
 import unicodedata

@@ -1,43 +1,10 @@
 """Fenced operations, each declared once where it lives and found by the frame here.
 
-``hoa`` is the frame: organizations, staff, complaints and the pages every operation shares.
-It names no app built on it. An app declares its operation once, in its ``operations``
-module, and registers it from ``AppConfig.ready()`` (as Django's apps register admin classes
-and checks)::
-
-    HANDOVER = FencedOperation(                      # e.g. a "keys" app handing out unit keys
-        name="key-handover",                         # the audit's operation name
-        permission="keys.hand_over",                 # what staff need to run it
-        resource=re.compile(r"key-handover:unit:(?P<unit>[0-9]{1,18})"),
-        example="key-handover:unit:1",
-        answers=answers.refusal_sentence,            # the sentences of its refusals
-        ttl=timedelta(seconds=30), ttl_setting="KEYS_LOCK_TTL_SECONDS",
-        describe=selectors.describe_resources,      # resource names -> ResourceInfo
-    )
-
-    class KeysConfig(AppConfig):
-        def ready(self):
-            register(HANDOVER)
-            add_pages(Pages(                         # what it shows on the frame's pages
-                app="keys",
-                order=40,
-                links=(Link(_("Keys"), "keys:handovers"),),
-                dashboard=Panel(stats="keys/_dashboard_stats.html", context=selectors.panel),
-                seed_demo=demo.seed_demo,
-            ))
-
-The frame finds the operation here: the lock status page describes its resource names
-(``describe_resources``, ``scan_prefixes``) and the check ``hoa.W001`` reads its lease TTL.
-Its ``Pages`` are what the dashboard, the organization list, the navigation, the complaint
-pages (``hoa.complaints.extensions``) and the demo (its data, the staff group's
-permissions) show of it. Its services run it: ``begin`` checks
-the actor, and the ``Call`` it returns runs the operation's steps under a lease
-(``hoa.fenced``). The refusals every operation shares (busy, superseded, lease ran out, lock
-service down, the outside failed, not permitted) are the frame's own classes, raised with
-the operation, whose ``answers`` says them. What an operation adds to the admin of a frame
-model is registered from its app's ``admin`` module (``hoa.admin_mixins.extend``), as Django's
-``admin.site.register`` is. Adding an operation touches ``INSTALLED_APPS``, the root URLconf
-and the new app.
+An app declares its ``FencedOperation`` in its ``operations`` module and registers it, with
+the ``Pages`` it adds to the frame (``add_pages``), from ``AppConfig.ready()``; the lock page,
+``hoa.W001``, the dashboard, the navigation, the complaint pages and the demo read them
+here, and ``begin`` returns the ``Call`` that runs its steps under a lease (``hoa.fenced``).
+docs/architecture.md, "One declaration per operation" and "Adding an operation", says how.
 """
 
 import re

@@ -1,27 +1,9 @@
-"""Tenancy: the one answer to "which association(s), as whom".
+"""Tenancy: the one answer to "which association(s), as whom", asked by every entry point.
 
-Every entry point asks it: the staff pages (``hoa.web.access.organization_for``), the
-admin, every management command (``--org``, ``--all-orgs``, ``--actor`` and ids such as
-``--invoice`` or ``--complaint``) and the signed links. Two functions:
-
-- ``organizations_for(actor, *, slug=None, ids=None, every=False, ...)`` — the associations
-  ``actor`` acts for: the one named by ``slug``, those of ``ids``, or ``every`` one of
-  theirs. ``actor`` is a user (staff of each, or a superuser) or ``None``: the operator at
-  the shell, who is not a staff member and reaches every association (the services record
-  them as ``cli:<login>``). A user that is inactive or anonymous reaches none.
-- ``row_for(actor, rows, pk, *, what, ...)`` — the row ``pk`` of ``rows`` (a
-  ``TenantQuerySet``) if it belongs to one of ``actor``'s associations.
-
-Either raises ``OutsideTenancy`` when the association or row is not ``actor``'s, whether
-it exists elsewhere or not at all (one answer: staff of one association do not learn that
-another exists; the web answers it 404, a command ``CommandError`` exit 1). When it does
-exist elsewhere the refusal is recorded as an ``AccessDenial`` with reason *tenant*, as the
-web's, before anything is written.
-
-``organizations_for`` is the only place that notes on the user object that it is staff of
-the associations it returns (``hoa.models.scoping.staff_of``), from the query that found
-them, so the operation's own staff check (``Organization.has_staff``) asks no more. Nothing
-else may mark it: an association list built elsewhere is checked, never trusted.
+``organizations_for`` (the associations an actor acts for) and ``row_for`` (a row, only if
+it is in one of them) raise ``OutsideTenancy`` alike whether the association exists
+elsewhere or not at all. Only ``organizations_for`` marks a user staff of what it found.
+docs/security.md, "Tenant isolation: one mechanism".
 """
 
 from django.utils.translation import gettext as _

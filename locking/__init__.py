@@ -1,19 +1,12 @@
 """Fenced distributed writes for Django: a Redis lease with a fencing token, checked by
-PostgreSQL in the same transaction as the write.
-
-``locking`` holds the fence (``__all__``)::
+PostgreSQL in the same transaction as the write (the documented submodules: the API
+reference; the guide: the "Overview" page)::
 
     lease = FenceLock().acquire("vendor-assignment:complaint:42", ttl=timedelta(seconds=30))
     with transaction.atomic():
         advance_fence(Complaint.objects.filter(pk=42), lease)
         ...writes...
     lease.release()
-
-The rest is in documented submodules, imported by name: ``locking.asyncio`` (the same
-from async code), ``locking.sending`` and ``locking.receiving`` (a fenced call's two
-sides), ``locking.operators`` (who holds what, breaking a lease), ``locking.audit``,
-``locking.advisory``, ``locking.keys``, ``locking.tracing``, ``locking.testing`` (the
-pytest plugin's helpers) and ``locking.models``. The guide: the "Overview" page.
 """
 
 # The one place the version is written: pyproject.toml reads it (setuptools' dynamic

@@ -1,27 +1,10 @@
-"""The Redis client the fence lock talks to.
+"""The Redis clients the fence lock talks to, built from ``LOCK_REDIS_URL`` (else ``REDIS_URL``).
 
-``LOCK_REDIS_URL`` (default: ``REDIS_URL``; see locking/conf.py) picks the deployment:
-
-- ``redis://host:port/db`` (or ``rediss://``): a single server. When it is the ``LOCATION``
-  of a django-redis ``default`` cache, the connection pool that django-redis configures is
-  reused.
-- ``redis+sentinel://host:port[,host:port…]/<service_name>[/db]``: Redis Sentinel; the
-  client follows the master through failovers.
-- ``redis+cluster://host:port[,host:port…]``: Redis Cluster. Our keys carry a
-  ``{resource}`` hash tag, so each script touches a single slot. A grant that must wait
-  for replicas (``WAIT``) runs on the own client of the node that owns that slot
-  (``node_client_for``), since ``WAIT`` counts the writes of its connection only.
-
-Every client gets the short socket timeouts from ``LOCK_REDIS_SOCKET_TIMEOUT_SECONDS``, so
-a dead or partitioned Redis becomes ``LockUnavailable`` quickly instead of a hung worker.
-
-The async API uses a ``redis.asyncio`` client built from the same settings and URL schemes
-(``get_async_lock_redis``). django-redis has no async pool to share, so it is always the
-lock's own. A ``redis.asyncio`` connection belongs to the event loop that opened it, so
-there is one client per running loop: one for an ASGI server's loop, a short-lived one for
-each ``async_to_sync`` call from sync code. ``aclose_async_lock_redis()`` closes the
-running loop's client (an ASGI lifespan shutdown, a test's end); one left open is
-dropped with its loop.
+A single server (a django-redis cache's pool reused when the URL is its ``LOCATION``),
+``redis+sentinel://`` or ``redis+cluster://`` (a grant that ``WAIT``s runs on the own client
+of its slot's node, ``node_client_for``), each with the short socket timeouts of
+``LOCK_REDIS_SOCKET_TIMEOUT_SECONDS``. The async client is one per running event loop
+(``get_async_lock_redis``; ``aclose_async_lock_redis`` closes the running loop's).
 """
 
 import asyncio

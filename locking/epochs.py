@@ -1,33 +1,10 @@
 """Durable fence epochs: why a token granted before Redis lost its data can never win after.
 
-A fencing token is one ``bigint``: ``epoch * 2**32 + sequence``. Redis counts the sequence
-(``INCR fence:{r}``); PostgreSQL keeps, per resource, the last epoch handed to Redis
-(``locking_fenceepoch``). Redis may forget the counter (restart without persistence,
-FLUSHALL, a crash): grants made before the loss may still be held by paused processes that
-have not written yet, and the database cannot know their numbers. Reseeding the counter to
-the token the database recorded would hand those numbers out again. Instead, the first
-grant that finds the counter missing starts a new epoch:
-
-1. bump the resource's epoch in PostgreSQL and commit (``begin_epoch``): the epoch is
-   durable before any token of it exists, so two losses in a row never reuse an epoch;
-2. raise the Redis counter to the first token of that epoch (a Lua compare-and-set that
-   never lowers it) in the same script as the grant.
-
-Every token of the new epoch is then above every token of every older epoch, whatever the
-database recorded. ``advance_fence`` also refuses a token whose epoch is older than the
-resource's durable epoch, which covers a process that paused between its bump and its
-Redis seed while others bumped, seeded and lost Redis again.
-
-Bounds: 2**32 - 1 grants per epoch per resource (the grant script then asks for a new
-epoch instead of wrapping) and ``MAX_EPOCH`` epochs per resource (Lua numbers are doubles,
-exact below 2**53; past it grants are refused with ``LockUnavailable``).
-
-The record also bounds what a row may say: no token of an epoch the record never began
-was granted, so a ``last_fence_token`` beyond ``last_token(current_epoch)`` was written by
-hand or by an old fixture, not by a fence. Such a row never starts an epoch (one above
-``2**62`` would use the resource's epochs up for good): ``FenceBeyondRecord`` names it,
-system check ``locking.E016`` finds it, and ``repair_fence_row`` (``manage.py locks
-repair``) sets it back, a compare-and-set, audited.
+A token is ``epoch * 2**32 + sequence``: Redis counts the sequence, PostgreSQL keeps each
+resource's last epoch (``locking_fenceepoch``). The first grant that finds the counter
+missing records a new epoch and commits it (``begin_epoch``) before any token of it exists.
+The record also bounds what a row may say (``FenceBeyondRecord``, ``repair_fence_row``).
+Why and how: the documentation's 'Epochs' page.
 """
 
 import logging

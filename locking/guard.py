@@ -1,50 +1,12 @@
-"""The fence guard: two triggers on every fenced table, installed by a migration operation.
+"""The fence guard: triggers on every fenced table, installed by a migration operation
+(``InstallFenceGuard("invoice")`` in the owning app's migration; ``locking.E013`` and
+``E014`` name a table without them).
 
-``last_fence_token`` is written by the fence, and must never go backwards whatever else
-writes the row: a ``save()`` of an instance built by pk (``Model(pk=…).save()`` updates
-every column, the token's 0 included), a ``bulk_update`` or ``update()`` with an old copy,
-``loaddata`` of an old fixture. ``FencedModel.save()`` leaves the column out, but only the
-database sees every way in, so each fenced table carries:
-
-- ``locking_fence_never_back``: ``BEFORE UPDATE OF last_fence_token … WHEN (NEW < OLD)``
-  keeps the old, higher value. Its ``WHEN`` costs nothing on the writes that do not lower
-  it; the function runs only for one that would. It keeps the value silently, without
-  raising: ``Model.objects.filter(pk=7).update(last_fence_token=0)`` returns 1 (the row was
-  updated: its other columns, if any, are written) and the column keeps its higher value.
-  A rowcount is no proof the column moved; read it back (``refresh_from_db()``). Raising
-  instead would refuse the ``save()`` of an old copy, whose other fields are the point.
-- ``locking_fence_undone``: ``BEFORE INSERT OR UPDATE OR DELETE … WHEN (<the transaction
-  has undone fences>)`` refuses to write a row whose fence a rolled-back savepoint took
-  back (locking/savepoints.py). Its ``WHEN`` reads one setting and is false in every
-  transaction that rolled back no fence.
-
-Add it with one operation in a migration of the app that owns the model (``makemigrations
---empty yourapp``), after the migration that creates the table::
-
-    from locking import InstallFenceGuard
-
-    class Migration(migrations.Migration):
-        dependencies = [("yourapp", "0003_invoice")]
-        operations = [InstallFenceGuard("invoice")]
-
-System check ``locking.E013`` names a fenced model whose migrations never install it, and
-``locking.E014`` a migrated table that lacks its triggers.
-
-**Strict mode** (``InstallFenceGuard("invoice", strict=True)``), for a table written only
-under a fence, adds a third trigger:
-
-- ``locking_fence_strict``: ``BEFORE UPDATE OR DELETE … FOR EACH ROW`` refuses to write a
-  row that this transaction has not fenced. The fence's own statement marks the row it
-  fences: its ``SET`` of ``last_fence_token`` puts the row in ``locking.fencing`` (an
-  expression evaluated only for the row the statement's ``WHERE`` let through), and this
-  trigger, seeing its row there, accepts the statement and moves the row to
-  ``locking.fenced_rows``, where every later write of the transaction finds it. Both are
-  transaction-local settings (``set_config(…, true)``): gone at the end of the
-  transaction, and taken back by a rolled-back savepoint, as its fence is. A row that
-  ``insert_fenced`` inserted is marked by its statement too. ``unfenced_writes()`` lets one
-  block write such rows on purpose (a fixture, a repair by hand).
-
-It guards against mistakes, not malice: a transaction can set the settings itself.
+``locking_fence_never_back`` keeps ``last_fence_token`` from going down whatever writes the
+row, silently: ``Model.objects.filter(pk=7).update(last_fence_token=0)`` returns 1 and the
+column keeps its value (read it back). ``locking_fence_undone`` refuses a row whose fence a
+rolled-back savepoint took back; strict mode's ``locking_fence_strict`` a row its
+transaction has not fenced. Each, and why: the documentation's 'The fence check' page.
 """
 
 from collections.abc import Iterator

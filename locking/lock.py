@@ -1,19 +1,10 @@
 """The fence lock: a Redis lease that hands out a fencing token with every grant.
 
-A grant is one Lua script (one round trip): ``SET lock:{r} <value> NX PX <ttl>`` and, only
-when that set the key, ``INCR fence:{r}``. Doing both in one script means tokens are issued
-in grant order (no other grant can slip between the SET and the INCR) and a crash cannot
-leave a lease without a token. The lease itself is only an efficiency measure; safety comes
-from the token checked by ``advance_fence`` in the database transaction.
-
-The scripts and what a grant's reply means are in locking/scripts.py, the lock value in
-locking/keys.py, the granted ``Lease`` in locking/lease.py. The async lock
-(``AsyncFenceLock``, locking/asyncio/lock.py) is a class of its own, as redis-py keeps
-``redis/asyncio/lock.py`` beside ``redis/lock.py``: it runs the same scripts on a
-``redis.asyncio`` client and reads their replies with the same functions. The durable
-epochs a grant may record first are in locking/epochs.py; ``prepare_fences`` (below)
-records a batch's first ones at once, as their first grants would. The operators' view
-and hand (``holders``, ``break_lease``) are in locking/operators.py.
+A grant is one Lua script: ``SET lock:{r} … NX PX <ttl>`` and, only when that set the key,
+``INCR fence:{r}``, so tokens follow grant order and no lease is without a token. The lease
+is an efficiency measure; safety is the token ``advance_fence`` checks in the database.
+``prepare_fences`` records a batch's first epochs at once. The modules around it: the
+documentation's 'Inside the app' page.
 """
 
 import contextlib

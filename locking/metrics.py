@@ -1,23 +1,9 @@
 """Prometheus metrics of fenced attempts and of what keeps them safe, never by resource.
 
-``run_fenced`` is the one place every fenced attempt passes through, so it is the one
-place that counts attempts: grants, each attempt's final outcome with its duration, and
-the stale writes refused (by this side's fence or by the receiving service). Labels are
-the operation name the caller gives in ``Attempt.operation`` (a handful per project) and,
-on the histogram, the outcome (a handful more).
-
-The safety metrics of leases and epochs are counted where they happen, for every user of
-the lock (with or without ``run_fenced``), labelled by ``resource_kind``: the resource name
-up to its first ``:`` (``monthly-charges``, ``vendor-assignment``). Epochs started, by
-cause; how long work ran past its lease's TTL (at release); leases that became uncertain,
-and lost, by reason. A receiver of fenced calls (locking/receiving/receiver.py) counts its
-decisions by receiver and verdict. Resource names (one per organization and month, one per
-complaint) would create a time series per resource and must never become a label; the
-audit table (``FenceEvent``) and the logs carry them instead. The documentation's
-'Operating it' page lists every name and label for alerting rules.
-
-Under gunicorn with several workers every worker has its own counters; prometheus-client's
-multiprocess mode (``PROMETHEUS_MULTIPROC_DIR``) adds them up.
+Attempts are counted where every one passes (``run_fenced``), by operation and outcome; the
+safety of leases and epochs where it happens, by ``resource_kind`` (the name up to its
+first ``:``); a receiver's decisions by receiver and verdict. A resource name is never a
+label. Every name and label: the documentation's 'Operating it' page.
 """
 
 from prometheus_client import Counter, Histogram

@@ -1,23 +1,10 @@
 """The operators' view and hand: who holds which lease, and breaking a stuck one.
 
-Status pages and the admin read the current holders (``holders``, ``holder_of``: SCAN and
-one pipeline per lease, never ``KEYS``). ``break_lease`` deletes the lease the operator was
-shown (its token, and owner: a lease granted since is left alone, ``HolderChanged``) and
-records who did it and why: as safe as letting the lease expire, because the next
-grant gets a larger token and the fence refuses the broken holder's late write once that
-grant has committed. None of this grants anything, so it is not part of ``FenceLock``;
-each function takes the ``lock`` whose Redis (and audit database) it works on, by default
-the configured one.
-
-Every page that breaks a lease (the admin's, a project's own status page) uses
-``BreakLeaseForm``: one validation, one call, one audit row, the operator's address taken
-one way (``client_ip``: ``LOCK_CLIENT_IP_CALLABLE``, else ``REMOTE_ADDR``).
-
-What an operator may see is the project's to say (``viewer_scopes``, in
-locking/scopes.py): a scope is a tag the caller records with each attempt
-(``Attempt.scope``, e.g. ``"org:12"``), and ``LOCK_SCOPES_CALLABLE`` answers which scopes
-a user may read and which scope a resource name is in. The admin shows and breaks only
-what it allows; ``manage.py locks``, run by the operator at the shell, sees every scope.
+``holders`` and ``holder_of`` read the current holders (SCAN and one pipeline per lease);
+``break_lease`` deletes the lease the operator was shown, only if it is still that one
+(``HolderChanged``), and records who and why: as safe as the lease expiring, since the next
+grant's larger token fences the broken holder out. ``BreakLeaseForm`` is every break page's.
+What a viewer may see is the project's to say (``LOCK_SCOPES_CALLABLE``). 'Operating it'.
 """
 
 import ipaddress

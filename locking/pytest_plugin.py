@@ -1,21 +1,10 @@
-"""locking's pytest plugin: fixtures for testing code that takes fenced leases.
+"""locking's pytest plugin: the ``fence_lock``, ``lease_factory``, ``paused_holder`` and
+``receiver_client`` fixtures (helpers of ``locking.testing``).
 
-Installed with the wheel as a ``pytest11`` entry point named ``locking.pytest_plugin``
-(pytest loads it in every run; ``-p no:locking.pytest_plugin`` turns it off). Where the
-wheel is not installed (a checkout of locking), load it by the same name, so that an
-installed one is not loaded twice: ``pytest_plugins = ["locking.pytest_plugin"]`` in the
-root ``conftest.py``.
-
-The fixtures (helpers of ``locking.testing``; docs/locking/testing.md):
-
-- ``fence_lock``: a ``FenceLock`` on the configured lock Redis.
-- ``lease_factory``: grants leases on resources of the test's own, released at teardown.
-- ``paused_holder``: a holder granted a lease and paused past it; ``resume(work)`` wakes it.
-- ``receiver_client``: posts sealed calls to ``fenced_receiver`` views, returns the verdict.
-
-pytest loads entry-point plugins before pytest-django configures the settings, and a
-project may have no Django settings at all: this module imports nothing of Django or
-locking; each fixture imports what it needs when a test asks for it.
+Installed with the wheel as the ``pytest11`` entry point ``locking.pytest_plugin``; from a
+checkout, ``pytest_plugins = ["locking.pytest_plugin"]``. It imports nothing of Django or
+locking at import (pytest loads it before the settings). The documentation's 'Testing your
+code' page.
 """
 
 from collections.abc import Callable, Iterator

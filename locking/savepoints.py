@@ -1,28 +1,10 @@
 """A fence undone by a rolled-back savepoint is caught before the transaction writes its row.
 
-A fence protects the writes of its own transaction. Inside a nested ``atomic()`` (a
-savepoint), a rollback of that savepoint takes the fence back (the row's token and the
-resource's claim) while the enclosing transaction goes on, and may commit more writes to
-the same row, unfenced: a holder whose lease was taken over would then write after the
-newer holder. Refusing every fence inside a savepoint is not an answer: ``ATOMIC_REQUESTS``
-puts every view's ``atomic()`` inside one, and a fenced step that is refused (the state
-check, in its savepoint) must roll back its own writes and let the page answer.
-
-So the rollback itself is watched, and the row is guarded for the rest of the transaction:
-
-1. A fence that succeeds inside a savepoint registers a marker with
-   ``transaction.on_commit`` (Django forgets the markers of a savepoint that rolls back, and
-   all of them when the transaction ends: it is the transaction's own bookkeeping), and
-   this module's execute wrapper joins the connection's (once).
-2. When the wrapper sees ``ROLLBACK TO SAVEPOINT s`` pass, the markers registered while
-   ``s`` was active name the fences it undid; it adds their rows to the transaction-local
-   setting ``locking.undone_fences`` (``set_config(…, true)``: gone with the transaction).
-3. The fence guard each fenced table carries (``InstallFenceGuard``, locking/guard.py)
-   refuses an INSERT, UPDATE or DELETE of a row in that setting: the transaction fails at
-   that write, before it can commit.
-
-A transaction that does not touch the row again (the refused step's page, a batch that goes
-on with other rows) commits as usual.
+A fence inside a savepoint registers an on-commit marker (Django drops it with a savepoint
+that rolls back); this module's execute wrapper, seeing ``ROLLBACK TO SAVEPOINT s``, puts the
+rows whose fences ``s`` undid in the transaction-local setting ``locking.undone_fences``, and
+the fence guard's trigger refuses any later write of them. Why a savepoint's fence is not
+simply refused: the documentation's 'The fence check' page.
 """
 
 from django.db import transaction

@@ -1,36 +1,10 @@
 """The sending side of a fenced call: one sealed POST, within a deadline, and what came of it.
 
-``post_fenced`` seals the call (``seal_call``: the ``Idempotency-Key``, ``X-Fencing-Token``
-and ``X-Timestamp`` headers, the body that repeats them and names the endpoint, and
-``X-Signature`` when there is a secret), POSTs it once and says which of three outcomes it
-had; only the first two are known:
-
-- **done**: a 2xx answer, read in full: returned (``CallAnswer``);
-- **refused**: the receiver said no and did nothing: a 4xx answer, or the connection could
-  not be made, so nothing was sent (``CallRefused``). A 409 from a receiver that keeps the
-  highest token per key (``fenced_receiver``, ``receive_call``) is a stale holder, not a
-  failed call: ``StaleAtReceiver``, when its answer is signed with the same secret and
-  names this call (its key, token and endpoint). Anyone on the path can answer 409; one
-  that is not such an answer is a refusal like any 4xx;
-- **unknown**: the request may have been acted on and the sender cannot tell
-  (``CallOutcomeUnknown``): a timeout once connected, a connection closed or reset before
-  the whole answer came, a partial or unreadable answer, a redirect (never followed: a POST
-  re-sent as a body-less GET proves nothing), a 5xx (the receiver failed, maybe after
-  acting). Recording it and settling it by the same key is the caller's.
-
-``timeout`` is a deadline for the whole call: connecting, sending and every read of the
-answer. A socket timeout bounds one read, so a receiver that trickles its answer a byte at
-a time would keep the call open as long as it likes, past the lease. At the deadline a
-watchdog shuts the call's socket down and the call ends as timed out (``_Deadline``).
-
-The HTTP client is urllib3 (2.x), the one dependency the sender adds: its connection
-classes let the watchdog note the socket each call connects, sends and reads on (the
-standard library's ``http.client`` would too, with a pool and proxy support to write), and
-its pools keep connections alive between calls (one new TCP connection per call costs a
-month start's thousands of calls dearly). One pool manager per process and proxy; the
-proxy is the environment's (``HTTP_PROXY``, ``HTTPS_PROXY``, ``NO_PROXY``, as the standard
-library reads them), read once per URL; certificates are checked against the system's
-trust store (``SSL_CERT_FILE``, ``SSL_CERT_DIR``).
+``post_fenced`` seals the call (``seal_call``), POSTs it once on urllib3 and answers done
+(``CallAnswer``), refused (``CallRefused``: a 4xx, or nothing sent; a signed 409 naming this
+call is ``StaleAtReceiver``) or unknown (``CallOutcomeUnknown``: it may have been acted on).
+``timeout`` bounds the whole call: a watchdog shuts its socket at the deadline
+(``_Deadline``). The documentation's 'The sending side' page says each case and why.
 """
 
 import contextlib

@@ -1,28 +1,9 @@
 """OpenTelemetry spans of a fenced attempt: grant, external call, fenced commit, release.
 
-Only the OpenTelemetry *API* is used. Without an SDK every span is a no-op; an operator who
-wants them configures the SDK and an exporter in the process (``opentelemetry-instrument``
-and the standard ``OTEL_*`` variables, or their own setup code). This app configures none.
-
-The tracer is looked up through ``trace.get_tracer`` on every span, so a tracer provider
-set after this module was imported (a test's, an operator's late setup) is the one used.
-Until one is set, a span is the API's non-recording ``INVALID_SPAN`` and nothing else:
-starting and ending a no-op span through the API's proxy costs a few microseconds, several
-per lock cycle, which is a few per cent of the cycle on a fast loopback. Whether one is set
-is checked per span by reading the API's global (without its environment lookup, unless
-``OTEL_PYTHON_TRACER_PROVIDER`` names one, read at import); a provider, once seen, is
-remembered: the API lets it be set only once.
-
-Attributes (``locking.*``):
-
-- ``locking.resource_kind``: the resource name up to its first ``:`` (``monthly-charges``,
-  ``vendor-assignment``). Never the whole name: it may carry tenant and row ids, and span
-  attributes end up in systems with other access rules than the audit table.
-- ``locking.token``: the fencing token of the lease, when there is one.
-- ``locking.outcome``: an ``Outcome`` value, when the step came to one (an exception that
-  declares its ``outcome``, the final outcome of ``run_fenced``).
-- ``locking.operation``: the caller's operation name (``Attempt.operation``).
-- ``locking.released``: on a release span, whether the lease was still ours.
+Only the OpenTelemetry API: without an SDK every span is a no-op, and the lock's hot path
+skips it (``no_provider``). Attributes are ``locking.*``: the ``resource_kind``, never the
+resource name (it may carry tenant and row ids), the token, the outcome, the operation,
+whether a release found the lease ours. The documentation's 'Operating it' page, "Tracing".
 """
 
 import os

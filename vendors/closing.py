@@ -1,20 +1,9 @@
 """What closing a complaint does to its vendor: the assignment ends, and the vendor is told.
 
-Closed is final (``hoa.complaints.rules``): a closed complaint has no vendor and gets none
-until it is reopened. The close (``hoa.complaints.workflow.change_status``) calls
-``end_on_close`` in its own transaction, under the complaint's row lock, after the status
-moved, through the ``Assignee`` this app declares: the active assignment ends at the
-close's time (``ended_because = "closed"``) in that transaction, so no state in which the
-complaint is closed and a vendor still active ever commits. An assignment racing the close
-is settled by the same row lock: committed first, the close ends it; committed after, its
-state check finds the complaint closed and refuses it (``ClosedSinceViewed``).
-
-After the commit, the vendor's dispatch is told: the same best-effort cancellation an
-attempt refused at its commit sends (a POST to ``<VENDOR_DISPATCH_URL>/cancel`` with the
-``Idempotency-Key`` and ``X-Fencing-Token`` of that vendor's dispatch, ``"reason":
-"complaint-closed"``). Best effort, as the told-in-vain one: a call that fails is logged
-and not retried, and so is a process that dies between the commit and the call. The
-assignment's end is what the database keeps either way; the timeline shows it.
+``end_on_close`` runs in the close's transaction, under the complaint's row lock (this app's
+``AssignmentGuard``'s ``on_close``): the active assignment ends at the close's time. After the
+commit the vendor's dispatch gets the best-effort cancellation (``"reason":
+"complaint-closed"``). Why: docs/architecture.md, "Closing ends the assignment".
 """
 
 import logging

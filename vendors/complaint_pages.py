@@ -12,7 +12,7 @@ from django import forms
 from django.utils.translation import gettext_lazy as _
 
 from hoa.complaints.extensions import (
-    Assignee,
+    AssignmentGuard,
     ComplaintExtension,
     ListColumn,
     ListFilter,
@@ -89,7 +89,7 @@ def timeline(complaint: Complaint) -> list[TimelineEntry]:
 
 
 COMPLAINTS = ComplaintExtension(
-    assignee=Assignee(
+    assignment_guard=AssignmentGuard(
         is_assigned=selectors.has_vendor,
         needed=_("Assign a vendor before marking the complaint in progress."),
         on_close=closing.end_on_close,

@@ -1,33 +1,10 @@
 """The vendor dispatch client: tell the dispatch service which vendor goes to a complaint.
 
-One POST per fenced attempt, made before the attempt's transaction, to
-``VENDOR_DISPATCH_URL`` (skipped, and logged, when it is unset), bounded by
-``EXTERNAL_CALL_TIMEOUT_SECONDS``. Headers (see hoa/integrations/webhooks.py and docs/design.md):
-
-- ``X-Fencing-Token``: the lease's token. The receiver keeps the highest token it has seen
-  per complaint and refuses lower ones, so a paused holder's late call cannot undo a newer
-  assignment there either.
-- ``Idempotency-Key``: ``vendor-assignment:<complaint_id>:<vendor_id>:replacing:<id|none>``,
-  then ``:closed:<event id>`` once the complaint has been closed: the assignment this
-  attempt wants to make, named by the complaint's latest assignment it saw (the active one
-  it replaces, or, when none is active, the last one that ended: a closed complaint's,
-  reopened since; ``none`` for the first) and by its latest close. The close matters when
-  it refused an attempt whose vendor was told (and then told to cancel): nothing was
-  written, so the latest assignment is unchanged, and the same vendor sent again after the
-  reopening must not carry the key of the dispatch taken back. Every try of the same change
-  (a retry after a timeout, a second worker after a lease expired, the retry after a lost
-  Redis counter) carries the same key and is performed once; a later, real change (back to
-  a vendor after someone else, or the same vendor again after a close and a reopen) comes
-  after another assignment and gets a new key.
-
-An attempt refused at its commit after its vendor was told (another assignment became
-active meanwhile, or the complaint was closed) makes one best-effort cancellation: a POST to
-``<VENDOR_DISPATCH_URL>/cancel`` with the same ``Idempotency-Key`` and ``X-Fencing-Token``
-and a signed body saying ``"action": "cancel"`` and why (``"reason"``). Closing a complaint
-sends its active vendor the same cancellation after the close commits, with the key and
-token of that vendor's dispatch. It is a path of its own, not the dispatch URL again, because a
-receiver that deduplicates on the key would answer a second POST to the dispatch URL with
-the stored answer of the dispatch and cancel nothing.
+One sealed POST per fenced attempt, before its transaction, to ``VENDOR_DISPATCH_URL``
+(skipped when unset), its ``Idempotency-Key`` naming the change (the complaint's latest
+assignment and close it saw), its ``X-Fencing-Token`` the lease's; and the best-effort
+cancellation of a dispatch made in vain, at ``<VENDOR_DISPATCH_URL>/cancel``.
+docs/design.md, "The dispatch call and its idempotency key", says why each is so.
 """
 
 from enum import StrEnum

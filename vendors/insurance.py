@@ -1,23 +1,10 @@
 """Vendors held to their insurance: the rule, what lapses soon, and the daily job.
 
-A vendor's insurance with an association is its latest certificate on file there: the
-latest ``insurance_expires_on`` of its contracts with the association. It has lapsed once
-that day is past in the association's own time zone, and a vendor with no certificate on
-file is not insured either. An uninsured vendor may not be assigned to a complaint
-(``vendors.services.assign_vendor``) or paid (``vendors.payments.pay_invoice``): both refuse
-with ``VendorNotInsured`` before anything is locked.
-
-``record_certificate`` is how staff keep it: the expiry of a vendor's new certificate,
-recorded on a contract (the vendor's insurance page), a compare-and-swap on the expiry the
-person saw, with its line of the contract's insurance history (``CertificateRecorded``).
-
-``record_lapses`` is the daily job (``manage.py record_insurance_lapses``): it records each
-certificate that has lapsed once (``InsuranceLapse``), and writes the lapse on the timeline
-of every invoice the association still owes the vendor; the complaint pages show it on the
-timeline of the complaints the vendor is assigned to (``vendors.complaint_pages``). Any
-number of hosts may run it: a pass takes a PostgreSQL advisory lock, and a host that finds
-it taken skips its pass; a lapse is recorded once whatever passes overlap (a unique
-constraint), and its timeline lines with it, in one transaction.
+A vendor is insured with an association through the latest certificate of its contracts
+there, until that day is past in the association's time zone; an uninsured vendor is neither
+assigned nor paid (``VendorNotInsured``). ``record_certificate`` is a compare-and-swap on the
+expiry the person saw; ``record_lapses`` (daily, an advisory lock) records each lapse once.
+docs/staff-guide.md, "Insurance".
 """
 
 import logging

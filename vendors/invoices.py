@@ -1,36 +1,10 @@
 """The invoice workflow: record a vendor's invoice, change its amount, approve, reject, void.
 
-Paying an approved invoice is the fenced operation of ``vendors.payments``; everything
-here is a plain transaction on the invoice's row. The rules (docs/staff-guide.md,
-"Invoices", has them for people):
-
-- An invoice bills an assignment of the association; the vendor's invoice number is
-  refused if the vendor has one with that number in the association already (a voided
-  one aside: voiding frees a number recorded by mistake). The same vendor, amount and date
-  with another number is flagged as a possible duplicate of the earlier invoice, and its
-  approval needs a confirmation that it is not the same bill twice. The flag is decided
-  under one lock per vendor and association (``Invoice.objects.lock_duplicates_of``),
-  taken by recording and by a change of amount: two copies written at once are decided one
-  after the other, never both by a read that saw neither.
-- Approving: the association's ``ApprovalPolicy`` decides. Up to its threshold, one
-  approval makes the invoice approved; above it, two, by two different people (the
-  database holds one standing approval per person). The person who recorded the invoice
-  may not approve it, unless the association allows it, and then never second
-  (``vendors.approvals``: the same rule the invoice page offers its button by).
-- Changing the amount of a received or approved invoice voids its approvals: it is
-  received again and needs them anew (a reason is required, and the duplicate flag is
-  worked out again for the new amount).
-- Rejecting (the association disputes the bill) and voiding (it was recorded by mistake,
-  or is withdrawn) need a reason; paid, rejected and void invoices are final.
-- Once a payment has claimed the invoice (``Invoice.payment_claim``: it was sent to the
-  payment service, which may have paid it), only paying may change it (``PaymentSent``).
-
-Every change is a compare-and-swap on the invoice's ``version``, the one the person saw:
-one conditional ``UPDATE … WHERE version = <seen>`` that also checks the status and the
-claim, then the change and its timeline event in the same transaction, under the row lock
-that UPDATE took. Two people changing one invoice at once cannot both win: the second is
-told what it is now (``InvoiceChanged``, 409), nothing of theirs written. The payment's
-claim takes the same row lock, so voiding and paying one invoice at once has one winner.
+Each change is a plain transaction: one conditional ``UPDATE … WHERE version = <seen>`` (the
+status and the payment's claim checked in it), then the change and its timeline event under
+that row lock; the loser is told what it is now (``InvoiceChanged``, 409). Paying is the
+fenced ``vendors.payments``. The rules for people: docs/staff-guide.md, "Recording an
+invoice" to "Rejecting, voiding, paying".
 """
 
 import hashlib

@@ -1,22 +1,9 @@
 """The payment client: ask the payment service to pay one approved invoice.
 
-One POST per fenced attempt, made before the attempt's transaction, to
-``VENDOR_PAYMENT_URL``, bounded by ``EXTERNAL_CALL_TIMEOUT_SECONDS``, signed and fenced like
-every outside call (hoa/integrations/webhooks.py). Unlike billing and dispatch it is never
-skipped: with no URL there is no payment, and ``vendors.payments`` refuses before the lease
-(this module raises too, as the backstop).
-
-- ``Idempotency-Key: vendor-payment:invoice:<id>``: one key per invoice, for every try of
-  paying it (a retry after a timeout, a second worker after a lease expired, the nightly
-  batch after a payment left in doubt). The service pays a key at most once.
-- ``X-Fencing-Token``: the lease's token. The service keeps the highest token per key and
-  refuses lower ones (409): a paused payer's late call is refused there.
-
-What the service must do (docs/operations.md, "The payment service"), as the stand-in of
-the tests and of ``make run`` does with locking's receiver: pay on a key's first call
-and answer ``{"reference": "<its reference for the transfer>"}``; answer a later call
-with a higher token for the same key (the receiver's ``call.replaces``) with the payment
-it made, without paying again; answer a lower token 409.
+One sealed POST per fenced attempt, before its transaction, to ``VENDOR_PAYMENT_URL``, with
+``Idempotency-Key: vendor-payment:invoice:<id>`` (one per invoice, every try) and the lease's
+token. Never skipped: with no URL ``vendors.payments`` refuses before the lease, and this
+module raises too. What the service must do: docs/operations.md, "The payment service".
 """
 
 import json

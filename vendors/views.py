@@ -1,17 +1,9 @@
 """Staff pages of vendor assignment: the assign POST and the vendors' contracts.
 
-The assign view is thin: it resolves the organization (404 unless staff of it), checks the
-permission (403), finds the complaint inside that organization (404), validates the form
-(400), calls ``assign_vendor`` once and turns its answer into a page. It is the complaint
-page's (``hoa.complaints``) POST of the section this app adds to it, so a 400 shows that
-page again with the form's errors.
-
-The form carries the assignment the page showed (``replacing``, empty for none): the vendor
-chosen replaces that one only, with no box to tick, and a 409 page that shows a newer one
-offers to replace it knowingly. It carries the complaint's status the page showed too
-(``seen_status``): a closed complaint gets no vendor, a 409 when it was closed since the
-page was shown, else a 400, each in the association's layout with a way back to the
-complaint (whose page shows no assign card).
+The assign view resolves the organization (404), the permission (403), the complaint (404)
+and the form (400), calls ``assign_vendor`` once and answers with a page; a 400 is the
+complaint page again with the form's errors. The form carries what the page showed
+(``replacing``, ``seen_status``), so a change since is a 409 that says what it is now.
 """
 
 from django.db.models import Q

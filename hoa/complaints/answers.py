@@ -16,7 +16,7 @@ from hoa.complaints.exceptions import (
     StatusChanged,
     TransitionRefused,
 )
-from hoa.complaints.extensions import assignee
+from hoa.complaints.extensions import assignment_guard
 from hoa.dates import when
 from hoa.models import Complaint
 
@@ -60,7 +60,7 @@ def _sentence(refusal: ComplaintsError, audience: Audience) -> str:
     """What staff and operators read for a refusal of the workflow (the same)."""
     match refusal:
         case TransitionRefused(rule=Rule.NEEDS_ASSIGNEE):
-            return str(assignee().needed)
+            return str(assignment_guard().needed)
         case TransitionRefused():
             return RULES[refusal.rule] % {
                 name: _shown(name, value) for name, value in refusal.facts.items()

@@ -21,7 +21,7 @@ from hoa.operations import every_pages
 
 
 @dataclass(frozen=True)
-class Assignee:
+class AssignmentGuard:
     """The workflow's guard: whether someone is assigned to a complaint (a vendor).
 
     Only assigning makes a complaint ``assigned``; ``in progress`` needs someone assigned
@@ -87,7 +87,7 @@ class TimelineEntry:
 
 @dataclass(frozen=True)
 class ComplaintExtension:
-    assignee: Assignee | None = None
+    assignment_guard: AssignmentGuard | None = None
     annotate: Callable[[QuerySet], QuerySet] | None = None
     column: ListColumn | None = None
     filter: ListFilter | None = None
@@ -100,13 +100,14 @@ def extensions() -> list[ComplaintExtension]:
     return [pages.complaints for pages in every_pages() if pages.complaints]
 
 
-def assignee() -> Assignee | None:
+def assignment_guard() -> AssignmentGuard | None:
     """The guard of the statuses that need someone assigned, if an operation declares one."""
-    return next((e.assignee for e in extensions() if e.assignee is not None), None)
+    guards = (e.assignment_guard for e in extensions() if e.assignment_guard is not None)
+    return next(guards, None)
 
 
 def assigned(complaint: Complaint) -> bool | None:
     """Whether someone is assigned to ``complaint``; ``None`` when nothing is ever assigned
-    (no operation declares an ``Assignee``), so no status waits for it."""
-    guard = assignee()
+    (no operation declares an ``AssignmentGuard``), so no status waits for it."""
+    guard = assignment_guard()
     return None if guard is None else guard.is_assigned(complaint)

@@ -1,16 +1,9 @@
 """Reporters hear back: the email a change of their complaint queues, and their opt-out.
 
-When a vendor is assigned or replaced, and when the complaint is resolved, closed or
-reopened (or work on a resolved one starts again), the reporter, if an email is recorded
-and they have not opted out, gets one email in the association's name and time zone: what
-happened, and what comes next. ``tell_reporter`` writes it to the outbox
-(``ReporterEmail``) in the change's own transaction, after the change took the complaint's
-row lock: the email exists exactly when the change committed, and a process that dies
-after the commit loses none. ``send_reporter_emails`` sends it (hoa/jobs/reporter_mail.py).
-
-Each email carries a link that stops the emails about that complaint, without a login:
-``/reporters/opt-out/<token>/``, the token the complaint's id signed with
-``django.core.signing`` (its own salt), good for that complaint only.
+``tell_reporter`` writes the email to the outbox (``ReporterEmail``) in the change's own
+transaction, after its row lock; ``send_reporter_emails`` (hoa/jobs/reporter_mail.py) sends
+it. The opt-out link is the complaint's id signed (``django.core.signing``, its own salt),
+good for that complaint only. docs/operations.md, "Reporters' emails", has the rest.
 """
 
 from datetime import datetime

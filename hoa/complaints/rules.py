@@ -1,38 +1,10 @@
-"""The complaint's rule table: which change may run in which status, in one place.
+"""The complaint's rules in one place: which change may run in which status (``RULES``), and
+where a status change may go (``MOVES``).
 
-The pages (which forms and cards a complaint shows), the admin's actions, the commands and
-the services (the check each runs under the complaint's row lock) all read ``RULES``;
-docs/staff-guide.md ("Statuses") is the same table for people, and a test keeps the two in
-step.
-
-=================================  ====  ========  ===========  ========  ======
-change                             open  assigned  in progress  resolved  closed
-=================================  ====  ========  ===========  ========  ======
-open a complaint (creates one)     -     -         -            -         -
-status change (see ``MOVES``)      yes   yes       yes          yes       reopen
-note                               yes   yes       yes          yes       yes
-SLA change                         yes   yes       yes          no        no
-assign a first vendor              yes   yes       yes          yes       no
-reassign (replace the vendor)      yes   yes       yes          yes       no
-told-in-vain cancellation          yes   yes       yes          yes       yes
-=================================  ====  ========  ===========  ========  ======
-
-How each change holds the rule: it takes the complaint's row lock first (``SELECT … FOR
-NO KEY UPDATE``; a fenced assignment's fence ``UPDATE`` takes the same lock), reads the
-status under it and checks it against this table, then writes, all in one transaction. Two
-changes of one complaint therefore run one after the other, each against what the other
-committed, and the timeline's events are stamped after the lock (the database's
-``statement_timestamp()`` of a statement sent once the lock is held), so their order on the
-timeline is the order they committed in.
-
-- Assigning needs no vendor active unless it replaces one (the vendor's own state check);
-  an ``open`` complaint becomes ``assigned`` in the assignment's transaction.
-- Closing ends the active vendor's assignment in the close's transaction, and the vendor's
-  dispatch is told after the commit (the same best-effort cancellation as a told-in-vain
-  one). Closed is final: a closed complaint gets no vendor until it is reopened.
-- The told-in-vain cancellation writes nothing to the complaint: it takes back a dispatch
-  call whose assignment the state check refused (the complaint was closed meanwhile, or
-  another vendor was assigned), whatever the status is now.
+The pages, the admin's actions, the commands and the services read them; each change checks
+them under the complaint's row lock, in the transaction that writes. docs/staff-guide.md,
+"Statuses", has the same tables for people (a test keeps them in step);
+docs/architecture.md, "Invariants between operations on one complaint", says why it holds.
 """
 
 from enum import StrEnum

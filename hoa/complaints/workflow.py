@@ -1,51 +1,10 @@
-"""The complaint workflow: statuses, the rules between them, notes and SLA changes.
+"""The complaint workflow: status changes (``hoa.complaints.rules.MOVES``), notes, SLA changes.
 
-``Complaint`` is a core model, so its workflow and pages live in the frame, with it. The
-workflow does not know who can be assigned to a complaint: an operation that assigns
-(vendor assignment) declares an ``Assignee`` guard (``hoa.complaints.extensions``), which
-says whether someone is assigned, and calls ``record_assignment`` inside its fenced
-transaction. Without such an operation, no status waits for an assignee.
-
-The statuses, in order (docs/staff-guide.md has the same table for people)::
-
-    open ──(a vendor is assigned)──► assigned ──► in progress ──► resolved ──► closed
-      │                                 │              │             │  ▲         │
-      └──────────► resolved / closed ◄──┴──────────────┘             │  └─reopen──┘
-                                                                      └─► reopen, back to work
-
-==============  ==============================================  ========================
-from            may go to                                        a note is required for
-==============  ==============================================  ========================
-open            resolved, closed                                  both
-assigned        in progress, resolved, closed                     resolved, closed
-in progress     resolved, closed                                  resolved, closed
-resolved        closed, in progress (needs a vendor), reopen      in progress, reopen
-closed          reopen only (closed is final otherwise)           reopen
-==============  ==============================================  ========================
-
-- ``assigned`` is never chosen by hand: assigning a vendor moves an ``open`` complaint to
-  it (``record_assignment``); a complaint in a later status keeps its status.
-- ``in progress`` needs someone assigned: from ``open`` it is refused with the guard's
-  sentence ("assign a vendor first").
-- Resolving needs a note (what was done); closing a complaint that was not resolved needs
-  a note (why it is closed without a fix: a duplicate, withdrawn…), which covers closing an
-  unassigned high-priority complaint.
-- Reopening (to ``open``) lands on ``assigned`` when the complaint has a vendor.
-- Closing records who and when (``closed_by``, ``closed_at``); reopening clears them.
-- A complaint is open for its SLA (``Complaint.OPEN_STATUSES``) until resolved or closed.
-
-- Closing ends the vendor's assignment in the same transaction (the operation that assigns
-  does it, through its ``Assignee``), and a closed complaint gets no vendor
-  (``hoa.complaints.rules``: which change may run in which status).
-
-A status change is a compare-and-swap on the status the staff member saw
-(``from_status``), under the complaint's row lock: the change reads the status (and whether
-someone is assigned) under the lock and writes only if it is still the one seen. Two people
-changing the same complaint at once cannot both win; the loser gets ``StatusChanged`` (409)
-with the status now, and nothing of theirs is written. Every change, note and SLA change
-takes the same lock first and is a ``ComplaintEvent`` written in the same transaction,
-stamped by the database after the lock, so the timeline is in the order the changes
-committed.
+A status change is a compare-and-swap on the status the staff member saw, under the
+complaint's row lock (the loser gets ``StatusChanged``, 409). Who can be assigned is not
+known here: an operation declares an ``AssignmentGuard`` (``hoa.complaints.extensions``).
+The statuses for people: docs/staff-guide.md; why: docs/architecture.md, "The complaint
+workflow lives with the complaint" and the invariants after it.
 """
 
 import logging
@@ -58,7 +17,7 @@ from django.utils.translation import gettext as _
 
 from hoa.complaints import reporters
 from hoa.complaints.exceptions import Rule, SlaChanged, StatusChanged, TransitionRefused
-from hoa.complaints.extensions import assignee
+from hoa.complaints.extensions import assignment_guard
 from hoa.complaints.rules import MOVES, Change, allows
 from hoa.models import Complaint, ComplaintEvent, Organization, Unit
 from hoa.models.complaints import Moved
@@ -151,7 +110,7 @@ def change_status(
     assigned, which is read again under the row lock once the status is known to be the
     one seen (a vendor the page showed may have gone with a close the caller has not
     seen: that is a 409, not a rule broken). Closing ends the active vendor's assignment
-    in the same transaction (the ``Assignee``'s ``on_close``).
+    in the same transaction (the ``AssignmentGuard``'s ``on_close``).
     """
     note = note.strip()
     if seen not in Status.values or to not in Status.values:
@@ -161,7 +120,7 @@ def change_status(
     except TransitionRefused as refused:
         if refused.rule is not Rule.NEEDS_ASSIGNEE:
             raise  # decided under the lock, against who is assigned then
-    guard = assignee()
+    guard = assignment_guard()
     with transaction.atomic():
         locked = Complaint.objects.locked(complaint.pk)
         current = locked.status if locked is not None else None

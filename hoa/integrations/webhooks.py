@@ -1,22 +1,10 @@
-"""Outbound webhook calls shared by the billing, dispatch and payment clients: the platform's
-use of locking's sender (``locking.post_fenced``).
+"""Outbound webhook calls of the billing, dispatch and payment clients, on locking's sender
+(``locking.post_fenced``: sealed, one POST within a deadline, done / refused / stale /
+unknown; docs/locking/sender.md).
 
-locking seals each call (the ``Idempotency-Key``, ``X-Fencing-Token``, ``X-Timestamp`` and
-``X-Signature`` headers, the body that repeats them and names the endpoint), posts it once
-within a deadline for the whole call, and says what came of it: done (the answer), refused
-(``ExternalCallFailed``: a 4xx, or no connection made; nothing was done), a stale holder
-(``locking.StaleAtReceiver``: a fenced receiver had accepted a newer call for the key; the
-runner answers it as the operation's *superseded* refusal) or unknown
-(``ExternalCallUnknown``: a timeout once connected, a lost connection, a partial answer, a
-redirect, a 5xx). Recording an unknown outcome and settling it by the same key is the
-platform's (``hoa.fenced``, ``settle_outside_calls``; docs/threat-model.md, "What the
-outside was told").
-
-What this module adds: the settings (``WEBHOOK_SIGNING_SECRET`` signs,
-``EXTERNAL_CALL_TIMEOUT_SECONDS`` is the whole call's deadline, which check ``hoa.W001``
-keeps within half of the lease), and an empty URL meaning the integration is not
-configured: the call is skipped (logged). See docs/security.md for how a receiver verifies
-a call.
+What it adds: the settings (``WEBHOOK_SIGNING_SECRET``, ``EXTERNAL_CALL_TIMEOUT_SECONDS``,
+kept within half the lease by ``hoa.W001``), and an empty URL skipping the call (logged).
+An unknown outcome is recorded and settled by ``hoa.fenced``; receivers: docs/security.md.
 """
 
 import logging

@@ -1,45 +1,11 @@
-"""The reporters' outbox sender: each queued email handed to the mail server once.
+"""The reporters' outbox sender: each queued email handed to the mail server once, at most.
 
-``send_reporter_emails`` is a scheduled job (``manage.py send_reporter_emails``, every
-minute from cron or its systemd timer, on any number of hosts). A pass takes the job's
-PostgreSQL advisory lock like the SLA sweep (``hoa.jobs.scheduled.pass_lock``; a host that
-does not get it skips the pass), then:
-
-1. puts back what dead senders left: a claim older than ``CLAIM_TIMEOUT`` that was never
-   handed over goes back to the queue (nothing was sent); a hand-over older than
-   ``HANDOVER_TIMEOUT`` that never got its answer becomes ``unknown``;
-2. skips the queued emails of reporters who opted out (or whose address was erased);
-   the opt-out is read again for each email of a batch, in the statement that records its
-   hand-over, so an opt-out made while the pass is sending stops the emails not handed
-   over yet (``skipped``), and so is the address: an email goes to the reporter's address
-   as it is when it is handed over (staff may have corrected it since it was queued);
-3. claims a batch (``UPDATE … WHERE id IN (SELECT … FOR UPDATE SKIP LOCKED)``, committed:
-   the claim is the database's, so two senders, say on two hosts whose advisory lock did
-   not keep them apart, never claim one email both), opens one mail connection, and for
-   each email: records ``handing_over`` (committed), hands it over, records the answer.
-
-Every step after the claim is conditional on the claim still being this pass's
-(``claimed_by``): a sender whose claim was taken back (it took longer than the timeout)
-does not hand the email over.
-
-SMTP has no idempotency key. What a sender does when it cannot know whether the server
-took a message:
-
-- **Not retried.** An email whose hand-over got no answer (the connection broke after the
-  message was sent, or the sender died while handing it over) is marked ``unknown`` and
-  never handed over again: the reporter may have it, and "at most one email per change" is
-  the promise. Staff see "perhaps sent" on the timeline, and the
-  ``hoa_reporter_outbox_emails{state="unknown"}`` gauge counts them.
-- A failure that certainly sent nothing (the connection could not be opened, a 4xx answer
-  to the envelope or the message) is retried with backoff (``BACKOFF``, doubling, at most
-  ``MAX_BACKOFF``), the same Message-ID each time, up to ``MAX_ATTEMPTS`` tries, then
-  ``failed``; a 5xx answer is ``failed`` at once, and so is an email Django refuses to
-  build (a line break in an association's name in its From header): ``failed`` before
-  anything is handed over, never "perhaps sent", and the batch goes on.
-- Before each hand-over the sender checks the connection (``NOOP``) and opens it again if
-  it went away, so a server that dropped an idle connection costs a reconnect, not an
-  ``unknown``. What is left unknown is the window between the end of the message and the
-  server's answer.
+``send_reporter_emails`` is a scheduled job on any number of hosts: a pass takes the job's
+advisory lock, puts back what dead senders left, skips opted-out reporters, claims a batch
+(``FOR UPDATE SKIP LOCKED``) and hands each email over, every step conditional on the claim
+still being its own. SMTP has no idempotency key: a hand-over with no answer is ``unknown``
+and never retried; what certainly sent nothing is retried with backoff. docs/operations.md,
+"Reporters' emails", says each step and why.
 """
 
 import contextlib

@@ -1,23 +1,9 @@
 """Scheduled jobs: the complaint SLA sweep and the notice publisher.
 
-Any number of hosts may run them every minute (docs/scheduling.md). A pass:
-
-1. Takes a transaction-level PostgreSQL advisory lock (``pg_try_advisory_xact_lock``) and
-   keeps it for the whole pass. The lock lives in a transaction on a connection of its own,
-   the *lock connection*; a host that does not get it skips the pass.
-2. Works in batches, each its own short transaction on the caller's connection, taking its
-   rows with ``SELECT … FOR UPDATE SKIP LOCKED``. A row a staff member is editing is
-   skipped (the next pass gets it), and a processed row is unlocked as soon as its batch
-   commits, so a staff edit waits on at most one batch, never on the whole pass.
-
-Why two connections: the advisory lock must outlive every batch, and a transaction-level
-lock ends with its transaction. One transaction for the whole pass would keep every
-processed row locked until the end and throw away all work when the process dies.
-
-The advisory lock keeps passes from overlapping (efficiency). What is written stays right
-even if two passes overlapped: rows are claimed under row locks, a breach is recorded once
-per complaint (unique constraint), and each notice is published and delivered by
-conditional UPDATEs (``published_at``/``delivered_at`` from NULL).
+Any number of hosts may run them every minute. A pass holds a transaction-level advisory lock
+on a connection of its own for the whole pass and works in short batches on the caller's
+(``FOR UPDATE SKIP LOCKED``), so a staff edit waits on one batch at most; what it writes is
+right even if passes overlap. docs/scheduling.md says why, step by step.
 """
 
 import logging

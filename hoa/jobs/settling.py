@@ -1,17 +1,9 @@
 """Settle the outside calls whose outcome is not known yet (``hoa.models.OutsideCall``).
 
-An unknown outcome (a timeout, a lost connection, a redirect, a 5xx) may have been acted on.
-Each operation registers how it settles one of its calls (``register_settler``, from its
-``AppConfig.ready()``): by the same idempotency key, the call made again under a fresh lease
-(the outside answers what it did; the database records it), or taken back with the
-cancellation when what it asked for can no longer be recorded. A settler returns the
-``Settlement`` and a line saying what happened, or ``None`` when it is still unknown (the
-next pass tries again; ``hoa_outside_calls_unsettled`` and its alert say when one waits too
-long).
-
-One pass at a time across hosts (a PostgreSQL advisory lock, as the other scheduled jobs);
-what it writes is right even if two overlapped, since each settling runs the operation
-itself, fenced and idempotent.
+Each operation registers its settler (``register_settler``, from ``AppConfig.ready()``): the
+call made again by its idempotency key under a fresh lease, or taken back with its
+cancellation. A settler returns the ``Settlement`` and a line, or ``None`` while still
+unknown. One pass at a time (an advisory lock); docs/operations.md, "Outcomes not known yet".
 """
 
 import logging

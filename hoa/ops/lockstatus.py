@@ -1,20 +1,9 @@
 """What the lock status page shows, limited to what the viewer may see.
 
-A superuser sees every lease and every recorded attempt. A staff member sees only the
-resources of the organizations they are staff of. The locking app knows nothing of
-organizations; each fenced operation says what its resource names mean
-(``hoa.operations``):
-
-- which ``SCAN`` prefixes hold an organization's leases (one bounded SCAN per prefix:
-  a name with the organization in it is scanned per organization, one without it once);
-- which organization, page and recorded fence token a resource name stands for, so a
-  lease is kept only when it belongs to one of the viewer's organizations;
-- ``FenceEvent.scope`` is ``org:<id>`` (``hoa.scopes``), so the audit trail is filtered by
-  scope in SQL.
-
-Filtering the Redis holders by the viewer's organizations (rather than by resources that
-already have audit events) matters: a lease that has just been granted has no event yet,
-and a lease of another organization must stay hidden even when its name is guessed.
+A superuser sees everything; staff only the resources of their organizations: leases found
+by each operation's ``SCAN`` prefixes and kept when their name is one of the viewer's (not
+when an audit event exists: a lease just granted has none), the audit trail filtered by
+``FenceEvent.scope`` (``hoa.scopes``) in SQL. docs/security.md, "Tenant isolation".
 """
 
 from collections.abc import Iterable

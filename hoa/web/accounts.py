@@ -1,18 +1,9 @@
 """Password reset that tells the truth about the mail.
 
-Django's ``PasswordResetForm`` logs a mail it could not send and the view still says
-"we've emailed you". Here:
-
-- email not configured (production without ``EMAIL_URL``): the reset page says so and to
-  ask an administrator (503), before anyone types an address;
-- the mail server cannot be reached or refuses the mail: the page says the mail could not
-  be sent (502, as the answer table answers an external system that failed).
-
-The connection to the mail server is opened before any account is looked up, so an
-unreachable server answers the same for every address (no hint whether one has an
-account). A server that accepts the connection and then refuses one recipient is the only
-case where the answer depends on the address; it is rare, and saying nothing would be the
-lie this view exists to stop.
+Django's ``PasswordResetForm`` logs a mail it could not send and still says "we've emailed
+you". Here no email configured is a 503 before anyone types an address, and a mail server
+that cannot be reached or refuses the mail a 502. The connection is opened before any
+account is looked up, so an unreachable server answers alike for every address.
 """
 
 import logging

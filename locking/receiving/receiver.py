@@ -1,56 +1,10 @@
 """The receiving side of a fenced call: refuse a token older than one already accepted.
 
-The fence (``advance_fence``) guards the sender's own database. A holder paused past its
-lease still makes its external call late, with its old token; the service that receives
-it can refuse it the same way, in its own database and its own transaction (Kleppmann's
-argument: the check belongs in the storage that receives the write). For each
-``Idempotency-Key`` (within a ``scope``: one per endpoint) the receiver keeps one
-``ReceivedCall``: the highest token accepted, what that call carried and what it was
-answered. A call is decided by one statement, the fence's own idea::
-
-    INSERT … VALUES (scope, key, token, …)
-    ON CONFLICT (scope, idempotency_key) DO UPDATE SET token = EXCLUDED.token, …
-        WHERE locking_receivedcall.token < EXCLUDED.token
-    RETURNING replaced_token
-
-It inserts (the key's first call: *accepted*) or replaces a lower token (*replaced*: the
-newer call supersedes the earlier one for that key; it replaces, it does not add), or
-changes nothing. PostgreSQL locks the key's row either way until the transaction ends, so
-two calls of one key are decided one after the other, each against the committed row;
-only when nothing changed does the receiver read the row, to say why:
-
-========================  ======  ===============================================================
-verdict                   status  when
-========================  ======  ===============================================================
-``accepted``              2xx     the key's first call: the handler ran, its answer is kept
-``replaced``              2xx     a higher token than the one kept: the handler ran with
-                                  ``call.replaces`` (the token it supersedes), and replaced it
-``replayed``              kept    the same token and the same content (its signing time aside):
-                                  answered as the first time, the handler not run again
-``stale``                 409     a lower token: a newer holder has been here (``{"refused":
-                                  "stale", "token": t, "accepted": n}``, signed: see below);
-                                  with ``resource=``, also a lower token than any key of the
-                                  same resource has had
-``conflict``              422     the same token with different content (a token handed out
-                                  twice): refused, as the idempotency-key draft refuses a key
-                                  reused with another payload
-``unverified``            401     bad or missing signature, old timestamp, headers that do not
-                                  match the signed body, or a call sealed for another endpoint
-                                  (its signed ``endpoint`` is not this receiver's ``scope``)
-``declined``              any     the handler answered outside 2xx: its answer is returned and
-                                  nothing is kept (the claim rolls back with its writes)
-========================  ======  ===============================================================
-
-The refusals of a verified call (``stale``, ``conflict``) are signed with the receiver's
-secret and name the call they answer (``seal_answer``): the sender acts on the token they
-say was ``accepted`` only then (``StaleAtReceiver.from_answer``).
-
-The handler runs in the same transaction as the decision, so whatever it writes in the
-receiver's database commits with the record of the call, or not at all. ``receive_call``
-takes headers and a body (any web framework, or none: the test stand-ins call it from a
-plain HTTP server); ``fenced_receiver`` wraps a Django view with it. Its signing secret is
-``LOCK_RECEIVER_SECRET`` unless given. It covers only services that use it: a receiver that
-ignores the token still bills twice.
+``receive_call`` (any server) and ``fenced_receiver`` (a Django view) verify the sealed call,
+then decide it with one ``INSERT … ON CONFLICT (scope, idempotency_key) DO UPDATE … WHERE
+token < EXCLUDED.token`` on the key's ``ReceivedCall``, and run the handler in that same
+transaction. The verdicts (``CallVerdict``: accepted, replaced, replayed, stale, conflict,
+unverified, declined) and why: the documentation's 'The receiving side' page.
 """
 
 import json

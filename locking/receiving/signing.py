@@ -1,31 +1,10 @@
 """The signed envelope of a fenced call: what a sender puts on the wire, what a receiver checks.
 
-A holder that must tell another service something under its lease makes one POST with:
-
-- ``Idempotency-Key``: the business key, the same for every try of the same change;
-- ``X-Fencing-Token``: the lease's token, so the receiver can refuse a holder older than
-  one it has already accepted (locking/receiving/receiver.py);
-- ``X-Timestamp``: when it was sent (seconds since the epoch);
-- ``X-Signature: sha256=<hex HMAC-SHA256 of the body>``, keyed with the secret both sides
-  share (omitted when the sender has none: a receiver then refuses the call).
-
-The body is a JSON object: the payload, plus signed copies of the values the receiver acts
-on (``idempotency_key``, ``fencing_token``, ``sent_at``) and of the ``endpoint`` the call is
-for (the receiver's ``scope``, e.g. ``"billing"``). The signature is over the body alone, as
-most webhook libraries expect, and still covers them: ``verify_signature`` checks the HMAC,
-the timestamp's age, that the headers agree with the signed body, and that the call names
-this endpoint, so a captured call cannot be replayed late, with another key or token, or at
-another endpoint that shares the secret.
-
-Answers are signed too. A receiver's refusal states facts the sender acts on: the token it
-had ``accepted`` instead decides whether the sender's Redis counter is behind (and, if so,
-the epoch it starts). ``seal_answer`` signs them with the same secret and names the call
-they answer; ``open_answer`` gives the sender those facts only when the signature verifies
-and they answer its own call. An unsigned answer is a status code and nothing more.
-
-Both sides use this module: the sender seals (``seal_call``) and reads answers
-(``open_answer``), the receiver verifies (``verify_signature``, or ``open_call``, which also
-returns what the call carries) and signs its refusals (``seal_answer``).
+A call is one POST: ``Idempotency-Key``, ``X-Fencing-Token``, ``X-Timestamp`` and
+``X-Signature`` (an HMAC-SHA256 of the body), the body repeating the key, token, time and
+``endpoint`` it is for. The sender seals (``seal_call``) and reads answers (``open_answer``);
+the receiver verifies (``verify_signature``, ``open_call``) and signs its refusals
+(``seal_answer``), so a refusal's facts count only from the receiver that was called.
 """
 
 import hashlib

@@ -1,37 +1,11 @@
 """A model-based check of the fence at every way in (issue 35, build item 4).
 
-Holders run fenced plans in threads of their own, each with its own database connection,
-and every SQL statement a holder sends waits at a hold point until the state machine lets it
-through (locking/tests/stepping.py): Hypothesis chooses which holder sends its next
-statement, so it chooses the interleaving, statement by statement. A holder whose
-statement waits on a lock is left waiting until another step frees it. Among the steps: a
-holder paused past its lease (its lock key expired: another is granted), and Redis losing
-its data (the counter and the lease gone: the next grant starts a new epoch).
-
-The plans use every entry point, on the test model (``FencedThing``): ``advance_fence`` on
-one row and on a queryset of two, ``insert_fenced`` (re-creating a row that may have been
-deleted), a delete, one lease fencing twice, ``claim_fence`` before a call to a stand-in
-outside service (which keeps the highest token per key, as locking's receiver does), a
-fence in a savepoint that rolls back before the row is written again, and an admin's
-``save()`` of an instance built by pk, with no lease at all.
-
-After every step, on committed data:
-
-- ``last_fence_token`` never goes down, on any row;
-- no write under an older grant commits after a write under a newer one (the fenced writes
-  are recorded in their transactions, after their fences, so their ids are commit order);
-- an attempt that tells the outside and ends well (committed, or found it done) leaves
-  the outside service and the database keeping the same attempt's version.
-
-The same plans run again with the guard strict (``WithTheStrictGuard``): the savepoint's
-write and the admin's save are then refused by strict mode, and every fenced plan still
-writes.
-
-``make test`` runs a short search (``FENCE_MODEL_EXAMPLES``, default 25); ``make faults``
-runs it longer (``FENCE_MODEL_FAULTS=1``), and runs it again with a fix taken back, where it
-must find the violation, or the checker would not bite: ``no-guard`` (the fence guard's
-triggers dropped: an admin's save by pk writes the fence back to 0) and ``no-claim`` (the
-call plan skips ``claim_fence``: an older holder commits after a newer one told the outside).
+Holders run fenced plans on ``FencedThing`` in threads of their own, and Hypothesis chooses
+which holder sends its next SQL statement (locking/tests/stepping.py), with paused holders
+and Redis losses among the steps; after each step the committed data must hold the
+invariants (docs/testing.md's row). ``make test`` runs ``FENCE_MODEL_EXAMPLES`` (25);
+``make faults`` (``FENCE_MODEL_FAULTS=1``) runs longer, then with the guard's triggers
+dropped (``no-guard``) and ``claim_fence`` skipped (``no-claim``), where it must fail.
 """
 
 import os

@@ -1,19 +1,10 @@
 """Docs that stand outside this repository (issue 45, item 4): what the wheel says to a
-reader points at the documentation site, never at a file of the repository it was built
-in.
+reader points at the documentation site, never at a file of the repository it was built in.
 
-- The wheel's METADATA names the documentation, the changelog, the source and the issues
-  (``[project.urls]``), the documentation at ``locking.documentation.DOCS_URL``; its long
-  description (locking/README.md) links absolutely and names no repository path.
-- Every hint and message of the package (its strings, read statically; and the hints the
-  checks give in broken configurations) names no repository path, and its only URLs are
-  pages of the site, each named by its title, at a page and a heading that exist.
-- No page of the site (docs/locking/*.md, and what it includes) names a file of the
-  platform: its ``hoa/``, ``charges/``, ``vendors/``, ``tests/``, ``docs/`` or benchmarks.
-
-The wheel's METADATA is the installed one under make test-locking-matrix, else the wheel
-`make dist` left in dist/ (skipped if there is none, or it is older than what it is built
-from). The pages are the checkout's (the wheel carries none).
+The wheel's METADATA (its URLs, its long description), every hint and message of the
+package (and the checks' hints), and no page of the site naming a file of the platform.
+METADATA is the installed wheel's under make test-locking-matrix, else dist/'s (skipped if
+none, or stale); the pages are the checkout's (the wheel carries none).
 """
 
 import ast

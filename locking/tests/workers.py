@@ -1,20 +1,11 @@
-"""Parallel test runs (pytest-xdist): each worker its own Redis database.
+"""Parallel test runs (pytest-xdist): each worker its own Redis database, and a module's
+``xdist_group`` kept on one worker (``make_group_scheduler``).
 
-pytest-django gives each xdist worker its own test databases (``test_hoa_gw0``,
-``test_hoa_second_gw0``, …). The Redis side is done here: worker ``gwN`` uses Redis database
-``base + N`` of the same server, where ``base`` is the database the URL names (1 in
-``make test``), so one worker's ``FLUSHDB`` never empties another's keys.
-
-The settings modules of the test runs (``tests/settings.py``, ``locking/tests/settings.py``)
-call ``isolate_redis_databases()`` before they read the environment. It rewrites
-``REDIS_URL`` and ``LOCK_REDIS_URL`` in ``os.environ`` itself, so every child a test starts
-(``manage.py``, gunicorn, a ``python -m django`` child) inherits its worker's database, and
-it does so once per worker: a child that loads the same settings module finds
-``ISOLATED_FOR`` naming its worker and leaves the URLs as they are.
-
-A test that acts on the whole server (FLUSHALL, CONFIG SET, reading INFO's counters,
-restarting it) is marked ``private_redis`` and gets a redis-server of its own (see
-``locking/tests/fixtures.py``).
+Worker ``gwN`` uses database ``base + N`` of the same server (``base``: the URL's, 1 in
+``make test``). The test settings call ``isolate_redis_databases()`` before reading the
+environment; it rewrites ``REDIS_URL`` and ``LOCK_REDIS_URL`` in ``os.environ`` once per
+worker (``ISOLATED_FOR``), so children inherit them. docs/testing.md, "How the suite runs
+in parallel".
 """
 
 import os

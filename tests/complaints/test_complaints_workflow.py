@@ -538,8 +538,10 @@ def test_the_timeline_merges_assignments_status_changes_and_notes_newest_first(
 @pytest.fixture
 def nothing_assigns():
     """The registry as a project with no assigning app has it: no operation declares the
-    workflow's ``Assignee`` guard (restored afterwards)."""
-    with pages_removed(lambda pages: pages.complaints and pages.complaints.assignee) as guarding:
+    workflow's ``AssignmentGuard`` (restored afterwards)."""
+    with pages_removed(
+        lambda pages: pages.complaints and pages.complaints.assignment_guard
+    ) as guarding:
         assert guarding, "control: an installed operation declares the guard"
         yield
 

@@ -1,24 +1,10 @@
 """Vendor invoices: what a vendor billed for an assignment, its approvals, its timeline and
 its PDF; each association's approval threshold.
 
-An invoice belongs to the assignment it bills for, hence to its complaint, association
-and vendor. Its ``organization`` and ``vendor`` are kept on the row (the lists filter
-and the duplicate rule key on them) and the database holds them to the assignment's
-(vendors 0007): a composite foreign key to the assignment's ``(id, vendor)``, a trigger
-for the complaint's association, and none of the three may change.
-
-States (``vendors.invoices`` changes them; docs/staff-guide.md has the same table)::
-
-    received ──(enough approvals)──► approved ──(the fenced payment)──► paid
-       │  ▲                            │
-       │  └──(the amount changes: its approvals are voided)
-       ├──► rejected                   │
-       └──► void ◄─────────────────────┘
-
-Every change bumps ``version`` (what an approver saw: approvals are a compare-and-swap on
-it) and writes an ``InvoiceEvent`` in the same transaction. A payment claims its invoice
-before it calls the payment service (``payment_claim``, the claim's fencing token): from
-then on nothing but the payment may change it.
+``organization`` and ``vendor`` are kept on the row (lists and the duplicate rule key on
+them) and held to the assignment's by the database (vendors 0007). Every change bumps
+``version`` and writes an ``InvoiceEvent``; a claimed invoice (``payment_claim``) changes
+only by its payment. The states: docs/staff-guide.md, "Rejecting, voiding, paying".
 """
 
 from decimal import Decimal

@@ -1,18 +1,9 @@
 """Django's PostgreSQL backend, plus a read timeout on every wait for the server.
 
-libpq has a connect timeout but no read timeout: a query or a COMMIT sent into a
-black-holed network (a partition that drops packets, a server frozen mid-answer) waits
-until the kernel gives up on the socket (``tcp_user_timeout`` and keepalives, which the
-settings also set), or forever when something in between still acknowledges the bytes
-(a proxy, a NAT box). Then gunicorn kills the worker and the client gets no answer at all.
-
-``OPTIONS["read_timeout"]`` (seconds; ``DATABASE_READ_TIMEOUT_SECONDS`` in hoa/settings.py)
-bounds every wait for the server with psycopg's own ``Connection.wait(timeout=…)``. Past
-it the connection is closed (it is in an unknown state) and the wait raises
-``psycopg.OperationalError``, which Django turns into its ``OperationalError`` and
-``hoa.ops.middleware`` into a 503. Whether a COMMIT that timed out took effect is unknown
-to this process: the 503 says the database could not be reached, and a client that must
-know reads the state again.
+libpq has a connect timeout but no read timeout: a query or COMMIT sent into a black-holed
+network waits until the kernel gives up, or forever. ``OPTIONS["read_timeout"]``
+(``DATABASE_READ_TIMEOUT_SECONDS``) bounds each wait (psycopg's ``Connection.wait``); past it
+the connection is closed and the wait raises ``OperationalError``, answered 503.
 """
 
 import psycopg

@@ -5,25 +5,9 @@
     manage.py locks break RESOURCE --token N --reason "worker-7 hangs on the billing call"
     manage.py locks repair RESOURCE --model app.Model --pk PK --token N --reason "old fixture"
 
-Each prints one line per item; ``--json`` prints one JSON object per line instead (JSON
-Lines: ``kind`` is ``lease``, ``attempt``, ``broken`` or ``not_held``). A break names the
-lease it means with ``--token`` (the token ``locks list`` printed; ``-`` for a lease listed
-without one) and deletes it only if it is still that lease. Exit codes ('Operating it',
-"Failure answers", in the documentation): 0 done, a break of a resource nobody holds
-included (it says so); 75 the lease is held by another grant now (one line on stderr naming it,
-nothing broken); 1 bad input (a bad resource name, no ``--reason`` or ``--token``, an
-unknown option) or Redis or the database unreachable, with one line on stderr and never a
-traceback.
-
-``locks repair`` sets back a fenced row whose ``last_fence_token`` is beyond every token its
-resource's record could have granted (``locking.E016`` names it): a compare-and-set on the
-token named, audited (``repair_fence_row``; 'Epochs', "A row beyond its record", in the
-documentation); 0 done, 75 the row
-holds another token now, 1 a token within the record (nothing to repair) or bad input.
-
-It runs as the operator at the shell, who sees every scope. A break is ``break_lease``,
-recorded as every page records one: outcome ``broken``, the reason, the broken holder's
-token, the resource's scope (``LOCK_SCOPES_CALLABLE``), and ``cli:<login>`` as who.
+One line per item, or JSON Lines with ``--json``; exit 0 done, 75 the lease or row holds
+another token now, 1 bad input or a service down. Run as the operator at the shell, who
+sees every scope; each break and repair is audited. The documentation's 'Operating it'.
 """
 
 import getpass
