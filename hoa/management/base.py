@@ -166,6 +166,18 @@ class ServiceCommand(CronCommand):
             ) from exc
 
 
+# Django's own options, every command's: not the command's to parse.
+BASE_OPTIONS = {
+    "settings",
+    "pythonpath",
+    "traceback",
+    "no_color",
+    "force_color",
+    "skip_checks",
+    *BaseCommand.base_stealth_options,  # call_command's stdout and stderr
+}
+
+
 class OperationCommand(ServiceCommand):
     """A cron command of one fenced operation: parse, check the services, act as
     ``--actor`` (``add_actor_argument``), run, answer through the answer table.
@@ -185,6 +197,7 @@ class OperationCommand(ServiceCommand):
         return options
 
     def parsed(self, **options) -> dict:
+        """``parse``, and what the frame's own options add (``BatchCommand``: ``--wait``)."""
         return self.parse(**options)
 
     def run(self, user, via: str, **parsed):
@@ -210,18 +223,6 @@ class OperationCommand(ServiceCommand):
             self.stdout.write(str(result))
 
 
-# Django's own options, every command's: not the command's to parse.
-BASE_OPTIONS = {
-    "settings",
-    "pythonpath",
-    "traceback",
-    "no_color",
-    "force_color",
-    "skip_checks",
-    *BaseCommand.base_stealth_options,  # call_command's stdout and stderr
-}
-
-
 class BatchCommand(OperationCommand):
     """A cron command whose ``--all-orgs`` (or ``--org``) is a batch (``hoa.batch``): one
     item, one association's or every association's, shared with other cron hosts running it
@@ -231,7 +232,8 @@ class BatchCommand(OperationCommand):
     times it), ``items`` (what ``--wait`` waits for, for its help) and ``batch_targets``
     (which targets are a batch, for its help), adds its own arguments (``target``: the
     group ``--org`` and ``--all-orgs`` are in), and returns from ``run(user, via, org=,
-    all_orgs=, wait=, on_outcome=, ...)`` either one item's result or the ``Batch``.
+    all_orgs=, ...)`` either one item's result or the ``Batch`` of a service run with
+    ``self.wait`` and ``on_outcome=self.show``.
 
     A batch's lines: an item that failed on stderr; at ``-v 2`` every other one on stdout
     (those held elsewhere too if ``held_lines``); at ``-v 1`` the summary. It exits through
