@@ -63,7 +63,7 @@ class ItemOutcome:
 
     key: Any  # the item's id: what ``Batch.held`` keeps and the operation tries again
     name: str  # whose it is, as its line names it (the association's slug)
-    kind: Outcome | None
+    kind: Outcome  # the refusal's own, or FAILED for one that names none
     message: str
     count: str  # which count it adds to: one of its kind's, HELD or FAILED
     again: Any = None  # what trying it again needs besides its key (the month start's month)
