@@ -12,7 +12,7 @@ import math
 from datetime import date
 
 from django.utils.translation import gettext as _
-from django.utils.translation import ngettext
+from django.utils.translation import ngettext, ngettext_lazy
 
 from charges.exceptions import ChargesError, InvalidMonth, UnitsChanged
 from charges.models import MonthlyChargeRun
@@ -195,42 +195,28 @@ def done_elsewhere(month: date) -> str:
     }
 
 
-def month_start_summary(result) -> str:
-    """The month start's summary line (``-v 1``): "already done" counts the runs completed
-    before the walk started, "by another worker" the ones another host completed during it."""
-    line = ngettext(
-        "%(month)s: %(total)d association: %(here)d generated here, %(before)d already "
-        "done, %(elsewhere)d by another worker, %(failed)d failed",
-        "%(month)s: %(total)d associations: %(here)d generated here, %(before)d already "
-        "done, %(elsewhere)d by another worker, %(failed)d failed",
-        result.total,
-    ) % {
-        "month": month_name(result.month) if result.month else _("Each one's current month"),
-        "total": result.total,
-        "here": result.here,
-        "before": result.before,
-        "elsewhere": result.elsewhere,
-        "failed": result.failed,
-    }
-    if result.held:
-        line += _(", %(count)d unfinished") % {"count": len(result.held)}
-    return line + "."
+def walked_month(month: date | None) -> str:
+    """The month the summary names: the one given, or each association's own."""
+    return month_name(month) if month else _("Each one's current month")
 
 
-def month_start_unfinished(result) -> str:
-    """Why the month start did not finish: Redis down, failures, or still busy."""
-    if result.unavailable:
-        return result.unavailable
-    if result.failed:
-        return ngettext(
-            "%(count)d association could not be billed; see the lines above.",
-            "%(count)d associations could not be billed; see the lines above.",
-            result.failed,
-        ) % {"count": result.failed}
-    return ngettext(
-        "%(count)d association was still busy after waiting %(wait)g s; "
-        "run again later to confirm.",
-        "%(count)d associations were still busy after waiting %(wait)g s; "
-        "run again later to confirm.",
-        len(result.held),
-    ) % {"count": len(result.held), "wait": result.wait.total_seconds()}
+# The month start's sentences (``hoa.batch.BatchKind``): its summary line (``-v 1``; "already
+# done" counts the runs completed before the walk started, "by another worker" the ones
+# another host completed during it), and why it did not finish.
+MONTH_START_SUMMARY = ngettext_lazy(
+    "%(month)s: %(total)d association: %(here)d generated here, %(before)d already "
+    "done, %(elsewhere)d by another worker, %(failed)d failed",
+    "%(month)s: %(total)d associations: %(here)d generated here, %(before)d already "
+    "done, %(elsewhere)d by another worker, %(failed)d failed",
+    "total",
+)
+MONTH_START_FAILED = ngettext_lazy(
+    "%(count)d association could not be billed; see the lines above.",
+    "%(count)d associations could not be billed; see the lines above.",
+    "count",
+)
+MONTH_START_HELD = ngettext_lazy(
+    "%(count)d association was still busy after waiting %(wait)g s; run again later to confirm.",
+    "%(count)d associations were still busy after waiting %(wait)g s; run again later to confirm.",
+    "count",
+)

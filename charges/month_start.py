@@ -15,10 +15,8 @@ epochs of a chunk at once. Redis down stops the walk at once.
 
 import contextlib
 import multiprocessing
-import time
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
 from itertools import repeat
 from multiprocessing.util import Finalize
@@ -35,7 +33,7 @@ from charges.operations import charge_resource
 from charges.selectors import current_month
 from charges.services import generate_monthly_charges, generate_together, units_ahead
 from hoa.answers.refusals import Refusal
-from hoa.answers.table import BatchDone
+from hoa.batch import Batch, BatchKind, ItemOutcome, chunks
 from hoa.models import Organization
 from hoa.tenancy import organizations_for
 from locking import LockUnavailable, Outcome, prepare_fences
@@ -47,68 +45,17 @@ CHUNK = 50
 # (docs/locking/using.md, "Attempts that commit together").
 TOGETHER = CHUNK
 
-
-@dataclass(frozen=True)
-class OrgOutcome:
-    """One organization's answer, small enough to come back from a worker process."""
-
-    org_id: int
-    slug: str
-    month: date  # the month it was billed for (its own current month unless one was given)
-    kind: Outcome
-    message: str
-    # Already done when the walk started (not by another worker during it).
-    done_before: bool = False
-
-    @property
-    def held_elsewhere(self) -> bool:
-        """Another worker has it now (busy, or took over from this attempt), or billing's
-        answer did not say whether it billed: tried again, by the same key."""
-        return self.kind in (Outcome.BUSY, Outcome.STALE, Outcome.UNKNOWN)
-
-    @property
-    def failed(self) -> bool:
-        """Refused for good in this run (the billing call failed, the actor may not)."""
-        done = (Outcome.COMMITTED, Outcome.ALREADY_DONE, Outcome.UNAVAILABLE)
-        return not self.held_elsewhere and self.kind not in done
-
-
-@dataclass
-class MonthStart(BatchDone):
-    """What the walk came to: generated here, already done before it started, done by
-    another worker during it, failed, still held elsewhere at the deadline, or stopped
-    because Redis is down."""
-
-    month: date | None  # None: each association's own current month, in its time zone
-    total: int
-    wait: timedelta
-    started_at: datetime = field(default_factory=timezone.now)
-    here: int = 0
-    before: int = 0
-    elsewhere: int = 0
-    failed: int = 0
-    held: dict[int, date] = field(default_factory=dict)  # organization id -> its month
-    unavailable: str = ""  # why the walk stopped: the lock service is down
-
-    @property
-    def summary(self) -> str:
-        return answers.month_start_summary(self)
-
-    def unfinished(self) -> str:
-        return answers.month_start_unfinished(self)
-
-    def count(self, outcome: OrgOutcome) -> None:
-        self.held.pop(outcome.org_id, None)
-        if outcome.kind == Outcome.COMMITTED:
-            self.here += 1
-        elif outcome.kind == Outcome.ALREADY_DONE and outcome.done_before:
-            self.before += 1
-        elif outcome.kind == Outcome.ALREADY_DONE:
-            self.elsewhere += 1
-        elif outcome.held_elsewhere:
-            self.held[outcome.org_id] = outcome.month
-        else:
-            self.failed += 1
+# How the walk counts an association's answer: generated here, done (by another worker
+# during the walk; "before" when its run was completed before the walk started); another
+# worker has it now (busy, or took over from this attempt), or billing's answer did not
+# say whether it billed: tried again, by the same key. Anything else failed.
+MONTH_START = BatchKind(
+    settled={Outcome.COMMITTED: "here", Outcome.ALREADY_DONE: "elsewhere"},
+    retried=(Outcome.BUSY, Outcome.STALE, Outcome.UNKNOWN),
+    summary=answers.MONTH_START_SUMMARY,
+    failed=answers.MONTH_START_FAILED,
+    held=answers.MONTH_START_HELD,
+)
 
 
 def start_month(
@@ -118,33 +65,33 @@ def start_month(
     via: str,
     wait: timedelta,
     workers: int = 1,
-    on_outcome: Callable[[OrgOutcome, MonthStart], None] = lambda outcome, walk: None,
-) -> MonthStart:
+    on_outcome: Callable[[ItemOutcome, Batch], None] | None = None,
+) -> Batch:
     """Generate every organization's charges for ``month`` (those ``actor`` is staff of,
     if given) or, with ``month=None``, for each one's current month in its own time zone,
     ``workers`` processes at a time; wait up to ``wait`` for the ones another
     host holds. ``on_outcome(outcome, walk)`` hears each organization's answer as it
-    comes, with the walk so far."""
+    comes, with the walk so far (``hoa.batch``: an outcome's ``key`` is the organization's
+    id, ``again`` its month)."""
     organizations = Organization.objects.for_user(actor) if actor else Organization.objects
     # Ids only: a worker reads its chunk's rows itself (memory flat in the count).
     ids = list(organizations.order_by("pk").values_list("pk", flat=True).distinct())
-    chunks = [ids[n : n + CHUNK] for n in range(0, len(ids), CHUNK)]
-    result = MonthStart(month=month, total=len(ids), wait=wait)
-    deadline = time.monotonic() + wait.total_seconds()
-    with _walk(chunks, month, actor, via, workers, result.started_at) as outcomes:
-        _count(result, outcomes, on_outcome)
-    if result.held and not result.unavailable:
-        _wait_for_others(result, actor, via, deadline, on_outcome)
-    return result
+    facts = {"month": answers.walked_month(month)}
+    walk = Batch(MONTH_START, total=len(ids), wait=wait, facts=facts)
+    started_at = timezone.now()
+    with _walk(chunks(ids, CHUNK), month, actor, via, workers, started_at) as outcomes:
+        walk.take(outcomes, on_outcome)
+    walk.wait_for_others(lambda held: _again(held, actor, via, started_at), on_outcome)
+    return walk
 
 
 @contextlib.contextmanager
 def _walk(
-    chunks: list, month: date | None, actor, via: str, workers: int, started_at: datetime
+    id_chunks: list, month: date | None, actor, via: str, workers: int, started_at: datetime
 ) -> Iterator[Iterable]:
     """Every organization's outcome, chunk by chunk, here or in ``workers`` processes."""
     user_id = actor.pk if actor else None
-    tasks = (chunks, repeat(month), repeat(user_id), repeat(via), repeat(started_at))
+    tasks = (id_chunks, repeat(month), repeat(user_id), repeat(via), repeat(started_at))
     if workers == 1:
         if actor is not None:
             _actors[actor.pk] = actor
@@ -161,42 +108,25 @@ def _walk(
             pool.shutdown(cancel_futures=True)
 
 
-def _count(result: MonthStart, outcomes: Iterable[OrgOutcome], on_outcome) -> None:
-    for outcome in outcomes:
-        if outcome.kind == Outcome.UNAVAILABLE:
-            result.unavailable = outcome.message
-            return
-        result.count(outcome)
-        on_outcome(outcome, result)
-
-
-def _wait_for_others(result: MonthStart, actor, via: str, deadline: float, on_outcome) -> None:
-    """Until ``deadline``: confirm from the database the organizations another worker
-    completed, and retry those it left."""
-    while result.held:
-        months = Q()
-        for org_id, month in result.held.items():
-            months |= Q(organization_id=org_id, month=month)
-        done = (
-            MonthlyChargeRun.objects.filter(months)
-            .completed()
-            .values_list("organization_id", "organization__slug", "month")
-        )
-        outcomes = [
-            OrgOutcome(org_id, slug, month, Outcome.ALREADY_DONE, answers.done_elsewhere(month))
-            for org_id, slug, month in done
-        ]
-        _count(result, outcomes, on_outcome)
-        left = Organization.objects.filter(pk__in=list(result.held)).order_by("pk")
-        for organization in left:  # their holder may have gone: try once more each
-            month = result.held[organization.pk]
-            outcome = generate_for(organization, month, actor, via, result.started_at)
-            _count(result, [outcome], on_outcome)
-            if result.unavailable:
-                return
-        if not result.held or time.monotonic() >= deadline:
-            return
-        time.sleep(min(1.0, max(deadline - time.monotonic(), 0)))
+def _again(held: dict, actor, via: str, started_at: datetime) -> Iterator[ItemOutcome]:
+    """The organizations another worker held (id -> month): confirmed from the database
+    if it completed them, else tried once more each (their holder may have gone)."""
+    months = Q()
+    for org_id, month in held.items():
+        months |= Q(organization_id=org_id, month=month)
+    done = (
+        MonthlyChargeRun.objects.filter(months)
+        .completed()
+        .values_list("organization_id", "organization__slug", "month")
+    )
+    confirmed = set()
+    for org_id, slug, month in done:
+        confirmed.add(org_id)
+        message = answers.done_elsewhere(month)
+        yield ItemOutcome(org_id, slug, Outcome.ALREADY_DONE, message, "elsewhere", month)
+    left = Organization.objects.filter(pk__in=list(held.keys() - confirmed)).order_by("pk")
+    for organization in left:
+        yield generate_for(organization, held[organization.pk], actor, via, started_at)
 
 
 def month_of(organization: Organization, month: date | None) -> date:
@@ -214,7 +144,7 @@ def generate_for(
     via: str,
     started_at: datetime,
     lines: list[ChargeLine] | None = None,
-) -> OrgOutcome:
+) -> ItemOutcome:
     """Run the service for one organization and classify its answer (``_outcome``).
     ``lines``: its units, as its chunk's ``units_ahead``."""
     try:
@@ -226,20 +156,18 @@ def generate_for(
     return _outcome(organization, month, answer, started_at)
 
 
-def _outcome(organization: Organization, month: date, answer, started_at: datetime) -> OrgOutcome:
+def _outcome(organization: Organization, month: date, answer, started_at: datetime) -> ItemOutcome:
     """An organization's result or refusal as the walk counts it: a run found completed
     before ``started_at`` (the walk's start) was done before, not by another worker of
     this month start."""
-    facts = (organization.pk, organization.slug, month)
-    if isinstance(answer, Refusal):
-        return OrgOutcome(*facts, answer.outcome, str(answer))
-    completed_at = answer.run.completed_at
+    completed_at = None if isinstance(answer, Refusal) else answer.run.completed_at
     before = (
         answer.outcome == Outcome.ALREADY_DONE
         and completed_at is not None
         and completed_at < started_at
     )
-    return OrgOutcome(*facts, answer.outcome, str(answer), done_before=before)
+    count = "before" if before else ""
+    return MONTH_START.outcome(organization.pk, organization.slug, answer, again=month, count=count)
 
 
 # A worker process's actor, read once (its permission cache then lasts the whole run).
@@ -272,8 +200,7 @@ def generate_chunk(
     ahead = units_ahead(organizations)
     # TOGETHER at a time in one transaction, each under its own lease (generate_together).
     outcomes = []
-    for start in range(0, len(organizations), TOGETHER):
-        batch = [(o, months[o.pk], ahead[o.pk]) for o in organizations[start : start + TOGETHER]]
+    for batch in chunks([(o, months[o.pk], ahead[o.pk]) for o in organizations], TOGETHER):
         answers = generate_together(batch, actor=user, via=via)
         for (organization, month, _), answer in zip(batch, answers, strict=True):
             outcomes.append(_outcome(organization, month, answer, started_at))

@@ -36,6 +36,7 @@ from charges.models import MonthlyCharge, MonthlyChargeRun
 from charges.operations import GENERATION, charge_resource
 from hoa.answers.refusals import Refusal
 from hoa.answers.table import Done
+from hoa.batch import together
 from hoa.fenced import FencedSteps, run_together
 from hoa.jobs.settling import SETTLE_VIA, Settled, settled_by
 from hoa.models import Organization, OutsideCall, Unit
@@ -99,25 +100,25 @@ def generate_together(
     would name it) leaves nothing of the batch committed; each of its associations then
     runs again on its own, its units read again under its own lease.
     """
-    answers: list = [None] * len(batch)
-    calls, places = [], []
-    for place, (organization, month, lines) in enumerate(batch):
-        try:
-            calls.append(_generation(organization, month, actor, via=via, lines=lines))
-        except Refusal as refusal:
-            answers[place] = refusal
-        else:
-            places.append(place)
+
+    def prepare(item):
+        organization, month, lines = item
+        return _generation(organization, month, actor, via=via, lines=lines)
+
+    answers = together(batch, prepare, run=_all_or_none)
+    return [
+        _alone(organization, month, actor, via=via) if isinstance(answer, UnitsChanged) else answer
+        for (organization, month, _), answer in zip(batch, answers, strict=True)
+    ]
+
+
+def _all_or_none(calls: list) -> list:
+    """``run_together``, or, when a unit was removed meanwhile, ``UnitsChanged`` for each:
+    nothing of the batch committed."""
     try:
-        together = run_together(calls)
-    except UnitsChanged:
-        together = [UnitsChanged] * len(calls)  # nothing of the batch committed
-    for place, answer in zip(places, together, strict=True):
-        if answer is UnitsChanged or isinstance(answer, UnitsChanged):
-            organization, month, _ = batch[place]
-            answer = _alone(organization, month, actor, via=via)
-        answers[place] = answer
-    return answers
+        return run_together(calls)
+    except UnitsChanged as changed:
+        return [changed] * len(calls)
 
 
 def _alone(organization, month, actor, *, via) -> "ChargeRunResult | Refusal":

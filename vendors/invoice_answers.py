@@ -14,7 +14,7 @@ import math
 
 from django.utils.text import get_text_list
 from django.utils.translation import gettext as _
-from django.utils.translation import gettext_lazy, ngettext
+from django.utils.translation import gettext_lazy, ngettext, ngettext_lazy
 
 from hoa.answers.refusals import (
     Busy,
@@ -354,40 +354,24 @@ def change_message(invoice: Invoice, event: InvoiceEvent) -> str:
 # -- the payment run (vendors.payment_run) ------------------------------------------------------
 
 
-def payment_run_summary(run) -> str:
-    """The payment run's summary line (``-v 1``)."""
-    line = ngettext(
-        "%(total)d invoice to pay: %(paid)d paid, %(already)d already paid, %(changed)d "
-        "changed meanwhile, %(failed)d failed",
-        "%(total)d invoices to pay: %(paid)d paid, %(already)d already paid, %(changed)d "
-        "changed meanwhile, %(failed)d failed",
-        run.total,
-    ) % {
-        "total": run.total,
-        "paid": run.paid,
-        "already": run.already,
-        "changed": run.changed,
-        "failed": run.failed,
-    }
-    if run.held:
-        line += _(", %(count)d unfinished") % {"count": len(run.held)}
-    return line + "."
-
-
-def payment_run_unfinished(run) -> str:
-    """Why the payment run did not finish: a service down, failures, or still busy."""
-    if run.unavailable:
-        return run.unavailable
-    if run.failed:
-        return ngettext(
-            "%(count)d invoice could not be paid; see the lines above.",
-            "%(count)d invoices could not be paid; see the lines above.",
-            run.failed,
-        ) % {"count": run.failed}
-    return ngettext(
-        "%(count)d invoice was still being paid elsewhere after waiting %(wait)g s; run "
-        "again later to confirm.",
-        "%(count)d invoices were still being paid elsewhere after waiting %(wait)g s; run "
-        "again later to confirm.",
-        len(run.held),
-    ) % {"count": len(run.held), "wait": run.wait.total_seconds()}
+# Its sentences (``hoa.batch.BatchKind``): the summary line (``-v 1``), and why it did not
+# finish.
+PAYMENT_RUN_SUMMARY = ngettext_lazy(
+    "%(total)d invoice to pay: %(paid)d paid, %(already)d already paid, %(changed)d "
+    "changed meanwhile, %(failed)d failed",
+    "%(total)d invoices to pay: %(paid)d paid, %(already)d already paid, %(changed)d "
+    "changed meanwhile, %(failed)d failed",
+    "total",
+)
+PAYMENT_RUN_FAILED = ngettext_lazy(
+    "%(count)d invoice could not be paid; see the lines above.",
+    "%(count)d invoices could not be paid; see the lines above.",
+    "count",
+)
+PAYMENT_RUN_HELD = ngettext_lazy(
+    "%(count)d invoice was still being paid elsewhere after waiting %(wait)g s; run "
+    "again later to confirm.",
+    "%(count)d invoices were still being paid elsewhere after waiting %(wait)g s; run "
+    "again later to confirm.",
+    "count",
+)

@@ -14,13 +14,10 @@ no longer owed: it is counted apart, not as a failure. Redis down, or no payment
 stops the run at once.
 """
 
-import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator
 from datetime import timedelta
 
-from hoa.answers.refusals import Refusal
-from hoa.answers.table import Answer, BatchDone
+from hoa.batch import Batch, BatchKind, ItemOutcome, chunks
 from locking import Outcome
 from vendors import invoice_answers
 from vendors.exceptions import InvoiceRefused, InvoiceRule
@@ -30,66 +27,23 @@ from vendors.payments import pay_together
 
 # Invoices paid per transaction, each under its own lease.
 TOGETHER = 20
-# Another holder has it, or took over from this attempt, or the service's answer did not
-# say whether it paid (settled by trying again with the same key): waited for, then tried
-# again.
-RETRIED = (Outcome.BUSY, Outcome.STALE, Outcome.LOST, Outcome.UNKNOWN)
 
-
-@dataclass(frozen=True)
-class InvoiceOutcome:
-    """One invoice's answer in the run."""
-
-    invoice_id: int
-    organization: str  # its association's slug
-    kind: Outcome
-    answer: Answer
-    message: str
-
-    @property
-    def held_elsewhere(self) -> bool:
-        return self.kind in RETRIED
-
-    @property
-    def failed(self) -> bool:
-        """Refused for good in this run (the service failed, the vendor is uninsured…)."""
-        settled = (Outcome.COMMITTED, Outcome.ALREADY_DONE, Outcome.CONFLICT)
-        return not self.held_elsewhere and self.kind not in settled
-
-
-@dataclass
-class PaymentRun(BatchDone):
-    """What the run came to: paid here, found paid, changed meanwhile (voided, rejected…),
-    failed, still held elsewhere at the deadline, or stopped (Redis down, no service)."""
-
-    total: int
-    wait: timedelta
-    paid: int = 0
-    already: int = 0
-    changed: int = 0
-    failed: int = 0
-    held: set[int] = field(default_factory=set)
-    unavailable: str = ""
-
-    @property
-    def summary(self) -> str:
-        return invoice_answers.payment_run_summary(self)
-
-    def unfinished(self) -> str:
-        return invoice_answers.payment_run_unfinished(self)
-
-    def count(self, outcome: InvoiceOutcome) -> None:
-        self.held.discard(outcome.invoice_id)
-        if outcome.kind == Outcome.COMMITTED:
-            self.paid += 1
-        elif outcome.kind == Outcome.ALREADY_DONE:
-            self.already += 1
-        elif outcome.held_elsewhere:
-            self.held.add(outcome.invoice_id)
-        elif outcome.failed:
-            self.failed += 1
-        else:  # voided, rejected or changed meanwhile: no longer owed as it was
-            self.changed += 1
+# How the run counts an invoice's answer: paid, found paid, or changed meanwhile (voided,
+# rejected or changed since the run read it: no longer owed as it was); another holder has
+# it, or took over from this attempt, or the service's answer did not say whether it paid
+# (settled by trying again with the same key): waited for, then tried again. Anything else
+# (the service failed, the vendor is uninsured…) failed.
+PAYMENT_RUN = BatchKind(
+    settled={
+        Outcome.COMMITTED: "paid",
+        Outcome.ALREADY_DONE: "already",
+        Outcome.CONFLICT: "changed",
+    },
+    retried=(Outcome.BUSY, Outcome.STALE, Outcome.LOST, Outcome.UNKNOWN),
+    summary=invoice_answers.PAYMENT_RUN_SUMMARY,
+    failed=invoice_answers.PAYMENT_RUN_FAILED,
+    held=invoice_answers.PAYMENT_RUN_HELD,
+)
 
 
 def invoices_to_pay(organizations, *, due_within: timedelta) -> list[Invoice]:
@@ -117,44 +71,37 @@ def pay_approved(
     via: str,
     due_within: timedelta = timedelta(0),
     wait: timedelta = timedelta(0),
-    on_outcome: Callable[[InvoiceOutcome, PaymentRun], None] = lambda outcome, run: None,
-) -> PaymentRun:
+    on_outcome: Callable[[ItemOutcome, Batch], None] | None = None,
+) -> Batch:
     """Pay every approved invoice of ``organizations`` due within ``due_within``, waiting
     up to ``wait`` for those another host holds; ``on_outcome(outcome, run)`` hears each
-    invoice's answer as it comes."""
+    invoice's answer as it comes (``hoa.batch``: an outcome's ``key`` is the invoice's
+    id)."""
     organizations = list(organizations)
     # Each invoice's payment checks ``actor`` is staff of its association (the resolver,
     # hoa.tenancy, has noted those it found): a list it is handed is not trusted.
     invoices = invoices_to_pay(organizations, due_within=due_within)
-    run = PaymentRun(total=len(invoices), wait=wait)
-    deadline = time.monotonic() + wait.total_seconds()
-    _pay(run, invoices, actor, via, on_outcome)
-    while run.held and not run.unavailable and time.monotonic() < deadline:
-        time.sleep(min(1.0, max(deadline - time.monotonic(), 0)))
-        held = Invoice.objects.filter(pk__in=run.held).select_related("organization", "vendor")
-        _pay(run, list(held.order_by("pk")), actor, via, on_outcome)
+    run = Batch(PAYMENT_RUN, total=len(invoices), wait=wait)
+    run.take(_pay(invoices, actor, via), on_outcome)
+    run.wait_for_others(lambda held: _pay(_read(held), actor, via), on_outcome)
     return run
 
 
-def _pay(run: PaymentRun, invoices: list[Invoice], actor, via: str, on_outcome) -> None:
-    for start in range(0, len(invoices), TOGETHER):
-        chunk = invoices[start : start + TOGETHER]
+def _read(held: dict) -> list[Invoice]:
+    """The invoices another holder had, read again."""
+    rows = Invoice.objects.filter(pk__in=list(held)).select_related("organization", "vendor")
+    return list(rows.order_by("pk"))
+
+
+def _pay(invoices: list[Invoice], actor, via: str) -> Iterator[ItemOutcome]:
+    """Each invoice's outcome, ``TOGETHER`` at a time."""
+    for chunk in chunks(invoices, TOGETHER):
         for invoice, answer in zip(chunk, pay_together(chunk, actor=actor, via=via), strict=True):
-            outcome = _outcome(invoice, answer)
-            if outcome.answer is Answer.UNAVAILABLE:
-                run.unavailable = outcome.message
-                return
-            run.count(outcome)
-            on_outcome(outcome, run)
+            slug = invoice.organization.slug
+            count = "changed" if _no_longer_approved(answer) else ""
+            yield PAYMENT_RUN.outcome(invoice.pk, slug, answer, count=count)
 
 
-def _outcome(invoice: Invoice, answer) -> InvoiceOutcome:
-    """An invoice's result or refusal as the run counts it."""
-    slug = invoice.organization.slug
-    if not isinstance(answer, Refusal):
-        return InvoiceOutcome(invoice.pk, slug, answer.outcome, answer.answer, str(answer))
-    if isinstance(answer, InvoiceRefused) and answer.rule == InvoiceRule.NOT_APPROVED:
-        kind = Outcome.CONFLICT  # voided or rejected since the run read it
-    else:
-        kind = answer.outcome or Outcome.FAILED
-    return InvoiceOutcome(invoice.pk, slug, kind, answer.answer, str(answer))
+def _no_longer_approved(answer) -> bool:
+    """Voided or rejected since the run read it."""
+    return isinstance(answer, InvoiceRefused) and answer.rule == InvoiceRule.NOT_APPROVED

@@ -51,7 +51,8 @@ from django.utils import timezone
 
 from hoa.answers.refusals import Refusal
 from hoa.answers.table import Audience, Done
-from hoa.fenced import FencedSteps, run_together
+from hoa.batch import together
+from hoa.fenced import FencedSteps
 from hoa.integrations.webhooks import ExternalCallFailed
 from hoa.jobs.settling import SETTLE_VIA, Settled, settled_by
 from hoa.models import OutsideCall, record_unknown
@@ -136,18 +137,7 @@ def pay_together(invoices: list[Invoice], *, actor, via: str = "") -> list:
     each under its own lease, each told to the service on its own; one ``BEGIN`` and one
     ``COMMIT`` for all, or for as many as were paid while the first lease had half its time
     left). Return, in order, each one's ``PaymentResult`` or refusal (not raised)."""
-    answers: list = [None] * len(invoices)
-    calls, places = [], []
-    for place, invoice in enumerate(invoices):
-        try:
-            calls.append(_payment(invoice, actor, via=via))
-        except Refusal as refusal:  # refused before the lease (uninsured, not allowed)
-            answers[place] = refusal
-        else:
-            places.append(place)
-    for place, answer in zip(places, run_together(calls), strict=True):
-        answers[place] = answer
-    return answers
+    return together(invoices, lambda invoice: _payment(invoice, actor, via=via))
 
 
 def _payment(invoice: Invoice, actor, *, via: str, ip: str | None = None, seen=None):

@@ -36,7 +36,6 @@ lease lifetime), ``str(exc)`` for operators (the command's line and the audit: t
 holder's host and pid, the seconds the lease has left).
 """
 
-from collections.abc import Collection
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING
@@ -87,37 +86,6 @@ class Done:
     @property
     def answer(self) -> "Answer":
         return Answer.DONE if self.outcome == Outcome.COMMITTED else Answer.ALREADY_DONE
-
-
-class BatchDone:
-    """What every batch of fenced operations shares (the month start, the payment run):
-    stopped (the lock service is down), some failed, some still held elsewhere at the
-    deadline, or done. A batch's dataclass subclasses it with ``unavailable``, ``failed``
-    and ``held``, and says its ``summary`` and why it did not finish (``unfinished``)."""
-
-    unavailable: str
-    failed: int
-    held: Collection
-
-    @property
-    def answer(self) -> "Answer":
-        if self.unavailable:
-            return Answer.UNAVAILABLE
-        if self.failed:
-            return Answer.PARTLY_FAILED
-        return Answer.RETRY if self.held else Answer.DONE
-
-    @property
-    def summary(self) -> str:
-        raise NotImplementedError
-
-    def unfinished(self) -> str:
-        raise NotImplementedError
-
-    @property
-    def message(self) -> str:
-        """Why the batch did not finish (``answer`` is not ``DONE``); else its summary."""
-        return self.summary if self.answer is Answer.DONE else self.unfinished()
 
 
 @dataclass(frozen=True)

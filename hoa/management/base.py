@@ -3,21 +3,28 @@
 import getpass
 import os
 import sys
+from datetime import timedelta
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 from django.db import DatabaseError, InterfaceError, connection
+from django.utils.translation import gettext as _
 from django.utils.translation import ngettext
 from redis.exceptions import RedisError
 
+from hoa.answers import table as answer_table
+from hoa.answers.refusals import Refusal
 from hoa.answers.table import EXIT_TEMPFAIL
+from hoa.batch import Batch, ItemOutcome
 from hoa.ops.readiness import pending_migrations
 from hoa.security.audit import shown
 
 __all__ = [
     "EXIT_TEMPFAIL",
+    "BatchCommand",
     "CronCommand",
+    "OperationCommand",
     "ServiceCommand",
     "active_user",
     "add_actor_argument",
@@ -157,3 +164,138 @@ class ServiceCommand(CronCommand):
             raise CommandError(
                 f"PostgreSQL error (the failed transaction was rolled back): {first_line(exc)}"
             ) from exc
+
+
+# Django's own options, every command's: not the command's to parse.
+BASE_OPTIONS = {
+    "settings",
+    "pythonpath",
+    "traceback",
+    "no_color",
+    "force_color",
+    "skip_checks",
+    *BaseCommand.base_stealth_options,  # call_command's stdout and stderr
+}
+
+
+class OperationCommand(ServiceCommand):
+    """A cron command of one fenced operation: parse, check the services, act as
+    ``--actor`` (``add_actor_argument``), run, answer through the answer table.
+
+    A subclass declares its arguments (``add_arguments``: call ``super()`` for
+    ``--actor``), parses its own options (``parse``: a ``Refusal`` raised there is bad
+    input), and ``run(user, via, **parsed)``: the operation's result (its line at ``-v 1``,
+    ``str(result)``), a ``hoa.batch.Batch`` (``BatchCommand``), or a ``Refusal`` raised (its
+    one line and exit code). ``self.verbosity`` is set before ``run``.
+    """
+
+    def add_arguments(self, parser):
+        add_actor_argument(parser)
+
+    def parse(self, **options) -> dict:
+        """The command's own options, checked (``CommandError`` or a ``Refusal``)."""
+        return options
+
+    def parsed(self, **options) -> dict:
+        """``parse``, and what the frame's own options add (``BatchCommand``: ``--wait``)."""
+        return self.parse(**options)
+
+    def run(self, user, via: str, **parsed):
+        raise NotImplementedError
+
+    def handle(self, *args, actor, verbosity, **options):
+        own = {name: value for name, value in options.items() if name not in BASE_OPTIONS}
+        try:
+            parsed = self.parsed(**own)
+        except Refusal as exc:
+            raise answer_table.command_error(exc) from exc
+        self.verbosity = verbosity
+        require_services()
+        user, via = active_user(actor), f"cli:{os_user()}"
+        try:
+            result = self.run(user, via, **parsed)
+        except Refusal as exc:
+            raise answer_table.command_error(exc) from exc
+        self.answer(result)
+
+    def answer(self, result) -> None:
+        if self.verbosity >= 1:
+            self.stdout.write(str(result))
+
+
+class BatchCommand(OperationCommand):
+    """A cron command whose ``--all-orgs`` (or ``--org``) is a batch (``hoa.batch``): one
+    item, one association's or every association's, shared with other cron hosts running it
+    at the same time (up to ``--wait`` seconds for the items another host holds).
+
+    A subclass declares ``operation`` (its lease's lifetime: ``--wait``'s default is three
+    times it), ``items`` (what ``--wait`` waits for, for its help) and ``batch_targets``
+    (which targets are a batch, for its help), adds its own arguments (``target``: the
+    group ``--org`` and ``--all-orgs`` are in), and returns from ``run(user, via, org=,
+    all_orgs=, ...)`` either one item's result or the ``Batch`` of a service run with
+    ``self.wait`` and ``on_outcome=self.show``.
+
+    A batch's lines: an item that failed on stderr; at ``-v 2`` every other one on stdout
+    (those held elsewhere too if ``held_lines``); at ``-v 1`` the summary. It exits through
+    the answer table: 0 done, 75 some still held elsewhere at the deadline, 1 some failed or
+    the lock service down (its line only, no summary).
+    """
+
+    operation = None  # hoa.operations.FencedOperation
+    items = ""
+    batch_targets = "--all-orgs"
+    held_lines = False
+
+    def add_arguments(self, parser):
+        target = parser.add_mutually_exclusive_group(required=True)
+        self.add_own_arguments(parser, target)
+        target.add_argument("--org", metavar="SLUG", help="the association's slug")
+        target.add_argument(
+            "--all-orgs",
+            action="store_true",
+            help="every association (those of --actor if given)",
+        )
+        parser.add_argument(
+            "--wait",
+            type=float,
+            metavar="SECONDS",
+            help=f"with {self.batch_targets}: how long to wait for the {self.items} another "
+            f"host holds (default: three times the lease TTL, {self.operation.ttl_setting})",
+        )
+        super().add_arguments(parser)
+
+    def add_own_arguments(self, parser, target) -> None:
+        """The command's own arguments; ``target``: the group ``--org`` and ``--all-orgs``
+        follow in."""
+
+    def parsed(self, *, wait, **options) -> dict:
+        """The command's own options, then ``--wait`` (``self.wait``)."""
+        parsed = self.parse(**options)
+        if wait is None:
+            wait = 3 * self.operation.lease_ttl.total_seconds()
+        elif wait < 0:
+            raise CommandError(_("--wait must not be negative."))
+        self.wait = timedelta(seconds=wait)
+        return parsed
+
+    def run(self, user, via: str, **parsed):
+        raise NotImplementedError  # parsed: org, all_orgs and the command's own
+
+    def answer(self, result) -> None:
+        if not isinstance(result, Batch):
+            super().answer(result)
+            return
+        if result.unavailable:
+            raise CommandError(result.message)
+        if self.verbosity >= 1:
+            self.stdout.write(result.summary)
+        if result.exit_code:
+            raise CommandError(result.message, returncode=result.exit_code)
+
+    def show(self, outcome: ItemOutcome, batch: Batch) -> None:
+        """An item's line as it comes (``on_outcome``)."""
+        line = f"{outcome.name}: {outcome.message}"
+        if outcome.failed:
+            self.stderr.write(line)
+        elif self.verbosity >= 2 and (self.held_lines or not outcome.held_elsewhere):
+            self.stdout.write(line)

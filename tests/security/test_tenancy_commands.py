@@ -93,7 +93,7 @@ def test_the_payment_run_pays_nothing_of_associations_its_actor_is_not_staff_of(
 
     run = pay_approved(organizations=[maple], actor=mallory, via="cli:test")
 
-    assert (run.total, run.paid, run.failed) == (1, 0, 1)
+    assert (run.total, run.counts["paid"], run.failed) == (1, 0, 1)
     assert not VendorPayment.objects.exists()
     assert payments.received == []
 

@@ -24,43 +24,31 @@ from django.conf import settings
 from django.core.management.base import CommandError
 from django.utils.translation import gettext as _
 
-from hoa.answers import table as answer_table
-from hoa.answers.refusals import Refusal
-from hoa.management.base import (
-    ServiceCommand,
-    active_user,
-    add_actor_argument,
-    os_user,
-    require_services,
-)
+from hoa.management.base import BatchCommand
 from hoa.security.audit import shown
 from hoa.tenancy import organizations_for, row_for
 from vendors.models import Invoice
 from vendors.operations import PAYMENT
-from vendors.payment_run import InvoiceOutcome, pay_approved
+from vendors.payment_run import pay_approved
 from vendors.payments import pay_invoice
 
 _ID = re.compile(r"[0-9]{1,19}")
 MAX_DUE_WITHIN = 366
 
 
-class Command(ServiceCommand):
+class Command(BatchCommand):
     help = (
         "Pay approved vendor invoices exactly once: one (--invoice ID), one association's "
         "(--org SLUG) or every association's (--all-orgs), those due within --due-within "
         "days. Exit 0 done, 75 busy elsewhere (try again later), 1 bad input, a failed "
         "payment, Redis down or no payment service."
     )
+    operation = PAYMENT
+    items = "invoices"
+    batch_targets = "--org or --all-orgs"
 
-    def add_arguments(self, parser):
-        target = parser.add_mutually_exclusive_group(required=True)
+    def add_own_arguments(self, parser, target):
         target.add_argument("--invoice", metavar="ID", help="the invoice's id")
-        target.add_argument("--org", metavar="SLUG", help="the association's slug")
-        target.add_argument(
-            "--all-orgs",
-            action="store_true",
-            help="every association (those of --actor if given)",
-        )
         parser.add_argument(
             "--due-within",
             metavar="DAYS",
@@ -68,75 +56,30 @@ class Command(ServiceCommand):
             help="with --org or --all-orgs: pay the invoices due within DAYS of each "
             "association's today (default 0: due today or overdue)",
         )
-        parser.add_argument(
-            "--wait",
-            type=float,
-            metavar="SECONDS",
-            help="with --org or --all-orgs: how long to wait for invoices another host is "
-            "paying (default: three times the lease TTL, VENDOR_PAYMENT_LOCK_TTL_SECONDS)",
-        )
-        add_actor_argument(parser)
 
-    def handle(self, *args, invoice, org, all_orgs, due_within, wait, actor, **options):
+    def parse(self, *, invoice, due_within, **options):
         invoice_id = _parse_id(invoice) if invoice is not None else None
-        days = _parse_days(due_within)
-        if wait is None:
-            wait = 3 * PAYMENT.lease_ttl.total_seconds()
-        elif wait < 0:
-            raise CommandError(_("--wait must not be negative."))
-        self.verbosity = options["verbosity"]
-        require_services()
-        user = active_user(actor)
-        via = f"cli:{os_user()}"
-        try:
-            # Which association(s), as whom: the resolver's answer (hoa.tenancy).
-            if invoice_id is not None:
-                rows = Invoice.objects.select_related("organization", "vendor")
-                invoice = row_for(user, rows, invoice_id, what="invoice", via=via)
-            else:
-                organizations = organizations_for(user, slug=org, every=all_orgs, via=via)
-        except Refusal as exc:
-            raise answer_table.command_error(exc) from exc
+        return {**options, "invoice_id": invoice_id, "days": _parse_days(due_within)}
+
+    def run(self, user, via, *, invoice_id, org, all_orgs, days):
+        # Which association(s), as whom: the resolver's answer (hoa.tenancy).
         if invoice_id is not None:
-            self._one(invoice, user, via)
-            return
+            rows = Invoice.objects.select_related("organization", "vendor")
+            invoice = row_for(user, rows, invoice_id, what="invoice", via=via)
+            return pay_invoice(invoice=invoice, actor=user, via=via)
+        organizations = organizations_for(user, slug=org, every=all_orgs, via=via)
         if not settings.VENDOR_PAYMENT_URL:  # said now, not when something falls due
             raise CommandError(
                 _("No payment service is configured (VENDOR_PAYMENT_URL); nothing was paid.")
             )
-        self._many(organizations, user, via, days, wait)
-
-    def _one(self, invoice: Invoice, user, via: str) -> None:
-        try:
-            result = pay_invoice(invoice=invoice, actor=user, via=via)
-        except Refusal as exc:
-            raise answer_table.command_error(exc) from exc
-        if self.verbosity >= 1:
-            self.stdout.write(str(result))
-
-    def _many(self, organizations, user, via: str, days: int, wait: float) -> None:
-        run = pay_approved(
+        return pay_approved(
             organizations=organizations,
             actor=user,
             via=via,
             due_within=timedelta(days=days),
-            wait=timedelta(seconds=wait),
-            on_outcome=lambda outcome, run: self._show(outcome),
+            wait=self.wait,
+            on_outcome=self.show,
         )
-        if run.unavailable:
-            raise CommandError(run.message)
-        if self.verbosity >= 1:
-            self.stdout.write(run.summary)
-        exit_code = answer_table.ANSWERS[run.answer].exit_code
-        if exit_code:
-            raise CommandError(run.message, returncode=exit_code)
-
-    def _show(self, outcome: InvoiceOutcome) -> None:
-        line = f"{outcome.organization}: {outcome.message}"
-        if outcome.failed:
-            self.stderr.write(line)
-        elif self.verbosity >= 2 and not outcome.held_elsewhere:
-            self.stdout.write(line)
 
 
 def _parse_id(raw: str) -> int:
