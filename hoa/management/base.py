@@ -2,6 +2,7 @@
 
 import getpass
 import os
+import re
 import sys
 from datetime import timedelta
 
@@ -50,6 +51,21 @@ def add_actor_argument(parser) -> None:
         help="act as this staff user, checked like the web and recorded in the audit "
         "(default: the shell's operator)",
     )
+
+
+# An id given on the command line: a positive bigint, ASCII digits ([0-9]: \d takes other
+# scripts' digits too), parsed from text so that a bad one is one line, not argparse's usage.
+_ID = re.compile(r"[0-9]{1,19}")
+
+
+def parse_id(option: str, raw: str | None) -> int:
+    """The id ``raw`` given as ``option`` (``--invoice``), or one line of ``CommandError``."""
+    if raw is None:
+        raise CommandError(f"{option} ID is required.")
+    value = raw.strip()
+    if not _ID.fullmatch(value) or not 0 < int(value) < 2**63:
+        raise CommandError(f"{option} must be a positive whole number, got {shown(raw)!r}.")
+    return int(value)
 
 
 def active_user(username: str | None):

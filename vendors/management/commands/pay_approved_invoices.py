@@ -17,14 +17,13 @@ associations if given, shared with other cron hosts running it at the same time 
 ``--wait`` seconds for the invoices another host holds).
 """
 
-import re
 from datetime import timedelta
 
 from django.conf import settings
 from django.core.management.base import CommandError
 from django.utils.translation import gettext as _
 
-from hoa.management.base import BatchCommand
+from hoa.management.base import BatchCommand, parse_id
 from hoa.security.audit import shown
 from hoa.tenancy import organizations_for, row_for
 from vendors.models import Invoice
@@ -32,7 +31,6 @@ from vendors.operations import PAYMENT
 from vendors.payment_run import pay_approved
 from vendors.payments import pay_invoice
 
-_ID = re.compile(r"[0-9]{1,19}")
 MAX_DUE_WITHIN = 366
 
 
@@ -58,7 +56,7 @@ class Command(BatchCommand):
         )
 
     def parse(self, *, invoice, due_within, **options):
-        invoice_id = _parse_id(invoice) if invoice is not None else None
+        invoice_id = parse_id("--invoice", invoice) if invoice is not None else None
         return {**options, "invoice_id": invoice_id, "days": _parse_days(due_within)}
 
     def run(self, user, via, *, invoice_id, org, all_orgs, days):
@@ -80,13 +78,6 @@ class Command(BatchCommand):
             wait=self.wait,
             on_outcome=self.show,
         )
-
-
-def _parse_id(raw: str) -> int:
-    value = raw.strip()
-    if not _ID.fullmatch(value) or not 0 < int(value) < 2**63:
-        raise CommandError(f"--invoice must be a positive whole number, got {shown(raw)!r}.")
-    return int(value)
 
 
 def _parse_days(raw: str) -> int:
