@@ -35,32 +35,20 @@ from charges.exceptions import InvalidMonth, UnitsChanged
 from charges.models import MonthlyCharge, MonthlyChargeRun
 from charges.operations import GENERATION, charge_resource
 from hoa.answers.refusals import Refusal
-from hoa.answers.table import Done
-from hoa.fenced import FencedSteps, run_together
+from hoa.fenced import FencedSteps, Look, Result, run_together
 from hoa.jobs.settling import SETTLE_VIA, Settled, settled_by
 from hoa.models import Organization, OutsideCall, Unit
 from locking import Lease, Outcome, insert_fenced
 
 
 @dataclass(frozen=True)
-class ChargeRunResult(Done):
-    """What a successful call did: generated the run now, or found it already generated."""
-
-    run: MonthlyChargeRun
-    outcome: Outcome  # COMMITTED or ALREADY_DONE: what the audit records
-    token: int
+class ChargeRunResult(Result):
+    """The runner's ``Result``, its ``row`` the month's run (``run``, as the month start
+    reads it)."""
 
     @property
-    def generated(self) -> bool:
-        return self.outcome == Outcome.COMMITTED
-
-    @property
-    def message(self) -> str:
-        return answers.result_message(self.run, generated=self.generated)
-
-    def __str__(self) -> str:
-        """The command's line: the same sentence (a run has no token staff must not read)."""
-        return self.message
+    def run(self) -> MonthlyChargeRun:
+        return self.row
 
 
 def generate_monthly_charges(
@@ -146,10 +134,9 @@ def charge_lines(organization: Organization) -> list[ChargeLine]:
 
 
 @dataclass(frozen=True)
-class Looked:
-    run: MonthlyChargeRun | None  # the month's run, if one exists yet
+class Looked(Look):
+    run: MonthlyChargeRun | None  # the month's run, if one exists yet (``fenced``)
     lines: list[ChargeLine]  # what to bill; empty for a completed run
-    needs_call: bool
     # The run ``fence_row`` inserted in the commit's transaction, if it did: its state is
     # known (pending, this transaction's own), so ``commit`` need not read it back.
     created: list[MonthlyChargeRun] = field(default_factory=list)
@@ -197,9 +184,9 @@ class ChargeRun(FencedSteps):
         if run is not None and run.is_completed:
             # Final: nothing to bill. The commit still checks the fence first, so a holder
             # that lost its lease learns it.
-            return Looked(run=run, lines=[], needs_call=False)
+            return Looked(run=run, lines=[], needs_call=False, fenced=run)
         lines = self.lines if self.lines is not None else charge_lines(self.organization)
-        return Looked(run=run, lines=lines, needs_call=True)
+        return Looked(run=run, lines=lines, needs_call=True, fenced=run)
 
     def call_outside(self, lease: Lease, looked: Looked) -> str | None:
         call = billing.send_charge_run(
@@ -221,7 +208,7 @@ class ChargeRun(FencedSteps):
         if not insert_fenced(run, lease):
             return None
         self._copy(run, looked.lines, now)
-        return ChargeRunResult(run=run, outcome=Outcome.COMMITTED, token=lease.token)
+        return ChargeRunResult(Outcome.COMMITTED, lease.token, run, answers.result_message)
 
     def fence_row(self, looked: Looked) -> QuerySet:
         if looked.run is None:
@@ -241,14 +228,14 @@ class ChargeRun(FencedSteps):
         run = looked.created[-1] if looked.created else self.runs().get()
         run.organization = self.organization
         if run.is_completed:
-            return ChargeRunResult(run=run, outcome=Outcome.ALREADY_DONE, token=lease.token)
+            return ChargeRunResult(Outcome.ALREADY_DONE, lease.token, run, answers.result_message)
         now = timezone.now()
         self._copy(run, looked.lines, now)
         completed = _completed(looked.lines, by=self.by, now=now)
         for name, value in completed.items():
             setattr(run, name, value)
         run.save(update_fields=list(completed))
-        return ChargeRunResult(run=run, outcome=Outcome.COMMITTED, token=lease.token)
+        return ChargeRunResult(Outcome.COMMITTED, lease.token, run, answers.result_message)
 
     def _copy(self, run: MonthlyChargeRun, lines: list[ChargeLine], now: datetime) -> None:
         """The charges of ``lines``; a unit removed since the look refuses the attempt.

@@ -79,7 +79,7 @@ def test_repeat_is_already_approved_and_tells_the_board_nothing_more(maple, budg
 
 
 def test_without_a_notification_url_the_call_is_skipped_and_the_budget_approved(maple, budget):
-    assert approve(maple).approved
+    assert approve(maple).committed
     assert state_of(budget)[:3] == ("approved", "cron-a", 1)
 
 
@@ -95,7 +95,7 @@ def test_a_user_must_be_staff_of_the_organization_with_the_permission(
     assert board.received == [] and events(maple) == []
     assert AccessDenial.objects.filter(operation="budget-approval").count() == 2
 
-    assert approve(maple, actor=alice).approved
+    assert approve(maple, actor=alice).committed
     assert state_of(budget)[:2] == ("approved", "alice")
 
 
@@ -193,7 +193,7 @@ def test_eight_concurrent_approvals_approve_once_and_every_loser_is_busy(maple, 
     )
     assert outcomes == {Outcome.BUSY: 7, Outcome.COMMITTED: 1}
     [winner] = [w.result for w in workers if w.result is not None]
-    assert state_of(budget) == ("approved", winner.budget.approved_by, 1, AMOUNT)
+    assert state_of(budget) == ("approved", winner.row.approved_by, 1, AMOUNT)
     assert len(board.received) == 1
 
 
