@@ -83,6 +83,19 @@ def test_without_a_notification_url_the_call_is_skipped_and_the_budget_approved(
     assert state_of(budget)[:3] == ("approved", "cron-a", 1)
 
 
+def test_a_token_at_or_below_the_one_on_the_row_the_look_read_tells_nobody(maple, budget, board):
+    # The row carries a token its resource's record never did (fenced under another name,
+    # or the Redis counter went behind): the runner refuses the look's token before any
+    # call, generically (Look.fenced), and run_fenced recovers with a token above it.
+    AnnualBudget.objects.filter(pk=budget.pk).update(last_fence_token=3)
+
+    result = approve(maple)
+
+    assert result.committed and result.token > 3
+    assert [request.token for request in board.received] == [result.token]
+    assert events(maple) == [("stale", 1), ("committed", result.token)]
+
+
 def test_a_user_must_be_staff_of_the_organization_with_the_permission(
     maple, budget, board, mallory, viewer, alice
 ):
