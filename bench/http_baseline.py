@@ -48,7 +48,7 @@ class _UnfencedCall(Call):
     def run(self, steps):
         lease = _unfenced_lease(self.resource)
         looked = steps.look(lease)
-        told = steps.call_outside(lease, looked) if looked.needs_call else None
+        told = _told(steps, lease, looked) if looked.needs_call else None
         with transaction.atomic():
             row = steps.fence_row(looked)
             # The runs' table is strict (charges 0005): the twin says it writes unfenced,
@@ -56,6 +56,15 @@ class _UnfencedCall(Call):
             with unfenced_writes() if row.model is MonthlyChargeRun else nullcontext():
                 row.select_for_update().values_list("pk").get()
                 return steps.commit(lease, looked, told)
+
+
+def _told(steps, lease, looked):
+    """The operation's own claim, if it makes one, committed on its own; then the call."""
+    if steps.claim is not None:
+        with transaction.atomic():
+            if not steps.claim(lease, looked):
+                return None
+    return steps.call_outside(lease, looked)
 
 
 def _unfenced(operation):

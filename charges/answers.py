@@ -10,12 +10,12 @@ command's output and the audit, with them.
 
 import math
 from datetime import date
+from typing import TYPE_CHECKING
 
 from django.utils.translation import gettext as _
 from django.utils.translation import ngettext, ngettext_lazy
 
 from charges.exceptions import ChargesError, InvalidMonth, UnitsChanged
-from charges.models import MonthlyChargeRun
 from hoa.answers.refusals import (
     Busy,
     CallFailed,
@@ -32,6 +32,9 @@ from hoa.dates import month_name
 from hoa.models import Organization
 from hoa.security.audit import shown
 from hoa.web.money import format_money
+
+if TYPE_CHECKING:
+    from hoa.fenced import Result
 
 
 @sentence.register(ChargesError)
@@ -158,14 +161,16 @@ def lease_lost(*, organization: Organization, month: date) -> str:
     ) % _facts(organization, month)
 
 
-def result_message(run: MonthlyChargeRun, *, generated: bool) -> str:
+def result_message(result: "Result", audience: Audience = Audience.STAFF) -> str:
+    """What a successful call did; operators read the same sentence (a run has no token)."""
+    run = result.row
     facts = {
         "organization": run.organization.name,
         "month": month_name(run.month),
         "count": run.charge_count,
         "total": format_money(run.total),
     }
-    if generated:
+    if result.committed:
         return (
             ngettext(
                 "Generated %(count)d charge for %(organization)s, %(month)s (total %(total)s).",

@@ -160,7 +160,7 @@ def _outcome(organization: Organization, month: date, answer, started_at: dateti
     """An organization's result or refusal as the walk counts it: a run found completed
     before ``started_at`` (the walk's start) was done before, not by another worker of
     this month start."""
-    completed_at = None if isinstance(answer, Refusal) else answer.run.completed_at
+    completed_at = None if isinstance(answer, Refusal) else answer.row.completed_at
     before = (
         answer.outcome == Outcome.ALREADY_DONE
         and completed_at is not None

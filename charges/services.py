@@ -35,33 +35,11 @@ from charges.exceptions import InvalidMonth, UnitsChanged
 from charges.models import MonthlyCharge, MonthlyChargeRun
 from charges.operations import GENERATION, charge_resource
 from hoa.answers.refusals import Refusal
-from hoa.answers.table import Done
 from hoa.batch import together
-from hoa.fenced import FencedSteps, run_together
+from hoa.fenced import FencedSteps, Look, Result, run_together
 from hoa.jobs.settling import SETTLE_VIA, Settled, settled_by
 from hoa.models import Organization, OutsideCall, Unit
 from locking import Lease, Outcome, insert_fenced
-
-
-@dataclass(frozen=True)
-class ChargeRunResult(Done):
-    """What a successful call did: generated the run now, or found it already generated."""
-
-    run: MonthlyChargeRun
-    outcome: Outcome  # COMMITTED or ALREADY_DONE: what the audit records
-    token: int
-
-    @property
-    def generated(self) -> bool:
-        return self.outcome == Outcome.COMMITTED
-
-    @property
-    def message(self) -> str:
-        return answers.result_message(self.run, generated=self.generated)
-
-    def __str__(self) -> str:
-        """The command's line: the same sentence (a run has no token staff must not read)."""
-        return self.message
 
 
 def generate_monthly_charges(
@@ -72,7 +50,7 @@ def generate_monthly_charges(
     via: str = "",
     ip: str | None = None,
     lines: list[ChargeLine] | None = None,
-) -> ChargeRunResult:
+) -> Result:
     """Generate ``organization``'s charges for ``month`` exactly once, under a fenced lease.
 
     ``actor`` is the user asking (staff of the organization with ``charges.generate_charges``,
@@ -93,7 +71,7 @@ def generate_together(
     its own; one ``BEGIN`` and one ``COMMIT`` for all, or for as many as were billed while
     the first lease had half its time left); the month start's way.
 
-    Return, in order, each one's ``ChargeRunResult`` or its refusal (a ``Refusal``, not
+    Return, in order, each one's ``Result`` or its refusal (a ``Refusal``, not
     raised).
 
     A unit removed while the batch was billed (``UnitsChanged``: one association's charges
@@ -121,7 +99,7 @@ def _all_or_none(calls: list) -> list:
         return [changed] * len(calls)
 
 
-def _alone(organization, month, actor, *, via) -> "ChargeRunResult | Refusal":
+def _alone(organization, month, actor, *, via) -> "Result | Refusal":
     """One association of a batch again, on its own, its units read under its lease."""
     try:
         return generate_monthly_charges(
@@ -147,10 +125,9 @@ def charge_lines(organization: Organization) -> list[ChargeLine]:
 
 
 @dataclass(frozen=True)
-class Looked:
-    run: MonthlyChargeRun | None  # the month's run, if one exists yet
+class Looked(Look):
+    run: MonthlyChargeRun | None  # the month's run, if one exists yet (``fenced``)
     lines: list[ChargeLine]  # what to bill; empty for a completed run
-    needs_call: bool
     # The run ``fence_row`` inserted in the commit's transaction, if it did: its state is
     # known (pending, this transaction's own), so ``commit`` need not read it back.
     created: list[MonthlyChargeRun] = field(default_factory=list)
@@ -198,9 +175,9 @@ class ChargeRun(FencedSteps):
         if run is not None and run.is_completed:
             # Final: nothing to bill. The commit still checks the fence first, so a holder
             # that lost its lease learns it.
-            return Looked(run=run, lines=[], needs_call=False)
+            return Looked(run=run, lines=[], needs_call=False, fenced=run)
         lines = self.lines if self.lines is not None else charge_lines(self.organization)
-        return Looked(run=run, lines=lines, needs_call=True)
+        return Looked(run=run, lines=lines, needs_call=True, fenced=run)
 
     def call_outside(self, lease: Lease, looked: Looked) -> str | None:
         call = billing.send_charge_run(
@@ -208,7 +185,7 @@ class ChargeRun(FencedSteps):
         )
         return None if call.skipped else billing.BILLING_SYSTEM
 
-    def create(self, lease: Lease, looked: Looked, told) -> ChargeRunResult | None:
+    def create(self, lease: Lease, looked: Looked, told) -> Result | None:
         if looked.run is not None:
             return None
         now = timezone.now()
@@ -222,7 +199,7 @@ class ChargeRun(FencedSteps):
         if not insert_fenced(run, lease):
             return None
         self._copy(run, looked.lines, now)
-        return ChargeRunResult(run=run, outcome=Outcome.COMMITTED, token=lease.token)
+        return Result(Outcome.COMMITTED, lease.token, run, answers.result_message)
 
     def fence_row(self, looked: Looked) -> QuerySet:
         if looked.run is None:
@@ -236,20 +213,20 @@ class ChargeRun(FencedSteps):
                 looked.created.append(created)
         return self.runs()
 
-    def commit(self, lease: Lease, looked: Looked, told) -> ChargeRunResult:
+    def commit(self, lease: Lease, looked: Looked, told) -> Result:
         # The fence UPDATE holds the row lock: this read sees the latest committed state.
         # A run this transaction inserted is pending, and nobody else has seen it.
         run = looked.created[-1] if looked.created else self.runs().get()
         run.organization = self.organization
         if run.is_completed:
-            return ChargeRunResult(run=run, outcome=Outcome.ALREADY_DONE, token=lease.token)
+            return Result(Outcome.ALREADY_DONE, lease.token, run, answers.result_message)
         now = timezone.now()
         self._copy(run, looked.lines, now)
         completed = _completed(looked.lines, by=self.by, now=now)
         for name, value in completed.items():
             setattr(run, name, value)
         run.save(update_fields=list(completed))
-        return ChargeRunResult(run=run, outcome=Outcome.COMMITTED, token=lease.token)
+        return Result(Outcome.COMMITTED, lease.token, run, answers.result_message)
 
     def _copy(self, run: MonthlyChargeRun, lines: list[ChargeLine], now: datetime) -> None:
         """The charges of ``lines``; a unit removed since the look refuses the attempt.

@@ -1,59 +1,15 @@
-"""The one runner of fenced operations: named steps, in order, under a fresh lease.
+"""The one runner of fenced operations: an operation's steps (``FencedSteps``) in their
+order under a fresh lease (``Call.run``), or many attempts on different resources committed
+together (``run_together``), and what a successful attempt returns (``Result``).
 
-An operation's service describes one attempt as steps (a ``FencedSteps``) and hands them to
-the ``Call`` its declaration's ``begin`` returned::
-
-    call = GENERATION.begin(actor, organization=organization, resource=resource, via=via)
-    return call.run(ChargeRun(organization=organization, month=month, by=call.label))
-
-``Call.run`` takes the lease (``locking.run_fenced``: grant, audit, release, counter
-recovery) and calls the steps in this order, the same for every operation:
-
-1. **The claim**: ``locking.claim_fence(lease)`` records the lease's token on the
-   resource's durable record, one statement committed on its own (a holder whose lease
-   was re-granted learns it here), then ``look(lease)`` reads what the decision needs.
-2. ``call_outside(lease, looked)``: after ``lease.check()`` (a lease lost or uncertain
-   tells nobody), in the ``external-call`` span. A refused call is the operation's
-   ``CallFailed`` and nothing more is written; a call whose outcome is unknown (a
-   timeout, a lost connection, a redirect, a 5xx) is recorded (``hoa.models.OutsideCall``,
-   committed on its own) and answered ``OutcomeUnknown``: settled later by the same key.
-3. **The commit**, one ``transaction.atomic()``: ``create(lease, looked, told)`` first, when
-   the row that carries the fence is not there yet: it inserts that row with the token on
-   it (``insert_fenced``) and writes, in one statement fewer. Otherwise (or when another
-   holder created the row meanwhile) ``advance_fence`` on ``fence_row(looked)`` (the same
-   grant passes; a newer holder's claim made this one stale), then ``commit(lease, looked,
-   told)``: the state check and the writes. The attempt's audit row commits with them.
-4. A refusal at the commit after the outside was told, whoever refused (the operation's
-   state check, or the fence: a newer holder overtook this one): ``take_back`` sends the
-   best-effort cancellation, and the refusal records whom it told in vain.
-
-Why the claim commits before the call: the outside system and the database must keep the
-same attempt's version, whichever holder commits first. A receiver keeps the highest token
-per key, so a newer holder's call replaces an older one's there. Without the claim, an
-older holder that called, paused, and committed before the newer holder's fence would leave
-its version in the database while the outside kept the newer one (the newer holder then
-finds the work done and says so). With it, once a newer holder has claimed, no older holder
-can commit (its second fence is refused), and a newer holder's look runs after every older
-commit, so it never calls the outside about work already done. docs/architecture.md has
-the argument with both orders.
-
-``run_together`` runs the same steps for several attempts on different resources (the
-month start's chunk of associations), each under its own lease: their claims in one
-transaction, their calls one by one, their commits in one transaction.
-
-locking's refusals (busy, superseded, lease lost, Redis down) are raised as the shared
-refusals (``hoa.answers.refusals``), carrying the operation and the steps' ``subject``.
-Superseded
-covers both refusals of a stale token: by the fence (``StaleFencingToken``) and by the
-service the outside call went to (its 409: ``StaleAtReceiver``, a ``StaleFencingToken``
-that the webhook client raises), so a late call refused there is answered 409 / exit 75
-and audited ``stale``, not as a failed call.
+docs/architecture.md, "A service reads top to bottom", has the order of the steps, why the
+claims commit before the call, and how locking's refusals are answered.
 """
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -69,6 +25,7 @@ from hoa.answers.refusals import (
     Refusal,
     Superseded,
 )
+from hoa.answers.table import Audience, Done
 from hoa.integrations.webhooks import ExternalCallFailed, ExternalCallUnknown
 from hoa.models import Organization, record_unknown
 from hoa.scopes import scope_for_organization
@@ -78,6 +35,7 @@ from locking import (
     LeaseLost,
     LockHeld,
     LockUnavailable,
+    Outcome,
     StaleFencingToken,
     advance_fence,
     claim_fence,
@@ -102,21 +60,30 @@ class FencedSteps:
 
     Subclasses set ``endpoint`` (the outside's name, for the span) and ``subject`` (the
     facts its refusals carry, e.g. the organization and month) and write ``look``,
-    ``call_outside``, ``fence_row`` and ``commit``; ``create`` only if the attempt may
-    find no row to fence and can insert it with its final values; ``take_back`` only if a
-    refusal at commit can follow a call that told someone.
+    ``call_outside``, ``fence_row`` and ``commit``; ``claim`` and ``release`` only if the
+    operation marks its own row before the call; ``create`` only if the attempt may find no
+    row to fence and can insert it with its final values; ``take_back`` only if a refusal at
+    commit can follow a call that told someone.
     """
 
     endpoint: str = ""
     party: str = ""  # whom the call tells, as staff read it ("the payment service")
 
+    # The operation's own claim before the call, if it makes one (``None``: none), as
+    # ``claim(lease, looked) -> bool``: in a transaction the runner commits on its own
+    # before the call, mark the row (the payment: the invoice sent for payment); ``False``
+    # when there is nothing to call about any more (done meanwhile: the commit finds it),
+    # or raise a ``Refusal`` or ``StaleFencingToken`` (the call is not made).
+    claim: Callable[[Lease, Any], bool] | None = None
+
     @property
     def subject(self) -> dict[str, Any]:
         return {}
 
-    def look(self, lease: Lease) -> Any:
+    def look(self, lease: Lease) -> "Look":
         """In the claim's transaction, after the claim: read what the decision needs,
-        nothing written; the result's ``needs_call`` says whether the outside must be told."""
+        nothing written; return a ``Look`` (whether the outside must be told, the fenced row
+        as it was read)."""
         raise NotImplementedError
 
     def call_outside(self, lease: Lease, looked) -> object | None:
@@ -124,7 +91,10 @@ class FencedSteps:
         Raise ``ExternalCallFailed`` when it refused or failed."""
         raise NotImplementedError
 
-    def create(self, lease: Lease, looked, told):
+    def release(self, lease: Lease, looked) -> None:
+        """Take ``claim``'s mark back after the outside refused the call (it did nothing)."""
+
+    def create(self, lease: Lease, looked, told) -> "Result | None":
         """In the commit's transaction, before anything else: when ``look`` found no row
         that carries the fence, insert it fenced (``insert_fenced(row, lease)``) with its
         final values, and the other writes; return the result. ``None`` (the default, and
@@ -138,7 +108,7 @@ class FencedSteps:
         need be)."""
         raise NotImplementedError
 
-    def commit(self, lease: Lease, looked, told):
+    def commit(self, lease: Lease, looked, told) -> "Result":
         """After the fence, in its transaction: the state check and the writes (``told``:
         whom ``call_outside`` told, or ``None``). Return the result (its ``outcome``:
         committed or already done), or raise a ``Refusal``."""
@@ -148,6 +118,43 @@ class FencedSteps:
         """The best-effort cancellation of a call made in vain; say what it got. Never
         raises: the caller is owed its refusal, not an error about the cleanup."""
         return "nothing to take back"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Look:
+    """What ``look`` found, as the runner reads it; an operation's look subclasses it with
+    what its decision needs."""
+
+    needs_call: bool  # the outside must be told
+    # The row that carries the fence, as the look read it (``None``: none read, or none
+    # yet): a token at or below its ``last_fence_token`` is refused before any call.
+    fenced: Any = None
+
+
+@dataclass(frozen=True)
+class Result(Done):
+    """What a successful attempt did: ``outcome`` (committed now, or already done), the
+    lease's ``token``, the ``row`` it wrote or found (the run, the assignment, the payment,
+    the budget), and ``words``, the operation's sentence of it for an audience."""
+
+    outcome: Outcome
+    token: int
+    row: Any
+    words: Callable[["Result", Audience], str] = field(repr=False, compare=False)
+
+    @property
+    def committed(self) -> bool:
+        """Done by this attempt (``False``: found already done)."""
+        return self.outcome == Outcome.COMMITTED
+
+    @property
+    def message(self) -> str:
+        """Staff's sentence (pages, admin messages)."""
+        return self.words(self, Audience.STAFF)
+
+    def __str__(self) -> str:
+        """The operators' sentence (the command's line)."""
+        return self.words(self, Audience.OPERATORS)
 
 
 @dataclass(frozen=True)
@@ -289,8 +296,7 @@ def _claim(granted: list[_Attempt], answers: list) -> list[_Attempt]:
         for attempt in granted:
             lease = attempt.leased.lease
             try:
-                claim_fence(lease)  # refused: nothing written
-                attempt.looked = attempt.steps.look(lease)  # reads only
+                attempt.looked = _look(attempt.steps, lease)  # a refused claim writes nothing
             except (Refusal, StaleFencingToken) as exc:
                 attempt.refused = exc
     going_on = []
@@ -408,11 +414,23 @@ def _refusal_or_rerun(call: Call, steps: FencedSteps, leased: LeasedAttempt, exc
 
 def _run_steps(steps: FencedSteps, call: Call, lease: Lease):
     """The steps in their order, under ``lease`` (``run_fenced``'s work)."""
-    claim_fence(lease)  # one statement, committed on its own: durable before any call
-    looked = steps.look(lease)  # after the claim: every older holder's commit is visible
+    looked = _look(steps, lease)  # the claim, committed on its own: durable before any call
     told = _call_outside(steps, call, lease, looked) if looked.needs_call else None
     with _taking_back(steps, lease, looked, told), transaction.atomic():
         return _commit_steps(steps, lease, looked, told)
+
+
+def _look(steps: FencedSteps, lease: Lease) -> Look:
+    """The runner's claim on the resource's record, then ``look`` (every older holder's
+    commit is visible to it); a token at or below the one on the row it read is refused."""
+    claim_fence(lease)  # one statement: a holder overtaken since its grant stops here
+    looked = steps.look(lease)
+    row = looked.fenced
+    if row is not None and lease.token <= row.last_fence_token:
+        # The row was fenced beyond the resource's record (under another name, or the Redis
+        # counter went behind, which run_fenced tells apart): not worth a call.
+        raise StaleFencingToken(lease.token, row.last_fence_token)
+    return looked
 
 
 def _commit_steps(steps: FencedSteps, lease: Lease, looked, told):
@@ -442,11 +460,18 @@ def _taking_back(steps: FencedSteps, lease: Lease, looked, told) -> Iterator[Non
 
 
 def _call_outside(steps: FencedSteps, call: Call, lease: Lease, looked):
-    lease.check()  # not worth a call if the lease is lost or uncertain: LeaseLost
+    """The operation's claim, if it makes one, committed on its own; then the call."""
+    lease.check()  # not worth a claim or a call if the lease is lost or uncertain: LeaseLost
+    if steps.claim is not None:
+        with transaction.atomic():
+            if not steps.claim(lease, looked):
+                return None  # done meanwhile by an older holder: the commit finds it
+        lease.check()  # the claim took a round trip: still ours?
     try:
         with span("external-call", lease=lease, attributes={"endpoint": steps.endpoint}):
             return steps.call_outside(lease, looked)
     except ExternalCallFailed as exc:
+        steps.release(lease, looked)  # the outside refused: it did nothing
         raise CallFailed(
             operation=call.operation, reason=exc.reason, status=exc.status, **steps.subject
         ) from exc

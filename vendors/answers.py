@@ -9,6 +9,7 @@ audit, with them.
 """
 
 from datetime import date
+from typing import TYPE_CHECKING
 
 from django.utils.translation import gettext as _
 
@@ -40,6 +41,9 @@ from vendors.exceptions import (
     VendorsError,
 )
 from vendors.models import Vendor, VendorAssignment, VendorContract
+
+if TYPE_CHECKING:
+    from vendors.services import AssignmentResult
 
 
 @sentence.register(VendorsError)
@@ -128,14 +132,9 @@ def describe_assignment(
     }
 
 
-def result_message(
-    assignment: VendorAssignment,
-    *,
-    already_done: bool,
-    replaced: VendorAssignment | None,
-    audience: Audience = Audience.STAFF,
-) -> str:
+def result_message(result: "AssignmentResult", audience: Audience = Audience.STAFF) -> str:
     """What a successful call did; operators (the command's line) also read the token."""
+    assignment, already_done, replaced = result.row, not result.committed, result.replaced
     values = {"vendor": assignment.vendor.name, "complaint": assignment.complaint_id}
     if already_done:
         said = _("%(vendor)s is already the vendor of complaint #%(complaint)s.") % values

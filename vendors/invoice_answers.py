@@ -11,6 +11,7 @@ them.
 """
 
 import math
+from typing import TYPE_CHECKING
 
 from django.utils.text import get_text_list
 from django.utils.translation import gettext as _
@@ -40,7 +41,10 @@ from vendors.exceptions import (
     PaymentSent,
     PaymentServiceNotConfigured,
 )
-from vendors.models import Invoice, InvoiceEvent, VendorPayment
+from vendors.models import Invoice, InvoiceEvent
+
+if TYPE_CHECKING:
+    from hoa.fenced import Result
 
 Rule = InvoiceRule
 
@@ -217,14 +221,9 @@ def payment_superseded(refusal: Superseded, audience: Audience = Audience.STAFF)
     ) % {"invoice": invoice}
 
 
-def payment_message(
-    payment: VendorPayment,
-    *,
-    paid: bool,
-    token: int | None = None,
-    audience: Audience = Audience.STAFF,
-) -> str:
+def payment_message(result: "Result", audience: Audience = Audience.STAFF) -> str:
     """What a successful payment did; operators (the command's line) also read the token."""
+    payment, paid = result.row, result.committed
     values = {
         "invoice": payment.invoice_id,
         "vendor": payment.invoice.vendor.name,
@@ -239,8 +238,8 @@ def payment_message(
             "%(reference)s)."
         )
     said %= values
-    if audience is Audience.OPERATORS and paid and token is not None:
-        said = f"{said[:-1]} (token {token})."
+    if audience is Audience.OPERATORS and paid:
+        said = f"{said[:-1]} (token {result.token})."
     return said
 
 

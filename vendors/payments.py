@@ -9,18 +9,20 @@ lease (``hoa.fenced``, the runner every operation shares):
 0. The runner's claim on the resource's record (``claim_fence``, committed on its own): a
    holder whose lease a newer one has claimed since stops here, and from now on no older
    holder can commit.
-1. ``look``: the invoice and its payment; a paid invoice needs no call (already paid), a
-   token at or below the one the invoice records cannot win (refused before any call).
-2. ``call_outside``: first the invoice's claim, committed on its own: one conditional
-   ``UPDATE`` that marks the invoice as sent for payment (``payment_claim``, the lease's
-   token) if it is still approved for the amount the look read and no newer holder
-   claimed it. From then on the invoice cannot be voided, rejected or changed
-   (``vendors.invoices``); a void that won the row first makes this attempt stop here,
-   before the service hears of it (``InvoiceChangedBeforePaying``), and so does a newer
-   holder's claim (superseded: a paused payer woken after its lease never calls). Then
-   the payment call: one POST sealed for the ``payment`` endpoint, its
-   ``Idempotency-Key`` the invoice's, its token the lease's.
-3. ``fence_row`` and ``commit``, in one transaction: ``advance_fence`` on the invoice row (a
+1. ``look``: the invoice and its payment; a paid invoice needs no call (already paid). The
+   look names the invoice as the row it fenced: the runner refuses a token at or below
+   the one it records, before any call.
+2. ``claim``, committed by the runner on its own: one conditional ``UPDATE`` that marks the
+   invoice as sent for payment (``payment_claim``, the lease's token) if it is still
+   approved for the amount the look read and no newer holder claimed it. From then on the
+   invoice cannot be voided, rejected or changed (``vendors.invoices``); a void that won
+   the row first makes this attempt stop here, before the service hears of it
+   (``InvoiceChangedBeforePaying``), and so does a newer holder's claim (superseded: a
+   paused payer woken after its lease never calls).
+3. ``call_outside``, after the runner's ``lease.check()``: one POST sealed for the
+   ``payment`` endpoint, its ``Idempotency-Key`` the invoice's, its token the lease's; a
+   refused one (it paid nothing) has the claim taken back (``release``).
+4. ``fence_row`` and ``commit``, in one transaction: ``advance_fence`` on the invoice row (a
    holder whose lease was taken over: ``Superseded``), then the state check (a
    payment recorded by another holder: already paid), then the ``VendorPayment`` with the
    service's reference and the lease's token, the invoice paid, its timeline line.
@@ -34,7 +36,7 @@ leaves the payment it was told of to the settling job (``Payment.take_back``: th
 holder may stop before its call, its page out of date, and nothing else would record it
 but a later payer). A holder that dies after its claim leaves the invoice "sent for
 payment": paying it again (the page, the admin, the nightly batch) asks the service, which
-answers with the payment it made, or pays now. docs/architecture.md, "A third
+answers with the payment it made, or pays now. docs/architecture.md, "Adding an
 operation", has the argument in full.
 
 ``pay_together`` pays several invoices, each under its own lease, committed together
@@ -50,10 +52,8 @@ from django.db.models import F, Q, QuerySet
 from django.utils import timezone
 
 from hoa.answers.refusals import Refusal
-from hoa.answers.table import Audience, Done
 from hoa.batch import together
-from hoa.fenced import FencedSteps
-from hoa.integrations.webhooks import ExternalCallFailed
+from hoa.fenced import FencedSteps, Look, Result
 from hoa.jobs.settling import SETTLE_VIA, Settled, settled_by
 from hoa.models import OutsideCall, record_unknown
 from locking import Lease, Outcome, StaleFencingToken
@@ -81,33 +81,9 @@ logger = logging.getLogger(__name__)
 Status = Invoice.Status
 
 
-@dataclass(frozen=True)
-class PaymentResult(Done):
-    """What a successful call did: paid the invoice now, or found it paid."""
-
-    payment: VendorPayment
-    outcome: Outcome  # COMMITTED or ALREADY_DONE: what the audit records
-    token: int
-
-    @property
-    def paid(self) -> bool:
-        return self.outcome == Outcome.COMMITTED
-
-    @property
-    def message(self) -> str:
-        """Staff's sentence (pages, admin messages)."""
-        return invoice_answers.payment_message(self.payment, paid=self.paid)
-
-    def __str__(self) -> str:
-        """The operators' sentence (the command's line), with the token."""
-        return invoice_answers.payment_message(
-            self.payment, paid=self.paid, token=self.token, audience=Audience.OPERATORS
-        )
-
-
 def pay_invoice(
     *, invoice: Invoice, actor, via: str = "", ip: str | None = None, seen: int | None = None
-) -> PaymentResult:
+) -> Result:
     """Pay ``invoice`` (approved) exactly once, under its fenced lease.
 
     ``actor`` is the user asking (staff of the invoice's association with
@@ -136,7 +112,7 @@ def pay_together(invoices: list[Invoice], *, actor, via: str = "") -> list:
     """``pay_invoice`` for each invoice, committed together (``hoa.fenced.run_together``:
     each under its own lease, each told to the service on its own; one ``BEGIN`` and one
     ``COMMIT`` for all, or for as many as were paid while the first lease had half its time
-    left). Return, in order, each one's ``PaymentResult`` or refusal (not raised)."""
+    left). Return, in order, each one's ``Result`` or refusal (not raised)."""
     return together(invoices, lambda invoice: _payment(invoice, actor, via=via))
 
 
@@ -159,10 +135,9 @@ def _payment(invoice: Invoice, actor, *, via: str, ip: str | None = None, seen=N
 
 
 @dataclass(frozen=True)
-class Looked:
-    invoice: Invoice  # as the look read it: what the call tells the service
+class Looked(Look):
+    invoice: Invoice  # as the look read it (``fenced``): what the call tells the service
     payment: VendorPayment | None  # recorded by an earlier attempt
-    needs_call: bool
 
 
 @dataclass(frozen=True)
@@ -186,24 +161,44 @@ class Payment(FencedSteps):
 
     def look(self, lease: Lease) -> Looked:
         invoice = self.rows().select_related("organization", "vendor").get()
-        if lease.token <= invoice.last_fence_token:
-            # A newer holder has fenced the invoice (or the Redis counter went behind, which
-            # run_fenced tells apart): not worth a call. The fence in the commit decides.
-            raise StaleFencingToken(lease.token, invoice.last_fence_token)
         payment = VendorPayment.objects.filter(invoice=invoice).first()
-        return Looked(invoice=invoice, payment=payment, needs_call=payment is None)
+        return Looked(invoice=invoice, payment=payment, needs_call=payment is None, fenced=invoice)
+
+    def claim(self, lease: Lease, looked: Looked) -> bool:
+        """Mark the invoice sent for payment (committed by the runner before the service
+        hears of it) if it is still approved for the amount the look read and no newer
+        holder claimed it; return whether it did. A paid invoice: ``False`` (the commit
+        finds its payment). A newer holder's claim: ``StaleFencingToken``, before any call
+        (this one was paused past its lease). Anything else refuses, nothing told."""
+        seen, now = looked.invoice, timezone.now()
+        unclaimed = Q(payment_claim__isnull=True) | Q(payment_claim__lte=lease.token)
+        as_shown = Q(version=self.seen) if self.seen is not None else Q()
+        claimed = (
+            self.rows()
+            .filter(unclaimed, as_shown, status=Status.APPROVED, amount=seen.amount)
+            .update(payment_claim=lease.token, payment_claimed_at=now, version=F("version") + 1)
+        )
+        if not claimed:
+            current = self.rows().select_related("vendor").get()
+            if current.status == Status.PAID:
+                return False
+            if current.payment_claim is not None and current.payment_claim > lease.token:
+                raise StaleFencingToken(lease.token, current.payment_claim)
+            raise InvoiceChangedBeforePaying(invoice=self.invoice, current=current)
+        InvoiceEvent.objects.create(
+            invoice_id=seen.pk,
+            kind=InvoiceEvent.Kind.PAYMENT_SENT,
+            at=now,
+            actor=self.actor,
+            actor_label=self.by[:200],
+            amount_after=seen.amount,
+        )
+        return True
 
     def call_outside(self, lease: Lease, looked: Looked) -> PaymentReceipt | None:
-        if not self._claim(lease, looked.invoice):
-            return None  # paid meanwhile by an older holder: the commit finds its payment
-        lease.check()  # the claim took a round trip: still ours?
-        try:
-            return send_payment(invoice=looked.invoice, lease=lease)
-        except ExternalCallFailed:
-            self._release(lease)  # the service refused: it paid nothing
-            raise
+        return send_payment(invoice=looked.invoice, lease=lease)
 
-    def _release(self, lease: Lease) -> None:
+    def release(self, lease: Lease, looked: Looked) -> None:
         """Take this attempt's claim back after the service refused to pay (a 4xx, or no
         connection: nothing was sent): the invoice is approved as before, and may be voided
         or changed. A newer holder's claim is left alone."""
@@ -211,52 +206,18 @@ class Payment(FencedSteps):
             payment_claim=None, payment_claimed_at=None, version=F("version") + 1
         )
 
-    def _claim(self, lease: Lease, seen: Invoice) -> bool:
-        """Mark the invoice sent for payment, committed before the service hears of it, if
-        it is still approved for the amount the look read and no newer holder claimed it;
-        return whether it did. A paid invoice: ``False`` (the commit finds its payment). A
-        newer holder's claim: ``StaleFencingToken``, before any call (this one was paused
-        past its lease). Anything else refuses, nothing told."""
-        now = timezone.now()
-        unclaimed = Q(payment_claim__isnull=True) | Q(payment_claim__lte=lease.token)
-        as_shown = Q(version=self.seen) if self.seen is not None else Q()
-        with transaction.atomic():
-            claimed = (
-                self.rows()
-                .filter(unclaimed, as_shown, status=Status.APPROVED, amount=seen.amount)
-                .update(
-                    payment_claim=lease.token,
-                    payment_claimed_at=now,
-                    version=F("version") + 1,
-                )
-            )
-            if not claimed:
-                current = self.rows().select_related("vendor").get()
-                if current.status == Status.PAID:
-                    return False
-                if current.payment_claim is not None and current.payment_claim > lease.token:
-                    raise StaleFencingToken(lease.token, current.payment_claim)
-                raise InvoiceChangedBeforePaying(invoice=self.invoice, current=current)
-            InvoiceEvent.objects.create(
-                invoice_id=seen.pk,
-                kind=InvoiceEvent.Kind.PAYMENT_SENT,
-                at=now,
-                actor=self.actor,
-                actor_label=self.by[:200],
-                amount_after=seen.amount,
-            )
-        return True
-
     def fence_row(self, looked: Looked) -> QuerySet:
         return self.rows()
 
-    def commit(self, lease: Lease, looked: Looked, told: PaymentReceipt | None) -> PaymentResult:
+    def commit(self, lease: Lease, looked: Looked, told: PaymentReceipt | None) -> Result:
         # The fence UPDATE holds the invoice's row lock: what is read now is the latest
         # committed state, and nobody changes it before we commit.
         payment = VendorPayment.objects.filter(invoice_id=self.invoice.pk).first()
         if payment is not None:  # another holder recorded it: the service paid once
             payment.invoice = looked.invoice
-            return PaymentResult(payment=payment, outcome=Outcome.ALREADY_DONE, token=lease.token)
+            return Result(
+                Outcome.ALREADY_DONE, lease.token, payment, invoice_answers.payment_message
+            )
         now = timezone.now()
         invoice = looked.invoice
         # Claimed (by this attempt or a newer one) and approved: nothing else moves it.
@@ -290,7 +251,7 @@ class Payment(FencedSteps):
             "invoice paid",
             extra={"invoice": invoice.pk, "token": lease.token, "reference": told.reference},
         )
-        return PaymentResult(payment=payment, outcome=Outcome.COMMITTED, token=lease.token)
+        return Result(Outcome.COMMITTED, lease.token, payment, invoice_answers.payment_message)
 
     def take_back(self, lease: Lease, looked: Looked, refusal: Refusal) -> str:
         """A payment is not taken back: the service paid (now, or before, by the same key)

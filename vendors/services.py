@@ -42,12 +42,11 @@ from enum import Enum, auto
 from django.db.models import OuterRef, QuerySet, Subquery
 from django.utils import timezone
 
-from hoa.answers.table import Audience, Done
 from hoa.complaints.reporters import Kind as ReporterKind
 from hoa.complaints.reporters import tell_reporter
 from hoa.complaints.rules import RULES, Change, allows
 from hoa.complaints.workflow import record_assignment
-from hoa.fenced import FencedSteps
+from hoa.fenced import FencedSteps, Look, Result
 from hoa.integrations.webhooks import ExternalCallFailed, ExternalCallUnknown
 from hoa.jobs.settling import SETTLE_VIA, Settled, settled_by
 from hoa.models import Complaint, Organization, OutsideCall
@@ -78,34 +77,15 @@ logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
-class AssignmentResult(Done):
-    """What ``assign_vendor`` did. ``outcome`` is the FenceEvent outcome it recorded."""
+class AssignmentResult(Result):
+    """The runner's ``Result``, its ``row`` the active assignment of the vendor asked for."""
 
-    assignment: VendorAssignment  # the active assignment of the vendor asked for
-    outcome: Outcome  # COMMITTED or ALREADY_DONE
-    token: int
     replaced: VendorAssignment | None = None  # the assignment this call deactivated
     dispatched: bool = False  # the dispatch service was called (not skipped, not needed)
 
     @property
-    def already_done(self) -> bool:
-        return self.outcome == Outcome.ALREADY_DONE
-
-    @property
-    def message(self) -> str:
-        """Staff's sentence (pages, admin messages)."""
-        return answers.result_message(
-            self.assignment, already_done=self.already_done, replaced=self.replaced
-        )
-
-    def __str__(self) -> str:
-        """The operators' sentence (the command's line), with the token."""
-        return answers.result_message(
-            self.assignment,
-            already_done=self.already_done,
-            replaced=self.replaced,
-            audience=Audience.OPERATORS,
-        )
+    def assignment(self) -> VendorAssignment:
+        return self.row
 
 
 class Unstated(Enum):
@@ -176,11 +156,10 @@ class _Next(Enum):
 
 
 @dataclass(frozen=True)
-class Looked:
+class Looked(Look):
     current: VendorAssignment | None  # the active assignment before the call
     after_id: int | None  # the complaint's latest assignment, which the dispatch key names
     closed_id: int | None  # the complaint's latest close (its event), which the key names too
-    needs_call: bool
 
 
 @dataclass(frozen=True)
@@ -258,7 +237,9 @@ class Assignment(FencedSteps):
             )
         match self.next_step(current):
             case _Next.ALREADY_DONE:
-                return AssignmentResult(current, Outcome.ALREADY_DONE, lease.token)
+                return AssignmentResult(
+                    Outcome.ALREADY_DONE, lease.token, current, answers.result_message
+                )
             case _Next.REFUSE:
                 raise AlreadyAssigned(complaint=self.complaint, winner=current)
             case _Next.CHANGED:
@@ -271,7 +252,12 @@ class Assignment(FencedSteps):
             raise AssignmentChanged(complaint=self.complaint, current=current)
         assignment = self._replace(current, status, lease.token)
         return AssignmentResult(
-            assignment, Outcome.COMMITTED, lease.token, current, dispatched=told is not None
+            Outcome.COMMITTED,
+            lease.token,
+            assignment,
+            answers.result_message,
+            current,
+            dispatched=told is not None,
         )
 
     def _replace_seen(
@@ -293,7 +279,12 @@ class Assignment(FencedSteps):
             return None
         self._record(assignment, status, replaced=seen)
         return AssignmentResult(
-            assignment, Outcome.COMMITTED, lease.token, seen, dispatched=told is not None
+            Outcome.COMMITTED,
+            lease.token,
+            assignment,
+            answers.result_message,
+            seen,
+            dispatched=told is not None,
         )
 
     def _assign_first(
@@ -312,7 +303,11 @@ class Assignment(FencedSteps):
             return None
         self._record(assignment, status)
         return AssignmentResult(
-            assignment, Outcome.COMMITTED, lease.token, dispatched=told is not None
+            Outcome.COMMITTED,
+            lease.token,
+            assignment,
+            answers.result_message,
+            dispatched=told is not None,
         )
 
     def _replace(

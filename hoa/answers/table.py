@@ -78,8 +78,8 @@ class Answer(StrEnum):
 
 class Done:
     """What every fenced operation's result shares: its ``outcome`` (committed now, or
-    already done) says which kind of answer it is. A result dataclass subclasses it and
-    adds what it did (``run``, ``assignment``, ``payment``), ``outcome`` and ``token``."""
+    already done) says which kind of answer it is. ``hoa.fenced.Result`` subclasses it with
+    the token, the row and the operation's words."""
 
     outcome: Outcome
 

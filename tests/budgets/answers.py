@@ -8,6 +8,7 @@ with them.
 """
 
 import math
+from typing import TYPE_CHECKING
 
 from django.utils.translation import gettext as _
 
@@ -26,7 +27,9 @@ from hoa.answers.table import Audience
 from hoa.security.audit import shown
 from hoa.web.money import format_money
 from tests.budgets.exceptions import AmountChanged, BudgetsError, InvalidYear, NoBudget
-from tests.budgets.models import AnnualBudget
+
+if TYPE_CHECKING:
+    from hoa.fenced import Result
 
 
 @sentence.register(BudgetsError)
@@ -125,12 +128,14 @@ def amount_changed(refusal: AmountChanged) -> str:
     }
 
 
-def result_message(budget: AnnualBudget, *, approved: bool) -> str:
+def result_message(result: "Result", audience: Audience = Audience.STAFF) -> str:
+    """What a successful call did; operators read the same sentence."""
+    budget = result.row
     facts = {
         "organization": budget.organization.name,
         "year": budget.year,
         "amount": format_money(budget.amount),
     }
-    if approved:
+    if result.committed:
         return _("Approved the %(year)s budget of %(organization)s (%(amount)s).") % facts
     return _("The %(year)s budget of %(organization)s was already approved (%(amount)s).") % facts

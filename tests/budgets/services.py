@@ -23,8 +23,7 @@ from dataclasses import dataclass
 from django.db.models import QuerySet
 from django.utils import timezone
 
-from hoa.answers.table import Done
-from hoa.fenced import FencedSteps
+from hoa.fenced import FencedSteps, Look, Result
 from hoa.models import Organization
 from locking import Lease, Outcome
 from tests.budgets import answers, notify
@@ -33,26 +32,9 @@ from tests.budgets.models import AnnualBudget
 from tests.budgets.operations import APPROVAL, budget_resource
 
 
-@dataclass(frozen=True)
-class ApprovalResult(Done):
-    """What a successful call did: approved the budget now, or found it approved."""
-
-    budget: AnnualBudget
-    outcome: Outcome  # COMMITTED or ALREADY_DONE: what the audit records
-    token: int
-
-    @property
-    def approved(self) -> bool:
-        return self.outcome == Outcome.COMMITTED
-
-    @property
-    def message(self) -> str:
-        return answers.result_message(self.budget, approved=self.approved)
-
-
 def approve_budget(
     *, organization: Organization, year: int, actor, via: str = "", ip: str | None = None
-) -> ApprovalResult:
+) -> Result:
     """Approve ``organization``'s budget for ``year`` exactly once, under a fenced lease.
 
     ``actor`` is the user asking, or ``None`` for the operator at the shell; ``via`` says
@@ -68,9 +50,8 @@ def approve_budget(
 
 
 @dataclass(frozen=True)
-class Looked:
-    budget: AnnualBudget  # as it was before the call
-    needs_call: bool
+class Looked(Look):
+    budget: AnnualBudget  # as it was before the call (``fenced``)
 
 
 @dataclass(frozen=True)
@@ -94,7 +75,7 @@ class Approval(FencedSteps):
         budget = self.rows().get()
         budget.organization = self.budget.organization
         # Final once approved: nothing to tell. The commit still checks the fence first.
-        return Looked(budget=budget, needs_call=not budget.is_approved)
+        return Looked(budget=budget, needs_call=not budget.is_approved, fenced=budget)
 
     def call_outside(self, lease: Lease, looked: Looked) -> str | None:
         call = notify.send_approval(budget=looked.budget, token=lease)
@@ -103,16 +84,16 @@ class Approval(FencedSteps):
     def fence_row(self, looked: Looked) -> QuerySet:
         return self.rows()
 
-    def commit(self, lease: Lease, looked: Looked, told) -> ApprovalResult:
+    def commit(self, lease: Lease, looked: Looked, told) -> Result:
         # The fence UPDATE holds the row lock: this read sees the latest committed state.
         budget = self.rows().get()
         budget.organization = self.budget.organization
         if budget.is_approved:
-            return ApprovalResult(budget=budget, outcome=Outcome.ALREADY_DONE, token=lease.token)
+            return Result(Outcome.ALREADY_DONE, lease.token, budget, answers.result_message)
         if budget.amount != looked.budget.amount:  # the board was told another amount
             raise AmountChanged(**self.subject, notified=looked.budget.amount, amount=budget.amount)
         budget.status = AnnualBudget.Status.APPROVED
         budget.approved_at = timezone.now()
         budget.approved_by = self.by[:200]
         budget.save(update_fields=["status", "approved_at", "approved_by"])
-        return ApprovalResult(budget=budget, outcome=Outcome.COMMITTED, token=lease.token)
+        return Result(Outcome.COMMITTED, lease.token, budget, answers.result_message)

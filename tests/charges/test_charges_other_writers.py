@@ -19,7 +19,8 @@ import pytest
 from charges.exceptions import UnitsChanged
 from charges.models import MonthlyCharge, MonthlyChargeRun
 from charges.operations import charge_resource
-from charges.services import ChargeRunResult, generate_monthly_charges, generate_together
+from charges.services import generate_monthly_charges, generate_together
+from hoa.fenced import Result
 from hoa.models import Unit
 from locking import Outcome
 from locking.models import FenceEvent
@@ -80,7 +81,7 @@ def test_a_unit_deleted_while_a_month_start_batch_bills_costs_the_batch_nothing(
 
     assert batch.error is None, batch.error
     maple_answer, oak_answer = batch.result
-    assert [type(maple_answer), type(oak_answer)] == [ChargeRunResult] * 2
+    assert [type(maple_answer), type(oak_answer)] == [Result] * 2
     assert maple_answer.outcome == oak_answer.outcome == Outcome.COMMITTED
     runs = MonthlyChargeRun.objects.filter(month=MONTH).order_by("organization__name")
     assert [(run.organization.slug, run.charge_count) for run in runs] == [

@@ -185,7 +185,7 @@ def test_user_actor_must_be_staff_of_the_organization_with_the_permission(
     assert_nothing_written(maple)
     assert billing.received == []
 
-    assert generate(maple, actor=alice).generated
+    assert generate(maple, actor=alice).committed
     assert_one_complete_run(maple, completed_by="alice")
 
 
@@ -270,8 +270,8 @@ def test_redis_down_is_reported_and_writes_nothing(maple, billing, settings):
 def test_organization_without_units_completes_with_zero_total(billing):
     empty = Organization.objects.create(name="Empty Acres", slug="empty-acres")
     result = generate(empty)
-    assert result.generated
-    assert (result.run.charge_count, result.run.total) == (0, Decimal("0.00"))
+    assert result.committed
+    assert (result.row.charge_count, result.row.total) == (0, Decimal("0.00"))
     assert billing.received[0].json["lines"] == []
 
 

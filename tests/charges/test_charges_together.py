@@ -19,12 +19,11 @@ from charges.models import MonthlyCharge, MonthlyChargeRun
 from charges.operations import GENERATION, charge_resource
 from charges.services import (
     ChargeRun,
-    ChargeRunResult,
     generate_monthly_charges,
     generate_together,
 )
 from hoa.answers.refusals import Busy, CallFailed, LockServiceDown, Superseded
-from hoa.fenced import run_together
+from hoa.fenced import Result, run_together
 from hoa.models import Organization, Unit
 from locking import FenceLock, Outcome
 from locking.models import FenceEvent
@@ -69,7 +68,7 @@ def test_a_batch_bills_and_writes_each_association_once_with_its_own_token(
 ):
     answers = together(maple, oak, cedar)
 
-    assert [type(answer) for answer in answers] == [ChargeRunResult] * 3
+    assert [type(answer) for answer in answers] == [Result] * 3
     assert [(answer.outcome, answer.token) for answer in answers] == [(Outcome.COMMITTED, 1)] * 3
     for organization in (maple, oak, cedar):
         assert completed_by(organization) == "cron-a"

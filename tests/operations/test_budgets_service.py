@@ -79,8 +79,21 @@ def test_repeat_is_already_approved_and_tells_the_board_nothing_more(maple, budg
 
 
 def test_without_a_notification_url_the_call_is_skipped_and_the_budget_approved(maple, budget):
-    assert approve(maple).approved
+    assert approve(maple).committed
     assert state_of(budget)[:3] == ("approved", "cron-a", 1)
+
+
+def test_a_token_at_or_below_the_one_on_the_row_the_look_read_tells_nobody(maple, budget, board):
+    # The row carries a token its resource's record never did (fenced under another name,
+    # or the Redis counter went behind): the runner refuses the look's token before any
+    # call, generically (Look.fenced), and run_fenced recovers with a token above it.
+    AnnualBudget.objects.filter(pk=budget.pk).update(last_fence_token=3)
+
+    result = approve(maple)
+
+    assert result.committed and result.token > 3
+    assert [request.token for request in board.received] == [result.token]
+    assert events(maple) == [("stale", 1), ("committed", result.token)]
 
 
 def test_a_user_must_be_staff_of_the_organization_with_the_permission(
@@ -95,7 +108,7 @@ def test_a_user_must_be_staff_of_the_organization_with_the_permission(
     assert board.received == [] and events(maple) == []
     assert AccessDenial.objects.filter(operation="budget-approval").count() == 2
 
-    assert approve(maple, actor=alice).approved
+    assert approve(maple, actor=alice).committed
     assert state_of(budget)[:2] == ("approved", "alice")
 
 
@@ -193,7 +206,7 @@ def test_eight_concurrent_approvals_approve_once_and_every_loser_is_busy(maple, 
     )
     assert outcomes == {Outcome.BUSY: 7, Outcome.COMMITTED: 1}
     [winner] = [w.result for w in workers if w.result is not None]
-    assert state_of(budget) == ("approved", winner.budget.approved_by, 1, AMOUNT)
+    assert state_of(budget) == ("approved", winner.row.approved_by, 1, AMOUNT)
     assert len(board.received) == 1
 
 

@@ -95,4 +95,4 @@ def test_a_live_lease_passes_the_check(maple, settings, http_stub):
     settings.BILLING_WEBHOOK_URL = http_stub.url_for("billing")
     settings.CHARGES_LOCK_TTL_SECONDS = 30
     result = generate_monthly_charges(organization=maple, month=MONTH, actor=None, via="t")
-    assert result.generated and len(http_stub.received) == 1
+    assert result.committed and len(http_stub.received) == 1

@@ -13,6 +13,7 @@ import pytest
 from django.db import transaction
 
 from hoa.answers.refusals import Busy, OutcomeUnknown, Superseded
+from hoa.fenced import Result
 from hoa.models import StaffMembership
 from locking.epochs import first_token
 from locking.keys import lock_key
@@ -34,7 +35,7 @@ from vendors.exceptions import InvoiceChangedBeforePaying, PaymentSent
 from vendors.models import Invoice, VendorPayment
 from vendors.operations import payment_resource
 from vendors.payment_client import idempotency_key
-from vendors.payments import PaymentResult, pay_invoice
+from vendors.payments import pay_invoice
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -76,7 +77,7 @@ def test_two_staff_paying_at_once_one_pays_and_the_other_is_told_who_holds_it(
     gate.release()
 
     won, lost = winner.outcome(), loser.outcome()
-    assert isinstance(won, PaymentResult) and (won.outcome, won.token) == ("committed", 1)
+    assert isinstance(won, Result) and (won.outcome, won.token) == ("committed", 1)
     assert isinstance(lost, Busy)
     assert lost.holder.startswith(f"{winner.name} on ")
     assert paid_keys(payments) == [(idempotency_key(approved.pk), 1)]
@@ -164,7 +165,7 @@ def test_an_older_payer_whose_call_returned_first_cannot_commit_after_a_newer_on
     assert (second.outcome, second.token) == ("committed", 2)
     assert payment_calls(payments) == [(1, 200, "accepted"), (2, 200, "replaced")]
     assert paid_keys(payments) == [(idempotency_key(approved.pk), 1)]  # paid once
-    assert paid_state(approved) == (Status.PAID, 2, 2, [(2, second.payment.reference)])
+    assert paid_state(approved) == (Status.PAID, 2, 2, [(2, second.row.reference)])
     assert payment_events(approved) == [("stale", 1), ("committed", 2)]
 
 
@@ -289,9 +290,7 @@ def test_eight_payers_of_one_invoice_at_once_money_leaves_once(
     gate.release()
     outcomes = [worker.outcome() for worker in workers]
 
-    assert sorted(type(outcome).__name__ for outcome in outcomes) == ["Busy"] * 7 + [
-        "PaymentResult"
-    ]
+    assert sorted(type(outcome).__name__ for outcome in outcomes) == ["Busy"] * 7 + ["Result"]
     assert len(payments.payments) == 1 and len(payments.received) == 1
     assert VendorPayment.objects.filter(invoice=invoice).count() == 1
     assert Invoice.objects.get(pk=invoice.pk).amount == AMOUNT

@@ -55,7 +55,7 @@ def test_paying_calls_the_service_once_and_records_the_payment_under_the_fence(
 ):
     result = pay_invoice(invoice=approved, actor=alice, ip="10.0.0.9")
 
-    assert (result.outcome, result.token, result.paid) == ("committed", 1, True)
+    assert (result.outcome, result.token, result.committed) == ("committed", 1, True)
     [(key, token)] = paid_keys(payments)
     assert (key, token) == (idempotency_key(approved.pk), 1)
     [request] = payments.received
@@ -104,7 +104,7 @@ def test_paying_a_paid_invoice_again_is_already_done_without_a_call(approved, pa
     first = pay_invoice(invoice=approved, actor=alice)
     again = pay_invoice(invoice=Invoice.objects.get(pk=approved.pk), actor=alice)
 
-    assert (again.outcome, again.payment.pk) == ("already_done", first.payment.pk)
+    assert (again.outcome, again.row.pk) == ("already_done", first.row.pk)
     assert again.message.startswith(f"Invoice #{approved.pk} was already paid: Pipe Pros")
     assert len(payments.received) == 1 and len(payments.payments) == 1
     assert payment_events(approved) == [("committed", 1), ("already_done", 2)]

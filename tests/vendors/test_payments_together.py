@@ -14,6 +14,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from hoa.answers.refusals import Busy, OutcomeUnknown, Superseded
+from hoa.fenced import Result
 from locking import FenceLock, Outcome
 from locking.keys import lock_key
 from tests.charges_support import Worker
@@ -29,7 +30,7 @@ from tests.invoices_support import (
 from vendors.models import Invoice
 from vendors.operations import payment_resource
 from vendors.payment_client import idempotency_key
-from vendors.payments import PaymentResult, pay_invoice, pay_together
+from vendors.payments import pay_invoice, pay_together
 
 pytestmark = pytest.mark.django_db(transaction=True)
 Status = Invoice.Status
@@ -60,7 +61,7 @@ def test_a_batch_pays_each_invoice_once_with_its_own_token_in_one_transaction(th
     with CaptureQueriesContext(connection) as statements:
         answers = pay_together(three, actor=None, via="cron-a")
 
-    assert [type(answer) for answer in answers] == [PaymentResult] * 3
+    assert [type(answer) for answer in answers] == [Result] * 3
     assert [(answer.outcome, answer.token) for answer in answers] == [(Outcome.COMMITTED, 1)] * 3
     assert sorted(paid_keys(payments)) == sorted((idempotency_key(i.pk), 1) for i in three)
     for invoice in three:

@@ -87,7 +87,7 @@ def test_repeating_the_same_vendor_is_already_done_without_a_second_dispatch(
 
     again = assign_vendor(complaint=complaint, vendor=pipe, actor=alice)
 
-    assert (again.outcome, again.already_done, again.assignment.pk) == (
+    assert (again.outcome, not again.committed, again.assignment.pk) == (
         "already_done",
         True,
         first.assignment.pk,
