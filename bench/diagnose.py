@@ -1,8 +1,6 @@
 """Where a walk's time goes in PostgreSQL (``make bench-scale``): ``pg_stat_statements`` of
-the timed part, ``EXPLAIN (ANALYZE, BUFFERS)`` of one more chunk's statements, and what grew
-between two scales (docs/benchmarks.md, "The month start at 1,000, …": "Where the time
-goes"). Without the extension loaded and created, the snapshots are empty.
-"""
+the timed part, ``EXPLAIN (ANALYZE, BUFFERS)`` of one more chunk's statements, what grew
+between two scales (docs/benchmarks.md, "The month start at 1,000, …": "Where the time goes")."""
 
 import re
 

@@ -1,8 +1,7 @@
 """The unfenced twins of the staff POSTs, under ``PREFIX`` (URL conf of
 ``bench.http_settings``): the real views and services with one name bound to a stand-in,
 leaving out only the lease, the fence and the audit, or the status change's compare-and-swap
-(docs/benchmarks.md, "The unfenced twins").
-"""
+(docs/benchmarks.md, "The unfenced twins")."""
 
 import time
 import types

@@ -1,16 +1,8 @@
 """``python -m bench.load [--quick] [--variants fenced,baseline]``: an office at its busiest
-hour, with Locust (``make bench-load``; the method: docs/benchmarks.md, "An office at its
-busiest hour").
-
-Per variant, on a fresh ``bench_hoa`` and a private ``redis-server``: the office
-(``build_world``), gunicorn on the real views (``fenced``) or their unfenced twins
-(``baseline``, ``bench.http_baseline``), one receiving stand-in for billing, dispatch and
-payment, and Locust's staff (``bench/locustfile.py``), stepped up until p99 bends. After the
-fenced run the fault suite's checker reads what each user was told (``python -m
-tests.faults.check``, a command). Prints the steps and the goals (``bench.load_report``),
-writes ``bench/results/<name>.json`` and Locust's reports beside it. Exits 1 on a violated
-invariant or a run that could not be made.
-"""
+hour, with Locust (``make bench-load``; docs/benchmarks.md, "An office at its busiest hour"):
+per variant, the real views or their unfenced twins under Locust's staff, stepped up until
+p99 bends; the fault suite's checker after the fenced run. Exits 1 on a violated invariant
+or a run that could not be made."""
 
 import argparse
 import json

@@ -1,9 +1,6 @@
-"""What ``make bench-load`` reports: per step and per page or action, requests/s and
-p50/p95/p99 (p99 from 1,000 requests on, else the median and the maximum), answers by kind
-(a 409 is an answer; a 5xx or no answer at all is an error), the knee, and the goals: each
-twice, as Locust measured it and as the server took it (gunicorn's access log), the goals
-judged on the server's times.
-"""
+"""What ``make bench-load`` reports: per step and per page or action, requests/s,
+percentiles and answers by kind, the knee, and the goals; each as Locust measured it and as
+the server took it (gunicorn's access log), the goals judged on the server's times."""
 
 from datetime import datetime
 from statistics import median
@@ -136,14 +133,9 @@ def _against_twins(fenced: list, baseline: list, *, clock: str, report_only: boo
 
 
 def targets(analysed: dict, runs: dict) -> list[dict]:
-    fenced, baseline = analysed.get("fenced") or {}, analysed.get("baseline") or {}
-    found = _against_twins(
-        fenced.get("server_steps"), baseline.get("server_steps"), clock="server",
-        report_only=False,
-    )  # fmt: skip
-    found += _against_twins(
-        fenced.get("steps"), baseline.get("steps"), clock="Locust's", report_only=True
-    )
+    fenced, baseline, found = analysed.get("fenced") or {}, analysed.get("baseline") or {}, []
+    for key, clock, only in (("server_steps", "server", False), ("steps", "Locust's", True)):
+        found += _against_twins(fenced.get(key), baseline.get(key), clock=clock, report_only=only)
     errors = sum(
         step["overall"]["errors_5xx"] for run in analysed.values() for step in run["steps"]
     )
@@ -244,12 +236,9 @@ def text(document: dict) -> str:
                 f"{steps_table(found['server_steps'])}\n"
                 f"within a p99 of {k['line_ms']:.0f} ms: {f'{s:,} staff' if s else 'none'}"
             )
-    for clock, key in (
-        ("as Locust measured it", "steps"),
-        ("as the server took it", "server_steps"),
-    ):
+    for key, clock in (("steps", "Locust measured"), ("server_steps", "the server took")):
         if any(found.get(key) for found in document["analysis"].values()):
             table = names_table(document["analysis"], key)
-            parts.append(f"First step, per page and action, {clock} (p99 from 1,000 requests on, "
-                         f"else the maximum)\n{table}")  # fmt: skip
+            parts.append(f"First step, per page and action, as {clock} it (p99 from 1,000 "
+                         f"requests on, else the maximum)\n{table}")  # fmt: skip
     return "\n\n".join([*parts, report.targets_table(document["targets"])])

@@ -1,15 +1,9 @@
-"""Locust's office staff for the busiest hour (``make bench-load``, ``bench.load``).
-
-Each simulated user is one logged-in staff member of one association, paced as
-docs/capacity.md's model: a task every ``pacing`` seconds, half of them reading a page and
-half making a change on the page its form is on (a GET, then the POST): open a complaint,
-change a status, assign or reassign a vendor, pay an invoice, generate a month. A POST does
-not follow its 303: the next page shows its message. A 409 is an answer, not an error. The
-shape steps the users up and stops after the step whose p99 bent. Every request is recorded
-per step outside its warm-up, and every fenced change with what its user was told (for the
-fault suite's checker), to the files the world file names (docs/benchmarks.md, "An office
-at its busiest hour"). Imports nothing of Django or of the project: Locust's own process.
-"""
+"""Locust's office staff for the busiest hour (``make bench-load``, ``bench.load``): each
+user one logged-in staff member of one association, half its tasks a page, half a change
+made on the page its form is on; the steps, stopped after the one whose p99 bent; every
+request recorded per step, every fenced change with what its user was told, to the files
+the world file names (docs/benchmarks.md, "An office at its busiest hour"). Imports nothing
+of Django or of the project: Locust's own process."""
 
 import itertools
 import json
@@ -61,10 +55,6 @@ STEP = {"index": 0, "measure_from": float("inf")}
 SAMPLES: list[dict[str, list]] = [{} for _ in STEPS]  # per step: name -> [[ms, status], …]
 STEP_TIMES: list[dict] = [{} for _ in STEPS]
 COUNTED = {"requests": 0}
-
-
-def _month_label(number: int) -> str:
-    return f"{2001 + number // 12}-{number % 12 + 1:02d}"
 
 
 @events.request.add_listener
@@ -168,11 +158,8 @@ class Staff(HttpUser):
             # the test's stop may still commit.
             op.update(started=started, ended=started, status=0)
             HISTORY.append(op)
-        headers = {
-            "X-CSRFToken": self.csrf,
-            "Referer": f"{WORLD['base_url']}{path}",
-            NAME_HEADER: name,
-        }
+        headers = {"X-CSRFToken": self.csrf, "Referer": f"{WORLD['base_url']}{path}",
+                   NAME_HEADER: name}  # fmt: skip
         with self.client.post(url, data=data, name=name, headers=headers, allow_redirects=False,
                               catch_response=True) as answer:  # fmt: skip
             status = answer.status_code
@@ -298,7 +285,8 @@ class Staff(HttpUser):
     def generate_month(self) -> None:
         slug = self.org["slug"]
         self.page(f"/orgs/{slug}/charges/", "page: charge runs")
-        month = _month_label(next(_months[self.association]))
+        number = next(_months[self.association])
+        month = f"{2001 + number // 12}-{number % 12 + 1:02d}"
         op = self._op("charges", month=month)
         self.post(f"/orgs/{slug}/charges/{month}/generate/", "action: generate a month",
                   {"confirm": "yes"}, op)  # fmt: skip

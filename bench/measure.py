@@ -11,8 +11,8 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
-import psycopg
 import redis
+from psycopg.pq import Trace
 
 # Commands the measurement itself sends; never part of an operation's count.
 _HARNESS_COMMANDS = {"info", "monitor", "echo", "hello", "client|setinfo", "config|resetstat"}
@@ -57,8 +57,7 @@ def timed_loop(operation: Callable, items: Iterable) -> list[float]:
     return samples
 
 
-def commandstats(client: redis.Redis) -> Counter:
-    """Return the server's per-command call counts."""
+def commandstats(client: redis.Redis) -> Counter:  # the server's calls per command
     stats = client.info("commandstats").items()
     return Counter({name.removeprefix("cmdstat_"): int(row["calls"]) for name, row in stats})
 
@@ -121,9 +120,7 @@ class PgRoundTrips:
         self._pgconn = self.connection.connection.pgconn
         self._file = tempfile.NamedTemporaryFile("w+", prefix="hoa-bench-pgtrace-")
         self._pgconn.trace(self._file.fileno())
-        self._pgconn.set_trace_flags(
-            psycopg.pq.Trace.SUPPRESS_TIMESTAMPS | psycopg.pq.Trace.REGRESS_MODE
-        )
+        self._pgconn.set_trace_flags(Trace.SUPPRESS_TIMESTAMPS | Trace.REGRESS_MODE)
         return self
 
     def __exit__(self, *exc_info) -> None:
@@ -169,8 +166,7 @@ def time_and_count(operation, items: list, warmup: int, ops: int, redis_url: str
 
 
 class Poller:
-    """``sample()`` at ``start()`` (or ``with``) and every ``every`` s after, in a daemon
-    thread, until ``stop()``."""
+    """``sample()`` at ``start()`` and every ``every`` s after, in a thread, until ``stop()``."""
 
     every = 0.1
 

@@ -1,9 +1,8 @@
 """What ``make bench`` runs, as data: two profiles (``FULL``, about 30 minutes on the 2-core
 machine; ``QUICK``, about 2: a smoke test, not a result) and one row per group of compared
-cases, with its targets; and the groups of ``make bench-scale``.
-"""
+cases, with its targets; and the groups of ``make bench-scale``."""
 
-from dataclasses import dataclass, field, make_dataclass
+from dataclasses import dataclass, field, make_dataclass, replace
 
 from bench.runner import Case, Group
 
@@ -52,14 +51,11 @@ class Target:
 @dataclass(frozen=True)
 class Row:
     """One group: cases ``<prefix>.<key>``, each a call of ``entry`` in a fresh process.
-
     ``cases`` maps a key to its label (the case gets ``variant=key``) or to ``(label,
     params)``. A string in ``repeats``, ``timeout`` or ``params`` names a ``Profile`` field;
     ``title`` and ``note`` are formatted with the profile as ``p``. A target is ``(text, case,
     op, limit, against[, profile])``: ``against`` is a case (the paired ratio) or a value
-    ("metrics.…"); a text ending in "(report)" is printed, never judged; a target with a
-    profile is judged in that profile only.
-    """
+    ("metrics.…"); "(report)" ending a text: never judged; with a profile: judged in it only."""
 
     section: str  # what ``--only`` selects
     id: str
@@ -308,18 +304,14 @@ def scale_group(associations: int, repeats: int) -> Group:
     """The loop and ours at ``associations`` x 200 units, ``repeats`` paired runs."""
     [row] = (row for row in GROUPS if row.id == "month-start")
     fixed, per_association = SCALE_TIMEOUT
-    timeout = fixed + per_association * associations
-    params = {"associations": associations, "diagnosis": True, "cleanup": "truncate"}
-    cases = [
-        Case(f"scale.{key}", row.cases[key], row.entry, {"variant": key, **params}, True, timeout)
-        for key in SCALE_CASES
-    ]
-    return Group(
-        f"scale-{associations}", f"Month start: {associations:,} associations x 200 units",
-        cases, repeats, baseline="scale.baseline", latency_label="wall",
+    return group(replace(
+        row, id=f"scale-{associations}", prefix="scale", repeats=repeats,
+        title=f"Month start: {associations:,} associations x 200 units",
         note="paired runs in make bench-scale's own database; statements and plans recorded",
-        columns=list(row.columns.items()),
-    )  # fmt: skip
+        cases={key: row.cases[key] for key in SCALE_CASES},
+        params={"associations": associations, "diagnosis": True, "cleanup": "truncate"},
+        timeout=fixed + per_association * associations,
+    ), FULL, "")  # fmt: skip
 
 
 def targets(profile: Profile) -> list[Target]:

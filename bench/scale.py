@@ -1,16 +1,15 @@
 """``python -m bench.scale [--scales 1000,10000] [--repeats N] [--estimate]``: the month
-start at 1,000, 10,000 and 100,000 associations x 200 units (``make bench-scale``): paired
-runs of group 2d's two cases at each scale, in a database of its own (``bench_scale``,
-dropped after), the disk sampled meanwhile; an estimate of time and disk first, refused
-without the room. ``BENCH_SCALES`` sets the default scales. Exits 1 on FAIL or too small a
-disk. Method, goals and files: docs/benchmarks.md, "The month start at 1,000, …".
-"""
+start at 1,000, 10,000 and 100,000 associations x 200 units (``make bench-scale``), paired
+runs of group 2d's two cases in a database of its own, after an estimate of time and disk.
+``BENCH_SCALES`` sets the default scales. Exits 1 on FAIL or too small a disk. Method, goals
+and files: docs/benchmarks.md, "The month start at 1,000, …"."""
 
 import argparse
 import contextlib
 import json
 import os
 import shutil
+import statistics
 import sys
 import time
 from datetime import UTC, datetime
@@ -95,16 +94,13 @@ def estimate(scales: list[int], repeats: int, model: dict) -> dict:
 
 
 def _line(points: list[tuple[int, float]], fixed: float) -> tuple[float, float]:
-    """Intercept and slope of the least-squares line through ``points``; through one point,
-    ``fixed`` is taken as the intercept."""
+    """Intercept and slope of the least-squares line through ``points`` (through one point:
+    the one from ``fixed``)."""
     if len(points) == 1:
         (n, value), intercept = points[0], fixed
         return intercept, max(value - intercept, 0) / n
-    mean_n = sum(n for n, _ in points) / len(points)
-    mean_v = sum(v for _, v in points) / len(points)
-    slope = sum((n - mean_n) * (v - mean_v) for n, v in points)
-    slope /= sum((n - mean_n) ** 2 for n, _ in points)
-    return max(mean_v - slope * mean_n, 0), max(slope, 0)
+    slope, intercept = statistics.linear_regression(*zip(*points, strict=True))
+    return max(intercept, 0), max(slope, 0)
 
 
 def fit(groups: list[dict]) -> dict | None:

@@ -34,22 +34,22 @@ def _complete(run_id: int, who: str) -> None:
     )
 
 
-def _complete_unfenced(run_id: int, who: str) -> None:
-    """The alternatives without a fence write the run all the same: the runs' table is
-    strict (locking's strict guard), so they say so (two more round trips)."""
+def _call_and_complete_unfenced(run, external_call, who: str) -> str:
+    """The rest of an alternative without a fence, in its transaction: the call, then the
+    run written all the same; the runs' table is strict, so it says so (two round trips)."""
+    if run.is_completed:
+        return "already done"
+    external_call()
     with unfenced_writes():
-        _complete(run_id, who)
+        _complete(run.pk, who)
+    return "done"
 
 
 def _select_for_update(run_id: int, external_call, who: str, *, nowait: bool = False) -> str:
     try:
         with transaction.atomic():
             run = MonthlyChargeRun.objects.select_for_update(nowait=nowait).get(pk=run_id)
-            if run.is_completed:
-                return "already done"
-            external_call()
-            _complete_unfenced(run_id, who)
-            return "done"
+            return _call_and_complete_unfenced(run, external_call, who)
     except OperationalError as exc:
         if isinstance(exc.__cause__, psycopg.errors.LockNotAvailable):
             return "busy"
@@ -60,11 +60,8 @@ def _advisory(run_id: int, external_call, who: str) -> str:
     with transaction.atomic(), advisory_lock(f"bench-alt:run:{run_id}") as acquired:
         if not acquired:
             return "busy"
-        if MonthlyChargeRun.objects.get(pk=run_id).is_completed:
-            return "already done"
-        external_call()
-        _complete_unfenced(run_id, who)
-        return "done"
+        run = MonthlyChargeRun.objects.get(pk=run_id)
+        return _call_and_complete_unfenced(run, external_call, who)
 
 
 def _ours(run_id: int, external_call, who: str, *, lock) -> str:

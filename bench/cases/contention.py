@@ -1,7 +1,6 @@
-"""Section 4: many processes on one resource, and on one resource each, looping: acquire,
-one fenced commit logged in ``bench_commit_log`` (its id taken under the fence's row lock:
-id order is commit order), release; when busy, ``backoff``, ``wait`` or ``naive`` retry
-(docs/benchmarks.md, "The cases")."""
+"""Section 4: processes on one resource, or one each, looping: acquire, one fenced commit
+logged in ``bench_commit_log`` (id order is commit order), release; when busy, ``backoff``,
+``wait`` or ``naive`` retry (docs/benchmarks.md, "The cases")."""
 
 import multiprocessing
 import os

@@ -1,7 +1,6 @@
 """Sections 1b/1c: what fence safety across Redis data loss costs (docs/locking/epochs.md):
 the row's conditional UPDATE alone against ``advance_fence`` with a lease (``fence``), and a
-grant with its counter present, just lost, or waiting for a replica (``grant``).
-"""
+grant with its counter present, just lost, or waiting for a replica (``grant``)."""
 
 import itertools
 import time

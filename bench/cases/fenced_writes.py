@@ -1,6 +1,5 @@
 """Section 2: what the fence costs on top of the write it protects: each process times its
-operations, then counts round trips and Redis commands over a few more (docs/benchmarks.md).
-"""
+operations, then counts round trips and Redis commands over a few more (docs/benchmarks.md)."""
 
 import contextlib
 import functools
@@ -41,60 +40,41 @@ def _insert_assignment(complaint, *, vendor, actor) -> None:
     )  # fmt: skip
 
 
-@transaction.atomic
-def _plain_assignment(complaint, *, vendor, actor) -> None:
-    _insert_assignment(complaint, vendor=vendor, actor=actor)
-
-
-def _check_may_assign(complaint, vendor, actor) -> None:
-    """The service's checks before its lock: the actor's rights, the vendor's contract."""
-    organization = complaint.organization
+def _checked(item, *, vendor, actor) -> None:
+    """The service's steps as a careful Django user writes them, without lease, fence and
+    audit: the actor's rights and the vendor's contract, then under the complaint's row lock
+    the insert, once there is no active assignment (``item``: the complaint) or once the one
+    seen is replaced, if it still is the active one (``item``: that assignment)."""
+    reassign = isinstance(item, VendorAssignment)
+    complaint = item.complaint if reassign else item
+    organization, today = complaint.organization, timezone.localdate()
     if not (organization.has_staff(actor) and actor.has_perm("vendors.assign_vendor")):
         raise PermissionError(actor.username)
-    today = timezone.localdate()
     if not VendorContract.objects.filter(
         vendor=vendor, organization=organization, starts_on__lte=today, ends_on__gte=today
     ).exists():
         raise ValueError("no active contract")
-
-
-def _checked_assignment(complaint, *, vendor, actor) -> None:
-    _check_may_assign(complaint, vendor, actor)
     with transaction.atomic():
         Complaint.objects.select_for_update().filter(pk=complaint.pk).first()
-        if complaint.assignments.filter(active=True).exists():
+        if reassign:
+            replaced = VendorAssignment.objects.filter(pk=item.pk, active=True).update(
+                active=False, deactivated_at=timezone.now()
+            )
+            if replaced != 1:
+                raise ValueError("changed since viewed")
+        elif complaint.assignments.filter(active=True).exists():
             raise ValueError("already assigned")
         _insert_assignment(complaint, vendor=vendor, actor=actor)
 
 
-def _checked_reassignment(seen, *, vendor, actor) -> None:
-    """A reassignment as a careful Django user writes it: the same checks, then under the
-    complaint's row lock the assignment seen replaced (if it still is the active one)."""
-    complaint = seen.complaint
-    _check_may_assign(complaint, vendor, actor)
-    with transaction.atomic():
-        Complaint.objects.select_for_update().filter(pk=complaint.pk).first()
-        replaced = VendorAssignment.objects.filter(pk=seen.pk, active=True).update(
-            active=False, deactivated_at=timezone.now()
-        )
-        if replaced != 1:
-            raise ValueError("changed since viewed")
-        _insert_assignment(complaint, vendor=vendor, actor=actor)
-
-
-def _service_reassignment(seen, *, vendor, actor) -> None:
-    assign_vendor(
-        complaint=seen.complaint, vendor=vendor, actor=actor, reassign=True, replacing=seen
-    )
-
-
 VENDOR_VARIANTS = {
-    "plain": _plain_assignment,
-    "checked": _checked_assignment,
+    "plain": transaction.atomic(_insert_assignment),
+    "checked": _checked, "checked_reassign": _checked,
     "service": lambda complaint, **given: assign_vendor(complaint=complaint, **given),
-    "checked_reassign": _checked_reassignment,
-    "service_reassign": _service_reassignment,
-}
+    "service_reassign": lambda seen, **given: assign_vendor(
+        complaint=seen.complaint, reassign=True, replacing=seen, **given
+    ),
+}  # fmt: skip
 
 
 def vendor(*, variant: str, redis_url: str, ops: int, warmup: int = 10) -> dict:
@@ -162,15 +142,12 @@ def _plain_run(org, month, insert) -> None:
     with transaction.atomic():
         run = MonthlyChargeRun.objects.create(organization=org, month=month)
         insert(run, rows, timezone.now())
-        run.status = run.Status.COMPLETED
-        run.total = sum((amount for _, amount in rows), Decimal("0.00"))
-        run.charge_count = len(rows)
-        run.completed_at = timezone.now()
-        run.completed_by = "bench"
+        done = {"status": run.Status.COMPLETED, "charge_count": len(rows), "completed_by": "bench",
+                "total": sum((amount for _, amount in rows), Decimal("0.00")),
+                "completed_at": timezone.now()}  # fmt: skip
+        vars(run).update(done)
         with unfenced_writes():  # the unfenced twin, on a strict table (two round trips)
-            run.save(
-                update_fields=["status", "total", "charge_count", "completed_at", "completed_by"]
-            )
+            run.save(update_fields=list(done))
 
 
 def _plain_chunk(org_ids, month) -> None:
@@ -230,19 +207,16 @@ ORGANIZATION_COLUMNS = (
     "name, slug, sla_hours_high, sla_hours_normal, sla_hours_low, created_at, time_zone"
 )
 # Dependents first. %(slug)s: the fixture's associations; %(resource)s: their leases' audit.
-MONTH_START_CLEANUP = """
-DELETE FROM charges_monthlycharge USING charges_monthlychargerun run, hoa_organization org
-    WHERE run_id = run.id AND run.organization_id = org.id AND org.slug LIKE %(slug)s;
-DELETE FROM charges_monthlychargerun USING hoa_organization org
-    WHERE organization_id = org.id AND org.slug LIKE %(slug)s;
-DELETE FROM hoa_unit USING hoa_organization org
-    WHERE organization_id = org.id AND org.slug LIKE %(slug)s;
-DELETE FROM hoa_staffmembership USING hoa_organization org
-    WHERE organization_id = org.id AND org.slug LIKE %(slug)s;
-DELETE FROM hoa_organization WHERE slug LIKE %(slug)s;
-DELETE FROM locking_fenceevent WHERE resource LIKE %(resource)s;
-DELETE FROM locking_fenceepoch WHERE resource LIKE %(resource)s
-"""
+_OF_FIXTURE = "USING hoa_organization org WHERE organization_id = org.id AND org.slug LIKE %(slug)s"
+MONTH_START_CLEANUP = (
+    "DELETE FROM charges_monthlycharge USING charges_monthlychargerun run, hoa_organization org"
+    " WHERE run_id = run.id AND run.organization_id = org.id AND org.slug LIKE %(slug)s",
+    *(f"DELETE FROM {table} {_OF_FIXTURE}"  # noqa: S608 - constants
+      for table in ("charges_monthlychargerun", "hoa_unit", "hoa_staffmembership")),
+    "DELETE FROM hoa_organization WHERE slug LIKE %(slug)s",
+    "DELETE FROM locking_fenceevent WHERE resource LIKE %(resource)s",
+    "DELETE FROM locking_fenceepoch WHERE resource LIKE %(resource)s",
+)  # fmt: skip
 # The cleanup in make bench-scale's own database, which holds nothing else.
 SCALE_DATABASE_PREFIX = "bench_scale"
 MONTH_START_TRUNCATE = """
@@ -315,8 +289,7 @@ def _copy_associations(count: int) -> list[int]:
 
 def _delete_associations(month, cleanup: str = "delete") -> None:
     """Delete what the fixture and the runs of ``month`` wrote, or (``truncate``: in ``make
-    bench-scale``'s own database only, where 20,000,000 rows' DELETEs take minutes) empty
-    the tables."""
+    bench-scale``'s own database only) empty the tables."""
     if cleanup == "truncate":
         name = connection.settings_dict["NAME"]
         if not name.startswith(SCALE_DATABASE_PREFIX):
@@ -327,7 +300,7 @@ def _delete_associations(month, cleanup: str = "delete") -> None:
     patterns = {"slug": f"{MONTH_START_SLUG}%", "resource": f"monthly-charges:org:%:{month:%Y-%m}"}
     # The runs' table is strict: its clean-up says it writes unfenced (one transaction).
     with transaction.atomic(), unfenced_writes(), connection.cursor() as cursor:
-        for statement in MONTH_START_CLEANUP.split(";"):
+        for statement in MONTH_START_CLEANUP:
             cursor.execute(statement, patterns)
 
 
@@ -365,9 +338,8 @@ def _diagnosis(variant: str, ids: list[int], month) -> dict:
 
 
 def _plain_walk(ids: list[int], month) -> None:
-    """Per association 2b's COPY variant (no lease, fence, audit or billing), 2 processes,
-    in chunks of the command's size, each replanning the charges' foreign-key check as the
-    command does (docs/benchmarks.md, "What grew with the batch")."""
+    """2b's COPY variant per association, 2 processes, in the command's chunks, each chunk
+    replanned as the command does (docs/benchmarks.md, "What grew with the batch")."""
     size = MONTH_START_CHUNK
     chunks = [ids[n : n + size] for n in range(0, len(ids), size)]
     with multiprocessing.get_context("fork").Pool(2) as pool:
@@ -378,12 +350,8 @@ def month_start(
     *, variant: str, associations: int, workers: int = 2, diagnosis: bool = False,
     cleanup: str = "delete",
 ) -> dict:  # fmt: skip
-    """Bill one new month for ``associations`` x 200 units; time it, check it, clean up.
-
-    ``variant``: ``baseline`` (the plain 2-process COPY loop), ``ours`` (one host, the
-    command with ``workers`` processes) or ``two_hosts`` (two such commands at once).
-    ``diagnosis`` (``make bench-scale``): the timed part's statements and one more chunk's
-    plans (``bench.diagnose``); ``cleanup``: ``delete`` the fixture's rows, or ``truncate``."""
+    """Bill one new month for ``associations`` x 200 units (``variant``: the plain loop, one
+    host's command with ``workers`` processes, or two such commands); time, check, clean up."""
     month = fixtures.month(3600)  # 2301-01: no other case bills it
     with _without_timeouts():
         _delete_associations(month, cleanup)  # what a crashed earlier process may have left
@@ -392,7 +360,7 @@ def month_start(
         if diagnosis:
             diagnose.reset()  # the timed part's statements only
     connections.close_all()  # the children open their own
-    codes, found = [], {}
+    codes = []
     peak = PeakMemory(os.getpid())  # every process of the walk (the pool, or the commands)
     try:
         with peak:

@@ -1,9 +1,6 @@
-"""Section 1e: one fenced write (``run_fenced``: grant, fence, one row, its audit row,
-commit, release) against the same write in Django's ``atomic()`` and against the floor's
-parts (``PING``, ``SELECT 1``, a durable one-row commit), round robin in one process; two
-probes: the write step by step (``steps``), and with the fence ``UPDATE`` and the audit row
-in one statement (``fused``). docs/benchmarks.md, "The fence's price in Django's terms".
-"""
+"""Section 1e: one fenced write (``run_fenced``) against the same write in Django's
+``atomic()`` and against the floor's parts, round robin in one process, with two probes: the
+write step by step, and fused (docs/benchmarks.md, "The fence's price in Django's terms")."""
 
 import itertools
 import time
@@ -50,8 +47,7 @@ def _fused_sql() -> str:
     return f"WITH fenced AS ({update}{where}{no_newer_epoch} RETURNING 1) {audit}"
 
 
-def _ns() -> int:
-    return time.perf_counter_ns()
+_ns = time.perf_counter_ns
 
 
 class _FencedWrite:
@@ -173,10 +169,9 @@ def run(*, variant: str = "fenced", redis_url: str, ops: int, warmup: int = 30) 
                 if name == "fenced":
                     tokens.append(returned)
     trips = {}
-    for name, operation in (("fenced", write), ("django", write.django_write),
-                            ("fused", write.fused)):  # fmt: skip
+    for name in ("fenced", "django", "fused"):
         with PgRoundTrips(connection) as trips[name]:
-            operation()
+            floor_ops[name]()
     rising = all(a < b for a, b in itertools.pairwise(tokens))
     events = ComplaintEvent.objects.filter(complaint=write.complaint).count()
     # The fenced writes, the timed steps, the Django writes and the fused probe; and one

@@ -13,6 +13,9 @@ from pottery import Redlock
 
 from bench.environment import wait_until
 from bench.measure import check, commandstats, per_op, result, sent_per_op, timed_loop
+from locking import FenceLock, LeaseState
+from locking.keys import fence_key
+from locking.scripts import ACQUIRE_LUA, RELEASE_LUA
 
 TTL = timedelta(seconds=30)
 
@@ -47,8 +50,6 @@ def _seed(client: redis.Redis):
 
 def _scripts_only(client: redis.Redis):
     # Our two Lua scripts bare, as FenceLock calls them (EVALSHA on the client): the floor.
-    from locking.scripts import ACQUIRE_LUA, RELEASE_LUA
-
     acquire, release = client.script_load(ACQUIRE_LUA), client.script_load(RELEASE_LUA)
     keys = ("lock:{bench-floor}", "fence:{bench-floor}", "seed:{bench-floor}")
     args = ("0" * 32, 30000, "bench", "", 2000)
@@ -68,9 +69,6 @@ class _Ours:
     RESOURCE = "bench-ours"
 
     def __init__(self, client: redis.Redis):
-        from locking import FenceLock
-        from locking.keys import fence_key
-
         # Every argument given: no Django settings needed. The counter exists, as after a grant.
         self.fence_lock = functools.partial(FenceLock, client, using="default", min_replicas=0)
         client.set(fence_key(self.RESOURCE), 0, nx=True)
@@ -103,10 +101,7 @@ def _fsync_always(client: redis.Redis):
     saved = {key: client.config_get(key)[key] for key in ("appendonly", "appendfsync")}
     client.config_set("appendfsync", "always")
     client.config_set("appendonly", "yes")  # starts an AOF rewrite: wait for it to end
-
-    def rewritten() -> bool:
-        return not client.info("persistence").get("aof_rewrite_in_progress")
-
+    rewritten = lambda: not client.info("persistence").get("aof_rewrite_in_progress")  # noqa: E731
     wait_until(rewritten, timeout=30, what="the AOF rewrite")
     try:
         yield
@@ -146,9 +141,6 @@ def lease_reads(*, variant: str, redis_url: str, iterations: int, warmup: int) -
     """Time reads of a held lease: ``token`` (an attribute: the floor), ``state`` (a
     monotonic clock read and a few comparisons) or ``check()``. A sample is 1,000 reads,
     so its µs are the nanoseconds of one read."""
-    from locking import FenceLock, LeaseState
-    from locking.keys import fence_key
-
     client = redis.Redis.from_url(redis_url)
     client.set(fence_key("bench-state"), 0, nx=True)  # the normal grant: no new epoch
     lease = FenceLock(client, using="default", min_replicas=0).acquire(
