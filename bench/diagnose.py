@@ -75,8 +75,7 @@ def explain(statements: list[str]) -> dict[str, str]:
 
 
 def per_association(snapshots: list[list[dict]], associations: int) -> dict[str, dict]:
-    """Statements of several runs (one snapshot each) per association, keyed by query
-    text: calls and milliseconds per association, and the sums."""
+    """Statements of several runs per association, by query: calls, ms and their sums."""
     merged: dict[str, dict] = {}
     for entries in snapshots:
         for entry in entries:

@@ -63,8 +63,7 @@ def stop(process: subprocess.Popen | None, grace: float = 10) -> None:
 
 
 class _StandInHandler(BaseHTTPRequestHandler):
-    """An outside service (billing, dispatch, payment): reads the request, answers 200;
-    kept-alive and ``TCP_NODELAY`` (docs/benchmarks.md, "The billing stand-in …")."""
+    """An outside service (billing, dispatch, payment) answering 200, kept-alive, no Nagle."""
 
     protocol_version = "HTTP/1.1"
     disable_nagle_algorithm = True
@@ -85,8 +84,7 @@ class _StandInHandler(BaseHTTPRequestHandler):
 
 
 class _ReceivingHandler(_StandInHandler):
-    """The stand-in checking the token as ``locking.receive_call`` (the endpoint is the
-    path: ``/dispatch/cancel`` is "dispatch-cancel"); each call's verdict in ``server.calls``."""
+    """The stand-in checking the token (``receive_call``, the path its scope); ``server.calls``."""
 
     def do_POST(self) -> None:
         from django.db import connections
@@ -134,8 +132,7 @@ def start_receiver(secret: str) -> tuple[ThreadingHTTPServer, str]:
 def start_gunicorn(
     port: int, run_dir: str, *, secret_key: str, args: tuple[str, ...] = (), **extra: str
 ) -> subprocess.Popen:
-    """gunicorn on ``port`` (``gunicorn.conf.py``, then ``args``), production settings over
-    plain HTTP, with the unfenced twins' URLs and ``extra`` environment; once it answers."""
+    """gunicorn on ``port``: production settings over HTTP, the twins' URLs; once it answers."""
     env = {**os.environ, "PORT": str(port), "GUNICORN_RUN_DIR": run_dir, "WEB_CONCURRENCY": "2"}
     # Sessions signed with the bench's key; no abuse limits (they would shape the result).
     env.update(DEBUG="0", SECRET_KEY=secret_key, ALLOWED_HOSTS="127.0.0.1", STATIC_MANIFEST="0",
@@ -203,8 +200,7 @@ class BenchRedis:
 
 @contextlib.contextmanager
 def private_redis(database: str):
-    """Yield ``(env, server)``: a private ``redis-server`` and every bench process's
-    environment (this one's too)."""
+    """Yield ``(env, server)``: a private ``redis-server``, every bench process's environment."""
     server = BenchRedis().start()
     try:
         env = child_env(database=database, redis_url=server.url)

@@ -86,8 +86,7 @@ def steps(profile: dict) -> list[tuple[int, float]]:
 
 # -- the office ---------------------------------------------------------------------------------
 def build_world(profile: dict, users: int) -> dict:
-    """Associations with units, vendors under contract, open complaints and approved invoices,
-    and ``users`` staff spread over them round-robin, each logged in (an emptied database)."""
+    """The office: associations, vendors, complaints, invoices, ``users`` staff logged in."""
     from django.conf import settings
     from django.contrib.auth import get_user_model
 
@@ -170,8 +169,7 @@ def run_variant(variant: str, profile: dict, plan: list, env: dict, out: Path) -
 
 
 def _office(variant, profile, plan, env, port: int, run_dir: Path, out: Path) -> dict:
-    """A fresh database and Redis with the office in them; the world file Locust reads and
-    the files it writes."""
+    """A fresh database and Redis with the office; the world file for Locust and its files."""
     import django
     from django.db import connections
 

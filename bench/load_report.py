@@ -185,8 +185,7 @@ def steps_table(steps: list[dict]) -> str:
 
 
 def names_table(analysed: dict, key: str = "steps") -> str:
-    """The first step, per page and action, each variant side by side (``key``: Locust's
-    steps or the server's)."""
+    """The first step per page and action, variants side by side (Locust's or the server's)."""
     variants = [v for v in ("fenced", "baseline") if v in analysed and analysed[v].get(key)]
     names = sorted({n for v in variants for n in analysed[v][key][0]["by_name"]})
     headers = ["page or action"]

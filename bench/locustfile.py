@@ -108,8 +108,7 @@ def _p99(samples: dict[str, list]) -> float | None:
 
 
 def _bent(index: int) -> bool:
-    """Whether step ``index``'s p99 bent: over ``bend`` times the first step's and over
-    the line the capacity model keeps (``p99_line_ms``)."""
+    """Whether step ``index``'s p99 bent: over ``bend`` x the first step's, and over the line."""
     first, now = _p99(SAMPLES[0]), _p99(SAMPLES[index])
     if index == 0 or first is None or now is None:
         return False

@@ -109,8 +109,7 @@ def _first_keyword(message: str, payload: str) -> str:
 
 
 class PgRoundTrips:
-    """PostgreSQL round trips (``ReadyForQuery`` messages) and statements (by first keyword)
-    on one Django connection, in the thread that owns it."""
+    """PostgreSQL round trips and statements (by keyword) on one Django connection, its thread's."""
 
     def __init__(self, connection):
         self.connection, self.round_trips, self.statements = connection, 0, Counter()

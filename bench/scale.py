@@ -85,17 +85,14 @@ def cost_model() -> tuple[dict, str]:
 
 def estimate(scales: list[int], repeats: int, model: dict) -> dict:
     """The run's wall time and its peak disk, from ``model``."""
-    cases = len(plan.SCALE_CASES) * repeats
-    seconds = sum(
-        cases * (model["seconds_per_case"] + model["seconds_per_association"] * n) for n in scales
-    )
+    cases, per_association = len(plan.SCALE_CASES) * repeats, model["seconds_per_association"]
+    seconds = cases * (model["seconds_per_case"] * len(scales) + per_association * sum(scales))
     peak = model["bytes_fixed"] + model["bytes_per_association"] * max(scales)
     return {"seconds": round(seconds), "peak_bytes": round(peak)}
 
 
 def _line(points: list[tuple[int, float]], fixed: float) -> tuple[float, float]:
-    """Intercept and slope of the least-squares line through ``points`` (through one point:
-    the one from ``fixed``)."""
+    """Intercept and slope of the least-squares line through ``points`` (one: from ``fixed``)."""
     if len(points) == 1:
         (n, value), intercept = points[0], fixed
         return intercept, max(value - intercept, 0) / n
@@ -104,8 +101,7 @@ def _line(points: list[tuple[int, float]], fixed: float) -> tuple[float, float]:
 
 
 def fit(groups: list[dict]) -> dict | None:
-    """This run's cost model: lines through each scale's seconds per case and its peak disk
-    (the database and the WAL), for the next run's estimate."""
+    """This run's cost model, for the next run's estimate: lines through seconds and peak disk."""
     if not groups:
         return None
     seconds = [(g["associations"], g["seconds"] / (len(g["rows"]) * g["repeats"])) for g in groups]
@@ -154,8 +150,7 @@ class DiskSampler(Poller):
 
 # -- the run ----------------------------------------------------------------------------------
 def prepare(url: str) -> None:
-    """A fresh ``bench_scale``: created, migrated; pg_stat_statements in it, every statement
-    tracked (nested ones too: the foreign-key checks a COPY fires), resettable by the bench."""
+    """A fresh ``bench_scale``, migrated, pg_stat_statements tracking every statement in it."""
     drop(url)
     environment.prepare_database(url)
     role = sql.Identifier(urlsplit(url).username or "hoa")
@@ -183,15 +178,6 @@ def _loaded(url: str) -> bool:
     return False
 
 
-def _scale(associations: int, repeats: int, sampler: DiskSampler, env: dict) -> dict:
-    group = plan.scale_group(associations, repeats)
-    sampler.label = associations
-    log(f"bench-scale: {group.title} ({group.repeats} paired runs)")
-    summary = run_group(group, env, log=log)
-    summary.update(associations=associations, peak_disk_bytes=sampler.peaks.get(associations))
-    return summary
-
-
 def main(argv: list[str] | None = None) -> int:
     args = _arguments(argv)
     url = database_url()
@@ -217,7 +203,11 @@ def main(argv: list[str] | None = None) -> int:
             log(report.environment_summary(facts))
             sampler.start()
             for associations in args.scales:
-                groups.append(_scale(associations, args.repeats, sampler, env))
+                group, sampler.label = plan.scale_group(associations, args.repeats), associations
+                log(f"bench-scale: {group.title} ({group.repeats} paired runs)")
+                summary = run_group(group, env, log=log)
+                peak = sampler.peaks.get(associations)
+                groups.append({**summary, "associations": associations, "peak_disk_bytes": peak})
     finally:
         sampler.stop()
         if not args.keep_database:

@@ -35,8 +35,7 @@ def _complete(run_id: int, who: str) -> None:
 
 
 def _call_and_complete_unfenced(run, external_call, who: str) -> str:
-    """The rest of an alternative without a fence, in its transaction: the call, then the
-    run written all the same; the runs' table is strict, so it says so (two round trips)."""
+    """The call, then the run written unfenced (a strict table: it says so, two round trips)."""
     if run.is_completed:
         return "already done"
     external_call()

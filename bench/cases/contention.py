@@ -112,8 +112,7 @@ def run(
 
 
 def _clients(rows: list, spec: dict) -> tuple[list[dict], tuple[int, int]]:
-    """A forked client per row, started together; their reports, and the machine's busy and
-    total CPU while the first ran."""
+    """A forked client per row; their reports, and the machine's CPU while the first ran."""
     context = multiprocessing.get_context("fork")
     barrier = context.Barrier(len(rows) + 1)  # the clients and this process
     results = context.Queue()

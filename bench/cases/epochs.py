@@ -57,9 +57,8 @@ def grant(*, variant: str, redis_url: str, ops: int, warmup: int = 20) -> dict:
     master_port = client.connection_pool.connection_kwargs["port"]
     replica = _replica_of(master_port) if variant == "wait" else None
     try:
-        lock = FenceLock(
-            client=client, min_replicas=1 if replica else 0, replica_timeout=timedelta(seconds=1)
-        )
+        replicas = {"min_replicas": 1 if replica else 0, "replica_timeout": timedelta(seconds=1)}
+        lock = FenceLock(client=client, **replicas)
         resource = fixtures.unique_label(f"bench-grant-{variant}")
         tokens: list[int] = []
 

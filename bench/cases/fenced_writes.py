@@ -78,8 +78,7 @@ VENDOR_VARIANTS = {
 
 
 def vendor(*, variant: str, redis_url: str, ops: int, warmup: int = 10) -> dict:
-    """Assign a vendor to ``ops`` new complaints, or (``…_reassign``) replace the vendor of
-    ``ops`` complaints assigned (through the service) before the clock starts; time each."""
+    """Time ``ops`` assignments on new complaints, or (``…_reassign``) on ones assigned before."""
     org = fixtures.organization("bench-vendor")
     actor = fixtures.staff_user("bench-vendor-staff", org)
     first, other = fixtures.vendors_with_contracts(org, 2)
@@ -107,8 +106,7 @@ def vendor(*, variant: str, redis_url: str, ops: int, warmup: int = 10) -> dict:
 
 # -- paying an approved invoice ---------------------------------------------------------------
 def payment(*, variant: str, redis_url: str, ops: int, warmup: int = 10) -> dict:
-    """Pay ``ops`` approved invoices, each once, to a stand-in payment service; time each.
-    ``checked``: the real service's checks and steps without lease, fence and audit."""
+    """Time paying ``ops`` approved invoices once each (``checked``: no lease, fence, audit)."""
     from bench.http_baseline import pay_unfenced
 
     org = fixtures.organization("bench-payment")
@@ -288,8 +286,7 @@ def _copy_associations(count: int) -> list[int]:
 
 
 def _delete_associations(month, cleanup: str = "delete") -> None:
-    """Delete what the fixture and the runs of ``month`` wrote, or (``truncate``: in ``make
-    bench-scale``'s own database only) empty the tables."""
+    """Delete what the fixture and ``month``'s runs wrote, or (``truncate``) empty the tables."""
     if cleanup == "truncate":
         name = connection.settings_dict["NAME"]
         if not name.startswith(SCALE_DATABASE_PREFIX):
@@ -318,8 +315,7 @@ def _run_commands(hosts: int, month, workers: int = 2) -> list[int]:
 
 
 def _diagnosis(variant: str, ids: list[int], month) -> dict:
-    """What the timed part's statements cost (``pg_stat_statements``, read now), and the
-    plans of the statements of one more chunk of the same walk for the next month."""
+    """The timed part's statements (``pg_stat_statements``) and one more chunk's plans."""
     statements = diagnose.snapshot()
     chunk, started_at = ids[:MONTH_START_CHUNK], timezone.now()
     following = fixtures.month((month.year - 2001) * 12 + month.month)

@@ -5,6 +5,7 @@ write step by step, and fused (docs/benchmarks.md, "The fence's price in Django'
 import itertools
 import time
 from datetime import timedelta
+from functools import partial
 from statistics import median
 
 import redis
@@ -50,6 +51,11 @@ def _fused_sql() -> str:
 _ns = time.perf_counter_ns
 
 
+def _given_token(write):
+    """A step of ``_clocked``: ``write`` with the lease's token."""
+    return lambda lease: write(lease.token)
+
+
 class _FencedWrite:
     """One complaint: each write fences its row and adds one note, the audit row with it."""
 
@@ -86,14 +92,15 @@ class _FencedWrite:
         _write_event(resource=self.resource, outcome="committed", token=token,
                      attempt=self.attempt, using="default")  # fmt: skip
 
-    def _clocked(self, steps: dict, inside) -> float:
-        """Grant, ``inside(lease, marks)`` in ``atomic()``, commit, release: each step's µs
-        into ``steps`` (``inside`` appends a mark after each of its own)."""
+    def _clocked(self, steps: dict, *inside) -> float:
+        """Grant, ``inside`` (each given the lease) in ``atomic()``, commit, release: each µs."""
         marks = [_ns()]
         lease = self.lock.acquire(self.resource, ttl=TTL)
         marks.append(_ns())
         with transaction.atomic():
-            inside(lease, marks)
+            for step in inside:
+                step(lease)
+                marks.append(_ns())
         marks.append(_ns())
         lease.release()
         marks.append(_ns())
@@ -103,16 +110,8 @@ class _FencedWrite:
 
     def timed_steps(self) -> float:
         """The same write with a clock between its steps (no audit span, no metrics)."""
-
-        def inside(lease, marks) -> None:
-            advance_fence(self.rows, lease)
-            marks.append(_ns())
-            self._row(lease.token)
-            marks.append(_ns())
-            self._audit(lease.token)
-            marks.append(_ns())
-
-        return self._clocked(self.steps, inside)
+        row, audit = _given_token(self._row), _given_token(self._audit)
+        return self._clocked(self.steps, partial(advance_fence, self.rows), row, audit)
 
     def django_write(self) -> int:
         """The same row and audit row in Django's ``atomic()``: no lease, no fence."""
@@ -124,23 +123,19 @@ class _FencedWrite:
 
     def fused(self) -> float:
         """``timed_steps`` with the fence UPDATE and the audit row as one statement."""
+        return self._clocked(self.fused_steps, self._fence_and_audit, _given_token(self._row))
 
-        def inside(lease, marks) -> None:
-            token, attempt = lease.token, self.attempt
-            with connection.cursor() as cursor:
-                cursor.execute(
-                    self.fused_sql,
-                    [token, self.complaint.pk, token, self.resource, token >> 32,
-                     self.resource, attempt.scope, attempt.operation, token, "committed",
-                     attempt.actor, "", timezone.now()],
-                )  # fmt: skip
-                if cursor.rowcount != 1:
-                    raise RuntimeError(f"the fused fence refused token {token}")
-            marks.append(_ns())
-            self._row(token)
-            marks.append(_ns())
-
-        return self._clocked(self.fused_steps, inside)
+    def _fence_and_audit(self, lease) -> None:
+        token, attempt = lease.token, self.attempt
+        with connection.cursor() as cursor:
+            cursor.execute(
+                self.fused_sql,
+                [token, self.complaint.pk, token, self.resource, token >> 32, self.resource,
+                 attempt.scope, attempt.operation, token, "committed", attempt.actor, "",
+                 timezone.now()],
+            )  # fmt: skip
+            if cursor.rowcount != 1:
+                raise RuntimeError(f"the fused fence refused token {token}")
 
 
 def run(*, variant: str = "fenced", redis_url: str, ops: int, warmup: int = 30) -> dict:

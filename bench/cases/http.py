@@ -43,8 +43,7 @@ def _logged_in_session(user) -> requests.Session:
 
 
 class _Load:
-    """``clients`` threads POSTing for ``seconds`` after one untimed POST each; the answers
-    as (kind, status, µs, complaint), transport errors apart."""
+    """``clients`` threads POSTing for ``seconds``: answers (kind, status, µs, complaint)."""
 
     def __init__(self, org, *, url: str, seconds: float, clients: int, label: str):
         self.org, self.url, self.seconds = org, url, seconds
