@@ -1,8 +1,7 @@
 """``python -m bench.load [--quick] [--variants fenced,baseline]``: an office at its busiest
-hour, with Locust (``make bench-load``; docs/benchmarks.md, "An office at its busiest hour"):
-per variant, the real views or their unfenced twins under Locust's staff, stepped up until
-p99 bends; the fault suite's checker after the fenced run. Exits 1 on a violated invariant
-or a run that could not be made."""
+hour (``make bench-load``; docs/benchmarks.md, "An office at its busiest hour"): the real views
+or their twins under Locust's staff, stepped up until p99 bends; the fault suite's checker
+after the fenced run. Exits 1 on a violated invariant or a run that could not be made."""
 
 import argparse
 import json

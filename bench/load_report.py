@@ -84,13 +84,8 @@ def _steps(run: dict, key: str = "samples") -> list[dict]:
 def knee(steps: list[dict], *, bend: float, line_ms: float) -> dict:
     """The last step before p99 bent, and the most staff served within ``line_ms``."""
     first = steps[0]["overall"]["all_p99_ms"] if steps else None
-    bent_at = next(
-        (
-            step for step in steps[1:]
-            if first and step["overall"]["all_p99_ms"] > max(bend * first, line_ms)
-        ),
-        None,
-    )  # fmt: skip
+    over = max(bend * first, line_ms) if first else None
+    bent_at = next((s for s in steps[1:] if over and s["overall"]["all_p99_ms"] > over), None)
     before = [step for step in steps if bent_at is None or step["users"] < bent_at["users"]]
     within = [step["users"] for step in steps if (step["overall"]["all_p99_ms"] or 0) <= line_ms]
     return {
@@ -108,27 +103,21 @@ def _target(text: str, measured, op: str, limit: float, **more) -> dict:
 
 
 def _against_twins(fenced: list, baseline: list, *, clock: str, report_only: bool) -> list:
-    """Each fenced or serialized action's p99 (its median under 1,000 requests) over its
-    twin's, in the first step, on one ``clock``: the server's or Locust's."""
+    """Each action's p99 (under 1,000 requests, median) over its twin's, first step, ``clock``."""
     if not fenced or not baseline:
         return []
-    found = []
-    mine, theirs = fenced[0]["by_name"], baseline[0]["by_name"]
+    found, mine, theirs = [], fenced[0]["by_name"], baseline[0]["by_name"]
     for action in ACTIONS:
-        a, b = mine.get(action), theirs.get(action)
+        a, b, more = mine.get(action), theirs.get(action), {"report_only": report_only}
         if not a or not b:
-            text = f"{action}: {clock} p99 ≤ {RATIO}x its twin's"
-            found.append(
-                _target(text, None, "<=", RATIO, report_only=report_only,
-                        detail="no requests in a run")
-            )  # fmt: skip
-            continue
-        if a["p99_ms"] is not None and b["p99_ms"] is not None:
-            measured, what = a["p99_ms"] / b["p99_ms"], "p99"
+            measured, what, more["detail"] = None, "p99", "no requests in a run"
+        elif a["p99_ms"] is not None and b["p99_ms"] is not None:
+            measured, what = round(a["p99_ms"] / b["p99_ms"], 3), "p99"
         else:
-            measured, what = a["median_ms"] / b["median_ms"], "median (under 1,000 requests)"
+            measured = round(a["median_ms"] / b["median_ms"], 3)
+            what = "median (under 1,000 requests)"
         text = f"{action}: {clock} {what} ≤ {RATIO}x its twin's"
-        found.append(_target(text, round(measured, 3), "<=", RATIO, report_only=report_only))
+        found.append(_target(text, measured, "<=", RATIO, **more))
     return found
 
 
@@ -153,8 +142,7 @@ def analyse(runs: dict, *, pacing: float, line_ms: float, bend: float = 2.0) -> 
     analysed = {}
     for variant, run in runs.items():
         steps = _steps(run)
-        wall = run.get("wall_seconds") or 1
-        requests = run.get("requests") or 1
+        wall, requests = run.get("wall_seconds") or 1, run.get("requests") or 1
         cpu = {
             "server_ms_per_request": round(1000 * run.get("server_cpu_seconds", 0) / requests, 2),
             "load_generator_share": round(run.get("load_generator_cpu_seconds", 0) / wall, 3),

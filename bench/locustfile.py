@@ -1,9 +1,7 @@
-"""Locust's office staff for the busiest hour (``make bench-load``, ``bench.load``): each
-user one logged-in staff member of one association, half its tasks a page, half a change
-made on the page its form is on; the steps, stopped after the one whose p99 bent; every
-request recorded per step, every fenced change with what its user was told, to the files
-the world file names (docs/benchmarks.md, "An office at its busiest hour"). Imports nothing
-of Django or of the project: Locust's own process."""
+"""Locust's office staff for the busiest hour (``make bench-load``): each user one staff member
+of one association, half its tasks a page, half a change on the page its form is on; every
+request and fenced change recorded (docs/benchmarks.md, "An office at its busiest hour").
+Imports nothing of Django or of the project: Locust's own process."""
 
 import itertools
 import json

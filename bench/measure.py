@@ -1,6 +1,5 @@
-"""Counting and summarising: latency statistics, Redis commands (executed: ``INFO
-commandstats``; sent: ``MONITOR``), PostgreSQL round trips (libpq's protocol trace).
-See docs/benchmarks.md, "Counted, not guessed"."""
+"""Counting and summarising: latencies, Redis commands (``INFO commandstats``, ``MONITOR``),
+PostgreSQL round trips (libpq's trace); docs/benchmarks.md, "Counted, not guessed"."""
 
 import math
 import statistics
@@ -138,8 +137,7 @@ class PgRoundTrips:
 
 
 def time_and_count(operation, items: list, warmup: int, ops: int, redis_url: str) -> tuple:
-    """Run ``operation`` on ``warmup`` items, time it on ``ops`` more (counting the Redis
-    commands executed), then trace PostgreSQL on half the rest and MONITOR the other half."""
+    """Warm up, time ``ops`` (Redis commands counted), trace PostgreSQL and MONITOR the rest."""
     from django.db import connection
 
     for item in items[:warmup]:
@@ -187,10 +185,9 @@ class Poller:
     __exit__ = stop
 
     def _poll(self) -> None:
-        while True:
+        self.sample()
+        while not self._done.wait(self.every):
             self.sample()
-            if self._done.wait(self.every):
-                return
 
 
 class PeakMemory(Poller):

@@ -1,6 +1,5 @@
-"""Targets, the printed tables, the JSON file and the README's chart. A target is PASS or
-MISS (a speed); a broken invariant or a crashed case is FAIL (a wrong result), the only thing
-that fails the run."""
+"""Targets, the printed tables, the JSON file and the README's chart. A target is PASS or MISS
+(a speed); a broken invariant or a crashed case is FAIL, the only thing that fails the run."""
 
 import json
 import math

@@ -1,6 +1,5 @@
-"""Run cases round-robin (A B C, B C A, …), each in a fresh process (``python -m
-bench.runner``, the block at the end), and summarise them: ratios to the baseline are paired
-per repeat (docs/benchmarks.md, "How it is measured")."""
+"""Run cases round-robin (A B C, B C A, …), each in a fresh process (the block at the end), and
+summarise them, ratios paired per repeat (docs/benchmarks.md, "How it is measured")."""
 
 import importlib
 import json
@@ -20,7 +19,7 @@ RESULT_PREFIX = "BENCH-RESULT "
 
 @dataclass(frozen=True)
 class Case:
-    """``entry`` ("module:function") run in a fresh process with ``params``."""
+    """``entry`` ("module:function") run in a fresh process with ``params``: a ``result()``."""
 
     id: str
     label: str

@@ -1,8 +1,7 @@
-"""``python -m bench.scale [--scales 1000,10000] [--repeats N] [--estimate]``: the month
-start at 1,000, 10,000 and 100,000 associations x 200 units (``make bench-scale``), paired
-runs of group 2d's two cases in a database of its own, after an estimate of time and disk.
-``BENCH_SCALES`` sets the default scales. Exits 1 on FAIL or too small a disk. Method, goals
-and files: docs/benchmarks.md, "The month start at 1,000, …"."""
+"""``python -m bench.scale [--scales 1000,10000] [--repeats N] [--estimate]``: the month start
+at 1,000, 10,000 and 100,000 associations x 200 units (``make bench-scale``), in a database of
+its own, after an estimate of time and disk; ``BENCH_SCALES`` sets the default scales. Exits 1
+on FAIL or too small a disk. docs/benchmarks.md, "The month start at 1,000, …"."""
 
 import argparse
 import contextlib

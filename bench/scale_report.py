@@ -278,8 +278,7 @@ def chart(rows: list[dict], *, caption: str) -> str:
 
 
 def write(document: dict, results: Path, *, docs: Path | None) -> list[Path]:
-    """The JSON, its table (``.md``) and chart (``.svg``); with ``docs``, the chart there
-    too and the table in docs/benchmarks.md between its markers."""
+    """The JSON, the ``.md`` table and ``.svg`` chart; with ``docs``, chart and table there too."""
     name = document["name"]
     written = [results / f"{name}.json", results / f"{name}.md", results / f"{name}.svg"]
     report.write_json(written[0], document)

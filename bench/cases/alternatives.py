@@ -1,6 +1,5 @@
-"""Section 3: what a Django user would reach for instead of Redis, next to ours: while a
-holder is inside its 200 ms external call, a loser tries the same run; its wait, its round
-trips, and the backends ``idle in transaction`` (docs/benchmarks.md, "The cases")."""
+"""Section 3: what a Django user would reach for instead of Redis, next to ours: a loser during
+the holder's 200 ms external call (docs/benchmarks.md, "The cases")."""
 
 import threading
 import time

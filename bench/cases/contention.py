@@ -1,6 +1,5 @@
-"""Section 4: processes on one resource, or one each, looping: acquire, one fenced commit
-logged in ``bench_commit_log`` (id order is commit order), release; when busy, ``backoff``,
-``wait`` or ``naive`` retry (docs/benchmarks.md, "The cases")."""
+"""Section 4: processes on one resource, or one each, looping acquire, one fenced commit (id
+order is commit order), release; when busy, ``backoff``, ``wait`` or ``naive`` retry."""
 
 import multiprocessing
 import os

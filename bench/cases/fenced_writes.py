@@ -346,8 +346,7 @@ def month_start(
     *, variant: str, associations: int, workers: int = 2, diagnosis: bool = False,
     cleanup: str = "delete",
 ) -> dict:  # fmt: skip
-    """Bill one new month for ``associations`` x 200 units (``variant``: the plain loop, one
-    host's command with ``workers`` processes, or two such commands); time, check, clean up."""
+    """Bill one new month for ``associations`` x 200 units as ``variant``; time, check, clean up."""
     month = fixtures.month(3600)  # 2301-01: no other case bills it
     with _without_timeouts():
         _delete_associations(month, cleanup)  # what a crashed earlier process may have left

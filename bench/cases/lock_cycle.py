@@ -1,6 +1,5 @@
-"""Section 1: one lock cycle (acquire + release), one ``redis.Redis`` client for every
-variant, each used as its documentation shows: a lock object per use, a non-blocking acquire,
-a release (docs/benchmarks.md, "The cases")."""
+"""Section 1: one lock cycle (acquire + release), one ``redis.Redis`` client for every variant,
+each used as its documentation shows (docs/benchmarks.md, "The cases")."""
 
 import functools
 from contextlib import contextmanager, nullcontext
