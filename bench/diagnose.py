@@ -56,9 +56,8 @@ def normalized(sql: str) -> str:
 
 
 def explain(statements: list[str]) -> dict[str, str]:
-    """``EXPLAIN (ANALYZE, BUFFERS)`` of each distinct statement of ``statements`` (the SQL
-    Django sent, parameters in it), each in a transaction rolled back; keyed by
-    ``normalized``. Transaction control and ``COPY`` are not explainable and left out."""
+    """``EXPLAIN (ANALYZE, BUFFERS)`` of each distinct statement Django sent (values in it), rolled
+    back, keyed by ``normalized``; transaction control and ``COPY`` left out."""
     plans: dict[str, str] = {}
     for sql in statements:
         key = normalized(sql)
@@ -91,9 +90,8 @@ def per_association(snapshots: list[list[dict]], associations: int) -> dict[str,
 
 
 def grown(small: dict[str, dict], large: dict[str, dict], *, factor: float, share: float) -> list:
-    """The statements whose time per association at the larger scale is above ``factor``
-    times the smaller's (or new there), among those that take at least ``share`` of the
-    larger scale's statement time; largest growth in milliseconds first."""
+    """Statements above ``factor`` x the smaller scale's time per association (or new), of those
+    taking ``share`` or more of the larger's time; the largest growth in ms first."""
     total = sum(entry["ms_per_association"] for entry in large.values()) or 1
     found = []
     for query, entry in large.items():

@@ -191,8 +191,7 @@ class Poller:
 
 
 class PeakMemory(Poller):
-    """The largest peak RSS (``VmHWM``, each process's own since its exec) among the
-    processes under ``root``, polled from /proc; ``mb`` once the block has ended. Not
+    """The largest peak RSS (``VmHWM``) of the processes under ``root``, polled from /proc; not
     ``getrusage``: docs/benchmarks.md, "Targets missed" says why."""
 
     def __init__(self, root: int, every: float = 0.1):

@@ -61,10 +61,9 @@ def evaluate(targets: list[Target], groups: list[dict]) -> list[dict]:
             continue
         error = row.get("error") or (other or {}).get("error")
         measured = None if error else _measure(target, row, other)
-        if measured is None:  # a report-only target too: MISS, not INFO
-            evaluated.append(judged(*facts, None, error=error, status="MISS", **given))
-        else:
-            evaluated.append(judged(*facts, float(measured), **given))
+        status = "MISS" if measured is None else None  # a report-only target too, not INFO
+        measured = None if measured is None else float(measured)
+        evaluated.append(judged(*facts, measured, error=error, status=status, **given))
     return evaluated
 
 

@@ -91,9 +91,8 @@ def _statements(group: dict, case: str) -> tuple[dict, dict]:
 
 
 def where_the_time_goes(groups: list[dict], rows: list[dict], judged: list[dict], goals: dict):
-    """For a run with a MISS: per case, the statements whose time per association grew from
-    the smallest scale to the largest, with their plans at both; and at each scale whose
-    ratio missed, the top statements of ours beside the loop's."""
+    """For a run with a MISS: per case, the statements grown from the smallest scale to the largest,
+    with both plans; at each scale whose ratio missed, the top statements of ours and the loop."""
     if not any(t["status"] == "MISS" for t in judged) or not groups:
         return None
     found: dict = {"grown": {}, "at_scale": {}}
@@ -104,8 +103,7 @@ def where_the_time_goes(groups: list[dict], rows: list[dict], judged: list[dict]
         grown = diagnose.grown(small, large, factor=1.1, share=0.01) if len(groups) > 1 else []
         for entry in grown:
             key = diagnose.normalized(entry["query"])
-            entry["plan_before"] = small_plans.get(key)
-            entry["plan_after"] = large_plans.get(key)
+            entry.update(plan_before=small_plans.get(key), plan_after=large_plans.get(key))
         found["grown"][case] = grown
     for group, row in zip(groups, rows, strict=True):
         if row["ratio"] is None or row["ratio"] <= goals["ratio"]:

@@ -41,10 +41,8 @@ def _insert_assignment(complaint, *, vendor, actor) -> None:
 
 
 def _checked(item, *, vendor, actor) -> None:
-    """The service's steps as a careful Django user writes them, without lease, fence and
-    audit: the actor's rights and the vendor's contract, then under the complaint's row lock
-    the insert, once there is no active assignment (``item``: the complaint) or once the one
-    seen is replaced, if it still is the active one (``item``: that assignment)."""
+    """The service's steps without lease, fence and audit: its checks, then under the complaint's
+    row lock the insert, after the active one is replaced (a reassignment: ``item`` is that)."""
     reassign = isinstance(item, VendorAssignment)
     complaint = item.complaint if reassign else item
     organization, today = complaint.organization, timezone.localdate()
