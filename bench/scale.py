@@ -222,9 +222,8 @@ def main(argv: list[str] | None = None) -> int:
         invariant_failures=report.invariant_failures(groups),
     )  # fmt: skip
     print(f"\n{scale_report.text(document)}")
-    for path in scale_report.write(
-        document, RESULTS, docs=BASE_DIR / "docs" if args.full else None
-    ):
+    docs = BASE_DIR / "docs" if args.full else None
+    for path in scale_report.write(document, RESULTS, docs=docs):
         print(f"Wrote {path.relative_to(BASE_DIR)}")
     print(f"({elapsed:.0f} s; estimated {expected['seconds']:.0f} s)")
     return 1 if document["invariant_failures"] else 0

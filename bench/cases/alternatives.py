@@ -170,7 +170,6 @@ def run(*, variant: str, redis_url: str, trials: int, call_seconds: float = 0.2)
 
     loser_us = [o["loser_us"] for o in outcomes]
     completed = MonthlyChargeRun.objects.filter(pk__in=[r.pk for r in runs], completed_by="holder")
-    holder_ok = all(o["holder"] == "done" for o in outcomes)
     losers = sorted({o["loser"] for o in outcomes})
     metrics["loser_p50_ms"] = round(median(loser_us) / 1000, 2)
     metrics["loser_p99_ms"] = round(percentile(loser_us, 99) / 1000, 2)
@@ -181,7 +180,7 @@ def run(*, variant: str, redis_url: str, trials: int, call_seconds: float = 0.2)
     if lock is not None:
         metrics["uncontended_acquire_us"] = round(median(reference), 1)
         metrics["loser_vs_acquire"] = round(median(loser_us) / median(reference), 2)
-    ok = holder_ok and completed.count() == len(runs)
+    ok = all(o["holder"] == "done" for o in outcomes) and completed.count() == len(runs)
     detail = f"{len(runs)} trials; loser answers: {', '.join(losers)}"
     invariant = check("each guarded run completed once, by its holder", ok, detail)
     counts = {"db_round_trips_loser": metrics["loser_round_trips"]}

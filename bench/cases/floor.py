@@ -21,6 +21,7 @@ from locking.models import FenceEpoch, FenceEvent
 
 TTL = timedelta(seconds=30)
 FLOOR_TABLE = "bench_floor_commit"  # the durable commit's one-row table (bench only)
+FLOOR_DDL = f"CREATE TABLE IF NOT EXISTS {FLOOR_TABLE} (id bigserial PRIMARY KEY, at timestamptz)"
 FLOOR_INSERT = f"INSERT INTO {FLOOR_TABLE} (at) VALUES (now())"  # noqa: S608 - a constant
 STEPS = ("grant", "fence", "row", "audit", "commit", "release")
 FUSED_STEPS = ("grant", "fence_and_audit", "row", "commit", "release")
@@ -144,9 +145,7 @@ def run(*, variant: str = "fenced", redis_url: str, ops: int, warmup: int = 30) 
     connection.ensure_connection()
     raw = connection.connection  # psycopg's own, autocommit (Django's default)
     raw.execute("SET synchronous_commit = on")
-    raw.execute(
-        f"CREATE TABLE IF NOT EXISTS {FLOOR_TABLE} (id bigserial PRIMARY KEY, at timestamptz)"
-    )
+    raw.execute(FLOOR_DDL)
     write = _FencedWrite(client)
     floor_ops = {
         "ping": client.ping, "select1": lambda: raw.execute("SELECT 1"),
