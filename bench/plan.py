@@ -2,7 +2,7 @@
 machine; ``QUICK``, about 2: a smoke test, not a result) and one row per group of compared
 cases, with its targets; and the groups of ``make bench-scale``."""
 
-from dataclasses import dataclass, field, make_dataclass, replace
+from dataclasses import dataclass, field, make_dataclass
 
 from bench.runner import Case, Group
 
@@ -304,14 +304,18 @@ def scale_group(associations: int, repeats: int) -> Group:
     """The loop and ours at ``associations`` x 200 units, ``repeats`` paired runs."""
     [row] = (row for row in GROUPS if row.id == "month-start")
     fixed, per_association = SCALE_TIMEOUT
-    return group(replace(
-        row, id=f"scale-{associations}", prefix="scale", repeats=repeats,
-        title=f"Month start: {associations:,} associations x 200 units",
+    timeout = fixed + per_association * associations
+    params = {"associations": associations, "diagnosis": True, "cleanup": "truncate"}
+    cases = [
+        Case(f"scale.{key}", row.cases[key], row.entry, {"variant": key, **params}, True, timeout)
+        for key in SCALE_CASES
+    ]
+    return Group(
+        f"scale-{associations}", f"Month start: {associations:,} associations x 200 units",
+        cases, repeats, baseline="scale.baseline", latency_label="wall",
         note="paired runs in make bench-scale's own database; statements and plans recorded",
-        cases={key: row.cases[key] for key in SCALE_CASES},
-        params={"associations": associations, "diagnosis": True, "cleanup": "truncate"},
-        timeout=fixed + per_association * associations,
-    ), FULL, "")  # fmt: skip
+        columns=list(row.columns.items()),
+    )  # fmt: skip
 
 
 def targets(profile: Profile) -> list[Target]:
