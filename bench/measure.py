@@ -75,8 +75,7 @@ def _command_name(line: str) -> str:
 def sent_per_op(url: str, operation: Callable[[], object], operations: int) -> dict[str, float]:
     """Run ``operation`` under MONITOR; return the commands a client sent per run (not ``lua``)."""
     seen: list[dict] = []
-    ready = threading.Event()
-    watcher = redis.Redis.from_url(url)
+    ready, watcher = threading.Event(), redis.Redis.from_url(url)
 
     def watch() -> None:
         with watcher.monitor() as monitor:
