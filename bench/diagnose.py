@@ -1,8 +1,6 @@
 """Where a walk's time goes in PostgreSQL (``make bench-scale``): ``pg_stat_statements`` of
-the timed part, ``EXPLAIN (ANALYZE, BUFFERS)`` of one more chunk's statements, and what grew
-between two scales (docs/benchmarks.md, "The month start at 1,000, …": "Where the time
-goes"). Without the extension loaded and created, the snapshots are empty.
-"""
+the timed part, ``EXPLAIN (ANALYZE, BUFFERS)`` of one more chunk's statements, what grew
+between two scales (docs/benchmarks.md, "The month start at 1,000, …": "Where the time goes")."""
 
 import re
 
@@ -58,9 +56,8 @@ def normalized(sql: str) -> str:
 
 
 def explain(statements: list[str]) -> dict[str, str]:
-    """``EXPLAIN (ANALYZE, BUFFERS)`` of each distinct statement of ``statements`` (the SQL
-    Django sent, parameters in it), each in a transaction rolled back; keyed by
-    ``normalized``. Transaction control and ``COPY`` are not explainable and left out."""
+    """``EXPLAIN (ANALYZE, BUFFERS)`` of each distinct statement Django sent (values in it), rolled
+    back, keyed by ``normalized``; transaction control and ``COPY`` left out."""
     plans: dict[str, str] = {}
     for sql in statements:
         key = normalized(sql)
@@ -77,8 +74,7 @@ def explain(statements: list[str]) -> dict[str, str]:
 
 
 def per_association(snapshots: list[list[dict]], associations: int) -> dict[str, dict]:
-    """Statements of several runs (one snapshot each) per association, keyed by query
-    text: calls and milliseconds per association, and the sums."""
+    """Statements of several runs per association, by query: calls, ms and their sums."""
     merged: dict[str, dict] = {}
     for entries in snapshots:
         for entry in entries:
@@ -94,9 +90,8 @@ def per_association(snapshots: list[list[dict]], associations: int) -> dict[str,
 
 
 def grown(small: dict[str, dict], large: dict[str, dict], *, factor: float, share: float) -> list:
-    """The statements whose time per association at the larger scale is above ``factor``
-    times the smaller's (or new there), among those that take at least ``share`` of the
-    larger scale's statement time; largest growth in milliseconds first."""
+    """Statements above ``factor`` x the smaller scale's time per association (or new), of those
+    taking ``share`` or more of the larger's time; the largest growth in ms first."""
     total = sum(entry["ms_per_association"] for entry in large.values()) or 1
     found = []
     for query, entry in large.items():

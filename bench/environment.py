@@ -1,7 +1,6 @@
 """What the benchmarks run against (docs/benchmarks.md, "Against what"): a private
 ``redis-server``, the ``bench_hoa`` database (never one not named ``bench…``), the facts a
-reader needs to trust the numbers, and the bench's process helpers (nothing from ``tests/``).
-"""
+reader needs to trust the numbers, and the bench's process helpers (nothing from ``tests/``)."""
 
 import contextlib
 import functools
@@ -64,9 +63,7 @@ def stop(process: subprocess.Popen | None, grace: float = 10) -> None:
 
 
 class _StandInHandler(BaseHTTPRequestHandler):
-    """An outside service (billing, dispatch, payment): reads the request, answers 200.
-    Kept-alive (HTTP/1.1) and ``TCP_NODELAY``, as a real endpoint (docs/benchmarks.md, "The
-    billing stand-in keeps its connections")."""
+    """An outside service (billing, dispatch, payment) answering 200, kept-alive, no Nagle."""
 
     protocol_version = "HTTP/1.1"
     disable_nagle_algorithm = True
@@ -87,9 +84,7 @@ class _StandInHandler(BaseHTTPRequestHandler):
 
 
 class _ReceivingHandler(_StandInHandler):
-    """The stand-in as a service that checks the token (``locking.receive_call``, in the
-    bench's database; the endpoint is the path: ``/dispatch/cancel`` is "dispatch-cancel");
-    every call and its verdict recorded in ``server.calls``."""
+    """The stand-in checking the token (``receive_call``, the path its scope); ``server.calls``."""
 
     def do_POST(self) -> None:
         from django.db import connections
@@ -129,8 +124,7 @@ def start_stand_in(path: str) -> tuple[ThreadingHTTPServer, str]:
 
 
 def start_receiver(secret: str) -> tuple[ThreadingHTTPServer, str]:
-    """The receiving stand-in (Django set up in this process); return it and its base URL,
-    under which any path is an endpoint (``/billing``, ``/payment``)."""
+    """The receiving stand-in (Django set up); return it and its base URL (any path below)."""
     server = _serve(_ReceivingHandler, secret=secret, calls=[])
     return server, f"http://127.0.0.1:{server.server_port}"
 
@@ -138,9 +132,7 @@ def start_receiver(secret: str) -> tuple[ThreadingHTTPServer, str]:
 def start_gunicorn(
     port: int, run_dir: str, *, secret_key: str, args: tuple[str, ...] = (), **extra: str
 ) -> subprocess.Popen:
-    """gunicorn (``gunicorn.conf.py``, more of its command line in ``args``) on ``port``:
-    production settings over plain HTTP, the real URLs and the unfenced twins
-    (``bench.http_settings``), more environment in ``extra``; once ``/healthz`` answers."""
+    """gunicorn on ``port``: production settings over HTTP, the twins' URLs; once it answers."""
     env = {**os.environ, "PORT": str(port), "GUNICORN_RUN_DIR": run_dir, "WEB_CONCURRENCY": "2"}
     # Sessions signed with the bench's key; no abuse limits (they would shape the result).
     env.update(DEBUG="0", SECRET_KEY=secret_key, ALLOWED_HOSTS="127.0.0.1", STATIC_MANIFEST="0",
@@ -208,8 +200,7 @@ class BenchRedis:
 
 @contextlib.contextmanager
 def private_redis(database: str):
-    """A private ``redis-server`` and the environment of every process the bench starts (this
-    one's too); yields ``(env, server)`` and stops the server after."""
+    """Yield ``(env, server)``: a private ``redis-server``, every bench process's environment."""
     server = BenchRedis().start()
     try:
         env = child_env(database=database, redis_url=server.url)

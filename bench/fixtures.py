@@ -1,13 +1,14 @@
 """Data the cases work on, in the bench database. Each function is idempotent on its
-natural key; rows a case consumes (runs, complaints) are new per process, uniquely labelled.
-"""
+natural key; rows a case consumes (runs, complaints) are new per process, uniquely labelled."""
 
 import os
 from datetime import date, timedelta
 from decimal import Decimal
 from functools import cache
+from importlib import import_module
 
-from django.contrib.auth import get_user_model
+from django.conf import settings
+from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY, get_user_model
 from django.contrib.auth.hashers import make_password
 from django.db import transaction
 from django.utils import timezone
@@ -56,11 +57,6 @@ def staff_user(username: str, org: Organization):
 
 def session_key(user) -> str:
     """A logged-in session of ``user``, written as ``force_login`` writes it (no PBKDF2)."""
-    from importlib import import_module
-
-    from django.conf import settings
-    from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY
-
     store = import_module(settings.SESSION_ENGINE).SessionStore()
     store.update({SESSION_KEY: str(user.pk), HASH_SESSION_KEY: user.get_session_auth_hash(),
                   BACKEND_SESSION_KEY: settings.AUTHENTICATION_BACKENDS[0]})  # fmt: skip
@@ -72,11 +68,8 @@ def vendors_with_contracts(org: Organization, count: int) -> list:
     """``count`` vendors, each with a contract with ``org`` that covers today."""
     today, year = timezone.localdate(), timedelta(days=365)
     # Insured: an uninsured vendor is neither assigned nor paid (vendors.insurance).
-    window = {
-        "starts_on": today - year,
-        "ends_on": today + year,
-        "insurance_expires_on": today + year,
-    }
+    window = {"starts_on": today - year, "ends_on": today + year,
+              "insurance_expires_on": today + year}  # fmt: skip
     found = []
     for number in range(1, count + 1):
         name, trade = f"{org.slug} vendor {number}", {"trade": "plumbing"}

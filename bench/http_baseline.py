@@ -1,8 +1,6 @@
-"""The unfenced twins of the staff POSTs, under ``PREFIX`` (URL conf of
-``bench.http_settings``): the real views and services with one name bound to a stand-in,
-leaving out only the lease, the fence and the audit, or the status change's compare-and-swap
-(docs/benchmarks.md, "The unfenced twins").
-"""
+"""The unfenced twins of the staff POSTs under ``PREFIX``: the real views and services with one
+name bound to a stand-in, leaving out only the lease, the fence and the audit, or the status
+change's compare-and-swap (docs/benchmarks.md, "The unfenced twins")."""
 
 import time
 import types
@@ -130,14 +128,12 @@ class UnfencedGenerateView(charge_views.GenerateChargesView):
     )
 
 
-_unserialized_workflow = types.SimpleNamespace(
-    **{name: getattr(workflow, name) for name in workflow.__all__}
-)
-_unserialized_workflow.change_status = change_status_unserialized
+_unserialized = types.SimpleNamespace(**{n: getattr(workflow, n) for n in workflow.__all__})
+_unserialized.change_status = change_status_unserialized
 
 
 class UnserializedStatusView(complaint_views.ChangeStatusView):
-    apply = _rebound(complaint_views.ChangeStatusView.apply, workflow=_unserialized_workflow)
+    apply = _rebound(complaint_views.ChangeStatusView.apply, workflow=_unserialized)
 
 
 # The real ones' paths, under PREFIX.

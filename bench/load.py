@@ -1,16 +1,7 @@
 """``python -m bench.load [--quick] [--variants fenced,baseline]``: an office at its busiest
-hour, with Locust (``make bench-load``; the method: docs/benchmarks.md, "An office at its
-busiest hour").
-
-Per variant, on a fresh ``bench_hoa`` and a private ``redis-server``: the office
-(``build_world``), gunicorn on the real views (``fenced``) or their unfenced twins
-(``baseline``, ``bench.http_baseline``), one receiving stand-in for billing, dispatch and
-payment, and Locust's staff (``bench/locustfile.py``), stepped up until p99 bends. After the
-fenced run the fault suite's checker reads what each user was told (``python -m
-tests.faults.check``, a command). Prints the steps and the goals (``bench.load_report``),
-writes ``bench/results/<name>.json`` and Locust's reports beside it. Exits 1 on a violated
-invariant or a run that could not be made.
-"""
+hour (``make bench-load``; docs/benchmarks.md, "An office at its busiest hour"): the real views
+or their twins under Locust's staff, stepped up until p99 bends; the fault suite's checker
+after the fenced run. Exits 1 on a violated invariant or a run that could not be made."""
 
 import argparse
 import json
@@ -94,8 +85,7 @@ def steps(profile: dict) -> list[tuple[int, float]]:
 
 # -- the office ---------------------------------------------------------------------------------
 def build_world(profile: dict, users: int) -> dict:
-    """Associations with units, vendors under contract, open complaints and approved invoices,
-    and ``users`` staff spread over them round-robin, each logged in (an emptied database)."""
+    """The office: associations, vendors, complaints, invoices, ``users`` staff logged in."""
     from django.conf import settings
     from django.contrib.auth import get_user_model
 
@@ -178,8 +168,7 @@ def run_variant(variant: str, profile: dict, plan: list, env: dict, out: Path) -
 
 
 def _office(variant, profile, plan, env, port: int, run_dir: Path, out: Path) -> dict:
-    """A fresh database and Redis with the office in them; the world file Locust reads and
-    the files it writes."""
+    """A fresh database and Redis with the office; the world file for Locust and its files."""
     import django
     from django.db import connections
 

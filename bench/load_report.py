@@ -1,9 +1,6 @@
-"""What ``make bench-load`` reports: per step and per page or action, requests/s and
-p50/p95/p99 (p99 from 1,000 requests on, else the median and the maximum), answers by kind
-(a 409 is an answer; a 5xx or no answer at all is an error), the knee, and the goals: each
-twice, as Locust measured it and as the server took it (gunicorn's access log), the goals
-judged on the server's times.
-"""
+"""What ``make bench-load`` reports: per step and per page or action, requests/s,
+percentiles and answers by kind, the knee, and the goals; each as Locust measured it and as
+the server took it (gunicorn's access log), the goals judged on the server's times."""
 
 from datetime import datetime
 from statistics import median
@@ -46,9 +43,8 @@ _STAMP = "[%d/%b/%Y:%H:%M:%S %z]"
 
 
 def server_samples(lines, steps: list[dict], clock_offset: float) -> list[dict[str, list]]:
-    """The access log's named requests as Locust's samples are kept: per step, name ->
-    [[ms, status], …], for those that ended in the step's measured window (``steps``: the
-    locustfile's, on its monotonic clock; ``clock_offset``: wall minus monotonic)."""
+    """The access log's named requests, per step and name as Locust's samples, in each step's
+    measured window (``steps`` on Locust's monotonic clock; ``clock_offset``: wall minus it)."""
     windows = [
         (times["measure_from"] + clock_offset, times["ended"] + clock_offset)
         if times and "ended" in times else None
@@ -87,13 +83,8 @@ def _steps(run: dict, key: str = "samples") -> list[dict]:
 def knee(steps: list[dict], *, bend: float, line_ms: float) -> dict:
     """The last step before p99 bent, and the most staff served within ``line_ms``."""
     first = steps[0]["overall"]["all_p99_ms"] if steps else None
-    bent_at = next(
-        (
-            step for step in steps[1:]
-            if first and step["overall"]["all_p99_ms"] > max(bend * first, line_ms)
-        ),
-        None,
-    )  # fmt: skip
+    over = max(bend * first, line_ms) if first else None
+    bent_at = next((s for s in steps[1:] if over and s["overall"]["all_p99_ms"] > over), None)
     before = [step for step in steps if bent_at is None or step["users"] < bent_at["users"]]
     within = [step["users"] for step in steps if (step["overall"]["all_p99_ms"] or 0) <= line_ms]
     return {
@@ -111,39 +102,28 @@ def _target(text: str, measured, op: str, limit: float, **more) -> dict:
 
 
 def _against_twins(fenced: list, baseline: list, *, clock: str, report_only: bool) -> list:
-    """Each fenced or serialized action's p99 (its median under 1,000 requests) over its
-    twin's, in the first step, on one ``clock``: the server's or Locust's."""
+    """Each action's p99 (under 1,000 requests, median) over its twin's, first step, ``clock``."""
     if not fenced or not baseline:
         return []
-    found = []
-    mine, theirs = fenced[0]["by_name"], baseline[0]["by_name"]
+    found, mine, theirs = [], fenced[0]["by_name"], baseline[0]["by_name"]
     for action in ACTIONS:
-        a, b = mine.get(action), theirs.get(action)
+        a, b, more = mine.get(action), theirs.get(action), {"report_only": report_only}
         if not a or not b:
-            text = f"{action}: {clock} p99 ≤ {RATIO}x its twin's"
-            found.append(
-                _target(text, None, "<=", RATIO, report_only=report_only,
-                        detail="no requests in a run")
-            )  # fmt: skip
-            continue
-        if a["p99_ms"] is not None and b["p99_ms"] is not None:
-            measured, what = a["p99_ms"] / b["p99_ms"], "p99"
+            measured, what, more["detail"] = None, "p99", "no requests in a run"
+        elif a["p99_ms"] is not None and b["p99_ms"] is not None:
+            measured, what = round(a["p99_ms"] / b["p99_ms"], 3), "p99"
         else:
-            measured, what = a["median_ms"] / b["median_ms"], "median (under 1,000 requests)"
+            measured = round(a["median_ms"] / b["median_ms"], 3)
+            what = "median (under 1,000 requests)"
         text = f"{action}: {clock} {what} ≤ {RATIO}x its twin's"
-        found.append(_target(text, round(measured, 3), "<=", RATIO, report_only=report_only))
+        found.append(_target(text, measured, "<=", RATIO, **more))
     return found
 
 
 def targets(analysed: dict, runs: dict) -> list[dict]:
-    fenced, baseline = analysed.get("fenced") or {}, analysed.get("baseline") or {}
-    found = _against_twins(
-        fenced.get("server_steps"), baseline.get("server_steps"), clock="server",
-        report_only=False,
-    )  # fmt: skip
-    found += _against_twins(
-        fenced.get("steps"), baseline.get("steps"), clock="Locust's", report_only=True
-    )
+    fenced, baseline, found = analysed.get("fenced") or {}, analysed.get("baseline") or {}, []
+    for key, clock, only in (("server_steps", "server", False), ("steps", "Locust's", True)):
+        found += _against_twins(fenced.get(key), baseline.get(key), clock=clock, report_only=only)
     errors = sum(
         step["overall"]["errors_5xx"] for run in analysed.values() for step in run["steps"]
     )
@@ -161,8 +141,7 @@ def analyse(runs: dict, *, pacing: float, line_ms: float, bend: float = 2.0) -> 
     analysed = {}
     for variant, run in runs.items():
         steps = _steps(run)
-        wall = run.get("wall_seconds") or 1
-        requests = run.get("requests") or 1
+        wall, requests = run.get("wall_seconds") or 1, run.get("requests") or 1
         cpu = {
             "server_ms_per_request": round(1000 * run.get("server_cpu_seconds", 0) / requests, 2),
             "load_generator_share": round(run.get("load_generator_cpu_seconds", 0) / wall, 3),
@@ -193,8 +172,7 @@ def steps_table(steps: list[dict]) -> str:
 
 
 def names_table(analysed: dict, key: str = "steps") -> str:
-    """The first step, per page and action, each variant side by side (``key``: Locust's
-    steps or the server's)."""
+    """The first step per page and action, variants side by side (Locust's or the server's)."""
     variants = [v for v in ("fenced", "baseline") if v in analysed and analysed[v].get(key)]
     names = sorted({n for v in variants for n in analysed[v][key][0]["by_name"]})
     headers = ["page or action"]
@@ -244,12 +222,9 @@ def text(document: dict) -> str:
                 f"{steps_table(found['server_steps'])}\n"
                 f"within a p99 of {k['line_ms']:.0f} ms: {f'{s:,} staff' if s else 'none'}"
             )
-    for clock, key in (
-        ("as Locust measured it", "steps"),
-        ("as the server took it", "server_steps"),
-    ):
+    for key, clock in (("steps", "Locust measured"), ("server_steps", "the server took")):
         if any(found.get(key) for found in document["analysis"].values()):
             table = names_table(document["analysis"], key)
-            parts.append(f"First step, per page and action, {clock} (p99 from 1,000 requests on, "
-                         f"else the maximum)\n{table}")  # fmt: skip
+            parts.append(f"First step, per page and action, as {clock} it (p99 from 1,000 "
+                         f"requests on, else the maximum)\n{table}")  # fmt: skip
     return "\n\n".join([*parts, report.targets_table(document["targets"])])

@@ -1,15 +1,7 @@
-"""Locust's office staff for the busiest hour (``make bench-load``, ``bench.load``).
-
-Each simulated user is one logged-in staff member of one association, paced as
-docs/capacity.md's model: a task every ``pacing`` seconds, half of them reading a page and
-half making a change on the page its form is on (a GET, then the POST): open a complaint,
-change a status, assign or reassign a vendor, pay an invoice, generate a month. A POST does
-not follow its 303: the next page shows its message. A 409 is an answer, not an error. The
-shape steps the users up and stops after the step whose p99 bent. Every request is recorded
-per step outside its warm-up, and every fenced change with what its user was told (for the
-fault suite's checker), to the files the world file names (docs/benchmarks.md, "An office
-at its busiest hour"). Imports nothing of Django or of the project: Locust's own process.
-"""
+"""Locust's office staff for the busiest hour (``make bench-load``): each user one staff member
+of one association, half its tasks a page, half a change on the page its form is on; every
+request and fenced change recorded (docs/benchmarks.md, "An office at its busiest hour").
+Imports nothing of Django or of the project: Locust's own process."""
 
 import itertools
 import json
@@ -63,10 +55,6 @@ STEP_TIMES: list[dict] = [{} for _ in STEPS]
 COUNTED = {"requests": 0}
 
 
-def _month_label(number: int) -> str:
-    return f"{2001 + number // 12}-{number % 12 + 1:02d}"
-
-
 @events.request.add_listener
 def _record(name, response_time, response, exception, **_kwargs):
     COUNTED["requests"] += 1  # warm-ups too: what the server's CPU was spent on
@@ -118,8 +106,7 @@ def _p99(samples: dict[str, list]) -> float | None:
 
 
 def _bent(index: int) -> bool:
-    """Whether step ``index``'s p99 bent: over ``bend`` times the first step's and over
-    the line the capacity model keeps (``p99_line_ms``)."""
+    """Whether step ``index``'s p99 bent: over ``bend`` x the first step's, and over the line."""
     first, now = _p99(SAMPLES[0]), _p99(SAMPLES[index])
     if index == 0 or first is None or now is None:
         return False
@@ -168,11 +155,8 @@ class Staff(HttpUser):
             # the test's stop may still commit.
             op.update(started=started, ended=started, status=0)
             HISTORY.append(op)
-        headers = {
-            "X-CSRFToken": self.csrf,
-            "Referer": f"{WORLD['base_url']}{path}",
-            NAME_HEADER: name,
-        }
+        headers = {"X-CSRFToken": self.csrf, "Referer": f"{WORLD['base_url']}{path}",
+                   NAME_HEADER: name}  # fmt: skip
         with self.client.post(url, data=data, name=name, headers=headers, allow_redirects=False,
                               catch_response=True) as answer:  # fmt: skip
             status = answer.status_code
@@ -298,7 +282,8 @@ class Staff(HttpUser):
     def generate_month(self) -> None:
         slug = self.org["slug"]
         self.page(f"/orgs/{slug}/charges/", "page: charge runs")
-        month = _month_label(next(_months[self.association]))
+        number = next(_months[self.association])
+        month = f"{2001 + number // 12}-{number % 12 + 1:02d}"
         op = self._op("charges", month=month)
         self.post(f"/orgs/{slug}/charges/{month}/generate/", "action: generate a month",
                   {"confirm": "yes"}, op)  # fmt: skip

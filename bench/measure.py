@@ -1,6 +1,5 @@
-"""Counting and summarising: latency statistics, Redis commands (executed: ``INFO
-commandstats``; sent: ``MONITOR``), PostgreSQL round trips (libpq's protocol trace).
-See docs/benchmarks.md, "Counted, not guessed"."""
+"""Counting and summarising: latencies, Redis commands (``INFO commandstats``, ``MONITOR``),
+PostgreSQL round trips (libpq's trace); docs/benchmarks.md, "Counted, not guessed"."""
 
 import math
 import statistics
@@ -11,8 +10,8 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
-import psycopg
 import redis
+from psycopg.pq import Trace
 
 # Commands the measurement itself sends; never part of an operation's count.
 _HARNESS_COMMANDS = {"info", "monitor", "echo", "hello", "client|setinfo", "config|resetstat"}
@@ -57,8 +56,7 @@ def timed_loop(operation: Callable, items: Iterable) -> list[float]:
     return samples
 
 
-def commandstats(client: redis.Redis) -> Counter:
-    """Return the server's per-command call counts."""
+def commandstats(client: redis.Redis) -> Counter:  # the server's calls per command
     stats = client.info("commandstats").items()
     return Counter({name.removeprefix("cmdstat_"): int(row["calls"]) for name, row in stats})
 
@@ -77,8 +75,7 @@ def _command_name(line: str) -> str:
 def sent_per_op(url: str, operation: Callable[[], object], operations: int) -> dict[str, float]:
     """Run ``operation`` under MONITOR; return the commands a client sent per run (not ``lua``)."""
     seen: list[dict] = []
-    ready = threading.Event()
-    watcher = redis.Redis.from_url(url)
+    ready, watcher = threading.Event(), redis.Redis.from_url(url)
 
     def watch() -> None:
         with watcher.monitor() as monitor:
@@ -110,8 +107,7 @@ def _first_keyword(message: str, payload: str) -> str:
 
 
 class PgRoundTrips:
-    """PostgreSQL round trips (``ReadyForQuery`` messages) and statements (by first keyword)
-    on one Django connection, in the thread that owns it."""
+    """PostgreSQL round trips and statements (by keyword) on one Django connection, its thread's."""
 
     def __init__(self, connection):
         self.connection, self.round_trips, self.statements = connection, 0, Counter()
@@ -121,9 +117,7 @@ class PgRoundTrips:
         self._pgconn = self.connection.connection.pgconn
         self._file = tempfile.NamedTemporaryFile("w+", prefix="hoa-bench-pgtrace-")
         self._pgconn.trace(self._file.fileno())
-        self._pgconn.set_trace_flags(
-            psycopg.pq.Trace.SUPPRESS_TIMESTAMPS | psycopg.pq.Trace.REGRESS_MODE
-        )
+        self._pgconn.set_trace_flags(Trace.SUPPRESS_TIMESTAMPS | Trace.REGRESS_MODE)
         return self
 
     def __exit__(self, *exc_info) -> None:
@@ -142,8 +136,7 @@ class PgRoundTrips:
 
 
 def time_and_count(operation, items: list, warmup: int, ops: int, redis_url: str) -> tuple:
-    """Run ``operation`` on ``warmup`` items, time it on ``ops`` more (counting the Redis
-    commands executed), then trace PostgreSQL on half the rest and MONITOR the other half."""
+    """Warm up, time ``ops`` (Redis commands counted), trace PostgreSQL and MONITOR the rest."""
     from django.db import connection
 
     for item in items[:warmup]:
@@ -169,8 +162,7 @@ def time_and_count(operation, items: list, warmup: int, ops: int, redis_url: str
 
 
 class Poller:
-    """``sample()`` at ``start()`` (or ``with``) and every ``every`` s after, in a daemon
-    thread, until ``stop()``."""
+    """``sample()`` at ``start()`` and every ``every`` s after, in a thread, until ``stop()``."""
 
     every = 0.1
 
@@ -192,15 +184,13 @@ class Poller:
     __exit__ = stop
 
     def _poll(self) -> None:
-        while True:
+        self.sample()
+        while not self._done.wait(self.every):
             self.sample()
-            if self._done.wait(self.every):
-                return
 
 
 class PeakMemory(Poller):
-    """The largest peak RSS (``VmHWM``, each process's own since its exec) among the
-    processes under ``root``, polled from /proc; ``mb`` once the block has ended. Not
+    """The largest peak RSS (``VmHWM``) of the processes under ``root``, polled from /proc; not
     ``getrusage``: docs/benchmarks.md, "Targets missed" says why."""
 
     def __init__(self, root: int, every: float = 0.1):

@@ -1,7 +1,6 @@
 """What ``make bench`` runs, as data: two profiles (``FULL``, about 30 minutes on the 2-core
 machine; ``QUICK``, about 2: a smoke test, not a result) and one row per group of compared
-cases, with its targets; and the groups of ``make bench-scale``.
-"""
+cases, with its targets; and the groups of ``make bench-scale``."""
 
 from dataclasses import dataclass, field, make_dataclass
 
@@ -52,14 +51,11 @@ class Target:
 @dataclass(frozen=True)
 class Row:
     """One group: cases ``<prefix>.<key>``, each a call of ``entry`` in a fresh process.
-
     ``cases`` maps a key to its label (the case gets ``variant=key``) or to ``(label,
     params)``. A string in ``repeats``, ``timeout`` or ``params`` names a ``Profile`` field;
     ``title`` and ``note`` are formatted with the profile as ``p``. A target is ``(text, case,
     op, limit, against[, profile])``: ``against`` is a case (the paired ratio) or a value
-    ("metrics.…"); a text ending in "(report)" is printed, never judged; a target with a
-    profile is judged in that profile only.
-    """
+    ("metrics.…"); "(report)" ending a text: never judged; with a profile: judged in it only."""
 
     section: str  # what ``--only`` selects
     id: str

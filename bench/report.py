@@ -1,13 +1,12 @@
-"""Targets, the printed tables, the JSON file and the README's chart. A target is PASS or
-MISS (a speed); a broken invariant or a crashed case is FAIL (a wrong result), the only thing
-that fails the run.
-"""
+"""Targets, the printed tables, the JSON file and the README's chart. A target is PASS or MISS
+(a speed); a broken invariant or a crashed case is FAIL, the only thing that fails the run."""
 
 import json
 import math
 import operator
 import os
 import sys
+from functools import partial
 from html import escape
 from pathlib import Path
 from statistics import median
@@ -35,17 +34,14 @@ def judged(section: str, text: str, measured, op: str, limit: float, *, report_o
            error: str | None = None, status: str | None = None, **more) -> dict:  # fmt: skip
     """A goal's entry: FAIL (``error``: a crashed case), the ``status`` given, INFO
     (``report_only``), or PASS / MISS (``measured`` against ``limit``; MISS if not measured)."""
+    shown = round(measured, 3) if isinstance(measured, float) else measured
     entry = {"section": section, "text": text, "op": op, "limit": limit, **more}
-    entry.update(measured=round(measured, 3) if isinstance(measured, float) else measured,
-                 report_only=report_only)  # fmt: skip
+    entry.update(measured=None if error else shown, report_only=report_only)
     if error:
-        entry.update(measured=None, detail=error)
-        status = "FAIL"
-    elif status is None and report_only:
-        status = "INFO"
+        entry["detail"], status = error, "FAIL"
     elif status is None:
-        met = measured is not None and _OPS[op](float(measured), limit)
-        status = "PASS" if met else "MISS"
+        met = not report_only and measured is not None and _OPS[op](float(measured), limit)
+        status = "INFO" if report_only else "PASS" if met else "MISS"
     if status == "MISS" and entry["measured"] is None:
         entry.setdefault("detail", "not measured")
     return {**entry, "status": status}
@@ -65,10 +61,9 @@ def evaluate(targets: list[Target], groups: list[dict]) -> list[dict]:
             continue
         error = row.get("error") or (other or {}).get("error")
         measured = None if error else _measure(target, row, other)
-        if measured is None:  # a report-only target too: MISS, not INFO
-            evaluated.append(judged(*facts, None, error=error, status="MISS", **given))
-        else:
-            evaluated.append(judged(*facts, float(measured), **given))
+        status = "MISS" if measured is None else None  # a report-only target too, not INFO
+        measured = None if measured is None else float(measured)
+        evaluated.append(judged(*facts, measured, error=error, status=status, **given))
     return evaluated
 
 
@@ -77,11 +72,8 @@ def invariant_failures(groups: list[dict]) -> list[str]:
     for row in (row for group in groups for row in group["rows"]):
         if row.get("error"):
             failures.append(f"{row['case']}: crashed: {row['error'].splitlines()[0]}")
-        failures.extend(
-            f"{row['case']}: {check['name']}: {check['detail']}"
-            for check in row["invariants"]
-            if not check["ok"]
-        )
+        broken = (check for check in row["invariants"] if not check["ok"])
+        failures += [f"{row['case']}: {check['name']}: {check['detail']}" for check in broken]
     return failures
 
 
@@ -137,7 +129,7 @@ def group_table(group: dict) -> str:
     return title + "\n" + _table(headers, lines)
 
 
-def targets_table(evaluated: list[dict]) -> str:
+def targets_table(entries: list[dict]) -> str:
     def measured(entry: dict) -> str:
         if entry["status"] == "SKIP":
             return "not run"
@@ -146,12 +138,9 @@ def targets_table(evaluated: list[dict]) -> str:
     def limit(entry: dict) -> str:
         return "-" if entry["report_only"] else f"{entry['op']} {_fmt(entry['limit'])}"
 
-    lines = [
-        [f"{e['section']}. {e['text']}", measured(e), limit(e), e["status"]] for e in evaluated
-    ]
-    return "Targets (ratios are medians of per-repeat paired ratios)\n" + _table(
-        ["target", "measured", "limit", "status"], lines
-    )
+    lines = [[f"{e['section']}. {e['text']}", measured(e), limit(e), e["status"]] for e in entries]
+    table = _table(["target", "measured", "limit", "status"], lines)
+    return f"Targets (ratios are medians of per-repeat paired ratios)\n{table}"
 
 
 _SUMMARY = """\
@@ -224,8 +213,10 @@ def _is_ours(row: dict) -> bool:
     return row["label"].startswith("ours") or row["case"].endswith((".ours", ".service"))
 
 
-def _ratio(r: dict) -> float:
-    return 1.0 if r["ratio"] is None else r["ratio"]
+def _times_baseline(r: dict, *, per_s: bool = False) -> tuple[float, str]:
+    ratio = 1.0 if r["ratio"] is None else r["ratio"]
+    shown = f"{r['metrics']['ops_per_s']:.0f}/s" if per_s else f"{r['median_us'] / 1000:.1f} ms"
+    return ratio, f"{ratio:.2f}x ({shown})"
 
 
 # Each panel: group id, title, a row's (value, text), log scale, marker, marker label.
@@ -239,13 +230,12 @@ _PANELS = [
                 f"{r['metrics'].get('loser_round_trips', 0)} DB trips; "
                 f"{r['metrics'].get('idle_in_transaction', 0)} idle in txn"),
      True, None, ""),
-    ("fenced-vendor", "One vendor assignment (x the plain insert)",
-     lambda r: (_ratio(r), f"{_ratio(r):.2f}x ({r['median_us'] / 1000:.1f} ms)"), False, 1.0, ""),
-    ("fenced-charges", "Monthly charges for 5,000 units (x plain bulk_create)",
-     lambda r: (_ratio(r), f"{_ratio(r):.2f}x ({r['median_us'] / 1000:.1f} ms)"), False, 1.0, ""),
+    ("fenced-vendor", "One vendor assignment (x the plain insert)", _times_baseline, False,
+     1.0, ""),
+    ("fenced-charges", "Monthly charges for 5,000 units (x plain bulk_create)", _times_baseline,
+     False, 1.0, ""),
     ("contention", "Fenced commits per second under contention (x one client alone)",
-     lambda r: (_ratio(r), f"{_ratio(r):.2f}x ({r['metrics'].get('ops_per_s', 0):.0f}/s)"),
-     False, 0.8, "0.8x: the target on one resource"),
+     partial(_times_baseline, per_s=True), False, 0.8, "0.8x: the target on one resource"),
 ]
 # fmt: on
 

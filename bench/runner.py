@@ -1,7 +1,5 @@
-"""Run cases round-robin (A B C, B C A, …), each in a fresh process (``python -m
-bench.runner``, the block at the end), and summarise them: ratios to the baseline are paired
-per repeat (docs/benchmarks.md, "How it is measured").
-"""
+"""Run cases round-robin (A B C, B C A, …), each in a fresh process (the block at the end), and
+summarise them, ratios paired per repeat (docs/benchmarks.md, "How it is measured")."""
 
 import importlib
 import json
@@ -21,8 +19,7 @@ RESULT_PREFIX = "BENCH-RESULT "
 
 @dataclass(frozen=True)
 class Case:
-    """One measured variant: ``entry`` ("module:function") run in a fresh process with
-    ``params`` (Django set up first if ``django``)."""
+    """``entry`` ("module:function") run in a fresh process with ``params``: a ``result()``."""
 
     id: str
     label: str
@@ -53,7 +50,6 @@ class CaseFailed(Exception):
 
 
 def run_case(case: Case, env: dict) -> dict:
-    """Run one case in a fresh process and return what it measured."""
     request = json.dumps({"entry": case.entry, "django": case.django, "params": case.params})
     worker = [sys.executable, "-m", "bench.runner"]
     try:
@@ -95,8 +91,7 @@ def run_group(group: Group, env: dict, *, log=print) -> dict:
     return summary
 
 
-def _value(run: dict, group: Group) -> float:
-    """What ratios are taken of: the median latency, or the group's primary metric."""
+def _value(run: dict, group: Group) -> float:  # what ratios are taken of
     if group.primary == "latency":
         return median(run.get("samples_us", []))
     return float(run.get("metrics", {}).get(group.primary, math.nan))

@@ -1,16 +1,14 @@
-"""``python -m bench.scale [--scales 1000,10000] [--repeats N] [--estimate]``: the month
-start at 1,000, 10,000 and 100,000 associations x 200 units (``make bench-scale``): paired
-runs of group 2d's two cases at each scale, in a database of its own (``bench_scale``,
-dropped after), the disk sampled meanwhile; an estimate of time and disk first, refused
-without the room. ``BENCH_SCALES`` sets the default scales. Exits 1 on FAIL or too small a
-disk. Method, goals and files: docs/benchmarks.md, "The month start at 1,000, …".
-"""
+"""``python -m bench.scale [--scales 1000,10000] [--repeats N] [--estimate]``: the month start
+at 1,000, 10,000 and 100,000 associations x 200 units (``make bench-scale``), in a database of
+its own, after an estimate of time and disk; ``BENCH_SCALES`` sets the default scales. Exits 1
+on FAIL or too small a disk. docs/benchmarks.md, "The month start at 1,000, …"."""
 
 import argparse
 import contextlib
 import json
 import os
 import shutil
+import statistics
 import sys
 import time
 from datetime import UTC, datetime
@@ -86,30 +84,23 @@ def cost_model() -> tuple[dict, str]:
 
 def estimate(scales: list[int], repeats: int, model: dict) -> dict:
     """The run's wall time and its peak disk, from ``model``."""
-    cases = len(plan.SCALE_CASES) * repeats
-    seconds = sum(
-        cases * (model["seconds_per_case"] + model["seconds_per_association"] * n) for n in scales
-    )
+    cases, per_association = len(plan.SCALE_CASES) * repeats, model["seconds_per_association"]
+    seconds = cases * (model["seconds_per_case"] * len(scales) + per_association * sum(scales))
     peak = model["bytes_fixed"] + model["bytes_per_association"] * max(scales)
     return {"seconds": round(seconds), "peak_bytes": round(peak)}
 
 
 def _line(points: list[tuple[int, float]], fixed: float) -> tuple[float, float]:
-    """Intercept and slope of the least-squares line through ``points``; through one point,
-    ``fixed`` is taken as the intercept."""
+    """Intercept and slope of the least-squares line through ``points`` (one: from ``fixed``)."""
     if len(points) == 1:
         (n, value), intercept = points[0], fixed
         return intercept, max(value - intercept, 0) / n
-    mean_n = sum(n for n, _ in points) / len(points)
-    mean_v = sum(v for _, v in points) / len(points)
-    slope = sum((n - mean_n) * (v - mean_v) for n, v in points)
-    slope /= sum((n - mean_n) ** 2 for n, _ in points)
-    return max(mean_v - slope * mean_n, 0), max(slope, 0)
+    slope, intercept = statistics.linear_regression(*zip(*points, strict=True))
+    return max(intercept, 0), max(slope, 0)
 
 
 def fit(groups: list[dict]) -> dict | None:
-    """This run's cost model: lines through each scale's seconds per case and its peak disk
-    (the database and the WAL), for the next run's estimate."""
+    """This run's cost model, for the next run's estimate: lines through seconds and peak disk."""
     if not groups:
         return None
     seconds = [(g["associations"], g["seconds"] / (len(g["rows"]) * g["repeats"])) for g in groups]
@@ -158,8 +149,7 @@ class DiskSampler(Poller):
 
 # -- the run ----------------------------------------------------------------------------------
 def prepare(url: str) -> None:
-    """A fresh ``bench_scale``: created, migrated; pg_stat_statements in it, every statement
-    tracked (nested ones too: the foreign-key checks a COPY fires), resettable by the bench."""
+    """A fresh ``bench_scale``, migrated, pg_stat_statements tracking every statement in it."""
     drop(url)
     environment.prepare_database(url)
     role = sql.Identifier(urlsplit(url).username or "hoa")
@@ -187,15 +177,6 @@ def _loaded(url: str) -> bool:
     return False
 
 
-def _scale(associations: int, repeats: int, sampler: DiskSampler, env: dict) -> dict:
-    group = plan.scale_group(associations, repeats)
-    sampler.label = associations
-    log(f"bench-scale: {group.title} ({group.repeats} paired runs)")
-    summary = run_group(group, env, log=log)
-    summary.update(associations=associations, peak_disk_bytes=sampler.peaks.get(associations))
-    return summary
-
-
 def main(argv: list[str] | None = None) -> int:
     args = _arguments(argv)
     url = database_url()
@@ -221,7 +202,11 @@ def main(argv: list[str] | None = None) -> int:
             log(report.environment_summary(facts))
             sampler.start()
             for associations in args.scales:
-                groups.append(_scale(associations, args.repeats, sampler, env))
+                group, sampler.label = plan.scale_group(associations, args.repeats), associations
+                log(f"bench-scale: {group.title} ({group.repeats} paired runs)")
+                summary = run_group(group, env, log=log)
+                peak = sampler.peaks.get(associations)
+                groups.append({**summary, "associations": associations, "peak_disk_bytes": peak})
     finally:
         sampler.stop()
         if not args.keep_database:
@@ -237,9 +222,8 @@ def main(argv: list[str] | None = None) -> int:
         invariant_failures=report.invariant_failures(groups),
     )  # fmt: skip
     print(f"\n{scale_report.text(document)}")
-    for path in scale_report.write(
-        document, RESULTS, docs=BASE_DIR / "docs" if args.full else None
-    ):
+    docs = BASE_DIR / "docs" if args.full else None
+    for path in scale_report.write(document, RESULTS, docs=docs):
         print(f"Wrote {path.relative_to(BASE_DIR)}")
     print(f"({elapsed:.0f} s; estimated {expected['seconds']:.0f} s)")
     return 1 if document["invariant_failures"] else 0

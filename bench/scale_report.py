@@ -1,6 +1,5 @@
 """What ``make bench-scale`` reports: the estimate, the table per scale, the goals (PASS /
-MISS), where the time went when one missed, and the chart (plain SVG, as docs/bench.svg).
-"""
+MISS), where the time went when one missed, and the chart (plain SVG, as docs/bench.svg)."""
 
 import math
 import re
@@ -18,9 +17,8 @@ _NO_PLAN = ("(no plan: a COPY, or a statement that a trigger or a foreign-key ch
 
 
 def estimate_text(scales: list[int], repeats: int, expected: dict, source: str, free) -> str:
-    shown, room = ", ".join(f"{n:,}" for n in scales), ""
-    if free is not None:
-        room = f"; {free / GB:.0f} GB free there"
+    shown = ", ".join(f"{n:,}" for n in scales)
+    room = "" if free is None else f"; {free / GB:.0f} GB free there"
     return (f"bench-scale: {shown} associations x 200 units, {repeats} paired run(s) each: "
             f"about {expected['seconds'] / 60:.0f} min and {expected['peak_bytes'] / GB:.1f} GB "
             f"of PostgreSQL disk at the peak ({source}){room}")  # fmt: skip
@@ -54,8 +52,7 @@ def _scale_row(group: dict) -> dict:
 
 
 def _target(text: str, measured, op: str, limit: float, error=None) -> dict:
-    error = error.splitlines()[0] if error else None
-    return report.judged("scale", text, measured, op, limit, error=error)
+    return report.judged("scale", text, measured, op, limit, error=error and error.splitlines()[0])
 
 
 def _ratio(a, b):
@@ -94,9 +91,8 @@ def _statements(group: dict, case: str) -> tuple[dict, dict]:
 
 
 def where_the_time_goes(groups: list[dict], rows: list[dict], judged: list[dict], goals: dict):
-    """For a run with a MISS: per case, the statements whose time per association grew from
-    the smallest scale to the largest, with their plans at both; and at each scale whose
-    ratio missed, the top statements of ours beside the loop's."""
+    """For a run with a MISS: per case, the statements grown from the smallest scale to the largest,
+    with both plans; at each scale whose ratio missed, the top statements of ours and the loop."""
     if not any(t["status"] == "MISS" for t in judged) or not groups:
         return None
     found: dict = {"grown": {}, "at_scale": {}}
@@ -107,8 +103,7 @@ def where_the_time_goes(groups: list[dict], rows: list[dict], judged: list[dict]
         grown = diagnose.grown(small, large, factor=1.1, share=0.01) if len(groups) > 1 else []
         for entry in grown:
             key = diagnose.normalized(entry["query"])
-            entry["plan_before"] = small_plans.get(key)
-            entry["plan_after"] = large_plans.get(key)
+            entry.update(plan_before=small_plans.get(key), plan_after=large_plans.get(key))
         found["grown"][case] = grown
     for group, row in zip(groups, rows, strict=True):
         if row["ratio"] is None or row["ratio"] <= goals["ratio"]:
@@ -125,8 +120,8 @@ def where_the_time_goes(groups: list[dict], rows: list[dict], judged: list[dict]
 def analyse(groups: list[dict], goals: dict) -> dict:
     rows = [_scale_row(group) for group in groups]
     judged = targets(rows, goals)
-    where = where_the_time_goes(groups, rows, judged, goals)
-    return {"rows": rows, "targets": judged, "where": where}
+    return {"rows": rows, "targets": judged,
+            "where": where_the_time_goes(groups, rows, judged, goals)}  # fmt: skip
 
 
 # -- text ---------------------------------------------------------------------------------------
@@ -281,18 +276,15 @@ def chart(rows: list[dict], *, caption: str) -> str:
 
 
 def write(document: dict, results: Path, *, docs: Path | None) -> list[Path]:
-    """The JSON, its table (``.md``) and chart (``.svg``); with ``docs``, the chart there
-    too and the table in docs/benchmarks.md between its markers."""
+    """The JSON, the ``.md`` table and ``.svg`` chart; with ``docs``, chart and table there too."""
     name = document["name"]
     written = [results / f"{name}.json", results / f"{name}.md", results / f"{name}.svg"]
     report.write_json(written[0], document)
     written[1].write_text(markdown(document))
     machine = document["environment"]["machine"]
-    caption = (
-        f"make bench-scale, {document['started_at'][:10]}: {machine['cpus_usable']} CPUs "
-        f"({machine['cpu']}), shared; medians of {document['repeats']} paired run(s)."
-    )
-    svg = chart(document["rows"], caption=caption)
+    svg = chart(document["rows"], caption=f"make bench-scale, {document['started_at'][:10]}: "
+                f"{machine['cpus_usable']} CPUs ({machine['cpu']}), shared; medians of "
+                f"{document['repeats']} paired run(s).")  # fmt: skip
     written[2].write_text(svg)
     if docs is not None:
         (docs / "bench-scale.svg").write_text(svg)

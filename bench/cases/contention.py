@@ -1,7 +1,5 @@
-"""Section 4: many processes on one resource, and on one resource each, looping: acquire,
-one fenced commit logged in ``bench_commit_log`` (its id taken under the fence's row lock:
-id order is commit order), release; when busy, ``backoff``, ``wait`` or ``naive`` retry
-(docs/benchmarks.md, "The cases")."""
+"""Section 4: processes on one resource, or one each, looping acquire, one fenced commit (id
+order is commit order), release; when busy, ``backoff``, ``wait`` or ``naive`` retry."""
 
 import multiprocessing
 import os
@@ -113,8 +111,7 @@ def run(
 
 
 def _clients(rows: list, spec: dict) -> tuple[list[dict], tuple[int, int]]:
-    """A forked client per row, started together; their reports, and the machine's busy and
-    total CPU while the first ran."""
+    """A forked client per row; their reports, and the machine's CPU while the first ran."""
     context = multiprocessing.get_context("fork")
     barrier = context.Barrier(len(rows) + 1)  # the clients and this process
     results = context.Queue()

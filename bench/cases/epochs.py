@@ -1,7 +1,6 @@
 """Sections 1b/1c: what fence safety across Redis data loss costs (docs/locking/epochs.md):
 the row's conditional UPDATE alone against ``advance_fence`` with a lease (``fence``), and a
-grant with its counter present, just lost, or waiting for a replica (``grant``).
-"""
+grant with its counter present, just lost, or waiting for a replica (``grant``)."""
 
 import itertools
 import time
@@ -58,9 +57,8 @@ def grant(*, variant: str, redis_url: str, ops: int, warmup: int = 20) -> dict:
     master_port = client.connection_pool.connection_kwargs["port"]
     replica = _replica_of(master_port) if variant == "wait" else None
     try:
-        lock = FenceLock(
-            client=client, min_replicas=1 if replica else 0, replica_timeout=timedelta(seconds=1)
-        )
+        replicas = {"min_replicas": 1 if replica else 0, "replica_timeout": timedelta(seconds=1)}
+        lock = FenceLock(client=client, **replicas)
         resource = fixtures.unique_label(f"bench-grant-{variant}")
         tokens: list[int] = []
 

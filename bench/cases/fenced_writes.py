@@ -1,6 +1,5 @@
 """Section 2: what the fence costs on top of the write it protects: each process times its
-operations, then counts round trips and Redis commands over a few more (docs/benchmarks.md).
-"""
+operations, then counts round trips and Redis commands over a few more (docs/benchmarks.md)."""
 
 import contextlib
 import functools
@@ -41,65 +40,43 @@ def _insert_assignment(complaint, *, vendor, actor) -> None:
     )  # fmt: skip
 
 
-@transaction.atomic
-def _plain_assignment(complaint, *, vendor, actor) -> None:
-    _insert_assignment(complaint, vendor=vendor, actor=actor)
-
-
-def _check_may_assign(complaint, vendor, actor) -> None:
-    """The service's checks before its lock: the actor's rights, the vendor's contract."""
-    organization = complaint.organization
+def _checked(item, *, vendor, actor) -> None:
+    """The service's steps without lease, fence and audit: its checks, then under the complaint's
+    row lock the insert, after the active one is replaced (a reassignment: ``item`` is that)."""
+    reassign = isinstance(item, VendorAssignment)
+    complaint = item.complaint if reassign else item
+    organization, today = complaint.organization, timezone.localdate()
     if not (organization.has_staff(actor) and actor.has_perm("vendors.assign_vendor")):
         raise PermissionError(actor.username)
-    today = timezone.localdate()
     if not VendorContract.objects.filter(
         vendor=vendor, organization=organization, starts_on__lte=today, ends_on__gte=today
     ).exists():
         raise ValueError("no active contract")
-
-
-def _checked_assignment(complaint, *, vendor, actor) -> None:
-    _check_may_assign(complaint, vendor, actor)
     with transaction.atomic():
         Complaint.objects.select_for_update().filter(pk=complaint.pk).first()
-        if complaint.assignments.filter(active=True).exists():
+        if reassign:
+            replaced = VendorAssignment.objects.filter(pk=item.pk, active=True).update(
+                active=False, deactivated_at=timezone.now()
+            )
+            if replaced != 1:
+                raise ValueError("changed since viewed")
+        elif complaint.assignments.filter(active=True).exists():
             raise ValueError("already assigned")
         _insert_assignment(complaint, vendor=vendor, actor=actor)
 
 
-def _checked_reassignment(seen, *, vendor, actor) -> None:
-    """A reassignment as a careful Django user writes it: the same checks, then under the
-    complaint's row lock the assignment seen replaced (if it still is the active one)."""
-    complaint = seen.complaint
-    _check_may_assign(complaint, vendor, actor)
-    with transaction.atomic():
-        Complaint.objects.select_for_update().filter(pk=complaint.pk).first()
-        replaced = VendorAssignment.objects.filter(pk=seen.pk, active=True).update(
-            active=False, deactivated_at=timezone.now()
-        )
-        if replaced != 1:
-            raise ValueError("changed since viewed")
-        _insert_assignment(complaint, vendor=vendor, actor=actor)
-
-
-def _service_reassignment(seen, *, vendor, actor) -> None:
-    assign_vendor(
-        complaint=seen.complaint, vendor=vendor, actor=actor, reassign=True, replacing=seen
-    )
-
-
 VENDOR_VARIANTS = {
-    "plain": _plain_assignment,
-    "checked": _checked_assignment,
+    "plain": transaction.atomic(_insert_assignment),
+    "checked": _checked, "checked_reassign": _checked,
     "service": lambda complaint, **given: assign_vendor(complaint=complaint, **given),
-    "checked_reassign": _checked_reassignment,
-    "service_reassign": _service_reassignment,
-}
+    "service_reassign": lambda seen, **given: assign_vendor(
+        complaint=seen.complaint, reassign=True, replacing=seen, **given
+    ),
+}  # fmt: skip
 
 
 def vendor(*, variant: str, redis_url: str, ops: int, warmup: int = 10) -> dict:
-    """Assign a vendor to ``ops`` new complaints, or (``…_reassign``) replace the vendor of
-    ``ops`` complaints assigned (through the service) before the clock starts; time each."""
+    """Time ``ops`` assignments on new complaints, or (``…_reassign``) on ones assigned before."""
     org = fixtures.organization("bench-vendor")
     actor = fixtures.staff_user("bench-vendor-staff", org)
     first, other = fixtures.vendors_with_contracts(org, 2)
@@ -127,8 +104,7 @@ def vendor(*, variant: str, redis_url: str, ops: int, warmup: int = 10) -> dict:
 
 # -- paying an approved invoice ---------------------------------------------------------------
 def payment(*, variant: str, redis_url: str, ops: int, warmup: int = 10) -> dict:
-    """Pay ``ops`` approved invoices, each once, to a stand-in payment service; time each.
-    ``checked``: the real service's checks and steps without lease, fence and audit."""
+    """Time paying ``ops`` approved invoices once each (``checked``: no lease, fence, audit)."""
     from bench.http_baseline import pay_unfenced
 
     org = fixtures.organization("bench-payment")
@@ -162,15 +138,13 @@ def _plain_run(org, month, insert) -> None:
     with transaction.atomic():
         run = MonthlyChargeRun.objects.create(organization=org, month=month)
         insert(run, rows, timezone.now())
-        run.status = run.Status.COMPLETED
-        run.total = sum((amount for _, amount in rows), Decimal("0.00"))
-        run.charge_count = len(rows)
-        run.completed_at = timezone.now()
-        run.completed_by = "bench"
+        done = {"status": run.Status.COMPLETED, "charge_count": len(rows), "completed_by": "bench",
+                "total": sum((amount for _, amount in rows), Decimal("0.00")),
+                "completed_at": timezone.now()}  # fmt: skip
+        for field, value in done.items():
+            setattr(run, field, value)
         with unfenced_writes():  # the unfenced twin, on a strict table (two round trips)
-            run.save(
-                update_fields=["status", "total", "charge_count", "completed_at", "completed_by"]
-            )
+            run.save(update_fields=list(done))
 
 
 def _plain_chunk(org_ids, month) -> None:
@@ -230,19 +204,16 @@ ORGANIZATION_COLUMNS = (
     "name, slug, sla_hours_high, sla_hours_normal, sla_hours_low, created_at, time_zone"
 )
 # Dependents first. %(slug)s: the fixture's associations; %(resource)s: their leases' audit.
-MONTH_START_CLEANUP = """
-DELETE FROM charges_monthlycharge USING charges_monthlychargerun run, hoa_organization org
-    WHERE run_id = run.id AND run.organization_id = org.id AND org.slug LIKE %(slug)s;
-DELETE FROM charges_monthlychargerun USING hoa_organization org
-    WHERE organization_id = org.id AND org.slug LIKE %(slug)s;
-DELETE FROM hoa_unit USING hoa_organization org
-    WHERE organization_id = org.id AND org.slug LIKE %(slug)s;
-DELETE FROM hoa_staffmembership USING hoa_organization org
-    WHERE organization_id = org.id AND org.slug LIKE %(slug)s;
-DELETE FROM hoa_organization WHERE slug LIKE %(slug)s;
-DELETE FROM locking_fenceevent WHERE resource LIKE %(resource)s;
-DELETE FROM locking_fenceepoch WHERE resource LIKE %(resource)s
-"""
+_OF_FIXTURE = "USING hoa_organization org WHERE organization_id = org.id AND org.slug LIKE %(slug)s"
+MONTH_START_CLEANUP = (
+    "DELETE FROM charges_monthlycharge USING charges_monthlychargerun run, hoa_organization org"
+    " WHERE run_id = run.id AND run.organization_id = org.id AND org.slug LIKE %(slug)s",
+    *(f"DELETE FROM {table} {_OF_FIXTURE}"  # noqa: S608 - constants
+      for table in ("charges_monthlychargerun", "hoa_unit", "hoa_staffmembership")),
+    "DELETE FROM hoa_organization WHERE slug LIKE %(slug)s",
+    "DELETE FROM locking_fenceevent WHERE resource LIKE %(resource)s",
+    "DELETE FROM locking_fenceepoch WHERE resource LIKE %(resource)s",
+)  # fmt: skip
 # The cleanup in make bench-scale's own database, which holds nothing else.
 SCALE_DATABASE_PREFIX = "bench_scale"
 MONTH_START_TRUNCATE = """
@@ -314,9 +285,7 @@ def _copy_associations(count: int) -> list[int]:
 
 
 def _delete_associations(month, cleanup: str = "delete") -> None:
-    """Delete what the fixture and the runs of ``month`` wrote, or (``truncate``: in ``make
-    bench-scale``'s own database only, where 20,000,000 rows' DELETEs take minutes) empty
-    the tables."""
+    """Delete what the fixture and ``month``'s runs wrote, or (``truncate``) empty the tables."""
     if cleanup == "truncate":
         name = connection.settings_dict["NAME"]
         if not name.startswith(SCALE_DATABASE_PREFIX):
@@ -327,7 +296,7 @@ def _delete_associations(month, cleanup: str = "delete") -> None:
     patterns = {"slug": f"{MONTH_START_SLUG}%", "resource": f"monthly-charges:org:%:{month:%Y-%m}"}
     # The runs' table is strict: its clean-up says it writes unfenced (one transaction).
     with transaction.atomic(), unfenced_writes(), connection.cursor() as cursor:
-        for statement in MONTH_START_CLEANUP.split(";"):
+        for statement in MONTH_START_CLEANUP:
             cursor.execute(statement, patterns)
 
 
@@ -345,8 +314,7 @@ def _run_commands(hosts: int, month, workers: int = 2) -> list[int]:
 
 
 def _diagnosis(variant: str, ids: list[int], month) -> dict:
-    """What the timed part's statements cost (``pg_stat_statements``, read now), and the
-    plans of the statements of one more chunk of the same walk for the next month."""
+    """The timed part's statements (``pg_stat_statements``) and one more chunk's plans."""
     statements = diagnose.snapshot()
     chunk, started_at = ids[:MONTH_START_CHUNK], timezone.now()
     following = fixtures.month((month.year - 2001) * 12 + month.month)
@@ -365,9 +333,8 @@ def _diagnosis(variant: str, ids: list[int], month) -> dict:
 
 
 def _plain_walk(ids: list[int], month) -> None:
-    """Per association 2b's COPY variant (no lease, fence, audit or billing), 2 processes,
-    in chunks of the command's size, each replanning the charges' foreign-key check as the
-    command does (docs/benchmarks.md, "What grew with the batch")."""
+    """2b's COPY variant per association, 2 processes, in the command's chunks, each chunk
+    replanned as the command does (docs/benchmarks.md, "What grew with the batch")."""
     size = MONTH_START_CHUNK
     chunks = [ids[n : n + size] for n in range(0, len(ids), size)]
     with multiprocessing.get_context("fork").Pool(2) as pool:
@@ -378,12 +345,7 @@ def month_start(
     *, variant: str, associations: int, workers: int = 2, diagnosis: bool = False,
     cleanup: str = "delete",
 ) -> dict:  # fmt: skip
-    """Bill one new month for ``associations`` x 200 units; time it, check it, clean up.
-
-    ``variant``: ``baseline`` (the plain 2-process COPY loop), ``ours`` (one host, the
-    command with ``workers`` processes) or ``two_hosts`` (two such commands at once).
-    ``diagnosis`` (``make bench-scale``): the timed part's statements and one more chunk's
-    plans (``bench.diagnose``); ``cleanup``: ``delete`` the fixture's rows, or ``truncate``."""
+    """Bill one new month for ``associations`` x 200 units as ``variant``; time, check, clean up."""
     month = fixtures.month(3600)  # 2301-01: no other case bills it
     with _without_timeouts():
         _delete_associations(month, cleanup)  # what a crashed earlier process may have left
@@ -392,7 +354,7 @@ def month_start(
         if diagnosis:
             diagnose.reset()  # the timed part's statements only
     connections.close_all()  # the children open their own
-    codes, found = [], {}
+    codes = []
     peak = PeakMemory(os.getpid())  # every process of the walk (the pool, or the commands)
     try:
         with peak:

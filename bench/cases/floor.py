@@ -1,13 +1,11 @@
-"""Section 1e: one fenced write (``run_fenced``: grant, fence, one row, its audit row,
-commit, release) against the same write in Django's ``atomic()`` and against the floor's
-parts (``PING``, ``SELECT 1``, a durable one-row commit), round robin in one process; two
-probes: the write step by step (``steps``), and with the fence ``UPDATE`` and the audit row
-in one statement (``fused``). docs/benchmarks.md, "The fence's price in Django's terms".
-"""
+"""Section 1e: one fenced write (``run_fenced``) against the same write in Django's
+``atomic()`` and against the floor's parts, round robin in one process, with two probes: the
+write step by step, and fused (docs/benchmarks.md, "The fence's price in Django's terms")."""
 
 import itertools
 import time
 from datetime import timedelta
+from functools import partial
 from statistics import median
 
 import redis
@@ -23,6 +21,7 @@ from locking.models import FenceEpoch, FenceEvent
 
 TTL = timedelta(seconds=30)
 FLOOR_TABLE = "bench_floor_commit"  # the durable commit's one-row table (bench only)
+FLOOR_DDL = f"CREATE TABLE IF NOT EXISTS {FLOOR_TABLE} (id bigserial PRIMARY KEY, at timestamptz)"
 FLOOR_INSERT = f"INSERT INTO {FLOOR_TABLE} (at) VALUES (now())"  # noqa: S608 - a constant
 STEPS = ("grant", "fence", "row", "audit", "commit", "release")
 FUSED_STEPS = ("grant", "fence_and_audit", "row", "commit", "release")
@@ -50,8 +49,12 @@ def _fused_sql() -> str:
     return f"WITH fenced AS ({update}{where}{no_newer_epoch} RETURNING 1) {audit}"
 
 
-def _ns() -> int:
-    return time.perf_counter_ns()
+_ns = time.perf_counter_ns
+
+
+def _given_token(write):
+    """A step of ``_clocked``: ``write`` with the lease's token."""
+    return lambda lease: write(lease.token)
 
 
 class _FencedWrite:
@@ -90,14 +93,15 @@ class _FencedWrite:
         _write_event(resource=self.resource, outcome="committed", token=token,
                      attempt=self.attempt, using="default")  # fmt: skip
 
-    def _clocked(self, steps: dict, inside) -> float:
-        """Grant, ``inside(lease, marks)`` in ``atomic()``, commit, release: each step's µs
-        into ``steps`` (``inside`` appends a mark after each of its own)."""
+    def _clocked(self, steps: dict, *inside) -> float:
+        """Grant, ``inside`` (each given the lease) in ``atomic()``, commit, release: each µs."""
         marks = [_ns()]
         lease = self.lock.acquire(self.resource, ttl=TTL)
         marks.append(_ns())
         with transaction.atomic():
-            inside(lease, marks)
+            for step in inside:
+                step(lease)
+                marks.append(_ns())
         marks.append(_ns())
         lease.release()
         marks.append(_ns())
@@ -107,16 +111,8 @@ class _FencedWrite:
 
     def timed_steps(self) -> float:
         """The same write with a clock between its steps (no audit span, no metrics)."""
-
-        def inside(lease, marks) -> None:
-            advance_fence(self.rows, lease)
-            marks.append(_ns())
-            self._row(lease.token)
-            marks.append(_ns())
-            self._audit(lease.token)
-            marks.append(_ns())
-
-        return self._clocked(self.steps, inside)
+        row, audit = _given_token(self._row), _given_token(self._audit)
+        return self._clocked(self.steps, partial(advance_fence, self.rows), row, audit)
 
     def django_write(self) -> int:
         """The same row and audit row in Django's ``atomic()``: no lease, no fence."""
@@ -128,23 +124,19 @@ class _FencedWrite:
 
     def fused(self) -> float:
         """``timed_steps`` with the fence UPDATE and the audit row as one statement."""
+        return self._clocked(self.fused_steps, self._fence_and_audit, _given_token(self._row))
 
-        def inside(lease, marks) -> None:
-            token, attempt = lease.token, self.attempt
-            with connection.cursor() as cursor:
-                cursor.execute(
-                    self.fused_sql,
-                    [token, self.complaint.pk, token, self.resource, token >> 32,
-                     self.resource, attempt.scope, attempt.operation, token, "committed",
-                     attempt.actor, "", timezone.now()],
-                )  # fmt: skip
-                if cursor.rowcount != 1:
-                    raise RuntimeError(f"the fused fence refused token {token}")
-            marks.append(_ns())
-            self._row(token)
-            marks.append(_ns())
-
-        return self._clocked(self.fused_steps, inside)
+    def _fence_and_audit(self, lease) -> None:
+        token, attempt = lease.token, self.attempt
+        with connection.cursor() as cursor:
+            cursor.execute(
+                self.fused_sql,
+                [token, self.complaint.pk, token, self.resource, token >> 32, self.resource,
+                 attempt.scope, attempt.operation, token, "committed", attempt.actor, "",
+                 timezone.now()],
+            )  # fmt: skip
+            if cursor.rowcount != 1:
+                raise RuntimeError(f"the fused fence refused token {token}")
 
 
 def run(*, variant: str = "fenced", redis_url: str, ops: int, warmup: int = 30) -> dict:
@@ -153,9 +145,7 @@ def run(*, variant: str = "fenced", redis_url: str, ops: int, warmup: int = 30) 
     connection.ensure_connection()
     raw = connection.connection  # psycopg's own, autocommit (Django's default)
     raw.execute("SET synchronous_commit = on")
-    raw.execute(
-        f"CREATE TABLE IF NOT EXISTS {FLOOR_TABLE} (id bigserial PRIMARY KEY, at timestamptz)"
-    )
+    raw.execute(FLOOR_DDL)
     write = _FencedWrite(client)
     floor_ops = {
         "ping": client.ping, "select1": lambda: raw.execute("SELECT 1"),
@@ -173,10 +163,9 @@ def run(*, variant: str = "fenced", redis_url: str, ops: int, warmup: int = 30) 
                 if name == "fenced":
                     tokens.append(returned)
     trips = {}
-    for name, operation in (("fenced", write), ("django", write.django_write),
-                            ("fused", write.fused)):  # fmt: skip
+    for name in ("fenced", "django", "fused"):
         with PgRoundTrips(connection) as trips[name]:
-            operation()
+            floor_ops[name]()
     rising = all(a < b for a, b in itertools.pairwise(tokens))
     events = ComplaintEvent.objects.filter(complaint=write.complaint).count()
     # The fenced writes, the timed steps, the Django writes and the fused probe; and one

@@ -1,6 +1,5 @@
-"""Section 5: the staff assign endpoint under gunicorn, many logged-in clients at once: the
-real one (``assign``) or its unfenced twin (``baseline``), half the POSTs to a few hot
-complaints, half to a new cold one each (docs/benchmarks.md, "How it is measured")."""
+"""Section 5: the staff assign endpoint (or its unfenced twin) under gunicorn, many logged-in
+clients at once, half on a few hot complaints (docs/benchmarks.md, "How it is measured")."""
 
 import itertools
 import random
@@ -43,8 +42,7 @@ def _logged_in_session(user) -> requests.Session:
 
 
 class _Load:
-    """``clients`` threads POSTing for ``seconds`` after one untimed POST each; the answers
-    as (kind, status, µs, complaint), transport errors apart."""
+    """``clients`` threads POSTing for ``seconds``: answers (kind, status, µs, complaint)."""
 
     def __init__(self, org, *, url: str, seconds: float, clients: int, label: str):
         self.org, self.url, self.seconds = org, url, seconds
@@ -163,8 +161,7 @@ def _metrics(load: _Load, *, wall: float, client_cpu: float, server_cpu: float) 
 
 
 def _checks(variant: str, load: _Load, label: str) -> list[dict]:
-    """No 5xx; one active assignment per complaint, every cold 303 stored; rising tokens on
-    the hot ones (``assign``), or no token nor audit row (``baseline``)."""
+    """No 5xx; one active assignment each; rising hot tokens, or (baseline) no token or audit."""
     statuses = Counter(status for _, status, _, _ in load.answers)
     server_errors = sum(count for status, count in statuses.items() if status >= 500)
     answered = f"{len(load.answers)} requests: {dict(sorted(statuses.items()))}; "

@@ -1,10 +1,9 @@
-"""Section 1: one lock cycle (acquire + release), one ``redis.Redis`` client for every
-variant, each used as its documentation shows: a lock object per use, a non-blocking acquire,
-a release (docs/benchmarks.md, "The cases")."""
+"""Section 1: one lock cycle (acquire + release), one ``redis.Redis`` client for every variant,
+each used as its documentation shows (docs/benchmarks.md, "The cases")."""
 
-import functools
 from contextlib import contextmanager, nullcontext
 from datetime import timedelta
+from functools import partial
 from operator import attrgetter
 
 import redis
@@ -13,23 +12,23 @@ from pottery import Redlock
 
 from bench.environment import wait_until
 from bench.measure import check, commandstats, per_op, result, sent_per_op, timed_loop
+from locking import FenceLock, LeaseState
+from locking.keys import fence_key
+from locking.scripts import ACQUIRE_LUA, RELEASE_LUA
 
 TTL = timedelta(seconds=30)
 
 
-def _library_lock(new_lock):
-    """A variant whose cycle is a new ``new_lock(client)``, a non-blocking acquire, a release."""
+def _library_lock(new_lock, client: redis.Redis):
+    """A cycle of a new ``new_lock(client)``, a non-blocking acquire, a release."""
 
-    def variant(client: redis.Redis):
-        def cycle() -> None:
-            lock = new_lock(client)
-            if not lock.acquire(blocking=False):
-                raise RuntimeError(f"{type(lock).__name__} was held")
-            lock.release()
+    def cycle() -> None:
+        lock = new_lock(client)
+        if not lock.acquire(blocking=False):
+            raise RuntimeError(f"{type(lock).__name__} was held")
+        lock.release()
 
-        return cycle
-
-    return variant
+    return cycle
 
 
 def _seed(client: redis.Redis):
@@ -47,8 +46,6 @@ def _seed(client: redis.Redis):
 
 def _scripts_only(client: redis.Redis):
     # Our two Lua scripts bare, as FenceLock calls them (EVALSHA on the client): the floor.
-    from locking.scripts import ACQUIRE_LUA, RELEASE_LUA
-
     acquire, release = client.script_load(ACQUIRE_LUA), client.script_load(RELEASE_LUA)
     keys = ("lock:{bench-floor}", "fence:{bench-floor}", "seed:{bench-floor}")
     args = ("0" * 32, 30000, "bench", "", 2000)
@@ -68,11 +65,8 @@ class _Ours:
     RESOURCE = "bench-ours"
 
     def __init__(self, client: redis.Redis):
-        from locking import FenceLock
-        from locking.keys import fence_key
-
         # Every argument given: no Django settings needed. The counter exists, as after a grant.
-        self.fence_lock = functools.partial(FenceLock, client, using="default", min_replicas=0)
+        self.fence_lock = partial(FenceLock, client, using="default", min_replicas=0)
         client.set(fence_key(self.RESOURCE), 0, nx=True)
         self.last_token = self.token_regressions = 0
 
@@ -87,13 +81,12 @@ SECONDS = TTL.total_seconds()
 VARIANTS = {
     "ping": lambda client: client.ping, "seed": _seed, "scripts_only": _scripts_only,
     "ours": _Ours, "ours_fsync_always": _Ours,
-    "redis_py": _library_lock(lambda c: c.lock("bench-redis-py", timeout=SECONDS)),
-    "python_redis_lock": _library_lock(
-        lambda c: redis_lock.Lock(c, "bench-python-redis-lock", expire=int(SECONDS))
+    "redis_py": partial(_library_lock, lambda c: c.lock("bench-redis-py", timeout=SECONDS)),
+    "python_redis_lock": partial(
+        _library_lock, lambda c: redis_lock.Lock(c, "bench-python-redis-lock", expire=int(SECONDS))
     ),
-    "pottery": _library_lock(
-        lambda c: Redlock(key="bench-pottery", masters={c}, auto_release_time=SECONDS)
-    ),
+    "pottery": partial(_library_lock, lambda c: Redlock(
+        key="bench-pottery", masters={c}, auto_release_time=SECONDS)),
 }  # fmt: skip
 
 
@@ -103,10 +96,7 @@ def _fsync_always(client: redis.Redis):
     saved = {key: client.config_get(key)[key] for key in ("appendonly", "appendfsync")}
     client.config_set("appendfsync", "always")
     client.config_set("appendonly", "yes")  # starts an AOF rewrite: wait for it to end
-
-    def rewritten() -> bool:
-        return not client.info("persistence").get("aof_rewrite_in_progress")
-
+    rewritten = lambda: not client.info("persistence").get("aof_rewrite_in_progress")  # noqa: E731
     wait_until(rewritten, timeout=30, what="the AOF rewrite")
     try:
         yield
@@ -143,18 +133,12 @@ READS_PER_SAMPLE = 1000
 
 
 def lease_reads(*, variant: str, redis_url: str, iterations: int, warmup: int) -> dict:
-    """Time reads of a held lease: ``token`` (an attribute: the floor), ``state`` (a
-    monotonic clock read and a few comparisons) or ``check()``. A sample is 1,000 reads,
-    so its µs are the nanoseconds of one read."""
-    from locking import FenceLock, LeaseState
-    from locking.keys import fence_key
-
+    """Time reading a held lease's ``token``, ``state``, ``check()``: 1,000 a sample (µs = ns)."""
     client = redis.Redis.from_url(redis_url)
     client.set(fence_key("bench-state"), 0, nx=True)  # the normal grant: no new epoch
-    lease = FenceLock(client, using="default", min_replicas=0).acquire(
-        "bench-state", ttl=timedelta(hours=1)
-    )
-    read = lease.check if variant == "check" else functools.partial(attrgetter(variant), lease)
+    lock = FenceLock(client, using="default", min_replicas=0)
+    lease = lock.acquire("bench-state", ttl=timedelta(hours=1))
+    read = lease.check if variant == "check" else partial(attrgetter(variant), lease)
 
     def thousand_reads(_) -> None:
         for _ in range(READS_PER_SAMPLE):
