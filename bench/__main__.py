@@ -1,6 +1,5 @@
-"""``python -m bench [--quick] [--only SECTIONS]``: run the benchmarks and report them: one
-table per group, the targets (PASS / MISS; FAIL for a broken invariant or a crashed case,
-which exits 1), ``bench/results/<name>.json`` and, for a full run, ``docs/bench.svg``."""
+"""``python -m bench [--quick] [--only SECTIONS]``: a table per group with its targets (PASS,
+MISS; FAIL exits 1), ``bench/results/<name>.json`` and, for a full run, ``docs/bench.svg``."""
 
 import argparse
 import sys

@@ -58,10 +58,8 @@ class _UnfencedCall(Call):
 
 def _told(steps, lease, looked):
     """The operation's own claim, if it makes one, committed on its own; then the call."""
-    if steps.claim is not None:
-        with transaction.atomic():
-            if not steps.claim(lease, looked):
-                return None
+    if steps.claim is not None and not transaction.atomic(steps.claim)(lease, looked):
+        return None
     return steps.call_outside(lease, looked)
 
 
