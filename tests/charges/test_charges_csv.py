@@ -26,7 +26,7 @@ def rows_of(response) -> list[list[str]]:
 
 
 def test_the_csv_has_one_row_per_unit_in_a_stable_order_matching_the_database(client, alice, maple):
-    run = generate(maple).run
+    run = generate(maple).row
     client.force_login(alice)
     response = client.get(CSV_URL)
 
@@ -70,7 +70,7 @@ def test_another_associations_csv_is_not_found(client, mallory, maple):
 
 
 def test_amounts_show_the_currency_in_the_locales_format(client, alice, maple, settings):
-    run = generate(maple).run
+    run = generate(maple).row
     client.force_login(alice)
     page = client.get(f"/orgs/maple-court/charges/{MONTH_ARG}/").content.decode()
     assert f"${run.total:,.2f}" in page

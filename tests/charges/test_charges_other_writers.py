@@ -64,7 +64,7 @@ def test_a_unit_deleted_while_its_run_bills_refuses_the_run_and_writes_nothing(
     # Trying again bills the units there are now.
     again = generate_monthly_charges(organization=maple, month=MONTH, actor=None)
     assert again.outcome == Outcome.COMMITTED
-    assert again.run.charge_count == 10 == MonthlyCharge.objects.count()
+    assert again.row.charge_count == 10 == MonthlyCharge.objects.count()
 
 
 def test_a_unit_deleted_while_a_month_start_batch_bills_costs_the_batch_nothing(

@@ -312,7 +312,7 @@ def test_eight_concurrent_generations_make_one_run_and_every_loser_is_busy(maple
     )
     assert outcomes == {Outcome.BUSY: 7, Outcome.COMMITTED: 1}
     [winner] = [w.result for w in workers if w.result is not None]
-    run = assert_one_complete_run(maple, completed_by=winner.run.completed_by)
+    run = assert_one_complete_run(maple, completed_by=winner.row.completed_by)
     assert MonthlyChargeRun.objects.count() == 1
     assert run.last_fence_token == winner.token == 1
     assert len(billing.received) == 1
