@@ -7,6 +7,7 @@ operation's, to users with the operation's permission (``hoa.admin_actions.fence
 its first POST asks for the year, its submit approves each selected organization's).
 """
 
+from django import forms
 from django.contrib import admin
 from django.core.exceptions import PermissionDenied
 from django.utils import timezone
@@ -14,10 +15,25 @@ from django.utils.translation import gettext_lazy
 
 from hoa.admin_actions import fenced_action
 from hoa.admin_mixins import AdminExtension, TenantAdminMixin, extend
-from tests.budgets.forms import YearForm
+from tests.budgets.exceptions import InvalidYear
 from tests.budgets.models import AnnualBudget
 from tests.budgets.operations import APPROVE_PERMISSION
-from tests.budgets.services import approve_budget
+from tests.budgets.services import approve_budget, parse_year
+
+
+class YearForm(forms.Form):
+    """The admin action's form: the year whose budgets to approve."""
+
+    year = forms.CharField(
+        label=gettext_lazy("Year"), max_length=4, help_text=gettext_lazy("As YYYY, e.g. 2027.")
+    )
+
+    def clean_year(self):
+        try:
+            return parse_year(self.cleaned_data["year"])
+        except InvalidYear as exc:
+            raise forms.ValidationError(exc.message, code="invalid_year") from exc
+
 
 approve_budget_for_year = fenced_action(
     "approve_budget_for_year",

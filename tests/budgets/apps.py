@@ -14,8 +14,8 @@ class BudgetsConfig(AppConfig):
         from hoa.operations import Link, Pages, Panel, add_pages, register
         from tests.budgets import (
             answers,  # noqa: F401  (renders the refusals' sentences)
-            demo,
             selectors,
+            services,
         )
         from tests.budgets.operations import APPROVAL
 
@@ -29,6 +29,6 @@ class BudgetsConfig(AppConfig):
                     context=selectors.dashboard_context, stats="budgets/_dashboard_stats.html"
                 ),
                 staff_permissions=("budgets.view_annualbudget",),
-                seed_demo=demo.seed_demo,
+                seed_demo=services.seed_demo,
             )
         )

@@ -1,35 +1,41 @@
 """Budget approval: approve an association's annual budget exactly once, under a fenced
-lease, after telling the board.
+lease, after telling the board (``approve_budget``); the board's client; the demo's budgets.
 
-``approve_budget`` reads top to bottom: check the actor, find the budget (nothing locked
-yet), then run one attempt's steps under the budget's lease (``hoa.fenced``, the runner
-every operation shares), in this order:
-
-1. ``look``: the budget as it is now; an approved one is final, nothing to notify.
-2. ``call_outside``: one board notification carrying the token and the idempotency key
-   (failure: ``CallFailed``, nothing written).
-3. ``fence_row`` and ``commit``, in one transaction: ``advance_fence`` on the budget row (a
-   holder whose lease was re-granted: ``Superseded``), then the state check (already
-   approved: done; an amount other than the one the board was told: ``AmountChanged``),
-   then the approval.
-
-Actors: a user must be staff of the organization and hold ``budgets.approve_budget``
-(``NotPermitted``, recorded as an ``AccessDenial``, otherwise); ``None`` is the deployment's
-operator at the shell.
+The steps, in the runner's order (``hoa.fenced``): ``look`` (an approved budget is final:
+nothing to tell), ``call_outside`` (the board, told once), ``commit`` after the fence
+(already approved: done; another amount than the board was told: ``AmountChanged``).
 """
 
+import re
 from dataclasses import dataclass
+from decimal import Decimal
 
+from django.conf import settings
 from django.db.models import QuerySet
 from django.utils import timezone
+from django.utils.translation import gettext_lazy
 
 from hoa.fenced import FencedSteps, Look, Result
+from hoa.integrations.webhooks import CallResult, post_fenced
 from hoa.models import Organization
 from locking import Lease, Outcome
-from tests.budgets import answers, notify
-from tests.budgets.exceptions import AmountChanged, NoBudget
+from tests.budgets import answers
+from tests.budgets.exceptions import AmountChanged, InvalidYear, NoBudget
 from tests.budgets.models import AnnualBudget
 from tests.budgets.operations import APPROVAL, budget_resource
+
+# Whom an approval tells, as an audit line names it; the endpoint its call is sealed for.
+BOARD = gettext_lazy("the board")
+ENDPOINT = "budgets"
+_YEAR = re.compile(r"[0-9]{4}")  # [0-9]: \d also takes other scripts' digits
+
+
+def parse_year(value: str) -> int:
+    """Return the year ``value`` (``YYYY``, 0001 to 9999), or raise ``InvalidYear``."""
+    text = value.strip() if isinstance(value, str) else ""
+    if not _YEAR.fullmatch(text) or int(text) < 1:
+        raise InvalidYear(value)
+    return int(text)
 
 
 def approve_budget(
@@ -62,7 +68,7 @@ class Approval(FencedSteps):
     by: str  # who asked, as the budget records it
 
     endpoint = "board-notification"
-    party = notify.BOARD
+    party = BOARD
 
     @property
     def subject(self) -> dict:
@@ -78,8 +84,8 @@ class Approval(FencedSteps):
         return Looked(budget=budget, needs_call=not budget.is_approved, fenced=budget)
 
     def call_outside(self, lease: Lease, looked: Looked) -> str | None:
-        call = notify.send_approval(budget=looked.budget, token=lease)
-        return None if call.skipped else notify.BOARD
+        call = send_approval(budget=looked.budget, token=lease)
+        return None if call.skipped else BOARD
 
     def fence_row(self, looked: Looked) -> QuerySet:
         return self.rows()
@@ -97,3 +103,32 @@ class Approval(FencedSteps):
         budget.approved_by = self.by[:200]
         budget.save(update_fields=["status", "approved_at", "approved_by"])
         return Result(Outcome.COMMITTED, lease.token, budget, answers.result_message)
+
+
+def send_approval(*, budget: AnnualBudget, token) -> CallResult:
+    """POST the approval to the board once (``BUDGET_NOTIFICATION_URL``; unset: skipped);
+    raise ``ExternalCallFailed``. Its key collapses retries of the same approval."""
+    organization = budget.organization
+    payload = {
+        "event": "budget.approved",
+        "organization": {"id": organization.pk, "slug": organization.slug},
+        "year": budget.year,
+        "amount": str(budget.amount),
+    }
+    return post_fenced(
+        getattr(settings, "BUDGET_NOTIFICATION_URL", ""),
+        payload,
+        idempotency_key=f"budget-approval:{organization.pk}:{budget.year}:{budget.amount}",
+        token=token,
+        endpoint=ENDPOINT,
+    )
+
+
+def seed_demo(organizations: dict[str, Organization]) -> None:
+    """The demo's part (``manage.py seed_demo``, idempotent): a draft budget for this year,
+    waiting to be approved, in each demo association."""
+    year = timezone.localdate().year
+    for organization in organizations.values():
+        AnnualBudget.objects.get_or_create(
+            organization=organization, year=year, defaults={"amount": Decimal("120000.00")}
+        )

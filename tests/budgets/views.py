@@ -18,9 +18,8 @@ from hoa.answers.refusals import Refusal
 from hoa.security.ratelimits import limit_fenced_posts
 from hoa.web.access import OrganizationMixin, client_ip
 from tests.budgets import selectors
-from tests.budgets.forms import parse_year
 from tests.budgets.operations import APPROVE_PERMISSION, OPERATION
-from tests.budgets.services import approve_budget
+from tests.budgets.services import approve_budget, parse_year
 
 
 class BudgetListView(OrganizationMixin, ListView):

@@ -7,8 +7,7 @@ allowed, Redis down or the board could not be notified. One line, never a traceb
 
 from hoa.management.base import OperationCommand
 from hoa.tenancy import organizations_for
-from tests.budgets.forms import parse_year
-from tests.budgets.services import approve_budget
+from tests.budgets.services import approve_budget, parse_year
 
 
 class Command(OperationCommand):
