@@ -125,7 +125,7 @@ def charge_lines(organization: Organization) -> list[ChargeLine]:
 
 
 @dataclass(frozen=True)
-class Looked(Look):
+class RunLook(Look):
     run: MonthlyChargeRun | None  # the month's run, if one exists yet (``fenced``)
     lines: list[ChargeLine]  # what to bill; empty for a completed run
     # The run ``fence_row`` inserted in the commit's transaction, if it did: its state is
@@ -170,22 +170,22 @@ class ChargeRun(FencedSteps):
     def runs(self) -> QuerySet:
         return MonthlyChargeRun.objects.for_organization(self.organization).filter(month=self.month)
 
-    def look(self, lease: Lease) -> Looked:
+    def look(self, lease: Lease) -> RunLook:
         run = self.runs().first()
         if run is not None and run.is_completed:
             # Final: nothing to bill. The commit still checks the fence first, so a holder
             # that lost its lease learns it.
-            return Looked(run=run, lines=[], needs_call=False, fenced=run)
+            return RunLook(run=run, lines=[], needs_call=False, fenced=run)
         lines = self.lines if self.lines is not None else charge_lines(self.organization)
-        return Looked(run=run, lines=lines, needs_call=True, fenced=run)
+        return RunLook(run=run, lines=lines, needs_call=True, fenced=run)
 
-    def call_outside(self, lease: Lease, looked: Looked) -> str | None:
+    def call_outside(self, lease: Lease, looked: RunLook) -> str | None:
         call = billing.send_charge_run(
             organization=self.organization, month=self.month, lines=looked.lines, token=lease
         )
         return None if call.skipped else billing.BILLING_SYSTEM
 
-    def create(self, lease: Lease, looked: Looked, told) -> Result | None:
+    def create(self, lease: Lease, looked: RunLook, told) -> Result | None:
         if looked.run is not None:
             return None
         now = timezone.now()
@@ -201,7 +201,7 @@ class ChargeRun(FencedSteps):
         self._copy(run, looked.lines, now)
         return Result(Outcome.COMMITTED, lease.token, run, answers.result_message)
 
-    def fence_row(self, looked: Looked) -> QuerySet:
+    def fence_row(self, looked: RunLook) -> QuerySet:
         if looked.run is None:
             # The row that carries the fence, created in the commit's transaction: one round
             # trip. Two creators meet on the unique (organization, month) constraint; the
@@ -213,7 +213,7 @@ class ChargeRun(FencedSteps):
                 looked.created.append(created)
         return self.runs()
 
-    def commit(self, lease: Lease, looked: Looked, told) -> Result:
+    def commit(self, lease: Lease, looked: RunLook, told) -> Result:
         # The fence UPDATE holds the row lock: this read sees the latest committed state.
         # A run this transaction inserted is pending, and nobody else has seen it.
         run = looked.created[-1] if looked.created else self.runs().get()

@@ -135,7 +135,7 @@ def _payment(invoice: Invoice, actor, *, via: str, ip: str | None = None, seen=N
 
 
 @dataclass(frozen=True)
-class Looked(Look):
+class InvoiceLook(Look):
     invoice: Invoice  # as the look read it (``fenced``): what the call tells the service
     payment: VendorPayment | None  # recorded by an earlier attempt
 
@@ -159,12 +159,14 @@ class Payment(FencedSteps):
     def rows(self) -> QuerySet:
         return Invoice.objects.filter(pk=self.invoice.pk)
 
-    def look(self, lease: Lease) -> Looked:
+    def look(self, lease: Lease) -> InvoiceLook:
         invoice = self.rows().select_related("organization", "vendor").get()
         payment = VendorPayment.objects.filter(invoice=invoice).first()
-        return Looked(invoice=invoice, payment=payment, needs_call=payment is None, fenced=invoice)
+        return InvoiceLook(
+            invoice=invoice, payment=payment, needs_call=payment is None, fenced=invoice
+        )
 
-    def claim(self, lease: Lease, looked: Looked) -> bool:
+    def claim(self, lease: Lease, looked: InvoiceLook) -> bool:
         """Mark the invoice sent for payment (committed by the runner before the service
         hears of it) if it is still approved for the amount the look read and no newer
         holder claimed it; return whether it did. A paid invoice: ``False`` (the commit
@@ -195,10 +197,10 @@ class Payment(FencedSteps):
         )
         return True
 
-    def call_outside(self, lease: Lease, looked: Looked) -> PaymentReceipt | None:
+    def call_outside(self, lease: Lease, looked: InvoiceLook) -> PaymentReceipt | None:
         return send_payment(invoice=looked.invoice, lease=lease)
 
-    def release(self, lease: Lease, looked: Looked) -> None:
+    def release(self, lease: Lease, looked: InvoiceLook) -> None:
         """Take this attempt's claim back after the service refused to pay (a 4xx, or no
         connection: nothing was sent): the invoice is approved as before, and may be voided
         or changed. A newer holder's claim is left alone."""
@@ -206,10 +208,10 @@ class Payment(FencedSteps):
             payment_claim=None, payment_claimed_at=None, version=F("version") + 1
         )
 
-    def fence_row(self, looked: Looked) -> QuerySet:
+    def fence_row(self, looked: InvoiceLook) -> QuerySet:
         return self.rows()
 
-    def commit(self, lease: Lease, looked: Looked, told: PaymentReceipt | None) -> Result:
+    def commit(self, lease: Lease, looked: InvoiceLook, told: PaymentReceipt | None) -> Result:
         # The fence UPDATE holds the invoice's row lock: what is read now is the latest
         # committed state, and nobody changes it before we commit.
         payment = VendorPayment.objects.filter(invoice_id=self.invoice.pk).first()
@@ -253,7 +255,7 @@ class Payment(FencedSteps):
         )
         return Result(Outcome.COMMITTED, lease.token, payment, invoice_answers.payment_message)
 
-    def take_back(self, lease: Lease, looked: Looked, refusal: Refusal) -> str:
+    def take_back(self, lease: Lease, looked: InvoiceLook, refusal: Refusal) -> str:
         """A payment is not taken back: the service paid (now, or before, by the same key)
         and this attempt's commit was refused, most often by the fence of a newer holder,
         which may stop before its own call (its page was out of date, its lease ran out).

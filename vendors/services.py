@@ -88,10 +88,10 @@ class AssignmentResult(Result):
         return self.row
 
 
-class Unstated(Enum):
-    """The default of ``replacing``: the caller did not say what it saw."""
+class NotSaid(Enum):
+    """The default of ``replacing``: the caller did not say which assignment it saw."""
 
-    UNSTATED = "unstated"
+    NOT_SAID = "not said"
 
 
 def assign_vendor(
@@ -100,7 +100,7 @@ def assign_vendor(
     vendor: Vendor,
     actor,
     reassign: bool = False,
-    replacing: VendorAssignment | Unstated | None = Unstated.UNSTATED,
+    replacing: VendorAssignment | NotSaid | None = NotSaid.NOT_SAID,
     seen_status: str | None = None,
     ip: str | None = None,
     via: str = "",
@@ -146,8 +146,8 @@ def assign_vendor(
     return call.run(steps)
 
 
-class _Next(Enum):
-    """What the state of the complaint asks of an attempt."""
+class Decision(Enum):
+    """What the complaint's active assignment decides for an attempt."""
 
     ALREADY_DONE = auto()  # the vendor asked for is the active one
     REFUSE = auto()  # another vendor is active and reassign was not asked
@@ -156,7 +156,7 @@ class _Next(Enum):
 
 
 @dataclass(frozen=True)
-class Looked(Look):
+class AssignmentLook(Look):
     current: VendorAssignment | None  # the active assignment before the call
     after_id: int | None  # the complaint's latest assignment, which the dispatch key names
     closed_id: int | None  # the complaint's latest close (its event), which the key names too
@@ -186,16 +186,16 @@ class Assignment(FencedSteps):
         """The change of the complaint this is, as its rule table names it."""
         return Change.REASSIGN if self.reassign else Change.ASSIGN
 
-    def next_step(self, current: VendorAssignment | None) -> _Next:
+    def decide(self, current: VendorAssignment | None) -> Decision:
         if current is not None and current.vendor_id == self.vendor.pk:
-            return _Next.ALREADY_DONE
+            return Decision.ALREADY_DONE
         if not self.reassign:
-            return _Next.REFUSE if current is not None else _Next.ASSIGN
+            return Decision.REFUSE if current is not None else Decision.ASSIGN
         if _pk(current) != _pk(self.replacing):
-            return _Next.CHANGED
-        return _Next.ASSIGN
+            return Decision.CHANGED
+        return Decision.ASSIGN
 
-    def look(self, lease: Lease) -> Looked:
+    def look(self, lease: Lease) -> AssignmentLook:
         status, current, after_id, closed_id = _look_before_calling(
             self.complaint, seen=self.replacing
         )
@@ -203,15 +203,15 @@ class Assignment(FencedSteps):
             raise ClosedSinceViewed(
                 complaint=self.complaint, seen=self.seen_status, now_assigned=current
             )
-        needs_call = self.next_step(current) is _Next.ASSIGN
-        return Looked(
+        needs_call = self.decide(current) is Decision.ASSIGN
+        return AssignmentLook(
             current=current, after_id=after_id, closed_id=closed_id, needs_call=needs_call
         )
 
-    def fence_row(self, looked: Looked) -> QuerySet:
+    def fence_row(self, looked: AssignmentLook) -> QuerySet:
         return Complaint.objects.filter(pk=self.complaint.pk)
 
-    def call_outside(self, lease: Lease, looked: Looked) -> Vendor | None:
+    def call_outside(self, lease: Lease, looked: AssignmentLook) -> Vendor | None:
         call = dispatch_assignment(
             complaint=self.complaint,
             vendor=self.vendor,
@@ -222,7 +222,7 @@ class Assignment(FencedSteps):
         )
         return None if call.skipped else self.vendor
 
-    def commit(self, lease: Lease, looked: Looked, told: Vendor | None) -> AssignmentResult:
+    def commit(self, lease: Lease, looked: AssignmentLook, told: Vendor | None) -> AssignmentResult:
         # The fence UPDATE holds the complaint's row lock until commit, so every fenced
         # writer of this complaint reads the assignment state in turn, and the complaint's
         # status read with it cannot change before we commit.
@@ -235,14 +235,14 @@ class Assignment(FencedSteps):
             raise ClosedSinceViewed(
                 complaint=self.complaint, seen=self.seen_status, now_assigned=current
             )
-        match self.next_step(current):
-            case _Next.ALREADY_DONE:
+        match self.decide(current):
+            case Decision.ALREADY_DONE:
                 return AssignmentResult(
                     Outcome.ALREADY_DONE, lease.token, current, answers.result_message
                 )
-            case _Next.REFUSE:
+            case Decision.REFUSE:
                 raise AlreadyAssigned(complaint=self.complaint, winner=current)
-            case _Next.CHANGED:
+            case Decision.CHANGED:
                 raise ChangedSinceViewed(
                     complaint=self.complaint, expected=self.replacing, current=current
                 )
@@ -261,7 +261,7 @@ class Assignment(FencedSteps):
         )
 
     def _replace_seen(
-        self, lease: Lease, looked: Looked, told: Vendor | None
+        self, lease: Lease, looked: AssignmentLook, told: Vendor | None
     ) -> AssignmentResult | None:
         """A reassignment whose look found the assignment the caller saw: deactivate it and
         insert the new one in one conditional statement (the state check and both writes).
@@ -288,7 +288,7 @@ class Assignment(FencedSteps):
         )
 
     def _assign_first(
-        self, lease: Lease, looked: Looked, told: Vendor | None
+        self, lease: Lease, looked: AssignmentLook, told: Vendor | None
     ) -> AssignmentResult | None:
         """An assignment whose look found none active: insert it if there still is none, the
         state check and the write in one conditional statement. ``None`` when one became
@@ -350,7 +350,7 @@ class Assignment(FencedSteps):
             replaced=replaced.vendor.name if replaced is not None else "",
         )
 
-    def take_back(self, lease: Lease, looked: Looked, refusal: Exception) -> str:
+    def take_back(self, lease: Lease, looked: AssignmentLook, refusal: Exception) -> str:
         try:
             call = cancel_dispatch(
                 complaint=self.complaint,
@@ -376,7 +376,7 @@ class Assignment(FencedSteps):
 
 
 def _what_the_caller_saw(complaint, reassign: bool, replacing) -> VendorAssignment | None:
-    if replacing is Unstated.UNSTATED:
+    if replacing is NotSaid.NOT_SAID:
         if reassign:
             raise TypeError(
                 "assign_vendor(reassign=True) needs replacing=: the assignment the caller "

@@ -56,7 +56,7 @@ def approve_budget(
 
 
 @dataclass(frozen=True)
-class Looked(Look):
+class BudgetLook(Look):
     budget: AnnualBudget  # as it was before the call (``fenced``)
 
 
@@ -77,20 +77,20 @@ class Approval(FencedSteps):
     def rows(self) -> QuerySet:
         return AnnualBudget.objects.filter(pk=self.budget.pk)
 
-    def look(self, lease: Lease) -> Looked:
+    def look(self, lease: Lease) -> BudgetLook:
         budget = self.rows().get()
         budget.organization = self.budget.organization
         # Final once approved: nothing to tell. The commit still checks the fence first.
-        return Looked(budget=budget, needs_call=not budget.is_approved, fenced=budget)
+        return BudgetLook(budget=budget, needs_call=not budget.is_approved, fenced=budget)
 
-    def call_outside(self, lease: Lease, looked: Looked) -> str | None:
+    def call_outside(self, lease: Lease, looked: BudgetLook) -> str | None:
         call = send_approval(budget=looked.budget, token=lease)
         return None if call.skipped else BOARD
 
-    def fence_row(self, looked: Looked) -> QuerySet:
+    def fence_row(self, looked: BudgetLook) -> QuerySet:
         return self.rows()
 
-    def commit(self, lease: Lease, looked: Looked, told) -> Result:
+    def commit(self, lease: Lease, looked: BudgetLook, told) -> Result:
         # The fence UPDATE holds the row lock: this read sees the latest committed state.
         budget = self.rows().get()
         budget.organization = self.budget.organization
