@@ -10,7 +10,7 @@ and checks)::
         permission="keys.hand_over",                 # what staff need to run it
         resource=re.compile(r"key-handover:unit:(?P<unit>[0-9]{1,18})"),
         example="key-handover:unit:1",
-        answers=answers.refusal_sentence,            # the sentences of its refusals
+        answers=answers.WORDS,                       # its words in the shared refusals
         ttl=timedelta(seconds=30), ttl_setting="KEYS_LOCK_TTL_SECONDS",
         describe=selectors.describe_resources,      # resource names -> ResourceInfo
     )
@@ -34,10 +34,11 @@ permissions) show of it. Its services run it: ``begin`` checks
 the actor, and the ``Call`` it returns runs the operation's steps under a lease
 (``hoa.fenced``). The refusals every operation shares (busy, superseded, lease ran out, lock
 service down, the outside failed, not permitted) are the frame's own classes, raised with
-the operation, whose ``answers`` says them. What an operation adds to the admin of a frame
-model is registered from its app's ``admin`` module (``hoa.admin_mixins.extend``), as Django's
-``admin.site.register`` is. Adding an operation touches ``INSTALLED_APPS``, the root URLconf
-and the new app.
+the operation, and said by the frame (``hoa.answers.sentences``) in the words its
+``answers`` gives: what it was doing, what its permission allows, whom its call tells.
+What an operation adds to the admin of a frame model is registered from its app's
+``admin`` module (``hoa.admin_mixins.extend``), as Django's ``admin.site.register`` is.
+Adding an operation touches ``INSTALLED_APPS``, the root URLconf and the new app.
 """
 
 import re
@@ -49,8 +50,8 @@ from typing import TYPE_CHECKING
 from django.conf import settings
 from django.http import HttpRequest
 
-from hoa.answers.refusals import NotPermitted, Refusal
-from hoa.answers.table import Audience
+from hoa.answers.refusals import NotPermitted
+from hoa.answers.sentences import Words
 from hoa.fenced import Call, actor_label
 from hoa.models import Organization
 from hoa.security.audit import Reason, record_denial
@@ -129,9 +130,9 @@ class FencedOperation:
     # Full match of its resource names; its named groups are what ``describe`` reads.
     resource: re.Pattern
     example: str  # a resource name, for a form's placeholder
-    # The sentence ``audience`` reads for a refusal of the operation: the app's answers
-    # (the one it registers for its base error, which also says the shared kinds).
-    answers: Callable[[Refusal, Audience], str]
+    # Its words in the refusals every operation shares, which the frame says: what it was
+    # doing, what its permission allows, whom its call tells (its app's answers module).
+    answers: Words
     ttl: timedelta  # the lease's lifetime, unless ``ttl_setting`` is set
     # The Django setting (seconds) that overrides ``ttl``; hoa/settings.py reads any
     # <NAME>_LOCK_TTL_SECONDS from the environment.
