@@ -3,8 +3,8 @@
 ``Busy``, ``Superseded``, ``LeaseRanOut``, ``LockServiceDown``, ``CallFailed``,
 ``OutcomeUnknown`` and ``NotPermitted`` (``hoa.answers.refusals``) read the same for every
 operation but for three facts its declaration gives once (``FencedOperation.answers``, a
-``Words``): what it was doing, said as people say it ("generating the charges for Maple
-Court, March 2027", from the refusal's subject), what its permission lets staff do, and
+``Words``): what it was doing, said as people say it ("handing out the keys of unit 4B of
+Maple Court", from the refusal's subject), what its permission lets staff do, and
 whom its outside call tells. An app's ``answers`` module then says only its own refusals
 (``@sentence.register`` for its base error) and its results.
 
@@ -41,10 +41,10 @@ class Words:
     """What an operation declares once for the frame to say its shared refusals.
 
     ``doing(refusal)``: what it was doing, from the refusal's subject, a phrase that
-    follows "is" ("generating the charges for Maple Court, March 2027"). ``may``: what its
-    permission lets staff do at ``%(organization)s`` ("generate charges for
+    follows "is" ("handing out the keys of unit 4B of Maple Court"). ``may``: what its
+    permission lets staff do at ``%(organization)s`` ("hand out the keys of
     %(organization)s"), translated (``gettext_lazy``). ``party``: whom its outside call
-    tells, as its steps' ``party`` ("the billing system").
+    tells, as its steps' ``party`` ("the locksmith").
     """
 
     doing: Callable[[Refusal], str]
