@@ -44,14 +44,12 @@ def _facts(organization: Organization, month: date) -> dict:
     return {"organization": organization.name, "month": month_name(month)}
 
 
-def doing(refusal: Refusal) -> str:
-    return _("generating the charges for %(organization)s, %(month)s") % _facts(
-        refusal.organization, refusal.month
-    )
-
-
+# Its words in the refusals every operation shares, which the frame says.
 WORDS = Words(
-    doing=doing,
+    doing=lambda refusal: (
+        _("generating the charges for %(organization)s, %(month)s")
+        % _facts(refusal.organization, refusal.month)
+    ),
     may=gettext_lazy("generate charges for %(organization)s"),
     party=BILLING_SYSTEM,
 )

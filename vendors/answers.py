@@ -35,6 +35,15 @@ from vendors.exceptions import (
 )
 from vendors.models import Vendor, VendorAssignment, VendorContract
 
+# Its words in the refusals every operation shares, which the frame says.
+WORDS = Words(
+    doing=lambda refusal: (
+        _("assigning a vendor to complaint #%(complaint)s") % {"complaint": refusal.complaint.pk}
+    ),
+    may=gettext_lazy("assign vendors for %(organization)s"),
+    party=DISPATCH_SERVICE,
+)
+
 
 @sentence.register(VendorsError)
 def refusal_sentence(refusal: Refusal, audience: Audience) -> str:
@@ -74,17 +83,6 @@ def refusal_sentence(refusal: Refusal, audience: Audience) -> str:
                 "assigned; nothing was saved. Reopen it first if it needs one."
             ) % {"complaint": refusal.complaint.pk}
     raise TypeError(f"no sentence for {type(refusal).__name__}")
-
-
-def doing(refusal: Refusal) -> str:
-    return _("assigning a vendor to complaint #%(complaint)s") % {"complaint": refusal.complaint.pk}
-
-
-WORDS = Words(
-    doing=doing,
-    may=gettext_lazy("assign vendors for %(organization)s"),
-    party=DISPATCH_SERVICE,
-)
 
 
 def describe_assignment(

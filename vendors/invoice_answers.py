@@ -81,6 +81,14 @@ SAY_WHY = {
 }
 
 
+# Its words in the refusals every operation shares, when they refuse a payment.
+WORDS = Words(
+    doing=lambda refusal: _("paying invoice #%(invoice)s") % {"invoice": refusal.invoice.pk},
+    may=gettext_lazy("pay invoices of %(organization)s"),
+    party=PAYMENT_SERVICE,
+)
+
+
 @sentence.register(InvoicesError)
 def refusal_sentence(refusal: Refusal, audience: Audience) -> str:
     """What staff and operators read for a refusal of the invoice workflow (the same)."""
@@ -140,17 +148,6 @@ def payment_sentence(refusal: Refusal) -> str | None:
                 "amount": format_money(refusal.current.amount),
             }
     return None
-
-
-def paying(refusal: Refusal) -> str:
-    return _("paying invoice #%(invoice)s") % {"invoice": refusal.invoice.pk}
-
-
-WORDS = Words(
-    doing=paying,
-    may=gettext_lazy("pay invoices of %(organization)s"),
-    party=PAYMENT_SERVICE,
-)
 
 
 def payment_message(

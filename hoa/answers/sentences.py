@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from django.contrib.auth import get_user_model
 from django.utils.text import capfirst
 from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
 
 from hoa.answers.refusals import (
     Busy,
@@ -52,35 +53,74 @@ class Words:
     party: str
 
 
+# The kinds said with the operation's words and the refusal's own facts alone (its token,
+# the newer holder, the reason): (staff's sentence, the operators'). Staff read no token,
+# nor the lock service's reason (it names Redis's host).
+FAILED = gettext_lazy(
+    "%(doing)s failed: %(party)s did not accept it (%(reason)s); nothing was saved."
+)
+SAID = {
+    Superseded: (
+        gettext_lazy(
+            "Someone else took over %(doing)s while this attempt was waiting; nothing of this "
+            "attempt was saved. Try again to see where it stands."
+        ),
+        gettext_lazy(
+            "A newer holder (%(newer)s) took over %(doing)s while this attempt (token "
+            "%(token)s) was paused past its lease; nothing of this attempt was written."
+        ),
+    ),
+    LeaseRanOut: (
+        gettext_lazy(
+            "%(doing)s took too long and was stopped before %(party)s was told; nothing was "
+            "sent or saved. Try again."
+        ),
+        gettext_lazy(
+            "%(doing)s took too long and was stopped (token %(token)s: %(reason)s) before "
+            "%(party)s was told; nothing was sent or saved. Try again."
+        ),
+    ),
+    LockServiceDown: (
+        gettext_lazy(
+            "%(doing)s was not done: the lock service is unavailable; nothing was saved. Try "
+            "again in a few minutes."
+        ),
+        gettext_lazy(
+            "%(doing)s was not done: the lock service (Redis) is unavailable (%(reason)s); "
+            "nothing was saved."
+        ),
+    ),
+    CallFailed: (FAILED, FAILED),
+}
+
+
 @sentence.register
 def shared_sentence(refusal: OperationRefusal, audience: Audience) -> str:
     """What ``audience`` reads for a refusal every operation shares, in its words."""
     words: Words = refusal.operation.answers
-    if isinstance(refusal, NotPermitted):
-        may = words.may % {"organization": refusal.organization.name}
-        return _("%(actor)s may not %(may)s.") % {"actor": refusal.actor, "may": may}
-    facts = {"doing": words.doing(refusal), "party": words.party}
     operators = audience is Audience.OPERATORS
     match refusal:
+        case NotPermitted():
+            may = words.may % {"organization": refusal.organization.name}
+            return _("%(actor)s may not %(may)s.") % {"actor": refusal.actor, "may": may}
         case Busy():
-            return _busy(refusal, facts, operators)
-        case Superseded():
-            return _superseded(refusal, facts, operators)
-        case LeaseRanOut():
-            return _lease_ran_out(refusal, facts, operators)
-        case LockServiceDown():
-            return _lock_service_down(refusal, facts, operators)
-        case CallFailed():
-            return capfirst(
-                _("%(doing)s failed: %(party)s did not accept it (%(reason)s); nothing was saved.")
-                % {**facts, "reason": refusal.reason}
-            )
+            return _busy(refusal, words.doing(refusal), operators)
         case OutcomeUnknown():
             return _unknown(refusal, refusal.party or words.party, operators)
-    raise TypeError(f"no sentence for {type(refusal).__name__}")
+    staff, for_operators = SAID[type(refusal)]
+    facts = {
+        "doing": words.doing(refusal),
+        "party": words.party,
+        "token": getattr(refusal, "token", None),
+        "newer": getattr(refusal, "newer", None),
+        "reason": getattr(refusal, "reason", ""),
+    }
+    return capfirst((for_operators if operators else staff) % facts)
 
 
-def _busy(refusal: Busy, facts: dict, operators: bool) -> str:
+def _busy(refusal: Busy, doing: str, operators: bool) -> str:
+    """Staff read the person holding it, or another worker; operators its holder label and
+    the seconds its lease has left."""
     person = None if operators else person_holding(refusal.holder)
     if operators:
         said = _("Another holder (%(holder)s) is %(doing)s; try again in %(seconds)d seconds.")
@@ -91,54 +131,11 @@ def _busy(refusal: Busy, facts: dict, operators: bool) -> str:
     else:
         said = _("Another worker is %(doing)s; this usually takes a few seconds.")
     return said % {
-        **facts,
+        "doing": doing,
         "holder": refusal.holder or _("unnamed"),
         "person": person,
         "seconds": max(1, math.ceil(refusal.retry_after.total_seconds())),
     }
-
-
-def _superseded(refusal: Superseded, facts: dict, operators: bool) -> str:
-    if operators:
-        said = _(
-            "A newer holder (%(newer)s) took over %(doing)s while this attempt (token "
-            "%(token)s) was paused past its lease; nothing of this attempt was written."
-        )
-    else:
-        said = _(
-            "Someone else took over %(doing)s while this attempt was waiting; nothing of this "
-            "attempt was saved. Try again to see where it stands."
-        )
-    return said % {**facts, "newer": refusal.newer, "token": refusal.token}
-
-
-def _lease_ran_out(refusal: LeaseRanOut, facts: dict, operators: bool) -> str:
-    if operators:
-        said = _(
-            "%(doing)s took too long and was stopped (token %(token)s: %(reason)s) before "
-            "%(party)s was told; nothing was sent or saved. Try again."
-        )
-    else:
-        said = _(
-            "%(doing)s took too long and was stopped before %(party)s was told; nothing was "
-            "sent or saved. Try again."
-        )
-    return capfirst(said % {**facts, "token": refusal.token, "reason": refusal.reason})
-
-
-def _lock_service_down(refusal: LockServiceDown, facts: dict, operators: bool) -> str:
-    """Staff read that it is down; operators also why (its reason names Redis's host)."""
-    if operators:
-        said = _(
-            "%(doing)s was not done: the lock service (Redis) is unavailable (%(reason)s); "
-            "nothing was saved."
-        )
-    else:
-        said = _(
-            "%(doing)s was not done: the lock service is unavailable; nothing was saved. Try "
-            "again in a few minutes."
-        )
-    return capfirst(said % {**facts, "reason": refusal.reason})
 
 
 def _unknown(refusal: OutcomeUnknown, party: str, operators: bool) -> str:

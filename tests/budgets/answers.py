@@ -39,12 +39,9 @@ def _facts(refusal: Refusal) -> dict:
     return {"organization": refusal.organization.name, "year": refusal.year}
 
 
-def doing(refusal: Refusal) -> str:
-    return _("approving the %(year)s budget of %(organization)s") % _facts(refusal)
-
-
+# Its words in the refusals every operation shares, which the frame says.
 WORDS = Words(
-    doing=doing,
+    doing=lambda refusal: _("approving the %(year)s budget of %(organization)s") % _facts(refusal),
     may=gettext_lazy("approve the budgets of %(organization)s"),
     party=BOARD,
 )
