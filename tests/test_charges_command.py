@@ -282,7 +282,8 @@ def test_eight_command_processes_racing_make_one_run(maple, command_env, http_st
     assert Counter(code for code, _, _ in answers) == {EXIT_TEMPFAIL: 7, 0: 1}
     for code, stdout, stderr in answers:
         if code == EXIT_TEMPFAIL:
-            assert stderr.startswith("CommandError: Charges for Maple Court, March 2026 are being")
+            assert stderr.startswith("CommandError: Another holder (")
+            assert ") is generating the charges for Maple Court, March 2026; " in stderr
             assert len(stderr.splitlines()) == 1
         else:
             assert stdout.startswith("Generated 10 charges for Maple Court, March 2026")
