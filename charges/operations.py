@@ -30,7 +30,7 @@ GENERATION = FencedOperation(
     # ours. [0-9], not \d, which also matches other scripts' digits.
     resource=re.compile(r"monthly-charges:org:(?P<org>[0-9]{1,18}):(?P<month>[0-9]{4}-[0-9]{2})"),
     example=f"{PREFIX}1:2026-01",
-    answers=answers.refusal_sentence,
+    answers=answers.WORDS,
     ttl=timedelta(seconds=60),
     ttl_setting="CHARGES_LOCK_TTL_SECONDS",
     describe=selectors.describe_resources,

@@ -4,6 +4,8 @@ An app declares its ``FencedOperation`` in its ``operations`` module and registe
 the ``Pages`` it adds to the frame (``add_pages``), from ``AppConfig.ready()``; the lock page,
 ``hoa.W001``, the dashboard, the navigation, the complaint pages and the demo read them
 here, and ``begin`` returns the ``Call`` that runs its steps under a lease (``hoa.fenced``).
+The shared refusals are said by the frame (``hoa.answers.sentences``) in the words its
+``answers`` gives.
 docs/architecture.md, "One declaration per operation" and "Adding an operation", says how.
 """
 
@@ -16,8 +18,8 @@ from typing import TYPE_CHECKING
 from django.conf import settings
 from django.http import HttpRequest
 
-from hoa.answers.refusals import NotPermitted, Refusal
-from hoa.answers.table import Audience
+from hoa.answers.refusals import NotPermitted
+from hoa.answers.sentences import Words
 from hoa.fenced import Call, actor_label
 from hoa.models import Organization
 from hoa.security.audit import Reason, record_denial
@@ -96,9 +98,9 @@ class FencedOperation:
     # Full match of its resource names; its named groups are what ``describe`` reads.
     resource: re.Pattern
     example: str  # a resource name, for a form's placeholder
-    # The sentence ``audience`` reads for a refusal of the operation: the app's answers
-    # (the one it registers for its base error, which also says the shared kinds).
-    answers: Callable[[Refusal, Audience], str]
+    # Its words in the refusals every operation shares, which the frame says: what it was
+    # doing, what its permission allows, whom its call tells (its app's answers module).
+    answers: Words
     ttl: timedelta  # the lease's lifetime, unless ``ttl_setting`` is set
     # The Django setting (seconds) that overrides ``ttl``; hoa/settings.py reads any
     # <NAME>_LOCK_TTL_SECONDS from the environment.

@@ -1,32 +1,26 @@
 """How each answer of vendor assignment reads to a person: one place for the staff page,
 the admin action and the command. Translated, with named placeholders.
 
-``sentence`` renders every refusal of vendor assignment (``vendors.exceptions``) from its
-facts, when an edge asks. A busy or overtaken attempt, and the refusals decided at commit,
-speak to two audiences (``hoa.answers.table.Audience``): staff on pages and admin messages,
-without fencing tokens, hosts or lease lifetimes; operators in the command's output and the
-audit, with them.
+``refusal_sentence`` renders the refusals of vendor assignment's own rules
+(``vendors.exceptions``) from their facts, when an edge asks; the kinds every operation
+shares the frame says (``hoa.answers.sentences``), in the words of ``WORDS``. The refusals
+decided at commit speak to two audiences (``hoa.answers.table.Audience``): staff on pages
+and admin messages, without fencing tokens, hosts or lease lifetimes; operators in the
+command's output and the audit, with them.
 """
 
 from datetime import date
 from typing import TYPE_CHECKING
 
 from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
 
-from hoa.answers.refusals import (
-    Busy,
-    CallFailed,
-    LeaseRanOut,
-    LockServiceDown,
-    NotPermitted,
-    Refusal,
-    Superseded,
-    person_holding,
-    sentence,
-)
+from hoa.answers.refusals import Refusal, sentence
+from hoa.answers.sentences import Words
 from hoa.answers.table import Audience
 from hoa.dates import when
 from hoa.models import Complaint, Organization
+from vendors.dispatch import DISPATCH_SERVICE
 from vendors.exceptions import (
     AlreadyAssigned,
     AssignmentChanged,
@@ -45,16 +39,20 @@ from vendors.models import Vendor, VendorAssignment, VendorContract
 if TYPE_CHECKING:
     from vendors.services import AssignmentResult
 
+# Its words in the refusals every operation shares, which the frame says.
+WORDS = Words(
+    doing=lambda refusal: (
+        _("assigning a vendor to complaint #%(complaint)s") % {"complaint": refusal.complaint.pk}
+    ),
+    may=gettext_lazy("assign vendors for %(organization)s"),
+    party=DISPATCH_SERVICE,
+)
+
 
 @sentence.register(VendorsError)
 def refusal_sentence(refusal: Refusal, audience: Audience) -> str:
-    """What ``audience`` reads for a refusal of vendor assignment: its own (a
-    ``VendorsError``) and the kinds every operation shares (``ASSIGNMENT.answers``)."""
+    """What ``audience`` reads for a refusal of vendor assignment's own rules."""
     match refusal:
-        case NotPermitted():
-            return _("You may not assign vendors for %(organization)s.") % {
-                "organization": refusal.organization.name
-            }
         case ContractNotActive():
             return contract_not_active(
                 refusal.vendor, refusal.organization, refusal.day, refusal.contract
@@ -72,24 +70,6 @@ def refusal_sentence(refusal: Refusal, audience: Audience) -> str:
             }
         case CertificateChanged():
             return certificate_changed(refusal.current)
-        case Busy():
-            return busy(refusal, audience)
-        case Superseded():
-            return superseded(refusal, audience)
-        case LeaseRanOut():
-            return _(
-                "Assigning a vendor to complaint #%(complaint)s took too long and was stopped "
-                "before the vendor was called; nothing was saved. Try again."
-            ) % {"complaint": refusal.complaint.pk}
-        case LockServiceDown():
-            return _("The lock service is unavailable (%(reason)s); nothing was saved.") % {
-                "reason": refusal.reason
-            }
-        case CallFailed():
-            return _(
-                "The vendor dispatch service did not accept the assignment (%(reason)s); "
-                "nothing was saved. Try again later."
-            ) % {"reason": refusal.reason}
         case AlreadyAssigned():
             return already_assigned(refusal.complaint, refusal.winner, audience=audience)
         case ChangedSinceViewed():
@@ -223,41 +203,6 @@ def certificate_message(record) -> str:
         "start": contract.starts_on.isoformat(),
         "end": contract.ends_on.isoformat(),
     }
-
-
-def busy(refusal: Busy, audience: Audience = Audience.STAFF) -> str:
-    complaint = refusal.complaint
-    if audience is Audience.OPERATORS:
-        return _(
-            "Complaint #%(complaint)s is being assigned by %(holder)s right now; "
-            "try again in %(seconds)s seconds."
-        ) % {
-            "complaint": complaint.pk,
-            "holder": refusal.holder or _("another worker"),
-            "seconds": max(1, round(refusal.retry_after.total_seconds())),
-        }
-    if person := person_holding(refusal.holder):
-        return _(
-            "Another staff member (%(person)s) is assigning a vendor to complaint "
-            "#%(complaint)s; this usually takes a few seconds."
-        ) % {"complaint": complaint.pk, "person": person}
-    return _(
-        "Another worker is assigning a vendor to complaint #%(complaint)s; this usually "
-        "takes a few seconds."
-    ) % {"complaint": complaint.pk}
-
-
-def superseded(refusal: Superseded, audience: Audience = Audience.STAFF) -> str:
-    complaint = refusal.complaint
-    if audience is Audience.OPERATORS:
-        return _(
-            "A newer assignment of complaint #%(complaint)s (%(newer)s) took over "
-            "while this one (token %(token)s) was waiting; nothing of this one was saved."
-        ) % {"complaint": complaint.pk, "newer": refusal.newer, "token": refusal.token}
-    return _(
-        "Someone else assigned complaint #%(complaint)s while this attempt was waiting; "
-        "nothing of this attempt was saved."
-    ) % {"complaint": complaint.pk}
 
 
 def already_assigned(

@@ -2,32 +2,19 @@
 place for the staff pages, the admin and the commands. Translated, with named placeholders.
 
 ``refusal_sentence`` renders every ``InvoicesError`` (``vendors.exceptions``) from its
-facts, and the kinds every operation shares when they refuse a payment (``PAYMENT.answers``). The
-invoice workflow has nothing to hide from staff: they and operators read the same
-sentences. A payment that is busy or overtaken speaks to two audiences
-(``hoa.answers.table.Audience``): staff on pages and admin messages, without fencing
-tokens, hosts or lease lifetimes; operators in the command's output and the audit, with
-them.
+facts. The invoice workflow has nothing to hide from staff: they and operators read the
+same sentences. The kinds every operation shares, when they refuse a payment, the frame
+says (``hoa.answers.sentences``) in the words of ``WORDS``, to each audience its own.
 """
 
-import math
 from typing import TYPE_CHECKING
 
 from django.utils.text import get_text_list
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy, ngettext, ngettext_lazy
 
-from hoa.answers.refusals import (
-    Busy,
-    CallFailed,
-    LeaseRanOut,
-    LockServiceDown,
-    NotPermitted,
-    Refusal,
-    Superseded,
-    person_holding,
-    sentence,
-)
+from hoa.answers.refusals import Refusal, sentence
+from hoa.answers.sentences import Words
 from hoa.answers.table import Audience
 from hoa.web.money import format_money
 from vendors.exceptions import (
@@ -42,6 +29,7 @@ from vendors.exceptions import (
     PaymentServiceNotConfigured,
 )
 from vendors.models import Invoice, InvoiceEvent
+from vendors.payment_client import PAYMENT_SERVICE
 
 if TYPE_CHECKING:
     from hoa.fenced import Result
@@ -98,12 +86,18 @@ SAY_WHY = {
 }
 
 
+# Its words in the refusals every operation shares, when they refuse a payment.
+WORDS = Words(
+    doing=lambda refusal: _("paying invoice #%(invoice)s") % {"invoice": refusal.invoice.pk},
+    may=gettext_lazy("pay invoices of %(organization)s"),
+    party=PAYMENT_SERVICE,
+)
+
+
 @sentence.register(InvoicesError)
 def refusal_sentence(refusal: Refusal, audience: Audience) -> str:
     """What staff and operators read for a refusal of the invoice workflow (the same)."""
-    said = workflow_sentence(refusal)
-    if said is None:
-        said = payment_sentence(refusal, audience)
+    said = workflow_sentence(refusal) or payment_sentence(refusal)
     if said is None:
         raise TypeError(f"no sentence for {type(refusal).__name__}")
     return said
@@ -141,39 +135,14 @@ def workflow_sentence(refusal: Refusal) -> str | None:
     return None
 
 
-def payment_sentence(refusal: Refusal, audience: Audience) -> str | None:
-    """A refusal to pay an invoice, said; else None."""
+def payment_sentence(refusal: Refusal) -> str | None:
+    """A refusal of the payment's own rules, said; else None."""
     match refusal:
-        case NotPermitted():
-            return _("%(actor)s may not pay invoices of %(organization)s.") % {
-                "actor": refusal.actor,
-                "organization": refusal.organization.name,
-            }
         case PaymentServiceNotConfigured():
             return _(
                 "No payment service is configured (VENDOR_PAYMENT_URL), so invoice "
                 "#%(invoice)s was not paid; nothing was saved."
             ) % {"invoice": refusal.invoice.pk}
-        case Busy():
-            return payment_busy(refusal, audience)
-        case Superseded():
-            return payment_superseded(refusal, audience)
-        case LeaseRanOut():
-            return _(
-                "Paying invoice #%(invoice)s took too long and was stopped before the payment "
-                "service was called; nothing was paid or saved. Try again."
-            ) % {"invoice": refusal.invoice.pk}
-        case LockServiceDown():
-            return _(
-                "The lock service (Redis) is unavailable, so invoice #%(invoice)s was not "
-                "paid: %(reason)s"
-            ) % {"invoice": refusal.invoice.pk, "reason": refusal.reason}
-        case CallFailed():
-            return _(
-                "The payment service did not confirm the payment of invoice #%(invoice)s "
-                "(%(reason)s); nothing was saved. Pay it again: the service pays an invoice "
-                "once, however often it is asked."
-            ) % {"invoice": refusal.invoice.pk, "reason": refusal.reason}
         case InvoiceChangedBeforePaying():
             return _(
                 "Invoice #%(invoice)s changed before it was paid: it is now %(status)s, for "
@@ -184,41 +153,6 @@ def payment_sentence(refusal: Refusal, audience: Audience) -> str | None:
                 "amount": format_money(refusal.current.amount),
             }
     return None
-
-
-def payment_busy(refusal: Busy, audience: Audience = Audience.STAFF) -> str:
-    invoice = refusal.invoice.pk
-    if audience is Audience.OPERATORS:
-        return _(
-            "Invoice #%(invoice)s is being paid by %(holder)s right now; try again in "
-            "%(seconds)d seconds."
-        ) % {
-            "invoice": invoice,
-            "holder": refusal.holder or _("another worker"),
-            "seconds": max(1, math.ceil(refusal.retry_after.total_seconds())),
-        }
-    if person := person_holding(refusal.holder):
-        return _(
-            "Another staff member (%(person)s) is paying invoice #%(invoice)s; this usually "
-            "takes a few seconds."
-        ) % {"invoice": invoice, "person": person}
-    return _("Another worker is paying invoice #%(invoice)s; this usually takes a few seconds.") % {
-        "invoice": invoice
-    }
-
-
-def payment_superseded(refusal: Superseded, audience: Audience = Audience.STAFF) -> str:
-    invoice = refusal.invoice.pk
-    if audience is Audience.OPERATORS:
-        return _(
-            "A newer payment of invoice #%(invoice)s (%(newer)s) took over while "
-            "this one (token %(token)s) was paused past its lease; nothing of this one was "
-            "saved."
-        ) % {"invoice": invoice, "newer": refusal.newer, "token": refusal.token}
-    return _(
-        "Someone else took over paying invoice #%(invoice)s while this attempt was waiting; "
-        "nothing of this attempt was saved. Look at the invoice to see where it stands."
-    ) % {"invoice": invoice}
 
 
 def payment_message(result: "Result", audience: Audience = Audience.STAFF) -> str:

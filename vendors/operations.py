@@ -24,7 +24,7 @@ ASSIGNMENT = FencedOperation(
     # Ids of at most 18 digits fit a bigint; [0-9], not \d (other scripts' digits).
     resource=re.compile(r"vendor-assignment:complaint:(?P<complaint>[0-9]{1,18})"),
     example=f"{PREFIX}1",
-    answers=answers.refusal_sentence,
+    answers=answers.WORDS,
     ttl=timedelta(seconds=30),
     ttl_setting="VENDOR_LOCK_TTL_SECONDS",
     describe=selectors.describe_resources,
@@ -38,7 +38,7 @@ PAYMENT = FencedOperation(
     permission=PAY_PERMISSION,
     resource=re.compile(r"vendor-payment:invoice:(?P<invoice>[0-9]{1,18})"),
     example=f"{PAYMENT_PREFIX}1",
-    answers=invoice_answers.refusal_sentence,
+    answers=invoice_answers.WORDS,
     ttl=timedelta(seconds=30),
     ttl_setting="VENDOR_PAYMENT_LOCK_TTL_SECONDS",
     describe=selectors.describe_payment_resources,

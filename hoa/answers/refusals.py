@@ -10,15 +10,16 @@ writes classes only for the refusals of its own rules (``ContractNotActive``,
 A refusal carries facts, never sentences: the kind's own (the holder, the tokens, the
 reason) and its subject, the facts of the operation it refused (``organization`` and
 ``month``, ``complaint``), as attributes. Nothing is queried or translated when one is
-made. The sentence is rendered when an edge asks for it, by the app's ``answers`` module,
-which implements ``sentence`` for its base error (``functools.singledispatch``) and renders
-the shared kinds of its operation too (``FencedOperation.answers``, the same function)::
+made. The sentence is rendered when an edge asks for it (``sentence``, a
+``functools.singledispatch``): the shared kinds by the frame, once for every operation, in
+the words its declaration gives (``hoa.answers.sentences``); an app's own by its
+``answers`` module, which registers its base error::
 
     @sentence.register(ChargesError)
     def refusal_sentence(refusal: Refusal, audience: Audience) -> str:
         match refusal:
-            case Busy(): ...
             case InvalidMonth(): ...
+            case UnitsChanged(): ...
 
 ``refusal.message`` is staff's sentence (pages, admin messages), in the zone of the page;
 ``str(refusal)`` is the operators' (the command's line, the audit's detail), as Django's
@@ -30,9 +31,7 @@ from functools import singledispatch
 from typing import TYPE_CHECKING, ClassVar
 
 from django.conf import settings
-from django.contrib.auth import get_user_model
 from django.utils import timezone
-from django.utils.text import capfirst
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
@@ -88,8 +87,8 @@ class Refusal(Exception):
 @singledispatch
 def sentence(refusal: Refusal, audience: Audience) -> str:
     """The sentence ``audience`` reads for ``refusal``: each app's ``answers`` registers its
-    base error. A refusal nobody speaks for still says what it is (a test checks there is
-    none)."""
+    base error, ``hoa.answers.sentences`` the shared kinds. A refusal nobody speaks for
+    still says what it is (a test checks there is none)."""
     return f"{type(refusal).__name__}: nothing was done."
 
 
@@ -98,14 +97,10 @@ def sentence(refusal: Refusal, audience: Audience) -> str:
 
 class OperationRefusal(Refusal):
     """A refusal every fenced operation shares, raised by the frame with the ``operation``
-    it refused (its ``FencedOperation``), which renders its sentence (``answers``)."""
+    it refused (its ``FencedOperation``), whose ``answers`` give the words of its sentence
+    (``hoa.answers.sentences``)."""
 
     operation: "FencedOperation"
-
-
-@sentence.register
-def _operation_sentence(refusal: OperationRefusal, audience: Audience) -> str:
-    return refusal.operation.answers(refusal, audience)
 
 
 class NotPermitted(OperationRefusal):
@@ -230,18 +225,6 @@ class CallFailed(OperationRefusal):
         self.reason, self.status = reason, status
 
 
-def person_holding(holder: str) -> str | None:
-    """The user a lease's holder label names, for staff to read: ``alice`` of ``alice on
-    web-1 pid 42`` or of ``alice via cli:ops on cron-1 pid 7``; ``None`` when it names no
-    user (a cron job, the operator at the shell, an unlabelled process). Asked by the
-    answers that render a ``Busy`` for staff (one query), never when the refusal is made."""
-    who = (holder or "").partition(" on ")[0].partition(" via ")[0].strip()
-    if not who or " " in who or ":" in who:
-        return None
-    users = get_user_model()._default_manager
-    return who if users.filter(**{get_user_model().USERNAME_FIELD: who}).exists() else None
-
-
 class OutcomeUnknown(OperationRefusal):
     """The operation's external call may have been acted on, and its answer does not say
     (``reason``: timed out, the connection lost, redirected, an HTTP 5xx ``status``).
@@ -258,26 +241,3 @@ class OutcomeUnknown(OperationRefusal):
     def __init__(self, *, reason: str, status: int | None = None, party: str = "", **subject):
         super().__init__(**subject)
         self.reason, self.status, self.party = reason, status, party
-
-
-@sentence.register
-def _unknown_sentence(refusal: OutcomeUnknown, audience: Audience) -> str:
-    """One sentence for every operation: who was asked, and that it will be settled."""
-    facts = {"party": capfirst(refusal.party or _("the outside service")), "reason": refusal.reason}
-    if audience is Audience.OPERATORS:
-        return (
-            _(
-                "%(party)s did not say whether it acted (%(reason)s): not known yet. The "
-                "attempt is recorded and will be settled by the same idempotency key "
-                "(settle_outside_calls, or run this again)."
-            )
-            % facts
-        )
-    return (
-        _(
-            "%(party)s did not say whether it acted (%(reason)s), so it is not known yet "
-            "whether this was done. It is recorded and will be settled automatically: there is "
-            "no need to do it again or to choose something else meanwhile."
-        )
-        % facts
-    )

@@ -1,28 +1,19 @@
 """How each answer of budget approval reads to a person: one place for the staff page, the
 admin action and the command. Translated, with named placeholders.
 
-``sentence`` renders every refusal of budget approval (``exceptions``) from its facts, when
-an edge asks. ``busy`` and ``superseded`` speak to two audiences
-(``hoa.answers.table.Audience``): staff without tokens, hosts or lease lifetimes; operators
-with them.
+``refusal_sentence`` renders the refusals of budget approval's own rules (``exceptions``)
+from their facts, when an edge asks. The kinds every operation shares the frame says
+(``hoa.answers.sentences``), in the words of ``WORDS``: what it was doing, what its
+permission allows, whom its call tells.
 """
 
-import math
 from typing import TYPE_CHECKING
 
 from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
 
-from hoa.answers.refusals import (
-    Busy,
-    CallFailed,
-    LeaseRanOut,
-    LockServiceDown,
-    NotPermitted,
-    Refusal,
-    Superseded,
-    person_holding,
-    sentence,
-)
+from hoa.answers.refusals import Refusal, sentence
+from hoa.answers.sentences import Words
 from hoa.answers.table import Audience
 from hoa.security.audit import shown
 from hoa.web.money import format_money
@@ -30,6 +21,9 @@ from tests.budgets.exceptions import AmountChanged, BudgetsError, InvalidYear, N
 
 if TYPE_CHECKING:
     from hoa.fenced import Result
+
+# Whom an approval tells, as an audit line and its refusals name it.
+BOARD = gettext_lazy("the board")
 
 
 @sentence.register(BudgetsError)
@@ -42,30 +36,6 @@ def refusal_sentence(refusal: Refusal, audience: Audience) -> str:
             }
         case NoBudget():
             return _("%(organization)s has no budget for %(year)s to approve.") % _facts(refusal)
-        case NotPermitted():
-            return _("%(actor)s may not approve the budgets of %(organization)s.") % {
-                "actor": refusal.actor,
-                "organization": refusal.organization.name,
-            }
-        case Busy():
-            return busy(refusal, audience)
-        case Superseded():
-            return superseded(refusal, audience)
-        case LeaseRanOut():
-            return _(
-                "Approving the %(year)s budget of %(organization)s took too long and was "
-                "stopped before the board was notified; nothing was sent or written. Try again."
-            ) % _facts(refusal)
-        case LockServiceDown():
-            return _(
-                "The lock service (Redis) is unavailable, so the %(year)s budget of "
-                "%(organization)s was not approved: %(reason)s"
-            ) % {**_facts(refusal), "reason": refusal.reason}
-        case CallFailed():
-            return _(
-                "The board could not be notified of the %(year)s budget of %(organization)s "
-                "(%(reason)s); nothing was approved."
-            ) % {**_facts(refusal), "reason": refusal.reason}
         case AmountChanged():
             return amount_changed(refusal)
     raise TypeError(f"no sentence for {type(refusal).__name__}")
@@ -75,46 +45,12 @@ def _facts(refusal: Refusal) -> dict:
     return {"organization": refusal.organization.name, "year": refusal.year}
 
 
-def busy(refusal: Busy, audience: Audience) -> str:
-    facts = _facts(refusal)
-    if audience is Audience.OPERATORS:
-        return _(
-            "The %(year)s budget of %(organization)s is being approved by %(holder)s; "
-            "try again in %(seconds)d seconds."
-        ) % {
-            **facts,
-            "holder": refusal.holder or _("another worker"),
-            "seconds": max(1, math.ceil(refusal.retry_after.total_seconds())),
-        }
-    if person := person_holding(refusal.holder):
-        return _(
-            "Another staff member (%(person)s) is approving the %(year)s budget of "
-            "%(organization)s; this usually takes a few seconds."
-        ) % {**facts, "person": person}
-    return (
-        _(
-            "Another worker is approving the %(year)s budget of %(organization)s; this "
-            "usually takes a few seconds."
-        )
-        % facts
-    )
-
-
-def superseded(refusal: Superseded, audience: Audience) -> str:
-    facts = _facts(refusal)
-    if audience is Audience.OPERATORS:
-        return _(
-            "A newer holder (%(newer)s) took over the %(year)s budget of "
-            "%(organization)s while this attempt (token %(token)s) was paused past its "
-            "lease; nothing was written."
-        ) % {**facts, "token": refusal.token, "newer": refusal.newer}
-    return (
-        _(
-            "Someone else took over approving the %(year)s budget of %(organization)s while "
-            "this attempt was waiting; nothing of this attempt was written."
-        )
-        % facts
-    )
+# Its words in the refusals every operation shares, which the frame says.
+WORDS = Words(
+    doing=lambda refusal: _("approving the %(year)s budget of %(organization)s") % _facts(refusal),
+    may=gettext_lazy("approve the budgets of %(organization)s"),
+    party=BOARD,
+)
 
 
 def amount_changed(refusal: AmountChanged) -> str:

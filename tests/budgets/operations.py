@@ -27,7 +27,7 @@ APPROVAL = FencedOperation(
     # Ids of at most 18 digits fit a bigint; [0-9], not \d (other scripts' digits).
     resource=re.compile(r"budget-approval:org:(?P<org>[0-9]{1,18}):(?P<year>[0-9]{4})"),
     example=f"{PREFIX}1:2027",
-    answers=answers.refusal_sentence,
+    answers=answers.WORDS,
     ttl=timedelta(seconds=30),
     ttl_setting="BUDGETS_LOCK_TTL_SECONDS",
     describe=selectors.describe_resources,

@@ -13,19 +13,18 @@ from decimal import Decimal
 from django.conf import settings
 from django.db.models import QuerySet
 from django.utils import timezone
-from django.utils.translation import gettext_lazy
 
 from hoa.fenced import FencedSteps, Look, Result
 from hoa.integrations.webhooks import CallResult, post_fenced
 from hoa.models import Organization
 from locking import Lease, Outcome
 from tests.budgets import answers
+from tests.budgets.answers import BOARD
 from tests.budgets.exceptions import AmountChanged, InvalidYear, NoBudget
 from tests.budgets.models import AnnualBudget
 from tests.budgets.operations import APPROVAL, budget_resource
 
-# Whom an approval tells, as an audit line names it; the endpoint its call is sealed for.
-BOARD = gettext_lazy("the board")
+# The endpoint the board's call is sealed for.
 ENDPOINT = "budgets"
 _YEAR = re.compile(r"[0-9]{4}")  # [0-9]: \d also takes other scripts' digits
 

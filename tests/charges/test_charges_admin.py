@@ -146,7 +146,10 @@ def test_action_reports_a_billing_failure_as_an_error_and_writes_nothing(
 
     [(level, message)] = messages_of(response)
     assert level == "error"
-    assert "did not accept the charges for Maple Court, March 2026 (HTTP 422)" in message
+    assert message == (
+        "Generating the charges for Maple Court, March 2026 failed: the billing system did not "
+        "accept it (HTTP 422); nothing was saved."
+    )
     assert not MonthlyChargeRun.objects.exists()
 
 

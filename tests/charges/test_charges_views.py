@@ -286,7 +286,10 @@ def test_redis_down_answers_503_and_writes_nothing(alice_client, billing, settin
     response = alice_client.post(GENERATE_URL, CONFIRMED)
 
     assert response.status_code == 503
-    assert "The lock service (Redis) is unavailable" in response.content.decode()
+    assert (
+        "Generating the charges for Maple Court, March 2026 was not done: the lock service is "
+        "unavailable; nothing was saved."
+    ) in response.content.decode()
     assert_nothing_written()
 
 
@@ -295,9 +298,10 @@ def test_billing_failure_answers_502_and_writes_nothing(alice_client, billing):
     response = alice_client.post(GENERATE_URL, CONFIRMED)
 
     assert response.status_code == 502
-    assert "did not accept the charges for Maple Court, March 2026 (HTTP 422)" in (
-        response.content.decode()
-    )
+    assert (
+        "Generating the charges for Maple Court, March 2026 failed: the billing system did not "
+        "accept it (HTTP 422); nothing was saved."
+    ) in response.content.decode()
     assert_nothing_written()
 
 
@@ -324,7 +328,7 @@ def test_request_paused_past_its_lease_answers_409_stale(
     page = response.content.decode()
     assert (
         "Someone else took over generating the charges for Maple Court, March 2026 while this "
-        "attempt was waiting; nothing of this attempt was written."
+        "attempt was waiting; nothing of this attempt was saved."
     ) in page
     assert "token" not in page.replace("csrfmiddlewaretoken", "")
     assert f'action="{GENERATE_URL}"' in page

@@ -49,7 +49,8 @@ def test_a_busy_budget_exits_75_naming_the_holder(maple, budget, board, fence_lo
     with fence_lock.acquire(resource, ttl=timedelta(seconds=30), holder="bob"):
         status, line = call(*MAPLE, "--year", "2027")
     assert status == 75
-    assert line.startswith("The 2027 budget of Maple Court is being approved by bob on ")
+    assert line.startswith("Another holder (bob on ")
+    assert ") is approving the 2027 budget of Maple Court; try again in " in line
     assert line.endswith(" seconds.")  # operators read how long the lease has left
     assert state_of(budget) == DRAFT
 
@@ -75,8 +76,8 @@ def test_an_unknown_organization_and_a_failed_notification_exit_1(budget, board)
     status, line = call(*MAPLE, "--year", "2027")
     assert (status, line) == (
         1,
-        "The board could not be notified of the 2027 budget of Maple Court (HTTP 422); "
-        "nothing was approved.",
+        "Approving the 2027 budget of Maple Court failed: the board did not accept it "
+        "(HTTP 422); nothing was saved.",
     )
     assert state_of(budget) == DRAFT
     assert list(FenceEvent.objects.values_list("outcome", flat=True)) == ["failed"]
@@ -93,7 +94,8 @@ def test_a_child_process_exits_0_then_75_while_another_holds_the_lease(
     with fence_lock.acquire(resource, ttl=timedelta(seconds=30), holder="bob"):
         busy = run_manage("approve_budget", *MAPLE, "--year", YEAR, env=subprocess_env)
     assert busy.returncode == 75
-    assert "CommandError: The 2027 budget of Maple Court is being approved by bob" in busy.stderr
+    assert "CommandError: Another holder (bob on " in busy.stderr
+    assert ") is approving the 2027 budget of Maple Court; try again in " in busy.stderr
     assert "Traceback" not in busy.stderr
     status, approved_by, token, _amount = state_of(budget)
     assert (status, token) == ("approved", 1) and approved_by.startswith("cli:")

@@ -132,7 +132,7 @@ def test_a_busy_budget_is_refused_naming_the_holder_and_writes_nothing(maple, bu
     held.release()
 
     assert refused.value.holder.startswith("bob at the front desk on ")
-    assert "is being approved by bob at the front desk" in str(refused.value)
+    assert "Another holder (bob at the front desk on " in str(refused.value)
     assert state_of(budget) == DRAFT
     assert board.received == []
     assert events(maple) == [("busy", 1)]
@@ -161,7 +161,7 @@ def test_redis_down_is_reported_and_writes_nothing(maple, budget, board, setting
     settings.LOCK_REDIS_URL = dead_redis_url()
     with pytest.raises(LockServiceDown) as refused:
         approve(maple)
-    assert "The lock service (Redis) is unavailable" in str(refused.value)
+    assert "was not done: the lock service (Redis) is unavailable (" in str(refused.value)
     assert state_of(budget) == DRAFT
     assert board.received == []
     assert events(maple) == [("unavailable", None)]
@@ -169,7 +169,8 @@ def test_redis_down_is_reported_and_writes_nothing(maple, budget, board, setting
 
 def test_a_lease_that_ran_out_before_the_call_is_told_in_the_budgets_words(maple):
     """The runner's ``lease.check()`` before the call is charges' and vendors' to prove
-    (tests/races/test_lease_check.py); the refusal it raises here is the budgets' own."""
+    (tests/races/test_lease_check.py); the frame says the refusal it raises here in the budgets'
+    words (``answers.WORDS``): what was being done and whom the call would have told."""
     refused = LeaseRanOut(
         operation=APPROVAL,
         resource=budget_resource(maple, YEAR),
@@ -178,11 +179,14 @@ def test_a_lease_that_ran_out_before_the_call_is_told_in_the_budgets_words(maple
         organization=maple,
         year=YEAR,
     )
-    said = (
+    assert refused.message == (
         "Approving the 2027 budget of Maple Court took too long and was stopped before the "
-        "board was notified; nothing was sent or written. Try again."
+        "board was told; nothing was sent or saved. Try again."
     )
-    assert refused.message == str(refused) == said
+    assert str(refused) == (
+        "Approving the 2027 budget of Maple Court took too long and was stopped (token 3: "
+        "expired) before the board was told; nothing was sent or saved. Try again."
+    )
     assert (refused.answer, refused.outcome) == ("retry", Outcome.LOST)
 
 
@@ -226,7 +230,7 @@ def test_a_paused_holder_is_refused_by_the_fence_after_a_newer_holder_approves(
     assert (newer.outcome, newer.token) == (Outcome.COMMITTED, 2)
     assert isinstance(holder_a.error, Superseded)
     assert (holder_a.error.token, holder_a.error.recorded) == (1, 2)
-    assert "A newer holder (token 2) took over the 2027 budget" in str(holder_a.error)
+    assert "A newer holder (token 2) took over approving the 2027 budget" in str(holder_a.error)
     assert state_of(budget) == ("approved", "holder-b", 2, AMOUNT)
     assert events(maple) == [("committed", 2), ("stale", 1)]
     # The board saw both holders, with the same key and increasing tokens.

@@ -139,7 +139,7 @@ def test_redis_down_answers_503_and_a_failed_notification_502(
     down = alice_client.post(APPROVE_URL)
 
     assert failed.status_code == 502
-    assert "The board could not be notified" in failed.content.decode()
+    assert "the board did not accept it (HTTP 422)" in failed.content.decode()
     assert down.status_code == 503
     assert state_of(budget) == DRAFT
 

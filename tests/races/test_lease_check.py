@@ -63,7 +63,9 @@ def test_charges_stop_before_billing_when_the_lease_ran_out(
 
     assert isinstance(attempt.error, LeaseRanOut)  # the callers' one except Refusal catches it
     assert attempt.error.operation.name == "monthly-charges"
-    assert "stopped before the billing call; nothing was sent or written" in str(attempt.error)
+    assert "stopped (token 1: " in str(
+        attempt.error
+    ) and ") before the billing system was told; nothing was sent or saved" in str(attempt.error)
     assert http_stub.received == []
     assert not MonthlyChargeRun.objects.completed().exists()
     event = FenceEvent.objects.get()

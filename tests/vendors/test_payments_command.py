@@ -151,9 +151,8 @@ def test_a_busy_invoice_exits_75_naming_the_holder(approved, env, payments):
 
     assert (done.returncode, done.stdout) == (EXIT_TEMPFAIL, "")
     [line] = done.stderr.splitlines()
-    assert line.startswith(
-        f"CommandError: Invoice #{approved.pk} is being paid by bob at the desk on "
-    )
+    assert line.startswith("CommandError: Another holder (bob at the desk on ")
+    assert f") is paying invoice #{approved.pk}; try again in " in line
     assert re.search(r"; try again in \d+ seconds\.$", line), line
     assert payments.received == []
 
@@ -192,8 +191,9 @@ def test_a_payer_frozen_after_its_grant_is_refused_when_woken_and_never_calls(
     assert (newer.outcome, newer.token) == ("committed", 2)
     assert (payer.returncode, stdout) == (EXIT_TEMPFAIL, "")
     assert stderr == (
-        f"CommandError: A newer payment of invoice #{approved.pk} (token 2) took over while "
-        "this one (token 1) was paused past its lease; nothing of this one was saved.\n"
+        f"CommandError: A newer holder (token 2) took over paying invoice #{approved.pk} while "
+        "this attempt (token 1) was paused past its lease; nothing of this attempt was "
+        "written.\n"
     )
     assert payment_calls(payments) == [(2, 200, "accepted")]  # the service was told once
     assert paid_keys(payments) == [(idempotency_key(approved.pk), 2)]
@@ -238,7 +238,9 @@ def test_a_payer_whose_lease_was_lost_is_stopped_by_a_newer_claim_before_it_call
         proxy.stop()
 
     assert (payer.returncode, stdout) == (EXIT_TEMPFAIL, "")
-    assert stderr.startswith(f"CommandError: A newer payment of invoice #{approved.pk} (token 2)")
+    assert stderr.startswith(
+        f"CommandError: A newer holder (token 2) took over paying invoice #{approved.pk} "
+    )
     assert (result.outcome, result.token) == ("committed", 2)
     assert payment_calls(payments) == [(2, 200, "accepted")]  # the woken one never called
     assert paid_keys(payments) == [(idempotency_key(approved.pk), 2)]
@@ -271,7 +273,9 @@ def test_a_payer_frozen_inside_its_call_is_refused_and_money_leaves_once(
 
     assert (newer.outcome, newer.token) == ("committed", 2)
     assert (payer.returncode, stdout) == (EXIT_TEMPFAIL, "")
-    assert stderr.startswith(f"CommandError: A newer payment of invoice #{approved.pk} (token 2)")
+    assert stderr.startswith(
+        f"CommandError: A newer holder (token 2) took over paying invoice #{approved.pk} "
+    )
     assert payment_calls(payments) == [(1, 200, "accepted"), (2, 200, "replaced")]
     assert paid_keys(payments) == [(idempotency_key(approved.pk), 1)]  # paid once
     [payment] = VendorPayment.objects.all()
@@ -298,7 +302,8 @@ def test_eight_payers_racing_one_pays_the_rest_exit_75(approved, env, payments):
     assert Counter(code for code, _, _ in answers) == {EXIT_TEMPFAIL: 7, 0: 1}
     for code, stdout, stderr in answers:
         if code:
-            assert stderr.startswith(f"CommandError: Invoice #{approved.pk} is being paid by ")
+            assert stderr.startswith("CommandError: Another holder (")
+            assert f") is paying invoice #{approved.pk}; try again in " in stderr
         else:
             assert stdout.startswith("Paid Pipe Pros $250.00")
     assert len(payments.received) == 1 and len(payments.payments) == 1

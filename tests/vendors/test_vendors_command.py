@@ -156,7 +156,9 @@ def test_busy_lease_exits_75_naming_the_holder(env, complaint, pipe, fence_lock,
     busy = manage(env, complaint.pk, pipe.pk)
 
     assert busy.returncode == 75
-    assert f"Complaint #{complaint.pk} is being assigned by bob on " in one_line(busy.stderr)
+    line = one_line(busy.stderr)
+    assert "Another holder (bob on " in line
+    assert f") is assigning a vendor to complaint #{complaint.pk}; try again in " in line
     assert state_of(complaint, redis_client) == before
     held.release()
 
@@ -164,7 +166,7 @@ def test_busy_lease_exits_75_naming_the_holder(env, complaint, pipe, fence_lock,
 def test_actor_is_checked_like_the_web(complaint, pipe, alice, viewer, mallory):
     ids = ("--complaint", str(complaint.pk), "--vendor", str(pipe.pk))
 
-    not_allowed = (1, "You may not assign vendors for Maple Court.")
+    not_allowed = (1, "viewer may not assign vendors for Maple Court.")
     assert call(*ids, "--actor", "viewer") == not_allowed
     not_theirs = (1, f"No complaint with id {complaint.pk} for mallory.")
     assert call(*ids, "--actor", "mallory") == not_theirs
@@ -181,7 +183,10 @@ def test_dispatch_failure_exits_1_and_writes_nothing(env, complaint, pipe, http_
     failed = manage(env, complaint.pk, pipe.pk)
 
     assert failed.returncode == 1
-    assert "did not accept the assignment (HTTP 422)" in one_line(failed.stderr)
+    assert (
+        f"Assigning a vendor to complaint #{complaint.pk} failed: the dispatch service did not "
+        "accept it (HTTP 422); nothing was saved."
+    ) in one_line(failed.stderr)
     after = state_of(complaint, redis_client)
     assert (after.assignments, after.fence_token) == (before.assignments, before.fence_token)
 

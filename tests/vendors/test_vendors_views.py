@@ -566,8 +566,8 @@ def test_paused_holder_posting_is_answered_409_naming_the_newer_assignment(
     html = late.content.decode()
     assert "Someone else took over" in html
     assert (
-        f"Someone else assigned complaint #{complaint.pk} while this attempt was waiting; "
-        "nothing of this attempt was saved."
+        f"Someone else took over assigning a vendor to complaint #{complaint.pk} while this "
+        "attempt was waiting; nothing of this attempt was saved."
     ) in html
     assert "Current vendor: Evergreen, assigned by alice on " in html
     assert "token" not in html.replace("csrfmiddlewaretoken", "")
