@@ -14,9 +14,9 @@ Import them from ``locking.asyncio``, with the fence's and the runner's async fo
 ``aadvance_fence`` and ``arun_fenced``.
 """
 
+from locking.asyncio.fence import aadvance_fence
 from locking.asyncio.lease import AsyncLease
 from locking.asyncio.lock import AsyncFenceLock
 from locking.asyncio.operation import arun_fenced
-from locking.fence import aadvance_fence
 
 __all__ = ["AsyncFenceLock", "AsyncLease", "aadvance_fence", "arun_fenced"]
