@@ -134,10 +134,12 @@ def test_record_committed_writes_the_audit_row_in_the_work_transaction_once(thin
     assert before <= event.at <= timezone.now()
 
 
-def test_record_committed_that_cannot_be_written_raises_there_and_nothing_commits(thing, resource):
-    # An address the inet column refuses (Django's adapter, before the INSERT is sent): the
-    # audit row fails inside the work's transaction, which must abort with it rather than
-    # commit the write unrecorded.
+def test_an_audit_row_that_cannot_be_written_raises_in_the_work_and_nothing_commits(
+    thing, resource
+):
+    # An address the inet column refuses (Django's adapter, before the statement is sent):
+    # the audit row fails inside the work's transaction (at the fence, whose statement
+    # carries it), which must abort with it rather than commit the write unrecorded.
     garbled = Attempt(actor="alice", operation="assign_vendor", scope="org:1", ip="not-an-ip")
     reached: list[str] = []
 
