@@ -3,9 +3,8 @@
 ``advance_fence(queryset, lease)`` runs inside the caller's ``transaction.atomic()``; so does
 ``insert_fenced(instance, lease)``, the same check for a row that does not exist yet (it is
 inserted with the token on it). From async code, ``aadvance_fence(queryset, lease, write)``
-runs the fence and the writes in one transaction, in one
-``sync_to_async(thread_sensitive=True)`` call: the fence UPDATE must commit or roll back
-with the writes it protects, and Django's transactions are synchronous.
+(locking/asyncio/fence.py) runs the fence and the writes in one transaction: the fence
+UPDATE must commit or roll back with the writes it protects.
 
 Each check is one statement that does two things, in this order:
 
@@ -19,6 +18,10 @@ Each check is one statement that does two things, in this order:
    set to the token if it is not above it (the row's own check is a second line: a row
    fenced under another name, or by hand).
 
+Given a lease ``run_fenced`` (or ``LeasedAttempt``) granted, the same statement inserts the
+attempt's audit row, committed, from the row it fenced (``WithFence``, locking/audit.py):
+the row commits or rolls back with the writes, and costs no statement of its own.
+
 The record is what makes the fence hold at every way in: it survives the row (an older
 holder cannot re-create a row a newer one deleted), it counts one resource once whichever
 rows its holders touch, and it tells the same lease from a token Redis handed out twice.
@@ -28,18 +31,17 @@ what it checks.
 
 import functools
 import logging
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, NoReturn, TypeVar
+from typing import TYPE_CHECKING, NoReturn
 
-from asgiref.sync import sync_to_async
 from django.core.exceptions import EmptyResultSet
-from django.db import connections, router, transaction
+from django.db import connections, router
 from django.db.models.expressions import Col
 from django.db.models.lookups import Exact
 from django.db.transaction import TransactionManagementError
 
 from locking import guard, savepoints, tracing
+from locking.audit import WithFence, event_insert
 from locking.conf import setting
 from locking.epochs import FenceBeyondRecord, epoch_of
 from locking.exceptions import StaleFencingToken
@@ -49,8 +51,6 @@ if TYPE_CHECKING:
     from django.db.models import Model, QuerySet
 
 logger = logging.getLogger(__name__)
-
-T = TypeVar("T")
 
 # The claim on the resource's durable record, as the first part of every fence statement.
 # A resource without a record (no grant recorded its epoch here) gets one: nothing newer
@@ -80,12 +80,17 @@ def advance_fence(queryset: "QuerySet[Model]", lease: LeaseOrToken) -> None:
     lock and, once the first commits, PostgreSQL re-checks its WHERE against the committed
     record (READ COMMITTED): whichever token is stale matches nothing. Raising rolls back
     everything the caller wrote in the same ``transaction.atomic()`` block.
+
+    A lease of ``run_fenced`` (or ``LeasedAttempt``): the statement also inserts the
+    attempt's audit row as committed (``lease.record_committed`` then writes nothing), once
+    per lease. Any other lease or ``FencingToken``: no audit row.
     """
     fencing = fencing_token_of(lease, taken_by="advance_fence")
     connection = connections[queryset.db]
     _in_transaction_on_the_record(connection, fencing, "advance_fence")
+    audit = WithFence.of(lease, connection)
     with tracing.operation_span("locking.fence", fencing.resource, token=fencing.token):
-        _advance(queryset, fencing, connection)
+        _advance(queryset, fencing, connection, audit)
 
 
 def _in_transaction_on_the_record(connection, fencing: FencingToken, name: str) -> None:
@@ -105,13 +110,14 @@ def _in_transaction_on_the_record(connection, fencing: FencingToken, name: str) 
         )
 
 
-def _advance(queryset, fencing: FencingToken, connection) -> None:
+def _advance(queryset, fencing: FencingToken, connection, audit: WithFence | None) -> None:
     # The token comparisons sit in the statement's own WHERE clauses, on the rows being
     # updated: only those are re-checked against the committed rows after waiting for their
     # locks (READ COMMITTED). The queryset only picks the row: its pk given outright for a
     # plain pk filter, else its filters (relations included) in a subquery, evaluated once,
-    # counted in the same statement: exactly one row, or nothing is fenced.
-    statement = _fence_statement(queryset.model, connection.alias)
+    # counted in the same statement: exactly one row, or nothing is fenced. With ``audit``,
+    # the statement also inserts the attempt's audit row, from the row it fenced.
+    statement = _fence_statement(queryset.model, connection.alias, audited=audit is not None)
     claim = [fencing.resource, epoch_of(fencing.token), fencing.token, fencing.owner]
     try:
         pk = _plain_pk(queryset, statement, connection)
@@ -123,6 +129,7 @@ def _advance(queryset, fencing: FencingToken, connection) -> None:
             params = [*claim, *subquery_params, fencing.token, fencing.token]
     except EmptyResultSet:  # ``.none()``, a pk out of the column's range: no row matches
         _refuse(queryset, fencing, picked=0)
+    params += audit.params if audit is not None else ()
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         fenced = cursor.fetchone()
@@ -133,6 +140,8 @@ def _advance(queryset, fencing: FencingToken, connection) -> None:
             cursor.execute(guard.FORGET_FENCING_SQL)
         _refuse(queryset, fencing, picked=None)
     savepoints.watch(connection, statement.owner._meta.db_table, fenced[0])
+    if audit is not None:
+        audit.inserted(fenced[1], connection)
 
 
 def _refuse(queryset, fencing: FencingToken, *, picked: int | None) -> NoReturn:
@@ -219,7 +228,9 @@ class _FenceStatement:
 
     ``by_pk``: claim, then ``UPDATE t SET last_fence_token = <set> WHERE t.pk = %s AND
     t.last_fence_token <= %s AND <claimed>``; ``by_subquery``: the same with the row picked
-    by ``PICKED`` (replaced by the queryset's pk subquery) and counted. Both return the fenced pk.
+    by ``PICKED`` (replaced by the queryset's pk subquery) and counted. Both return the fenced
+    pk; built ``audited``, the UPDATE is a CTE, ``fenced``, from whose row the attempt's
+    audit row is inserted (its parameters last), and they return its id after the pk.
     ``<set>`` is ``set_fence``: the token (its one parameter), and the mark strict mode reads
     (locking/guard.py); a statement that fences a row and writes it at once sets the column
     with it too.
@@ -246,7 +257,7 @@ def _claim_sql(alias: str) -> str:
 
 
 @functools.cache
-def _fence_statement(model, alias: str) -> _FenceStatement:
+def _fence_statement(model, alias: str, *, audited: bool = False) -> _FenceStatement:
     quote = connections[alias].ops.quote_name
     # The table that holds the column (a multi-table child's parent, if it declared it).
     owner = model._meta.get_field("last_fence_token").model._meta.concrete_model
@@ -259,13 +270,23 @@ def _fence_statement(model, alias: str) -> _FenceStatement:
     update = f"UPDATE {table} SET {set_fence} WHERE "  # noqa: S608 - quoted names
     claimed = " AND EXISTS (SELECT 1 FROM claim)"
 
-    by_pk = f"WITH {_claim_sql(alias)} {update}{pk} = %s AND {fence} <= %s{claimed} RETURNING {pk}"
+    by_pk = (f"WITH {_claim_sql(alias)}", f"{update}{pk} = %s AND {fence} <= %s{claimed}")
     by_subquery = (
-        f"WITH {_claim_sql(alias)}, picked AS ({PICKED}) "  # noqa: S608
-        f"{update}{pk} IN (SELECT * FROM picked) AND {fence} <= %s{claimed}"
-        " AND (SELECT count(*) FROM picked) = 1"
-        f" RETURNING {pk}"
+        f"WITH {_claim_sql(alias)}, picked AS ({PICKED})",
+        f"{update}{pk} IN (SELECT * FROM picked) AND {fence} <= %s{claimed}"  # noqa: S608
+        " AND (SELECT count(*) FROM picked) = 1",
     )
+    if audited:  # the audit row from the fenced row, in the same statement
+        audit = f"audited AS ({event_insert(alias, 'fenced')})"
+        by_pk, by_subquery = (
+            f"{ctes}, fenced AS ({fence_update} RETURNING {pk} AS pk), {audit}"  # noqa: S608
+            " SELECT fenced.pk, audited.event FROM fenced, audited"
+            for ctes, fence_update in (by_pk, by_subquery)
+        )
+    else:
+        by_pk, by_subquery = (
+            f"{ctes} {fence_update} RETURNING {pk}" for ctes, fence_update in (by_pk, by_subquery)
+        )
     return _FenceStatement(owner=owner, by_pk=by_pk, by_subquery=by_subquery, set_fence=set_fence)
 
 
@@ -332,27 +353,26 @@ def insert_fenced(instance: "Model", lease: LeaseOrToken) -> bool:
         SELECT EXISTS (SELECT 1 FROM claim), (SELECT <pk> FROM inserted),
                <the row inserted, marked as fenced for strict mode (locking/guard.py)>
 
-    Two creators meet on the record (and on the unique key): the second waits for the
-    first's transaction and is then decided against the committed record. Values are
-    prepared as ``save()`` prepares an insert's (defaults, ``auto_now_add``). The fence
-    column must be the model's own, not a multi-table parent's.
+    A lease of ``run_fenced`` adds ``audited AS (INSERT INTO <the audit> … FROM inserted)``,
+    as ``advance_fence`` does. Two creators meet on the record (and on the unique key):
+    the second waits for the first's transaction and is then decided against the committed
+    record. Values are prepared as ``save()`` prepares an insert's (defaults,
+    ``auto_now_add``). The fence column must be the model's own, not a multi-table parent's.
     """
     fencing = fencing_token_of(lease, taken_by="insert_fenced")
     connection = connections[instance._state.db or router.db_for_write(type(instance))]
     _in_transaction_on_the_record(connection, fencing, "insert_fenced")
-    statement = _insert_statement(type(instance), connection.alias, instance.pk is not None)
-    params = [fencing.resource, epoch_of(fencing.token), fencing.token, fencing.owner]
-    params.append(fencing.token)
-    params += (
-        field.get_db_prep_save(field.pre_save(instance, True), connection)
-        for field in statement.fields
+    audit = WithFence.of(lease, connection)
+    statement = _insert_statement(
+        type(instance), connection.alias, instance.pk is not None, audited=audit is not None
     )
+    params = _insert_params(statement, instance, fencing, connection, audit)
     with (
         tracing.operation_span("locking.fence", fencing.resource, token=fencing.token),
         connection.cursor() as cursor,
     ):
         cursor.execute(statement.sql, params)
-        claimed, pk, _marked = cursor.fetchone()
+        claimed, pk, _marked, *event = cursor.fetchone()
     if not claimed:
         from locking.models import FenceEpoch  # models load after the app registry
 
@@ -363,7 +383,21 @@ def insert_fenced(instance: "Model", lease: LeaseOrToken) -> bool:
     instance.last_fence_token = fencing.token
     instance._state.adding, instance._state.db = False, connection.alias
     savepoints.watch(connection, type(instance)._meta.db_table, pk)
+    if audit is not None:
+        audit.inserted(event[0], connection)
     return True
+
+
+def _insert_params(statement, instance, fencing: FencingToken, connection, audit) -> list:
+    """The claim's parameters, the token, the instance's values (as ``save()`` prepares an
+    insert's), and the audit row's, in ``statement``'s order."""
+    params = [fencing.resource, epoch_of(fencing.token), fencing.token, fencing.owner]
+    params.append(fencing.token)
+    params += (
+        field.get_db_prep_save(field.pre_save(instance, True), connection)
+        for field in statement.fields
+    )
+    return params + audit.params if audit is not None else params
 
 
 @dataclass(frozen=True)
@@ -376,7 +410,7 @@ class _InsertStatement:
 
 
 @functools.cache
-def _insert_statement(model, alias: str, with_pk: bool) -> _InsertStatement:
+def _insert_statement(model, alias: str, with_pk: bool, *, audited: bool) -> _InsertStatement:
     # An auto primary key is the database's to give, unless the instance has one (as
     # ``save()`` does, the insert then names it: a row with that key is a conflict).
     connection = connections[alias]
@@ -398,42 +432,13 @@ def _insert_statement(model, alias: str, with_pk: bool) -> _InsertStatement:
     pk = quote(opts.pk.column)
     # The inserted row counts as fenced in its transaction (strict mode, locking/guard.py).
     mark = guard.fenced_sql(opts.db_table, pk)
+    # With ``audited``, the attempt's audit row, inserted from the row inserted (if any).
+    audit = f", audited AS ({event_insert(alias, 'inserted')})" if audited else ""
     sql = (
         f"WITH {_claim_sql(alias)}, inserted AS ("  # noqa: S608 - quoted names
         f"INSERT INTO {quote(opts.db_table)} ({columns}) SELECT {values}"
-        f" WHERE EXISTS (SELECT 1 FROM claim) ON CONFLICT DO NOTHING RETURNING {pk})"
+        f" WHERE EXISTS (SELECT 1 FROM claim) ON CONFLICT DO NOTHING RETURNING {pk}){audit}"
         f" SELECT EXISTS (SELECT 1 FROM claim), (SELECT {pk} FROM inserted),"
-        f" (SELECT {mark} FROM inserted)"
+        f" (SELECT {mark} FROM inserted)" + (", (SELECT event FROM audited)" if audited else "")
     )
     return _InsertStatement(sql=sql, fields=fields)
-
-
-async def aadvance_fence(
-    queryset: "QuerySet[Model]", lease: LeaseOrToken, write: Callable[[], T]
-) -> T:
-    """Advance the fence and run ``write()`` in one transaction; return what it returns.
-
-    The async form of::
-
-        with transaction.atomic(using=queryset.db):
-            advance_fence(queryset, lease)
-            return write()
-
-    run as one ``sync_to_async(thread_sensitive=True)`` call: Django's transactions are
-    synchronous (``transaction.atomic`` has no async form, and each async ORM call such as
-    ``aupdate`` is its own ``sync_to_async`` hop, in autocommit unless that thread happens
-    to be inside an atomic block); thread-sensitive is the thread Django's async ORM uses,
-    so the block shares its connection. ``write`` is synchronous ORM code.
-    ``StaleFencingToken`` (or anything ``write`` raises) rolls the whole block back.
-    """
-    fencing = fencing_token_of(lease, taken_by="aadvance_fence")
-
-    def fenced_commit() -> T:
-        with (
-            tracing.operation_span("locking.fenced_commit", fencing.resource, token=fencing.token),
-            transaction.atomic(using=queryset.db),
-        ):
-            advance_fence(queryset, fencing)
-            return write()
-
-    return await sync_to_async(fenced_commit, thread_sensitive=True)()

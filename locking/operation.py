@@ -5,8 +5,9 @@ Services call ``run_fenced`` with a ``work(lease)`` callable that does the exter
 ``advance_fence``. Everything around it — granting, recording the outcome, releasing,
 reseeding a lost counter — is the same for every fenced operation, so it lives here once.
 A refusal is recorded after the work, outside its rolled-back transaction; a committed
-attempt is too, unless the work called ``lease.record_committed()`` inside its block (the
-row then commits with the writes, one write and one commit fewer). ``arun_fenced``
+attempt's row is written by the lease's fence, in its own statement (``advance_fence``,
+``insert_fenced``: locking/fence.py), and commits with the writes (one write and one commit
+fewer; ``lease.record_committed()`` says an outcome other than committed). ``arun_fenced``
 (``locking.asyncio``) is the same flow for a coroutine. ``LeasedAttempt`` is ``run_fenced`` in two
 halves, for attempts on different resources whose writes commit in one transaction.
 """
@@ -69,9 +70,7 @@ def run_fenced(
     lease: Lease | None = None
     with audit.span():
         try:
-            lease = lock.acquire(
-                resource, ttl=ttl, holder=attempt.actor, audit=audit.in_transaction
-            )
+            lease = lock.acquire(resource, ttl=ttl, holder=attempt.actor, audit=audit)
             audit.granted(lease)
             try:
                 result = work(lease)
@@ -141,7 +140,7 @@ class LeasedAttempt:
         self._stack.enter_context(self.audit.span())
         try:
             self.lease = self.lock.acquire(
-                resource, ttl=ttl, holder=attempt.actor, audit=self.audit.in_transaction
+                resource, ttl=ttl, holder=attempt.actor, audit=self.audit
             )
         except Exception as exc:
             self.refused(exc)
@@ -198,7 +197,7 @@ def _regrant_above(
         resource, above=stale.recorded, using=lock.using, cause=EpochCause.COUNTER_BEHIND
     )
     lock.reseed(resource, floor)
-    lease = lock.acquire(resource, ttl=ttl, holder=audit.attempt.actor, audit=audit.in_transaction)
+    lease = lock.acquire(resource, ttl=ttl, holder=audit.attempt.actor, audit=audit)
     audit.granted(lease)
     return lease
 

@@ -398,13 +398,15 @@ class BaseLease:
         return callback
 
     def record_committed(self, outcome: Outcome = Outcome.COMMITTED) -> None:
-        """Write this attempt's audit row now, inside the work's ``transaction.atomic()``.
+        """Record this attempt's outcome now, inside the work's ``transaction.atomic()``.
 
-        Under ``run_fenced``, a work that calls it just before its block commits saves the
-        separate audit write after the transaction: the row commits (or rolls back) with
-        the writes it records. If the block rolls back, ``run_fenced`` records the
-        attempt's final outcome outside, as without this call. Outside ``run_fenced`` it
-        does nothing.
+        Under ``run_fenced``, the lease's fence has written the attempt's row in its own
+        statement, as committed: ``COMMITTED`` then writes nothing, and another outcome
+        (``ALREADY_DONE``) updates that row. Without a fence of the lease in the block
+        (or one given ``lease.fencing_token``), it inserts the row. Either way the row
+        commits (or rolls back) with the writes it records; if the block rolls back,
+        ``run_fenced`` records the attempt's final outcome outside. Outside
+        ``run_fenced`` it does nothing.
         """
         if self.audit is not None:
             self.audit(outcome, self)
@@ -420,6 +422,6 @@ class BaseLease:
         self._tenure.check()
 
 
-# A lease's audit hook: ``hook(outcome, lease)`` writes the attempt's row (``run_fenced``'s
-# ``AttemptAudit.in_transaction``); ``BaseLease.record_committed`` calls it.
+# A lease's audit hook: ``hook(outcome, lease)`` records the attempt's outcome (``run_fenced``'s
+# ``AttemptAudit``, whose row the lease's fence writes); ``BaseLease.record_committed`` calls it.
 AuditHook = Callable[[Outcome, BaseLease], object]

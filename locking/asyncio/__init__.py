@@ -5,9 +5,9 @@ sharing the sync classes' Lua scripts, the reading of their replies and the leas
 The fence's and the runner's async forms are ``aadvance_fence`` and ``arun_fenced``.
 """
 
+from locking.asyncio.fence import aadvance_fence
 from locking.asyncio.lease import AsyncLease
 from locking.asyncio.lock import AsyncFenceLock
 from locking.asyncio.operation import arun_fenced
-from locking.fence import aadvance_fence
 
 __all__ = ["AsyncFenceLock", "AsyncLease", "aadvance_fence", "arun_fenced"]

@@ -50,9 +50,7 @@ async def arun_fenced(
     lease: AsyncLease | None = None
     with audit.span():
         try:
-            lease = await lock.acquire(
-                resource, ttl=ttl, holder=attempt.actor, audit=audit.in_transaction
-            )
+            lease = await lock.acquire(resource, ttl=ttl, holder=attempt.actor, audit=audit)
             audit.granted(lease)
             try:
                 result = await work(lease)
@@ -89,8 +87,6 @@ async def _aregrant_above(
         resource, above=stale.recorded, using=lock.using, cause=EpochCause.COUNTER_BEHIND
     )
     await lock.reseed(resource, floor)
-    lease = await lock.acquire(
-        resource, ttl=ttl, holder=audit.attempt.actor, audit=audit.in_transaction
-    )
+    lease = await lock.acquire(resource, ttl=ttl, holder=audit.attempt.actor, audit=audit)
     audit.granted(lease)
     return lease

@@ -10,8 +10,9 @@ from datetime import timedelta
 
 import pytest
 import redis
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.transaction import TransactionManagementError
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from locking import (
@@ -22,6 +23,7 @@ from locking import (
     Outcome,
     StaleFencingToken,
     advance_fence,
+    insert_fenced,
     run_fenced,
 )
 from locking.audit import Attempt, record_fence_event
@@ -132,10 +134,12 @@ def test_record_committed_writes_the_audit_row_in_the_work_transaction_once(thin
     assert before <= event.at <= timezone.now()
 
 
-def test_record_committed_that_cannot_be_written_raises_there_and_nothing_commits(thing, resource):
-    # An address the inet column refuses (Django's adapter, before the INSERT is sent): the
-    # audit row fails inside the work's transaction, which must abort with it rather than
-    # commit the write unrecorded.
+def test_an_audit_row_that_cannot_be_written_raises_in_the_work_and_nothing_commits(
+    thing, resource
+):
+    # An address the inet column refuses (Django's adapter, before the statement is sent):
+    # the audit row fails inside the work's transaction (at the fence, whose statement
+    # carries it), which must abort with it rather than commit the write unrecorded.
     garbled = Attempt(actor="alice", operation="assign_vendor", scope="org:1", ip="not-an-ip")
     reached: list[str] = []
 
@@ -462,3 +466,191 @@ def test_a_lease_fencing_its_row_twice_is_not_taken_for_a_counter_that_went_back
     assert events(resource) == [("committed", 1, "")]
     thing.refresh_from_db()
     assert (thing.name, thing.last_fence_token) == ("done", 1)
+
+
+# --- the audit row in the fence's statement ----------------------------------------------
+
+AUDIT_IN_THE_FENCE = 'audited AS (INSERT INTO "locking_fenceevent"'
+
+
+def audit_statements(queries) -> tuple[int, int]:
+    """How many statements inserted an audit row with the fence, and on their own."""
+    sql = [query["sql"] for query in queries.captured_queries]
+    fused = sum(AUDIT_IN_THE_FENCE in statement for statement in sql)
+    alone = sum(statement.startswith('INSERT INTO "locking_fenceevent"') for statement in sql)
+    return fused, alone
+
+
+@pytest.mark.parametrize("record", [False, True], ids=["without", "with record_committed"])
+def test_the_fence_writes_the_attempts_audit_row_in_its_own_statement(thing, resource, record):
+    """Issue 48, item 1: one statement fewer per commit, whether or not the work calls
+    ``record_committed()`` (which then writes nothing), and nothing after the commit."""
+
+    def work(lease) -> int:
+        with transaction.atomic():
+            advance_fence(FencedThing.objects.filter(pk=thing.pk), lease)
+            FencedThing.objects.filter(pk=thing.pk).update(name="fixed")
+            if record:
+                lease.record_committed()
+        return lease.token
+
+    with CaptureQueriesContext(connection) as queries:
+        assert run_fenced(resource, work, ttl=TTL, attempt=ALICE) == 1
+
+    assert audit_statements(queries) == (1, 0)
+    sql = [query["sql"] for query in queries.captured_queries]
+    assert sql[-1] == "COMMIT"  # nothing recorded after the work's transaction
+    assert events(resource) == [("committed", 1, "")]
+    event = FenceEvent.objects.get()
+    assert (event.actor, event.operation, event.scope, event.ip) == (
+        "alice",
+        "assign_vendor",
+        "org:1",
+        "192.0.2.7",
+    )
+
+
+@dataclass
+class Done:
+    outcome: Outcome = Outcome.ALREADY_DONE
+
+
+def test_already_done_after_the_fence_updates_the_row_the_fence_wrote(thing, resource):
+    def work(lease) -> Done:
+        with transaction.atomic():
+            advance_fence(FencedThing.objects.filter(pk=thing.pk), lease)
+            lease.record_committed(Outcome.ALREADY_DONE)
+            lease.record_committed(Outcome.ALREADY_DONE)  # again: nothing more
+        return Done()
+
+    with CaptureQueriesContext(connection) as queries:
+        run_fenced(resource, work, ttl=TTL, attempt=ALICE)
+
+    assert audit_statements(queries) == (1, 0)
+    sql = [query["sql"] for query in queries.captured_queries]
+    assert sum(statement.startswith('UPDATE "locking_fenceevent"') for statement in sql) == 1
+    assert events(resource) == [("already_done", 1, "")]
+
+
+def test_a_result_that_says_already_done_updates_the_committed_row_after(thing, resource):
+    """A work that does not call ``record_committed``: its committed row is corrected."""
+
+    def work(lease) -> Done:
+        with transaction.atomic():
+            advance_fence(FencedThing.objects.filter(pk=thing.pk), lease)
+        return Done()
+
+    run_fenced(resource, work, ttl=TTL, attempt=ALICE)
+
+    assert events(resource) == [("already_done", 1, "")]
+
+
+@pytest.mark.parametrize("record", [False, True], ids=["without", "with record_committed"])
+def test_a_refusal_after_the_fence_leaves_one_row_the_refusal(thing, resource, record):
+    """The fence's row rolls back with the work; the refusal is recorded outside, once."""
+
+    class Refused(Exception):
+        outcome = Outcome.CONFLICT
+
+    def work(lease):
+        with transaction.atomic():
+            advance_fence(FencedThing.objects.filter(pk=thing.pk), lease)
+            if record:
+                lease.record_committed()
+            raise Refused("changed since viewed")
+
+    with pytest.raises(Refused):
+        run_fenced(resource, work, ttl=TTL, attempt=ALICE)
+
+    assert events(resource) == [("conflict", 1, "changed since viewed")]
+    assert db_token(thing) == 0
+
+
+def test_a_fence_rolled_back_in_a_savepoint_leaves_the_row_to_be_recorded_after(thing, resource):
+    """The fence's row went with its savepoint (as ``run_together``'s refused attempt's):
+    the attempt is recorded after the commit, once, though the lease fenced another row of
+    its resource, and called ``record_committed``, in the same transaction."""
+    other = FencedThing.objects.create(name="Broken gate")
+
+    def work(lease) -> int:
+        with transaction.atomic():
+            with pytest.raises(ZeroDivisionError), transaction.atomic():
+                advance_fence(FencedThing.objects.filter(pk=thing.pk), lease)
+                1 / 0  # noqa: B018 - the savepoint's rollback
+            advance_fence(FencedThing.objects.filter(pk=other.pk), lease)
+            FencedThing.objects.filter(pk=other.pk).update(name="fixed")
+            lease.record_committed()
+        return lease.token
+
+    with CaptureQueriesContext(connection) as queries:
+        run_fenced(resource, work, ttl=TTL, attempt=ALICE)
+
+    assert audit_statements(queries) == (1, 1)  # the fence's (rolled back), then after
+    assert events(resource) == [("committed", 1, "")]
+    assert (db_token(thing), db_token(other)) == (0, 1)
+
+
+def test_a_work_of_two_transactions_refused_in_the_second_keeps_one_row_the_refusal(
+    thing, resource
+):
+    """Mark started, call out, mark done: the first transaction's row, committed, says how
+    the attempt ended (one row per attempt, as when it was written after the work)."""
+
+    class CallFailed(Exception):
+        outcome = Outcome.FAILED
+
+    def work(lease):
+        with transaction.atomic():
+            advance_fence(FencedThing.objects.filter(pk=thing.pk), lease)
+            FencedThing.objects.filter(pk=thing.pk).update(name="started")
+        assert events(resource) == [("committed", 1, "")]  # the first transaction's
+        with transaction.atomic():
+            advance_fence(FencedThing.objects.filter(pk=thing.pk), lease)
+            raise CallFailed("the outside answered 503")
+
+    with pytest.raises(CallFailed):
+        run_fenced(resource, work, ttl=TTL, attempt=ALICE)
+
+    assert events(resource) == [("failed", 1, "the outside answered 503")]
+    thing.refresh_from_db()
+    assert (thing.name, thing.last_fence_token) == ("started", 1)
+
+
+def test_a_fence_outside_run_fenced_or_by_token_writes_no_audit_row(thing, resource, fence_lock):
+    """``advance_fence`` keeps its contract for callers outside the runner; a work that
+    fences with ``lease.fencing_token`` has its row recorded after the commit, as before."""
+    with fence_lock.acquire(resource, ttl=TTL) as lease, transaction.atomic():
+        advance_fence(FencedThing.objects.filter(pk=thing.pk), lease)
+    assert events(resource) == []
+
+    def by_token(lease) -> int:
+        with transaction.atomic():
+            advance_fence(FencedThing.objects.filter(pk=thing.pk), lease.fencing_token)
+        return lease.token
+
+    with CaptureQueriesContext(connection) as queries:
+        run_fenced(resource, by_token, ttl=TTL, attempt=ALICE)
+    assert audit_statements(queries) == (0, 1)
+    assert events(resource) == [("committed", 2, "")]
+
+
+def test_insert_fenced_writes_the_attempts_audit_row_with_the_row_it_inserts(redis_client):
+    """The create path: the row, its token and the audit row in one statement; a row that
+    is there after all inserts neither, and the fence that follows writes the audit row."""
+    existing = FencedThing.objects.create(name="there")
+    attempts = [LeasedAttempt(f"fenced-thing:new-{n}", ttl=TTL, attempt=ALICE) for n in ("a", "b")]
+    new = FencedThing(name="new")
+    with CaptureQueriesContext(connection) as queries, transaction.atomic():
+        assert insert_fenced(new, attempts[0].lease) is True
+        attempts[0].lease.record_committed()
+        assert insert_fenced(FencedThing(pk=existing.pk, name="x"), attempts[1].lease) is False
+        assert FenceEvent.objects.count() == 1
+        advance_fence(FencedThing.objects.filter(pk=existing.pk), attempts[1].lease)
+        attempts[1].lease.record_committed()
+    for attempt in attempts:
+        attempt.finished(None)
+
+    assert audit_statements(queries) == (3, 0)  # two inserts (one inserted), one fence
+    assert events("fenced-thing:new-a") == [("committed", 1, "")]
+    assert events("fenced-thing:new-b") == [("committed", 1, "")]
+    assert FencedThing.objects.get(pk=new.pk).last_fence_token == 1

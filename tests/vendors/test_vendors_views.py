@@ -586,21 +586,21 @@ def test_get_on_the_assign_url_leads_to_the_complaint(complaint, alice):
 
 
 @fenced
-def test_a_reassigning_post_runs_at_most_thirteen_sql_statements(
+def test_a_reassigning_post_runs_at_most_twelve_sql_statements(
     complaint, pipe, green, alice, django_assert_max_num_queries
 ):
     # Counted as CaptureQueriesContext counts them, BEGIN and COMMIT included: user,
     # organization with the membership, permissions (one UNION: hoa/security/backends.py),
     # complaint with its organization, the form's vendor and replacing, contract, the
-    # claim (committed on its own before the dispatch call), look, BEGIN, fence, the
-    # compare-and-swap that deactivates the replaced assignment and inserts the new one,
-    # audit, COMMIT. The session comes from Redis (hoa/sessions.py), and a complaint that
-    # is already assigned costs no status statement.
+    # claim (committed on its own before the dispatch call), look, BEGIN, the fence with
+    # the audit row (one statement), the compare-and-swap that deactivates the replaced
+    # assignment and inserts the new one, COMMIT. The session comes from Redis
+    # (hoa/sessions.py), and a complaint that is already assigned costs no status statement.
     client = client_for(alice)
     shown = assign_vendor(complaint=complaint, vendor=pipe, actor=alice).assignment.pk
     form = {"vendor": green.pk, "reassign": "on", "replacing": shown}
 
-    with django_assert_max_num_queries(13):
+    with django_assert_max_num_queries(12):
         response = client.post(assign_url(complaint), form)
 
     assert response.status_code == 303
