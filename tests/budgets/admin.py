@@ -15,7 +15,7 @@ from django.utils.translation import gettext_lazy
 
 from hoa.admin_actions import fenced_action
 from hoa.admin_mixins import AdminExtension, TenantAdminMixin, extend
-from tests.budgets.exceptions import InvalidYear
+from tests.budgets.answers import InvalidYear
 from tests.budgets.models import AnnualBudget
 from tests.budgets.operations import APPROVE_PERMISSION
 from tests.budgets.services import approve_budget, parse_year

@@ -1,12 +1,9 @@
-"""How each answer of budget approval reads to a person: one place for the staff page, the
-admin action and the command. Translated, with named placeholders.
-
-``refusal_sentence`` renders the refusals of budget approval's own rules (``exceptions``)
-from their facts, when an edge asks. The kinds every operation shares the frame says
-(``hoa.answers.sentences``), in the words of ``WORDS``: what it was doing, what its
-permission allows, whom its call tells.
+"""What budget approval refuses by its own rules (nothing written in any), and how each of
+its answers reads to a person: its refusals' sentences, its words in the refusals every
+operation shares (``WORDS``: the frame says those), its result's sentence.
 """
 
+from decimal import Decimal
 from typing import TYPE_CHECKING
 
 from django.utils.translation import gettext as _
@@ -14,16 +11,54 @@ from django.utils.translation import gettext_lazy
 
 from hoa.answers.refusals import Refusal, sentence
 from hoa.answers.sentences import Words
-from hoa.answers.table import Audience
+from hoa.answers.table import Answer, Audience
+from hoa.models import Organization
 from hoa.security.audit import shown
 from hoa.web.money import format_money
-from tests.budgets.exceptions import AmountChanged, BudgetsError, InvalidYear, NoBudget
+from locking import Outcome
 
 if TYPE_CHECKING:
     from hoa.fenced import Result
 
 # Whom an approval tells, as an audit line and its refusals name it.
 BOARD = gettext_lazy("the board")
+
+
+class BudgetsError(Refusal):
+    """Base class of everything budget approval refuses on purpose."""
+
+
+class InvalidYear(BudgetsError, ValueError):
+    """``value`` is not a year of four digits (``0001`` to ``9999``)."""
+
+    answer = Answer.BAD_REQUEST
+    title = gettext_lazy("Not a year")
+
+    def __init__(self, value: object):
+        super().__init__(value=value)
+
+
+class NoBudget(BudgetsError):
+    """``organization`` has no budget for ``year`` to approve; nothing locked."""
+
+    answer = Answer.BAD_REQUEST
+    title = gettext_lazy("No budget")
+
+    def __init__(self, *, organization: Organization, year: int):
+        super().__init__(organization=organization, year=year)
+
+
+class AmountChanged(BudgetsError):
+    """The draft's amount changed (now ``amount``) after the board was notified of
+    ``notified``: the approval is refused at commit, and the runner records that the board
+    was told in vain. Approving again notifies the board of the new amount."""
+
+    answer = Answer.RETRY
+    outcome = Outcome.CONFLICT
+    title = gettext_lazy("The budget changed meanwhile")
+
+    def __init__(self, *, organization: Organization, year: int, notified: Decimal, amount):
+        super().__init__(organization=organization, year=year, notified=notified, amount=amount)
 
 
 @sentence.register(BudgetsError)

@@ -14,8 +14,8 @@ class BudgetsConfig(AppConfig):
         from hoa.operations import Link, Pages, Panel, add_pages, register
         from tests.budgets import (
             answers,  # noqa: F401  (renders the refusals' sentences)
-            selectors,
             services,
+            views,
         )
         from tests.budgets.operations import APPROVAL
 
@@ -26,7 +26,7 @@ class BudgetsConfig(AppConfig):
                 order=30,
                 links=(Link(_("Budgets"), "budgets:budgets", order=40),),
                 dashboard=Panel(
-                    context=selectors.dashboard_context, stats="budgets/_dashboard_stats.html"
+                    context=views.dashboard_context, stats="budgets/_dashboard_stats.html"
                 ),
                 staff_permissions=("budgets.view_annualbudget",),
                 seed_demo=services.seed_demo,

@@ -8,8 +8,13 @@ one bounded SCAN of its prefix. ``BudgetsConfig.ready()`` registers ``APPROVAL``
 import re
 from datetime import timedelta
 
-from hoa.operations import FencedOperation
-from tests.budgets import answers, selectors
+from django.urls import reverse
+from django.utils.translation import gettext as _
+
+from hoa.models import Organization
+from hoa.operations import FencedOperation, ResourceInfo
+from tests.budgets import answers
+from tests.budgets.models import AnnualBudget
 
 OPERATION = "budget-approval"
 APPROVE_PERMISSION = "budgets.approve_budget"
@@ -21,6 +26,28 @@ def budget_resource(organization, year: int) -> str:
     return f"{PREFIX}{int(organization.pk)}:{int(year):04d}"
 
 
+def describe_resources(matches: dict[str, re.Match]) -> dict[str, ResourceInfo]:
+    """The lock status page's view of ``budget-approval:org:<id>:<year>`` names."""
+    wanted = {resource: (int(m["org"]), int(m["year"])) for resource, m in matches.items()}
+    org_ids = {org_id for org_id, _year in wanted.values()}
+    organizations = Organization.objects.in_bulk(org_ids)
+    rows = AnnualBudget.objects.filter(
+        organization_id__in=org_ids, year__in={year for _org_id, year in wanted.values()}
+    ).values_list("organization_id", "year", "last_fence_token")
+    tokens = {(org_id, year): token for org_id, year, token in rows}
+    described = {}
+    for resource, (org_id, year) in wanted.items():
+        organization = organizations.get(org_id)
+        described[resource] = ResourceInfo(
+            resource=resource,
+            organization=organization,
+            description=_("Budget for %(year)s") % {"year": year},
+            recorded_token=tokens.get((org_id, year)),
+            url=reverse("budgets:budgets", args=[organization.slug]) if organization else "",
+        )
+    return described
+
+
 APPROVAL = FencedOperation(
     name=OPERATION,
     permission=APPROVE_PERMISSION,
@@ -30,5 +57,5 @@ APPROVAL = FencedOperation(
     answers=answers.WORDS,
     ttl=timedelta(seconds=30),
     ttl_setting="BUDGETS_LOCK_TTL_SECONDS",
-    describe=selectors.describe_resources,
+    describe=describe_resources,
 )

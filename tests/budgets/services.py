@@ -19,8 +19,7 @@ from hoa.integrations.webhooks import CallResult, post_fenced
 from hoa.models import Organization
 from locking import Lease, Outcome
 from tests.budgets import answers
-from tests.budgets.answers import BOARD
-from tests.budgets.exceptions import AmountChanged, InvalidYear, NoBudget
+from tests.budgets.answers import BOARD, AmountChanged, InvalidYear, NoBudget
 from tests.budgets.models import AnnualBudget
 from tests.budgets.operations import APPROVAL, budget_resource
 

@@ -1,25 +1,34 @@
-"""Staff pages of budget approval: the association's budgets, and the button that approves one.
-
-The approve view is thin: the organization and permission checks come from
-``OrganizationMixin`` (404 for an organization the user is not staff of, 403 without the
-permission), the year is parsed, one service call does the work, and each outcome maps to
-one answer (``hoa.answers.table``): 303 to the budgets, 409 busy, superseded or changed,
-400 bad year or no budget, 503 Redis down, 502 the board could not be notified.
+"""Staff pages of budget approval: the association's budgets (and the dashboard's), and the
+button that approves one: one service call, its answer from the table (``hoa.answers.table``).
 """
 
+from django.db.models import QuerySet
 from django.shortcuts import redirect
 from django.urls import reverse
+from django.utils import timezone
 from django.utils.decorators import method_decorator
 from django.views import View
 from django.views.generic import ListView
 
 from hoa.answers import table as answer_table
 from hoa.answers.refusals import Refusal
+from hoa.models import Organization
 from hoa.security.ratelimits import limit_fenced_posts
 from hoa.web.access import OrganizationMixin, client_ip
-from tests.budgets import selectors
+from tests.budgets.models import AnnualBudget
 from tests.budgets.operations import APPROVE_PERMISSION, OPERATION
 from tests.budgets.services import approve_budget, parse_year
+
+
+def budgets_of(organization: Organization) -> QuerySet:
+    """The organization's budgets, newest year first."""
+    return AnnualBudget.objects.for_organization(organization).order_by("-year")
+
+
+def dashboard_context(request, organization: Organization) -> dict:
+    """This year's budget on the dashboard."""
+    year = timezone.localdate().year
+    return {"budget_year": year, "budget": budgets_of(organization).filter(year=year).first()}
 
 
 class BudgetListView(OrganizationMixin, ListView):
@@ -29,7 +38,7 @@ class BudgetListView(OrganizationMixin, ListView):
     context_object_name = "budgets"
 
     def get_queryset(self):
-        return selectors.budgets_of(self.organization)
+        return budgets_of(self.organization)
 
     def get_context_data(self, **kwargs):
         can_approve = self.request.user.has_perm(APPROVE_PERMISSION)

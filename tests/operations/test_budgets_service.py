@@ -23,7 +23,7 @@ from hoa.answers.refusals import (
 from hoa.models import AccessDenial
 from locking import FenceLock, Outcome
 from locking.keys import fence_key, lock_key
-from tests.budgets.exceptions import AmountChanged, NoBudget
+from tests.budgets.answers import AmountChanged, NoBudget
 from tests.budgets.models import AnnualBudget
 from tests.budgets.operations import APPROVAL, budget_resource
 from tests.budgets_support import (
