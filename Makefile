@@ -50,7 +50,7 @@ export BENCH_DATABASE_URL ?= postgres://hoa@127.0.0.1:$(HOA_PG_PORT)/bench_hoa
 # demo data stays in database 0.
 TEST_ENV := REDIS_URL=redis://127.0.0.1:$(HOA_REDIS_PORT)/1 LOCK_REDIS_URL=redis://127.0.0.1:$(HOA_REDIS_PORT)/1
 
-.PHONY: help run stop-run serve test test-fast test-locking test-locking-matrix test-pgbouncer dist docs docs-locking docs-office check-deploy lint fmt services stop status migrate seed bench bench-quick bench-scale bench-load faults screenshots clean
+.PHONY: help run stop-run serve test test-fast test-locking test-locking-matrix test-pgbouncer dist docs docs-locking docs-office check-deploy lint fmt services stop status migrate seed bench bench-quick bench-scale bench-load bench-cpu faults screenshots clean
 
 # The targets and what they do, with this checkout's host and ports in place of $(HOST),
 # $(PORT), $(HOA_PG_PORT) and $(HOA_REDIS_PORT).
@@ -232,6 +232,11 @@ bench-scale: $(STAMP) services ## the month start at 1,000 / 10,000 / 100,000 as
 # QUICK=1: two minutes and two one-minute steps each, to check the harness.
 bench-load: $(STAMP) services migrate ## the busiest hour with Locust: p50/p95/p99 per page and action, the knee
 	@$(PY) -m bench.load $(if $(QUICK),--quick) $(BENCH_LOAD_ARGS)
+
+# The same mix in one process through Django's test client: CPU ms per request (a thread's,
+# so a busy machine skews it less). BENCH_CPU_ARGS="--only complaint --profile cpu.prof".
+bench-cpu: $(STAMP) services migrate ## the busiest hour's mix in one process: CPU ms per request, per page
+	@$(PY) -m bench.cpu $(BENCH_CPU_ARGS)
 
 # Then the model-based checkers (the fence at every way in; a complaint's operations; an
 # invoice's money): a

@@ -121,6 +121,9 @@ TEMPLATES = [
     },
 ]
 
+# Django's form renderer, less the templates of empty error lists (hoa/web/fields.py).
+FORM_RENDERER = "hoa.web.fields.FormRenderer"
+
 # --- Data stores -------------------------------------------------------------------------
 
 # Without DATABASE_URL / REDIS_URL, a command run by hand (manage.py seed_demo) finds the

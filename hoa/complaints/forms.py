@@ -95,7 +95,10 @@ class ComplaintForm(forms.Form):
 
     def __init__(self, *args, organization: Organization, **kwargs):
         super().__init__(*args, **kwargs)
-        self.fields["unit"].queryset = Unit.objects.for_organization(organization).order_by("label")
+        # Each option's label names the association (Unit.__str__): read with the units,
+        # not once per option.
+        units = Unit.objects.for_organization(organization).select_related("organization")
+        self.fields["unit"].queryset = units.order_by("label")
 
     def clean_title(self):
         return _printable(self.cleaned_data["title"].strip())

@@ -110,6 +110,15 @@ class Moved:
     at: datetime
 
 
+def _label(choices: type[models.Choices], value) -> str:
+    """What Django's ``get_<field>_display`` returns, without the dict of every choice
+    (each label translated to be hashed) it builds per call: a list asks it per row."""
+    try:
+        return str(choices(value).label)
+    except ValueError:
+        return value
+
+
 class Complaint(FencedModel):
     class Status(models.TextChoices):
         OPEN = "open", _("Open")
@@ -211,6 +220,12 @@ class Complaint(FencedModel):
                 hours=self.organization.sla_hours_for(self.priority)
             )
         super().save(*args, **kwargs)
+
+    def get_status_display(self) -> str:
+        return _label(self.Status, self.status)
+
+    def get_priority_display(self) -> str:
+        return _label(self.Priority, self.priority)
 
     @property
     def is_open(self) -> bool:
