@@ -15,6 +15,7 @@ from django.utils.translation import gettext_lazy
 from hoa.integrations.webhooks import ExternalCallFailed, ExternalCallUnknown, post_fenced
 from locking import Lease
 from vendors.models import Invoice
+from vendors.resources import payment_resource
 
 # The endpoint the call is sealed for: the payment service's receiver checks it is its own.
 PAYMENT_ENDPOINT = "payment"
@@ -34,9 +35,8 @@ class PaymentReceipt:
         return str(PAYMENT_SERVICE)
 
 
-def idempotency_key(invoice_id: int) -> str:
-    """The key of every try of paying one invoice."""
-    return f"vendor-payment:invoice:{int(invoice_id)}"
+# The key of every try of paying one invoice: its lease's resource name.
+idempotency_key = payment_resource
 
 
 def payment_payload(invoice: Invoice) -> dict:

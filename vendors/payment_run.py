@@ -1,17 +1,7 @@
-"""The nightly payment run: every approved invoice that is due, paid exactly once.
-
-``pay_approved`` is the service behind ``pay_approved_invoices --org SLUG`` and
-``--all-orgs``: it finds the approved invoices due within ``due_within`` of each
-association's today (in its own time zone), those of ``actor``'s associations if an actor
-is given, and pays them ``TOGETHER`` at a time (``vendors.payments.pay_together``: each
-under its own lease, committed together). The command only parses, shows the lines and
-turns the result into an exit code through the answer table.
-
-Several cron hosts may run it at once and share the work, as the month start does: an
-invoice another host holds (busy, or superseded by it) is waited for, up to ``wait``, then
-confirmed from the database or tried once more. An invoice voided or changed meanwhile is
-no longer owed: it is counted apart, not as a failure. Redis down, or no payment service,
-stops the run at once.
+"""The nightly payment run (``pay_approved``): the approved invoices of some associations
+due within ``due_within`` of each one's today, paid ``TOGETHER`` at a time, shared with other
+cron hosts as the month start is (``hoa.batch``). An invoice voided or changed meanwhile is
+counted apart, not as a failure.
 """
 
 from collections.abc import Callable, Iterator

@@ -1,46 +1,6 @@
-"""Paying an approved vendor invoice, exactly once, under a fenced lease: the third fenced
-operation (``vendor-payment:invoice:<id>``).
-
-``pay_invoice`` reads top to bottom: the actor's permission, the payment service's URL (an
-unset one refuses: no payment is ever skipped), the invoice's state and the vendor's
-insurance, all before anything is locked; then one attempt's steps under the invoice's
-lease (``hoa.fenced``, the runner every operation shares):
-
-0. The runner's claim on the resource's record (``claim_fence``, committed on its own): a
-   holder whose lease a newer one has claimed since stops here, and from now on no older
-   holder can commit.
-1. ``look``: the invoice and its payment; a paid invoice needs no call (already paid). The
-   look names the invoice as the row it fenced: the runner refuses a token at or below
-   the one it records, before any call.
-2. ``claim``, committed by the runner on its own: one conditional ``UPDATE`` that marks the
-   invoice as sent for payment (``payment_claim``, the lease's token) if it is still
-   approved for the amount the look read and no newer holder claimed it. From then on the
-   invoice cannot be voided, rejected or changed (``vendors.invoices``); a void that won
-   the row first makes this attempt stop here, before the service hears of it
-   (``InvoiceChangedBeforePaying``), and so does a newer holder's claim (superseded: a
-   paused payer woken after its lease never calls).
-3. ``call_outside``, after the runner's ``lease.check()``: one POST sealed for the
-   ``payment`` endpoint, its ``Idempotency-Key`` the invoice's, its token the lease's; a
-   refused one (it paid nothing) has the claim taken back (``release``).
-4. ``fence_row`` and ``commit``, in one transaction: ``advance_fence`` on the invoice row (a
-   holder whose lease was taken over: ``Superseded``), then the state check (a
-   payment recorded by another holder: already paid), then the ``VendorPayment`` with the
-   service's reference and the lease's token, the invoice paid, its timeline line.
-
-Why money leaves once: the service pays a key at most once and refuses a token lower than
-one it has seen; every try of an invoice carries the same key; the database records one
-payment per invoice, under the fence. A holder paused inside its call whose payment went
-through is overtaken by the next holder, whose call (a higher token) gets the same
-payment's reference back and records it; the paused one is refused by the fence, and
-leaves the payment it was told of to the settling job (``Payment.take_back``: the next
-holder may stop before its call, its page out of date, and nothing else would record it
-but a later payer). A holder that dies after its claim leaves the invoice "sent for
-payment": paying it again (the page, the admin, the nightly batch) asks the service, which
-answers with the payment it made, or pays now. docs/architecture.md, "Adding an
-operation", has the argument in full.
-
-``pay_together`` pays several invoices, each under its own lease, committed together
-(``hoa.fenced.run_together``): the nightly ``pay_approved_invoices --all-orgs``.
+"""Paying an approved vendor invoice exactly once (``pay_invoice``, ``pay_together``), and
+its steps under the invoice's lease (``Payment``): the look, the invoice's claim before the
+service hears of it, the call, the commit. docs/architecture.md, "Why money leaves once".
 """
 
 import logging
@@ -84,35 +44,22 @@ Status = Invoice.Status
 def pay_invoice(
     *, invoice: Invoice, actor, via: str = "", ip: str | None = None, seen: int | None = None
 ) -> Result:
-    """Pay ``invoice`` (approved) exactly once, under its fenced lease.
+    """Pay ``invoice`` (approved) exactly once, under its fenced lease, as ``actor`` (staff
+    with ``vendors.pay_invoice``; ``None``: the operator at the shell) from ``via``.
 
-    ``actor`` is the user asking (staff of the invoice's association with
-    ``vendors.pay_invoice``, or a superuser), or ``None`` for the deployment's operator at
-    the shell; ``via`` says where the request came from (``cli:ops``) for the audit trail.
-    ``seen``: the invoice's version on the page that asked (the amount, vendor and
-    approvals it showed). Paying is a compare-and-swap on it: an invoice changed in any way
-    since then is ``InvoiceChanged`` (409, naming what it is now), never paid at an amount
-    the person did not see. ``None`` (the nightly batch, the settling job): the invoice as
-    the caller read it.
-
-    Once the payment was sent (the invoice is claimed), the service may have paid: paying
-    again asks it by the same key and records what it answers, whatever rule checked before
-    the first call says now (the vendor's insurance may have lapsed since).
-
-    Raises, before anything is locked: ``NotPermitted``, ``PaymentServiceNotConfigured``,
-    ``InvoiceRefused`` (not approved), ``InvoiceChanged``, ``VendorNotInsured``. Under the
-    lease, with nothing written: ``Busy``, ``LockServiceDown``, ``LeaseRanOut``,
-    ``InvoiceChangedBeforePaying``, ``CallFailed``, ``Superseded``. All are ``Refusal``.
+    ``seen``, the invoice's version on the page that asked, makes paying a compare-and-swap:
+    an invoice changed since then is ``InvoiceChanged`` (409), never paid at an amount the
+    person did not see (``None``: the batch's own read). Once sent (claimed), paying again
+    asks the service by the same key and records its answer, whatever the rules read before
+    the first call say now. Every refusal is a ``Refusal``, with nothing written.
     """
     call, steps = _payment(invoice, actor, via=via, ip=ip, seen=seen)
     return call.run(steps)
 
 
 def pay_together(invoices: list[Invoice], *, actor, via: str = "") -> list:
-    """``pay_invoice`` for each invoice, committed together (``hoa.fenced.run_together``:
-    each under its own lease, each told to the service on its own; one ``BEGIN`` and one
-    ``COMMIT`` for all, or for as many as were paid while the first lease had half its time
-    left). Return, in order, each one's ``Result`` or refusal (not raised)."""
+    """``pay_invoice`` for each invoice, each under its own lease, committed together
+    (``hoa.batch.together``); each one's ``Result`` or refusal, in order."""
     return together(invoices, lambda invoice: _payment(invoice, actor, via=via))
 
 
@@ -187,15 +134,16 @@ class Payment(FencedSteps):
             if current.payment_claim is not None and current.payment_claim > lease.token:
                 raise StaleFencingToken(lease.token, current.payment_claim)
             raise InvoiceChangedBeforePaying(invoice=self.invoice, current=current)
-        InvoiceEvent.objects.create(
-            invoice_id=seen.pk,
-            kind=InvoiceEvent.Kind.PAYMENT_SENT,
-            at=now,
-            actor=self.actor,
-            actor_label=self.by[:200],
-            amount_after=seen.amount,
-        )
+        self._event(seen, InvoiceEvent.Kind.PAYMENT_SENT, now)
         return True
+
+    def _event(self, invoice: Invoice, kind, now, **fields) -> None:
+        """The invoice's timeline line of this attempt."""
+        actor, label = self.actor, self.by[:200]
+        InvoiceEvent.objects.create(
+            invoice_id=invoice.pk, kind=kind, at=now, actor=actor, actor_label=label,
+            amount_after=invoice.amount, **fields,
+        )  # fmt: skip
 
     def call_outside(self, lease: Lease, looked: InvoiceLook) -> PaymentReceipt | None:
         return send_payment(invoice=looked.invoice, lease=lease)
@@ -237,17 +185,8 @@ class Payment(FencedSteps):
             actor_label=self.by[:200],
             fence_token=lease.token,
         )
-        InvoiceEvent.objects.create(
-            invoice_id=invoice.pk,
-            kind=InvoiceEvent.Kind.PAID,
-            at=now,
-            actor=self.actor,
-            actor_label=self.by[:200],
-            from_status=Status.APPROVED,
-            to_status=Status.PAID,
-            note=told.reference,
-            amount_after=invoice.amount,
-        )
+        paid = {"from_status": Status.APPROVED, "to_status": Status.PAID, "note": told.reference}
+        self._event(invoice, InvoiceEvent.Kind.PAID, now, **paid)
         invoice.status = Status.PAID
         logger.info(
             "invoice paid",
@@ -256,12 +195,9 @@ class Payment(FencedSteps):
         return Result(Outcome.COMMITTED, lease.token, payment, invoice_answers.payment_message)
 
     def take_back(self, lease: Lease, looked: InvoiceLook, refusal: Refusal) -> str:
-        """A payment is not taken back: the service paid (now, or before, by the same key)
-        and this attempt's commit was refused, most often by the fence of a newer holder,
-        which may stop before its own call (its page was out of date, its lease ran out).
-        The payment is left to the settling job, which records it by the same key, as an
-        unknown outcome is: the invoice's money is never out with nothing left to record
-        it but the next payer."""
+        """A payment is not taken back: the service paid and this attempt's commit was
+        refused (a newer holder's fence, which may stop before its own call). It is left to
+        the settling job, which records it by the same key, as an unknown outcome is."""
         invoice = looked.invoice
         try:
             if VendorPayment.objects.filter(invoice_id=invoice.pk).exists():

@@ -1,20 +1,7 @@
 """Pay approved vendor invoices from cron: one (``--invoice ID``), one association's
-(``--org SLUG``) or every association's (``--all-orgs``), each exactly once.
-
-Exit codes (the answer table): 0 every invoice paid (or already paid, or changed meanwhile:
-voided, rejected, its amount changed); 75 (EX_TEMPFAIL) some still being paid by another
-host at the deadline, or (``--invoice``) busy or superseded; 1 bad input, an invoice that
-could not be paid (the payment service failed, the vendor is uninsured: one line each on
-stderr), (``--invoice``) an invoice changed since it was read (trying again cannot pay it),
-Redis down, or no payment service (``VENDOR_PAYMENT_URL`` unset: a batch is refused as
-soon as it knows whose invoices it would pay, even when nothing is due). Failures are one
-line, never a traceback. From cron (stdout not a terminal, no ``-v``) success prints
-nothing; ``-v 1`` prints the summary, ``-v 2`` one line per invoice.
-
-``--org`` and ``--all-orgs`` pay the approved invoices due within ``--due-within`` days of
-each association's today (default 0: due today or overdue), those of ``--actor``'s
-associations if given, shared with other cron hosts running it at the same time (up to
-``--wait`` seconds for the invoices another host holds).
+(``--org SLUG``) or every association's (``--all-orgs``) due within ``--due-within`` days,
+each exactly once. Its exit codes and lines are the frame's (``BatchCommand``); the
+schedule and what each answer means: docs/operations.md.
 """
 
 from datetime import timedelta
