@@ -7,12 +7,9 @@ one answer (``hoa.answers.table``): 303 to the run page, 409 busy or superseded,
 month, 503 Redis down, 502 billing failed.
 """
 
-import csv
-import itertools
 from datetime import date
 
 from django.conf import settings
-from django.http import StreamingHttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils.decorators import method_decorator
@@ -43,7 +40,7 @@ from hoa.charts import Bar, bar_chart
 from hoa.dates import month_name
 from hoa.security.ratelimits import limit_fenced_posts
 from hoa.web.access import OrganizationMixin, client_ip
-from hoa.web.lists import PagedListView
+from hoa.web.lists import PagedListView, csv_cell, csv_download
 from hoa.web.money import format_money
 
 CHART_MONTHS = 12
@@ -189,38 +186,19 @@ class ChargeRunCsvView(OrganizationMixin, View):
                 _("The charges of %(organization)s for %(month)s have not been generated.")
                 % {"organization": self.organization.name, "month": month_name(month)},
             )
-        response = StreamingHttpResponse(
-            self.lines(run) if request.method == "GET" else [],  # HEAD: the headers only
-            content_type="text/csv; charset=utf-8",
-        )
         filename = f"charges-{self.organization.slug}-{month_label(month)}.csv"
-        response["Content-Disposition"] = f'attachment; filename="{filename}"'
+        response = csv_download(filename, self.COLUMNS, self.rows(run))
+        if request.method == "HEAD":  # the headers only: the charges are not read
+            response.streaming_content = []
         return response
 
-    def lines(self, run: MonthlyChargeRun):
-        rows = (
+    def rows(self, run: MonthlyChargeRun):
+        charges = (
             run.charges.order_by("unit__label", "unit_id")
             .values_list("unit__label", "amount")
             .iterator(chunk_size=2000)
         )
-        writer = csv.writer(_Echo())
-        return itertools.chain(
-            [writer.writerow(self.COLUMNS)],
-            (writer.writerow((_cell(label), amount, settings.CURRENCY)) for label, amount in rows),
-        )
-
-
-class _Echo:
-    """A file-like object whose ``write`` returns the line: what ``csv.writer`` needs to
-    stream (Django's documented pattern)."""
-
-    def write(self, value):
-        return value
-
-
-def _cell(text: str) -> str:
-    """A label a spreadsheet must not run as a formula (``=HYPERLINK(…)``, ``+1``, ``@x``)."""
-    return f"'{text}" if text[:1] in ("=", "+", "-", "@", "\t", "\r") else text
+        return ((csv_cell(label), amount, settings.CURRENCY) for label, amount in charges)
 
 
 @method_decorator(limit_fenced_posts, name="dispatch")

@@ -10,11 +10,8 @@ invoice page with a message, 409 when the invoice changed since the page was sho
 being paid (the page says what it is now), 400, 502, 503, 429 for paying too often.
 """
 
-import csv
-import itertools
-
 from django.conf import settings
-from django.http import HttpResponse, StreamingHttpResponse
+from django.http import HttpResponse
 from django.shortcuts import get_object_or_404, redirect
 from django.urls import reverse
 from django.utils.decorators import method_decorator
@@ -29,7 +26,7 @@ from hoa.answers.table import Answer
 from hoa.models import Complaint
 from hoa.security.ratelimits import limit_fenced_posts
 from hoa.web.access import OrganizationMixin, client_ip
-from hoa.web.lists import FilteredListView, first_error
+from hoa.web.lists import FilteredListView, csv_cell, csv_download, first_error
 from vendors import approvals, invoice_answers, invoice_selectors, invoices
 from vendors.insurance import today_of
 from vendors.invoice_forms import (
@@ -118,45 +115,25 @@ class InvoiceCsvView(OrganizationMixin, View):
             today=today_of(self.organization),
             policy=invoice_selectors.policy(self.organization),
         )
-        writer = csv.writer(_Echo())
-        lines = itertools.chain(
-            [writer.writerow(self.COLUMNS)],
-            (writer.writerow(_row(row)) for row in invoice_selectors.csv_rows(invoices)),
-        )
-        response = StreamingHttpResponse(lines, content_type="text/csv; charset=utf-8")
-        filename = f"invoices-{self.organization.slug}.csv"
-        response["Content-Disposition"] = f'attachment; filename="{filename}"'
-        return response
+        rows = map(_row, invoice_selectors.csv_rows(invoices))
+        return csv_download(f"invoices-{self.organization.slug}.csv", self.COLUMNS, rows)
 
 
 def _row(row) -> tuple:
     pk, vendor, number, issued_on, due_on, amount, status, paid_at, reference, complaint = row
     return (
         pk,
-        _cell(vendor),
-        _cell(number),
+        csv_cell(vendor),
+        csv_cell(number),
         issued_on.isoformat(),
         due_on.isoformat(),
         amount,
         settings.CURRENCY,
         status,
         paid_at.isoformat() if paid_at else "",
-        _cell(reference or ""),
+        csv_cell(reference or ""),
         complaint,
     )
-
-
-class _Echo:
-    """A file-like object whose ``write`` returns the line: what ``csv.writer`` needs to
-    stream (Django's documented pattern)."""
-
-    def write(self, value):
-        return value
-
-
-def _cell(text: str) -> str:
-    """Text a spreadsheet must not run as a formula (``=HYPERLINK(…)``, ``+1``, ``@x``)."""
-    return f"'{text}" if text[:1] in ("=", "+", "-", "@", "\t", "\r") else text
 
 
 class InvoiceDetailView(OrganizationMixin, TemplateView):
