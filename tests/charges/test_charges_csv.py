@@ -5,6 +5,9 @@ import io
 from decimal import Decimal
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from django.urls import resolve
 
 from charges.models import MonthlyCharge
 from charges.services import generate_monthly_charges
@@ -80,3 +83,19 @@ def test_amounts_show_the_currency_in_the_locales_format(client, alice, maple, s
         f"€{run.total:,.2f}"
         in client.get(f"/orgs/maple-court/charges/{MONTH_ARG}/").content.decode()
     )
+
+
+def test_a_head_request_answers_the_headers_and_reads_no_charge(rf, alice, maple):
+    """Served by the view itself (Django's test client would drop a HEAD's body on its own,
+    and gunicorn reads the body it drops): no charge is read for the headers."""
+    generate(maple)
+    request = rf.head(CSV_URL)
+    request.user = alice
+    match = resolve(CSV_URL)
+    with CaptureQueriesContext(connection) as queries:
+        response = match.func(request, *match.args, **match.kwargs)
+        body = b"".join(response.streaming_content)
+    assert response.status_code == 200
+    assert response["Content-Disposition"].startswith('attachment; filename="charges-maple-court-')
+    assert body == b""
+    assert not [q for q in queries.captured_queries if 'FROM "charges_monthlycharge"' in q["sql"]]
