@@ -187,10 +187,7 @@ class ChargeRunCsvView(OrganizationMixin, View):
                 % {"organization": self.organization.name, "month": month_name(month)},
             )
         filename = f"charges-{self.organization.slug}-{month_label(month)}.csv"
-        response = csv_download(filename, self.COLUMNS, self.rows(run))
-        if request.method == "HEAD":  # the headers only: the charges are not read
-            response.streaming_content = []
-        return response
+        return csv_download(request, filename, self.COLUMNS, self.rows(run))
 
     def rows(self, run: MonthlyChargeRun):
         charges = (

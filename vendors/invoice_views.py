@@ -116,7 +116,7 @@ class InvoiceCsvView(OrganizationMixin, View):
             policy=invoice_selectors.policy(self.organization),
         )
         rows = map(_row, invoice_selectors.csv_rows(invoices))
-        return csv_download(f"invoices-{self.organization.slug}.csv", self.COLUMNS, rows)
+        return csv_download(request, f"invoices-{self.organization.slug}.csv", self.COLUMNS, rows)
 
 
 def _row(row) -> tuple:
