@@ -20,34 +20,6 @@ class MonthlyChargeRunQuerySet(TenantQuerySet):
     def completed(self):
         return self.filter(status=MonthlyChargeRun.Status.COMPLETED)
 
-    def create_pending(self, *, organization, month) -> "MonthlyChargeRun | None":
-        """Insert the pending run of ``organization`` and ``month`` unless one exists;
-        return it if this call inserted it, else ``None`` (``INSERT … ON CONFLICT DO
-        NOTHING RETURNING``: one round trip either way).
-
-        Two creators meet on the unique (organization, month) constraint: the second
-        waits for the first's transaction and inserts nothing if it commits. A run this
-        call returns is this transaction's own: nobody else sees it before the commit, so
-        its state is known without reading it back.
-        """
-        run = self.model(organization=organization, month=month)
-        connection = connections[self.db]
-        table = connection.ops.quote_name(self.model._meta.db_table)
-        sql = (
-            f"INSERT INTO {table} (last_fence_token, organization_id, month, status, "  # noqa: S608 - table name from the model
-            "started_at, completed_at, total, charge_count, completed_by) "
-            "VALUES (0, %s, %s, %s, %s, NULL, 0, 0, '') "
-            "ON CONFLICT (organization_id, month) DO NOTHING RETURNING id"
-        )
-        self._for_write = True
-        with connections[self.db].cursor() as cursor:
-            cursor.execute(sql, [organization.pk, month, run.status, run.started_at])
-            row = cursor.fetchone()
-        if row is None:
-            return None
-        run.pk, run._state.adding, run._state.db = row[0], False, self.db
-        return run
-
     def replan_charge_checks(self) -> None:
         """Drop the plans this database session has cached (``DISCARD PLANS``); the month
         start calls it before each chunk of associations.

@@ -21,7 +21,7 @@ Actors: a user must be staff of the organization and hold ``charges.generate_cha
 operator at the shell.
 """
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import date, datetime
 
 import psycopg
@@ -128,9 +128,6 @@ def charge_lines(organization: Organization) -> list[ChargeLine]:
 class RunLook(Look):
     run: MonthlyChargeRun | None  # the month's run, if one exists yet (``fenced``)
     lines: list[ChargeLine]  # what to bill; empty for a completed run
-    # The run ``fence_row`` inserted in the commit's transaction, if it did: its state is
-    # known (pending, this transaction's own), so ``commit`` need not read it back.
-    created: list[MonthlyChargeRun] = field(default_factory=list)
 
 
 def units_ahead(organizations: list[Organization]) -> dict[int, list[ChargeLine]]:
@@ -179,50 +176,42 @@ class ChargeRun(FencedSteps):
         lines = self.lines if self.lines is not None else charge_lines(self.organization)
         return RunLook(run=run, lines=lines, needs_call=True, fenced=run)
 
-    def call_outside(self, lease: Lease, looked: RunLook) -> str | None:
+    def call_outside(self, lease: Lease, found: RunLook) -> str | None:
         call = billing.send_charge_run(
-            organization=self.organization, month=self.month, lines=looked.lines, token=lease
+            organization=self.organization, month=self.month, lines=found.lines, token=lease
         )
         return None if call.skipped else billing.BILLING_SYSTEM
 
-    def create(self, lease: Lease, looked: RunLook, told) -> Result | None:
-        if looked.run is not None:
+    def create(self, lease: Lease, found: RunLook, receipt) -> Result | None:
+        if found.run is not None:
             return None
         now = timezone.now()
         run = MonthlyChargeRun(
             organization=self.organization,
             month=self.month,
-            **_completed(looked.lines, by=self.by, now=now),
+            **_completed(found.lines, by=self.by, now=now),
         )
         # Nothing inserted: another holder's run is there now (or the resource has a newer
         # epoch); the runner fences that row and ``commit`` reads its state.
         if not insert_fenced(run, lease):
             return None
-        self._copy(run, looked.lines, now)
+        self._copy(run, found.lines, now)
         return Result(Outcome.COMMITTED, lease.token, run, answers.result_message)
 
-    def fence_row(self, looked: RunLook) -> QuerySet:
-        if looked.run is None:
-            # The row that carries the fence, created in the commit's transaction: one round
-            # trip. Two creators meet on the unique (organization, month) constraint; the
-            # second one's insert does nothing.
-            created = MonthlyChargeRun.objects.create_pending(
-                organization=self.organization, month=self.month
-            )
-            if created is not None:
-                looked.created.append(created)
+    def fence_row(self, found: RunLook) -> QuerySet:
+        # The month's run: read by the look, or inserted since by another holder (``create``
+        # inserted nothing because of it). Runs are never deleted.
         return self.runs()
 
-    def commit(self, lease: Lease, looked: RunLook, told) -> Result:
+    def commit(self, lease: Lease, found: RunLook, receipt) -> Result:
         # The fence UPDATE holds the row lock: this read sees the latest committed state.
-        # A run this transaction inserted is pending, and nobody else has seen it.
-        run = looked.created[-1] if looked.created else self.runs().get()
+        run = self.runs().get()
         run.organization = self.organization
         if run.is_completed:
             return Result(Outcome.ALREADY_DONE, lease.token, run, answers.result_message)
         now = timezone.now()
-        self._copy(run, looked.lines, now)
-        completed = _completed(looked.lines, by=self.by, now=now)
+        self._copy(run, found.lines, now)
+        completed = _completed(found.lines, by=self.by, now=now)
         for name, value in completed.items():
             setattr(run, name, value)
         run.save(update_fields=list(completed))

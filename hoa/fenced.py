@@ -1,5 +1,5 @@
 """The one runner of fenced operations: an operation's steps (``FencedSteps``) in their
-order under a fresh lease (``Call.run``), or many attempts on different resources committed
+order under a fresh lease (``Permitted.run``), or many attempts on different resources committed
 together (``run_together``), and what a successful attempt returns (``Result``).
 
 docs/architecture.md, "A service reads top to bottom", has the order of the steps, why the
@@ -56,7 +56,7 @@ def actor_label(actor, via: str = "") -> str:
 
 
 class FencedSteps:
-    """One attempt of an operation, as the steps ``Call.run`` calls in order.
+    """One attempt of an operation, as the steps ``Permitted.run`` calls in order.
 
     Subclasses set ``endpoint`` (the outside's name, for the span) and ``subject`` (the
     facts its refusals carry, e.g. the organization and month) and write ``look``,
@@ -70,7 +70,7 @@ class FencedSteps:
     party: str = ""  # whom the call tells, as staff read it ("the payment service")
 
     # The operation's own claim before the call, if it makes one (``None``: none), as
-    # ``claim(lease, looked) -> bool``: in a transaction the runner commits on its own
+    # ``claim(lease, found) -> bool``: in a transaction the runner commits on its own
     # before the call, mark the row (the payment: the invoice sent for payment); ``False``
     # when there is nothing to call about any more (done meanwhile: the commit finds it),
     # or raise a ``Refusal`` or ``StaleFencingToken`` (the call is not made).
@@ -86,15 +86,15 @@ class FencedSteps:
         as it was read)."""
         raise NotImplementedError
 
-    def call_outside(self, lease: Lease, looked) -> object | None:
+    def call_outside(self, lease: Lease, found) -> object | None:
         """Tell the outside, once; return whom it told (``None``: the call was skipped).
         Raise ``ExternalCallFailed`` when it refused or failed."""
         raise NotImplementedError
 
-    def release(self, lease: Lease, looked) -> None:
+    def release(self, lease: Lease, found) -> None:
         """Take ``claim``'s mark back after the outside refused the call (it did nothing)."""
 
-    def create(self, lease: Lease, looked, told) -> "Result | None":
+    def create(self, lease: Lease, found, receipt) -> "Result | None":
         """In the commit's transaction, before anything else: when ``look`` found no row
         that carries the fence, insert it fenced (``insert_fenced(row, lease)``) with its
         final values, and the other writes; return the result. ``None`` (the default, and
@@ -103,18 +103,18 @@ class FencedSteps:
         nothing (``run_together`` relies on it, to need no savepoint)."""
         return None
 
-    def fence_row(self, looked) -> QuerySet:
+    def fence_row(self, found) -> QuerySet:
         """The row that carries the fence, in the commit's transaction (created there if
         need be)."""
         raise NotImplementedError
 
-    def commit(self, lease: Lease, looked, told) -> "Result":
+    def commit(self, lease: Lease, found, receipt) -> "Result":
         """After the fence, in its transaction: the state check and the writes (``told``:
-        whom ``call_outside`` told, or ``None``). Return the result (its ``outcome``:
+        what ``call_outside`` returned, or ``None``). Return the result (its ``outcome``:
         committed or already done), or raise a ``Refusal``."""
         raise NotImplementedError
 
-    def take_back(self, lease: Lease, looked, refusal: Refusal) -> str:
+    def take_back(self, lease: Lease, found, refusal: Refusal) -> str:
         """The best-effort cancellation of a call made in vain; say what it got. Never
         raises: the caller is owed its refusal, not an error about the cleanup."""
         return "nothing to take back"
@@ -158,7 +158,7 @@ class Result(Done):
 
 
 @dataclass(frozen=True)
-class Call:
+class Permitted:
     """One permitted call of an operation (``FencedOperation.begin``), before its lease."""
 
     operation: "FencedOperation"
@@ -202,9 +202,9 @@ class Call:
                 refusal = LockServiceDown(resource=self.resource, reason=exc.reason, **subject)
             case _:
                 raise TypeError(f"not a refusal of locking: {exc!r}")
-        told = getattr(exc, "told_in_vain", None)  # set by _taking_back: overtaken after a call
-        if told is not None:
-            refusal.told_in_vain, refusal.cancellation = told, exc.cancellation
+        receipt = getattr(exc, "told_in_vain", None)  # set by _taking_back: overtaken after a call
+        if receipt is not None:
+            refusal.told_in_vain, refusal.cancellation = receipt, exc.cancellation
         return refusal
 
 
@@ -217,23 +217,23 @@ class _Attempt:
     at, whom its call told, and its answer once it has one."""
 
     index: int
-    call: Call
+    call: Permitted
     steps: FencedSteps
     leased: LeasedAttempt
     granted_at: float  # time.monotonic() of its grant, or of its lease's last extension
-    looked: Any = None
-    told: Any = None
+    found: Any = None
+    receipt: Any = None
     result: Any = None
     refused: Exception | None = None
 
 
-def run_together(calls: list[tuple[Call, FencedSteps]]) -> list:
+def run_together(calls: list[tuple[Permitted, FencedSteps]]) -> list:
     """Attempts of one operation on different resources, committed together; return each
     one's result or refusal (not raised), in order.
 
     For a batch whose rows are mostly new, as the month start's chunk: one ``BEGIN`` and
     one durable ``COMMIT`` for many claims, and another for their writes, instead of two
-    each. Each attempt runs ``Call.run``'s steps under its own lease
+    each. Each attempt runs ``Permitted.run``'s steps under its own lease
     (``locking.LeasedAttempt``):
 
     1. every grant (Redis down at one: the attempts not granted yet get the same refusal
@@ -247,7 +247,7 @@ def run_together(calls: list[tuple[Call, FencedSteps]]) -> list:
        form the next group (one whose lease ran out meanwhile is granted again).
 
     After each commit the attempts are recorded and released. A token refused because the
-    Redis counter went behind runs again alone (``Call.run`` recovers from it). Anything
+    Redis counter went behind runs again alone (``Permitted.run`` recovers from it). Anything
     that is no refusal (a database error) is raised, every lease released.
     """
     answers: list = [None] * len(calls)
@@ -296,7 +296,7 @@ def _claim(granted: list[_Attempt], answers: list) -> list[_Attempt]:
         for attempt in granted:
             lease = attempt.leased.lease
             try:
-                attempt.looked = _look(attempt.steps, lease)  # a refused claim writes nothing
+                attempt.found = _look(attempt.steps, lease)  # a refused claim writes nothing
             except (Refusal, StaleFencingToken) as exc:
                 attempt.refused = exc
     going_on = []
@@ -318,10 +318,10 @@ def _call_outside_until_half_time(claimed: list[_Attempt], answers: list) -> tup
     for position, attempt in enumerate(claimed):
         if position and time.monotonic() - first.granted_at > half:
             return (claimed[:position], *_extended(claimed[position:]))
-        if attempt.looked.needs_call:
+        if attempt.found.needs_call:
             lease = attempt.leased.lease
             try:
-                attempt.told = _call_outside(attempt.steps, attempt.call, lease, attempt.looked)
+                attempt.receipt = _call_outside(attempt.steps, attempt.call, lease, attempt.found)
             except (Refusal, LeaseLost, StaleFencingToken) as exc:
                 attempt.refused = exc
     return claimed, [], []
@@ -361,18 +361,23 @@ def _commit_one(attempt: _Attempt) -> None:
     commit. A refusal ``create`` raises after writing (its statements may have failed) is
     raised: the shared transaction rolls back, and the caller decides what to run again
     (the month start runs its associations one by one)."""
-    steps, lease, looked, told = attempt.steps, attempt.leased.lease, attempt.looked, attempt.told
+    steps, lease, found, receipt = (
+        attempt.steps,
+        attempt.leased.lease,
+        attempt.found,
+        attempt.receipt,
+    )
     try:
-        with _taking_back(steps, lease, looked, told):
-            result = steps.create(lease, looked, told)
+        with _taking_back(steps, lease, found, receipt):
+            result = steps.create(lease, found, receipt)
     except StaleFencingToken as stale:  # insert_fenced refused it: nothing was written
         attempt.refused = stale
         return
     if result is None:
         try:
-            with _taking_back(steps, lease, looked, told), transaction.atomic():  # a savepoint
-                advance_fence(steps.fence_row(looked), lease)
-                result = steps.commit(lease, looked, told)
+            with _taking_back(steps, lease, found, receipt), transaction.atomic():  # a savepoint
+                advance_fence(steps.fence_row(found), lease)
+                result = steps.commit(lease, found, receipt)
         except (Refusal, StaleFencingToken) as exc:
             attempt.refused = exc
             return
@@ -394,7 +399,7 @@ def _answer(attempt: _Attempt, answers: list) -> None:
     )
 
 
-def _refusal_or_rerun(call: Call, steps: FencedSteps, leased: LeasedAttempt, exc: Exception):
+def _refusal_or_rerun(call: Permitted, steps: FencedSteps, leased: LeasedAttempt, exc: Exception):
     """What ``run_together`` answers for an attempt refused after its grant (recorded and
     released by then): the operation's refusal; an attempt whose token was refused because
     the Redis counter is behind runs again alone. Anything else is raised."""
@@ -412,66 +417,66 @@ def _refusal_or_rerun(call: Call, steps: FencedSteps, leased: LeasedAttempt, exc
     raise exc
 
 
-def _run_steps(steps: FencedSteps, call: Call, lease: Lease):
+def _run_steps(steps: FencedSteps, call: Permitted, lease: Lease):
     """The steps in their order, under ``lease`` (``run_fenced``'s work)."""
-    looked = _look(steps, lease)  # the claim, committed on its own: durable before any call
-    told = _call_outside(steps, call, lease, looked) if looked.needs_call else None
-    with _taking_back(steps, lease, looked, told), transaction.atomic():
-        return _commit_steps(steps, lease, looked, told)
+    found = _look(steps, lease)  # the claim, committed on its own: durable before any call
+    receipt = _call_outside(steps, call, lease, found) if found.needs_call else None
+    with _taking_back(steps, lease, found, receipt), transaction.atomic():
+        return _commit_steps(steps, lease, found, receipt)
 
 
 def _look(steps: FencedSteps, lease: Lease) -> Look:
     """The runner's claim on the resource's record, then ``look`` (every older holder's
     commit is visible to it); a token at or below the one on the row it read is refused."""
     claim_fence(lease)  # one statement: a holder overtaken since its grant stops here
-    looked = steps.look(lease)
-    row = looked.fenced
+    found = steps.look(lease)
+    row = found.fenced
     if row is not None and lease.token <= row.last_fence_token:
         # The row was fenced beyond the resource's record (under another name, or the Redis
         # counter went behind, which run_fenced tells apart): not worth a call.
         raise StaleFencingToken(lease.token, row.last_fence_token)
-    return looked
+    return found
 
 
-def _commit_steps(steps: FencedSteps, lease: Lease, looked, told):
+def _commit_steps(steps: FencedSteps, lease: Lease, found, receipt):
     """In the commit's transaction: ``create``, else the fence and ``commit``; the audit
     row commits with the writes."""
-    result = steps.create(lease, looked, told)  # the fenced row is new: one statement
+    result = steps.create(lease, found, receipt)  # the fenced row is new: one statement
     if result is None:
-        advance_fence(steps.fence_row(looked), lease)  # the same grant: passes unless overtaken
-        result = steps.commit(lease, looked, told)
+        advance_fence(steps.fence_row(found), lease)  # the same grant: passes unless overtaken
+        result = steps.commit(lease, found, receipt)
     lease.record_committed(result.outcome)
     return result
 
 
 @contextmanager
-def _taking_back(steps: FencedSteps, lease: Lease, looked, told) -> Iterator[None]:
+def _taking_back(steps: FencedSteps, lease: Lease, found, receipt) -> Iterator[None]:
     """A refusal raised in the block after the outside was told says so, and the steps'
     ``take_back`` sends the best-effort cancellation: the operation's own refusals and
     locking's alike (a newer holder's claim refused this one at the fence, the lease was
-    lost), which ``Call.refusal`` turns into the shared refusals with whom they told."""
+    lost), which ``Permitted.refusal`` turns into the shared refusals with whom they told."""
     try:
         yield
     except (Refusal, StaleFencingToken, LeaseLost) as refusal:
-        if told is not None:  # rolled back, but the outside was told: say so, take it back
-            refusal.told_in_vain = told  # type: ignore[union-attr]
-            refusal.cancellation = steps.take_back(lease, looked, refusal)  # type: ignore[union-attr]
+        if receipt is not None:  # rolled back, but the outside was told: say so, take it back
+            refusal.told_in_vain = receipt  # type: ignore[union-attr]
+            refusal.cancellation = steps.take_back(lease, found, refusal)  # type: ignore[union-attr]
         raise
 
 
-def _call_outside(steps: FencedSteps, call: Call, lease: Lease, looked):
+def _call_outside(steps: FencedSteps, call: Permitted, lease: Lease, found):
     """The operation's claim, if it makes one, committed on its own; then the call."""
     lease.check()  # not worth a claim or a call if the lease is lost or uncertain: LeaseLost
     if steps.claim is not None:
         with transaction.atomic():
-            if not steps.claim(lease, looked):
+            if not steps.claim(lease, found):
                 return None  # done meanwhile by an older holder: the commit finds it
         lease.check()  # the claim took a round trip: still ours?
     try:
         with span("external-call", lease=lease, attributes={"endpoint": steps.endpoint}):
-            return steps.call_outside(lease, looked)
+            return steps.call_outside(lease, found)
     except ExternalCallFailed as exc:
-        steps.release(lease, looked)  # the outside refused: it did nothing
+        steps.release(lease, found)  # the outside refused: it did nothing
         raise CallFailed(
             operation=call.operation, reason=exc.reason, status=exc.status, **steps.subject
         ) from exc

@@ -3,7 +3,8 @@
 An app declares its ``FencedOperation`` in its ``operations`` module and registers it, with
 the ``Pages`` it adds to the frame (``add_pages``), from ``AppConfig.ready()``; the lock page,
 ``hoa.W001``, the dashboard, the navigation, the complaint pages and the demo read them
-here, and ``begin`` returns the ``Call`` that runs its steps under a lease (``hoa.fenced``).
+here, and ``begin`` returns the ``Permitted`` call that runs its steps under a lease
+(``hoa.fenced``).
 The shared refusals are said by the frame (``hoa.answers.sentences``) in the words its
 ``answers`` gives.
 docs/architecture.md, "One declaration per operation" and "Adding an operation", says how.
@@ -20,7 +21,7 @@ from django.http import HttpRequest
 
 from hoa.answers.refusals import NotPermitted
 from hoa.answers.sentences import Words
-from hoa.fenced import Call, actor_label
+from hoa.fenced import Permitted, actor_label
 from hoa.models import Organization
 from hoa.security.audit import Reason, record_denial
 
@@ -125,7 +126,7 @@ class FencedOperation:
 
     def begin(
         self, actor, *, organization: Organization, resource: str, via: str = "", ip=None
-    ) -> Call:
+    ) -> Permitted:
         """Check ``actor`` (a user, or ``None`` for the operator at the shell; ``via`` says
         where the request came from) and return the call that runs the operation.
 
@@ -148,7 +149,7 @@ class FencedOperation:
             raise NotPermitted(
                 actor=actor.get_username(), organization=organization, operation=self
             )
-        return Call(self, resource=resource, organization=organization, label=label, ip=ip)
+        return Permitted(self, resource=resource, organization=organization, label=label, ip=ip)
 
 
 # -- the registry ---------------------------------------------------------------------------

@@ -113,13 +113,13 @@ class Payment(FencedSteps):
             invoice=invoice, payment=payment, needs_call=payment is None, fenced=invoice
         )
 
-    def claim(self, lease: Lease, looked: InvoiceLook) -> bool:
+    def claim(self, lease: Lease, found: InvoiceLook) -> bool:
         """Mark the invoice sent for payment (committed by the runner before the service
         hears of it) if it is still approved for the amount the look read and no newer
         holder claimed it; return whether it did. A paid invoice: ``False`` (the commit
         finds its payment). A newer holder's claim: ``StaleFencingToken``, before any call
         (this one was paused past its lease). Anything else refuses, nothing told."""
-        seen, now = looked.invoice, timezone.now()
+        seen, now = found.invoice, timezone.now()
         unclaimed = Q(payment_claim__isnull=True) | Q(payment_claim__lte=lease.token)
         as_shown = Q(version=self.seen) if self.seen is not None else Q()
         claimed = (
@@ -145,10 +145,10 @@ class Payment(FencedSteps):
             amount_after=invoice.amount, **fields,
         )  # fmt: skip
 
-    def call_outside(self, lease: Lease, looked: InvoiceLook) -> PaymentReceipt | None:
-        return send_payment(invoice=looked.invoice, lease=lease)
+    def call_outside(self, lease: Lease, found: InvoiceLook) -> PaymentReceipt | None:
+        return send_payment(invoice=found.invoice, lease=lease)
 
-    def release(self, lease: Lease, looked: InvoiceLook) -> None:
+    def release(self, lease: Lease, found: InvoiceLook) -> None:
         """Take this attempt's claim back after the service refused to pay (a 4xx, or no
         connection: nothing was sent): the invoice is approved as before, and may be voided
         or changed. A newer holder's claim is left alone."""
@@ -156,22 +156,22 @@ class Payment(FencedSteps):
             payment_claim=None, payment_claimed_at=None, version=F("version") + 1
         )
 
-    def fence_row(self, looked: InvoiceLook) -> QuerySet:
+    def fence_row(self, found: InvoiceLook) -> QuerySet:
         return self.rows()
 
-    def commit(self, lease: Lease, looked: InvoiceLook, told: PaymentReceipt | None) -> Result:
+    def commit(self, lease: Lease, found: InvoiceLook, receipt: PaymentReceipt | None) -> Result:
         # The fence UPDATE holds the invoice's row lock: what is read now is the latest
         # committed state, and nobody changes it before we commit.
         payment = VendorPayment.objects.filter(invoice_id=self.invoice.pk).first()
         if payment is not None:  # another holder recorded it: the service paid once
-            payment.invoice = looked.invoice
+            payment.invoice = found.invoice
             return Result(
                 Outcome.ALREADY_DONE, lease.token, payment, invoice_answers.payment_message
             )
         now = timezone.now()
-        invoice = looked.invoice
+        invoice = found.invoice
         # Claimed (by this attempt or a newer one) and approved: nothing else moves it.
-        if told is None or not self.rows().filter(status=Status.APPROVED).update(
+        if receipt is None or not self.rows().filter(status=Status.APPROVED).update(
             status=Status.PAID, version=F("version") + 1
         ):
             raise InvoiceChangedBeforePaying(invoice=self.invoice, current=self.rows().get())
@@ -179,26 +179,26 @@ class Payment(FencedSteps):
             invoice=invoice,
             amount=invoice.amount,
             currency=settings.CURRENCY,
-            reference=told.reference,
+            reference=receipt.reference,
             paid_at=now,
             paid_by=self.actor,
             actor_label=self.by[:200],
             fence_token=lease.token,
         )
-        paid = {"from_status": Status.APPROVED, "to_status": Status.PAID, "note": told.reference}
+        paid = {"from_status": Status.APPROVED, "to_status": Status.PAID, "note": receipt.reference}
         self._event(invoice, InvoiceEvent.Kind.PAID, now, **paid)
         invoice.status = Status.PAID
         logger.info(
             "invoice paid",
-            extra={"invoice": invoice.pk, "token": lease.token, "reference": told.reference},
+            extra={"invoice": invoice.pk, "token": lease.token, "reference": receipt.reference},
         )
         return Result(Outcome.COMMITTED, lease.token, payment, invoice_answers.payment_message)
 
-    def take_back(self, lease: Lease, looked: InvoiceLook, refusal: Refusal) -> str:
+    def take_back(self, lease: Lease, found: InvoiceLook, refusal: Refusal) -> str:
         """A payment is not taken back: the service paid and this attempt's commit was
         refused (a newer holder's fence, which may stop before its own call). It is left to
         the settling job, which records it by the same key, as an unknown outcome is."""
-        invoice = looked.invoice
+        invoice = found.invoice
         try:
             if VendorPayment.objects.filter(invoice_id=invoice.pk).exists():
                 return "recorded by another attempt"  # the newer holder's call recorded it

@@ -208,27 +208,29 @@ class Assignment(FencedSteps):
             current=current, after_id=after_id, closed_id=closed_id, needs_call=needs_call
         )
 
-    def fence_row(self, looked: AssignmentLook) -> QuerySet:
+    def fence_row(self, found: AssignmentLook) -> QuerySet:
         return Complaint.objects.filter(pk=self.complaint.pk)
 
-    def call_outside(self, lease: Lease, looked: AssignmentLook) -> Vendor | None:
+    def call_outside(self, lease: Lease, found: AssignmentLook) -> Vendor | None:
         call = dispatch_assignment(
             complaint=self.complaint,
             vendor=self.vendor,
-            replacing=looked.current,
-            after_id=looked.after_id,
-            closed_id=looked.closed_id,
+            replacing=found.current,
+            after_id=found.after_id,
+            closed_id=found.closed_id,
             token=lease,
         )
         return None if call.skipped else self.vendor
 
-    def commit(self, lease: Lease, looked: AssignmentLook, told: Vendor | None) -> AssignmentResult:
+    def commit(
+        self, lease: Lease, found: AssignmentLook, receipt: Vendor | None
+    ) -> AssignmentResult:
         # The fence UPDATE holds the complaint's row lock until commit, so every fenced
         # writer of this complaint reads the assignment state in turn, and the complaint's
         # status read with it cannot change before we commit.
-        if (replaced := self._replace_seen(lease, looked, told)) is not None:
+        if (replaced := self._replace_seen(lease, found, receipt)) is not None:
             return replaced
-        if (first := self._assign_first(lease, looked, told)) is not None:
+        if (first := self._assign_first(lease, found, receipt)) is not None:
             return first
         status, current = assignment_state(self.complaint)
         if not allows(self.change, status):
@@ -246,7 +248,7 @@ class Assignment(FencedSteps):
                 raise ChangedSinceViewed(
                     complaint=self.complaint, expected=self.replacing, current=current
                 )
-        if not looked.needs_call:
+        if not found.needs_call:
             # An older holder committed between our look and our fence; we did not call
             # the vendor, so we must not record them as sent.
             raise AssignmentChanged(complaint=self.complaint, current=current)
@@ -257,11 +259,11 @@ class Assignment(FencedSteps):
             assignment,
             answers.result_message,
             current,
-            dispatched=told is not None,
+            dispatched=receipt is not None,
         )
 
     def _replace_seen(
-        self, lease: Lease, looked: AssignmentLook, told: Vendor | None
+        self, lease: Lease, found: AssignmentLook, receipt: Vendor | None
     ) -> AssignmentResult | None:
         """A reassignment whose look found the assignment the caller saw: deactivate it and
         insert the new one in one conditional statement (the state check and both writes).
@@ -269,7 +271,7 @@ class Assignment(FencedSteps):
         or none): ``commit`` then reads the state and answers as it would have, nothing
         having been written."""
         seen = self.replacing
-        if not (self.reassign and seen is not None and looked.needs_call):
+        if not (self.reassign and seen is not None and found.needs_call):
             return None
         assignment = self._new_assignment(lease.token)
         status = VendorAssignment.objects.replace_if_active(
@@ -284,16 +286,16 @@ class Assignment(FencedSteps):
             assignment,
             answers.result_message,
             seen,
-            dispatched=told is not None,
+            dispatched=receipt is not None,
         )
 
     def _assign_first(
-        self, lease: Lease, looked: AssignmentLook, told: Vendor | None
+        self, lease: Lease, found: AssignmentLook, receipt: Vendor | None
     ) -> AssignmentResult | None:
         """An assignment whose look found none active: insert it if there still is none, the
         state check and the write in one conditional statement. ``None`` when one became
         active meanwhile: ``commit`` then reads the state and answers, nothing written."""
-        if not (looked.current is None and looked.needs_call):
+        if not (found.current is None and found.needs_call):
             return None
         assignment = self._new_assignment(lease.token)
         status = VendorAssignment.objects.insert_if_none_active(
@@ -307,7 +309,7 @@ class Assignment(FencedSteps):
             lease.token,
             assignment,
             answers.result_message,
-            dispatched=told is not None,
+            dispatched=receipt is not None,
         )
 
     def _replace(
@@ -350,14 +352,14 @@ class Assignment(FencedSteps):
             replaced=replaced.vendor.name if replaced is not None else "",
         )
 
-    def take_back(self, lease: Lease, looked: AssignmentLook, refusal: Exception) -> str:
+    def take_back(self, lease: Lease, found: AssignmentLook, refusal: Exception) -> str:
         try:
             call = cancel_dispatch(
                 complaint=self.complaint,
                 vendor=self.vendor,
-                replacing=looked.current,
-                after_id=looked.after_id,
-                closed_id=looked.closed_id,
+                replacing=found.current,
+                after_id=found.after_id,
+                closed_id=found.closed_id,
                 now_assigned=getattr(refusal, "now_assigned", None),  # overtaken: unknown
                 reason=CancelReason.REFUSED,
                 token=lease,

@@ -81,21 +81,21 @@ class Approval(FencedSteps):
         # Final once approved: nothing to tell. The commit still checks the fence first.
         return BudgetLook(budget=budget, needs_call=not budget.is_approved, fenced=budget)
 
-    def call_outside(self, lease: Lease, looked: BudgetLook) -> str | None:
-        call = send_approval(budget=looked.budget, token=lease)
+    def call_outside(self, lease: Lease, found: BudgetLook) -> str | None:
+        call = send_approval(budget=found.budget, token=lease)
         return None if call.skipped else BOARD
 
-    def fence_row(self, looked: BudgetLook) -> QuerySet:
+    def fence_row(self, found: BudgetLook) -> QuerySet:
         return self.rows()
 
-    def commit(self, lease: Lease, looked: BudgetLook, told) -> Result:
+    def commit(self, lease: Lease, found: BudgetLook, receipt) -> Result:
         # The fence UPDATE holds the row lock: this read sees the latest committed state.
         budget = self.rows().get()
         budget.organization = self.budget.organization
         if budget.is_approved:
             return Result(Outcome.ALREADY_DONE, lease.token, budget, answers.result_message)
-        if budget.amount != looked.budget.amount:  # the board was told another amount
-            raise AmountChanged(**self.subject, notified=looked.budget.amount, amount=budget.amount)
+        if budget.amount != found.budget.amount:  # the board was told another amount
+            raise AmountChanged(**self.subject, notified=found.budget.amount, amount=budget.amount)
         budget.status = AnnualBudget.Status.APPROVED
         budget.approved_at = timezone.now()
         budget.approved_by = self.by[:200]
