@@ -1,6 +1,5 @@
-"""The unfenced twins of the staff POSTs under ``PREFIX``: the real views and services with one
-name bound to a stand-in, leaving out only the lease, the fence and the audit, or the status
-change's compare-and-swap (docs/benchmarks.md, "The unfenced twins")."""
+"""The unfenced twins of the staff POSTs under ``PREFIX``: the real views and services without
+the lease, fence and audit, or the status's compare-and-swap (docs/benchmarks.md)."""
 
 import time
 import types

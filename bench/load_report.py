@@ -1,8 +1,8 @@
-"""What ``make bench-load`` reports: per step and per page or action, requests/s,
-percentiles and answers by kind, the knee, and the goals; each as Locust measured it and as
-the server took it (gunicorn's access log), the goals judged on the server's times."""
+"""What ``make bench-load`` reports: per step and per page or action, requests/s, percentiles,
+answers, the knee and the goals, as Locust measured them and as the server took them."""
 
 from datetime import datetime
+from functools import partial
 from statistics import median
 
 from bench import report
@@ -97,8 +97,7 @@ def knee(steps: list[dict], *, bend: float, line_ms: float) -> dict:
     }
 
 
-def _target(text: str, measured, op: str, limit: float, **more) -> dict:
-    return report.judged("load", text, measured, op, limit, **more)
+_target = partial(report.judged, "load")
 
 
 def _against_twins(fenced: list, baseline: list, *, clock: str, report_only: bool) -> list:

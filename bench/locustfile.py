@@ -1,7 +1,6 @@
 """Locust's office staff for the busiest hour (``make bench-load``): each user one staff member
-of one association, half its tasks a page, half a change on the page its form is on; every
-request and fenced change recorded (docs/benchmarks.md, "An office at its busiest hour").
-Imports nothing of Django or of the project: Locust's own process."""
+of one association, half its tasks a page, half a change on that page; every request and fenced
+change recorded. Imports nothing of Django or of the project: Locust's own process."""
 
 import itertools
 import json

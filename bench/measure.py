@@ -36,13 +36,11 @@ def check(name: str, ok: bool, detail: str) -> dict:
 
 
 def result(samples_us: list[float], *invariants: dict, metrics=None, counts=None) -> dict:
-    """What a case returns: its samples, metrics, counts and the invariants it checked."""
     return {"samples_us": samples_us, "metrics": metrics or {}, "counts": counts or {},
             "invariants": list(invariants)}  # fmt: skip
 
 
 def since_us(started_ns: int) -> float:
-    """Microseconds since ``started_ns`` (a ``time.perf_counter_ns()`` reading)."""
     return (time.perf_counter_ns() - started_ns) / 1000
 
 
@@ -107,8 +105,7 @@ def sent_per_op(url: str, operation: Callable[[], object], operations: int) -> d
 
 
 def _first_keyword(message: str, payload: str) -> str:
-    """The SQL keyword of a traced ``Query "SQL"`` or ``Parse "name" "SQL" …`` message (libpq
-    does not escape quotes inside the SQL; psycopg never quotes inside a statement's name)."""
+    """The SQL keyword of a traced ``Query "SQL"`` or ``Parse "name" "SQL" …`` message."""
     text = payload.strip()
     if message == "Parse":
         text = text[text.find('"', 1) + 1 :].lstrip()
@@ -191,8 +188,7 @@ class Poller:
 
 
 class PeakMemory(Poller):
-    """The largest peak RSS (``VmHWM``) of the processes under ``root``, polled from /proc; not
-    ``getrusage``: docs/benchmarks.md, "Targets missed" says why."""
+    """The largest peak RSS (``VmHWM``) under ``root``, from /proc (docs/benchmarks.md: why)."""
 
     def __init__(self, root: int, every: float = 0.1):
         super().__init__()

@@ -1,6 +1,5 @@
-"""What ``make bench`` runs, as data: two profiles (``FULL``, about 30 minutes on the 2-core
-machine; ``QUICK``, about 2: a smoke test, not a result) and one row per group of compared
-cases, with its targets; and the groups of ``make bench-scale``."""
+"""What ``make bench`` runs, as data: two profiles (``FULL``, about 30 minutes; ``QUICK``, a
+smoke test of 2), a row per group of compared cases with its targets; ``make bench-scale``'s."""
 
 from dataclasses import dataclass, field, make_dataclass
 
@@ -319,7 +318,6 @@ def scale_group(associations: int, repeats: int) -> Group:
 
 
 def targets(profile: Profile) -> list[Target]:
-    """The targets judged in ``profile``, in plan order."""
     judged = ((), (profile.name,))
     return [row.target(*t) for row in GROUPS for t in row.targets if t[5:] in judged]
 
@@ -350,6 +348,5 @@ def group(row: Row, profile: Profile, redis_url: str) -> Group | None:
 
 
 def build(section: str, profile: Profile, redis_url: str) -> list[Group]:
-    """The groups of ``section`` that ``profile`` runs, in plan order."""
     found = (group(row, profile, redis_url) for row in GROUPS if row.section == section)
     return [built for built in found if built is not None]

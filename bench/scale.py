@@ -1,7 +1,6 @@
-"""``python -m bench.scale [--scales 1000,10000] [--repeats N] [--estimate]``: the month start
-at 1,000, 10,000 and 100,000 associations x 200 units (``make bench-scale``), in a database of
-its own, after an estimate of time and disk; ``BENCH_SCALES`` sets the default scales. Exits 1
-on FAIL or too small a disk. docs/benchmarks.md, "The month start at 1,000, …"."""
+"""``python -m bench.scale``: the month start at 1,000, 10,000 and 100,000 associations
+(``make bench-scale``), in a database of its own, after an estimate of time and disk; exits 1
+on FAIL or too small a disk (docs/benchmarks.md, "The month start at 1,000, …")."""
 
 import argparse
 import contextlib
@@ -39,9 +38,7 @@ def _scales(text: str) -> list[int]:
 
 
 def _arguments(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        prog="python -m bench.scale", description=__doc__.split("\n")[0]
-    )
+    parser = argparse.ArgumentParser("python -m bench.scale", description=__doc__.split("\n")[0])
     default = os.environ.get("BENCH_SCALES") or " ".join(map(str, plan.SCALES))
     shown = default.replace(" ", ",")
     parser.add_argument("--scales", type=_scales, default=default,
@@ -65,10 +62,7 @@ def database_url() -> str:
 
 def _superuser(url: str, database: str = "postgres") -> psycopg.Connection:
     """A connection as ``postgres`` to the project-local server (trust on loopback)."""
-    parts = urlsplit(url)
-    netloc, path = f"postgres@{parts.hostname}:{parts.port or 5432}", f"/{database}"
-    target = urlunsplit(parts._replace(scheme="postgresql", netloc=netloc, path=path))
-    return psycopg.connect(target, autocommit=True, connect_timeout=5)
+    return environment.connect(url, database, user="postgres", autocommit=True)
 
 
 # -- how long, how much disk ------------------------------------------------------------------
@@ -83,7 +77,6 @@ def cost_model() -> tuple[dict, str]:
 
 
 def estimate(scales: list[int], repeats: int, model: dict) -> dict:
-    """The run's wall time and its peak disk, from ``model``."""
     cases, per_association = len(plan.SCALE_CASES) * repeats, model["seconds_per_association"]
     seconds = cases * (model["seconds_per_case"] * len(scales) + per_association * sum(scales))
     peak = model["bytes_fixed"] + model["bytes_per_association"] * max(scales)

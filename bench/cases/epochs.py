@@ -1,6 +1,5 @@
 """Sections 1b/1c: what fence safety across Redis data loss costs (docs/locking/epochs.md):
-the row's conditional UPDATE alone against ``advance_fence`` with a lease (``fence``), and a
-grant with its counter present, just lost, or waiting for a replica (``grant``)."""
+a fence check with and without the lease's record, a grant with its counter lost or replicated."""
 
 import itertools
 from datetime import timedelta
@@ -15,11 +14,8 @@ from hoa.models import Complaint
 from locking import FenceLock, FencingToken, advance_fence
 from locking.keys import fence_key
 
-TTL = timedelta(seconds=30)
-
 
 def fence(*, variant: str, ops: int, warmup: int = 20) -> dict:
-    """Time ``ops`` fence checks, each with a token above the last."""
     org = fixtures.organization("bench-epochs")
     [complaint] = fixtures.complaints(org, 1, title=fixtures.unique_label(f"fence-{variant}"))
     resource = f"bench-epochs:complaint:{complaint.pk}"
@@ -49,7 +45,6 @@ def _replica_of(master_port: int) -> BenchRedis:
 
 
 def grant(*, variant: str, redis_url: str, ops: int, warmup: int = 20) -> dict:
-    """Time ``ops`` grant + release cycles of ``variant``."""
     client = redis.Redis.from_url(redis_url)
     master_port = client.connection_pool.connection_kwargs["port"]
     replica = _replica_of(master_port) if variant == "wait" else None
@@ -62,7 +57,7 @@ def grant(*, variant: str, redis_url: str, ops: int, warmup: int = 20) -> dict:
         def cycle(_item) -> None:
             if variant == "after_loss":
                 client.delete(fence_key(resource))
-            lease = lock.acquire(resource, ttl=TTL)
+            lease = lock.acquire(resource, ttl=fixtures.TTL)
             tokens.append(lease.token)
             lease.release()
 
