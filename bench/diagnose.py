@@ -86,8 +86,7 @@ def per_association(snapshots: list[list[dict]], associations: int) -> dict[str,
 
 
 def grown(small: dict[str, dict], large: dict[str, dict], *, factor: float, share: float) -> list:
-    """Statements above ``factor`` x the smaller scale's time per association (or new), of those
-    taking ``share`` or more of the larger's time; the largest growth in ms first."""
+    """Statements over ``factor`` x the smaller scale's ms (or new), ``share`` of the larger's."""
     total = sum(entry["ms_per_association"] for entry in large.values()) or 1
     found = []
     for query, entry in large.items():

@@ -106,22 +106,18 @@ class _ReceivingHandler(_StandInHandler):
         self._answer(status, receipt.response.content)
 
 
-def _serve(handler, **attributes) -> ThreadingHTTPServer:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+def start_stand_in(path: str, *, secret: str = "") -> tuple[ThreadingHTTPServer, str]:
+    """The stand-in on a free loopback port, in a daemon thread, and its URL (``path`` on it);
+    with ``secret``, the receiving one (Django set up)."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _ReceivingHandler if secret else _StandInHandler)
     server.daemon_threads = True
-    vars(server).update(attributes)
+    server.secret, server.calls = secret, []
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    return server
+    return server, f"http://127.0.0.1:{server.server_port}{path}"
 
 
-def start_stand_in(path: str) -> tuple[ThreadingHTTPServer, str]:  # the server, its URL
-    server = _serve(_StandInHandler)
-    return server, f"http://127.0.0.1:{server.server_port}/{path.lstrip('/')}"
-
-
-def start_receiver(secret: str) -> tuple[ThreadingHTTPServer, str]:  # Django set up
-    server = _serve(_ReceivingHandler, secret=secret, calls=[])
-    return server, f"http://127.0.0.1:{server.server_port}"
+def start_receiver(secret: str) -> tuple[ThreadingHTTPServer, str]:  # any path below its URL
+    return start_stand_in("", secret=secret)
 
 
 def start_gunicorn(

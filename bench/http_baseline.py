@@ -91,8 +91,7 @@ pay_unfenced = _rebound(payments.pay_invoice, _payment=_payment_unfenced)
 
 
 def change_status_unserialized(*, complaint, seen, to, note, actor, assigned):
-    """``workflow.change_status`` without its compare-and-swap: the same checks, ``UPDATE``
-    and timeline row, by primary key whatever the status is now."""
+    """``workflow.change_status`` without its compare-and-swap: the update by primary key."""
     note = note.strip()
     lands_on = workflow.check_transition(complaint=complaint, seen=seen, to=to, note=note,
                                          assigned=assigned)  # fmt: skip

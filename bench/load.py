@@ -132,7 +132,6 @@ def _children_cpu() -> float:
 
 
 def run_variant(variant: str, profile: dict, plan: list, env: dict, out: Path) -> dict:
-    """One Locust run against ``variant``'s views; what it measured, and its files."""
     port, run_dir = free_port(), Path(tempfile.mkdtemp(prefix="hoa-bench-load-"))
     files = _office(variant, profile, plan, env, port, run_dir, out)
     secret = secrets.token_hex(16)

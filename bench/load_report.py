@@ -43,8 +43,7 @@ _STAMP = "[%d/%b/%Y:%H:%M:%S %z]"
 
 
 def server_samples(lines, steps: list[dict], clock_offset: float) -> list[dict[str, list]]:
-    """The access log's named requests, per step and name as Locust's samples, in each step's
-    measured window (``steps`` on Locust's monotonic clock; ``clock_offset``: wall minus it)."""
+    """The access log's requests, per step and name as Locust's (``clock_offset``: wall - its)."""
     windows = [
         (times["measure_from"] + clock_offset, times["ended"] + clock_offset)
         if times and "ended" in times else None

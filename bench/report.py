@@ -96,7 +96,10 @@ def _fmt(value) -> str:
     return str(value)
 
 
-def _table(headers: list[str], lines: list[list[str]]) -> str:
+def _table(headers: list[str], lines: list[list[str]], *, markdown: bool = False) -> str:
+    if markdown:
+        rows = ["| " + " | ".join(cells) + " |" for cells in (headers, *lines)]
+        return "\n".join([rows[0], "|" + "---|" * len(headers), *rows[1:]])
     widths = [max(len(h), *(len(line[i]) for line in lines)) for i, h in enumerate(headers)]
 
     def line(cells: list[str]) -> str:

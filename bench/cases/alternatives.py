@@ -89,7 +89,6 @@ def _timed(action) -> tuple[str, float]:
 
 
 def _free_acquire(lock, resource: str) -> tuple[str, float]:
-    """Acquire the free ``resource``; time the acquire alone (the release is untimed)."""
     lease, elapsed = _timed(lambda: lock.acquire(resource, ttl=fixtures.TTL))
     lease.release()
     return "granted", elapsed
@@ -139,7 +138,6 @@ def _trial(operation, run_id: int, call_seconds: float, sampler, loser_action) -
 
 
 def run(*, variant: str, redis_url: str, trials: int, call_seconds: float = 0.2) -> dict:
-    """Run ``trials`` holder/loser pairs of ``variant``; report the loser's answer and cost."""
     lock = FenceLock(client=redis.Redis.from_url(redis_url)) if variant == "ours" else None
     operation = {"select_for_update": _select_for_update, "advisory": _advisory,
                  "select_for_update_nowait": partial(_select_for_update, nowait=True),

@@ -31,7 +31,6 @@ FROM (SELECT resource, token, lag(token) OVER (PARTITION BY resource ORDER BY id
 
 
 def _client(barrier, results, complaint_id: int, *, mode, seconds, redis_url, ttl, label) -> None:
-    """One client process: loop until the deadline; put what happened on ``results``."""
     lock = FenceLock(client=redis.Redis.from_url(redis_url))
     resource = f"vendor-assignment:complaint:{complaint_id}"
     fence = Complaint.objects.filter(pk=complaint_id)
@@ -97,7 +96,6 @@ def run(
     *, mode: str, processes: int, shared: bool, seconds: float, redis_url: str,
     ttl_seconds: float = 10,
 ) -> dict:  # fmt: skip
-    """Run ``processes`` clients for ``seconds`` on one resource (``shared``) or one each."""
     label = fixtures.unique_label(f"contention-{mode}")
     org = fixtures.organization("bench-contention")
     rows = fixtures.complaints(org, 1 if shared else processes, title=label)

@@ -39,7 +39,6 @@ _ns = time.perf_counter_ns
 
 
 def _given_token(write):
-    """A step of ``_clocked``: ``write`` with the lease's token."""
     return lambda lease: write(lease.token)
 
 

@@ -119,9 +119,8 @@ class _Load:
 
 
 def run(*, variant: str, redis_url: str, seconds: float, clients: int) -> dict:
-    """Drive the ``variant`` endpoint with ``clients`` threads for ``seconds``; report answers."""
     label = fixtures.unique_label("http")
-    dispatch, dispatch_url = start_stand_in("dispatch")
+    dispatch, dispatch_url = start_stand_in("/dispatch")
     port, run_dir = free_port(), tempfile.mkdtemp(prefix="hoa-bench-gunicorn-")
     url = f"http://{HOST}:{port}/{PREFIX if variant == 'baseline' else ''}"
     load = _Load(fixtures.organization("bench-http"), url=url, seconds=seconds,

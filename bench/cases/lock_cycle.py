@@ -20,7 +20,6 @@ TTL = timedelta(seconds=30)
 
 
 def _library_lock(new_lock, client: redis.Redis):
-    """A cycle of a new ``new_lock(client)``, a non-blocking acquire, a release."""
 
     def cycle() -> None:
         lock = new_lock(client)
@@ -106,7 +105,6 @@ def _fsync_always(client: redis.Redis):
 
 
 def run(*, variant: str, redis_url: str, iterations: int, warmup: int, counted: int = 20) -> dict:
-    """Time ``iterations`` cycles of ``variant``; count the Redis commands of a cycle."""
     client = redis.Redis.from_url(redis_url)
     with _fsync_always(client) if variant == "ours_fsync_always" else nullcontext():
         cycle, cycles = VARIANTS[variant](client), range(warmup + iterations)
