@@ -45,7 +45,6 @@ def password_hash() -> str:
 
 
 def staff_user(username: str, org: Organization):
-    """Staff of ``org`` with the staff group's permissions and the bench password."""
     user, created = get_user_model().objects.get_or_create(
         username=username, defaults={"is_staff": True, "password": password_hash}
     )

@@ -109,11 +109,16 @@ def fit(groups: list[dict]) -> dict | None:
     return model
 
 
+def _show(url: str, setting: str) -> str:  # "" if the server could not be asked
+    with contextlib.suppress(psycopg.Error), _superuser(url) as conn:
+        return conn.execute(sql.SQL("SHOW {}").format(sql.Identifier(setting))).fetchone()[0]
+    return ""
+
+
 def free_bytes(url: str) -> int | None:
     """Free space where the server keeps its data, if this process can see that folder."""
-    with contextlib.suppress(psycopg.Error, OSError), _superuser(url) as conn:
-        [directory] = conn.execute("SHOW data_directory").fetchone()
-        return shutil.disk_usage(directory).free
+    with contextlib.suppress(OSError):
+        return shutil.disk_usage(_show(url, "data_directory")).free
     return None
 
 
@@ -163,13 +168,6 @@ def drop(url: str) -> None:
         conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(_DATABASE))
 
 
-def _loaded(url: str) -> bool:
-    with contextlib.suppress(psycopg.Error), _superuser(url) as conn:
-        [libraries] = conn.execute("SHOW shared_preload_libraries").fetchone()
-        return "pg_stat_statements" in libraries.replace(" ", "").split(",")
-    return False
-
-
 def main(argv: list[str] | None = None) -> int:
     args = _arguments(argv)
     url = database_url()
@@ -182,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     if args.estimate:
         return 0
-    if not _loaded(url):
+    if "pg_stat_statements" not in _show(url, "shared_preload_libraries").replace(" ", ""):
         log("bench-scale: pg_stat_statements is not loaded (scripts/services.sh "
             "enable-pg-stat-statements): the run goes on without the statements")  # fmt: skip
     started, started_at = time.monotonic(), datetime.now(tz=UTC).isoformat(timespec="seconds")

@@ -60,7 +60,6 @@ def _ratio(a, b):
 
 
 def targets(rows: list[dict], goals: dict) -> list[dict]:
-    """The goals, judged on ``rows`` (one per scale, smallest first)."""
     found = [
         _target(f"ours ≤ {goals['ratio']}x the plain COPY loop at {row['associations']:,}",
                 row["ratio"], "<=", goals["ratio"], row["error"])

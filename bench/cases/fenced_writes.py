@@ -103,7 +103,6 @@ def vendor(*, variant: str, redis_url: str, ops: int, warmup: int = 10) -> dict:
 
 # -- paying an approved invoice ---------------------------------------------------------------
 def payment(*, variant: str, redis_url: str, ops: int, warmup: int = 10) -> dict:
-    """Time paying ``ops`` approved invoices once each (``checked``: no lease, fence, audit)."""
     from bench.http_baseline import pay_unfenced
 
     org = fixtures.organization("bench-payment")

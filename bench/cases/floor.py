@@ -124,7 +124,6 @@ class _FencedWrite:
 
 
 def run(*, variant: str = "fenced", redis_url: str, ops: int, warmup: int = 30) -> dict:
-    """Time ``ops`` rounds of PING, SELECT 1, a durable one-row commit and a fenced write."""
     client = redis.Redis.from_url(redis_url)
     connection.ensure_connection()
     raw = connection.connection  # psycopg's own, autocommit (Django's default)

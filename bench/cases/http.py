@@ -93,7 +93,6 @@ class _Load:
             raise
 
     def drive(self, server_pid: int) -> dict:
-        """Run the clients; the wall time and the CPU of this process and of the server."""
 
         def start_clock() -> None:  # the barrier's action: all warmed up, none released yet
             now = time.monotonic()
