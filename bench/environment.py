@@ -107,8 +107,7 @@ class _ReceivingHandler(_StandInHandler):
 
 
 def start_stand_in(path: str, *, secret: str = "") -> tuple[ThreadingHTTPServer, str]:
-    """The stand-in on a free loopback port, in a daemon thread, and its URL (``path`` on it);
-    with ``secret``, the receiving one (Django set up)."""
+    """A stand-in on a free port, in a thread, and its URL; with ``secret``, the receiving one."""
     server = ThreadingHTTPServer(("127.0.0.1", 0), _ReceivingHandler if secret else _StandInHandler)
     server.daemon_threads = True
     server.secret, server.calls = secret, []
@@ -220,7 +219,6 @@ def database_url() -> str:
 
 
 def connect(url: str, database: str = "", *, user: str = "", **options) -> psycopg.Connection:
-    """psycopg's connection to ``url``'s server, ``database`` and ``user`` instead of its own."""
     parts = urlsplit(url)
     netloc = f"{user}@{parts.hostname}:{parts.port or 5432}" if user else parts.netloc
     path = f"/{database}" if database else parts.path

@@ -132,15 +132,11 @@ class UnserializedStatusView(complaint_views.ChangeStatusView):
     apply = _rebound(complaint_views.ChangeStatusView.apply, workflow=_unserialized)
 
 
-# The real ones' paths, under PREFIX.
-ASSIGN = "orgs/<slug:org_slug>/complaints/<int:pk>/assign/"
-GENERATE = "orgs/<slug:org_slug>/charges/<str:month>/generate/"
-STATUS = "orgs/<slug:org_slug>/complaints/<int:pk>/status/"
-PAY = "orgs/<slug:org_slug>/invoices/<id:pk>/pay/"
+ORG = PREFIX + "orgs/<slug:org_slug>/"  # the real ones' paths, under PREFIX
 urlpatterns = [
     *urlpatterns,
-    path(PREFIX + ASSIGN, UnfencedAssignView.as_view()),
-    path(PREFIX + GENERATE, UnfencedGenerateView.as_view()),
-    path(PREFIX + STATUS, UnserializedStatusView.as_view()),
-    path(PREFIX + PAY, UnfencedPayView.as_view()),
+    path(f"{ORG}complaints/<int:pk>/assign/", UnfencedAssignView.as_view()),
+    path(f"{ORG}charges/<str:month>/generate/", UnfencedGenerateView.as_view()),
+    path(f"{ORG}complaints/<int:pk>/status/", UnserializedStatusView.as_view()),
+    path(f"{ORG}invoices/<id:pk>/pay/", UnfencedPayView.as_view()),
 ]

@@ -150,8 +150,7 @@ class Staff(HttpUser):
         url = f"/{PREFIX}{path.lstrip('/')}"
         started = time.time()
         if op is not None:
-            # Recorded before it is sent, as "no answer" until one comes: a request cut off by
-            # the test's stop may still commit.
+            # Recorded before it is sent, as "no answer" until one comes: cut off, it may commit.
             op.update(started=started, ended=started, status=0)
             HISTORY.append(op)
         headers = {"X-CSRFToken": self.csrf, "Referer": f"{WORLD['base_url']}{path}",

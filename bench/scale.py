@@ -55,7 +55,6 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
 
 
 def database_url() -> str:
-    """The scale run's own database: ``BENCH_DATABASE_URL``'s server, database ``bench_scale``."""
     parts = urlsplit(environment.database_url())
     return urlunsplit(parts._replace(path=f"/{DATABASE}"))
 

@@ -148,8 +148,7 @@ def _summary(reports: list[dict], cpu: tuple[int, int], label: str) -> dict:
         "ops_per_s": round(successes / elapsed, 1), "busy_per_s": round(busy / elapsed, 1),
         "stale": total("stale"),
         "top_client_share": round(top_client / successes, 2) if successes else 0,
-        # Is the machine the limit? Share of both CPUs busy (all processes, not only ours),
-        # and our clients' own CPU per successful operation.
+        # Is the machine the limit? Both CPUs' busy share (every process); our CPU per success.
         "machine_cpu_busy": round(cpu[0] / max(cpu[1], 1), 2),
         "client_cpu_ms_per_op": round(1000 * total("cpu") / max(successes, 1), 2),
     }  # fmt: skip

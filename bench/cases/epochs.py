@@ -36,7 +36,6 @@ def fence(*, variant: str, ops: int, warmup: int = 20) -> dict:
 
 
 def _replica_of(master_port: int) -> BenchRedis:
-    """A private redis-server replicating the bench Redis, once it is in sync."""
     replica = BenchRedis("--save", "", "--replicaof", "127.0.0.1", str(master_port)).start()
     client = redis.Redis(port=replica.port, socket_timeout=1)
     synced = lambda: client.info("replication").get("master_link_status") == "up"  # noqa: E731
