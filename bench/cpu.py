@@ -1,6 +1,5 @@
-"""``python -m bench.cpu [--tasks N] [--only KINDS] [--profile FILE]`` (``make bench-cpu``): the
-web process's CPU per request (its thread's) in the busiest hour's mix: the locustfile's tasks
-and weights, through Django's test client on a small ``bench.load`` office. Median and mean."""
+"""``python -m bench.cpu`` (``make bench-cpu``): the web process's CPU per request in the
+busiest hour's mix: the locustfile's tasks and weights through Django's test client."""
 
 import argparse
 import cProfile
@@ -75,7 +74,7 @@ def task(user: dict, kind: str) -> None:  # one of the locustfile's Staff tasks
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.cpu", description=__doc__.split("\n")[1])
+    parser = argparse.ArgumentParser(prog="python -m bench.cpu", description=__doc__.split("\n")[0])
     parser.add_argument("--tasks", type=int, default=1200, help="tasks after 100 warm-up ones")
     parser.add_argument("--only", default="", help=f"some of the tasks: {', '.join(WEIGHTS)}")
     parser.add_argument("--profile", default="", help="write cProfile's stats to this file")

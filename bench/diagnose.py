@@ -1,6 +1,5 @@
-"""Where a walk's time goes in PostgreSQL (``make bench-scale``): ``pg_stat_statements`` of
-the timed part, ``EXPLAIN (ANALYZE, BUFFERS)`` of one more chunk's statements, what grew
-between two scales (docs/benchmarks.md, "The month start at 1,000, …": "Where the time goes")."""
+"""Where a walk's time goes in PostgreSQL (``make bench-scale``): ``pg_stat_statements``,
+``EXPLAIN (ANALYZE, BUFFERS)`` of one more chunk, what grew between two scales."""
 
 import re
 
@@ -41,7 +40,6 @@ def reset() -> None:
 
 
 def snapshot(limit: int = 40) -> list[dict]:
-    """This database's ``limit`` statements that took longest since the last reset."""
     with connection.cursor() as cursor:
         cursor.execute(STATEMENTS_SQL, [limit])
         found = [dict(zip(COLUMNS, row, strict=True)) for row in cursor.fetchall()]
@@ -49,15 +47,13 @@ def snapshot(limit: int = 40) -> list[dict]:
 
 
 def normalized(sql: str) -> str:
-    """``sql`` with its literals and parameters as ``?`` and its whitespace collapsed, so a
-    statement Django sent and pg_stat_statements' text of it compare equal."""
+    """``sql`` with literals as ``?``: as Django sent it and as pg_stat_statements keeps it."""
     text = _LITERALS.sub("?", " ".join(sql.split()))
     return _LISTS.sub("(?)", text)
 
 
 def explain(statements: list[str]) -> dict[str, str]:
-    """``EXPLAIN (ANALYZE, BUFFERS)`` of each distinct statement Django sent (values in it), rolled
-    back, keyed by ``normalized``; transaction control and ``COPY`` left out."""
+    """``EXPLAIN (ANALYZE, BUFFERS)`` of each distinct statement, rolled back; no ``COPY``."""
     plans: dict[str, str] = {}
     for sql in statements:
         key = normalized(sql)
@@ -90,8 +86,7 @@ def per_association(snapshots: list[list[dict]], associations: int) -> dict[str,
 
 
 def grown(small: dict[str, dict], large: dict[str, dict], *, factor: float, share: float) -> list:
-    """Statements above ``factor`` x the smaller scale's time per association (or new), of those
-    taking ``share`` or more of the larger's time; the largest growth in ms first."""
+    """Statements over ``factor`` x the smaller scale's ms (or new), ``share`` of the larger's."""
     total = sum(entry["ms_per_association"] for entry in large.values()) or 1
     found = []
     for query, entry in large.items():

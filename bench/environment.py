@@ -1,6 +1,5 @@
-"""What the benchmarks run against (docs/benchmarks.md, "Against what"): a private
-``redis-server``, the ``bench_hoa`` database (never one not named ``bench…``), the facts a
-reader needs to trust the numbers, and the bench's process helpers (nothing from ``tests/``)."""
+"""What the benchmarks run against (docs/benchmarks.md, "Against what"): a private Redis, the
+``bench…`` database, the facts that make the numbers trusted, the bench's process helpers."""
 
 import contextlib
 import functools
@@ -32,8 +31,7 @@ ANSWER = b'{"reference": "BENCH-PAID"}'
 log = functools.partial(print, file=sys.stderr, flush=True)
 
 
-def free_port() -> int:
-    """Return a loopback TCP port that was free a moment ago."""
+def free_port() -> int:  # a loopback port that was free a moment ago
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
         probe.bind(("127.0.0.1", 0))
         return probe.getsockname()[1]
@@ -50,8 +48,7 @@ def wait_until(predicate, *, timeout: float, what: str, errors=(), interval=0.05
     raise RuntimeError(f"timed out after {timeout:.0f}s waiting for {what}")
 
 
-def stop(process: subprocess.Popen | None, grace: float = 10) -> None:
-    """TERM the bench's own child ``process``, KILL it if it is still there after ``grace`` s."""
+def stop(process: subprocess.Popen | None, grace: float = 10) -> None:  # TERM, then KILL
     if process is None or process.poll() is not None:
         return
     process.terminate()
@@ -109,24 +106,17 @@ class _ReceivingHandler(_StandInHandler):
         self._answer(status, receipt.response.content)
 
 
-def _serve(handler, **attributes) -> ThreadingHTTPServer:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+def start_stand_in(path: str, *, secret: str = "") -> tuple[ThreadingHTTPServer, str]:
+    """A stand-in on a free port, in a thread, and its URL; with ``secret``, the receiving one."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _ReceivingHandler if secret else _StandInHandler)
     server.daemon_threads = True
-    vars(server).update(attributes)
+    server.secret, server.calls = secret, []
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    return server
+    return server, f"http://127.0.0.1:{server.server_port}{path}"
 
 
-def start_stand_in(path: str) -> tuple[ThreadingHTTPServer, str]:
-    """The stand-in on a free loopback port, in a daemon thread; return it and its URL."""
-    server = _serve(_StandInHandler)
-    return server, f"http://127.0.0.1:{server.server_port}/{path.lstrip('/')}"
-
-
-def start_receiver(secret: str) -> tuple[ThreadingHTTPServer, str]:
-    """The receiving stand-in (Django set up); return it and its base URL (any path below)."""
-    server = _serve(_ReceivingHandler, secret=secret, calls=[])
-    return server, f"http://127.0.0.1:{server.server_port}"
+def start_receiver(secret: str) -> tuple[ThreadingHTTPServer, str]:  # any path below its URL
+    return start_stand_in("", secret=secret)
 
 
 def start_gunicorn(
@@ -222,17 +212,18 @@ def cpu_seconds(pid: int) -> float:
 
 
 def database_url() -> str:
-    """The bench database URL (``BENCH_DATABASE_URL``), refused unless it is a bench one."""
     url = os.environ.get("BENCH_DATABASE_URL", DEFAULT_DATABASE_URL)
     if not (name := urlsplit(url).path.lstrip("/")).startswith("bench"):
         raise SystemExit(f"refusing database {name!r}: the bench empties its database")
     return url
 
 
-def _libpq_url(url: str, database: str | None = None) -> str:
+def connect(url: str, database: str = "", *, user: str = "", **options) -> psycopg.Connection:
     parts = urlsplit(url)
+    netloc = f"{user}@{parts.hostname}:{parts.port or 5432}" if user else parts.netloc
     path = f"/{database}" if database else parts.path
-    return urlunsplit(parts._replace(scheme="postgresql", path=path))
+    target = urlunsplit(parts._replace(scheme="postgresql", netloc=netloc, path=path))
+    return psycopg.connect(target, connect_timeout=5, **options)
 
 
 def prepare_database(url: str) -> None:
@@ -242,7 +233,7 @@ def prepare_database(url: str) -> None:
     from django.db import connection
 
     name = urlsplit(url).path.lstrip("/")
-    with psycopg.connect(_libpq_url(url, "postgres"), autocommit=True, connect_timeout=5) as conn:
+    with connect(url, "postgres", autocommit=True) as conn:
         if not conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [name]).fetchone():
             conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
     django.setup()
@@ -255,8 +246,7 @@ def prepare_database(url: str) -> None:
     connection.close()
 
 
-def child_env(*, database: str, redis_url: str) -> dict:
-    """Environment for every process the bench starts: bench database, private Redis."""
+def child_env(*, database: str, redis_url: str) -> dict:  # every process the bench starts
     env = {name: value for name, value in os.environ.items() if name != "TEST_DATABASE_NAME"}
     env.update(
         DJANGO_SETTINGS_MODULE="hoa.settings", DATABASE_URL=database, REDIS_URL=redis_url,
@@ -277,7 +267,6 @@ _PG_SETTINGS = "fsync synchronous_commit wal_sync_method full_page_writes shared
 
 
 def _proc_field(path: str, prefix: str) -> str | None:
-    """The value after ``prefix`` on the first line of /proc/``path`` that starts with it."""
     lines = Path("/proc", path).read_text().splitlines()
     return next((line.split(":", 1)[1].strip() for line in lines if line.startswith(prefix)), None)
 
@@ -299,7 +288,6 @@ def machine() -> dict:
 
 
 def describe(*, database: str, redis_url: str) -> dict:
-    """Versions, durability settings and the machine, as the JSON report records them."""
     installed = {d.metadata["Name"].lower(): d.version for d in importlib.metadata.distributions()}
     versions = {dist: installed.get(dist.lower()) for dist in _DISTRIBUTIONS.split()}
     versions.update(python=platform.python_version(), libpq=psycopg.pq.version())
@@ -311,7 +299,7 @@ def describe(*, database: str, redis_url: str) -> dict:
     keys = ("appendonly", "appendfsync", "save")
     redis_durability = {key: client.config_get(key).get(key) for key in keys}
     client.close()
-    with psycopg.connect(_libpq_url(database), connect_timeout=5) as conn:
+    with connect(database) as conn:
         versions["postgresql_server"] = conn.execute("SHOW server_version").fetchone()[0]
         pg_durability = {
             name: conn.execute(sql.SQL("SHOW {}").format(sql.Identifier(name))).fetchone()[0]

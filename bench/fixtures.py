@@ -20,10 +20,10 @@ from locking import unfenced_writes
 from vendors.models import Invoice, Vendor, VendorAssignment, VendorContract
 
 BENCH_PASSWORD = "bench-password-not-secret"
+TTL = timedelta(seconds=30)  # a case's leases: longer than any of its steps
 
 
 def unique_label(prefix: str) -> str:
-    """A label no other process of this bench run uses."""
     return f"{prefix}-{os.getpid()}-{os.urandom(3).hex()}"
 
 
@@ -45,7 +45,6 @@ def password_hash() -> str:
 
 
 def staff_user(username: str, org: Organization):
-    """Staff of ``org`` with the staff group's permissions and the bench password."""
     user, created = get_user_model().objects.get_or_create(
         username=username, defaults={"is_staff": True, "password": password_hash}
     )
@@ -65,7 +64,6 @@ def session_key(user) -> str:
 
 
 def vendors_with_contracts(org: Organization, count: int) -> list:
-    """``count`` vendors, each with a contract with ``org`` that covers today."""
     today, year = timezone.localdate(), timedelta(days=365)
     # Insured: an uninsured vendor is neither assigned nor paid (vendors.insurance).
     window = {"starts_on": today - year, "ends_on": today + year,
@@ -80,7 +78,6 @@ def vendors_with_contracts(org: Organization, count: int) -> list:
 
 
 def complaints(org: Organization, count: int, *, title: str) -> list[Complaint]:
-    """``count`` new open complaints of ``org``."""
     now = timezone.now()
     due = now + timedelta(hours=org.sla_hours_normal)
     return Complaint.objects.bulk_create(
@@ -103,13 +100,11 @@ def approved_invoices(org: Organization, count: int, *, vendor, label: str) -> l
 
 
 def month(number: int) -> date:
-    """The first day of the ``number``-th month after January 2001."""
     return date(2001 + number // 12, number % 12 + 1, 1)
 
 
 @transaction.atomic
 def fresh_runs(org: Organization, count: int) -> list:
-    """Delete ``org``'s charge runs and create ``count`` pending ones."""
     MonthlyCharge.objects.filter(run__organization=org).delete()
     with unfenced_writes():  # the runs' table is strict: a fixture says it writes unfenced
         MonthlyChargeRun.objects.filter(organization=org).delete()

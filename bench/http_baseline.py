@@ -1,6 +1,5 @@
-"""The unfenced twins of the staff POSTs under ``PREFIX``: the real views and services with one
-name bound to a stand-in, leaving out only the lease, the fence and the audit, or the status
-change's compare-and-swap (docs/benchmarks.md, "The unfenced twins")."""
+"""The unfenced twins of the staff POSTs under ``PREFIX``: the real views and services without
+the lease, fence and audit, or the status's compare-and-swap (docs/benchmarks.md)."""
 
 import time
 import types
@@ -92,8 +91,7 @@ pay_unfenced = _rebound(payments.pay_invoice, _payment=_payment_unfenced)
 
 
 def change_status_unserialized(*, complaint, seen, to, note, actor, assigned):
-    """``workflow.change_status`` without its compare-and-swap: the same checks, ``UPDATE``
-    and timeline row, by primary key whatever the status is now."""
+    """``workflow.change_status`` without its compare-and-swap: the update by primary key."""
     note = note.strip()
     lands_on = workflow.check_transition(complaint=complaint, seen=seen, to=to, note=note,
                                          assigned=assigned)  # fmt: skip
@@ -134,15 +132,11 @@ class UnserializedStatusView(complaint_views.ChangeStatusView):
     apply = _rebound(complaint_views.ChangeStatusView.apply, workflow=_unserialized)
 
 
-# The real ones' paths, under PREFIX.
-ASSIGN = "orgs/<slug:org_slug>/complaints/<int:pk>/assign/"
-GENERATE = "orgs/<slug:org_slug>/charges/<str:month>/generate/"
-STATUS = "orgs/<slug:org_slug>/complaints/<int:pk>/status/"
-PAY = "orgs/<slug:org_slug>/invoices/<id:pk>/pay/"
+ORG = PREFIX + "orgs/<slug:org_slug>/"  # the real ones' paths, under PREFIX
 urlpatterns = [
     *urlpatterns,
-    path(PREFIX + ASSIGN, UnfencedAssignView.as_view()),
-    path(PREFIX + GENERATE, UnfencedGenerateView.as_view()),
-    path(PREFIX + STATUS, UnserializedStatusView.as_view()),
-    path(PREFIX + PAY, UnfencedPayView.as_view()),
+    path(f"{ORG}complaints/<int:pk>/assign/", UnfencedAssignView.as_view()),
+    path(f"{ORG}charges/<str:month>/generate/", UnfencedGenerateView.as_view()),
+    path(f"{ORG}complaints/<int:pk>/status/", UnserializedStatusView.as_view()),
+    path(f"{ORG}invoices/<id:pk>/pay/", UnfencedPayView.as_view()),
 ]

@@ -1,7 +1,6 @@
-"""``python -m bench.load [--quick] [--variants fenced,baseline]``: an office at its busiest
-hour (``make bench-load``; docs/benchmarks.md, "An office at its busiest hour"): the real views
-or their twins under Locust's staff, stepped up until p99 bends; the fault suite's checker
-after the fenced run. Exits 1 on a violated invariant or a run that could not be made."""
+"""``python -m bench.load``: an office at its busiest hour (``make bench-load``), the real
+views or their twins under Locust's staff, stepped up until p99 bends; the fault suite's checker
+after the fenced run (docs/benchmarks.md, "An office at its busiest hour")."""
 
 import argparse
 import json
@@ -54,9 +53,7 @@ def _multiples(text: str) -> tuple[float, ...]:
 
 
 def _arguments(argv):
-    parser = argparse.ArgumentParser(
-        prog="python -m bench.load", description=__doc__.split("\n")[0]
-    )
+    parser = argparse.ArgumentParser("python -m bench.load", description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="2 min at 250 staff, two 1 min steps")
     parser.add_argument("--variants", default="fenced,baseline", help="fenced, baseline or both")
     parser.add_argument("--name", default="", help="results name (busiest-hour[-quick])")
@@ -135,7 +132,6 @@ def _children_cpu() -> float:
 
 
 def run_variant(variant: str, profile: dict, plan: list, env: dict, out: Path) -> dict:
-    """One Locust run against ``variant``'s views; what it measured, and its files."""
     port, run_dir = free_port(), Path(tempfile.mkdtemp(prefix="hoa-bench-load-"))
     files = _office(variant, profile, plan, env, port, run_dir, out)
     secret = secrets.token_hex(16)

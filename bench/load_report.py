@@ -1,8 +1,8 @@
-"""What ``make bench-load`` reports: per step and per page or action, requests/s,
-percentiles and answers by kind, the knee, and the goals; each as Locust measured it and as
-the server took it (gunicorn's access log), the goals judged on the server's times."""
+"""What ``make bench-load`` reports: per step and per page or action, requests/s, percentiles,
+answers, the knee and the goals, as Locust measured them and as the server took them."""
 
 from datetime import datetime
+from functools import partial
 from statistics import median
 
 from bench import report
@@ -43,8 +43,7 @@ _STAMP = "[%d/%b/%Y:%H:%M:%S %z]"
 
 
 def server_samples(lines, steps: list[dict], clock_offset: float) -> list[dict[str, list]]:
-    """The access log's named requests, per step and name as Locust's samples, in each step's
-    measured window (``steps`` on Locust's monotonic clock; ``clock_offset``: wall minus it)."""
+    """The access log's requests, per step and name as Locust's (``clock_offset``: wall - its)."""
     windows = [
         (times["measure_from"] + clock_offset, times["ended"] + clock_offset)
         if times and "ended" in times else None
@@ -97,8 +96,7 @@ def knee(steps: list[dict], *, bend: float, line_ms: float) -> dict:
     }
 
 
-def _target(text: str, measured, op: str, limit: float, **more) -> dict:
-    return report.judged("load", text, measured, op, limit, **more)
+_target = partial(report.judged, "load")
 
 
 def _against_twins(fenced: list, baseline: list, *, clock: str, report_only: bool) -> list:

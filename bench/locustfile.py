@@ -1,7 +1,6 @@
 """Locust's office staff for the busiest hour (``make bench-load``): each user one staff member
-of one association, half its tasks a page, half a change on the page its form is on; every
-request and fenced change recorded (docs/benchmarks.md, "An office at its busiest hour").
-Imports nothing of Django or of the project: Locust's own process."""
+of one association, half its tasks a page, half a change on that page; every request and fenced
+change recorded. Imports nothing of Django or of the project: Locust's own process."""
 
 import itertools
 import json
@@ -151,8 +150,7 @@ class Staff(HttpUser):
         url = f"/{PREFIX}{path.lstrip('/')}"
         started = time.time()
         if op is not None:
-            # Recorded before it is sent, as "no answer" until one comes: a request cut off by
-            # the test's stop may still commit.
+            # Recorded before it is sent, as "no answer" until one comes: cut off, it may commit.
             op.update(started=started, ended=started, status=0)
             HISTORY.append(op)
         headers = {"X-CSRFToken": self.csrf, "Referer": f"{WORLD['base_url']}{path}",

@@ -36,24 +36,31 @@ def check(name: str, ok: bool, detail: str) -> dict:
 
 
 def result(samples_us: list[float], *invariants: dict, metrics=None, counts=None) -> dict:
-    """What a case returns: its samples, metrics, counts and the invariants it checked."""
     return {"samples_us": samples_us, "metrics": metrics or {}, "counts": counts or {},
             "invariants": list(invariants)}  # fmt: skip
 
 
 def since_us(started_ns: int) -> float:
-    """Microseconds since ``started_ns`` (a ``time.perf_counter_ns()`` reading)."""
     return (time.perf_counter_ns() - started_ns) / 1000
 
 
-def timed_loop(operation: Callable, items: Iterable) -> list[float]:
-    """Run ``operation(item)`` for each item; return each call's time in µs."""
+def timed_loop(operation: Callable, items: Iterable, warmup: int = 0) -> list[float]:
+    """``operation(item)`` for each item: each call's µs, the first ``warmup`` left out."""
     samples = []
     for item in items:
         started = time.perf_counter_ns()
         operation(item)
         samples.append(since_us(started))
-    return samples
+    return samples[warmup:]
+
+
+def redis_timed(operation: Callable, items: Sequence, url: str, warmup: int = 0) -> tuple:
+    """``timed_loop``, and the commands the Redis server executed per timed call."""
+    client = redis.Redis.from_url(url)
+    timed_loop(operation, items[:warmup])
+    before = commandstats(client)
+    samples = timed_loop(operation, items[warmup:])
+    return samples, {"redis_executed": per_op(commandstats(client) - before, len(samples))}
 
 
 def commandstats(client: redis.Redis) -> Counter:  # the server's calls per command
@@ -72,8 +79,8 @@ def _command_name(line: str) -> str:
     return "|".join(words) if words[0] in {"script", "client", "config"} else words[0]
 
 
-def sent_per_op(url: str, operation: Callable[[], object], operations: int) -> dict[str, float]:
-    """Run ``operation`` under MONITOR; return the commands a client sent per run (not ``lua``)."""
+def sent_per_op(url: str, operation: Callable[[], object], operations: int) -> dict:
+    """Run ``operation`` under MONITOR: the commands a client sent per run (not ``lua``)."""
     seen: list[dict] = []
     ready, watcher = threading.Event(), redis.Redis.from_url(url)
 
@@ -93,12 +100,12 @@ def sent_per_op(url: str, operation: Callable[[], object], operations: int) -> d
     thread.join(10)
     watcher.close()
     sent = Counter(_command_name(c["command"]) for c in seen if c.get("client_type") != "lua")
-    return per_op(sent, operations)
+    by_command = per_op(sent, operations)
+    return {"redis_sent": by_command, "redis_sent_total": round(sum(by_command.values()), 3)}
 
 
 def _first_keyword(message: str, payload: str) -> str:
-    """The SQL keyword of a traced ``Query "SQL"`` or ``Parse "name" "SQL" …`` message (libpq
-    does not escape quotes inside the SQL; psycopg never quotes inside a statement's name)."""
+    """The SQL keyword of a traced ``Query "SQL"`` or ``Parse "name" "SQL" …`` message."""
     text = payload.strip()
     if message == "Parse":
         text = text[text.find('"', 1) + 1 :].lstrip()
@@ -139,25 +146,16 @@ def time_and_count(operation, items: list, warmup: int, ops: int, redis_url: str
     """Warm up, time ``ops`` (Redis commands counted), trace PostgreSQL and MONITOR the rest."""
     from django.db import connection
 
-    for item in items[:warmup]:
-        operation(item)
-    client = redis.Redis.from_url(redis_url)
-    before = commandstats(client)
-    samples = timed_loop(operation, items[warmup : warmup + ops])
-    executed = per_op(commandstats(client) - before, ops)
+    samples, counts = redis_timed(operation, items[: warmup + ops], redis_url, warmup)
     rest = items[warmup + ops :]
     counted = len(rest) // 2
     with PgRoundTrips(connection) as trips:
         for item in rest[:counted]:
             operation(item)
     monitored = iter(rest[counted:])
-    sent = sent_per_op(redis_url, lambda: operation(next(monitored)), counted)
-    counts = {
-        "db_round_trips": round(trips.round_trips / counted, 3),
-        "db_statements": per_op(trips.statements, counted),
-        "redis_sent": sent, "redis_sent_total": round(sum(sent.values()), 3),
-        "redis_executed": executed,
-    }  # fmt: skip
+    counts.update(sent_per_op(redis_url, lambda: operation(next(monitored)), counted))
+    statements, round_trips = per_op(trips.statements, counted), trips.round_trips / counted
+    counts.update(db_round_trips=round(round_trips, 3), db_statements=statements)
     return samples, counts
 
 
@@ -190,8 +188,7 @@ class Poller:
 
 
 class PeakMemory(Poller):
-    """The largest peak RSS (``VmHWM``) of the processes under ``root``, polled from /proc; not
-    ``getrusage``: docs/benchmarks.md, "Targets missed" says why."""
+    """The largest peak RSS (``VmHWM``) under ``root``, from /proc (docs/benchmarks.md: why)."""
 
     def __init__(self, root: int, every: float = 0.1):
         super().__init__()

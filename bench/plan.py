@@ -1,8 +1,7 @@
-"""What ``make bench`` runs, as data: two profiles (``FULL``, about 30 minutes on the 2-core
-machine; ``QUICK``, about 2: a smoke test, not a result) and one row per group of compared
-cases, with its targets; and the groups of ``make bench-scale``."""
+"""What ``make bench`` runs, as data: two profiles (``FULL``, about 30 minutes; ``QUICK``, a
+smoke test of 2), a row per group of compared cases with its targets; ``make bench-scale``'s."""
 
-from dataclasses import dataclass, field, make_dataclass
+from dataclasses import dataclass, field, make_dataclass, replace
 
 from bench.runner import Case, Group
 
@@ -304,28 +303,24 @@ def scale_group(associations: int, repeats: int) -> Group:
     """The loop and ours at ``associations`` x 200 units, ``repeats`` paired runs."""
     [row] = (row for row in GROUPS if row.id == "month-start")
     fixed, per_association = SCALE_TIMEOUT
-    timeout = fixed + per_association * associations
-    params = {"associations": associations, "diagnosis": True, "cleanup": "truncate"}
-    cases = [
-        Case(f"scale.{key}", row.cases[key], row.entry, {"variant": key, **params}, True, timeout)
-        for key in SCALE_CASES
-    ]
-    return Group(
-        f"scale-{associations}", f"Month start: {associations:,} associations x 200 units",
-        cases, repeats, baseline="scale.baseline", latency_label="wall",
+    scaled = replace(
+        row, id=f"scale-{associations}", prefix="scale", repeats=repeats,
+        title=f"Month start: {associations:,} associations x 200 units",
         note="paired runs in make bench-scale's own database; statements and plans recorded",
-        columns=list(row.columns.items()),
+        cases={key: row.cases[key] for key in SCALE_CASES},
+        params={"associations": associations, "diagnosis": True, "cleanup": "truncate"},
+        timeout=fixed + per_association * associations,
     )  # fmt: skip
+    return group(scaled, FULL, redis_url="")
 
 
 def targets(profile: Profile) -> list[Target]:
-    """The targets judged in ``profile``, in plan order."""
     judged = ((), (profile.name,))
     return [row.target(*t) for row in GROUPS for t in row.targets if t[5:] in judged]
 
 
-def _value(profile: Profile, value):
-    return getattr(profile, value) if isinstance(value, str) else value
+def _value(profile: Profile, value):  # a string names a field of ``profile``, if it has one
+    return getattr(profile, value, value) if isinstance(value, str) else value
 
 
 def group(row: Row, profile: Profile, redis_url: str) -> Group | None:
@@ -350,6 +345,5 @@ def group(row: Row, profile: Profile, redis_url: str) -> Group | None:
 
 
 def build(section: str, profile: Profile, redis_url: str) -> list[Group]:
-    """The groups of ``section`` that ``profile`` runs, in plan order."""
     found = (group(row, profile, redis_url) for row in GROUPS if row.section == section)
     return [built for built in found if built is not None]

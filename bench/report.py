@@ -96,7 +96,10 @@ def _fmt(value) -> str:
     return str(value)
 
 
-def _table(headers: list[str], lines: list[list[str]]) -> str:
+def _table(headers: list[str], lines: list[list[str]], *, markdown: bool = False) -> str:
+    if markdown:
+        rows = ["| " + " | ".join(cells) + " |" for cells in (headers, *lines)]
+        return "\n".join([rows[0], "|" + "---|" * len(headers), *rows[1:]])
     widths = [max(len(h), *(len(line[i]) for line in lines)) for i, h in enumerate(headers)]
 
     def line(cells: list[str]) -> str:
@@ -177,7 +180,6 @@ def invariants_text(document: dict, held: str) -> str:
 
 
 def text(document: dict) -> str:
-    """A run as ``python -m bench`` prints it: machine, one table per group, targets."""
     tables = [group_table(group) for group in document["groups"]]
     summary = environment_summary(document["environment"])
     held = invariants_text(document, "no overlap, tokens increasing, exactly once")
@@ -185,7 +187,6 @@ def text(document: dict) -> str:
 
 
 def svg(width: int, height: int, label: str, style: str, parts: list[str], caption: str) -> str:
-    """A chart's SVG document: white, ``parts`` drawn on it, ``caption`` at the bottom."""
     return (
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
         f'viewBox="0 0 {width} {height}" role="img" aria-label="{label}">'

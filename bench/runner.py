@@ -1,5 +1,5 @@
-"""Run cases round-robin (A B C, B C A, …), each in a fresh process (the block at the end), and
-summarise them, ratios paired per repeat (docs/benchmarks.md, "How it is measured")."""
+"""Cases run round-robin, each in a fresh process (the block at the end), and summarised with
+ratios paired per repeat (docs/benchmarks.md, "How it is measured")."""
 
 import importlib
 import json
@@ -140,7 +140,6 @@ def _summarise(case: Case, mine: list, base_runs: list, group: Group, error: str
 
 
 def _round(value: float | None, digits: int | None = 1) -> float | None:
-    """``value`` rounded to ``digits`` (None: as it is); None for a missing or NaN value."""
     if value is None or math.isnan(value):
         return None
     return value if digits is None else round(value, digits)

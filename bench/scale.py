@@ -1,7 +1,6 @@
-"""``python -m bench.scale [--scales 1000,10000] [--repeats N] [--estimate]``: the month start
-at 1,000, 10,000 and 100,000 associations x 200 units (``make bench-scale``), in a database of
-its own, after an estimate of time and disk; ``BENCH_SCALES`` sets the default scales. Exits 1
-on FAIL or too small a disk. docs/benchmarks.md, "The month start at 1,000, …"."""
+"""``python -m bench.scale``: the month start at 1,000, 10,000 and 100,000 associations
+(``make bench-scale``), in a database of its own, after an estimate of time and disk; exits 1
+on FAIL or too small a disk (docs/benchmarks.md, "The month start at 1,000, …")."""
 
 import argparse
 import contextlib
@@ -39,9 +38,7 @@ def _scales(text: str) -> list[int]:
 
 
 def _arguments(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        prog="python -m bench.scale", description=__doc__.split("\n")[0]
-    )
+    parser = argparse.ArgumentParser("python -m bench.scale", description=__doc__.split("\n")[0])
     default = os.environ.get("BENCH_SCALES") or " ".join(map(str, plan.SCALES))
     shown = default.replace(" ", ",")
     parser.add_argument("--scales", type=_scales, default=default,
@@ -58,17 +55,13 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
 
 
 def database_url() -> str:
-    """The scale run's own database: ``BENCH_DATABASE_URL``'s server, database ``bench_scale``."""
     parts = urlsplit(environment.database_url())
     return urlunsplit(parts._replace(path=f"/{DATABASE}"))
 
 
 def _superuser(url: str, database: str = "postgres") -> psycopg.Connection:
     """A connection as ``postgres`` to the project-local server (trust on loopback)."""
-    parts = urlsplit(url)
-    netloc, path = f"postgres@{parts.hostname}:{parts.port or 5432}", f"/{database}"
-    target = urlunsplit(parts._replace(scheme="postgresql", netloc=netloc, path=path))
-    return psycopg.connect(target, autocommit=True, connect_timeout=5)
+    return environment.connect(url, database, user="postgres", autocommit=True)
 
 
 # -- how long, how much disk ------------------------------------------------------------------
@@ -83,7 +76,6 @@ def cost_model() -> tuple[dict, str]:
 
 
 def estimate(scales: list[int], repeats: int, model: dict) -> dict:
-    """The run's wall time and its peak disk, from ``model``."""
     cases, per_association = len(plan.SCALE_CASES) * repeats, model["seconds_per_association"]
     seconds = cases * (model["seconds_per_case"] * len(scales) + per_association * sum(scales))
     peak = model["bytes_fixed"] + model["bytes_per_association"] * max(scales)
@@ -116,11 +108,16 @@ def fit(groups: list[dict]) -> dict | None:
     return model
 
 
+def _show(url: str, setting: str) -> str:  # "" if the server could not be asked
+    with contextlib.suppress(psycopg.Error), _superuser(url) as conn:
+        return conn.execute(sql.SQL("SHOW {}").format(sql.Identifier(setting))).fetchone()[0]
+    return ""
+
+
 def free_bytes(url: str) -> int | None:
     """Free space where the server keeps its data, if this process can see that folder."""
-    with contextlib.suppress(psycopg.Error, OSError), _superuser(url) as conn:
-        [directory] = conn.execute("SHOW data_directory").fetchone()
-        return shutil.disk_usage(directory).free
+    with contextlib.suppress(OSError):
+        return shutil.disk_usage(_show(url, "data_directory")).free
     return None
 
 
@@ -170,13 +167,6 @@ def drop(url: str) -> None:
         conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(_DATABASE))
 
 
-def _loaded(url: str) -> bool:
-    with contextlib.suppress(psycopg.Error), _superuser(url) as conn:
-        [libraries] = conn.execute("SHOW shared_preload_libraries").fetchone()
-        return "pg_stat_statements" in libraries.replace(" ", "").split(",")
-    return False
-
-
 def main(argv: list[str] | None = None) -> int:
     args = _arguments(argv)
     url = database_url()
@@ -189,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     if args.estimate:
         return 0
-    if not _loaded(url):
+    if "pg_stat_statements" not in _show(url, "shared_preload_libraries").replace(" ", ""):
         log("bench-scale: pg_stat_statements is not loaded (scripts/services.sh "
             "enable-pg-stat-statements): the run goes on without the statements")  # fmt: skip
     started, started_at = time.monotonic(), datetime.now(tz=UTC).isoformat(timespec="seconds")

@@ -60,7 +60,6 @@ def _ratio(a, b):
 
 
 def targets(rows: list[dict], goals: dict) -> list[dict]:
-    """The goals, judged on ``rows`` (one per scale, smallest first)."""
     found = [
         _target(f"ours ≤ {goals['ratio']}x the plain COPY loop at {row['associations']:,}",
                 row["ratio"], "<=", goals["ratio"], row["error"])
@@ -91,8 +90,7 @@ def _statements(group: dict, case: str) -> tuple[dict, dict]:
 
 
 def where_the_time_goes(groups: list[dict], rows: list[dict], judged: list[dict], goals: dict):
-    """For a run with a MISS: per case, the statements grown from the smallest scale to the largest,
-    with both plans; at each scale whose ratio missed, the top statements of ours and the loop."""
+    """For a MISS: the statements grown from the smallest scale, and the top ones where missed."""
     if not any(t["status"] == "MISS" for t in judged) or not groups:
         return None
     found: dict = {"grown": {}, "at_scale": {}}
@@ -146,14 +144,8 @@ def _cells(row: dict) -> list[str]:
     ]  # fmt: skip
 
 
-def table(rows: list[dict]) -> str:
-    return report._table(_HEADERS, [_cells(row) for row in rows])
-
-
-def markdown_table(rows: list[dict]) -> str:
-    lines = ["| " + " | ".join(_HEADERS) + " |", "|" + "---|" * len(_HEADERS)]
-    lines += ["| " + " | ".join(_cells(row)) + " |" for row in rows]
-    return "\n".join(lines)
+def table(rows: list[dict], *, markdown: bool = False) -> str:
+    return report._table(_HEADERS, [_cells(row) for row in rows], markdown=markdown)
 
 
 def _where_text(where: dict | None, *, plans: bool) -> str:
@@ -204,7 +196,7 @@ def markdown(document: dict) -> str:
     parts = [
         f"# make bench-scale: {document['name']} of {document['started_at']}",
         f"{document['seconds']:.0f} s; estimated {document['estimate']['seconds']} s. {summary}",
-        markdown_table(document["rows"]),
+        table(document["rows"], markdown=True),
         "```text\n" + report.targets_table(document["targets"]) + "\n```",
         *(["```text\n" + where + "\n```"] if where else []),
     ]
@@ -290,7 +282,7 @@ def write(document: dict, results: Path, *, docs: Path | None) -> list[Path]:
         (docs / "bench-scale.svg").write_text(svg)
         written.append(docs / "bench-scale.svg")
         page = docs / "benchmarks.md"
-        rows, now = markdown_table(document["rows"]), page.read_text()
+        rows, now = table(document["rows"], markdown=True), page.read_text()
         if DOCS_TABLE.search(now):
             page.write_text(DOCS_TABLE.sub(lambda m: f"{m[1]}{rows}\n{m[2]}", now))
             written.append(page)

@@ -3,7 +3,6 @@ the holder's 200 ms external call (docs/benchmarks.md, "The cases")."""
 
 import threading
 import time
-from datetime import timedelta
 from functools import partial
 
 import psycopg
@@ -17,7 +16,6 @@ from charges.models import MonthlyChargeRun
 from locking import FenceLock, LockHeld, advance_fence, unfenced_writes
 from locking.advisory import advisory_lock
 
-TTL = timedelta(seconds=30)
 ACTIVITY_SQL = """
 SELECT count(*) FILTER (WHERE state = 'idle in transaction'),
        count(*) FILTER (WHERE xact_start IS NOT NULL),
@@ -64,7 +62,7 @@ def _advisory(run_id: int, external_call, who: str) -> str:
 
 def _ours(run_id: int, external_call, who: str, *, lock) -> str:
     try:
-        lease = lock.acquire(f"bench-alt:run:{run_id}", ttl=TTL, holder=who)
+        lease = lock.acquire(f"bench-alt:run:{run_id}", ttl=fixtures.TTL, holder=who)
     except LockHeld:
         return "busy"
     with lease:
@@ -79,7 +77,7 @@ def _ours(run_id: int, external_call, who: str, *, lock) -> str:
 
 def _hold_only(run_id: int, external_call, who: str, *, lock) -> str:
     """A holder of another resource that makes its external call and touches no row."""
-    with lock.acquire(f"bench-alt:reference-holder:{run_id}", ttl=TTL, holder=who):
+    with lock.acquire(f"bench-alt:reference-holder:{run_id}", ttl=fixtures.TTL, holder=who):
         external_call()
     return "done"
 
@@ -91,8 +89,7 @@ def _timed(action) -> tuple[str, float]:
 
 
 def _free_acquire(lock, resource: str) -> tuple[str, float]:
-    """Acquire the free ``resource``; time the acquire alone (the release is untimed)."""
-    lease, elapsed = _timed(lambda: lock.acquire(resource, ttl=TTL))
+    lease, elapsed = _timed(lambda: lock.acquire(resource, ttl=fixtures.TTL))
     lease.release()
     return "granted", elapsed
 
@@ -141,7 +138,6 @@ def _trial(operation, run_id: int, call_seconds: float, sampler, loser_action) -
 
 
 def run(*, variant: str, redis_url: str, trials: int, call_seconds: float = 0.2) -> dict:
-    """Run ``trials`` holder/loser pairs of ``variant``; report the loser's answer and cost."""
     lock = FenceLock(client=redis.Redis.from_url(redis_url)) if variant == "ours" else None
     operation = {"select_for_update": _select_for_update, "advisory": _advisory,
                  "select_for_update_nowait": partial(_select_for_update, nowait=True),

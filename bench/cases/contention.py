@@ -31,7 +31,6 @@ FROM (SELECT resource, token, lag(token) OVER (PARTITION BY resource ORDER BY id
 
 
 def _client(barrier, results, complaint_id: int, *, mode, seconds, redis_url, ttl, label) -> None:
-    """One client process: loop until the deadline; put what happened on ``results``."""
     lock = FenceLock(client=redis.Redis.from_url(redis_url))
     resource = f"vendor-assignment:complaint:{complaint_id}"
     fence = Complaint.objects.filter(pk=complaint_id)
@@ -97,7 +96,6 @@ def run(
     *, mode: str, processes: int, shared: bool, seconds: float, redis_url: str,
     ttl_seconds: float = 10,
 ) -> dict:  # fmt: skip
-    """Run ``processes`` clients for ``seconds`` on one resource (``shared``) or one each."""
     label = fixtures.unique_label(f"contention-{mode}")
     org = fixtures.organization("bench-contention")
     rows = fixtures.complaints(org, 1 if shared else processes, title=label)
@@ -150,8 +148,7 @@ def _summary(reports: list[dict], cpu: tuple[int, int], label: str) -> dict:
         "ops_per_s": round(successes / elapsed, 1), "busy_per_s": round(busy / elapsed, 1),
         "stale": total("stale"),
         "top_client_share": round(top_client / successes, 2) if successes else 0,
-        # Is the machine the limit? Share of both CPUs busy (all processes, not only ours),
-        # and our clients' own CPU per successful operation.
+        # Is the machine the limit? Both CPUs' busy share (every process); our CPU per success.
         "machine_cpu_busy": round(cpu[0] / max(cpu[1], 1), 2),
         "client_cpu_ms_per_op": round(1000 * total("cpu") / max(successes, 1), 2),
     }  # fmt: skip

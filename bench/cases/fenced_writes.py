@@ -41,8 +41,7 @@ def _insert_assignment(complaint, *, vendor, actor) -> None:
 
 
 def _checked(item, *, vendor, actor) -> None:
-    """The service's steps without lease, fence and audit: its checks, then under the complaint's
-    row lock the insert, after the active one is replaced (a reassignment: ``item`` is that)."""
+    """The service's steps, no lease, fence, audit (``item``: a complaint, or what it replaces)."""
     reassign = isinstance(item, VendorAssignment)
     complaint = item.complaint if reassign else item
     organization, today = complaint.organization, timezone.localdate()
@@ -104,7 +103,6 @@ def vendor(*, variant: str, redis_url: str, ops: int, warmup: int = 10) -> dict:
 
 # -- paying an approved invoice ---------------------------------------------------------------
 def payment(*, variant: str, redis_url: str, ops: int, warmup: int = 10) -> dict:
-    """Time paying ``ops`` approved invoices once each (``checked``: no lease, fence, audit)."""
     from bench.http_baseline import pay_unfenced
 
     org = fixtures.organization("bench-payment")
@@ -116,7 +114,7 @@ def payment(*, variant: str, redis_url: str, ops: int, warmup: int = 10) -> dict
     # As the page's view has it: the invoice, its association and vendor in hand.
     invoices = Invoice.objects.filter(pk__in=[i.pk for i in made]).order_by("pk")
     items = list(invoices.select_related("organization", "vendor"))
-    settings.VENDOR_PAYMENT_URL = start_stand_in("payment")[1]  # this process's own
+    settings.VENDOR_PAYMENT_URL = start_stand_in("/payment")[1]  # this process's own
     pay = pay_unfenced if variant == "checked" else pay_invoice
 
     def operation(invoice) -> None:
@@ -148,7 +146,6 @@ def _plain_run(org, month, insert) -> None:
 
 
 def _plain_chunk(org_ids, month) -> None:
-    """The plain loop over one chunk of associations, its plans made afresh first."""
     MonthlyChargeRun.objects.replan_charge_checks()
     for org_id in org_ids:
         _plain_run(Organization(pk=org_id), month, _copy)
@@ -176,12 +173,11 @@ def _charges_operation(variant: str, *, org, actor):
         return functools.partial(_plain_run, org, insert=insert)
     # This worker process runs this one variant: the setting is its own.
     billed = variant == "service_billed"
-    settings.BILLING_WEBHOOK_URL = start_stand_in("billing")[1] if billed else ""
+    settings.BILLING_WEBHOOK_URL = start_stand_in("/billing")[1] if billed else ""
     return lambda month: generate_monthly_charges(organization=org, month=month, actor=actor)
 
 
 def charges(*, variant: str, redis_url: str, units: int, ops: int, warmup: int = 1) -> dict:
-    """Generate ``ops`` new months of charges for an organization of ``units`` units."""
     org = fixtures.organization(f"bench-charges-{units}", units=units)
     actor = fixtures.staff_user("bench-charges-staff", org)
     fixtures.fresh_runs(org, 0)  # every month of this organization is new again
@@ -239,8 +235,7 @@ FROM (
 
 @contextlib.contextmanager
 def _without_timeouts():
-    """This process's connection without hoa/settings.py's read and statement timeouts (the
-    fixture's COPY and the cleanup take longer); the timed part has them, as deployed."""
+    """The connection without hoa/settings.py's timeouts, for the fixture (the timed part: with)."""
     options = connection.settings_dict["OPTIONS"]
     kept = dict(options)
     connection.close()
@@ -255,7 +250,6 @@ def _without_timeouts():
 
 
 def _copy_in(cursor, target: str, lines) -> None:
-    """COPY ``lines`` of tab-separated text into ``target``, "table (columns)"."""
     with cursor.copy(f"COPY {target} FROM STDIN") as copy:
         for line in lines:
             copy.write(line)
@@ -302,7 +296,7 @@ def _delete_associations(month, cleanup: str = "delete") -> None:
 
 def _run_commands(hosts: int, month, workers: int = 2) -> list[int]:
     """``hosts`` cron runs of the command at once, billing to a stand-in; their exit codes."""
-    billing, billing_url = start_stand_in("billing")
+    billing, billing_url = start_stand_in("/billing")
     command = [sys.executable, "manage.py", "generate_monthly_charges", "--all-orgs", "--workers",
                str(workers), "--month", f"{month:%Y-%m}", "--actor", MONTH_START_ACTOR]  # fmt: skip
     env = {**os.environ, "BILLING_WEBHOOK_URL": billing_url}
@@ -318,7 +312,7 @@ def _diagnosis(variant: str, ids: list[int], month) -> dict:
     statements = diagnose.snapshot()
     chunk, started_at = ids[:MONTH_START_CHUNK], timezone.now()
     following = fixtures.month((month.year - 2001) * 12 + month.month)
-    billing, settings.BILLING_WEBHOOK_URL = start_stand_in("billing")
+    billing, settings.BILLING_WEBHOOK_URL = start_stand_in("/billing")
     try:
         with CaptureQueriesContext(connection) as captured:
             if variant == "baseline":
@@ -333,8 +327,7 @@ def _diagnosis(variant: str, ids: list[int], month) -> dict:
 
 
 def _plain_walk(ids: list[int], month) -> None:
-    """2b's COPY variant per association, 2 processes, in the command's chunks, each chunk
-    replanned as the command does (docs/benchmarks.md, "What grew with the batch")."""
+    """2b's COPY variant per association, 2 processes, in the command's chunks, each replanned."""
     size = MONTH_START_CHUNK
     chunks = [ids[n : n + size] for n in range(0, len(ids), size)]
     with multiprocessing.get_context("fork").Pool(2) as pool:

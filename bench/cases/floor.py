@@ -1,10 +1,8 @@
-"""Section 1e: one fenced write (``run_fenced``) against the same write in Django's
-``atomic()`` and against the floor's parts, round robin in one process, with two probes: the
-write step by step, and fused (docs/benchmarks.md, "The fence's price in Django's terms")."""
+"""Section 1e: one fenced write against the same write in Django's ``atomic()`` and against the
+floor's parts, with two probes: step by step, and fused (docs/benchmarks.md)."""
 
 import itertools
 import time
-from datetime import timedelta
 from functools import partial
 from statistics import median
 
@@ -13,47 +11,34 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from bench import fixtures
+from bench.fixtures import TTL
 from bench.measure import PgRoundTrips, check, result
 from hoa.models import Complaint, ComplaintEvent
 from locking import FenceLock, advance_fence, run_fenced
 from locking.audit import Attempt
-from locking.models import FenceEpoch, FenceEvent
 
-TTL = timedelta(seconds=30)
 FLOOR_TABLE = "bench_floor_commit"  # the durable commit's one-row table (bench only)
 FLOOR_DDL = f"CREATE TABLE IF NOT EXISTS {FLOOR_TABLE} (id bigserial PRIMARY KEY, at timestamptz)"
 FLOOR_INSERT = f"INSERT INTO {FLOOR_TABLE} (at) VALUES (now())"  # noqa: S608 - a constant
 STEPS = ("grant", "fence", "row", "audit", "commit", "release")
 FUSED_STEPS = ("grant", "fence_and_audit", "row", "commit", "release")
-# The audit row's columns, as locking's own INSERT writes them.
-AUDIT_COLUMNS = ("resource", "scope", "operation", "token", "outcome", "actor", "detail", "at")
-
-
-def _fused_sql() -> str:
-    """The fence UPDATE (row check, epoch check) and the committed audit row, one statement."""
-    quote = connection.ops.quote_name
-    complaint, epochs, events = Complaint._meta, FenceEpoch._meta, FenceEvent._meta
-    table = quote(complaint.db_table)
-    fence = f"{table}.{quote(complaint.get_field('last_fence_token').column)}"
-    columns = ", ".join(quote(events.get_field(name).column) for name in AUDIT_COLUMNS)
-    values = ", ".join(["%s"] * len(AUDIT_COLUMNS))
-    # Quoted names from the models; every value is a parameter.
-    update = f"UPDATE {table} SET {quote('last_fence_token')} = %s"  # noqa: S608
-    where = f" WHERE {table}.{quote(complaint.pk.column)} = %s AND {fence} < %s"
-    no_newer_epoch = (
-        f" AND NOT EXISTS (SELECT 1 FROM {quote(epochs.db_table)}"  # noqa: S608
-        f" WHERE {quote('resource')} = %s AND {quote('epoch')} > %s)"
-    )
-    log = quote(events.db_table)
-    audit = f"INSERT INTO {log} ({columns}) SELECT {values} FROM fenced"  # noqa: S608
-    return f"WITH fenced AS ({update}{where}{no_newer_epoch} RETURNING 1) {audit}"
+# The fence UPDATE (row check, epoch check) and the committed audit row, as locking's own
+# INSERT writes it, in one statement.
+FUSED_SQL = """
+WITH fenced AS (
+    UPDATE hoa_complaint SET last_fence_token = %s
+    WHERE id = %s AND last_fence_token < %s
+      AND NOT EXISTS (SELECT 1 FROM locking_fenceepoch WHERE resource = %s AND epoch > %s)
+    RETURNING 1)
+INSERT INTO locking_fenceevent (resource, scope, operation, token, outcome, actor, detail, at)
+SELECT %s, %s, %s, %s, %s, %s, %s, %s FROM fenced
+"""
 
 
 _ns = time.perf_counter_ns
 
 
 def _given_token(write):
-    """A step of ``_clocked``: ``write`` with the lease's token."""
     return lambda lease: write(lease.token)
 
 
@@ -69,7 +54,6 @@ class _FencedWrite:
         self.attempt = Attempt(actor="bench", operation="bench-floor")
         self.steps: dict[str, list[float]] = {step: [] for step in STEPS}
         self.fused_steps: dict[str, list[float]] = {step: [] for step in FUSED_STEPS}
-        self.fused_sql = _fused_sql()
         self.unfenced = itertools.count(1)  # the Django write's audit rows: a number each
 
     def _row(self, token: int) -> None:
@@ -130,7 +114,7 @@ class _FencedWrite:
         token, attempt = lease.token, self.attempt
         with connection.cursor() as cursor:
             cursor.execute(
-                self.fused_sql,
+                FUSED_SQL,
                 [token, self.complaint.pk, token, self.resource, token >> 32, self.resource,
                  attempt.scope, attempt.operation, token, "committed", attempt.actor, "",
                  timezone.now()],
@@ -140,7 +124,6 @@ class _FencedWrite:
 
 
 def run(*, variant: str = "fenced", redis_url: str, ops: int, warmup: int = 30) -> dict:
-    """Time ``ops`` rounds of PING, SELECT 1, a durable one-row commit and a fenced write."""
     client = redis.Redis.from_url(redis_url)
     connection.ensure_connection()
     raw = connection.connection  # psycopg's own, autocommit (Django's default)

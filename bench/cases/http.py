@@ -93,7 +93,6 @@ class _Load:
             raise
 
     def drive(self, server_pid: int) -> dict:
-        """Run the clients; the wall time and the CPU of this process and of the server."""
 
         def start_clock() -> None:  # the barrier's action: all warmed up, none released yet
             now = time.monotonic()
@@ -119,9 +118,8 @@ class _Load:
 
 
 def run(*, variant: str, redis_url: str, seconds: float, clients: int) -> dict:
-    """Drive the ``variant`` endpoint with ``clients`` threads for ``seconds``; report answers."""
     label = fixtures.unique_label("http")
-    dispatch, dispatch_url = start_stand_in("dispatch")
+    dispatch, dispatch_url = start_stand_in("/dispatch")
     port, run_dir = free_port(), tempfile.mkdtemp(prefix="hoa-bench-gunicorn-")
     url = f"http://{HOST}:{port}/{PREFIX if variant == 'baseline' else ''}"
     load = _Load(fixtures.organization("bench-http"), url=url, seconds=seconds,
@@ -136,10 +134,9 @@ def run(*, variant: str, redis_url: str, seconds: float, clients: int) -> dict:
         stop(process, grace=40)
         dispatch.shutdown()
         shutil.rmtree(run_dir, ignore_errors=True)
-    return result(
-        [us for _, _, us, _ in load.answers], *_checks(variant, load, label),
-        metrics=_metrics(load, **spent),
-    )  # fmt: skip
+    metrics = _metrics(load, **spent)
+    samples = [us for _, _, us, _ in load.answers]
+    return result(samples, *_checks(variant, load, label, metrics), metrics=metrics)
 
 
 def _metrics(load: _Load, *, wall: float, client_cpu: float, server_cpu: float) -> dict:
@@ -160,11 +157,9 @@ def _metrics(load: _Load, *, wall: float, client_cpu: float, server_cpu: float) 
     }  # fmt: skip
 
 
-def _checks(variant: str, load: _Load, label: str) -> list[dict]:
+def _checks(variant: str, load: _Load, label: str, metrics: dict) -> list[dict]:
     """No 5xx; one active assignment each; rising hot tokens, or (baseline) no token or audit."""
-    statuses = Counter(status for _, status, _, _ in load.answers)
-    server_errors = sum(count for status, count in statuses.items() if status >= 500)
-    answered = f"{len(load.answers)} requests: {dict(sorted(statuses.items()))}; "
+    answered = f"{len(load.answers)} requests: {metrics['status_counts']}; "
     answered += f"{len(load.errors)} transport errors"
     cold_ok = {c for kind, code, _, c in load.answers if (kind, code) == ("cold", 303)}
     mine = Complaint.objects.filter(title__startswith=label)
@@ -181,7 +176,7 @@ def _checks(variant: str, load: _Load, label: str) -> list[dict]:
         audited = FenceEvent.objects.filter(resource__in=resources).count()
         detail = f"{stamped} complaints with a token, {audited} audit rows"
         fenced = check("no fence token and no audit row", not (stamped or audited), detail)
-    clean = not (server_errors or load.errors) and load.answers
+    clean = not (metrics["http_5xx"] or load.errors) and load.answers
     return [
         check("no 5xx and no transport errors", clean, answered),
         check("at most one active assignment per complaint",

@@ -11,7 +11,7 @@ import redis_lock
 from pottery import Redlock
 
 from bench.environment import wait_until
-from bench.measure import check, commandstats, per_op, result, sent_per_op, timed_loop
+from bench.measure import check, redis_timed, result, sent_per_op, timed_loop
 from locking import FenceLock, LeaseState
 from locking.keys import fence_key
 from locking.scripts import ACQUIRE_LUA, RELEASE_LUA
@@ -20,7 +20,6 @@ TTL = timedelta(seconds=30)
 
 
 def _library_lock(new_lock, client: redis.Redis):
-    """A cycle of a new ``new_lock(client)``, a non-blocking acquire, a release."""
 
     def cycle() -> None:
         lock = new_lock(client)
@@ -106,21 +105,13 @@ def _fsync_always(client: redis.Redis):
 
 
 def run(*, variant: str, redis_url: str, iterations: int, warmup: int, counted: int = 20) -> dict:
-    """Time ``iterations`` cycles of ``variant``; count the Redis commands of a cycle."""
     client = redis.Redis.from_url(redis_url)
     with _fsync_always(client) if variant == "ours_fsync_always" else nullcontext():
-        cycle = VARIANTS[variant](client)
-        for _ in range(warmup):  # connections made, scripts loaded, code paths warm
-            cycle()
-        before = commandstats(client)
-        samples = timed_loop(lambda _: cycle(), range(iterations))
-        executed = per_op(commandstats(client) - before, iterations)
-        sent = sent_per_op(redis_url, cycle, counted)
-    counts = {
-        "redis_sent": sent, "redis_sent_total": round(sum(sent.values()), 3),
-        "redis_executed": executed, "redis_executed_total": round(sum(executed.values()), 3),
-        "db_round_trips": 0,
-    }  # fmt: skip
+        cycle, cycles = VARIANTS[variant](client), range(warmup + iterations)
+        # The warm-up: connections made, scripts loaded, code paths warm.
+        samples, counts = redis_timed(lambda _: cycle(), cycles, redis_url, warmup)
+        counts.update(sent_per_op(redis_url, cycle, counted), db_round_trips=0)
+    counts["redis_executed_total"] = round(sum(counts["redis_executed"].values()), 3)
     if not isinstance(cycle, _Ours):
         return result(samples, counts=counts)
     detail = f"last token {cycle.last_token}, regressions {cycle.token_regressions}"
@@ -144,9 +135,7 @@ def lease_reads(*, variant: str, redis_url: str, iterations: int, warmup: int) -
         for _ in range(READS_PER_SAMPLE):
             read()
 
-    for item in range(warmup):
-        thousand_reads(item)
-    samples = timed_loop(thousand_reads, range(iterations))
+    samples = timed_loop(thousand_reads, range(warmup + iterations), warmup)
     held = lease.state is LeaseState.HELD
     invariant = check("the lease stays held while it is read", held, f"state {lease.state}")
     lease.release()
