@@ -16,7 +16,7 @@ from charges.models import MonthlyChargeRun
 from charges.operations import GENERATION
 from hoa.complaints import views as complaint_views
 from hoa.complaints import workflow
-from hoa.fenced import Call
+from hoa.fenced import Permitted
 from hoa.models import Complaint, ComplaintEvent
 from hoa.urls import handler400, handler403, handler404, handler500, urlpatterns  # noqa: F401
 from locking import Lease, unfenced_writes
@@ -41,32 +41,32 @@ def _unfenced_lease(resource: str) -> Lease:
     )  # fmt: skip
 
 
-class _UnfencedCall(Call):
+class _UnfencedPermitted(Permitted):
     def run(self, steps):
         lease = _unfenced_lease(self.resource)
-        looked = steps.look(lease)
-        told = _told(steps, lease, looked) if looked.needs_call else None
+        found = steps.look(lease)
+        receipt = _receipt(steps, lease, found) if found.needs_call else None
         with transaction.atomic():
-            row = steps.fence_row(looked)
+            row = steps.fence_row(found)
             # The runs' table is strict (charges 0005): the twin says it writes unfenced,
             # which costs it two round trips the fenced view does not pay.
             with unfenced_writes() if row.model is MonthlyChargeRun else nullcontext():
                 row.select_for_update().values_list("pk").get()
-                return steps.commit(lease, looked, told)
+                return steps.commit(lease, found, receipt)
 
 
-def _told(steps, lease, looked):
+def _receipt(steps, lease, found):
     """The operation's own claim, if it makes one, committed on its own; then the call."""
-    if steps.claim is not None and not transaction.atomic(steps.claim)(lease, looked):
+    if steps.claim is not None and not transaction.atomic(steps.claim)(lease, found):
         return None
-    return steps.call_outside(lease, looked)
+    return steps.call_outside(lease, found)
 
 
 def _unfenced(operation):
-    """``operation`` whose ``begin`` returns an ``_UnfencedCall`` after the same checks."""
+    """``operation`` whose ``begin`` returns an ``_UnfencedPermitted`` after the same checks."""
 
-    def begin(actor, **given) -> Call:
-        return _UnfencedCall(**vars(operation.begin(actor, **given)))
+    def begin(actor, **given) -> Permitted:
+        return _UnfencedPermitted(**vars(operation.begin(actor, **given)))
 
     return types.SimpleNamespace(begin=begin)
 
