@@ -158,7 +158,6 @@ class ChargeRun(FencedSteps):
     lines: list[ChargeLine] | None = None  # the units as ``units_ahead`` read them, if it did
 
     endpoint = "billing"
-    party = billing.BILLING_SYSTEM
 
     @property
     def subject(self) -> dict:

@@ -67,7 +67,6 @@ class FencedSteps:
     """
 
     endpoint: str = ""
-    party: str = ""  # whom the call tells, as staff read it ("the payment service")
 
     # The operation's own claim before the call, if it makes one (``None``: none), as
     # ``claim(lease, found) -> bool``: in a transaction the runner commits on its own
@@ -496,6 +495,5 @@ def _call_outside(steps: FencedSteps, call: Permitted, lease: Lease, found):
             operation=call.operation,
             reason=exc.reason,
             status=exc.status,
-            party=steps.party,
             **steps.subject,
         ) from exc

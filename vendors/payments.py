@@ -30,7 +30,6 @@ from vendors.models import Invoice, InvoiceEvent, VendorPayment
 from vendors.operations import PAYMENT, payment_resource
 from vendors.payment_client import (
     PAYMENT_ENDPOINT,
-    PAYMENT_SERVICE,
     PaymentReceipt,
     idempotency_key,
     send_payment,
@@ -97,7 +96,6 @@ class Payment(FencedSteps):
     seen: int | None = None  # the version the page showed: the claim's compare-and-swap
 
     endpoint = PAYMENT_ENDPOINT
-    party = PAYMENT_SERVICE
 
     @property
     def subject(self) -> dict:

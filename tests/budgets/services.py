@@ -66,7 +66,6 @@ class Approval(FencedSteps):
     by: str  # who asked, as the budget records it
 
     endpoint = "board-notification"
-    party = BOARD
 
     @property
     def subject(self) -> dict:
