@@ -60,10 +60,11 @@ class FencedSteps:
 
     Subclasses set ``endpoint`` (the outside's name, for the span) and ``subject`` (the
     facts its refusals carry, e.g. the organization and month) and write ``look``,
-    ``call_outside``, ``fence_row`` and ``commit``; ``claim`` and ``release`` only if the
-    operation marks its own row before the call; ``create`` only if the attempt may find no
-    row to fence and can insert it with its final values; ``take_back`` only if a refusal at
-    commit can follow a call that told someone.
+    ``call_outside`` and ``commit``; ``fence_row`` only if the look may read no row to
+    fence; ``claim`` and ``release`` only if the operation marks its own row before the
+    call; ``create`` only if the attempt may find no row to fence and can insert it with its
+    final values; ``take_back`` only if a refusal at commit can follow a call that told
+    someone.
     """
 
     endpoint: str = ""
@@ -103,9 +104,11 @@ class FencedSteps:
         return None
 
     def fence_row(self, found) -> QuerySet:
-        """The row that carries the fence, in the commit's transaction (created there if
-        need be)."""
-        raise NotImplementedError
+        """The row that carries the fence, in the commit's transaction: by default the one
+        the look read (``found.fenced``); an operation whose row may be new overrides it."""
+        if found.fenced is None:
+            raise NotImplementedError("no row read by the look: name the row to fence")
+        return type(found.fenced)._default_manager.filter(pk=found.fenced.pk)
 
     def commit(self, lease: Lease, found, receipt) -> "Result":
         """After the fence, in its transaction: the state check and the writes (``told``:

@@ -154,9 +154,6 @@ class Payment(FencedSteps):
             payment_claim=None, payment_claimed_at=None, version=F("version") + 1
         )
 
-    def fence_row(self, found: InvoiceLook) -> QuerySet:
-        return self.rows()
-
     def commit(self, lease: Lease, found: InvoiceLook, receipt: PaymentReceipt | None) -> Result:
         # The fence UPDATE holds the invoice's row lock: what is read now is the latest
         # committed state, and nobody changes it before we commit.

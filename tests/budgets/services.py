@@ -11,7 +11,6 @@ from dataclasses import dataclass
 from decimal import Decimal
 
 from django.conf import settings
-from django.db.models import QuerySet
 from django.utils import timezone
 
 from hoa.fenced import FencedSteps, Look, Result
@@ -54,11 +53,6 @@ def approve_budget(
 
 
 @dataclass(frozen=True)
-class BudgetLook(Look):
-    budget: AnnualBudget  # as it was before the call (``fenced``)
-
-
-@dataclass(frozen=True)
 class Approval(FencedSteps):
     """One attempt at approving a budget, as the runner's steps (``hoa.fenced``)."""
 
@@ -71,30 +65,25 @@ class Approval(FencedSteps):
     def subject(self) -> dict:
         return {"organization": self.budget.organization, "year": self.budget.year}
 
-    def rows(self) -> QuerySet:
-        return AnnualBudget.objects.filter(pk=self.budget.pk)
-
-    def look(self, lease: Lease) -> BudgetLook:
-        budget = self.rows().get()
+    def read(self) -> AnnualBudget:
+        budget = AnnualBudget.objects.get(pk=self.budget.pk)
         budget.organization = self.budget.organization
-        # Final once approved: nothing to tell. The commit still checks the fence first.
-        return BudgetLook(budget=budget, needs_call=not budget.is_approved, fenced=budget)
+        return budget
 
-    def call_outside(self, lease: Lease, found: BudgetLook) -> str | None:
-        call = send_approval(budget=found.budget, token=lease)
+    def look(self, lease: Lease) -> Look:
+        budget = self.read()  # the row the runner fences; final once approved: nothing to tell
+        return Look(needs_call=not budget.is_approved, fenced=budget)
+
+    def call_outside(self, lease: Lease, found: Look) -> str | None:
+        call = send_approval(budget=found.fenced, token=lease)
         return None if call.skipped else BOARD
 
-    def fence_row(self, found: BudgetLook) -> QuerySet:
-        return self.rows()
-
-    def commit(self, lease: Lease, found: BudgetLook, receipt) -> Result:
-        # The fence UPDATE holds the row lock: this read sees the latest committed state.
-        budget = self.rows().get()
-        budget.organization = self.budget.organization
+    def commit(self, lease: Lease, found: Look, receipt) -> Result:
+        budget = self.read()  # the fence UPDATE holds the row lock: the latest committed state
         if budget.is_approved:
             return Result(Outcome.ALREADY_DONE, lease.token, budget, answers.result_message)
-        if budget.amount != found.budget.amount:  # the board was told another amount
-            raise AmountChanged(**self.subject, notified=found.budget.amount, amount=budget.amount)
+        if budget.amount != found.fenced.amount:  # the board was told another amount
+            raise AmountChanged(**self.subject, notified=found.fenced.amount, amount=budget.amount)
         budget.status = AnnualBudget.Status.APPROVED
         budget.approved_at = timezone.now()
         budget.approved_by = self.by[:200]
