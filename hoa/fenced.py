@@ -26,7 +26,7 @@ from hoa.answers.refusals import (
     Superseded,
 )
 from hoa.answers.table import Audience, Done
-from hoa.integrations.webhooks import ExternalCallFailed, ExternalCallUnknown
+from hoa.integrations.webhooks import CallResult, ExternalCallFailed, ExternalCallUnknown
 from hoa.models import Organization, record_unknown
 from hoa.scopes import scope_for_organization
 from locking import (
@@ -87,8 +87,9 @@ class FencedSteps:
         raise NotImplementedError
 
     def call_outside(self, lease: Lease, found) -> object | None:
-        """Tell the outside, once; return whom it told (``None``: the call was skipped).
-        Raise ``ExternalCallFailed`` when it refused or failed."""
+        """Tell the outside, once; return whom it told (``None``: the call was skipped), or
+        ``post_fenced``'s ``CallResult`` (the operation's party, unless skipped). Raise
+        ``ExternalCallFailed`` when it refused or failed."""
         raise NotImplementedError
 
     def release(self, lease: Lease, found) -> None:
@@ -476,7 +477,7 @@ def _call_outside(steps: FencedSteps, call: Permitted, lease: Lease, found):
         lease.check()  # the claim took a round trip: still ours?
     try:
         with span("external-call", lease=lease, attributes={"endpoint": steps.endpoint}):
-            return steps.call_outside(lease, found)
+            told = steps.call_outside(lease, found)
     except ExternalCallFailed as exc:
         steps.release(lease, found)  # the outside refused: it did nothing
         raise CallFailed(
@@ -500,3 +501,6 @@ def _call_outside(steps: FencedSteps, call: Permitted, lease: Lease, found):
             status=exc.status,
             **steps.subject,
         ) from exc
+    if isinstance(told, CallResult):  # a webhook: it told the operation's party, unless skipped
+        return None if told.skipped else call.operation.answers.party
+    return told
