@@ -26,8 +26,8 @@ class HoaConfig(AppConfig):
         register_scrape_collector(UnsettledCallsCollector())  # calls of unknown outcome
 
         from hoa import checks  # noqa: F401  (registers hoa.W001)
+        from hoa.complaints import answers  # noqa: F401  (renders the workflow's refusals)
 
         # Each app's operations module registers its fenced operations where it declares
         # them (``register``), as each admin module registers its admins.
         autodiscover_modules("operations")
-        from hoa.complaints import answers  # noqa: F401  (renders the workflow's refusals)
