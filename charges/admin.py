@@ -2,9 +2,9 @@
 the Organization changelist.
 
 ``hoa`` does not know about charges: this module adds the action to the Organization admin
-(``hoa.admin_mixins.extend``), and the frame's admin offers it to users with the
-operation's permission (``hoa.admin_actions.fenced_action``: its first POST asks for the
-month, its submit generates each selected organization's charges).
+(``hoa.admin_actions.fenced_action(extends=…)``), which offers it to users with the
+operation's permission: its first POST asks for the month, its submit generates each
+selected organization's charges.
 """
 
 from django.contrib import admin
@@ -18,7 +18,7 @@ from charges.operations import GENERATE_PERMISSION
 from charges.selectors import current_month
 from charges.services import generate_monthly_charges
 from hoa.admin_actions import fenced_action
-from hoa.admin_mixins import AdminExtension, TenantAdminMixin, extend
+from hoa.admin_mixins import FencedRecordAdmin
 from hoa.dates import month_name
 from hoa.web.money import format_money
 
@@ -36,14 +36,8 @@ generate_charges_for_month = fenced_action(
     ),
     submit=gettext_lazy("Generate charges"),
     initial=lambda: {"month": month_label(current_month())},
-)
-
-
-# On the frame's Organization admin, for users with the operation's permission.
-extend(
-    AdminExtension(
-        "hoa.Organization", permission=GENERATE_PERMISSION, actions=(generate_charges_for_month,)
-    )
+    extends="hoa.Organization",  # its admin offers it to users with the permission
+    permission=GENERATE_PERMISSION,
 )
 
 
@@ -71,7 +65,9 @@ class MonthFilter(admin.SimpleListFilter):
 
 
 @admin.register(MonthlyChargeRun)
-class MonthlyChargeRunAdmin(TenantAdminMixin, admin.ModelAdmin):
+class MonthlyChargeRunAdmin(FencedRecordAdmin):
+    # Runs are written by the fenced service only, and a completed run is final: no add,
+    # no change, no delete (deleting would let a month be billed twice), no "Regenerate".
     list_display = [
         "organization",
         "month_name",
@@ -105,20 +101,9 @@ class MonthlyChargeRunAdmin(TenantAdminMixin, admin.ModelAdmin):
     def total_amount(self, run: MonthlyChargeRun) -> str:
         return format_money(run.total)
 
-    # Runs are created by the fenced service only, and a completed run is final: no add,
-    # no change, no delete (deleting would let a month be billed twice), no "Regenerate".
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False
-
 
 @admin.register(MonthlyCharge)
-class MonthlyChargeAdmin(TenantAdminMixin, admin.ModelAdmin):
+class MonthlyChargeAdmin(FencedRecordAdmin):
     list_display = ["run", "unit", "amount_with_currency"]
     list_filter = ["run__organization"]
     search_fields = ["unit__label"]
@@ -128,12 +113,3 @@ class MonthlyChargeAdmin(TenantAdminMixin, admin.ModelAdmin):
     @admin.display(description=gettext_lazy("amount"), ordering="amount")
     def amount_with_currency(self, charge: MonthlyCharge) -> str:
         return format_money(charge.amount)
-
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False

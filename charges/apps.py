@@ -15,10 +15,9 @@ class ChargesConfig(AppConfig):
         from charges.metrics import MonthStartCollector
         from charges.operations import GENERATION
         from hoa.jobs.settling import register_settler
-        from hoa.operations import Link, Pages, Panel, add_pages, register
+        from hoa.operations import Link, Pages, Panel, add_pages
         from hoa.ops.metrics_view import register_scrape_collector
 
-        register(GENERATION)
         add_pages(
             Pages(
                 app="charges",

@@ -13,6 +13,7 @@ from charges import answers
 from charges.exceptions import InvalidMonth
 from charges.models import MonthlyChargeRun, month_label
 from charges.selectors import add_months, current_month
+from hoa.web.fields import ParsedField
 
 _MONTH_PATTERN = re.compile(r"([0-9]{4})-([0-9]{2})")  # [0-9]: \d also takes "٢٠٢٦-٠٣"
 
@@ -77,17 +78,12 @@ def needs_confirmation(month: date) -> bool:
 class MonthForm(forms.Form):
     """A ``YYYY-MM`` month that may be billed; ``cleaned_data["month"]`` is its first day."""
 
-    month = forms.CharField(
+    month = ParsedField(
+        parse_billing_month,
         label=_("Month"),
         widget=forms.TextInput(attrs={"type": "month", "placeholder": "YYYY-MM"}),
         help_text=_("The month to bill, as YYYY-MM."),
     )
-
-    def clean_month(self):
-        try:
-            return parse_billing_month(self.cleaned_data["month"])
-        except InvalidMonth as exc:
-            raise forms.ValidationError(exc.message, code="invalid_month") from exc
 
 
 class ConfirmedMonthForm(MonthForm):

@@ -37,6 +37,7 @@ from charges.operations import GENERATION, charge_resource
 from hoa.answers.refusals import Refusal
 from hoa.batch import together
 from hoa.fenced import FencedSteps, Look, Result, run_together
+from hoa.integrations.webhooks import CallResult
 from hoa.jobs.settling import SETTLE_VIA, Settled, settled_by
 from hoa.models import Organization, OutsideCall, Unit
 from locking import Lease, Outcome, insert_fenced
@@ -158,7 +159,6 @@ class ChargeRun(FencedSteps):
     lines: list[ChargeLine] | None = None  # the units as ``units_ahead`` read them, if it did
 
     endpoint = "billing"
-    party = billing.BILLING_SYSTEM
 
     @property
     def subject(self) -> dict:
@@ -176,11 +176,10 @@ class ChargeRun(FencedSteps):
         lines = self.lines if self.lines is not None else charge_lines(self.organization)
         return RunLook(run=run, lines=lines, needs_call=True, fenced=run)
 
-    def call_outside(self, lease: Lease, found: RunLook) -> str | None:
-        call = billing.send_charge_run(
+    def call_outside(self, lease: Lease, found: RunLook) -> CallResult:
+        return billing.send_charge_run(
             organization=self.organization, month=self.month, lines=found.lines, token=lease
         )
-        return None if call.skipped else billing.BILLING_SYSTEM
 
     def create(self, lease: Lease, found: RunLook, receipt) -> Result | None:
         if found.run is not None:

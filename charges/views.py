@@ -12,7 +12,6 @@ from datetime import date
 from django.conf import settings
 from django.shortcuts import redirect, render
 from django.urls import reverse
-from django.utils.decorators import method_decorator
 from django.utils.formats import date_format
 from django.utils.html import format_html
 from django.utils.translation import gettext as _
@@ -38,10 +37,10 @@ from hoa.answers.pages import error_page
 from hoa.answers.refusals import Refusal
 from hoa.charts import Bar, bar_chart
 from hoa.dates import month_name
-from hoa.security.ratelimits import limit_fenced_posts
 from hoa.web.access import OrganizationMixin, client_ip
 from hoa.web.lists import PagedListView, csv_cell, csv_download
 from hoa.web.money import format_money
+from hoa.web.posts import FencedPostView
 
 CHART_MONTHS = 12
 
@@ -198,45 +197,35 @@ class ChargeRunCsvView(OrganizationMixin, View):
         return ((csv_cell(label), amount, settings.CURRENCY) for label, amount in charges)
 
 
-@method_decorator(limit_fenced_posts, name="dispatch")
-class GenerateChargesView(OrganizationMixin, View):
+class GenerateChargesView(FencedPostView):
     """POST: generate the month's charges once; answer 303, 409, 400, 503, 502 or 429.
 
     A month outside the billing window is a 400; a month other than this one or the next
     first answers a confirmation page whose button posts again with ``confirm=yes``. A GET
-    (a 409 page's address entered again, say) leads to the month's page.
+    (a 409 page's address entered again, say) leads to the month's page, as the 409's way
+    back does (where the retry started).
     """
 
-    http_method_names = ["get", "head", "post"]
     permission_required = GENERATE_PERMISSION
     operation = OPERATION
 
-    def get(self, request, *args, **kwargs):
-        return redirect("charges:run", self.organization.slug, kwargs["month"])
+    def back_url(self, **kwargs) -> str:
+        return reverse("charges:run", args=[self.organization.slug, kwargs["month"]])
 
-    def post(self, request, *args, **kwargs):
-        month_url = reverse("charges:run", args=[self.organization.slug, kwargs["month"]])
-        try:
-            month_of_address(kwargs["month"])  # 404 for another spelling of a month
-            month = parse_billing_month(kwargs["month"])
-            if needs_confirmation(month) and request.POST.get("confirm") != "yes":
-                return render(
-                    request,
-                    "charges/confirm_month.html",
-                    {
-                        "organization": self.organization,
-                        "month": month,
-                        "month_label": month_label(month),
-                        "question": answers.confirm_month(month),
-                    },
-                )
-            result = generate_monthly_charges(
-                organization=self.organization,
-                month=month,
-                actor=request.user,
-                ip=client_ip(request),
+    def run(self, request, **kwargs):
+        month_of_address(kwargs["month"])  # 404 for another spelling of a month
+        month = parse_billing_month(kwargs["month"])
+        if needs_confirmation(month) and request.POST.get("confirm") != "yes":
+            return render(
+                request,
+                "charges/confirm_month.html",
+                {
+                    "organization": self.organization,
+                    "month": month,
+                    "month_label": month_label(month),
+                    "question": answers.confirm_month(month),
+                },
             )
-        except Refusal as exc:
-            # A 409's way back is the month's page, where the retry started.
-            return answer_table.page(request, exc, extra_context={"back_url": month_url})
-        return answer_table.done(request, result, month_url)
+        return generate_monthly_charges(
+            organization=self.organization, month=month, actor=request.user, ip=client_ip(request)
+        )

@@ -14,6 +14,7 @@ from django.contrib import admin, messages
 from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
 from django.template.response import TemplateResponse
 
+from hoa.admin_mixins import AdminExtension, extend
 from hoa.answers import table as answer_table
 from hoa.answers.refusals import Refusal
 from hoa.security.audit import client_ip
@@ -106,10 +107,14 @@ def fenced_action(
     submit: str,
     initial: Callable[[], dict] = dict,
     template: str = "admin/hoa/action_form.html",
+    extends: str = "",
+    permission: str = "",
 ):
     """The admin action ``name`` of an operation that asks ``form_class``: its page says
     ``intro`` above the selection and the form, its button ``submit``; once the form is
-    valid, ``run(obj, cleaned_data, actor=user, ip=address)`` for each selected object."""
+    valid, ``run(obj, cleaned_data, actor=user, ip=address)`` for each selected object.
+    ``extends``: the frame model (``"hoa.Organization"``) whose admin offers it to users
+    with ``permission`` (``hoa.admin_mixins.extend``)."""
 
     def action(modeladmin, request, queryset):
         form = form_class(request.POST) if applying(request) else form_class(initial=initial())
@@ -124,4 +129,7 @@ def fenced_action(
         )
 
     action.__name__ = action.__qualname__ = name
-    return admin.action(description=description)(action)
+    action = admin.action(description=description)(action)
+    if extends:
+        extend(AdminExtension(extends, permission=permission, actions=(action,)))
+    return action

@@ -11,9 +11,9 @@ from django.contrib import admin, messages
 from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
 from django.contrib.admin.options import IS_POPUP_VAR
 from django.contrib.admin.utils import NotRelationField, get_fields_from_path
-from django.core.exceptions import FieldDoesNotExist, ValidationError
+from django.core.exceptions import FieldDoesNotExist, PermissionDenied, ValidationError
 from django.db import models
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
@@ -290,6 +290,38 @@ class TenantAdminMixin(ViewerZoneMixin, OperatorFieldsMixin):
     def formfield_for_foreignkey(self, db_field, request, **kwargs):
         kwargs = _scoped_foreignkey(db_field, request, kwargs)
         return super().formfield_for_foreignkey(db_field, request, **kwargs)
+
+
+class FencedRecordAdmin(TenantAdminMixin, admin.ModelAdmin):
+    """The admin of rows a fenced operation writes, kept as its record: never deleted, and
+    added or changed by staff only while ``editable`` matches the row (``None``, the
+    default: the operation alone writes them).
+
+    A change is saved only if the row, locked, still matches: the operation's fence UPDATE
+    takes the same row lock, so whichever comes second sees the other (a form opened on a
+    draft that was approved since is refused, 403).
+    """
+
+    editable: Q | None = None
+
+    def has_add_permission(self, request):
+        return self.editable is not None and super().has_add_permission(request)
+
+    def has_change_permission(self, request, obj=None):
+        if self.editable is None or not super().has_change_permission(request, obj):
+            return False
+        return obj is None or self._editable(obj).exists()
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+    def _editable(self, obj) -> QuerySet:
+        return self.model._default_manager.filter(self.editable, pk=obj.pk)
+
+    def save_model(self, request, obj, form, change):
+        if change and not self._editable(obj).select_for_update().exists():
+            raise PermissionDenied
+        super().save_model(request, obj, form, change)
 
 
 class SharedRowAdminMixin:

@@ -1,4 +1,5 @@
 from django.apps import AppConfig
+from django.utils.module_loading import autodiscover_modules
 
 
 class HoaConfig(AppConfig):
@@ -26,3 +27,7 @@ class HoaConfig(AppConfig):
 
         from hoa import checks  # noqa: F401  (registers hoa.W001)
         from hoa.complaints import answers  # noqa: F401  (renders the workflow's refusals)
+
+        # Each app's operations module registers its fenced operations where it declares
+        # them (``register``), as each admin module registers its admins.
+        autodiscover_modules("operations")

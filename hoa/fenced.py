@@ -26,7 +26,7 @@ from hoa.answers.refusals import (
     Superseded,
 )
 from hoa.answers.table import Audience, Done
-from hoa.integrations.webhooks import ExternalCallFailed, ExternalCallUnknown
+from hoa.integrations.webhooks import CallResult, ExternalCallFailed, ExternalCallUnknown
 from hoa.models import Organization, record_unknown
 from hoa.scopes import scope_for_organization
 from locking import (
@@ -60,14 +60,14 @@ class FencedSteps:
 
     Subclasses set ``endpoint`` (the outside's name, for the span) and ``subject`` (the
     facts its refusals carry, e.g. the organization and month) and write ``look``,
-    ``call_outside``, ``fence_row`` and ``commit``; ``claim`` and ``release`` only if the
-    operation marks its own row before the call; ``create`` only if the attempt may find no
-    row to fence and can insert it with its final values; ``take_back`` only if a refusal at
-    commit can follow a call that told someone.
+    ``call_outside`` and ``commit``; ``fence_row`` only if the look may read no row to
+    fence; ``claim`` and ``release`` only if the operation marks its own row before the
+    call; ``create`` only if the attempt may find no row to fence and can insert it with its
+    final values; ``take_back`` only if a refusal at commit can follow a call that told
+    someone.
     """
 
     endpoint: str = ""
-    party: str = ""  # whom the call tells, as staff read it ("the payment service")
 
     # The operation's own claim before the call, if it makes one (``None``: none), as
     # ``claim(lease, found) -> bool``: in a transaction the runner commits on its own
@@ -87,8 +87,9 @@ class FencedSteps:
         raise NotImplementedError
 
     def call_outside(self, lease: Lease, found) -> object | None:
-        """Tell the outside, once; return whom it told (``None``: the call was skipped).
-        Raise ``ExternalCallFailed`` when it refused or failed."""
+        """Tell the outside, once; return whom it told (``None``: the call was skipped), or
+        ``post_fenced``'s ``CallResult`` (the operation's party, unless skipped). Raise
+        ``ExternalCallFailed`` when it refused or failed."""
         raise NotImplementedError
 
     def release(self, lease: Lease, found) -> None:
@@ -104,9 +105,11 @@ class FencedSteps:
         return None
 
     def fence_row(self, found) -> QuerySet:
-        """The row that carries the fence, in the commit's transaction (created there if
-        need be)."""
-        raise NotImplementedError
+        """The row that carries the fence, in the commit's transaction: by default the one
+        the look read (``found.fenced``); an operation whose row may be new overrides it."""
+        if found.fenced is None:
+            raise NotImplementedError("no row read by the look: name the row to fence")
+        return type(found.fenced)._default_manager.filter(pk=found.fenced.pk)
 
     def commit(self, lease: Lease, found, receipt) -> "Result":
         """After the fence, in its transaction: the state check and the writes (``told``:
@@ -474,7 +477,7 @@ def _call_outside(steps: FencedSteps, call: Permitted, lease: Lease, found):
         lease.check()  # the claim took a round trip: still ours?
     try:
         with span("external-call", lease=lease, attributes={"endpoint": steps.endpoint}):
-            return steps.call_outside(lease, found)
+            told = steps.call_outside(lease, found)
     except ExternalCallFailed as exc:
         steps.release(lease, found)  # the outside refused: it did nothing
         raise CallFailed(
@@ -496,6 +499,8 @@ def _call_outside(steps: FencedSteps, call: Permitted, lease: Lease, found):
             operation=call.operation,
             reason=exc.reason,
             status=exc.status,
-            party=steps.party,
             **steps.subject,
         ) from exc
+    if isinstance(told, CallResult):  # a webhook: it told the operation's party, unless skipped
+        return None if told.skipped else call.operation.answers.party
+    return told

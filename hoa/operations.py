@@ -1,10 +1,11 @@
-"""Fenced operations, each declared once where it lives and found by the frame here.
+"""Fenced operations, each declared and registered once where it lives, found by the frame here.
 
-An app declares its ``FencedOperation`` in its ``operations`` module and registers it, with
-the ``Pages`` it adds to the frame (``add_pages``), from ``AppConfig.ready()``; the lock page,
-``hoa.W001``, the dashboard, the navigation, the complaint pages and the demo read them
-here, and ``begin`` returns the ``Permitted`` call that runs its steps under a lease
-(``hoa.fenced``).
+An app declares each ``FencedOperation`` in its ``operations`` module and registers it there
+(``register``; the frame imports every app's ``operations`` module from ``HoaConfig.ready()``,
+as the admin imports every ``admin`` module), with the ``Pages`` it adds to the frame
+(``add_pages``, there or from its ``AppConfig.ready()``); the lock page, ``hoa.W001``, the
+dashboard, the navigation, the complaint pages and the demo read them here, and ``begin``
+returns the ``Permitted`` call that runs its steps under a lease (``hoa.fenced``).
 The shared refusals are said by the frame (``hoa.answers.sentences``) in the words its
 ``answers`` gives.
 docs/architecture.md, "One declaration per operation" and "Adding an operation", says how.
@@ -71,8 +72,8 @@ class Panel:
 
 @dataclass(frozen=True)
 class Pages:
-    """What an app adds to the frame's pages, registered with ``add_pages`` from its
-    ``AppConfig.ready()`` (as ``admin.site.register`` takes a ``ModelAdmin``): its place
+    """What an app adds to the frame's pages, registered with ``add_pages`` (as
+    ``admin.site.register`` takes a ``ModelAdmin``): its place
     (``order``) on the dashboard and in the navigation, its ``links``, its ``dashboard``
     panel, what it adds to the complaint pages (``hoa.complaints.extensions``), the
     permissions the demo's staff group gets and its demo data (``seed_demo``, given the
@@ -158,7 +159,8 @@ _registry: dict[str, FencedOperation] = {}
 
 
 def register(operation: FencedOperation) -> FencedOperation:
-    """Add ``operation`` (from its app's ``AppConfig.ready()``); a name is registered once."""
+    """Add ``operation`` where its app's ``operations`` module declares it; return it. A name
+    is registered once."""
     existing = _registry.get(operation.name)
     if existing is not None and existing != operation:
         raise ValueError(f"a fenced operation named {operation.name!r} is already registered")
@@ -185,7 +187,8 @@ _pages: list[Pages] = []
 
 
 def add_pages(pages: Pages) -> Pages:
-    """Add what an app shows on the frame's pages (from its ``AppConfig.ready()``)."""
+    """Add what an app shows on the frame's pages (from its ``operations`` module or its
+    ``AppConfig.ready()``)."""
     if pages not in _pages:
         _pages.append(pages)
     return pages

@@ -8,6 +8,7 @@ from django.utils.translation import gettext_lazy
 from hoa.admin_actions import ShownRows, answer_each, applying, ask
 from hoa.admin_mixins import (
     AdminExtension,
+    FencedRecordAdmin,
     SharedRowAdminMixin,
     TenantAdminMixin,
     TenantInlineMixin,
@@ -61,21 +62,15 @@ class VendorContractAdmin(TenantAdminMixin, admin.ModelAdmin):
 
 
 @admin.register(VendorAssignment)
-class VendorAssignmentAdmin(TenantAdminMixin, admin.ModelAdmin):
+class VendorAssignmentAdmin(FencedRecordAdmin):
+    """Made by the fenced service only; the history is the record of who sent whom, and
+    when."""
+
     list_display = ["complaint", "vendor", "active", "fence_token", "assigned_at", "actor_label"]
     list_filter = ["active", "complaint__organization"]
     search_fields = ["complaint__title", "vendor__name"]
     list_select_related = ["complaint", "vendor"]
     readonly_fields = [f.name for f in VendorAssignment._meta.fields]
-
-    def has_add_permission(self, request):
-        return False  # assignments are made by the fenced service only
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False  # the history is the record of who sent whom, and when
 
 
 class VendorAssignmentInline(admin.TabularInline):
@@ -317,7 +312,7 @@ class InvoiceEventInline(admin.TabularInline):
 
 
 @admin.register(Invoice)
-class InvoiceAdmin(TenantAdminMixin, admin.ModelAdmin):
+class InvoiceAdmin(FencedRecordAdmin):
     """Invoices, read-only here: recording, approving, changing, rejecting and voiding are
     the staff pages' (each a compare-and-swap on what the person saw, on the timeline);
     paying is the action, the same fenced payment as the page's and the nightly run's."""
@@ -363,32 +358,16 @@ class InvoiceAdmin(TenantAdminMixin, admin.ModelAdmin):
     def has_pay_permission(self, request) -> bool:
         return request.user.has_perm(PAY_PERMISSION)
 
-    def has_add_permission(self, request):
-        return False  # recorded from the complaint's page, against one of its assignments
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False  # the record of what was billed, approved and paid
-
 
 @admin.register(VendorPayment)
-class VendorPaymentAdmin(TenantAdminMixin, admin.ModelAdmin):
+class VendorPaymentAdmin(FencedRecordAdmin):
+    """Recorded by the fenced payment only."""
+
     list_display = ["invoice", "amount", "currency", "reference", "paid_at", "actor_label"]
     list_filter = ["invoice__organization"]
     search_fields = ["reference", "invoice__number", "invoice__vendor__name"]
     list_select_related = ["invoice__vendor"]
     readonly_fields = [f.name for f in VendorPayment._meta.fields]
-
-    def has_add_permission(self, request):
-        return False  # recorded by the fenced payment only
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False
 
 
 @admin.register(ApprovalPolicy)

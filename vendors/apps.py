@@ -8,7 +8,7 @@ class VendorsConfig(AppConfig):
 
     def ready(self):
         from hoa.jobs.settling import register_settler
-        from hoa.operations import add_pages, register
+        from hoa.operations import add_pages
         from vendors import (  # noqa: F401  (render the refusals)
             answers,
             checks,
@@ -18,8 +18,6 @@ class VendorsConfig(AppConfig):
         )
         from vendors.operations import ASSIGNMENT, PAYMENT
 
-        register(ASSIGNMENT)
-        register(PAYMENT)
         add_pages(_assignment_pages())
         add_pages(_invoice_pages())
         register_settler(ASSIGNMENT.name, services.settle_unknown)

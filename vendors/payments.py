@@ -30,7 +30,6 @@ from vendors.models import Invoice, InvoiceEvent, VendorPayment
 from vendors.operations import PAYMENT, payment_resource
 from vendors.payment_client import (
     PAYMENT_ENDPOINT,
-    PAYMENT_SERVICE,
     PaymentReceipt,
     idempotency_key,
     send_payment,
@@ -97,7 +96,6 @@ class Payment(FencedSteps):
     seen: int | None = None  # the version the page showed: the claim's compare-and-swap
 
     endpoint = PAYMENT_ENDPOINT
-    party = PAYMENT_SERVICE
 
     @property
     def subject(self) -> dict:
@@ -155,9 +153,6 @@ class Payment(FencedSteps):
         self.rows().filter(payment_claim=lease.token, status=Status.APPROVED).update(
             payment_claim=None, payment_claimed_at=None, version=F("version") + 1
         )
-
-    def fence_row(self, found: InvoiceLook) -> QuerySet:
-        return self.rows()
 
     def commit(self, lease: Lease, found: InvoiceLook, receipt: PaymentReceipt | None) -> Result:
         # The fence UPDATE holds the invoice's row lock: what is read now is the latest

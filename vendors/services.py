@@ -54,7 +54,6 @@ from locking import FenceLock, Lease, LockHeld, LockUnavailable, Outcome
 from locking.receiving import StaleAtReceiver
 from vendors import answers
 from vendors.dispatch import (
-    DISPATCH_SERVICE,
     CancelReason,
     cancel_dispatch,
     dispatch_assignment,
@@ -175,7 +174,6 @@ class Assignment(FencedSteps):
     seen_status: str = ""  # the complaint's status the caller decided on
 
     endpoint = "dispatch"
-    party = DISPATCH_SERVICE
 
     @property
     def subject(self) -> dict:

@@ -238,6 +238,6 @@ class OutcomeUnknown(OperationRefusal):
     outcome = Outcome.UNKNOWN
     title = gettext_lazy("Not known yet")
 
-    def __init__(self, *, reason: str, status: int | None = None, party: str = "", **subject):
+    def __init__(self, *, reason: str, status: int | None = None, **subject):
         super().__init__(**subject)
-        self.reason, self.status, self.party = reason, status, party
+        self.reason, self.status = reason, status

@@ -45,7 +45,7 @@ class Words:
     follows "is" ("handing out the keys of unit 4B of Maple Court"). ``may``: what its
     permission lets staff do at ``%(organization)s`` ("hand out the keys of
     %(organization)s"), translated (``gettext_lazy``). ``party``: whom its outside call
-    tells, as its steps' ``party`` ("the locksmith").
+    tells ("the locksmith"), declared here only.
     """
 
     doing: Callable[[Refusal], str]
@@ -106,7 +106,7 @@ def shared_sentence(refusal: OperationRefusal, audience: Audience) -> str:
         case Busy():
             return _busy(refusal, words.doing(refusal), operators)
         case OutcomeUnknown():
-            return _unknown(refusal, refusal.party or words.party, operators)
+            return _unknown(refusal, words.party, operators)
     staff, for_operators = SAID[type(refusal)]
     facts = {
         "doing": words.doing(refusal),

@@ -12,6 +12,7 @@ from django.forms.renderers import DjangoTemplates
 from django.utils.translation import get_language, to_locale
 from django.utils.translation import gettext_lazy as _
 
+from hoa.answers.refusals import Refusal
 from hoa.web.money import format_money
 
 _ASCII_ID = re.compile(r"[0-9]{1,19}")
@@ -45,6 +46,23 @@ class IdChoiceField(forms.ModelChoiceField):
                 self.error_messages["invalid_choice"], code="invalid_choice"
             )
         return super().to_python(value)
+
+
+class ParsedField(forms.CharField):
+    """Text read by the operation's own parser (``parse(text)``, as its page and command
+    read it): the parsed value, or the sentence of the ``Refusal`` it raises as the field's
+    error."""
+
+    def __init__(self, parse, **kwargs):
+        self.parse = parse
+        super().__init__(**kwargs)
+
+    def clean(self, value):
+        text = super().clean(value)
+        try:
+            return self.parse(text)
+        except Refusal as exc:
+            raise forms.ValidationError(exc.message, code="invalid") from exc
 
 
 def has_control_characters(value: str) -> bool:

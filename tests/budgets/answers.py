@@ -1,10 +1,7 @@
-"""What budget approval refuses by its own rules (nothing written in any), and how each of
-its answers reads to a person: its refusals' sentences, its words in the refusals every
-operation shares (``WORDS``: the frame says those), its result's sentence.
-"""
+"""What budget approval refuses by its own rules, and how its answers read: its refusals,
+its words in the refusals every operation shares (``WORDS``) and its result."""
 
 from decimal import Decimal
-from typing import TYPE_CHECKING
 
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
@@ -12,13 +9,11 @@ from django.utils.translation import gettext_lazy
 from hoa.answers.refusals import Refusal, sentence
 from hoa.answers.sentences import Words
 from hoa.answers.table import Answer, Audience
+from hoa.fenced import Result
 from hoa.models import Organization
 from hoa.security.audit import shown
 from hoa.web.money import format_money
 from locking import Outcome
-
-if TYPE_CHECKING:
-    from hoa.fenced import Result
 
 # Whom an approval tells, as an audit line and its refusals name it.
 BOARD = gettext_lazy("the board")
@@ -72,12 +67,17 @@ def refusal_sentence(refusal: Refusal, audience: Audience) -> str:
         case NoBudget():
             return _("%(organization)s has no budget for %(year)s to approve.") % _facts(refusal)
         case AmountChanged():
-            return amount_changed(refusal)
+            return _(
+                "The %(year)s budget of %(organization)s changed to %(amount)s while it was "
+                "being approved at %(notified)s; nothing was approved. Approve it again."
+            ) % _facts(refusal, amount=refusal.amount, notified=refusal.notified)
     raise TypeError(f"no sentence for {type(refusal).__name__}")
 
 
-def _facts(refusal: Refusal) -> dict:
-    return {"organization": refusal.organization.name, "year": refusal.year}
+def _facts(about, **amounts) -> dict:
+    """A refusal's or a budget's association and year, and ``amounts`` as money."""
+    money = {name: format_money(amount) for name, amount in amounts.items()}
+    return {"organization": about.organization.name, "year": about.year, **money}
 
 
 # Its words in the refusals every operation shares, which the frame says.
@@ -88,25 +88,9 @@ WORDS = Words(
 )
 
 
-def amount_changed(refusal: AmountChanged) -> str:
-    return _(
-        "The %(year)s budget of %(organization)s changed to %(amount)s while it was being "
-        "approved at %(notified)s; nothing was approved. Approve it again."
-    ) % {
-        **_facts(refusal),
-        "amount": format_money(refusal.amount),
-        "notified": format_money(refusal.notified),
-    }
-
-
-def result_message(result: "Result", audience: Audience = Audience.STAFF) -> str:
+def result_message(result: Result, audience: Audience = Audience.STAFF) -> str:
     """What a successful call did; operators read the same sentence."""
-    budget = result.row
-    facts = {
-        "organization": budget.organization.name,
-        "year": budget.year,
-        "amount": format_money(budget.amount),
-    }
+    facts = _facts(result.row, amount=result.row.amount)
     if result.committed:
         return _("Approved the %(year)s budget of %(organization)s (%(amount)s).") % facts
     return _("The %(year)s budget of %(organization)s was already approved (%(amount)s).") % facts

@@ -10,11 +10,8 @@ from locking.models import FencedModel
 
 
 class AnnualBudget(FencedModel):
-    """What an association plans to spend in one year: drafted by staff, approved once.
-
-    The row carries the fence (``last_fence_token``); ``status`` turns ``approved`` in the
-    transaction that passes it, so an approval is final and made once.
-    """
+    """What an association plans to spend in one year: drafted by staff, approved once (in
+    the transaction that passes the fence its row carries)."""
 
     class Status(models.TextChoices):
         DRAFT = "draft", _("Draft")

@@ -1,18 +1,15 @@
-"""Budget approval, declared once: what the frame and the runner know of it.
-
-The lock resource is ``budget-approval:org:<org_id>:<YYYY>``: one lease per budget. The
-organization is in the name, so the lock status page finds an organization's leases with
-one bounded SCAN of its prefix. ``BudgetsConfig.ready()`` registers ``APPROVAL``.
-"""
+"""Budget approval, declared and registered once: what the frame knows of it. One lease per
+budget, ``budget-approval:org:<org_id>:<YYYY>`` (the lock page SCANs an org's prefix)."""
 
 import re
 from datetime import timedelta
 
+from django.db.models import Q
 from django.urls import reverse
 from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
 
-from hoa.models import Organization
-from hoa.operations import FencedOperation, ResourceInfo
+from hoa.operations import FencedOperation, Link, Pages, ResourceInfo, add_pages, register
 from tests.budgets import answers
 from tests.budgets.models import AnnualBudget
 
@@ -27,35 +24,45 @@ def budget_resource(organization, year: int) -> str:
 
 
 def describe_resources(matches: dict[str, re.Match]) -> dict[str, ResourceInfo]:
-    """The lock status page's view of ``budget-approval:org:<id>:<year>`` names."""
-    wanted = {resource: (int(m["org"]), int(m["year"])) for resource, m in matches.items()}
-    org_ids = {org_id for org_id, _year in wanted.values()}
-    organizations = Organization.objects.in_bulk(org_ids)
-    rows = AnnualBudget.objects.filter(
-        organization_id__in=org_ids, year__in={year for _org_id, year in wanted.values()}
-    ).values_list("organization_id", "year", "last_fence_token")
-    tokens = {(org_id, year): token for org_id, year, token in rows}
+    """The lock page's view of ``budget-approval:org:<id>:<year>`` names: each one's budget
+    (a lease is taken only on a budget that exists), in one query."""
+    resources = {(int(m["org"]), int(m["year"])): resource for resource, m in matches.items()}
+    named = Q(pk__in=[])
+    for org_id, year in resources:
+        named |= Q(organization_id=org_id, year=year)
     described = {}
-    for resource, (org_id, year) in wanted.items():
-        organization = organizations.get(org_id)
+    for budget in AnnualBudget.objects.filter(named).select_related("organization"):
+        resource = resources[budget.organization_id, budget.year]
         described[resource] = ResourceInfo(
             resource=resource,
-            organization=organization,
-            description=_("Budget for %(year)s") % {"year": year},
-            recorded_token=tokens.get((org_id, year)),
-            url=reverse("budgets:budgets", args=[organization.slug]) if organization else "",
+            organization=budget.organization,
+            description=_("Budget for %(year)s") % {"year": budget.year},
+            recorded_token=budget.last_fence_token,
+            url=reverse("budgets:budgets", args=[budget.organization.slug]),
         )
     return described
 
 
-APPROVAL = FencedOperation(
-    name=OPERATION,
-    permission=APPROVE_PERMISSION,
-    # Ids of at most 18 digits fit a bigint; [0-9], not \d (other scripts' digits).
-    resource=re.compile(r"budget-approval:org:(?P<org>[0-9]{1,18}):(?P<year>[0-9]{4})"),
-    example=f"{PREFIX}1:2027",
-    answers=answers.WORDS,
-    ttl=timedelta(seconds=30),
-    ttl_setting="BUDGETS_LOCK_TTL_SECONDS",
-    describe=describe_resources,
+APPROVAL = register(
+    FencedOperation(
+        name=OPERATION,
+        permission=APPROVE_PERMISSION,
+        # Ids of at most 18 digits fit a bigint; [0-9], not \d (other scripts' digits).
+        resource=re.compile(r"budget-approval:org:(?P<org>[0-9]{1,18}):(?P<year>[0-9]{4})"),
+        example=f"{PREFIX}1:2027",
+        answers=answers.WORDS,
+        ttl=timedelta(seconds=30),
+        ttl_setting="BUDGETS_LOCK_TTL_SECONDS",
+        describe=describe_resources,
+    )
+)
+
+# Its page in the navigation, and what the demo's staff group may see of it.
+add_pages(
+    Pages(
+        app="budgets",
+        order=30,
+        links=(Link(gettext_lazy("Budgets"), "budgets:budgets", order=40),),
+        staff_permissions=("budgets.view_annualbudget",),
+    )
 )

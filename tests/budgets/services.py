@@ -1,17 +1,9 @@
-"""Budget approval: approve an association's annual budget exactly once, under a fenced
-lease, after telling the board (``approve_budget``); the board's client; the demo's budgets.
+"""Budget approval: an association's annual budget approved exactly once, under a fenced
+lease, after the board is told (``approve_budget``, its steps, the board's client)."""
 
-The steps, in the runner's order (``hoa.fenced``): ``look`` (an approved budget is final:
-nothing to tell), ``call_outside`` (the board, told once), ``commit`` after the fence
-(already approved: done; another amount than the board was told: ``AmountChanged``).
-"""
-
-import re
 from dataclasses import dataclass
-from decimal import Decimal
 
 from django.conf import settings
-from django.db.models import QuerySet
 from django.utils import timezone
 
 from hoa.fenced import FencedSteps, Look, Result
@@ -19,19 +11,16 @@ from hoa.integrations.webhooks import CallResult, post_fenced
 from hoa.models import Organization
 from locking import Lease, Outcome
 from tests.budgets import answers
-from tests.budgets.answers import BOARD, AmountChanged, InvalidYear, NoBudget
+from tests.budgets.answers import AmountChanged, InvalidYear, NoBudget
 from tests.budgets.models import AnnualBudget
 from tests.budgets.operations import APPROVAL, budget_resource
 
-# The endpoint the board's call is sealed for.
-ENDPOINT = "budgets"
-_YEAR = re.compile(r"[0-9]{4}")  # [0-9]: \d also takes other scripts' digits
-
 
 def parse_year(value: str) -> int:
-    """Return the year ``value`` (``YYYY``, 0001 to 9999), or raise ``InvalidYear``."""
+    """Return the year ``value`` (``YYYY`` in ASCII digits, 0001 to 9999), or raise
+    ``InvalidYear``."""
     text = value.strip() if isinstance(value, str) else ""
-    if not _YEAR.fullmatch(text) or int(text) < 1:
+    if not (len(text) == 4 and text.isascii() and text.isdigit()) or int(text) < 1:
         raise InvalidYear(value)
     return int(text)
 
@@ -39,11 +28,8 @@ def parse_year(value: str) -> int:
 def approve_budget(
     *, organization: Organization, year: int, actor, via: str = "", ip: str | None = None
 ) -> Result:
-    """Approve ``organization``'s budget for ``year`` exactly once, under a fenced lease.
-
-    ``actor`` is the user asking, or ``None`` for the operator at the shell; ``via`` says
-    where the request came from (e.g. ``cli:ops``) for the audit trail.
-    """
+    """Approve ``organization``'s budget for ``year`` exactly once, under a fenced lease, as
+    ``actor`` (a user, or ``None``: the operator at the shell, ``via`` e.g. ``cli:ops``)."""
     resource = budget_resource(organization, year)
     call = APPROVAL.begin(actor, organization=organization, resource=resource, via=via, ip=ip)
     budget = AnnualBudget.objects.for_organization(organization).filter(year=year).first()
@@ -54,11 +40,6 @@ def approve_budget(
 
 
 @dataclass(frozen=True)
-class BudgetLook(Look):
-    budget: AnnualBudget  # as it was before the call (``fenced``)
-
-
-@dataclass(frozen=True)
 class Approval(FencedSteps):
     """One attempt at approving a budget, as the runner's steps (``hoa.fenced``)."""
 
@@ -66,36 +47,27 @@ class Approval(FencedSteps):
     by: str  # who asked, as the budget records it
 
     endpoint = "board-notification"
-    party = BOARD
 
     @property
     def subject(self) -> dict:
         return {"organization": self.budget.organization, "year": self.budget.year}
 
-    def rows(self) -> QuerySet:
-        return AnnualBudget.objects.filter(pk=self.budget.pk)
+    def read(self) -> AnnualBudget:
+        return AnnualBudget.objects.select_related("organization").get(pk=self.budget.pk)
 
-    def look(self, lease: Lease) -> BudgetLook:
-        budget = self.rows().get()
-        budget.organization = self.budget.organization
-        # Final once approved: nothing to tell. The commit still checks the fence first.
-        return BudgetLook(budget=budget, needs_call=not budget.is_approved, fenced=budget)
+    def look(self, lease: Lease) -> Look:
+        budget = self.read()  # the row the runner fences; final once approved: nothing to tell
+        return Look(needs_call=not budget.is_approved, fenced=budget)
 
-    def call_outside(self, lease: Lease, found: BudgetLook) -> str | None:
-        call = send_approval(budget=found.budget, token=lease)
-        return None if call.skipped else BOARD
+    def call_outside(self, lease: Lease, found: Look) -> CallResult:
+        return send_approval(budget=found.fenced, token=lease)
 
-    def fence_row(self, found: BudgetLook) -> QuerySet:
-        return self.rows()
-
-    def commit(self, lease: Lease, found: BudgetLook, receipt) -> Result:
-        # The fence UPDATE holds the row lock: this read sees the latest committed state.
-        budget = self.rows().get()
-        budget.organization = self.budget.organization
+    def commit(self, lease: Lease, found: Look, receipt) -> Result:
+        budget = self.read()  # the fence UPDATE holds the row lock: the latest committed state
         if budget.is_approved:
             return Result(Outcome.ALREADY_DONE, lease.token, budget, answers.result_message)
-        if budget.amount != found.budget.amount:  # the board was told another amount
-            raise AmountChanged(**self.subject, notified=found.budget.amount, amount=budget.amount)
+        if budget.amount != found.fenced.amount:  # the board was told another amount
+            raise AmountChanged(**self.subject, notified=found.fenced.amount, amount=budget.amount)
         budget.status = AnnualBudget.Status.APPROVED
         budget.approved_at = timezone.now()
         budget.approved_by = self.by[:200]
@@ -118,15 +90,5 @@ def send_approval(*, budget: AnnualBudget, token) -> CallResult:
         payload,
         idempotency_key=f"budget-approval:{organization.pk}:{budget.year}:{budget.amount}",
         token=token,
-        endpoint=ENDPOINT,
+        endpoint="budgets",  # what the call is sealed for
     )
-
-
-def seed_demo(organizations: dict[str, Organization]) -> None:
-    """The demo's part (``manage.py seed_demo``, idempotent): a draft budget for this year,
-    waiting to be approved, in each demo association."""
-    year = timezone.localdate().year
-    for organization in organizations.values():
-        AnnualBudget.objects.get_or_create(
-            organization=organization, year=year, defaults={"amount": Decimal("120000.00")}
-        )

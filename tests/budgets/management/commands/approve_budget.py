@@ -1,9 +1,4 @@
-"""``manage.py approve_budget --org SLUG --year YYYY [--actor USERNAME]``
-
-Exit status (through the answer table): 0 approved or already approved; 75 (EX_TEMPFAIL)
-busy, superseded by a newer holder or changed meanwhile, try again later; 1 bad input, not
-allowed, Redis down or the board could not be notified. One line, never a traceback.
-"""
+"""``manage.py approve_budget --org SLUG --year YYYY [--actor USERNAME]``: see ``help``."""
 
 from hoa.management.base import OperationCommand
 from hoa.tenancy import organizations_for
