@@ -17,13 +17,13 @@ import redis
 from redis.cluster import RedisCluster
 from redis.exceptions import MovedError, NoScriptError, RedisError
 
-from locking import metrics, tracing
+from locking import tracing
 from locking.conf import setting
 from locking.connection import forget_slots, get_lock_redis, moved, node_client_for
 from locking.epochs import begin_first_epochs, first_token, start_epoch
 from locking.exceptions import LockHeld, LockUnavailable
 from locking.keys import fence_key, holder_label, new_owner, ttl_ms_of, ttl_of, validate_resource
-from locking.lease import Lease
+from locking.lease import AuditHook, Lease
 from locking.outcomes import EpochCause
 from locking.scripts import (
     ACQUIRE_LUA,
@@ -40,7 +40,6 @@ from locking.scripts import (
     unavailable,
     unconfirmed,
 )
-from locking.tenure import AuditHook
 
 logger = logging.getLogger(__name__)
 
@@ -294,7 +293,7 @@ def prepare_fences(resources: Iterable[str], *, lock: FenceLock | None = None) -
     if not new:
         return 0
     for resource in new:  # the epoch each one's first grant would have started
-        metrics.epochs_started(resource, EpochCause.FIRST_GRANT)
+        tracing.epochs_started(resource, EpochCause.FIRST_GRANT)
     try:
         # Epoch 0 starts at 0: "raise to at least its first token" is "create if missing".
         pipe = client.pipeline(transaction=False)

@@ -25,10 +25,10 @@ from locking.conf import setting
 from locking.epochs import (
     FenceBeyondRecord,
     current_epoch,
-    epoch_of,
     start_epoch,
 )
 from locking.exceptions import StaleAtReceiver, StaleFencingToken
+from locking.keys import epoch_of
 from locking.lease import Lease
 from locking.lock import FenceLock
 from locking.outcomes import EpochCause, HasOutcome

@@ -3,7 +3,7 @@
 ``AsyncFenceLock.acquire`` (locking/asyncio/lock.py) grants an ``AsyncLease``. It is the
 sync ``Lease`` of locking/lease.py with ``await`` where that one blocks: the same scripts,
 and the same ``Tenure`` told what Redis answered (``state``, ``check()``, ``lost``,
-``on_lost`` are the ``BaseLease``'s of locking/tenure.py). Its keep-alive is an asyncio task
+``on_lost`` are the ``BaseLease``'s of locking/lease.py). Its keep-alive is an asyncio task
 that can also cancel the block it guards once the lease is lost.
 """
 
@@ -21,9 +21,9 @@ from redis.exceptions import RedisClusterException, RedisError
 from locking import tracing
 from locking.exceptions import LeaseLost
 from locking.keys import lock_key, positive_ms
+from locking.lease import BaseLease, Granter
 from locking.outcomes import LeaseState
 from locking.scripts import Scripts
-from locking.tenure import BaseLease, Granter
 
 # The lease's own log, as the sync lease's (operators filter on one name).
 logger = logging.getLogger("locking.lease")
