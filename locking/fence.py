@@ -139,7 +139,8 @@ def _advance(queryset, fencing: FencingToken, connection, audit: WithFence | Non
         with connection.cursor() as cursor:
             cursor.execute(guard.FORGET_FENCING_SQL)
         _refuse(queryset, fencing, picked=None)
-    guard.watch(connection, statement.owner._meta.db_table, fenced[0])
+    if any(connection.savepoint_ids):  # a savepoint may undo this fence: the guard watches
+        guard.watch(connection, statement.owner._meta.db_table, fenced[0])
     if audit is not None:
         audit.inserted(fenced[1], connection)
 
@@ -382,7 +383,8 @@ def insert_fenced(instance: "Model", lease: LeaseOrToken) -> bool:
     instance.pk = pk
     instance.last_fence_token = fencing.token
     instance._state.adding, instance._state.db = False, connection.alias
-    guard.watch(connection, type(instance)._meta.db_table, pk)
+    if any(connection.savepoint_ids):  # a savepoint may undo this fence: the guard watches
+        guard.watch(connection, type(instance)._meta.db_table, pk)
     if audit is not None:
         audit.inserted(event[0], connection)
     return True

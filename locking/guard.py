@@ -285,10 +285,9 @@ class _FenceMarker:
 
 
 def watch(connection, table: str, pk) -> None:
-    """Note that the row ``table``:``pk`` was fenced; only inside a savepoint does it cost
-    anything (a rollback of the whole transaction takes everything back anyway)."""
-    if not any(connection.savepoint_ids):
-        return
+    """Note that the row ``table``:``pk`` was fenced inside a savepoint. The fence calls it
+    only there (``any(connection.savepoint_ids)``): a rollback of the whole transaction
+    takes everything back anyway."""
     transaction.on_commit(_FenceMarker(f"{table}:{pk}"), using=connection.alias)
     if _guard_rollbacks not in connection.execute_wrappers:
         # First, not last: a caller's ``with connection.execute_wrapper(...)`` pops the
