@@ -2,7 +2,7 @@
 keep-alive.
 
 The sync ``Lease`` (here) and the ``AsyncLease`` (locking/asyncio/lease.py) talk to Redis each
-their own way and tell their ``Tenure`` what Redis answered; the tenure keeps the rest: the
+their own way and tell their ``LeaseLife`` what Redis answered; it keeps the rest: the
 deadlines, the doubt (HELD, UNCERTAIN, LOST, RELEASED: the table is on the "Fence epochs" page,
 "Lease states") and the lost signal (``LostSignal``). Both are a ``BaseLease``, which reads
 that state only. ``Lease`` releases and extends itself with the lock's registered scripts
@@ -40,14 +40,14 @@ TTL_PASSED = "its TTL passed by this process's clock"
 
 # -- the lost signal: ``lease.lost`` ------------------------------------------------------
 #
-# A ``threading.Event`` set at most once. A lease's ``Tenure`` owns one; the keep-alives and
+# A ``threading.Event`` set at most once. A lease's ``LeaseLife`` owns one; the keep-alives and
 # ``check()`` set it when the lease is ``LOST``, its release sets it quietly, and the
 # callbacks registered with ``on_lost`` run once, on a loss only. It knows the lease by its
 # resource and token (what it logs and counts): the callbacks come bound to the lease.
 
 
 # Guards the lazy creation of every signal, and of every signal's condition
-# (Tenure.lost; LostSignal._cond, _set_flag).
+# (LeaseLife.lost; LostSignal._cond, _set_flag).
 SIGNAL_CONDITIONS = threading.Lock()
 
 
@@ -149,8 +149,9 @@ class LostSignal(threading.Event):
             )
 
 
-class Tenure:
-    """The state of one granted lease, as its holder can know it (the module docstring).
+class LeaseLife:
+    """What a lease holds while it lives: its state as its holder can know it (its deadlines,
+    its doubt, its lost signal, whether it was released; the module docstring).
 
     Built on every grant, so a plain class with slots: ``lost`` (an Event with its lock) is
     made when first asked for and ``expires_at`` (a ``datetime``) when first read; most
@@ -320,8 +321,9 @@ class Tenure:
         return ttl
 
 
-class Granter(Protocol):
-    """What a lease reads of the lock that granted it: the database of its fence."""
+class AnyGrantingLock(Protocol):
+    """What a lease, sync or async, reads of the lock that granted it: the database of its
+    fence (``GrantingLock`` and ``AsyncGrantingLock`` add what each API releases with)."""
 
     @property
     def using(self) -> str: ...
@@ -329,7 +331,7 @@ class Granter(Protocol):
 
 class BaseLease:
     """What a granted lease is, whichever API granted it: its name, token and owner, its
-    state (``Tenure``), its audit hook. ``Lease`` adds the sync release, extend and
+    state (``LeaseLife``), its audit hook. ``Lease`` adds the sync release, extend and
     keep-alive, ``AsyncLease`` the async ones.
 
     Built by the lock on every grant, with keywords: ``value`` is the lock value the grant
@@ -338,7 +340,7 @@ class BaseLease:
     ``record_committed`` calls (``FenceLock.acquire(audit=...)``).
     """
 
-    __slots__ = ("__weakref__", "_lock", "_tenure", "_value", "audit", "owner", "resource", "token")
+    __slots__ = ("__weakref__", "_life", "_lock", "_value", "audit", "owner", "resource", "token")
 
     def __init__(
         self,
@@ -347,7 +349,7 @@ class BaseLease:
         token: int,
         owner: str,
         value: str,
-        lock: Granter,
+        lock: AnyGrantingLock,
         ttl: timedelta,
         started: float,
         expires_ms: int,
@@ -359,7 +361,7 @@ class BaseLease:
         self.audit = audit
         self._value = value
         self._lock = lock
-        self._tenure = Tenure(resource, token, ttl, started, expires_ms)
+        self._life = LeaseLife(resource, token, ttl, started, expires_ms)
 
     def __repr__(self) -> str:
         return (
@@ -370,7 +372,7 @@ class BaseLease:
     @property
     def expires_at(self) -> datetime:
         """When Redis expires the lease (Redis's clock), as of the last grant or extend."""
-        return self._tenure.expires_at
+        return self._life.expires_at
 
     @property
     def fencing_token(self) -> FencingToken:
@@ -381,20 +383,20 @@ class BaseLease:
     @property
     def lost(self) -> LostSignal:
         """A ``threading.Event`` set the moment the lease is ``LOST``, and when released."""
-        return self._tenure.lost
+        return self._life.lost
 
     @property
     def state(self) -> LeaseState:
         """``HELD``, ``UNCERTAIN`` or ``LOST``, by what Redis last said and this process's
         monotonic clock. Reading it past the TTL makes the lease ``LOST`` (and runs the
         ``on_lost`` callbacks, once) — as ``check()`` and the keep-alives do."""
-        return self._tenure.state
+        return self._life.state
 
     @property
     def probably_valid(self) -> bool:
         """Whether the lease is ``HELD``: a hint for skipping doomed work, never a safety
         check (the fence is that)."""
-        return self._tenure.state is LeaseState.HELD
+        return self._life.state is LeaseState.HELD
 
     def on_lost(self, callback: Callable[[Self], R]) -> Callable[[Self], R]:
         """Call ``callback(lease)`` once when the lease is lost; at once if it already is.
@@ -404,7 +406,7 @@ class BaseLease:
         flag, cancel a request, signal a worker. A release by the holder is not a loss
         and calls nothing. Returns ``callback``, so it can decorate a function.
         """
-        self._tenure.lost._add_callback(functools.partial(callback, self))
+        self._life.lost._add_callback(functools.partial(callback, self))
         return callback
 
     def record_committed(self, outcome: Outcome = Outcome.COMMITTED) -> None:
@@ -429,7 +431,7 @@ class BaseLease:
         computation): a lost lease's write would be refused by the fence anyway, and an
         uncertain one's might be.
         """
-        self._tenure.check()
+        self._life.check()
 
 
 # A lease's audit hook: ``hook(outcome, lease)`` records the attempt's outcome (``run_fenced``'s
@@ -440,7 +442,7 @@ AuditHook = Callable[[Outcome, BaseLease], object]
 # -- the sync lease -------------------------------------------------------------------------
 
 
-class GrantingLock(Granter, Protocol):
+class GrantingLock(AnyGrantingLock, Protocol):
     """What a lease uses of the ``FenceLock`` that granted it: its client and scripts, to
     release and extend; its database, for the fence. (A protocol, not the class: the lock
     imports this module, so this one does not import the lock.)"""
@@ -455,7 +457,7 @@ class GrantingLock(Granter, Protocol):
 class Lease(BaseLease):
     """A granted lease. Use it as a context manager to release it on exit.
 
-    ``state`` is ``HELD``, ``UNCERTAIN`` or ``LOST`` (``Tenure``, above). ``lost`` is a
+    ``state`` is ``HELD``, ``UNCERTAIN`` or ``LOST`` (``LeaseLife``, above). ``lost`` is a
     ``LostSignal`` (a ``threading.Event``): set the moment the lease is ``LOST`` and when it
     is released. ``check()`` raises ``LeaseLost`` (``LeaseUncertain`` while uncertain):
     call it before an expensive step. ``on_lost(callback)`` is told once of a loss (not of
@@ -477,7 +479,7 @@ class Lease(BaseLease):
         If Redis cannot be reached the lease is left to expire on its own (False). Sets
         ``lost`` (the lease is no longer usable) without calling ``on_lost`` callbacks.
         """
-        self._tenure.end()
+        self._life.end()
         if tracing.no_provider():  # the span only where a tracer is set (FenceLock.acquire)
             return _delete_if_ours(self)
         with tracing.operation_span("locking.release", self.resource, token=self.token) as span:
@@ -494,8 +496,8 @@ class Lease(BaseLease):
         the TTL surely passed).
         """
         ttl_ms = positive_ms(ttl)
-        tenure = self._tenure
-        if tenure.state.is_over:
+        life = self._life
+        if life.state.is_over:
             return False
         lock = self._lock
         started = time.monotonic()
@@ -503,8 +505,8 @@ class Lease(BaseLease):
             keys, args = (lock_key(self.resource),), (self._value, ttl_ms)
             extended = run_script(lock.client, lock.scripts.extend, keys, args) == 1
         except RedisError as exc:
-            return tenure.renewed(False, ttl, started, error=exc)
-        return tenure.renewed(extended, ttl, started)
+            return life.renewed(False, ttl, started, error=exc)
+        return life.renewed(extended, ttl, started)
 
     def keep_alive(self, ttl: timedelta | None = None) -> "KeepAlive":
         """Extend the lease every ttl/3 in a background thread while the block runs.
@@ -523,7 +525,7 @@ class Lease(BaseLease):
         time left: that would shrink with every late call, and ``expires_at`` comes from
         Redis's clock, which this host's clock may not agree with.
         """
-        return KeepAlive(self, self._tenure.renewal_ttl(ttl))
+        return KeepAlive(self, self._life.renewal_ttl(ttl))
 
 
 def _delete_if_ours(lease: Lease) -> bool:
@@ -566,7 +568,7 @@ class KeepAlive:
 
     def _run(self) -> None:
         lease = self.lease
-        while not self._stop.wait(lease._tenure.renewal_pause(self.ttl)):
+        while not self._stop.wait(lease._life.renewal_pause(self.ttl)):
             if not lease.state.is_over and lease.extend(self.ttl):
                 continue
             if lease.state is LeaseState.RELEASED:
