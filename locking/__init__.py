@@ -26,12 +26,12 @@ from locking.exceptions import (
 )
 from locking.fence import advance_fence, claim_fence, insert_fenced
 from locking.guard import InstallFenceGuard, unfenced_writes
+from locking.keys import FencingToken
 from locking.lease import Lease
 from locking.lock import FenceLock, prepare_fences
 from locking.operation import LeasedAttempt, run_fenced
 from locking.outcomes import LeaseState, Outcome
 from locking.sending import post_fenced
-from locking.tokens import FencingToken
 
 # The fence, and what an adopter needs beside it: a lease, the runner, the fence's three
 # forms and its guard, the sender, the outcomes and the errors to catch. The rest are in

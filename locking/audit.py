@@ -15,7 +15,7 @@ from django.db.transaction import TransactionManagementError
 from django.utils import timezone
 from opentelemetry.trace import Span
 
-from locking import metrics, tracing
+from locking import tracing
 from locking.conf import setting
 from locking.exceptions import LockHeld, LockUnavailable, StaleAtReceiver, StaleFencingToken
 from locking.outcomes import HasOutcome, Outcome, RefusedBy
@@ -23,8 +23,8 @@ from locking.outcomes import HasOutcome, Outcome, RefusedBy
 __all__ = ["Attempt", "record_fence_event"]
 
 if TYPE_CHECKING:
+    from locking.lease import BaseLease
     from locking.models import FenceEvent
-    from locking.tenure import BaseLease
 
 logger = logging.getLogger(__name__)
 
@@ -109,7 +109,7 @@ class AttemptAudit:
             yield span
 
     def granted(self, lease: "BaseLease") -> None:
-        metrics.lease_granted(self.attempt.operation)
+        tracing.lease_granted(self.attempt.operation)
         if self._span is not None:
             self._span.set_attribute(tracing.FENCE_TOKEN, lease.token)
 
@@ -186,10 +186,10 @@ class AttemptAudit:
             case LockUnavailable():
                 self._record(exc.outcome, None, exc.reason)
             case StaleAtReceiver():
-                metrics.stale_write_refused(self.attempt.operation, RefusedBy.RECEIVER)
+                tracing.stale_write_refused(self.attempt.operation, RefusedBy.RECEIVER)
                 self._record(exc.outcome, exc.token, f"{exc.url or 'the receiver'}: {exc}")
             case StaleFencingToken():
-                metrics.stale_write_refused(self.attempt.operation, RefusedBy.FENCE)
+                tracing.stale_write_refused(self.attempt.operation, RefusedBy.FENCE)
                 detail = f"a newer holder recorded token {exc.recorded}"
                 self._record(exc.outcome, exc.token, detail)
             case _:
@@ -201,9 +201,9 @@ class AttemptAudit:
             "fence counter behind the database; starting a new epoch and retrying once",
             extra={"resource": self.resource, "token": stale.token, "recorded": stale.recorded},
         )
-        metrics.counter_reseeded(self.attempt.operation)
+        tracing.counter_reseeded(self.attempt.operation)
         refused_by = RefusedBy.RECEIVER if isinstance(stale, StaleAtReceiver) else RefusedBy.FENCE
-        metrics.stale_write_refused(self.attempt.operation, refused_by)
+        tracing.stale_write_refused(self.attempt.operation, refused_by)
         self._record(
             Outcome.STALE,
             stale.token,
@@ -217,7 +217,7 @@ class AttemptAudit:
     ) -> None:
         if final:
             elapsed = time.monotonic() - self.started
-            metrics.attempt_finished(self.attempt.operation, outcome, elapsed)
+            tracing.attempt_finished(self.attempt.operation, outcome, elapsed)
             if self._span is not None:
                 tracing.set_outcome(self._span, outcome)
         written = self._written

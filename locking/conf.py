@@ -105,7 +105,7 @@ if __doc__ is not None:  # None under python -OO
 _UNSET = object()
 
 # Values read once per process: an attribute of django.conf.settings costs a few hundred
-# nanoseconds, and run_fenced builds a FenceLock (several reads) per operation. Forgotten
+# nanoseconds, and a FenceLock reads several as it is built. Forgotten
 # whenever a setting changes: the ``setting_changed`` signal, or a new settings holder
 # (``override_settings`` makes one each time, even when it only deletes a name, which
 # sends no signal: pytest-django's ``del settings.X``).

@@ -225,9 +225,8 @@ def _lock_redis():
         raise LockUnavailable("*", str(exc) or exc.__class__.__name__) from exc
 
 
-# The client get_lock_redis() made: every FenceLock() (run_fenced builds one per
-# operation) would otherwise read the settings and the cache configuration again. A
-# redis-py client is thread-safe; its pool notices a fork.
+# The client get_lock_redis() made: every FenceLock() would otherwise read the settings and
+# the cache configuration again. A redis-py client is thread-safe; its pool notices a fork.
 _LOCK_REDIS: dict = {}
 _ON_CHANGE.append(_LOCK_REDIS.clear)
 

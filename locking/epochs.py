@@ -15,23 +15,18 @@ from dataclasses import dataclass
 from asgiref.sync import sync_to_async
 from django.db import connections, transaction
 
-from locking import metrics
+from locking import tracing
 from locking.audit import record_fence_event
 from locking.conf import setting
 from locking.exceptions import LockError, LockUnavailable
 from locking.guard import FENCED_SETTING, NEVER_BACK
+from locking.keys import SEQUENCE_BITS, epoch_of
 from locking.outcomes import EpochCause, Outcome
 
 logger = logging.getLogger(__name__)
 
-SEQUENCE_BITS = 32
 EPOCH_SPAN = 2**SEQUENCE_BITS
 MAX_EPOCH = 2 ** (53 - SEQUENCE_BITS) - 1
-
-
-def epoch_of(token: int) -> int:
-    """Return the epoch a token was granted in."""
-    return int(token) >> SEQUENCE_BITS
 
 
 def first_token(epoch: int) -> int:
@@ -140,7 +135,7 @@ def start_epoch(
     """
     floor_epoch = epoch_of(above) + 1 if above else 0
     epoch = begin_epoch(resource, floor=floor_epoch, using=using)
-    metrics.epochs_started(resource, EpochCause.FIRST_GRANT if epoch == 0 else cause)
+    tracing.epochs_started(resource, EpochCause.FIRST_GRANT if epoch == 0 else cause)
     if epoch > MAX_EPOCH:
         raise LockUnavailable(resource, f"fence epochs exhausted (epoch {epoch})")
     return first_token(epoch)

@@ -8,8 +8,8 @@ from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
+from locking.keys import LeaseOrToken, fencing_token_of
 from locking.outcomes import Outcome
-from locking.tokens import LeaseOrToken, fencing_token_of
 
 if TYPE_CHECKING:
     from locking.receiving.signing import SealedCall

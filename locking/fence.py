@@ -40,12 +40,12 @@ from django.db.models.expressions import Col
 from django.db.models.lookups import Exact
 from django.db.transaction import TransactionManagementError
 
-from locking import guard, savepoints, tracing
+from locking import guard, tracing
 from locking.audit import WithFence, event_insert
 from locking.conf import setting
-from locking.epochs import FenceBeyondRecord, epoch_of
+from locking.epochs import FenceBeyondRecord
 from locking.exceptions import StaleFencingToken
-from locking.tokens import FencingToken, LeaseOrToken, fencing_token_of
+from locking.keys import FencingToken, LeaseOrToken, epoch_of, fencing_token_of
 
 if TYPE_CHECKING:
     from django.db.models import Model, QuerySet
@@ -139,7 +139,8 @@ def _advance(queryset, fencing: FencingToken, connection, audit: WithFence | Non
         with connection.cursor() as cursor:
             cursor.execute(guard.FORGET_FENCING_SQL)
         _refuse(queryset, fencing, picked=None)
-    savepoints.watch(connection, statement.owner._meta.db_table, fenced[0])
+    if any(connection.savepoint_ids):  # a savepoint may undo this fence: the guard watches
+        guard.watch(connection, statement.owner._meta.db_table, fenced[0])
     if audit is not None:
         audit.inserted(fenced[1], connection)
 
@@ -382,7 +383,8 @@ def insert_fenced(instance: "Model", lease: LeaseOrToken) -> bool:
     instance.pk = pk
     instance.last_fence_token = fencing.token
     instance._state.adding, instance._state.db = False, connection.alias
-    savepoints.watch(connection, type(instance)._meta.db_table, pk)
+    if any(connection.savepoint_ids):  # a savepoint may undo this fence: the guard watches
+        guard.watch(connection, type(instance)._meta.db_table, pk)
     if audit is not None:
         audit.inserted(event[0], connection)
     return True

@@ -7,18 +7,22 @@ row, silently: ``Model.objects.filter(pk=7).update(last_fence_token=0)`` returns
 column keeps its value (read it back). ``locking_fence_undone`` refuses a row whose fence a
 rolled-back savepoint took back; strict mode's ``locking_fence_strict`` a row its
 transaction has not fenced. Each, and why: the documentation's 'The fence check' page.
+
+A fence inside a savepoint registers an on-commit marker (Django drops it with a savepoint
+that rolls back); ``watch`` adds an execute wrapper that, seeing ``ROLLBACK TO SAVEPOINT s``,
+puts the rows whose fences ``s`` undid in ``locking.undone_fences``, for
+``locking_fence_undone`` to refuse any later write of them.
 """
 
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
-from django.db import connections
+from django.db import connections, transaction
 from django.db.migrations.operations.base import Operation
 from django.db.transaction import TransactionManagementError
 
 from locking.conf import setting
-from locking.savepoints import UNDONE_SETTING
 
 if TYPE_CHECKING:
     from django.db.backends.base.schema import BaseDatabaseSchemaEditor
@@ -35,6 +39,7 @@ STRICT = "locking_fence_strict"  # strict mode's trigger, on the tables that ask
 FENCING_SETTING = "locking.fencing"
 FENCED_SETTING = "locking.fenced_rows"
 UNFENCED_SETTING = "locking.unfenced"
+UNDONE_SETTING = "locking.undone_fences"  # rows whose fences a savepoint rolled back
 
 # Shared by every fenced table; the column (and the pk) are the trigger's argument.
 _FUNCTIONS = f"""
@@ -259,3 +264,55 @@ def unfenced_writes(using: str | None = None) -> Iterator[None]:
         if not connection.needs_rollback:  # else the rollback takes the setting back
             with connection.cursor() as cursor:
                 cursor.execute("SELECT set_config(%s, '', true)", [UNFENCED_SETTING])
+
+
+# -- a fence undone by a rolled-back savepoint ----------------------------------------------
+
+_ROLLBACK = "ROLLBACK TO SAVEPOINT "
+
+
+class _FenceMarker:
+    """An ``on_commit`` callback that does nothing: it names a fenced row while its
+    savepoints are alive (``connection.run_on_commit`` keeps it with their ids)."""
+
+    __slots__ = ("row",)
+
+    def __init__(self, row: str):
+        self.row = row
+
+    def __call__(self) -> None:
+        return None
+
+
+def watch(connection, table: str, pk) -> None:
+    """Note that the row ``table``:``pk`` was fenced inside a savepoint. The fence calls it
+    only there (``any(connection.savepoint_ids)``): a rollback of the whole transaction
+    takes everything back anyway."""
+    transaction.on_commit(_FenceMarker(f"{table}:{pk}"), using=connection.alias)
+    if _guard_rollbacks not in connection.execute_wrappers:
+        # First, not last: a caller's ``with connection.execute_wrapper(...)`` pops the
+        # last wrapper when its block ends, and must pop its own.
+        connection.execute_wrappers.insert(0, _guard_rollbacks)
+
+
+def _guard_rollbacks(execute, sql, params, many, context):
+    """Django's execute wrapper: after ``ROLLBACK TO SAVEPOINT``, guard the rows whose
+    fences it undid (before Django drops their markers)."""
+    result = execute(sql, params, many, context)
+    if isinstance(sql, str) and sql.startswith(_ROLLBACK):
+        connection = context["connection"]
+        savepoint = sql[len(_ROLLBACK) :].strip().strip('"')
+        undone = [
+            callback.row
+            for savepoint_ids, callback, _robust in connection.run_on_commit
+            if isinstance(callback, _FenceMarker) and savepoint in savepoint_ids
+        ]
+        if undone:
+            # Space-separated, with spaces around each, so the guard can search " row ".
+            execute(
+                "SELECT set_config(%s, coalesce(current_setting(%s, true), '') || %s, true)",
+                [UNDONE_SETTING, UNDONE_SETTING, " " + " ".join(undone) + " "],
+                False,
+                context,
+            )
+    return result

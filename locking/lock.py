@@ -14,16 +14,17 @@ from collections.abc import Iterable
 from datetime import timedelta
 
 import redis
+from django.conf import settings
 from redis.cluster import RedisCluster
 from redis.exceptions import MovedError, NoScriptError, RedisError
 
-from locking import metrics, tracing
-from locking.conf import setting
+from locking import tracing
+from locking.conf import _ON_CHANGE, setting
 from locking.connection import forget_slots, get_lock_redis, moved, node_client_for
 from locking.epochs import begin_first_epochs, first_token, start_epoch
 from locking.exceptions import LockHeld, LockUnavailable
 from locking.keys import fence_key, holder_label, new_owner, ttl_ms_of, ttl_of, validate_resource
-from locking.lease import Lease
+from locking.lease import AuditHook, Lease
 from locking.outcomes import EpochCause
 from locking.scripts import (
     ACQUIRE_LUA,
@@ -40,7 +41,6 @@ from locking.scripts import (
     unavailable,
     unconfirmed,
 )
-from locking.tenure import AuditHook
 
 logger = logging.getLogger(__name__)
 
@@ -78,7 +78,7 @@ class FenceLock:
     ``AsyncFenceLock`` (locking/asyncio/lock.py), the same on ``redis.asyncio``.
     """
 
-    # Built per operation (run_fenced): slots make building, reading and dropping one
+    # Often built per operation by callers: slots make building, reading and dropping one
     # cheaper (one allocation, no __dict__), ~1 µs of a lock cycle on a loaded loopback.
     __slots__ = (
         "__weakref__",
@@ -97,12 +97,12 @@ class FenceLock:
         min_replicas: int | None = None,
         replica_timeout: timedelta | None = None,
     ):
-        # Built per operation by run_fenced: settings and the client are read from caches
-        # (locking/conf.py, locking/connection.py), the scripts kept per client.
+        # Settings and the client are read from caches (locking/conf.py, whose first read
+        # notices new settings, then locking/connection.py), the scripts kept per client.
+        self.using = using or setting("LOCK_DATABASE")
         self.client = client = client if client is not None else get_lock_redis()
         # The lock's scripts on its client; its leases release and extend with them too.
         self.scripts = scripts_for(client)
-        self.using = using or setting("LOCK_DATABASE")
         self.min_replicas, self.replica_timeout_ms = replica_rule(min_replicas, replica_timeout)
 
     # -- grants --------------------------------------------------------------------------
@@ -272,6 +272,23 @@ class FenceLock:
         return counter
 
 
+# The lock ``run_fenced`` and ``LeasedAttempt`` use when given none: a ``FenceLock()`` holds
+# nothing but what the settings say (its client, scripts, database, replica rule), so one
+# is built per process and settings holder, as its client is (locking/connection.py), not
+# one per operation with four settings reads; built again after a setting changed.
+_DEFAULT: dict = {}
+_ON_CHANGE.append(_DEFAULT.clear)
+
+
+def default_lock() -> FenceLock:
+    """``FenceLock()``, built once for the current settings."""
+    lock = _DEFAULT.get("lock")
+    if lock is None or _DEFAULT["settings"] is not settings._wrapped:
+        lock = _DEFAULT["lock"] = FenceLock()
+        _DEFAULT["settings"] = settings._wrapped  # override_settings makes a new holder
+    return lock
+
+
 def prepare_fences(resources: Iterable[str], *, lock: FenceLock | None = None) -> int:
     """Record the first epoch of every resource in ``resources`` that never had one, in
     one database commit, and seed their counters in one pipeline; return how many.
@@ -285,8 +302,8 @@ def prepare_fences(resources: Iterable[str], *, lock: FenceLock | None = None) -
     the configured ones). Raises ``LockUnavailable`` if Redis is down (their grants would
     answer the same).
     """
-    client = lock.client if lock is not None else get_lock_redis()
-    using = lock.using if lock is not None else setting("LOCK_DATABASE")
+    lock = lock or default_lock()
+    client, using = lock.client, lock.using
     resources = list(resources)
     for resource in resources:
         validate_resource(resource)
@@ -294,7 +311,7 @@ def prepare_fences(resources: Iterable[str], *, lock: FenceLock | None = None) -
     if not new:
         return 0
     for resource in new:  # the epoch each one's first grant would have started
-        metrics.epochs_started(resource, EpochCause.FIRST_GRANT)
+        tracing.epochs_started(resource, EpochCause.FIRST_GRANT)
     try:
         # Epoch 0 starts at 0: "raise to at least its first token" is "create if missing".
         pipe = client.pipeline(transaction=False)

@@ -21,16 +21,15 @@ from django.db import connections
 from django.db.transaction import TransactionManagementError
 
 from locking.audit import Attempt, AttemptAudit
-from locking.conf import setting
 from locking.epochs import (
     FenceBeyondRecord,
     current_epoch,
-    epoch_of,
     start_epoch,
 )
 from locking.exceptions import StaleAtReceiver, StaleFencingToken
+from locking.keys import epoch_of
 from locking.lease import Lease
-from locking.lock import FenceLock
+from locking.lock import FenceLock, default_lock
 from locking.outcomes import EpochCause, HasOutcome
 
 T = TypeVar("T")
@@ -60,12 +59,12 @@ def run_fenced(
     the database of the audit, the epochs and that check: the lock's (``LOCK_DATABASE``,
     unless the ``lock`` given says otherwise), which must be the fenced rows' own.
     """
-    using = using or (lock.using if lock is not None else setting("LOCK_DATABASE"))
+    lock = lock or default_lock()
+    using = using or lock.using
     if connections[using].in_atomic_block:
         raise TransactionManagementError(
             "run_fenced() opens its own transaction; do not call it inside transaction.atomic()."
         )
-    lock = lock or FenceLock()
     audit = AttemptAudit(resource, attempt, using=using)
     lease: Lease | None = None
     with audit.span():
@@ -127,7 +126,7 @@ class LeasedAttempt:
         lock: FenceLock | None = None,
         using: str | None = None,
     ):
-        self.lock = lock or FenceLock()
+        self.lock = lock or default_lock()
         using = using or self.lock.using
         if connections[using].in_atomic_block:  # as run_fenced: a new epoch commits alone
             raise TransactionManagementError(

@@ -6,7 +6,7 @@ label as is, and ``Outcome.choices`` feeds a model field or a form. It imports n
 any module (exceptions, metrics, services) can use it before the app registry is ready.
 
 ``LeaseState`` is the other word a holder reads: what it can know of its lease right now
-(``lease.state``: held, uncertain, lost, released; locking/tenure.py has the transitions).
+(``lease.state``: held, uncertain, lost, released; locking/lease.py has the transitions).
 ``HolderState`` is what an operator reads of a lease from outside (``HolderInfo.state``).
 """
 

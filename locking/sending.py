@@ -35,8 +35,8 @@ from urllib3.exceptions import (
 )
 
 from locking.exceptions import CallOutcomeUnknown, CallRefused, StaleAtReceiver
+from locking.keys import LeaseOrToken
 from locking.receiving.signing import SealedCall, open_answer, seal_call
-from locking.tokens import LeaseOrToken
 
 __all__ = ["CallAnswer", "CallOutcomeUnknown", "CallRefused", "post_fenced"]
 

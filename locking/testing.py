@@ -22,12 +22,11 @@ from django.test import Client
 from django.urls import resolve
 
 from locking.conf import setting
-from locking.keys import lock_key
+from locking.keys import FencingToken, LeaseOrToken, fencing_token_of, lock_key
 from locking.lease import Lease
 from locking.lock import FenceLock
 from locking.receiving.receiver import CallVerdict, Receipt
 from locking.receiving.signing import SealedCall, seal_call
-from locking.tokens import FencingToken, LeaseOrToken, fencing_token_of
 
 __all__ = ["Delivery", "LeaseFactory", "PausedHolder", "ReceiverClient", "older_token"]
 

@@ -10,7 +10,7 @@ from django.db import transaction
 
 from locking import tracing
 from locking.fence import advance_fence
-from locking.tokens import LeaseOrToken, fencing_token_of
+from locking.keys import LeaseOrToken, fencing_token_of
 
 if TYPE_CHECKING:
     from django.db.models import Model, QuerySet

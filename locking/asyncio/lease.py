@@ -2,8 +2,8 @@
 
 ``AsyncFenceLock.acquire`` (locking/asyncio/lock.py) grants an ``AsyncLease``. It is the
 sync ``Lease`` of locking/lease.py with ``await`` where that one blocks: the same scripts,
-and the same ``Tenure`` told what Redis answered (``state``, ``check()``, ``lost``,
-``on_lost`` are the ``BaseLease``'s of locking/tenure.py). Its keep-alive is an asyncio task
+and the same ``LeaseLife`` told what Redis answered (``state``, ``check()``, ``lost``,
+``on_lost`` are the ``BaseLease``'s of locking/lease.py). Its keep-alive is an asyncio task
 that can also cancel the block it guards once the lease is lost.
 """
 
@@ -21,15 +21,15 @@ from redis.exceptions import RedisClusterException, RedisError
 from locking import tracing
 from locking.exceptions import LeaseLost
 from locking.keys import lock_key, positive_ms
+from locking.lease import AnyGrantingLock, BaseLease
 from locking.outcomes import LeaseState
 from locking.scripts import Scripts
-from locking.tenure import BaseLease, Granter
 
 # The lease's own log, as the sync lease's (operators filter on one name).
 logger = logging.getLogger("locking.lease")
 
 
-class AsyncGrantingLock(Granter, Protocol):
+class AsyncGrantingLock(AnyGrantingLock, Protocol):
     """What an async lease uses of the ``AsyncFenceLock`` that granted it: its client and
     scripts (the running loop's, resolved at each call), its database. (A protocol, not
     the class: the lock imports this module, so this one does not import the lock.)"""
@@ -66,7 +66,7 @@ class AsyncLease(BaseLease):
     async def release(self) -> bool:
         """Delete the lock if it is still ours. False if it expired or was taken over, or
         if Redis could not be reached (the lease then expires on its own)."""
-        self._tenure.end()
+        self._life.end()
         with tracing.operation_span("locking.release", self.resource, token=self.token) as span:
             try:
                 script = self._lock.scripts.release
@@ -83,8 +83,8 @@ class AsyncLease(BaseLease):
     async def extend(self, ttl: timedelta) -> bool:
         """Reset the lease's expiry to ``ttl`` from now if it is still ours (``Lease.extend``)."""
         ttl_ms = positive_ms(ttl)
-        tenure = self._tenure
-        if tenure.state.is_over:
+        life = self._life
+        if life.state.is_over:
             return False
         started = time.monotonic()
         try:
@@ -93,8 +93,8 @@ class AsyncLease(BaseLease):
                 await script(keys=[lock_key(self.resource)], args=[self._value, ttl_ms])
             )
         except (RedisError, RedisClusterException) as exc:
-            return tenure.renewed(False, ttl, started, error=exc)
-        return tenure.renewed(extended, ttl, started)
+            return life.renewed(False, ttl, started, error=exc)
+        return life.renewed(extended, ttl, started)
 
     def keep_alive(self, ttl: timedelta | None = None, *, cancel: bool = False) -> "AsyncKeepAlive":
         """``Lease.keep_alive`` for async code: an asyncio task extends the lease every ttl/3.
@@ -106,7 +106,7 @@ class AsyncLease(BaseLease):
         thread: a fenced commit running in ``sync_to_async`` finishes or is refused by the
         fence, as without cancellation.
         """
-        return AsyncKeepAlive(self, self._tenure.renewal_ttl(ttl), cancel=cancel)
+        return AsyncKeepAlive(self, self._life.renewal_ttl(ttl), cancel=cancel)
 
 
 class AsyncKeepAlive:
@@ -158,7 +158,7 @@ class AsyncKeepAlive:
         lease = self.lease
         while True:
             try:
-                await asyncio.wait_for(self._stop.wait(), lease._tenure.renewal_pause(self.ttl))
+                await asyncio.wait_for(self._stop.wait(), lease._life.renewal_pause(self.ttl))
                 return  # the block ended
             except TimeoutError:
                 pass

@@ -28,6 +28,7 @@ from locking.connection import amoved, async_node_client_for, get_async_lock_red
 from locking.epochs import astart_epoch
 from locking.exceptions import LockHeld, LockUnavailable
 from locking.keys import fence_key, holder_label, new_owner, positive_ms, ttl_of, validate_resource
+from locking.lease import AuditHook
 from locking.lock import log_reseed, replica_rule
 from locking.scripts import (
     ACQUIRE_LUA,
@@ -43,7 +44,6 @@ from locking.scripts import (
     unavailable,
     unconfirmed,
 )
-from locking.tenure import AuditHook
 
 logger = logging.getLogger(__name__)
 

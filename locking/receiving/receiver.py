@@ -21,7 +21,7 @@ from django.http import HttpRequest, HttpResponse
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 
-from locking import metrics
+from locking import tracing
 from locking.conf import setting
 from locking.receiving.signing import DEFAULT_TOLERANCE_SECONDS, FencedCall, open_call, seal_answer
 
@@ -237,7 +237,7 @@ def _decided(
     *,
     accepted: int | None = None,
 ) -> Receipt:
-    metrics.receiver_call(scope, verdict)
+    tracing.receiver_call(scope, verdict)
     logger.log(
         logging.WARNING if verdict == CallVerdict.CONFLICT else logging.INFO,
         "fenced call %s",

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from django.core.serializers.json import DjangoJSONEncoder
 
-from locking.tokens import LeaseOrToken, fencing_token_of
+from locking.keys import LeaseOrToken, fencing_token_of
 
 KEY_HEADER = "Idempotency-Key"
 TOKEN_HEADER = "X-Fencing-Token"  # noqa: S105 - a header name, not a secret

@@ -26,8 +26,8 @@ from locking import (
     run_fenced,
 )
 from locking.audit import Attempt
-from locking.epochs import current_epoch, epoch_of, first_token
-from locking.keys import fence_key
+from locking.epochs import current_epoch, first_token
+from locking.keys import epoch_of, fence_key
 from locking.models import FenceEpoch, FenceEvent
 from locking.testing import LeaseFactory
 from locking.tests.support import PrivateRedis, free_port
