@@ -11,7 +11,7 @@ from django.utils.translation import gettext as _
 from hoa.answers.refusals import Refusal, sentence
 from hoa.answers.table import Answer, Audience
 from hoa.models import Organization
-from hoa.models.scoping import TenantQuerySet, staff_of
+from hoa.models.organizations import TenantQuerySet, staff_of
 from hoa.security.audit import Reason, deny_request, record_denial, shown
 
 __all__ = ["OutsideTenancy", "TenantQuerySet", "organizations_for", "row_for"]

@@ -12,8 +12,7 @@ from django.db.transaction import TransactionManagementError
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
-from hoa.models.organizations import Organization, Priority, Unit
-from hoa.models.scoping import TenantQuerySet
+from hoa.models.organizations import Organization, Priority, TenantQuerySet, Unit
 from locking.models import FencedModel
 
 
