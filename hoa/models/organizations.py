@@ -44,6 +44,12 @@ def staff_of(user) -> set:
     return user.__dict__.setdefault("_hoa_staff_of", set())
 
 
+def scope_for_organization(organization) -> str:
+    """The audit scope of an association's fenced attempts (``FenceEvent.scope``): how they
+    are tied to it without ``locking`` knowing associations."""
+    return f"org:{organization.pk}"
+
+
 class Priority(models.TextChoices):
     """A complaint's priority (``Complaint.Priority``): here, below complaints, because an
     association sets the hours of its SLA for each."""

@@ -19,6 +19,7 @@ from django_htmx.http import HttpResponseClientRedirect
 from redis.exceptions import RedisError
 
 from hoa.answers.pages import error_page, see_other
+from hoa.models import scope_for_organization
 from hoa.operations import ResourceInfo, describe_resources, operations
 from hoa.ops.lockstatus import EVENTS_PER_PAGE as LOCK_EVENTS_PER_PAGE
 from hoa.ops.lockstatus import (
@@ -30,7 +31,6 @@ from hoa.ops.lockstatus import (
 )
 from hoa.ops.readiness import pending_migrations
 from hoa.paging import clamped_page
-from hoa.scopes import scope_for_organization
 from hoa.security.audit import Reason, deny_request
 from hoa.security.methods import allow_methods
 from hoa.security.operators import is_operator

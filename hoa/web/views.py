@@ -17,9 +17,8 @@ from django.views.generic import ListView, TemplateView
 from hoa.answers.pages import error_page
 from hoa.charts import Bar, bar_chart
 from hoa.complaints import selectors as complaints
-from hoa.models import Complaint, Organization
+from hoa.models import Complaint, Organization, scope_for_organization
 from hoa.operations import Panel, describe_resources, every_pages
-from hoa.scopes import scope_for_organization
 from hoa.security.audit import Reason, deny_request
 from hoa.security.operators import is_operator
 from hoa.web.access import OrganizationMixin

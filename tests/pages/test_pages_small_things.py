@@ -11,7 +11,7 @@ from django.urls import reverse
 
 from hoa.complaints import reporters
 from hoa.complaints.workflow import Reporter, open_complaint
-from hoa.scopes import scope_for_organization
+from hoa.models import scope_for_organization
 from locking.audit import record_fence_event
 
 pytestmark = pytest.mark.django_db
