@@ -17,8 +17,7 @@ from django.utils.translation import gettext as _
 from django.views.generic import DetailView, TemplateView
 
 from hoa.answers import table as answer_table
-from hoa.answers.pages import see_other
-from hoa.answers.table import Answer
+from hoa.answers.table import Answer, see_other
 from hoa.complaints import answers, selectors, workflow
 from hoa.complaints.exceptions import ComplaintsError
 from hoa.complaints.extensions import assigned, extensions

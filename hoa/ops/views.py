@@ -18,7 +18,7 @@ from django.views.generic import TemplateView
 from django_htmx.http import HttpResponseClientRedirect
 from redis.exceptions import RedisError
 
-from hoa.answers.pages import error_page, see_other
+from hoa.answers.table import error_page, see_other
 from hoa.models import scope_for_organization
 from hoa.operations import ResourceInfo, describe_resources, operations
 from hoa.ops.lockstatus import EVENTS_PER_PAGE as LOCK_EVENTS_PER_PAGE

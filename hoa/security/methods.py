@@ -23,7 +23,7 @@ from functools import wraps
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_http_methods
 
-from hoa.answers.pages import error_page
+from hoa.answers.table import error_page
 
 SITE_METHODS = ("GET", "HEAD", "POST")
 

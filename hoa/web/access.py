@@ -41,7 +41,7 @@ class OrganizationMixin(LoginRequiredMixin):
 
     The view runs, and its page renders, in the association's time zone: times are shown
     and read in it, and "this month" is its own. ``request.organization`` is set too, so
-    an error page (``hoa.answers.pages.error_page``) keeps the association's layout.
+    an error page (``hoa.answers.table.error_page``) keeps the association's layout.
     """
 
     permission_required: str | None = None

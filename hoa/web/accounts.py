@@ -16,7 +16,7 @@ from django.template import loader
 from django.utils.decorators import method_decorator
 from django.utils.translation import gettext as _
 
-from hoa.answers.pages import error_page
+from hoa.answers.table import error_page
 from hoa.security.ratelimits import limit_password_resets
 
 logger = logging.getLogger(__name__)

@@ -26,7 +26,7 @@ def organization_links(request) -> dict:
     match = getattr(request, "resolver_match", None)
     slug = match.kwargs.get("org_slug") if match else None
     if slug is None and getattr(request, "organization", None) is not None:
-        slug = request.organization.slug  # an error page of its (hoa.answers.pages)
+        slug = request.organization.slug  # an error page of its (hoa.answers.table)
     if slug is None:
         return {"organization_links": []}
     links = [*FRAME_LINKS, *(link for pages in every_pages() for link in pages.links)]

@@ -14,7 +14,7 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.csrf import requires_csrf_token
 from django.views.generic import ListView, TemplateView
 
-from hoa.answers.pages import error_page
+from hoa.answers.table import error_page
 from hoa.charts import Bar, bar_chart
 from hoa.complaints import selectors as complaints
 from hoa.models import Complaint, Organization, scope_for_organization
