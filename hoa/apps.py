@@ -12,7 +12,7 @@ class HoaConfig(AppConfig):
 
         converters.register()  # <id:pk> in every URLconf of the product
 
-        from hoa.security.ratelimits import count_failed_sign_in
+        from hoa.security.audit import count_failed_sign_in
 
         # Failed sign-ins (site and admin login alike) count towards the lockout.
         user_login_failed.connect(count_failed_sign_in, dispatch_uid="hoa-count-failed-sign-in")

@@ -17,7 +17,7 @@ from django.utils.decorators import method_decorator
 from django.utils.translation import gettext as _
 
 from hoa.answers.table import error_page
-from hoa.security.ratelimits import limit_password_resets
+from hoa.security.audit import limit_password_resets
 
 logger = logging.getLogger(__name__)
 

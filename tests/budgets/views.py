@@ -13,7 +13,7 @@ from django.views.generic import ListView
 from hoa.answers import table as answer_table
 from hoa.answers.refusals import Refusal
 from hoa.models import Organization
-from hoa.security.ratelimits import limit_fenced_posts
+from hoa.security.audit import limit_fenced_posts
 from hoa.web.access import OrganizationMixin, client_ip
 from tests.budgets.models import AnnualBudget
 from tests.budgets.operations import APPROVE_PERMISSION, OPERATION
