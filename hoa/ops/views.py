@@ -32,8 +32,7 @@ from hoa.ops.lockstatus import (
 from hoa.ops.readiness import pending_migrations
 from hoa.paging import clamped_page
 from hoa.security.audit import Reason, deny_request
-from hoa.security.methods import allow_methods
-from hoa.security.operators import is_operator
+from hoa.security.permissions import allow_methods, is_operator
 from locking import FenceLock, LockUnavailable
 from locking.keys import validate_resource
 from locking.operators import BreakLeaseForm, HolderChanged, holder_of
@@ -58,7 +57,7 @@ class LockStatusView(LoginRequiredMixin, TemplateView):
         return super().handle_no_permission()
 
     def dispatch(self, request, *args, **kwargs):
-        # Leases, tokens and fenced attempts are the operators' (hoa.security.operators):
+        # Leases, tokens and fenced attempts are the operators' (hoa.security.permissions):
         # office staff are answered 403, audited.
         if request.user.is_authenticated and not is_operator(request.user):
             deny_request(request, reason=Reason.PERMISSION, note="lock status: not an operator")

@@ -6,7 +6,7 @@ from django.urls import reverse
 from django.utils.translation import gettext_lazy as _
 
 from hoa.operations import Link, every_pages
-from hoa.security.operators import is_operator
+from hoa.security.permissions import is_operator
 
 # The frame's own entries of an organization's navigation, among the operations' links.
 FRAME_LINKS = (Link(_("Complaints"), "complaints:complaints", order=20),)
