@@ -8,9 +8,9 @@ class HoaConfig(AppConfig):
     def ready(self):
         from django.contrib.auth.signals import user_login_failed
 
-        from hoa.web import converters
+        from hoa.web import fields
 
-        converters.register()  # <id:pk> in every URLconf of the product
+        fields.register()  # <id:pk> in every URLconf of the product
 
         from hoa.security.audit import count_failed_sign_in
 

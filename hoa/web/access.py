@@ -80,7 +80,7 @@ class OrganizationMixin(LoginRequiredMixin):
 
     def _owner_elsewhere(self, pk) -> Organization | None:
         """The organization owning the id this view could not find here, if it exists."""
-        # URL ids are canonical (<id:pk>, hoa.web.converters): within a bigint.
+        # URL ids are canonical (<id:pk>, hoa.web.fields): within a bigint.
         if pk is None or not hasattr(self, "get_queryset") or not 0 < int(pk) < 2**63:
             return None
         rows = self.get_queryset().model._default_manager.filter(pk=pk)
