@@ -28,7 +28,7 @@ from hoa.complaints.forms import (
     ComplaintSlaForm,
     ComplaintStatusForm,
 )
-from hoa.complaints.rules import Change, allows
+from hoa.complaints.workflow import Change, allows
 from hoa.dates import when
 from hoa.models import Complaint
 from hoa.web.access import OrganizationMixin
