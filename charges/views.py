@@ -38,8 +38,8 @@ from hoa.answers.refusals import Refusal
 from hoa.answers.table import error_page
 from hoa.charts import Bar, bar_chart
 from hoa.dates import month_name
-from hoa.security.audit import limit_fenced_posts
-from hoa.web.access import OrganizationMixin, client_ip
+from hoa.security.audit import client_ip, limit_fenced_posts
+from hoa.tenancy import OrganizationMixin
 from hoa.web.lists import PagedListView, csv_cell, csv_download
 from hoa.web.money import format_money
 

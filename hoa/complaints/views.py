@@ -31,7 +31,7 @@ from hoa.complaints.forms import (
 from hoa.complaints.workflow import Change, allows
 from hoa.dates import when
 from hoa.models import Complaint
-from hoa.web.access import OrganizationMixin
+from hoa.tenancy import OrganizationMixin
 from hoa.web.lists import FilteredListView
 
 CHANGE_PERMISSION = "hoa.change_complaint"

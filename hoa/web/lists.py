@@ -17,7 +17,7 @@ from django.views.generic import ListView
 
 from hoa.answers.table import error_page
 from hoa.paging import BadPageNumber, clamped_page, page_number
-from hoa.web.access import OrganizationMixin
+from hoa.tenancy import OrganizationMixin
 
 
 def first_error(form: forms.Form) -> str:

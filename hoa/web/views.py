@@ -21,7 +21,7 @@ from hoa.models import Complaint, Organization, scope_for_organization
 from hoa.operations import Panel, describe_resources, every_pages
 from hoa.security.audit import Reason, deny_request
 from hoa.security.permissions import is_operator
-from hoa.web.access import OrganizationMixin
+from hoa.tenancy import OrganizationMixin
 from locking import Outcome
 from locking.models import FenceEvent
 

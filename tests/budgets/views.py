@@ -13,8 +13,8 @@ from django.views.generic import ListView
 from hoa.answers import table as answer_table
 from hoa.answers.refusals import Refusal
 from hoa.models import Organization
-from hoa.security.audit import limit_fenced_posts
-from hoa.web.access import OrganizationMixin, client_ip
+from hoa.security.audit import client_ip, limit_fenced_posts
+from hoa.tenancy import OrganizationMixin
 from tests.budgets.models import AnnualBudget
 from tests.budgets.operations import APPROVE_PERMISSION, OPERATION
 from tests.budgets.services import approve_budget, parse_year
