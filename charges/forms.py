@@ -36,7 +36,7 @@ def month_of_address(segment: str) -> date:
 
     ``YYYY-MM`` exactly is the month's address. Another spelling of a month (``2026-12 ``,
     `` 2026-12``) is not a second address for it: ``Http404``, as for an id written with a
-    leading zero (``hoa.web.converters``). What is no month at all raises ``InvalidMonth``
+    leading zero (``hoa.web.fields``). What is no month at all raises ``InvalidMonth``
     (the 400 "Not a month" that says how to write one).
     """
     month = parse_month(segment)

@@ -33,11 +33,12 @@ from charges.operations import GENERATE_PERMISSION, OPERATION
 from charges.selectors import current_month, monthly_totals
 from charges.services import generate_monthly_charges
 from hoa.answers import table as answer_table
-from hoa.answers.pages import error_page
 from hoa.answers.refusals import Refusal
+from hoa.answers.table import error_page
 from hoa.charts import Bar, bar_chart
 from hoa.dates import month_name
-from hoa.web.access import OrganizationMixin, client_ip
+from hoa.security.audit import client_ip
+from hoa.tenancy import OrganizationMixin
 from hoa.web.lists import PagedListView, csv_cell, csv_download
 from hoa.web.money import format_money
 from hoa.web.posts import FencedPostView

@@ -17,8 +17,7 @@ from django.template.response import TemplateResponse
 from hoa.admin_mixins import AdminExtension, extend
 from hoa.answers import table as answer_table
 from hoa.answers.refusals import Refusal
-from hoa.security.audit import client_ip
-from hoa.security.ratelimits import check_fenced_post
+from hoa.security.audit import check_fenced_post, client_ip
 from hoa.web.lists import first_error
 
 APPLY_FIELD = "apply"

@@ -20,7 +20,7 @@ from django.utils.translation import gettext as _
 from hoa.dates import zone_label
 from hoa.models import Organization
 from hoa.security.audit import Reason, deny_request
-from hoa.security.operators import is_operator
+from hoa.security.permissions import is_operator
 from hoa.web.fields import ADMIN_FORMFIELDS
 
 # The fence's bookkeeping on the product's rows: locking's ``FencedModel.last_fence_token``
@@ -77,7 +77,7 @@ class OperatorFieldsMixin:
     """Show the fence's bookkeeping (``operator_fields``) to operators only.
 
     Office staff read the same rows as on their pages, in their words: no fencing token,
-    no recorded token (``hoa.security.operators``: operators are those who read leases,
+    no recorded token (``hoa.security.permissions``: operators are those who read leases,
     tokens and the fenced attempts). The fields leave every place an admin names them for
     anyone else: the changelist's columns, filters and search, the change page's fields, and
     the fields of every inline on it (an operation's too, ``ExtensibleAdmin``).

@@ -9,11 +9,11 @@ class HoaConfig(AppConfig):
     def ready(self):
         from django.contrib.auth.signals import user_login_failed
 
-        from hoa.web import converters
+        from hoa.web import fields
 
-        converters.register()  # <id:pk> in every URLconf of the product
+        fields.register()  # <id:pk> in every URLconf of the product
 
-        from hoa.security.ratelimits import count_failed_sign_in
+        from hoa.security.audit import count_failed_sign_in
 
         # Failed sign-ins (site and admin login alike) count towards the lockout.
         user_login_failed.connect(count_failed_sign_in, dispatch_uid="hoa-count-failed-sign-in")

@@ -19,7 +19,7 @@ from django.utils import timezone
 from hoa.complaints import workflow
 from hoa.models import Complaint, ComplaintEvent, Notice, Organization, StaffMembership, Unit
 from hoa.operations import every_pages, staff_permissions
-from hoa.security.operators import OPERATOR_PERMISSIONS
+from hoa.security.permissions import OPERATOR_PERMISSIONS
 
 DEMO_PASSWORD = "hoa-demo-2026"  # noqa: S105 - printed on purpose; local demo only
 STAFF_GROUP = "Association staff"
@@ -138,7 +138,7 @@ def staff_group() -> Group:
 
 
 def operators_group() -> Group:
-    """Locking's permissions (hoa.security.operators): leases, tokens, breaking a lease."""
+    """Locking's permissions (hoa.security.permissions): leases, tokens, breaking a lease."""
     group, _ = Group.objects.get_or_create(name=OPERATORS_GROUP)
     group.permissions.set(_permissions(name.split(".", 1) for name in OPERATOR_PERMISSIONS))
     return group

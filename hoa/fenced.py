@@ -27,8 +27,7 @@ from hoa.answers.refusals import (
 )
 from hoa.answers.table import Audience, Done
 from hoa.integrations.webhooks import CallResult, ExternalCallFailed, ExternalCallUnknown
-from hoa.models import Organization, record_unknown
-from hoa.scopes import scope_for_organization
+from hoa.models import Organization, record_unknown, scope_for_organization
 from locking import (
     Lease,
     LeasedAttempt,

@@ -89,7 +89,7 @@ MIDDLEWARE = [
     "django.middleware.locale.LocaleMiddleware",
     "django.middleware.common.CommonMiddleware",
     # A method the view does not take is a 405 with Allow, before the CSRF check's 403.
-    "hoa.security.methods.AllowedMethodsMiddleware",
+    "hoa.security.permissions.AllowedMethodsMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
@@ -255,7 +255,7 @@ REPORTER_RETENTION_DAYS = int(env_number("REPORTER_RETENTION_DAYS", 365, minimum
 # --- Auth, i18n, static ------------------------------------------------------------------
 
 # Django's ModelBackend with a user's own and group permissions read in one query.
-AUTHENTICATION_BACKENDS = ["hoa.security.backends.PermissionsInOneQueryBackend"]
+AUTHENTICATION_BACKENDS = ["hoa.security.permissions.PermissionsInOneQueryBackend"]
 
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},

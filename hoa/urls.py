@@ -4,11 +4,11 @@ from django.urls import include, path
 
 from hoa.ops import metrics_view
 from hoa.ops import views as ops_views
-from hoa.security.ratelimits import limit_sign_ins
+from hoa.security.audit import limit_sign_ins
 from hoa.web.accounts import PasswordResetView
 
 urlpatterns = [
-    # Both sign-in forms, rate limited and locked after repeated failures (hoa.security.ratelimits),
+    # Both sign-in forms, rate limited and locked after repeated failures (hoa.security.audit),
     # and the password reset form; listed before the includes that define the same paths.
     path("admin/login/", limit_sign_ins(admin.site.login)),
     path("accounts/login/", limit_sign_ins(auth_views.LoginView.as_view()), name="login"),

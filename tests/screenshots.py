@@ -32,9 +32,8 @@ from charges.services import generate_monthly_charges
 from hoa.answers.refusals import Busy
 from hoa.complaints.workflow import add_note, change_sla, change_status
 from hoa.demo import DEMO_PASSWORD, seed_demo, staff_group
-from hoa.models import Complaint, Organization, StaffMembership
-from hoa.scopes import scope_for_organization
-from hoa.security.operators import is_operator
+from hoa.models import Complaint, Organization, StaffMembership, scope_for_organization
+from hoa.security.permissions import is_operator
 from locking import FenceLock, StaleFencingToken, advance_fence
 from locking.audit import record_fence_event
 from tests.browser.test_browser_staff import chromium, site  # noqa: F401 - fixtures

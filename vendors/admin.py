@@ -14,8 +14,8 @@ from hoa.admin_mixins import (
     TenantInlineMixin,
     extend,
 )
+from hoa.security.audit import client_ip
 from hoa.tenancy import organizations_for
-from hoa.web.access import client_ip
 from hoa.web.money import format_money
 from vendors import selectors, services
 from vendors.forms import AssignVendorForm

@@ -19,7 +19,7 @@ from hoa.complaints.extensions import (
     Section,
     TimelineEntry,
 )
-from hoa.complaints.rules import Change, allows
+from hoa.complaints.workflow import Change, allows
 from hoa.models import Complaint, Organization
 from vendors import closing, invoice_selectors, selectors
 from vendors.forms import AssignVendorForm

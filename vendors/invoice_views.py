@@ -20,12 +20,11 @@ from django.views import View
 from django.views.generic import TemplateView
 
 from hoa.answers import table as answer_table
-from hoa.answers.pages import error_page
 from hoa.answers.refusals import Refusal
-from hoa.answers.table import Answer
+from hoa.answers.table import Answer, error_page
 from hoa.models import Complaint
-from hoa.security.ratelimits import limit_fenced_posts
-from hoa.web.access import OrganizationMixin, client_ip
+from hoa.security.audit import client_ip, limit_fenced_posts
+from hoa.tenancy import OrganizationMixin
 from hoa.web.lists import FilteredListView, csv_cell, csv_download, first_error
 from vendors import approvals, invoice_answers, invoice_selectors, invoices
 from vendors.insurance import today_of

@@ -10,7 +10,7 @@ complaint's lease (``hoa.fenced``, the runner every operation shares), in this o
 2. ``call_outside``: the dispatch call, outside any transaction.
 3. ``fence_row`` and ``commit``, in one transaction: the fence on the complaint row again
    (the same lease passes; a newer holder's claim made this one stale), then the state
-   check (the complaint's status allows it, per ``hoa.complaints.rules``: never a closed
+   check (the complaint's status allows it, per ``hoa.complaints.workflow.RULES``: never a closed
    complaint; and the active assignment), then deactivate the previous one (only with
    ``reassign``) and create the new one with the lease's token; an ``open`` complaint
    becomes ``assigned`` (``hoa.complaints.record_assignment``) in the same transaction. A
@@ -42,10 +42,14 @@ from enum import Enum, auto
 from django.db.models import OuterRef, QuerySet, Subquery
 from django.utils import timezone
 
-from hoa.complaints.reporters import Kind as ReporterKind
-from hoa.complaints.reporters import tell_reporter
-from hoa.complaints.rules import RULES, Change, allows
-from hoa.complaints.workflow import record_assignment
+from hoa.complaints.workflow import (
+    RULES,
+    Change,
+    ReporterKind,
+    allows,
+    record_assignment,
+    tell_reporter,
+)
 from hoa.fenced import FencedSteps, Look, Result
 from hoa.integrations.webhooks import ExternalCallFailed, ExternalCallUnknown
 from hoa.jobs.settling import SETTLE_VIA, Settled, settled_by

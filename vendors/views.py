@@ -16,8 +16,8 @@ from hoa.answers import table as answer_table
 from hoa.answers.refusals import Refusal, Superseded
 from hoa.answers.table import Answer
 from hoa.complaints.views import ComplaintDetailView
-from hoa.security.ratelimits import limit_fenced_posts
-from hoa.web.access import OrganizationMixin, client_ip
+from hoa.security.audit import client_ip, limit_fenced_posts
+from hoa.tenancy import OrganizationMixin
 from hoa.web.lists import FilteredListView
 from vendors import answers, insurance, selectors
 from vendors.exceptions import ChangedSinceViewed, ClosedSinceViewed, ComplaintClosed

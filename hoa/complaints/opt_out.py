@@ -16,7 +16,7 @@ from django.utils.translation import gettext as _
 from django.views import View
 from django.views.decorators.csrf import csrf_exempt
 
-from hoa.complaints import reporters
+from hoa.complaints import workflow
 
 
 @method_decorator(csrf_exempt, name="dispatch")
@@ -25,17 +25,17 @@ class ReporterOptOutView(View):
     template_name = "hoa/reporters/opt_out.html"
 
     def get(self, request, token: str):
-        complaint = reporters.complaint_of(token)
+        complaint = workflow.complaint_of(token)
         if complaint is None:
             return self.not_ours(request)
         done = complaint.reporter_opted_out_at is not None
         return self.page(request, complaint, done=done)
 
     def post(self, request, token: str):
-        complaint = reporters.complaint_of(token)
+        complaint = workflow.complaint_of(token)
         if complaint is None:
             return self.not_ours(request)
-        reporters.opt_out(complaint)
+        workflow.opt_out(complaint)
         return self.page(request, complaint, done=True)
 
     def page(self, request, complaint, *, done: bool):

@@ -17,8 +17,7 @@ from django.utils.translation import gettext as _
 from django.views.generic import DetailView, TemplateView
 
 from hoa.answers import table as answer_table
-from hoa.answers.pages import see_other
-from hoa.answers.table import Answer
+from hoa.answers.table import Answer, see_other
 from hoa.complaints import answers, selectors, workflow
 from hoa.complaints.exceptions import ComplaintsError
 from hoa.complaints.extensions import assigned, extensions
@@ -29,10 +28,10 @@ from hoa.complaints.forms import (
     ComplaintSlaForm,
     ComplaintStatusForm,
 )
-from hoa.complaints.rules import Change, allows
+from hoa.complaints.workflow import Change, allows
 from hoa.dates import when
 from hoa.models import Complaint
-from hoa.web.access import OrganizationMixin
+from hoa.tenancy import OrganizationMixin
 from hoa.web.lists import FilteredListView
 
 CHANGE_PERMISSION = "hoa.change_complaint"

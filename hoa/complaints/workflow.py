@@ -1,37 +1,66 @@
-"""The complaint workflow: status changes (``hoa.complaints.rules.MOVES``), notes, SLA changes.
+"""The complaint workflow: its rules, its changes (status, notes, SLA), and what each tells
+the reporter.
 
-A status change is a compare-and-swap on the status the staff member saw, under the
-complaint's row lock (the loser gets ``StatusChanged``, 409). Who can be assigned is not
-known here: an operation declares an ``AssignmentGuard`` (``hoa.complaints.extensions``).
-The statuses for people: docs/staff-guide.md; why: docs/architecture.md, "The complaint
-workflow lives with the complaint" and the invariants after it.
+**The rules** in one place: which change may run in which status (``RULES``) and where a
+status change may go (``MOVES``). The pages, the admin's actions, the commands and the
+services read them; each change checks them under the complaint's row lock, in the
+transaction that writes. docs/staff-guide.md, "Statuses", has the same tables for people (a
+test keeps them in step); docs/architecture.md, "Invariants between operations on one
+complaint", says why it holds.
+
+**The changes.** A status change is a compare-and-swap on the status the staff member saw,
+under the complaint's row lock (the loser gets ``StatusChanged``, 409). Who can be assigned
+is not known here: an operation declares an ``AssignmentGuard``
+(``hoa.complaints.extensions``). The statuses for people: docs/staff-guide.md; why:
+docs/architecture.md, "The complaint workflow lives with the complaint" and the invariants
+after it.
+
+**Reporters hear back.** ``tell_reporter`` writes the email a change queues to the outbox
+(``ReporterEmail``) in the change's own transaction, after its row lock;
+``send_reporter_emails`` (hoa/jobs/reporter_mail.py) sends it. The opt-out link is the
+complaint's id signed (``django.core.signing``, its own salt), good for that complaint
+only. docs/operations.md, "Reporters' emails", has the rest.
 """
 
 import logging
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from email.utils import formataddr, parseaddr
+from enum import StrEnum
 
+from django.conf import settings
+from django.core import signing
 from django.db import transaction
-from django.utils import timezone
+from django.template.loader import render_to_string
+from django.urls import reverse
+from django.utils import timezone, translation
 from django.utils.translation import gettext as _
 
-from hoa.complaints import reporters
 from hoa.complaints.exceptions import Rule, SlaChanged, StatusChanged, TransitionRefused
 from hoa.complaints.extensions import assignment_guard
-from hoa.complaints.rules import MOVES, Change, allows
-from hoa.models import Complaint, ComplaintEvent, Organization, Unit
+from hoa.models import Complaint, ComplaintEvent, Organization, ReporterEmail, Unit
 from hoa.models.complaints import Moved
 
 __all__ = [
+    "MOVES",
     "NOTE_MAX_LENGTH",
+    "RULES",
     "SLA_MAX_AHEAD",
+    "Change",
+    "ReporterKind",
     "add_note",
+    "allows",
+    "change_of_status",
     "change_sla",
     "change_status",
     "check_transition",
     "choices_from",
     "open_complaint",
+    "opt_out_token",
+    "opt_out_url",
     "record_assignment",
+    "sender",
+    "tell_reporter",
 ]
 
 logger = logging.getLogger(__name__)
@@ -40,9 +69,51 @@ Status = Complaint.Status
 NOTE_MAX_LENGTH = 2000
 # How far ahead an SLA due time may be moved: a year, counted from the change.
 SLA_MAX_AHEAD = timedelta(days=365)
+EVERY_STATUS = frozenset(Status)
+ReporterKind = ReporterEmail.Kind
+OPT_OUT_SALT = "hoa.reporter-opt-out"
 
 
 # -- the rules ----------------------------------------------------------------------------
+
+
+class Change(StrEnum):
+    """A change of a complaint, as the rule table names it."""
+
+    OPEN = "open"  # open a complaint: it creates one, in ``open``
+    STATUS = "status"  # a status change (``MOVES`` says to which)
+    NOTE = "note"
+    SLA = "sla"
+    ASSIGN = "assign"  # a first vendor
+    REASSIGN = "reassign"  # replace the active vendor
+    CANCEL = "cancel"  # the told-in-vain cancellation of a dispatch
+
+
+# Where each status may go by hand (``assigned`` is reached by assigning a vendor only).
+MOVES: dict[str, tuple[str, ...]] = {
+    Status.OPEN: (Status.RESOLVED, Status.CLOSED),
+    Status.ASSIGNED: (Status.IN_PROGRESS, Status.RESOLVED, Status.CLOSED),
+    Status.IN_PROGRESS: (Status.RESOLVED, Status.CLOSED),
+    Status.RESOLVED: (Status.CLOSED, Status.IN_PROGRESS, Status.OPEN),
+    Status.CLOSED: (Status.OPEN,),
+}
+
+# The statuses in which each change may run (``Change.OPEN`` runs on no complaint: it
+# makes one).
+RULES: dict[Change, frozenset[str]] = {
+    Change.OPEN: frozenset(),
+    Change.STATUS: frozenset(status for status, moves in MOVES.items() if moves),
+    Change.NOTE: EVERY_STATUS,
+    Change.SLA: frozenset(Complaint.OPEN_STATUSES),
+    Change.ASSIGN: EVERY_STATUS - {Status.CLOSED},
+    Change.REASSIGN: EVERY_STATUS - {Status.CLOSED},
+    Change.CANCEL: EVERY_STATUS,
+}
+
+
+def allows(change: Change, status: str) -> bool:
+    """Whether ``change`` may run on a complaint that is ``status``."""
+    return status in RULES[change]
 
 
 def choices_from(status: str, *, assigned: bool | None) -> list[tuple[str, str]]:
@@ -141,8 +212,8 @@ def change_status(
         )
         if closing and guard is not None and guard.on_close is not None:
             guard.on_close(locked, at=moved.at, actor=actor)
-        if (kind := reporters.change_of_status(seen, lands_on)) is not None:
-            reporters.tell_reporter(locked, kind, at=moved.at)
+        if (kind := change_of_status(seen, lands_on)) is not None:
+            tell_reporter(locked, kind, at=moved.at)
     event = _as_moved(complaint, moved, seen=seen, lands_on=lands_on, note=note, actor=actor)
     logger.info(
         "complaint status changed",
@@ -324,3 +395,103 @@ def record_assignment(
     if moved is not None:
         complaint.status = Status.ASSIGNED
     return moved is not None
+
+
+# -- the reporter's emails ------------------------------------------------------------------
+
+
+def change_of_status(seen: str, lands_on: str) -> str | None:
+    """The kind of email a status change sends its reporter, or ``None`` (most don't)."""
+    if lands_on == Status.RESOLVED:
+        return ReporterKind.RESOLVED
+    if lands_on == Status.CLOSED:
+        return ReporterKind.CLOSED
+    if seen in (Status.RESOLVED, Status.CLOSED):  # reopened, or work on it starts again
+        return ReporterKind.REOPENED
+    return None
+
+
+def tell_reporter(
+    complaint: Complaint,
+    kind: str,
+    *,
+    at: datetime,
+    vendor: str = "",
+    replaced: str = "",
+) -> int | None:
+    """Queue the email that tells ``complaint``'s reporter of this change (``at``: its time;
+    ``vendor``, ``replaced``: who was sent, and whom they take over from); return its id, or
+    ``None`` when there is nobody to tell. In the change's transaction, after its row lock.
+
+    ``complaint`` is the caller's copy: with no reporter email on it, nothing is written
+    (no statement); otherwise the outbox row takes the address from the complaint's row,
+    and none is written if the reporter opted out."""
+    if not transaction.get_connection().in_atomic_block:
+        raise RuntimeError("tell_reporter runs inside the change's transaction")
+    if not complaint.reporter_email:
+        return None
+    subject, body = render_email(complaint, kind, at=at, vendor=vendor, replaced=replaced)
+    return ReporterEmail.objects.enqueue(complaint.pk, kind=kind, subject=subject, body=body)
+
+
+def render_email(complaint: Complaint, kind: str, *, at: datetime, vendor="", replaced="") -> tuple:
+    """The subject and the plain-text body, in the association's time zone."""
+    organization = complaint.organization
+    context = {
+        "complaint": complaint,
+        "organization": organization,
+        "kind": kind,
+        "at": at,
+        "vendor": vendor,
+        "replaced": replaced,
+        "opt_out_url": opt_out_url(complaint),
+    }
+    with translation.override(settings.LANGUAGE_CODE), timezone.override(organization.zone):
+        subject = render_to_string("hoa/reporters/email_subject.txt", context)
+        body = render_to_string("hoa/reporters/email_body.txt", context)
+    return " ".join(subject.split())[:300], body.strip() + "\n"
+
+
+def sender(complaint: Complaint) -> str:
+    """``From``: the association's name, at the deployment's sending address."""
+    return formataddr((complaint.organization.name, parseaddr(settings.DEFAULT_FROM_EMAIL)[1]))
+
+
+def opt_out_token(complaint: Complaint) -> str:
+    """The complaint's opt-out token: signed, and the same whenever it is made (no
+    timestamp), as the body's link is written when the change commits and the
+    ``List-Unsubscribe`` header's when the email is sent: one email, one link."""
+    return _signer().sign_object({"complaint": complaint.pk}, compress=True)
+
+
+def _signer() -> signing.Signer:
+    return signing.Signer(salt=OPT_OUT_SALT)
+
+
+def opt_out_url(complaint: Complaint) -> str:
+    path = reverse("hoa:reporter-opt-out", args=[opt_out_token(complaint)])
+    return f"{settings.SITE_URL}{path}"
+
+
+def complaint_of(token: str) -> Complaint | None:
+    """The complaint an opt-out token names, or ``None`` when it is not one of ours."""
+    try:
+        value = _signer().unsign_object(token)
+    except (signing.BadSignature, ValueError):  # not ours, or ours but not an object
+        return None
+    complaint_id = value.get("complaint") if isinstance(value, dict) else None
+    if not isinstance(complaint_id, int):
+        return None
+    return Complaint.objects.select_related("organization").filter(pk=complaint_id).first()
+
+
+def opt_out(complaint: Complaint) -> int:
+    """Stop the emails about ``complaint``: record when, and skip those still queued;
+    return how many queued ones were skipped. Saying it twice changes nothing."""
+    with transaction.atomic():
+        Complaint.objects.filter(pk=complaint.pk, reporter_opted_out_at__isnull=True).update(
+            reporter_opted_out_at=timezone.now()
+        )
+        return ReporterEmail.objects.filter(
+            complaint=complaint, state=ReporterEmail.State.PENDING
+        ).update(state=ReporterEmail.State.SKIPPED)

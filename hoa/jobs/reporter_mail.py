@@ -22,7 +22,7 @@ from django.db import connection, transaction
 from django.db.models import OuterRef, Subquery
 from django.utils import timezone
 
-from hoa.complaints.reporters import opt_out_url, sender
+from hoa.complaints.workflow import opt_out_url, sender
 from hoa.jobs.scheduled import check_pass_arguments, pass_lock
 from hoa.models import Complaint, ReporterEmail
 

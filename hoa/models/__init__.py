@@ -12,6 +12,7 @@ from hoa.models.organizations import (
     StaffMembership,
     Unit,
     default_time_zone,
+    scope_for_organization,
     validate_time_zone,
 )
 from hoa.models.outside_calls import OutsideCall, record_unknown
@@ -30,5 +31,6 @@ __all__ = [
     "Unit",
     "default_time_zone",
     "record_unknown",
+    "scope_for_organization",
     "validate_time_zone",
 ]

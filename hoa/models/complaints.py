@@ -12,8 +12,7 @@ from django.db.transaction import TransactionManagementError
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
-from hoa.models.organizations import Organization, Priority, Unit
-from hoa.models.scoping import TenantQuerySet
+from hoa.models.organizations import Organization, Priority, TenantQuerySet, Unit
 from locking.models import FencedModel
 
 
@@ -151,7 +150,7 @@ class Complaint(FencedModel):
     reporter_email = models.EmailField(_("reporter's email"), blank=True, default="")
     reporter_phone = models.CharField(_("reporter's phone"), max_length=30, blank=True, default="")
     # When the reporter asked for no more emails about this complaint (the link in each
-    # one: hoa.complaints.reporters); none are queued or sent after it.
+    # one: hoa.complaints.workflow); none are queued or sent after it.
     reporter_opted_out_at = models.DateTimeField(
         _("reporter opted out at"), null=True, blank=True, editable=False
     )

@@ -5,8 +5,7 @@ from django.db.models import Q
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
-from hoa.models.organizations import Organization
-from hoa.models.scoping import TenantQuerySet
+from hoa.models.organizations import Organization, TenantQuerySet
 
 
 class NoticeQuerySet(TenantQuerySet):

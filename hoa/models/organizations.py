@@ -1,4 +1,10 @@
-"""Associations (``Organization``, with their time zone), their units and their staff."""
+"""Associations (``Organization``, with their time zone), their units and their staff, and
+the floor under every model: which rows belong to an association (``TenantQuerySet``) and
+the per-user note of the associations a user was found staff of (``staff_of``).
+
+The resolver (``hoa.tenancy``), which reads organizations, and the other models, which
+scope their rows, import both from here.
+"""
 
 from zoneinfo import ZoneInfo, available_timezones
 
@@ -9,7 +15,39 @@ from django.db.models import Q
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
-from hoa.models.scoping import TenantQuerySet, staff_of
+
+class TenantQuerySet(models.QuerySet):
+    """A queryset of rows that belong to an organization through ``tenant_path``."""
+
+    # Path from the model to its Organization, e.g. "organization" or "run__organization".
+    tenant_path = "organization"
+
+    def for_user(self, user):
+        """Return the rows of the organizations ``user`` is staff of (all for superusers)."""
+        if user is None or not user.is_authenticated or not user.is_active:
+            return self.none()
+        if user.is_superuser:
+            return self
+        prefix = f"{self.tenant_path}__" if self.tenant_path else ""
+        return self.filter(**{f"{prefix}memberships__user": user})
+
+    def for_organization(self, organization):
+        """Return the rows that belong to ``organization``."""
+        return self.filter(**{self.tenant_path or "pk": organization})
+
+
+def staff_of(user) -> set:
+    """The ids of the organizations ``user`` (this object) was found staff of by a query:
+    ``Organization.has_staff``'s own, or the resolver's (``hoa.tenancy``). Nothing else
+    adds to it. Kept on the user object like Django's permission cache: a request's, or a
+    command's run, never across them."""
+    return user.__dict__.setdefault("_hoa_staff_of", set())
+
+
+def scope_for_organization(organization) -> str:
+    """The audit scope of an association's fenced attempts (``FenceEvent.scope``): how they
+    are tied to it without ``locking`` knowing associations."""
+    return f"org:{organization.pk}"
 
 
 class Priority(models.TextChoices):
@@ -78,7 +116,7 @@ class Organization(models.Model):
 
     def has_staff(self, user) -> bool:
         """Return whether ``user`` may act for this organization (asked once per user
-        object: the answer is noted, ``hoa.models.scoping.staff_of``)."""
+        object: the answer is noted, ``staff_of``)."""
         if not user.is_authenticated or not user.is_active:
             return False
         if user.is_superuser:

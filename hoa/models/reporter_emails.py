@@ -13,7 +13,7 @@ from django.db.models.functions import Now
 from django.utils.translation import gettext_lazy as _
 
 from hoa.models.complaints import Complaint
-from hoa.models.scoping import TenantQuerySet
+from hoa.models.organizations import TenantQuerySet
 
 
 class ReporterEmailQuerySet(TenantQuerySet):

@@ -2,20 +2,20 @@
 ``LOCK_SCOPES_CALLABLE``.
 
 locking knows nothing of associations: it asks which audit scopes a user may read and which
-scope a resource name is in. Here a scope is an association (``org:<id>``, hoa.scopes, as
-every fenced attempt is recorded); a user reads the associations they are staff of, a
-superuser every one (``Viewer``, the lock status page's rule); and a resource is in the
-association its fenced operation says it is (``hoa.operations.describe_resources``), so a
-lease that has no audit row yet is placed as well as one that has. A name no operation
-claims is in no association: only a superuser sees it.
+scope a resource name is in. Here a scope is an association (``org:<id>``,
+``hoa.models.scope_for_organization``, as every fenced attempt is recorded); a user reads
+the associations they are staff of, a superuser every one (``Viewer``, the lock status
+page's rule); and a resource is in the association its fenced operation says it is
+(``hoa.operations.describe_resources``), so a lease that has no audit row yet is placed as
+well as one that has. A name no operation claims is in no association: only a superuser sees
+it.
 """
 
 from collections.abc import Collection
 
-from hoa.models import Organization
+from hoa.models import Organization, scope_for_organization
 from hoa.operations import describe_resources
 from hoa.ops.lockstatus import Viewer
-from hoa.scopes import scope_for_organization
 from locking.operators import ViewerScopes
 
 

@@ -3,7 +3,8 @@
 A superuser sees everything; staff only the resources of their organizations: leases found
 by each operation's ``SCAN`` prefixes and kept when their name is one of the viewer's (not
 when an audit event exists: a lease just granted has none), the audit trail filtered by
-``FenceEvent.scope`` (``hoa.scopes``) in SQL. docs/security.md, "Tenant isolation".
+``FenceEvent.scope`` (``hoa.models.scope_for_organization``) in SQL. docs/security.md,
+"Tenant isolation".
 """
 
 from collections.abc import Iterable
@@ -16,10 +17,9 @@ from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
 from hoa.charts import LeaseSpan, Mark, lock_timeline
-from hoa.models import Organization
+from hoa.models import Organization, scope_for_organization
 from hoa.operations import ResourceInfo, describe_resources, operations, scan_prefixes
 from hoa.paging import PageNumberField
-from hoa.scopes import scope_for_organization
 from locking import FenceLock, LockUnavailable, Outcome
 from locking.keys import validate_resource
 from locking.models import FenceEvent

@@ -24,7 +24,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, 
 from prometheus_client.multiprocess import MultiProcessCollector
 
 from hoa.security.audit import client_ip
-from hoa.security.methods import allow_methods
+from hoa.security.permissions import allow_methods
 
 # Collectors whose ``collect()`` reads the database at scrape time; each needs a
 # ``describe()`` (naming its families without reading anything) so that registering it

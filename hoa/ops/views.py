@@ -18,7 +18,8 @@ from django.views.generic import TemplateView
 from django_htmx.http import HttpResponseClientRedirect
 from redis.exceptions import RedisError
 
-from hoa.answers.pages import error_page, see_other
+from hoa.answers.table import error_page, see_other
+from hoa.models import scope_for_organization
 from hoa.operations import ResourceInfo, describe_resources, operations
 from hoa.ops.lockstatus import EVENTS_PER_PAGE as LOCK_EVENTS_PER_PAGE
 from hoa.ops.lockstatus import (
@@ -30,10 +31,8 @@ from hoa.ops.lockstatus import (
 )
 from hoa.ops.readiness import pending_migrations
 from hoa.paging import clamped_page
-from hoa.scopes import scope_for_organization
 from hoa.security.audit import Reason, deny_request
-from hoa.security.methods import allow_methods
-from hoa.security.operators import is_operator
+from hoa.security.permissions import allow_methods, is_operator
 from locking import FenceLock, LockUnavailable
 from locking.keys import validate_resource
 from locking.operators import BreakLeaseForm, HolderChanged, holder_of
@@ -58,7 +57,7 @@ class LockStatusView(LoginRequiredMixin, TemplateView):
         return super().handle_no_permission()
 
     def dispatch(self, request, *args, **kwargs):
-        # Leases, tokens and fenced attempts are the operators' (hoa.security.operators):
+        # Leases, tokens and fenced attempts are the operators' (hoa.security.permissions):
         # office staff are answered 403, audited.
         if request.user.is_authenticated and not is_operator(request.user):
             deny_request(request, reason=Reason.PERMISSION, note="lock status: not an operator")

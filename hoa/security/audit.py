@@ -1,4 +1,4 @@
-"""Who is asking, how often, and the record of every refusal.
+"""Who is asking, how often (the abuse limits), and the record of every refusal.
 
 Every refused request or action is written as an ``AccessDenial`` (superusers read them
 in the admin, filtered by reason, operation and association, searched by actor, address,
@@ -22,19 +22,37 @@ Rate counting is django-ratelimit's (fixed windows in the default cache, django-
 ``count`` wraps it so that an unreachable cache lets requests through (logged) instead of
 turning every page into a 500: the fenced operations answer 503 on their own when Redis
 is down, and sign-in keeps working.
+
+The abuse limits: fenced POSTs per user and per address, sign-ins per address, and a
+lockout after repeated failed sign-ins for one username from one address. Sized for
+people, configurable by environment (docs/security.md): ``FENCED_POST_RATE`` (30/m per
+user), ``FENCED_POST_IP_RATE`` (120/m per address), ``LOGIN_RATE`` (10/m per address),
+``LOGIN_LOCKOUT_RATE`` (5 failures per 15 minutes per username and address),
+``PASSWORD_RESET_RATE`` (5 reset requests per 15 minutes per address).
+``RATELIMIT_ENABLE=0`` turns every limit off (benchmarks, load tests).
+
+A request over a limit raises ``TooManyRequests`` (django-ratelimit's ``Ratelimited``);
+its middleware hands it to ``RATELIMIT_VIEW``, the 429 page, which audits the refusal.
+The lockout is keyed by username *and* address, so nobody can lock a colleague out from
+elsewhere; ``LOGIN_RATE`` bounds how many usernames one address may try.
 """
 
 import ipaddress
 import logging
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import wraps
 from typing import TypedDict
 
 from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.db import DatabaseError, transaction
 from django.http import HttpRequest
 from django.utils.encoding import iri_to_uri
+from django.utils.translation import gettext as _
 from django_ratelimit.core import get_usage
+from django_ratelimit.exceptions import Ratelimited
 from django_redis.exceptions import ConnectionInterrupted
 from redis.exceptions import RedisError
 
@@ -156,6 +174,133 @@ def count(
 
 
 AUDITED_DENIALS = Limit("audit-denials", "AUDIT_DENIAL_RATE", address_key)
+
+
+# -- the abuse limits ----------------------------------------------------------------------
+
+
+def _username_and_address(request, username: str) -> str:
+    return f"{username.casefold()}|{address_key(request)}"
+
+
+FENCED_POSTS_PER_USER = Limit("fenced-post:user", "FENCED_POST_RATE", user_key)
+FENCED_POSTS_PER_ADDRESS = Limit("fenced-post:ip", "FENCED_POST_IP_RATE", address_key)
+SIGN_INS_PER_ADDRESS = Limit("login:ip", "LOGIN_RATE", address_key)
+FAILED_SIGN_INS = Limit("login-failures", "LOGIN_LOCKOUT_RATE", _username_and_address)
+PASSWORD_RESETS_PER_ADDRESS = Limit("password-reset:ip", "PASSWORD_RESET_RATE", address_key)
+
+
+class TooManyRequests(Ratelimited):
+    """A limit was reached: nothing was done. Carries the sentence the 429 page shows."""
+
+    def __init__(self, *, limit: Limit, retry_after: int, message: str):
+        self.limit = limit
+        self.retry_after = retry_after
+        self.message = message
+        super().__init__(message)
+
+
+def _seconds_left(usage: Usage) -> int:
+    return max(1, usage["time_left"])
+
+
+def check_fenced_post(request) -> None:
+    """Count one fenced POST for the user and the address; raise past either limit."""
+    for limit in (FENCED_POSTS_PER_USER, FENCED_POSTS_PER_ADDRESS):
+        usage = count(request, limit)
+        if usage is not None and usage["should_limit"]:
+            seconds = _seconds_left(usage)
+            raise TooManyRequests(
+                limit=limit,
+                retry_after=seconds,
+                message=_(
+                    "Too many requests to run fenced operations in a short "
+                    "time; nothing was done. Try again in %(seconds)d seconds."
+                )
+                % {"seconds": seconds},
+            )
+
+
+def limit_fenced_posts(view):
+    """Decorate a view whose POST starts a fenced operation (``check_fenced_post``)."""
+
+    @wraps(view)
+    def wrapped(request, *args, **kwargs):
+        if request.method == "POST":
+            check_fenced_post(request)
+        return view(request, *args, **kwargs)
+
+    return wrapped
+
+
+def limit_sign_ins(view):
+    """Decorate a login view: sign-ins per address, then the username+address lockout."""
+
+    @wraps(view)
+    def wrapped(request, *args, **kwargs):
+        if request.method == "POST":
+            _check_sign_in(request, request.POST.get(get_user_model().USERNAME_FIELD, ""))
+        return view(request, *args, **kwargs)
+
+    return wrapped
+
+
+def limit_password_resets(view):
+    """Decorate the password reset view: requests per address (each may send a mail)."""
+
+    @wraps(view)
+    def wrapped(request, *args, **kwargs):
+        if request.method == "POST":
+            usage = count(request, PASSWORD_RESETS_PER_ADDRESS)
+            if usage is not None and usage["should_limit"]:
+                seconds = _seconds_left(usage)
+                raise TooManyRequests(
+                    limit=PASSWORD_RESETS_PER_ADDRESS,
+                    retry_after=seconds,
+                    message=_(
+                        "Too many password reset requests from your address. Try again in "
+                        "%(minutes)d minutes."
+                    )
+                    % {"minutes": math.ceil(seconds / 60)},
+                )
+        return view(request, *args, **kwargs)
+
+    return wrapped
+
+
+def _check_sign_in(request, username: str) -> None:
+    attempts = count(request, SIGN_INS_PER_ADDRESS)
+    if attempts is not None and attempts["should_limit"]:
+        seconds = _seconds_left(attempts)
+        raise TooManyRequests(
+            limit=SIGN_INS_PER_ADDRESS,
+            retry_after=seconds,
+            message=_(
+                "Too many sign-in attempts from your address. Try again in %(seconds)d seconds."
+            )
+            % {"seconds": seconds},
+        )
+    # Only read here: failures are counted by count_failed_sign_in, after authenticate().
+    failures = count(request, FAILED_SIGN_INS, increment=False, subject=username)
+    if failures is not None and failures["count"] >= failures["limit"]:
+        seconds = _seconds_left(failures)
+        raise TooManyRequests(
+            limit=FAILED_SIGN_INS,
+            retry_after=seconds,
+            message=_(
+                "Sign-in for this account is locked after too many failed attempts from your "
+                "address. Try again in %(minutes)d minutes."
+            )
+            % {"minutes": math.ceil(seconds / 60)},
+        )
+
+
+def count_failed_sign_in(sender, credentials, request=None, **kwargs) -> None:
+    """``user_login_failed`` receiver: one more failure for this username and address."""
+    if request is None:  # authenticate() called outside a request (a script, a test)
+        return
+    username = credentials.get(get_user_model().USERNAME_FIELD) or ""
+    count(request, FAILED_SIGN_INS, subject=str(username))
 
 
 # -- the record of refusals ----------------------------------------------------------------

@@ -16,8 +16,8 @@ from django.template import loader
 from django.utils.decorators import method_decorator
 from django.utils.translation import gettext as _
 
-from hoa.answers.pages import error_page
-from hoa.security.ratelimits import limit_password_resets
+from hoa.answers.table import error_page
+from hoa.security.audit import limit_password_resets
 
 logger = logging.getLogger(__name__)
 

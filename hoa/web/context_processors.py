@@ -6,7 +6,7 @@ from django.urls import reverse
 from django.utils.translation import gettext_lazy as _
 
 from hoa.operations import Link, every_pages
-from hoa.security.operators import is_operator
+from hoa.security.permissions import is_operator
 
 # The frame's own entries of an organization's navigation, among the operations' links.
 FRAME_LINKS = (Link(_("Complaints"), "complaints:complaints", order=20),)
@@ -26,7 +26,7 @@ def organization_links(request) -> dict:
     match = getattr(request, "resolver_match", None)
     slug = match.kwargs.get("org_slug") if match else None
     if slug is None and getattr(request, "organization", None) is not None:
-        slug = request.organization.slug  # an error page of its (hoa.answers.pages)
+        slug = request.organization.slug  # an error page of its (hoa.answers.table)
     if slug is None:
         return {"organization_links": []}
     links = [*FRAME_LINKS, *(link for pages in every_pages() for link in pages.links)]

@@ -1,4 +1,11 @@
-"""Form fields every staff form shares, and the forms' renderer (``FORM_RENDERER``)."""
+"""Form fields every staff form shares, the forms' renderer (``FORM_RENDERER``), and the
+URL converter of ids: an id has one spelling, in a form (``IdChoiceField``) as in a URL.
+
+``<id:pk>`` is every object id in a staff URL: a canonical positive integer in ASCII
+digits, no leading zero, no sign, no space, and within a ``bigint``. Django's ``<int:…>``
+serves ``/complaints/01/`` as ``/complaints/1/`` (two addresses for one page, and a way
+round anything keyed on the path); here anything but the one spelling is a 404.
+"""
 
 import re
 from decimal import Decimal, InvalidOperation
@@ -9,6 +16,7 @@ from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import models
 from django.forms.renderers import DjangoTemplates
+from django.urls import register_converter
 from django.utils.translation import get_language, to_locale
 from django.utils.translation import gettext_lazy as _
 
@@ -17,6 +25,30 @@ from hoa.web.money import format_money
 
 _ASCII_ID = re.compile(r"[0-9]{1,19}")
 _ERROR_LIST = "django/forms/errors/list/default.html"
+
+
+BIGINT_MAX = 2**63 - 1
+
+
+class CanonicalIdConverter:
+    regex = "[1-9][0-9]{0,18}"
+
+    def to_python(self, value: str) -> int:
+        number = int(value)
+        if number > BIGINT_MAX:
+            raise ValueError(value)  # no such row can exist: the URL does not match
+        return number
+
+    def to_url(self, value) -> str:
+        number = int(value)
+        if not 0 < number <= BIGINT_MAX:
+            raise ValueError(value)
+        return str(number)
+
+
+def register() -> None:
+    """Make ``<id:…>`` available to URLconfs (``HoaConfig.ready``, before any loads)."""
+    register_converter(CanonicalIdConverter, "id")
 
 
 class FormRenderer(DjangoTemplates):

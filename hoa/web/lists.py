@@ -15,9 +15,9 @@ from django.http import StreamingHttpResponse
 from django.utils.translation import gettext as _
 from django.views.generic import ListView
 
-from hoa.answers.pages import error_page
+from hoa.answers.table import error_page
 from hoa.paging import BadPageNumber, clamped_page, page_number
-from hoa.web.access import OrganizationMixin
+from hoa.tenancy import OrganizationMixin
 
 
 def first_error(form: forms.Form) -> str:

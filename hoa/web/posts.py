@@ -7,8 +7,8 @@ from django.views import View
 
 from hoa.answers import table as answer_table
 from hoa.answers.refusals import Refusal
-from hoa.security.ratelimits import limit_fenced_posts
-from hoa.web.access import OrganizationMixin
+from hoa.security.audit import limit_fenced_posts
+from hoa.tenancy import OrganizationMixin
 
 
 @method_decorator(limit_fenced_posts, name="dispatch")

@@ -14,15 +14,14 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.csrf import requires_csrf_token
 from django.views.generic import ListView, TemplateView
 
-from hoa.answers.pages import error_page
+from hoa.answers.table import error_page
 from hoa.charts import Bar, bar_chart
 from hoa.complaints import selectors as complaints
-from hoa.models import Complaint, Organization
+from hoa.models import Complaint, Organization, scope_for_organization
 from hoa.operations import Panel, describe_resources, every_pages
-from hoa.scopes import scope_for_organization
 from hoa.security.audit import Reason, deny_request
-from hoa.security.operators import is_operator
-from hoa.web.access import OrganizationMixin
+from hoa.security.permissions import is_operator
+from hoa.tenancy import OrganizationMixin
 from locking import Outcome
 from locking.models import FenceEvent
 

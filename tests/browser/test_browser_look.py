@@ -11,8 +11,7 @@ import pytest
 from django.utils import timezone
 
 from charges.operations import charge_resource
-from hoa.models import Complaint
-from hoa.scopes import scope_for_organization
+from hoa.models import Complaint, scope_for_organization
 from locking.audit import record_fence_event
 from tests.browser.test_browser_staff import chromium, open_as, site  # noqa: F401 - fixtures
 

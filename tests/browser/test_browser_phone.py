@@ -23,8 +23,7 @@ from charges.operations import charge_resource
 from charges.selectors import add_months, current_month
 from charges.services import generate_monthly_charges
 from hoa.complaints.workflow import NOTE_MAX_LENGTH, Reporter, add_note, change_sla, open_complaint
-from hoa.models import Complaint, Unit
-from hoa.scopes import scope_for_organization
+from hoa.models import Complaint, Unit, scope_for_organization
 from locking.audit import record_fence_event
 from tests.browser.test_browser_staff import TIMEOUT_MS, chromium, site  # noqa: F401 - fixtures
 from tests.harness.accessibility import axe_problems

@@ -3,7 +3,8 @@
 from django.urls import reverse
 from django.views.generic import ListView
 
-from hoa.web.access import OrganizationMixin, client_ip
+from hoa.security.audit import client_ip
+from hoa.tenancy import OrganizationMixin
 from hoa.web.posts import FencedPostView
 from tests.budgets.models import AnnualBudget
 from tests.budgets.operations import APPROVE_PERMISSION, OPERATION

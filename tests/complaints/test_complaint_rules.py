@@ -10,8 +10,7 @@ import pytest
 from django.conf import settings
 from django.db import connection, transaction
 
-from hoa.complaints.rules import RULES, Change
-from hoa.complaints.workflow import add_note, change_sla, change_status
+from hoa.complaints.workflow import RULES, Change, add_note, change_sla, change_status
 from hoa.models import Complaint, ComplaintEvent
 from tests.harness.waiting import wait_until
 from tests.jobs_support import backends_waiting

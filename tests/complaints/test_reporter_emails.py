@@ -23,7 +23,7 @@ from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
-from hoa.complaints import reporters
+from hoa.complaints import workflow
 from hoa.complaints.exceptions import StatusChanged
 from hoa.complaints.workflow import Reporter, change_status, open_complaint
 from hoa.jobs.reporter_mail import SendResult, claim_batch, send_claimed, send_reporter_emails
@@ -130,7 +130,7 @@ def test_no_email_without_an_address_after_an_opt_out_or_for_a_refused_change(
 ):
     quiet = Complaint.objects.create(organization=maple, title="Bins", reporter_name="Bo")
     close(quiet, alice)
-    reporters.opt_out(complaint)
+    workflow.opt_out(complaint)
     change_status(complaint=complaint, seen=S.OPEN, to=S.RESOLVED, note="Done.", actor=alice)
     with pytest.raises(StatusChanged):
         close(complaint, alice, seen=S.OPEN)  # it is resolved now: refused, nothing written
@@ -369,7 +369,7 @@ def test_the_opt_out_link_needs_no_login_and_stops_that_complaints_emails_only(
     )  # fmt: skip
     close(complaint, alice)
     close(other, alice)
-    path = urlsplit(reporters.opt_out_url(complaint)).path
+    path = urlsplit(workflow.opt_out_url(complaint)).path
     anonymous = Client(enforce_csrf_checks=True)
 
     page = anonymous.get(path)
@@ -395,10 +395,10 @@ def test_the_opt_out_link_is_the_same_whenever_it_is_made(complaint, monkeypatch
     """The body's link is written when the change commits, the List-Unsubscribe header's
     when the email is sent: a timestamped token gave one email two links whenever a
     second passed between them (seen once in a full run)."""
-    made_at_commit = reporters.opt_out_url(complaint)
+    made_at_commit = workflow.opt_out_url(complaint)
     monkeypatch.setattr(signing.TimestampSigner, "timestamp", lambda self: "later")
-    assert reporters.opt_out_url(complaint) == made_at_commit
-    assert reporters.complaint_of(made_at_commit.rstrip("/").rsplit("/", 1)[1]) == complaint
+    assert workflow.opt_out_url(complaint) == made_at_commit
+    assert workflow.complaint_of(made_at_commit.rstrip("/").rsplit("/", 1)[1]) == complaint
 
 
 @pytest.mark.parametrize("token", ["nope", "x" * 300, "eyJjb21wbGFpbnQiOjF9:forged:sig"])

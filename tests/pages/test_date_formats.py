@@ -18,8 +18,7 @@ from charges.operations import charge_resource
 from charges.selectors import add_months, current_month
 from charges.services import generate_monthly_charges
 from hoa.complaints.workflow import Reporter, add_note, change_sla, open_complaint
-from hoa.models import Unit
-from hoa.scopes import scope_for_organization
+from hoa.models import Unit, scope_for_organization
 from locking.audit import record_fence_event
 from tests.vendors_support import active_vendor
 from vendors.services import assign_vendor

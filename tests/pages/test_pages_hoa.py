@@ -12,7 +12,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from charges.models import MonthlyChargeRun
-from hoa.answers.pages import conflict
+from hoa.answers.table import conflict
 from hoa.models import AccessDenial, Complaint, Organization
 from hoa.web.views import server_error
 from locking import LockHeld, Outcome

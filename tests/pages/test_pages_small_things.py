@@ -9,9 +9,9 @@ import pytest
 from django.test import Client
 from django.urls import reverse
 
-from hoa.complaints import reporters
+from hoa.complaints import workflow
 from hoa.complaints.workflow import Reporter, open_complaint
-from hoa.scopes import scope_for_organization
+from hoa.models import scope_for_organization
 from locking.audit import record_fence_event
 
 pytestmark = pytest.mark.django_db
@@ -72,7 +72,7 @@ def test_the_residents_opt_out_page_is_the_associations_not_the_staff_sites(
     if signed_in:  # a staff member who follows a resident's link sees what the resident sees
         browser.force_login(alice)
     pages = [
-        browser.get(urlsplit(reporters.opt_out_url(complaint)).path),
+        browser.get(urlsplit(workflow.opt_out_url(complaint)).path),
         browser.get(reverse("hoa:reporter-opt-out", args=["not-ours"])),
     ]
     assert [page.status_code for page in pages] == [200, 400]

@@ -25,7 +25,7 @@ from charges.selectors import add_months
 from hoa.complaints.workflow import SLA_MAX_AHEAD
 from hoa.models import Complaint, ComplaintEvent
 from hoa.operations import operations
-from hoa.web.converters import CanonicalIdConverter
+from hoa.web.fields import CanonicalIdConverter
 from locking.models import FenceEvent
 from tests.vendors_support import active_vendor
 

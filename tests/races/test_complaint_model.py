@@ -8,7 +8,7 @@ changes, first assignments and reassignments (the fenced operation, under its le
 holder paused past its lease and Redis losing its data are steps too). Each staff member
 first reads the complaint as a page would show it, and then asks for the change it offers.
 
-After every step, on committed data (the rule table of hoa/complaints/rules.py):
+After every step, on committed data (the rule table of hoa/complaints/workflow.py):
 
 - at most one active assignment;
 - assigned or in progress means an active vendor;
@@ -41,8 +41,7 @@ from hypothesis.stateful import (
 )
 
 from hoa.answers.refusals import Refusal
-from hoa.complaints.rules import RULES, Change
-from hoa.complaints.workflow import add_note, change_sla, change_status
+from hoa.complaints.workflow import RULES, Change, add_note, change_sla, change_status
 from hoa.models import Complaint, ComplaintEvent, Organization
 from locking.conf import setting
 from locking.keys import fence_key, lock_key

@@ -9,7 +9,7 @@ got the batch's later emails, though "none are queued or sent after it" is the p
 
 import pytest
 
-from hoa.complaints import reporters
+from hoa.complaints import workflow
 from hoa.complaints.workflow import change_status
 from hoa.jobs.reporter_mail import send_reporter_emails
 from hoa.models import Complaint, ReporterEmail
@@ -41,7 +41,7 @@ def test_an_opt_out_during_a_pass_stops_the_emails_it_has_not_handed_over_yet(
     resolved, _closed = ReporterEmail.objects.order_by("id")
     sender = _held_inside_the_first_hand_over(mail)
 
-    reporters.opt_out(complaint)  # what the first email's link does
+    workflow.opt_out(complaint)  # what the first email's link does
     mail.release()
     result = sender.outcome()
 

@@ -4,7 +4,7 @@ records. mallory is staff of Oak Ridge only."""
 import pytest
 
 from hoa.models import AccessDenial, Complaint, Organization
-from hoa.models.scoping import staff_of
+from hoa.models.organizations import staff_of
 from hoa.tenancy import OutsideTenancy, organizations_for, row_for
 
 pytestmark = pytest.mark.django_db

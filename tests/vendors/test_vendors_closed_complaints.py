@@ -1,7 +1,7 @@
 """A closed complaint gets no vendor, at every way in: the page, the admin, the command and
 the service; and closing ends the vendor a complaint had.
 
-Closed is final (hoa/complaints/rules.py): assigning or reassigning a closed complaint is
+Closed is final (RULES, hoa/complaints/workflow.py): assigning or reassigning a closed complaint is
 refused, 400 / error / exit 1 when the caller saw it closed, 409 / warning / exit 1 when it
 was closed since the caller looked (overtaken: trying again cannot help), and nothing is
 written. A resolved complaint keeps its

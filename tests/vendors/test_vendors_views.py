@@ -590,7 +590,7 @@ def test_a_reassigning_post_runs_at_most_twelve_sql_statements(
     complaint, pipe, green, alice, django_assert_max_num_queries
 ):
     # Counted as CaptureQueriesContext counts them, BEGIN and COMMIT included: user,
-    # organization with the membership, permissions (one UNION: hoa/security/backends.py),
+    # organization with the membership, permissions (one UNION: hoa/security/permissions.py),
     # complaint with its organization, the form's vendor and replacing, contract, the
     # claim (committed on its own before the dispatch call), look, BEGIN, the fence with
     # the audit row (one statement), the compare-and-swap that deactivates the replaced

@@ -1,10 +1,12 @@
-"""Which HTTP methods an address takes: a method it does not is a 405 with ``Allow``.
+"""What a request may do: the methods an address takes, the permissions a user holds (read
+in one query), and who operates the fence.
 
-Without this, a PUT, DELETE or PATCH reached the CSRF check before any view had said what
-it takes, and was answered 403 "This form has expired" (even on ``/healthz``, which has
-no form). ``AllowedMethodsMiddleware`` runs just before ``CsrfViewMiddleware`` and asks the
-resolved view what it takes. The site is pages and HTML forms: nothing takes more than
-GET, HEAD and POST (``SITE_METHODS``), and
+**Methods.** A method an address does not take is a 405 with ``Allow``. Without this, a
+PUT, DELETE or PATCH reached the CSRF check before any view had said what it takes, and was
+answered 403 "This form has expired" (even on ``/healthz``, which has no form).
+``AllowedMethodsMiddleware`` runs just before ``CsrfViewMiddleware`` and asks the resolved
+view what it takes. The site is pages and HTML forms: nothing takes more than GET, HEAD and
+POST (``SITE_METHODS``), and
 
 - a class-based view takes those of them it has a handler for among its
   ``http_method_names`` (HEAD with GET, as ``View.setup`` answers it; Django's form views
@@ -16,14 +18,27 @@ GET, HEAD and POST (``SITE_METHODS``), and
 The 405 page is the site's error page (the association's layout on its addresses) with an
 ``Allow`` header, as RFC 9110 asks. OPTIONS is answered the same way: no client of the site
 needs it.
+
+**Permissions.** The authentication backend is Django's ``ModelBackend`` with a user's own
+permissions and those of the user's groups read in one ``UNION`` (Django reads them in two
+queries the first time a request asks ``has_perm``; every fenced POST asks), cached on the
+user for the request exactly as Django caches them. Everything else (authentication,
+``is_active``, superusers, object permissions: none) is Django's.
+
+**Operators.** Office staff run the association (its complaints and fenced operations) and
+are told what happened in their words; operators run the platform: they read the lock
+status page, tokens and the audit of fenced attempts, and break a stuck lease. An operator
+is a superuser or a user with locking's permissions (the demo's "Operators" group has them).
 """
 
 from functools import wraps
 
+from django.contrib.auth.backends import ModelBackend
+from django.contrib.auth.models import Permission
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_http_methods
 
-from hoa.answers.pages import error_page
+from hoa.answers.table import error_page
 
 SITE_METHODS = ("GET", "HEAD", "POST")
 
@@ -85,3 +100,33 @@ class AllowedMethodsMiddleware:
         )
         response["Allow"] = ", ".join(allowed)
         return response
+
+
+# -- permissions ---------------------------------------------------------------------------
+
+
+class PermissionsInOneQueryBackend(ModelBackend):
+    def get_all_permissions(self, user_obj, obj=None):
+        if not user_obj.is_active or user_obj.is_anonymous or obj is not None:
+            return set()
+        if not hasattr(user_obj, "_perm_cache"):
+            if user_obj.is_superuser:
+                granted = Permission.objects.all()
+            else:
+                own = Permission.objects.filter(user=user_obj)
+                granted = own.union(Permission.objects.filter(group__user=user_obj))
+            rows = granted.values_list("content_type__app_label", "codename")
+            user_obj._perm_cache = {f"{app_label}.{codename}" for app_label, codename in rows}
+        return user_obj._perm_cache
+
+
+# -- operators -----------------------------------------------------------------------------
+
+OPERATOR_PERMISSIONS = ("locking.view_fenceevent", "locking.break_lease")
+
+
+def is_operator(user) -> bool:
+    """Whether ``user`` sees the fencing internals (tokens, leases, fenced attempts)."""
+    if user is None or not user.is_authenticated or not user.is_active:
+        return False
+    return user.is_superuser or any(user.has_perm(perm) for perm in OPERATOR_PERMISSIONS)
