@@ -47,7 +47,8 @@ def section(request, complaint: Complaint) -> dict:
     """The complaint page's vendor: the active one, the assign form carrying it (the
     assignment a reassignment replaces) and the status shown, the history. A complaint the
     rule table lets no vendor be assigned to (a closed one) shows no assign card."""
-    current = selectors.active_assignment(complaint)
+    history = selectors.assignments_shown(complaint)
+    current = next((assignment for assignment in history if assignment.active), None)
     form = AssignVendorForm(
         organization=complaint.organization,
         complaint=complaint,
@@ -57,7 +58,7 @@ def section(request, complaint: Complaint) -> dict:
     return {
         "current": current,
         "form": form,
-        "history": selectors.assignment_history(complaint),
+        "history": history,
         "can_assign": request.user.has_perm(ASSIGN_PERMISSION),
         "assignable": allows(change, complaint.status),
     }
@@ -66,7 +67,7 @@ def section(request, complaint: Complaint) -> dict:
 def timeline(complaint: Complaint) -> list[TimelineEntry]:
     """Every assignment of the complaint, and every lapse of an assigned vendor's insurance
     recorded while it was assigned, as lines of its timeline."""
-    history = list(selectors.assignment_history(complaint))
+    history = selectors.assignments_shown(complaint)
     entries = [
         TimelineEntry(
             at=assignment.assigned_at,
@@ -115,7 +116,7 @@ def invoices_section(request, complaint: Complaint) -> dict:
     return {
         "complaint_invoices": list(invoice_selectors.of_complaint(complaint)),
         "can_record_invoice": request.user.has_perm(RECORD_INVOICE_PERMISSION)
-        and complaint.assignments.exists(),
+        and bool(selectors.assignments_shown(complaint)),
     }
 
 
