@@ -56,7 +56,10 @@ class ComplaintListView(FilteredListView):
     def get_context_data(self, **kwargs):
         columns = [e.column for e in extensions() if e.column is not None]
         can_open = self.request.user.has_perm("hoa.add_complaint")
-        return super().get_context_data(columns=columns, can_open=can_open, **kwargs)
+        context = super().get_context_data(columns=columns, can_open=can_open, **kwargs)
+        for complaint in context["complaints"]:  # the page's rows, read once
+            complaint.column_cells = [column.cell(complaint) for column in columns]
+        return context
 
 
 class NewComplaintView(OrganizationMixin, TemplateView):
