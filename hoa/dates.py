@@ -15,10 +15,21 @@ MONTH = "F Y"
 
 
 def when(moment: datetime | None) -> str:
-    """``2026-12-03 17:44 EST``: ``moment`` in the active time zone; ``""`` for none."""
+    """``2026-12-03 17:44 EST``: ``moment`` in the active time zone; ``""`` for none.
+
+    ``formats.date_format(local, MOMENT)`` written out: the same text (every part of
+    ``MOMENT`` is digits or the zone's abbreviation, in any language), a tenth of the
+    time. A list draws two per row, and Django's formatter cost more than the rest of the
+    row. ``tests/pages/test_date_formats.py`` compares them."""
     if moment is None:
         return ""
-    return formats.date_format(timezone.localtime(moment), MOMENT)
+    local = timezone.localtime(moment)
+    zone = local.tzinfo
+    # Django's ``T``: no abbreviation in the hour a clock change repeats or skips.
+    ambiguous = zone.utcoffset(local.replace(fold=not local.fold)) != zone.utcoffset(local)
+    abbreviation = "" if ambiguous else str(zone.tzname(local))
+    day = f"{local.year:04d}-{local.month:02d}-{local.day:02d}"
+    return f"{day} {local.hour:02d}:{local.minute:02d} {abbreviation}"
 
 
 def zone_label(moment: datetime | None = None) -> str:

@@ -9,6 +9,8 @@ complaint's facts, the invoices its vendors sent, and the way to record one.
 """
 
 from django import forms
+from django.utils.html import format_html
+from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
 from hoa.complaints.extensions import (
@@ -43,11 +45,21 @@ def vendor_filter(organization: Organization) -> forms.ChoiceField:
     )
 
 
+def vendor_cell(complaint: Complaint) -> str:
+    """The list's vendor cell: the active vendor's name (``with_current_vendor``)."""
+    return format_html(
+        '<td data-label="{}">{}</td>\n',  # a line of its own, as the template's
+        gettext("Vendor"),
+        complaint.current_vendor_name or gettext("unassigned"),
+    )
+
+
 def section(request, complaint: Complaint) -> dict:
     """The complaint page's vendor: the active one, the assign form carrying it (the
     assignment a reassignment replaces) and the status shown, the history. A complaint the
     rule table lets no vendor be assigned to (a closed one) shows no assign card."""
-    current = selectors.active_assignment(complaint)
+    history = selectors.assignments_shown(complaint)
+    current = next((assignment for assignment in history if assignment.active), None)
     form = AssignVendorForm(
         organization=complaint.organization,
         complaint=complaint,
@@ -57,7 +69,7 @@ def section(request, complaint: Complaint) -> dict:
     return {
         "current": current,
         "form": form,
-        "history": selectors.assignment_history(complaint),
+        "history": history,
         "can_assign": request.user.has_perm(ASSIGN_PERMISSION),
         "assignable": allows(change, complaint.status),
     }
@@ -66,7 +78,7 @@ def section(request, complaint: Complaint) -> dict:
 def timeline(complaint: Complaint) -> list[TimelineEntry]:
     """Every assignment of the complaint, and every lapse of an assigned vendor's insurance
     recorded while it was assigned, as lines of its timeline."""
-    history = list(selectors.assignment_history(complaint))
+    history = selectors.assignments_shown(complaint)
     entries = [
         TimelineEntry(
             at=assignment.assigned_at,
@@ -95,7 +107,7 @@ COMPLAINTS = ComplaintExtension(
         on_close=closing.end_on_close,
     ),
     annotate=selectors.with_current_vendor,
-    column=ListColumn(header=_("Vendor"), cell="vendors/_complaint_cell.html"),
+    column=ListColumn(header=_("Vendor"), cell=vendor_cell),
     filter=ListFilter(name="vendor", field=vendor_filter, apply=selectors.handled_by),
     section=Section(
         context=section,
@@ -115,7 +127,7 @@ def invoices_section(request, complaint: Complaint) -> dict:
     return {
         "complaint_invoices": list(invoice_selectors.of_complaint(complaint)),
         "can_record_invoice": request.user.has_perm(RECORD_INVOICE_PERMISSION)
-        and complaint.assignments.exists(),
+        and bool(selectors.assignments_shown(complaint)),
     }
 
 

@@ -1,3 +1,5 @@
+import functools
+
 from django import forms
 from django.db.models import Max, OuterRef, Subquery
 from django.utils.translation import gettext_lazy as _
@@ -80,20 +82,24 @@ class AssignVendorForm(forms.Form):
         # Each vendor comes with its contracts here, which the service checks next.
         field.queryset = Vendor.objects.with_contracts(organization)
         today = today_of(organization)
-        active = Vendor.objects.with_active_contract(organization, on=today).order_by("name")
-        active = active.annotate(insured_until=_insured_until(organization))
         widget = field.widget
+
+        @functools.cache  # read once: the menu is asked for twice (its first option too)
+        def offered() -> list[Vendor]:
+            active = Vendor.objects.with_active_contract(organization, on=today).order_by("name")
+            return list(active.annotate(insured_until=_insured_until(organization)))
 
         def menu():
             # A vendor whose insurance lapsed is listed, not offered: disabled, the reason
             # beside its name (the service would refuse it: ``check_insured``).
-            vendors = list(active)
+            vendors = offered()
             widget.disabled_values = {
                 str(v.pk) for v in vendors if v.insured_until is None or v.insured_until < today
             }
             return [("", field.empty_label), *((v.pk, _label(v, today)) for v in vendors)]
 
-        # A callable: the menu's query runs when a page renders it, not for every POST.
+        # A callable: the menu's query is built and run when a page renders it, not for
+        # every POST.
         field.choices = menu
         if complaint is None:
             del self.fields["replacing"], self.fields["seen_status"]

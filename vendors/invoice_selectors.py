@@ -73,15 +73,17 @@ def totals(organization: Organization) -> dict:
     today = today_of(organization)
     first = today.replace(day=1)
     start = timezone.make_aware(datetime.combine(first, time()), organization.zone)
+    # Owed and overdue in one statement: overdue is owed and due before today.
     owed = Invoice.objects.for_organization(organization).owed()
-    owed = owed.aggregate(total=Sum("amount"), count=Count("pk"))
-    overdue = Invoice.objects.for_organization(organization).overdue(today).count()
+    owed = owed.aggregate(
+        total=Sum("amount"), count=Count("pk"), overdue=Count("pk", filter=Q(due_on__lt=today))
+    )
     paid = VendorPayment.objects.for_organization(organization).filter(paid_at__gte=start)
     paid = paid.aggregate(total=Sum("amount"), count=Count("pk"))
     return {
         "owed_total": owed["total"] or Decimal("0.00"),
         "owed_count": owed["count"],
-        "overdue_count": overdue,
+        "overdue_count": owed["overdue"],
         "paid_total": paid["total"] or Decimal("0.00"),
         "paid_count": paid["count"],
         "paid_since": first,

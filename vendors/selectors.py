@@ -2,7 +2,15 @@
 
 import re
 
-from django.db.models import Exists, F, OuterRef, QuerySet, Subquery
+from django.db.models import (
+    Exists,
+    F,
+    OuterRef,
+    Prefetch,
+    QuerySet,
+    Subquery,
+    prefetch_related_objects,
+)
 from django.urls import reverse
 from django.utils.translation import gettext as _
 
@@ -18,6 +26,7 @@ from vendors.models import (
 )
 
 UNASSIGNED = "none"  # the vendor filter's "unassigned"
+_ASSIGNMENTS = "assignments"  # Complaint.assignments, the name of its prefetch
 
 
 def with_current_vendor(complaints: QuerySet) -> QuerySet:
@@ -35,7 +44,10 @@ def handled_by(complaints: QuerySet, vendor: str) -> QuerySet:
 
 
 def has_vendor(complaint: Complaint) -> bool:
-    """Whether a vendor is actively assigned to ``complaint``."""
+    """Whether a vendor is actively assigned to ``complaint``: from the assignments the
+    page read (``assignments_shown``) when it read them, else from the database."""
+    if (shown := _shown(complaint)) is not None:
+        return any(assignment.active for assignment in shown)
     return complaint.assignments.filter(active=True).exists()
 
 
@@ -65,6 +77,24 @@ def assignment_history(complaint: Complaint) -> QuerySet:
     return complaint.assignments.select_related("vendor", "assigned_by").order_by(
         "-assigned_at", "-pk"
     )
+
+
+def assignments_shown(complaint: Complaint) -> list[VendorAssignment]:
+    """``assignment_history``, read once per complaint object: the complaint page's vendor
+    card, invoices, status menu (``has_vendor``) and timeline share it (four statements
+    were one each). Kept as Django's prefetch of ``complaint.assignments``; only the page's
+    reads use it. The workflow asks ``has_vendor`` of the complaint it locked, a fresh
+    object that reads the database."""
+    history = VendorAssignment.objects.select_related("vendor", "assigned_by")
+    history = history.order_by("-assigned_at", "-pk")  # as assignment_history
+    prefetch_related_objects([complaint], Prefetch(_ASSIGNMENTS, queryset=history))
+    return _shown(complaint)
+
+
+def _shown(complaint: Complaint) -> list[VendorAssignment] | None:
+    prefetched = getattr(complaint, "_prefetched_objects_cache", {})
+    shown = prefetched.get(_ASSIGNMENTS)
+    return None if shown is None else list(shown)
 
 
 def lapses_while_assigned(complaint: Complaint, history: list[VendorAssignment]) -> list:

@@ -39,11 +39,13 @@ class AssignmentGuard:
 
 @dataclass(frozen=True)
 class ListColumn:
-    """A column of the complaint list: its header and the template of a cell
-    (``complaint`` in its context), reading what the extension's ``annotate`` added."""
+    """A column of the complaint list: its header and its cell, ``cell(complaint)``: the
+    ``<td>``'s HTML (safe: escaped by the function), reading what the extension's
+    ``annotate`` added. A function rather than a template: the list draws one per row, and
+    including a template per row cost more than the rest of the row's cells."""
 
     header: str
-    cell: str
+    cell: Callable[[Complaint], str]
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ round anything keyed on the path); here anything but the one spelling is a 404.
 """
 
 import re
+from collections.abc import Callable
 from decimal import Decimal, InvalidOperation
 
 from babel.numbers import get_currency_symbol
@@ -16,11 +17,13 @@ from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import models
 from django.forms.renderers import DjangoTemplates
+from django.template import TemplateDoesNotExist
 from django.urls import register_converter
 from django.utils.translation import get_language, to_locale
 from django.utils.translation import gettext_lazy as _
 
 from hoa.answers.refusals import Refusal
+from hoa.web import widget_html
 from hoa.web.money import format_money
 
 _ASCII_ID = re.compile(r"[0-9]{1,19}")
@@ -54,12 +57,51 @@ def register() -> None:
 class FormRenderer(DjangoTemplates):
     """Django's renderer, which renders no template for a field's empty error list: a page
     writes ``{{ form.field.errors }}`` beside each field, the template renders nothing for
-    none, and rendering it cost two templates per field (14 on a complaint page)."""
+    none, and rendering it cost two templates per field (14 on a complaint page). Inputs,
+    menus, text areas and labels are written in Python (``hoa.web.widget_html``), the same
+    HTML as Django's templates of them, when those templates are Django's own."""
+
+    def __init__(self):
+        super().__init__()
+        self._writers: dict[str, Callable | None] = {}
 
     def render(self, template_name, context, request=None):
         if template_name == _ERROR_LIST and not context.get("errors"):
             return ""
+        writer = self._writers.get(template_name, _UNKNOWN)
+        if writer is _UNKNOWN:
+            writer = self._writers[template_name] = self._writer(template_name)
+        if writer is not None:
+            try:
+                return writer(context)
+            except widget_html.Unwritten:
+                pass
         return super().render(template_name, context, request=request)
+
+    def _writer(self, template_name: str) -> Callable | None:
+        """The function that writes ``template_name``'s HTML, if the templates it stands in
+        for are Django's own as ``widget_html`` wrote them out; ``None`` otherwise."""
+        if template_name.startswith(widget_html.WIDGETS) and template_name not in (
+            widget_html.WRITERS
+        ):
+            if self._source(template_name) != widget_html.INCLUDES_INPUT:
+                return None
+            template_name = widget_html.INPUT  # text.html, hidden.html, checkbox.html…
+        if template_name not in widget_html.WRITERS:
+            return None
+        writer, templates = widget_html.WRITERS[template_name]
+        if any(self._source(name) != widget_html.SOURCES[name] for name in templates):
+            return None
+        return writer
+
+    def _source(self, template_name: str) -> str | None:
+        try:
+            return self.get_template(template_name).template.source
+        except TemplateDoesNotExist:
+            return None
+
+
+_UNKNOWN = object()
 
 
 class IdChoiceField(forms.ModelChoiceField):

@@ -10,7 +10,8 @@ from django.urls import reverse
 from django.utils import timezone
 
 from charges.models import MonthlyChargeRun
-from hoa.models import Complaint
+from hoa.complaints.views import complaint_urls
+from hoa.models import Complaint, Organization
 from tests.vendors_support import active_vendor
 from vendors.models import VendorAssignment
 
@@ -305,3 +306,11 @@ def test_vendors_search_by_name_or_trade_and_a_long_search_is_400(alice, maple, 
     assert names(client.get(vendors, {"q": "oak"})) == []  # another association's
     assert "No vendor matches this search." in client.get(vendors, {"q": "zzz"}).content.decode()
     assert client.get(vendors, {"q": "x" * 101}).status_code == 400
+
+
+def test_a_rows_link_is_the_complaints_reversed_url(maple):
+    urls = complaint_urls(maple)
+    for pk in (1, 42, 2**63 - 1):
+        assert urls(pk) == reverse("complaints:complaint", args=[maple.slug, pk])
+    odd = Organization(slug=f"x-{2**63 - 1}-y")  # the marker in the slug: reversed each time
+    assert complaint_urls(odd)(7) == reverse("complaints:complaint", args=[odd.slug, 7])

@@ -10,13 +10,16 @@ time.
 
 import html
 import re
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
+from zoneinfo import ZoneInfo
 
 import pytest
+from django.utils import formats, timezone, translation
 
 from charges.operations import charge_resource
 from charges.selectors import add_months, current_month
 from charges.services import generate_monthly_charges
+from hoa import dates
 from hoa.complaints.workflow import Reporter, add_note, change_sla, open_complaint
 from hoa.models import Unit, scope_for_organization
 from locking.audit import record_fence_event
@@ -71,6 +74,28 @@ def other_shapes(text: str, *, seconds: bool = False) -> list[str]:
         for name, shape in OTHER_SHAPES.items()
         for match in shape.finditer(rest)
     ]
+
+
+ZONES = ["UTC", "America/New_York", "Australia/Lord_Howe", "Asia/Kolkata", "Europe/Dublin",
+         "America/St_Johns", "Pacific/Chatham"]  # fmt: skip
+
+
+@pytest.mark.parametrize("zone", ZONES)
+def test_when_writes_what_djangos_formatter_writes(zone):
+    # Every half hour around 2026's clock changes, north and south (the repeated hour: no
+    # abbreviation, as Django's ``T``), a year below 1000, microseconds.
+    starts = [datetime(2026, month, day, tzinfo=UTC)
+              for month, day in ((3, 7), (3, 28), (4, 3), (10, 3), (10, 24), (10, 31))]  # fmt: skip
+    moments = [start + timedelta(minutes=30 * n) for start in starts for n in range(48 * 3)]
+    moments += [datetime(999, 1, 2, 3, 4, 5, 6789, tzinfo=UTC), datetime.now(UTC)]
+    with timezone.override(ZoneInfo(zone)), translation.override("fr"):
+        for moment in moments:
+            django = formats.date_format(timezone.localtime(moment), dates.MOMENT)
+            assert dates.when(moment) == django
+            assert dates.when(moment.astimezone(ZoneInfo("Asia/Tokyo"))) == django
+        repeated = [moment for moment in moments if dates.when(moment).endswith(" ")]
+    assert bool(repeated) == (zone not in ("UTC", "Asia/Kolkata"))
+    assert dates.when(None) == ""
 
 
 def test_the_shape_check_finds_every_other_way_and_passes_the_one_way():

@@ -116,6 +116,32 @@ def test_complaint_detail_offers_only_vendors_under_contract_today(
     assert 'action="' + assign_url(complaint) + '"' in html
 
 
+@fenced
+def test_the_complaint_page_reads_the_assignments_once(
+    complaint, pipe, green, alice, django_assert_max_num_queries
+):
+    # The vendor card (the active assignment), the invoices (whether any vendor was
+    # assigned), the status menu (whether one is now) and the timeline (every assignment)
+    # share one read of the assignments. Counted as CaptureQueriesContext counts them: user,
+    # organization with the membership, complaint, assignments, permissions (one UNION),
+    # invoices, events, reporter emails, insurance lapses, the vendor menu. The session
+    # comes from Redis (hoa/sessions.py).
+    first = assign_vendor(complaint=complaint, vendor=pipe, actor=alice).assignment
+    assign_vendor(complaint=complaint, vendor=green, actor=alice, reassign=True, replacing=first)
+    client = client_for(alice)
+
+    with django_assert_max_num_queries(10) as statements:
+        page = client.get(detail_url(complaint))
+
+    assert page.status_code == 200
+    assert page.context["current"].vendor == green
+    assert [a.vendor for a in page.context["history"]] == [green, pipe]
+    assert "Record an invoice" in page.content.decode()
+    assignments = [s for s in statements if 'FROM "vendors_vendorassignment"' in s["sql"]]
+    assert len(assignments) == 1
+    assert [e.kind for e in page.context["timeline"]].count("assignment") == 2
+
+
 def test_complaint_of_another_association_is_404_even_under_this_associations_url(
     complaint, oak_complaint, alice
 ):
