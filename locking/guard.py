@@ -15,7 +15,7 @@ puts the rows whose fences ``s`` undid in ``locking.undone_fences``, for
 """
 
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from typing import TYPE_CHECKING
 
 from django.db import connections, transaction
@@ -297,10 +297,16 @@ def watch(connection, table: str, pk) -> None:
 
 def _guard_rollbacks(execute, sql, params, many, context):
     """Django's execute wrapper: after ``ROLLBACK TO SAVEPOINT``, guard the rows whose
-    fences it undid (before Django drops their markers)."""
+    fences it undid (before Django drops their markers). Outside a transaction it has no
+    savepoint to watch: it takes itself off the connection, which every later statement of a
+    long-lived process would otherwise run through."""
+    connection = context["connection"]
+    if not connection.in_atomic_block:
+        with suppress(ValueError):
+            connection.execute_wrappers.remove(_guard_rollbacks)
+        return execute(sql, params, many, context)
     result = execute(sql, params, many, context)
     if isinstance(sql, str) and sql.startswith(_ROLLBACK):
-        connection = context["connection"]
         savepoint = sql[len(_ROLLBACK) :].strip().strip('"')
         undone = [
             callback.row

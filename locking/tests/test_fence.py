@@ -662,3 +662,19 @@ def test_a_savepoint_that_undoes_a_fence_leaves_the_rest_of_the_transaction_alon
     assert other.name == "the next one"
     # A later transaction may write the row again: the guard was this transaction's.
     FencedThing.objects.filter(pk=thing.pk).update(name="later")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_savepoint_watch_leaves_the_connection_once_its_transaction_is_over(thing):
+    """The guard's execute wrapper is a transaction's: the first statement after it (here
+    the next request's, in a long-lived process) takes it off, so later statements run
+    without it."""
+    from django.db import connection
+
+    from locking import guard
+
+    with transaction.atomic(), transaction.atomic():
+        advance_fence(FencedThing.objects.filter(pk=thing.pk), grant(7))
+        assert guard._guard_rollbacks in connection.execute_wrappers
+    FencedThing.objects.filter(pk=thing.pk).exists()
+    assert guard._guard_rollbacks not in connection.execute_wrappers
