@@ -37,7 +37,6 @@ from hoa.answers.refusals import Refusal
 from hoa.answers.table import error_page
 from hoa.charts import Bar, bar_chart
 from hoa.dates import month_name
-from hoa.security.audit import client_ip
 from hoa.tenancy import OrganizationMixin
 from hoa.web.lists import PagedListView, csv_cell, csv_download
 from hoa.web.money import format_money
@@ -227,6 +226,4 @@ class GenerateChargesView(FencedPostView):
                     "question": answers.confirm_month(month),
                 },
             )
-        return generate_monthly_charges(
-            organization=self.organization, month=month, actor=request.user, ip=client_ip(request)
-        )
+        return generate_monthly_charges(month=month, **self.caller(request))

@@ -7,7 +7,7 @@ from django.views import View
 
 from hoa.answers import table as answer_table
 from hoa.answers.refusals import Refusal
-from hoa.security.audit import limit_fenced_posts
+from hoa.security.audit import client_ip, limit_fenced_posts
 from hoa.tenancy import OrganizationMixin
 
 
@@ -26,6 +26,11 @@ class FencedPostView(OrganizationMixin, View):
 
     def run(self, request, **kwargs):
         raise NotImplementedError
+
+    def caller(self, request) -> dict:
+        """Who asks, as every fenced service takes it: the association, the user, the
+        address (``run``: ``service(..., **self.caller(request))``)."""
+        return {"organization": self.organization, "actor": request.user, "ip": client_ip(request)}
 
     def get(self, request, *args, **kwargs):
         return redirect(self.back_url(**kwargs))

@@ -3,7 +3,6 @@
 from django.urls import reverse
 from django.views.generic import ListView
 
-from hoa.security.audit import client_ip
 from hoa.tenancy import OrganizationMixin
 from hoa.web.posts import FencedPostView
 from tests.budgets.models import AnnualBudget
@@ -32,6 +31,4 @@ class ApproveBudgetView(FencedPostView):
 
     def run(self, request, **kwargs):
         year = parse_year(kwargs["year"])
-        return approve_budget(
-            organization=self.organization, year=year, actor=request.user, ip=client_ip(request)
-        )
+        return approve_budget(year=year, **self.caller(request))
