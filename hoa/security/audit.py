@@ -204,95 +204,75 @@ def _seconds_left(usage: Usage) -> int:
     return max(1, usage["time_left"])
 
 
+def _refuse(limit: Limit, usage: Usage, message: str, *, minutes: bool = False) -> None:
+    """Raise ``TooManyRequests`` for ``limit``: ``message`` with the seconds (or the minutes)
+    left until it opens again."""
+    seconds = _seconds_left(usage)
+    left = {"minutes": math.ceil(seconds / 60)} if minutes else {"seconds": seconds}
+    raise TooManyRequests(limit=limit, retry_after=seconds, message=message % left)
+
+
 def check_fenced_post(request) -> None:
     """Count one fenced POST for the user and the address; raise past either limit."""
     for limit in (FENCED_POSTS_PER_USER, FENCED_POSTS_PER_ADDRESS):
         usage = count(request, limit)
         if usage is not None and usage["should_limit"]:
-            seconds = _seconds_left(usage)
-            raise TooManyRequests(
-                limit=limit,
-                retry_after=seconds,
-                message=_(
-                    "Too many requests to run fenced operations in a short "
-                    "time; nothing was done. Try again in %(seconds)d seconds."
-                )
-                % {"seconds": seconds},
+            message = _(
+                "Too many requests to run fenced operations in a short "
+                "time; nothing was done. Try again in %(seconds)d seconds."
             )
+            _refuse(limit, usage, message)
 
 
-def limit_fenced_posts(view):
-    """Decorate a view whose POST starts a fenced operation (``check_fenced_post``)."""
-
-    @wraps(view)
-    def wrapped(request, *args, **kwargs):
-        if request.method == "POST":
-            check_fenced_post(request)
-        return view(request, *args, **kwargs)
-
-    return wrapped
+def _check_password_reset(request) -> None:
+    usage = count(request, PASSWORD_RESETS_PER_ADDRESS)
+    if usage is not None and usage["should_limit"]:
+        message = _(
+            "Too many password reset requests from your address. Try again in %(minutes)d minutes."
+        )
+        _refuse(PASSWORD_RESETS_PER_ADDRESS, usage, message, minutes=True)
 
 
-def limit_sign_ins(view):
-    """Decorate a login view: sign-ins per address, then the username+address lockout."""
-
-    @wraps(view)
-    def wrapped(request, *args, **kwargs):
-        if request.method == "POST":
-            _check_sign_in(request, request.POST.get(get_user_model().USERNAME_FIELD, ""))
-        return view(request, *args, **kwargs)
-
-    return wrapped
-
-
-def limit_password_resets(view):
-    """Decorate the password reset view: requests per address (each may send a mail)."""
-
-    @wraps(view)
-    def wrapped(request, *args, **kwargs):
-        if request.method == "POST":
-            usage = count(request, PASSWORD_RESETS_PER_ADDRESS)
-            if usage is not None and usage["should_limit"]:
-                seconds = _seconds_left(usage)
-                raise TooManyRequests(
-                    limit=PASSWORD_RESETS_PER_ADDRESS,
-                    retry_after=seconds,
-                    message=_(
-                        "Too many password reset requests from your address. Try again in "
-                        "%(minutes)d minutes."
-                    )
-                    % {"minutes": math.ceil(seconds / 60)},
-                )
-        return view(request, *args, **kwargs)
-
-    return wrapped
-
-
-def _check_sign_in(request, username: str) -> None:
+def _check_sign_in(request, username: str | None = None) -> None:
+    if username is None:
+        username = request.POST.get(get_user_model().USERNAME_FIELD, "")
     attempts = count(request, SIGN_INS_PER_ADDRESS)
     if attempts is not None and attempts["should_limit"]:
-        seconds = _seconds_left(attempts)
-        raise TooManyRequests(
-            limit=SIGN_INS_PER_ADDRESS,
-            retry_after=seconds,
-            message=_(
-                "Too many sign-in attempts from your address. Try again in %(seconds)d seconds."
-            )
-            % {"seconds": seconds},
+        message = _(
+            "Too many sign-in attempts from your address. Try again in %(seconds)d seconds."
         )
+        _refuse(SIGN_INS_PER_ADDRESS, attempts, message)
     # Only read here: failures are counted by count_failed_sign_in, after authenticate().
     failures = count(request, FAILED_SIGN_INS, increment=False, subject=username)
     if failures is not None and failures["count"] >= failures["limit"]:
-        seconds = _seconds_left(failures)
-        raise TooManyRequests(
-            limit=FAILED_SIGN_INS,
-            retry_after=seconds,
-            message=_(
-                "Sign-in for this account is locked after too many failed attempts from your "
-                "address. Try again in %(minutes)d minutes."
-            )
-            % {"minutes": math.ceil(seconds / 60)},
+        message = _(
+            "Sign-in for this account is locked after too many failed attempts from your "
+            "address. Try again in %(minutes)d minutes."
         )
+        _refuse(FAILED_SIGN_INS, failures, message, minutes=True)
+
+
+def _checked_on_post(check):
+    """A view decorator that runs ``check(request)`` before the view on each POST; the check
+    refuses by raising ``TooManyRequests``."""
+
+    def decorate(view):
+        @wraps(view)
+        def wrapped(request, *args, **kwargs):
+            if request.method == "POST":
+                check(request)
+            return view(request, *args, **kwargs)
+
+        return wrapped
+
+    return decorate
+
+
+# A view whose POST starts a fenced operation; a login view (sign-ins per address, then the
+# username+address lockout); the password reset view (requests per address: each may mail).
+limit_fenced_posts = _checked_on_post(check_fenced_post)
+limit_sign_ins = _checked_on_post(_check_sign_in)
+limit_password_resets = _checked_on_post(_check_password_reset)
 
 
 def count_failed_sign_in(sender, credentials, request=None, **kwargs) -> None:
