@@ -299,8 +299,7 @@ def describe(*, database: str, redis_url: str) -> dict:
     keys = ("appendonly", "appendfsync", "save")
     redis_durability = {key: client.config_get(key).get(key) for key in keys}
     client.close()
-    # The server's facts, from its maintenance database: the bench's own may not exist yet.
-    with connect(database, "postgres") as conn:
+    with connect(database, "postgres") as conn:  # the server's: bench_hoa may not exist yet
         versions["postgresql_server"] = conn.execute("SHOW server_version").fetchone()[0]
         pg_durability = {
             name: conn.execute(sql.SQL("SHOW {}").format(sql.Identifier(name))).fetchone()[0]

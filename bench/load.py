@@ -173,6 +173,8 @@ def _office(variant, profile, plan, env, port: int, run_dir: Path, out: Path) ->
     environment.prepare_database(env["DATABASE_URL"])
     log(f"bench-load: {variant}: building the office")
     world = build_world(profile, max(users for users, _ in plan))
+    with connections["default"].cursor() as cursor:  # each variant on its office's statistics
+        cursor.execute("ANALYZE")
     connections.close_all()
     reports = out.with_name(f"{out.name}-{variant}")  # Locust's: <name>-<variant>_stats.csv …
     files = {
@@ -213,8 +215,7 @@ def _locust(variant: str, files: dict, plan: list, server_pid: int) -> dict:
     spent = {
         "wall_seconds": round(time.monotonic() - started, 1),
         "server_cpu_seconds": round(cpu_seconds(server_pid) - server_cpu, 1),
-        # Locust's own: the only child waited for
-        "load_generator_cpu_seconds": round(_children_cpu() - children_cpu, 1),
+        "load_generator_cpu_seconds": round(_children_cpu() - children_cpu, 1),  # Locust's own
     }
     if not files["output"].exists():
         raise RuntimeError(f"Locust wrote no results (exit {locust.returncode}): {errors[-2000:]}")
