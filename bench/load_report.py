@@ -80,19 +80,19 @@ def _steps(run: dict, key: str = "samples") -> list[dict]:
 
 
 def knee(steps: list[dict], *, bend: float, line_ms: float) -> dict:
-    """The last step before p99 bent, and the most staff served within ``line_ms``."""
+    """The last step before p99 bent, the most staff within ``line_ms`` (of steps that counted)."""
+    steps = [step for step in steps if step["overall"]["all_p99_ms"] is not None]
     first = steps[0]["overall"]["all_p99_ms"] if steps else None
     over = max(bend * first, line_ms) if first else None
     bent_at = next((s for s in steps[1:] if over and s["overall"]["all_p99_ms"] > over), None)
     before = [step for step in steps if bent_at is None or step["users"] < bent_at["users"]]
-    within = [step["users"] for step in steps if (step["overall"]["all_p99_ms"] or 0) <= line_ms]
+    within = [step["users"] for step in steps if step["overall"]["all_p99_ms"] <= line_ms]
     return {
         "knee_users": before[-1]["users"] if before and bent_at else None,
         "bent_at_users": bent_at["users"] if bent_at else None,
         "served_within_line_users": max(within) if within else None,
         "line_ms": line_ms,
-        # Over the line from the first step on: the knee is below it, not in these steps.
-        "over_the_line_from_the_first": bool(first and first > line_ms),
+        "over_the_line_from_the_first": bool(first and first > line_ms),  # the knee is below
     }
 
 

@@ -51,6 +51,14 @@ def test_a_first_step_over_the_line_puts_the_knee_below_it():
     assert found["over_the_line_from_the_first"] is True
 
 
+def test_a_step_too_short_to_count_a_request_neither_bends_nor_serves():
+    # 60 s at 500 staff: their arrivals (100 s at 5 a second) and one pacing interval over.
+    found = knee([_step(250, 120.0), _step(500, None)], bend=2.0, line_ms=300.0)
+
+    assert (found["knee_users"], found["bent_at_users"]) == (None, None)
+    assert found["served_within_line_users"] == 250
+
+
 def _run(by_name: dict, errors: int = 0, locust: dict | None = None) -> dict:
     """A run whose server took ``by_name``; Locust measured ``locust`` (the same if None)."""
     return {
