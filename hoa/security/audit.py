@@ -43,7 +43,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import wraps
-from typing import TypedDict
+from typing import NoReturn, TypedDict
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
@@ -204,7 +204,7 @@ def _seconds_left(usage: Usage) -> int:
     return max(1, usage["time_left"])
 
 
-def _refuse(limit: Limit, usage: Usage, message: str, *, minutes: bool = False) -> None:
+def _refuse(limit: Limit, usage: Usage, message: str, *, minutes: bool = False) -> NoReturn:
     """Raise ``TooManyRequests`` for ``limit``: ``message`` with the seconds (or the minutes)
     left until it opens again."""
     seconds = _seconds_left(usage)
@@ -233,9 +233,8 @@ def _check_password_reset(request) -> None:
         _refuse(PASSWORD_RESETS_PER_ADDRESS, usage, message, minutes=True)
 
 
-def _check_sign_in(request, username: str | None = None) -> None:
-    if username is None:
-        username = request.POST.get(get_user_model().USERNAME_FIELD, "")
+def _check_sign_in(request) -> None:
+    username = request.POST.get(get_user_model().USERNAME_FIELD, "")
     attempts = count(request, SIGN_INS_PER_ADDRESS)
     if attempts is not None and attempts["should_limit"]:
         message = _(
